@@ -1,0 +1,63 @@
+# Two commands for a newcomer on a fresh Debian machine:
+#   make demo   set everything up and compile the bundled examples
+#   make test   set everything up and run lint, types and all tests
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all setup system-deps demo test lint typecheck unit integration golden schema bench clean
+
+all: test
+
+# Debian packages the tests and the demo run for real (CNI plugins, iproute2).
+system-deps:
+	@if ! [ -x /usr/lib/cni/macvlan ] || ! command -v ip >/dev/null; then \
+	  echo "installing Debian packages: containernetworking-plugins iproute2"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: system-deps $(STAMP)
+
+demo: setup
+	@bash scripts/demo.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check netcomp tests bench
+	$(VENV)/bin/ruff format --check netcomp tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: setup
+	$(PY) -m pytest -q tests/integration
+
+test: setup lint typecheck
+	$(PY) -m pytest -q tests
+
+# Regenerate golden files after an intended output change; review the diff like code.
+golden: $(STAMP)
+	NETCOMP_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_golden.py
+	git status --short tests/golden
+
+schema: $(STAMP)
+	$(VENV)/bin/netcomp schema network > schemas/network.schema.json
+	$(VENV)/bin/netcomp schema config > schemas/config.schema.json
+
+bench: setup
+	$(PY) bench/compile.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,129 @@
+"""Plan -> disk. Writes only what changed (atomically), prunes only files netcomp owns, never touches anything
+else in the directory. An Output remembers what it wrote, so a long-lived owner (the daemon) compares against
+memory instead of re-reading every file."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from netcomp.compile import SUFFIX, Plan
+from netcomp.errors import HostError
+from netcomp.fsutil import atomic_write, fsync_dir, remove_stale_tmp
+
+ChangeKind = Literal["add", "change", "remove"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    kind: ChangeKind
+    filename: str
+    old: bytes | None
+    new: bytes | None
+
+
+def is_owned(data: bytes) -> bool:
+    """A file is ours when it is a JSON object whose `netcomp.generated` is true (compile.py's marker)."""
+    if b'"netcomp"' not in data:
+        return False
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("netcomp"), dict) and obj["netcomp"].get("generated") is True
+
+
+class Output:
+    """The output directory of compiled conflists."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._owned: dict[str, bytes] | None = None  # what we believe is on disk and ours
+
+    def owned(self) -> dict[str, bytes]:
+        if self._owned is None:
+            owned: dict[str, bytes] = {}
+            try:
+                entries = list(os.scandir(self.directory))
+            except FileNotFoundError:
+                entries = []
+            except OSError as e:
+                raise HostError(f"cannot list {self.directory}: {e.strerror}") from None
+            for entry in entries:
+                if not entry.name.endswith(SUFFIX) or not entry.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    with open(entry.path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                if is_owned(data):
+                    owned[entry.name] = data
+            self._owned = owned
+        return self._owned
+
+    def changes(self, plan: Plan, *, keep: Collection[str] = ()) -> list[Change]:
+        """What apply() would do. Files named in `keep` are left as they are even when the plan lacks them."""
+        owned = self.owned()
+        out: list[Change] = []
+        for name in sorted(plan.artifacts):
+            new = plan.artifacts[name].data
+            old = owned.get(name)
+            if old is None:
+                if name not in owned and (self.directory / name).exists() and not self._is_ours_on_disk(name):
+                    raise HostError(f"{self.directory / name} exists and was not written by netcomp; "
+                                    "move it away or rename the network")
+                out.append(Change("add", name, None, new))
+            elif old != new:
+                out.append(Change("change", name, old, new))
+        for name in sorted(owned):
+            if name not in plan.artifacts and name not in keep:
+                out.append(Change("remove", name, owned[name], None))
+        return out
+
+    def _is_ours_on_disk(self, name: str) -> bool:
+        try:
+            return is_owned((self.directory / name).read_bytes())
+        except OSError:
+            return False
+
+    def apply(self, plan: Plan, *, keep: Collection[str] = ()) -> list[Change]:
+        changes = self.changes(plan, keep=keep)
+        if not changes:
+            return changes
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+            remove_stale_tmp(self.directory)
+            owned = self.owned()
+            for ch in changes:
+                path = self.directory / ch.filename
+                if ch.new is not None:
+                    atomic_write(path, ch.new, sync_dir=False)
+                    owned[ch.filename] = ch.new
+                else:
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        pass
+                    owned.pop(ch.filename, None)
+            fsync_dir(self.directory)
+        except OSError as e:
+            self._owned = None  # we no longer know what is on disk: re-read next time
+            raise HostError(f"cannot write {e.filename or self.directory}: {e.strerror}") from None
+        return changes
+
+
+def unified_diff(changes: list[Change], directory: Path) -> str:
+    out: list[str] = []
+    for ch in changes:
+        old = (ch.old or b"").decode().splitlines(keepends=True)
+        new = (ch.new or b"").decode().splitlines(keepends=True)
+        a = "/dev/null" if ch.old is None else str(directory / ch.filename)
+        b = "/dev/null" if ch.new is None else str(directory / ch.filename)
+        out.extend(difflib.unified_diff(old, new, a, b))
+    return "".join(out)

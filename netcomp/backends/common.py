@@ -1,0 +1,162 @@
+"""What the dynamic backends share: the IPAM section, the host link (VLAN/VXLAN master) and the metadata block
+the daemon reads back from a compiled conflist."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netcomp.intent import Intent
+from netcomp.intent.model import (
+    IFNAMSIZ,
+    IPAM,
+    DHCPIPAM,
+    HostLocalIPAM,
+    IPRange,
+    IpvlanSpec,
+    MacvlanSpec,
+    NoIPAM,
+    Route,
+    StaticIPAM,
+    WhereaboutsIPAM,
+)
+
+
+def vlan_link_name(device: str, vlan: int) -> str:
+    """`<dev>.<vlan>`; a device name too long for that is cut so the whole stays within 15 characters
+    (rules.py rejects two networks whose cut names collide)."""
+    suffix = f".{vlan}"
+    return device[: IFNAMSIZ - len(suffix)] + suffix
+
+
+def vxlan_link_name(vni: int) -> str:
+    return f"vx{vni}"
+
+
+def host_link(spec: MacvlanSpec | IpvlanSpec) -> dict[str, Any] | None:
+    """The host interface the daemon creates and owns for this network, or None when hostDevice is used as is."""
+    if spec.vlan is not None:
+        return {"kind": "vlan", "name": vlan_link_name(spec.hostDevice, spec.vlan), "link": spec.hostDevice,
+                "id": spec.vlan}
+    if spec.vxlan is not None:
+        vx = spec.vxlan
+        link: dict[str, Any] = {"kind": "vxlan", "name": vxlan_link_name(vx.vni), "link": spec.hostDevice,
+                                "vni": vx.vni, "port": vx.port}
+        if vx.group is not None:
+            link["group"] = str(vx.group)
+        if vx.remote is not None:
+            link["remote"] = str(vx.remote)
+        return link
+    return None
+
+
+def master(spec: MacvlanSpec | IpvlanSpec) -> str:
+    link = host_link(spec)
+    return str(link["name"]) if link else spec.hostDevice
+
+
+def _range(r: IPRange) -> dict[str, Any]:
+    out: dict[str, Any] = {"subnet": str(r.subnet)}
+    if r.rangeStart is not None:
+        out["rangeStart"] = str(r.rangeStart)
+    if r.rangeEnd is not None:
+        out["rangeEnd"] = str(r.rangeEnd)
+    out["gateway"] = str(r.effective_gateway)
+    return out
+
+
+def _routes(routes: list[Route], gateways: dict[int, str]) -> list[dict[str, str]]:
+    # Every route carries an explicit gw: the reference plugins' CHECK fails on a route without one.
+    return [{"dst": str(r.dst), "gw": str(r.gw) if r.gw is not None else gateways[r.dst.version]}
+            for r in routes]
+
+
+def _gateways(ranges: list[IPRange]) -> dict[int, str]:
+    gws: dict[int, str] = {}
+    for r in ranges:
+        gws.setdefault(r.subnet.version, str(r.effective_gateway))
+    return gws
+
+
+def _host_local(ipam: HostLocalIPAM) -> dict[str, Any]:
+    ranges = ipam.all_ranges()
+    # One range set per address family: a container gets one address of each family it has ranges for.
+    sets: dict[int, list[dict[str, Any]]] = {}
+    for r in ranges:
+        sets.setdefault(r.subnet.version, []).append(_range(r))
+    out: dict[str, Any] = {"type": "host-local", "ranges": [sets[v] for v in sorted(sets)]}
+    if ipam.routes:
+        out["routes"] = _routes(ipam.routes, _gateways(ranges))
+    if ipam.dataDir is not None:
+        out["dataDir"] = ipam.dataDir
+    return out
+
+
+def _whereabouts_range(r: IPRange) -> dict[str, Any]:
+    out: dict[str, Any] = {"range": str(r.subnet)}
+    if r.rangeStart is not None:
+        out["range_start"] = str(r.rangeStart)
+    if r.rangeEnd is not None:
+        out["range_end"] = str(r.rangeEnd)
+    if r.exclude:
+        out["exclude"] = [str(e) for e in r.exclude]
+    return out
+
+
+def _whereabouts(ipam: WhereaboutsIPAM) -> dict[str, Any]:
+    ranges = ipam.all_ranges()
+    out: dict[str, Any] = {"type": "whereabouts"}
+    if len(ranges) == 1:
+        out.update(_whereabouts_range(ranges[0]))
+        out["gateway"] = str(ranges[0].effective_gateway)
+    else:
+        out["ipRanges"] = [_whereabouts_range(r) for r in ranges]
+    if ipam.routes:
+        out["routes"] = _routes(ipam.routes, _gateways(ranges))
+    return out
+
+
+def _static(ipam: StaticIPAM) -> dict[str, Any]:
+    addrs = []
+    gws: dict[int, str] = {}
+    for a in ipam.addresses:
+        entry = {"address": str(a.address)}
+        if a.gateway is not None:
+            entry["gateway"] = str(a.gateway)
+            gws.setdefault(a.gateway.version, str(a.gateway))
+        addrs.append(entry)
+    out: dict[str, Any] = {"type": "static"}
+    if addrs:
+        out["addresses"] = addrs
+    if ipam.routes:
+        out["routes"] = _routes(ipam.routes, gws)
+    return out
+
+
+def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:
+    """The plugin's `ipam` section, or None for no IPAM at all."""
+    if ipam is None or isinstance(ipam, NoIPAM):
+        return None
+    if isinstance(ipam, HostLocalIPAM):
+        return _host_local(ipam)
+    if isinstance(ipam, WhereaboutsIPAM):
+        return _whereabouts(ipam)
+    if isinstance(ipam, StaticIPAM):
+        return _static(ipam)
+    if isinstance(ipam, DHCPIPAM):
+        return {"type": "dhcp"}
+    raise AssertionError(f"unhandled ipam {type(ipam).__name__}")  # pragma: no cover
+
+
+def ipam_plugins(ipam: IPAM | None) -> list[str]:
+    cfg = ipam_config(ipam)
+    return [cfg["type"]] if cfg else []
+
+
+def meta(intent: Intent, **extra: Any) -> dict[str, Any]:
+    """The `netcomp` block of a compiled conflist: proof of ownership (pruning touches only files that carry
+    it) and what the daemon needs at attach time. Plugins never see it: only `plugins[]` entries reach them."""
+    out: dict[str, Any] = {"generated": True, "type": intent.network.spec.type}
+    if intent.network.spec.interfacePrefix is not None:
+        out["interfacePrefix"] = intent.network.spec.interfacePrefix
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out

@@ -1,0 +1,29 @@
+"""sriov (k8snetworkplumbingwg/sriov-cni), with sriov-cni's field names.
+
+A fixed VF is `deviceID`; a VF pool (resourceName) goes into the netcomp block, and the daemon picks a free VF
+of that pool at attach time and sets deviceID then."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netcomp.backends import Backend, RenderInput, register
+from netcomp.backends.common import ipam_config, ipam_plugins, meta
+from netcomp.intent import Intent
+from netcomp.intent.model import SriovSpec
+
+
+def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
+    spec = intent.network.spec
+    assert isinstance(spec, SriovSpec)
+    return {"cniVersion": inp.cni_version, "name": intent.name, "spec": spec, "ipam": ipam_config(spec.ipam),
+            "meta": meta(intent, resourceName=spec.resourceName)}
+
+
+def plugins(intent: Intent, inp: RenderInput) -> list[str]:
+    spec = intent.network.spec
+    assert isinstance(spec, SriovSpec)
+    return ["sriov", *ipam_plugins(spec.ipam)]
+
+
+BACKEND = register(Backend("sriov", "sriov.json.j2", context, plugins))

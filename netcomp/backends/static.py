@@ -1,0 +1,39 @@
+"""static: an existing CNI file chosen by networkID (DANM's static integration level), or a
+NetworkAttachmentDefinition's inline config. Passed through; the network name becomes the intent's. The file's
+own cniVersion is kept (its plugins were written for it); the configured one applies when it has none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netcomp.backends import Backend, RenderInput, register
+from netcomp.backends.common import meta
+from netcomp.cni import spec as cnispec
+from netcomp.intent import Intent
+
+_PASSED = ("disableCheck", "disableGC")
+
+
+def _conflist(intent: Intent, inp: RenderInput) -> dict[str, Any]:
+    if intent.inline_config is not None:
+        return dict(intent.inline_config)
+    assert inp.static is not None, "static intent rendered without its file"
+    return inp.static.conflist
+
+
+def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
+    conf = _conflist(intent, inp)
+    plugins = []
+    for p in conf["plugins"]:
+        # Inside a conflist, libcni injects name and cniVersion into each plugin; stale copies only mislead.
+        plugins.append({k: v for k, v in p.items() if k not in ("name", "cniVersion")})
+    return {"cniVersion": conf.get("cniVersion") or inp.cni_version, "name": intent.name,
+            "extra": {k: conf[k] for k in _PASSED if k in conf}, "plugins": plugins,
+            "meta": meta(intent)}
+
+
+def plugins(intent: Intent, inp: RenderInput) -> list[str]:
+    return cnispec.plugin_types(_conflist(intent, inp))
+
+
+BACKEND = register(Backend("static", "static.json.j2", context, plugins))

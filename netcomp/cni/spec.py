@@ -1,0 +1,112 @@
+"""CNI configuration rules (CNI spec, "Section 1: Network configuration format").
+
+Pure functions over parsed JSON: parse with positions, lift a single-plugin `.conf` into a conflist, verify what
+the spec and libcni require, and serialize deterministically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# Versions a conflist may declare. Debian's plugins (1.1.1) speak up to 1.0.0 and refuse 1.1.0.
+SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+DEFAULT_VERSION = "1.0.0"
+# CNI spec: network name "must be unique across all network configurations on a host"; libcni's regex.
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+# A plugin is found by plain file name in the plugin dirs: never a path.
+PLUGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_LIST_KEYS = ("cniVersion", "cniVersions", "name", "disableCheck", "disableGC", "loadOnlyInlinedPlugins",
+              "plugins")
+
+
+class ConfigProblem(ValueError):
+    """A CNI config that cannot be used; line/column are 1-based positions in its JSON text, when known."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+def parse_json(data: bytes) -> Any:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigProblem(f"not valid UTF-8 at byte {e.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigProblem(f"not valid JSON: {e.msg}", e.lineno, e.colno) from None
+
+
+def to_conflist(obj: Any) -> dict[str, Any]:
+    """A conflist as is; a single-plugin config (.conf) lifted into a conflist of one plugin."""
+    if not isinstance(obj, dict):
+        raise ConfigProblem("a CNI configuration must be a JSON object")
+    if "plugins" in obj:
+        return obj
+    if "type" not in obj:
+        raise ConfigProblem("neither a conflist (no 'plugins') nor a plugin config (no 'type')")
+    plugin = {k: v for k, v in obj.items() if k not in ("name", "cniVersion")}
+    out: dict[str, Any] = {}
+    if "cniVersion" in obj:
+        out["cniVersion"] = obj["cniVersion"]
+    if "name" in obj:
+        out["name"] = obj["name"]
+    out["plugins"] = [plugin]
+    return out
+
+
+def plugin_types(conflist: dict[str, Any]) -> list[str]:
+    """Every binary a conflist needs: each plugin's type and each plugin's ipam type, in order, once."""
+    seen: list[str] = []
+    for p in conflist.get("plugins") or []:
+        if not isinstance(p, dict):
+            continue
+        for t in (p.get("type"), (p.get("ipam") or {}).get("type") if isinstance(p.get("ipam"), dict) else None):
+            if isinstance(t, str) and t and t not in seen:
+                seen.append(t)
+    return seen
+
+
+def verify_conflist(conf: Any, *, check_name: bool = True) -> list[str]:
+    """What is wrong with a conflist, as sentences; empty when it is usable."""
+    if not isinstance(conf, dict):
+        return ["a CNI configuration must be a JSON object"]
+    problems: list[str] = []
+    if check_name:
+        name = conf.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            problems.append(f"network name {name!r} does not match {NAME_RE.pattern}")
+    version = conf.get("cniVersion")
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        problems.append(f"cniVersion {version!r} is not one of {', '.join(SUPPORTED_VERSIONS)}")
+    plugins = conf.get("plugins")
+    if not isinstance(plugins, list) or not plugins:
+        problems.append("'plugins' must be a non-empty list")
+        return problems
+    for i, p in enumerate(plugins):
+        if not isinstance(p, dict):
+            problems.append(f"plugins[{i}] must be an object")
+            continue
+        t = p.get("type")
+        if not isinstance(t, str) or not t:
+            problems.append(f"plugins[{i}] has no 'type'")
+        elif not PLUGIN_RE.match(t):
+            problems.append(f"plugins[{i}].type {t!r} must be a plain plugin name, not a path")
+        ipam = p.get("ipam")
+        if ipam is not None:
+            it = ipam.get("type") if isinstance(ipam, dict) else None
+            if isinstance(ipam, dict) and not ipam:
+                continue
+            if not isinstance(it, str) or not PLUGIN_RE.match(it):
+                problems.append(f"plugins[{i}].ipam.type {it!r} must be a plain plugin name, not a path")
+    return problems
+
+
+def dumps(conf: dict[str, Any]) -> bytes:
+    """Deterministic bytes: the key order given, two-space indent, ASCII, trailing newline."""
+    return (json.dumps(conf, indent=2, ensure_ascii=True) + "\n").encode()

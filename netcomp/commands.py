@@ -1,0 +1,102 @@
+"""The validate and compile commands (kept apart from cli.py so `netcomp --help` imports nothing heavy)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TextIO
+
+from netcomp import report
+from netcomp.apply import Output, unified_diff
+from netcomp.cli import EX_CHANGED, EX_DATAERR, EX_IOERR, EX_NOINPUT, EX_OK
+from netcomp.config import Settings, load_settings
+from netcomp.errors import HostError, IntentError
+from netcomp.paths import Root
+from netcomp.workspace import Compiler
+
+
+def _settings(args: argparse.Namespace, root: Root) -> Settings:
+    settings = load_settings(args.config, root).rooted(root)
+    updates: dict[str, object] = {}
+    if args.static_dir:
+        updates["staticDirs"] = [str(Path(d).resolve()) for d in args.static_dir]
+    if args.plugin_dir:
+        updates["pluginDirs"] = [str(Path(d).resolve()) for d in args.plugin_dir]
+    if args.cni_version:
+        updates["cniVersion"] = args.cni_version
+    return settings.model_copy(update=updates) if updates else settings
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    root = Root(Path(args.root))
+    try:
+        settings = _settings(args, root)
+    except IntentError as e:
+        _report(args, e.diagnostics, out, err)
+        return EX_DATAERR
+    # Paths named on the command line are the user's, relative to the cwd; configured ones live under root.
+    compiler = Compiler(settings, offline=True)
+    files = None
+    if args.paths:
+        missing = [p for p in args.paths if not Path(p).exists()]
+        if missing:
+            for p in missing:
+                print(f"netcomp: {p}: no such file or directory", file=err)
+            return EX_NOINPUT
+        from netcomp.workspace import discover
+
+        files = discover([Path(p) for p in args.paths])
+    plan = compiler.compile(files)
+    if args.command == "validate":
+        _report(args, plan.diagnostics, out, err, networks=sorted(a.network for a in plan.artifacts.values()))
+        return EX_DATAERR if not plan.ok else EX_OK
+
+    out_dir = Path(args.out) if args.out else Path(settings.outputDir)
+    if not plan.ok:
+        _report(args, plan.diagnostics, out, err)
+        print("netcomp: nothing written: fix the errors above", file=err)
+        return EX_DATAERR
+    output = Output(out_dir)
+    try:
+        if args.diff or args.check or args.dry_run:
+            changes = output.changes(plan)
+        else:
+            changes = output.apply(plan)
+    except HostError as e:
+        _report(args, plan.diagnostics, out, err)
+        print(f"netcomp: {e}", file=err)
+        return EX_IOERR
+    summary = [{"change": c.kind, "file": str(out_dir / c.filename)} for c in changes]
+    if args.output == "json":
+        out.write(report.as_json(plan.diagnostics, changes=summary,
+                                 networks=sorted(a.network for a in plan.artifacts.values())) + "\n")
+    else:
+        if plan.diagnostics:
+            print(report.format_all(plan.diagnostics), file=err)
+        if args.diff:
+            out.write(unified_diff(changes, out_dir))
+        elif args.dry_run or args.check:
+            for c in changes:
+                out.write(f"would {c.kind} {out_dir / c.filename}\n")
+        else:
+            for c in changes:
+                verb = {"add": "wrote", "change": "updated", "remove": "removed"}[c.kind]
+                print(f"{verb} {out_dir / c.filename}", file=err)
+            print(f"{len(plan.artifacts)} networks, {len(changes)} changed", file=err)
+    if args.check and changes:
+        return EX_CHANGED
+    return EX_OK
+
+
+def _report(args: argparse.Namespace, diags: list, out: TextIO, err: TextIO, **extra: object) -> None:  # type: ignore[type-arg]
+    if args.output == "json":
+        out.write(report.as_json(diags, **extra) + "\n")
+    elif diags:
+        print(report.format_all(diags), file=err)
+    elif args.command == "validate":
+        nets = extra.get("networks") or []
+        print(f"ok: {len(nets)} networks", file=err)  # type: ignore[arg-type]
+
+
+__all__ = ["json", "run"]

@@ -1,0 +1,90 @@
+"""Intents -> Plan: render every intent through its backend's template, verify the result, and collect the
+artifacts (file name and bytes). Deterministic and free of I/O: the caller supplies static files and the
+answer to "is this plugin installed"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from netcomp import backends
+from netcomp.backends import RenderInput
+from netcomp.cni import spec as cnispec
+from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.intent import Intent
+from netcomp.render import Templates
+
+SUFFIX = ".conflist"
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    network: str
+    filename: str
+    data: bytes
+    origin: SourceLocation
+    plugins: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the output dir should hold, and everything found on the way there."""
+
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # by file name
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    # Networks (by name) and source files whose intents failed: a daemon keeps their last good output.
+    failed_networks: set[str] = field(default_factory=set)
+    failed_sources: set[str] = field(default_factory=set)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def filename_for(network: str) -> str:
+    return network + SUFFIX
+
+
+def render(intent: Intent, templates: Templates, inp: RenderInput) -> Artifact:
+    """One intent to its artifact. Raises IntentError when the output is not a usable conflist (a broken
+    admin template, or a static file that is not valid CNI)."""
+    backend = backends.get(intent.network.spec.type)
+    text = templates.render(backend.template, backend.context(intent, inp))
+    where = f"template {backend.template}"
+    try:
+        conf = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise IntentError([intent.diagnostic(f"{where} produced invalid JSON ({e.msg} at line {e.lineno}, "
+                                             f"column {e.colno} of its output)", ())]) from None
+    problems = cnispec.verify_conflist(conf)
+    if isinstance(conf, dict) and conf.get("name") != intent.name:
+        problems.append(f"network name is {conf.get('name')!r}, not {intent.name!r}")
+    if problems:
+        raise IntentError([intent.diagnostic(f"{where} produced an unusable conflist: {p}", ()) for p in problems])
+    return Artifact(intent.name, filename_for(intent.name), cnispec.dumps(conf),
+                    intent.doc.location(intent.source_loc(("metadata", "name"))),
+                    tuple(cnispec.plugin_types(conf)))
+
+
+def missing_plugins(plan_intents: Sequence[tuple[Intent, Artifact]], installed: Callable[[str], bool],
+                    dirs: Sequence[str], *, offline: bool) -> list[tuple[Intent, Diagnostic]]:
+    """A plugin type absent from the plugin dirs: one diagnostic per type, at its first use. An error for a
+    daemon (attach would fail); a warning when compiling offline (the node may have it)."""
+    users: dict[str, list[Intent]] = {}
+    for intent, art in plan_intents:
+        for p in art.plugins:
+            if not installed(p):
+                users.setdefault(p, []).append(intent)
+    out = []
+    for p, its in users.items():
+        more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
+        diag = its[0].diagnostic(f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}",
+                                 ("spec", "type"), severity="warning" if offline else "error")
+        # Offline, nobody fails; on a node, every network that needs the plugin does (one message).
+        out.extend((it, diag) for it in (its[:1] if offline else its))
+    return out

@@ -1,0 +1,68 @@
+"""netcomp.yaml: the node's settings. Every key has a default; unknown keys are errors with positions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from netcomp import paths
+from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.intent import pydantic_diagnostics
+from netcomp.intent.source import load_documents
+from netcomp.paths import Root
+
+CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+class Settings(BaseModel):
+    """Where netcomp reads and writes, and how it compiles. Paths are absolute and resolved under --root."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    intentDirs: list[str] = Field(default_factory=lambda: list(paths.INTENT_DIRS),
+                                  description="Intent dirs, lowest precedence first; a file name in a later dir "
+                                              "shadows the same name in an earlier one")
+    outputDir: str = Field(default=paths.OUTPUT_DIR, description="Where compiled <network>.conflist files go")
+    staticDirs: list[str] = Field(default_factory=lambda: list(paths.STATIC_DIRS),
+                                  description="Where static networkIDs are looked up, first match wins")
+    templateDir: str = Field(default=paths.TEMPLATE_DIR,
+                             description="Admin overrides of the backend templates (<type>.json.j2)")
+    pluginDirs: list[str] = Field(default_factory=lambda: list(paths.PLUGIN_DIRS),
+                                  description="CNI plugin binaries, searched in order by plain name")
+    cniVersion: CniVersion = Field(default="1.0.0", description="cniVersion of compiled conflists")
+
+    def rooted(self, root: Root) -> Settings:
+        """The same settings with every path resolved under root (a no-op for the real root)."""
+        if root.path == Path("/"):
+            return self
+        one = ("outputDir", "templateDir")
+        many = ("intentDirs", "staticDirs", "pluginDirs")
+        update: dict[str, object] = {k: str(root(getattr(self, k))) for k in one}
+        update.update({k: [str(root(p)) for p in getattr(self, k)] for k in many})
+        return self.model_copy(update=update)
+
+
+def load_settings(path: str | Path | None, root: Root = Root(), *, required: bool = False) -> Settings:
+    """Read netcomp.yaml (default location under root when path is None). A missing default file means
+    defaults; a missing file named explicitly is an error."""
+    explicit = path is not None
+    p = Path(path) if explicit else root(paths.CONFIG_FILE)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        if explicit or required:
+            raise IntentError([Diagnostic("config file not found", SourceLocation(str(p)))]) from None
+        return Settings()
+    except OSError as e:
+        raise IntentError([Diagnostic(f"cannot read config file: {e.strerror}", SourceLocation(str(p)))]) from None
+    docs = load_documents(str(p), raw)
+    if not docs:
+        return Settings()
+    if len(docs) > 1:
+        raise IntentError([docs[1].diagnostic("netcomp.yaml must hold one document", ())])
+    try:
+        return Settings.model_validate(docs[0].data)
+    except ValidationError as e:
+        raise IntentError(pydantic_diagnostics(docs[0], e)) from None

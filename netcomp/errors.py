@@ -1,0 +1,101 @@
+"""The exception tree, and where in the author's text a problem is.
+
+Each class says whose fault it is (as nmstate's error.py does), so callers and operators know what to fix:
+
+- IntentError: the config author's. An intent, netcomp.yaml or a static CNI file is wrong. Carries diagnostics
+  with file, line and column.
+- HostError: the node's. A device is missing, the kernel lacks a feature, a directory is not writable.
+- DelegateError: a CNI plugin's. It answered with a CNI error; code, msg and details are kept verbatim.
+- InternalError: ours. A bug in netcomp; the message asks for a report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    """A 1-based line and column in a named file (or another source, such as `k8s:ns/name`)."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if self.line <= 0:
+            return self.file
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding about the author's text: an error stops that intent, a warning does not."""
+
+    message: str
+    location: SourceLocation | None = None
+    severity: Severity = "error"
+    source_line: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def as_dict(self) -> dict[str, Any]:
+        loc = self.location
+        return {
+            "severity": self.severity,
+            "file": loc.file if loc else None,
+            "line": loc.line if loc else None,
+            "column": loc.column if loc else None,
+            "message": self.message,
+            "sourceLine": self.source_line,
+            "notes": list(self.notes),
+        }
+
+
+class NetcompError(Exception):
+    """Base of every error netcomp raises on purpose."""
+
+
+class IntentError(NetcompError):
+    """The author's input is wrong. Fix the file named in each diagnostic."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = diagnostics
+        first = diagnostics[0] if diagnostics else None
+        text = f"{first.location}: {first.message}" if first and first.location else (
+            first.message if first else "invalid intent")
+        if len(diagnostics) > 1:
+            text += f" (and {len(diagnostics) - 1} more)"
+        super().__init__(text)
+
+
+class HostError(NetcompError):
+    """The node is not as the intent needs it: a device, kernel feature, file or permission is missing."""
+
+
+class DelegateError(NetcompError):
+    """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section)."""
+
+    def __init__(self, code: int, msg: str, details: str = "", *, network: str = "", plugin: str = "") -> None:
+        self.code = code
+        self.msg = msg
+        self.details = details
+        self.network = network
+        self.plugin = plugin
+        where = ""
+        if network or plugin:
+            where = f"network {network!r}" if network else ""
+            if plugin:
+                where += (", " if where else "") + f"plugin {plugin!r}"
+            where += ": "
+        super().__init__(f"{where}{msg}" + (f" ({details})" if details else ""))
+
+
+class InternalError(NetcompError):
+    """A bug in netcomp. Please report it with the command and input that triggered it."""

@@ -1,0 +1,82 @@
+"""Writing files so that a reader never sees a half-written one.
+
+Temp files are named `.<name>.netcomp-tmp` in the target's directory: same filesystem, so `os.replace` is atomic,
+and an ending no runtime loads (not .conf, .conflist or .json). Multus wrote its config in place and users found it
+empty; libcni and netplan write-then-rename, as we do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+TMP_SUFFIX = ".netcomp-tmp"
+
+
+def _tmp_for(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_SUFFIX}")
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> None:
+    """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
+
+    Batch writers pass sync_dir=False and call fsync_dir once at the end."""
+    tmp = _tmp_for(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def read_bytes_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def write_if_changed(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> bool:
+    """Write only when the bytes differ from what is there. Returns True when it wrote."""
+    if read_bytes_or_none(path) == data:
+        return False
+    atomic_write(path, data, mode=mode, sync_dir=sync_dir)
+    return True
+
+
+def remove_stale_tmp(directory: Path) -> None:
+    """Remove temp files a crash left behind (they are never loaded, but they are clutter)."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def unlink_all(paths: Iterable[Path]) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()

@@ -1,0 +1,337 @@
+"""The native intent model (`netcomp.io/v1` `Network`). The JSON Schema generated from it is the contract.
+
+Every model forbids unknown keys; backends are a discriminated union on `spec.type`, IPAM on `spec.ipam.type`.
+Per-intent rules live here as validators (they get positions from the pydantic error `loc`); rules that need
+more than one intent live in rules.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPInterface: TypeAlias = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+API_VERSION = "netcomp.io/v1"
+IFNAMSIZ = 15  # Linux interface names: 15 bytes plus NUL
+PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
+
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+IFNAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
+NETWORK_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"  # a file-name stem: no '/', never '..' alone
+PCI_ADDRESS = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+MAC = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"
+
+Name = Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]
+IfName = Annotated[str, StringConstraints(pattern=IFNAME, max_length=IFNAMSIZ)]
+IfPrefix = Annotated[str, StringConstraints(pattern=IFNAME, min_length=1, max_length=PREFIX_MAX)]
+Mac = Annotated[str, StringConstraints(pattern=MAC)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+def _net(value: Any) -> Any:
+    """Parse a CIDR strictly: host bits set is a typo more often than not, so it is an error."""
+    if isinstance(value, str):
+        try:
+            return ipaddress.ip_network(value, strict=True)
+        except ValueError as e:
+            if "has host bits set" in str(e):
+                fixed = ipaddress.ip_network(value, strict=False)
+                raise ValueError(f"{value} has host bits set; the network is {fixed}") from None
+            raise ValueError(f"{value!r} is not a valid CIDR (like 10.0.0.0/24 or 2001:db8::/64)") from None
+    return value
+
+
+def _addr(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a valid IP address") from None
+    return value
+
+
+class Route(Strict):
+    """A route installed in the container. `gw` defaults to the gateway of the matching address family."""
+
+    dst: IPNetwork
+    gw: IPAddress | None = None
+
+    _dst = field_validator("dst", mode="before")(_net)
+    _gw = field_validator("gw", mode="before")(_addr)
+
+    @model_validator(mode="after")
+    def _same_family(self) -> Route:
+        if self.gw is not None and self.gw.version != self.dst.version:
+            raise ValueError(f"route to {self.dst} has an IPv{self.gw.version} gw {self.gw}")
+        return self
+
+
+class IPRange(Strict):
+    """One subnet to allocate from. rangeStart/rangeEnd narrow the pool; gateway defaults to the first host."""
+
+    subnet: IPNetwork
+    rangeStart: IPAddress | None = None
+    rangeEnd: IPAddress | None = None
+    gateway: IPAddress | None = None
+    exclude: list[IPNetwork] = Field(default_factory=list, description="whereabouts only")
+
+    _subnet = field_validator("subnet", mode="before")(_net)
+    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _excl(cls, v: Any) -> Any:
+        return [_net(x) for x in v] if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _inside(self) -> IPRange:
+        net = self.subnet
+        if net.num_addresses < 2:
+            raise ValueError(f"subnet {net} has no room for hosts")
+        for fname in ("rangeStart", "rangeEnd", "gateway"):
+            a = getattr(self, fname)
+            if a is not None and (a.version != net.version or a not in net):
+                raise ValueError(f"{fname} {a} is outside subnet {net}")
+        if self.rangeStart is not None and self.rangeEnd is not None and self.rangeStart > self.rangeEnd:
+            raise ValueError(f"rangeStart {self.rangeStart} is after rangeEnd {self.rangeEnd}")
+        for ex in self.exclude:
+            if ex.version != net.version or not ex.subnet_of(net):  # type: ignore[arg-type]
+                raise ValueError(f"exclude {ex} is outside subnet {net}")
+        return self
+
+    @property
+    def effective_gateway(self) -> IPAddress:
+        """host-local's own default when no gateway is given: the subnet's first address after the network."""
+        return self.gateway if self.gateway is not None else self.subnet.network_address + 1
+
+
+class _RangedIPAM(Strict):
+    """Shorthand `subnet`/`rangeStart`/`rangeEnd`/`gateway` for one range, or `ranges` for several (dual stack)."""
+
+    subnet: IPNetwork | None = None
+    rangeStart: IPAddress | None = None
+    rangeEnd: IPAddress | None = None
+    gateway: IPAddress | None = None
+    ranges: list[IPRange] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+
+    _subnet = field_validator("subnet", mode="before")(_net)
+    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Any:
+        short = self.subnet is not None or any(
+            getattr(self, f) is not None for f in ("rangeStart", "rangeEnd", "gateway"))
+        if short and self.ranges:
+            raise ValueError("give either subnet (with rangeStart/rangeEnd/gateway) or ranges, not both")
+        if short and self.subnet is None:
+            raise ValueError("rangeStart, rangeEnd and gateway need a subnet")
+        if not short and not self.ranges:
+            raise ValueError("needs a subnet (or ranges)")
+        rs = self.all_ranges()
+        for i, route in enumerate(self.routes):
+            if route.gw is None and not any(r.subnet.version == route.dst.version for r in rs):
+                raise ValueError(f"routes[{i}]: no IPv{route.dst.version} range to take a gw from; give gw")
+        return self
+
+    def all_ranges(self) -> list[IPRange]:
+        if self.subnet is not None:
+            return [IPRange(subnet=self.subnet, rangeStart=self.rangeStart, rangeEnd=self.rangeEnd,
+                            gateway=self.gateway)]
+        return list(self.ranges)
+
+
+class HostLocalIPAM(_RangedIPAM):
+    """CNI host-local: addresses from ranges, leases on the node's disk."""
+
+    type: Literal["host-local"]
+    dataDir: str | None = Field(default=None, pattern=r"^/")
+
+
+class WhereaboutsIPAM(_RangedIPAM):
+    """whereabouts: cluster-wide allocation; `exclude` is passed through per range."""
+
+    type: Literal["whereabouts"]
+
+
+class StaticAddress(Strict):
+    address: IPInterface
+    gateway: IPAddress | None = None
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _iface(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if "/" not in v:
+                raise ValueError(f"{v!r} needs a prefix length, like 10.1.0.5/24")
+            try:
+                return ipaddress.ip_interface(v)
+            except ValueError:
+                raise ValueError(f"{v!r} is not a valid address with prefix length") from None
+        return v
+
+    _gw = field_validator("gateway", mode="before")(_addr)
+
+    @model_validator(mode="after")
+    def _inside(self) -> StaticAddress:
+        if self.gateway is not None and (self.gateway.version != self.address.version
+                                         or self.gateway not in self.address.network):
+            raise ValueError(f"gateway {self.gateway} is outside {self.address.network}")
+        return self
+
+
+class StaticIPAM(Strict):
+    """CNI static: fixed addresses (one container per network, or per-container via CNI_ARGS IP=)."""
+
+    type: Literal["static"]
+    addresses: list[StaticAddress] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _gws(self) -> StaticIPAM:
+        for i, route in enumerate(self.routes):
+            if route.gw is None and not any(
+                    a.gateway is not None and a.gateway.version == route.dst.version for a in self.addresses):
+                raise ValueError(f"routes[{i}]: no IPv{route.dst.version} address with a gateway; give gw")
+        return self
+
+
+class DHCPIPAM(Strict):
+    """CNI dhcp: needs the dhcp daemon (`dhcp daemon`) running on the node."""
+
+    type: Literal["dhcp"]
+
+
+class NoIPAM(Strict):
+    """No addresses: a pure L2 attachment."""
+
+    type: Literal["none"]
+
+
+IPAM = Annotated[HostLocalIPAM | WhereaboutsIPAM | StaticIPAM | DHCPIPAM | NoIPAM, Field(discriminator="type")]
+
+
+class VXLAN(Strict):
+    """A VXLAN tunnel the daemon creates on the host (named vx<vni>) over hostDevice; the container link's
+    master becomes that tunnel."""
+
+    vni: int = Field(ge=1, le=16777215)
+    port: int = Field(default=4789, ge=1, le=65535)
+    group: IPAddress | None = None
+    remote: IPAddress | None = None
+
+    _addrs = field_validator("group", "remote", mode="before")(_addr)
+
+    @model_validator(mode="after")
+    def _one(self) -> VXLAN:
+        if self.group is not None and self.remote is not None:
+            raise ValueError("give group (multicast) or remote (unicast), not both")
+        if self.group is not None and not self.group.is_multicast:
+            raise ValueError(f"group {self.group} is not a multicast address")
+        return self
+
+
+class _SpecBase(Strict):
+    interfacePrefix: IfPrefix | None = Field(
+        default=None, description=f"Container interface names: <prefix><index>; at most {PREFIX_MAX} characters")
+
+
+class _LinkSpec(_SpecBase):
+    hostDevice: IfName = Field(description="The host interface the container links hang off (the master)")
+    vlan: int | None = Field(default=None, ge=1, le=4094, description="802.1Q id: master becomes <dev>.<vlan>")
+    vxlan: VXLAN | None = None
+    mtu: int | None = Field(default=None, ge=68, le=65535)
+    ipam: IPAM | None = None
+
+    @model_validator(mode="after")
+    def _vids(self) -> Any:
+        if self.vlan is not None and self.vxlan is not None:
+            raise ValueError("vlan and vxlan are mutually exclusive")
+        return self
+
+
+class MacvlanSpec(_LinkSpec):
+    type: Literal["macvlan"]
+    mode: Literal["bridge", "private", "vepa", "passthru"] = "bridge"
+    mac: Mac | None = Field(default=None, description="Fixed MAC (only sensible for one container)")
+
+
+class IpvlanSpec(_LinkSpec):
+    type: Literal["ipvlan"]
+    mode: Literal["l2", "l3", "l3s"] = "l2"
+
+
+class SriovSpec(_SpecBase):
+    type: Literal["sriov"]
+    resourceName: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$",
+                                      description="VF pool; the daemon picks a free VF at attach time")
+    pciAddress: str | None = Field(default=None, pattern=PCI_ADDRESS, description="One fixed VF (deviceID)")
+    vlan: int | None = Field(default=None, ge=0, le=4095)
+    vlanQoS: int | None = Field(default=None, ge=0, le=7)
+    spoofchk: bool | None = None
+    trust: bool | None = None
+    linkState: Literal["auto", "enable", "disable"] | None = None
+    minTxRate: int | None = Field(default=None, ge=0, description="Mbps")
+    maxTxRate: int | None = Field(default=None, ge=0, description="Mbps")
+    mac: Mac | None = None
+    mtu: int | None = Field(default=None, ge=68, le=65535)
+    ipam: IPAM | None = None
+
+    @model_validator(mode="after")
+    def _device(self) -> SriovSpec:
+        if (self.resourceName is None) == (self.pciAddress is None):
+            raise ValueError("give exactly one of resourceName (a VF pool) or pciAddress (one VF)")
+        if self.vlanQoS is not None and not self.vlan:
+            raise ValueError("vlanQoS needs a non-zero vlan")
+        if self.minTxRate and self.maxTxRate and self.minTxRate > self.maxTxRate:
+            raise ValueError(f"minTxRate {self.minTxRate} is above maxTxRate {self.maxTxRate}")
+        return self
+
+
+class StaticSpec(_SpecBase):
+    type: Literal["static"]
+    networkID: str = Field(pattern=NETWORK_ID, max_length=255,
+                           description="Stem of a CNI file in the static dirs: <id>.conflist, .conf or .json")
+
+    @field_validator("networkID")
+    @classmethod
+    def _no_dots(cls, v: str) -> str:
+        if v in (".", ".."):
+            raise ValueError("networkID cannot be '.' or '..'")
+        return v
+
+
+Spec = Annotated[MacvlanSpec | IpvlanSpec | SriovSpec | StaticSpec, Field(discriminator="type")]
+
+
+class Metadata(Strict):
+    name: Name
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Network(Strict):
+    """A network intent: one network a container can join, compiled to one CNI conflist."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
+        "title": "netcomp Network intent",
+        "$id": "https://netcomp.io/schemas/network.schema.json",
+    })
+
+    apiVersion: Literal["netcomp.io/v1"]
+    kind: Literal["Network"]
+    metadata: Metadata
+    spec: Spec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+

@@ -1,0 +1,262 @@
+"""YAML documents with a source position for every key and value.
+
+PyYAML's composer (libyaml's, when present: it is ~10x faster) gives nodes with marks; we build plain Python data
+from them ourselves, so that we can reject what an intent must never contain, each with a position:
+duplicate keys, tabs in indentation, aliases (and so alias bombs), merge keys, non-scalar keys, unknown tags,
+absurd nesting, and documents that are not mappings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from netcomp.errors import Diagnostic, IntentError, SourceLocation
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_constructor = SafeConstructor()
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:null",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:timestamp",
+}
+MAX_DEPTH = 64
+MAX_BYTES = 16 * 1024 * 1024
+
+PathKey = tuple[Any, ...]
+Pos = tuple[int, int]  # 1-based line, column
+
+
+@dataclass(slots=True)
+class SourceText:
+    """A file's text, kept for quoting the offending line in diagnostics."""
+
+    name: str
+    text: str
+    _lines: list[str] | None = None
+
+    def line(self, n: int) -> str | None:
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return self._lines[n - 1] if 0 < n <= len(self._lines) else None
+
+    def diagnostic(self, message: str, pos: Pos | None, severity: str = "error",
+                   notes: Sequence[str] = ()) -> Diagnostic:
+        line, col = pos if pos else (0, 0)
+        return Diagnostic(message=message, location=SourceLocation(self.name, line, col),
+                          severity="warning" if severity == "warning" else "error",
+                          source_line=self.line(line) if line else None, notes=tuple(notes))
+
+
+@dataclass(slots=True)
+class Document:
+    """One YAML document: its data, and where each value and key stands in the source."""
+
+    data: dict[str, Any]
+    source: SourceText
+    index: int
+    values: dict[PathKey, Pos] = field(default_factory=dict)
+    keys: dict[PathKey, Pos] = field(default_factory=dict)
+
+    @property
+    def start(self) -> Pos:
+        return self.values.get((), (1, 1))
+
+    def resolve(self, loc: Sequence[Any]) -> tuple[PathKey, bool]:
+        """Walk `loc` through the data; components that are not there (a pydantic union tag, a missing key) are
+        skipped. Returns the deepest path found and whether the whole loc was found."""
+        node: Any = self.data
+        path: list[Any] = []
+        complete = True
+        for part in loc:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+                path.append(part)
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+                path.append(part)
+            else:
+                complete = False
+        return tuple(path), complete
+
+    def pos(self, loc: Sequence[Any], *, key: bool = False) -> Pos:
+        """Position of the value at loc (or of its key when key=True); the nearest existing ancestor otherwise."""
+        path, complete = self.resolve(loc)
+        if not complete and path in self.keys:
+            # Something under this node is missing or wrong-shaped: point at the key that owns it.
+            return self.keys[path]
+        if key and path in self.keys:
+            return self.keys[path]
+        return self.values.get(path) or self.keys.get(path) or self.start
+
+    def location(self, loc: Sequence[Any], *, key: bool = False) -> SourceLocation:
+        line, col = self.pos(loc, key=key)
+        return SourceLocation(self.source.name, line, col)
+
+    def diagnostic(self, message: str, loc: Sequence[Any], *, key: bool = False, severity: str = "error",
+                   notes: Sequence[str] = ()) -> Diagnostic:
+        return self.source.diagnostic(message, self.pos(loc, key=key), severity, notes)
+
+
+class _Reject(Exception):
+    def __init__(self, message: str, node: Node | None = None, pos: Pos | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pos = pos if pos is not None else (_pos(node) if node is not None else None)
+
+
+def _pos(node: Node) -> Pos:
+    m = node.start_mark
+    return (m.line + 1, m.column + 1)
+
+
+class _Builder:
+    """Turns one composed node tree into data plus position maps."""
+
+    __slots__ = ("keys", "seen", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[PathKey, Pos] = {}
+        self.keys: dict[PathKey, Pos] = {}
+        self.seen: set[int] = set()
+
+    def build(self, node: Node, path: PathKey) -> Any:
+        if len(path) > MAX_DEPTH:
+            raise _Reject(f"nesting deeper than {MAX_DEPTH} levels", node)
+        ident = id(node)
+        if ident in self.seen:
+            # The composer hands out the same node object for every alias of an anchor.
+            raise _Reject("YAML aliases are not allowed in intents (write the value out)", node)
+        self.seen.add(ident)
+        self.values[path] = _pos(node)
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        if isinstance(node, SequenceNode):
+            if node.tag != "tag:yaml.org,2002:seq":
+                raise _Reject(f"unsupported YAML tag {node.tag!r}", node)
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        if isinstance(node, MappingNode):
+            if node.tag != "tag:yaml.org,2002:map":
+                raise _Reject(f"unsupported YAML tag {node.tag!r}", node)
+            out: dict[Any, Any] = {}
+            for knode, vnode in node.value:
+                if not isinstance(knode, ScalarNode):
+                    raise _Reject("mapping keys must be plain scalars", knode)
+                if knode.tag == "tag:yaml.org,2002:merge":
+                    raise _Reject("YAML merge keys ('<<') are not allowed in intents", knode)
+                key = self._scalar(knode)
+                try:
+                    hash(key)
+                except TypeError:  # pragma: no cover - scalars are hashable
+                    raise _Reject("mapping key is not hashable", knode) from None
+                if key in out:
+                    first = self.keys[(*path, key)]
+                    raise _Reject(f"duplicate key {key!r} (first defined at line {first[0]})", knode)
+                self.keys[(*path, key)] = _pos(knode)
+                out[key] = self.build(vnode, (*path, key))
+            return out
+        raise _Reject("unsupported YAML node", node)  # pragma: no cover
+
+    @staticmethod
+    def _scalar(node: ScalarNode) -> Any:
+        tag = node.tag
+        if tag not in _SCALAR_TAGS:
+            raise _Reject(f"unsupported YAML tag {tag!r}", node)
+        if tag == "tag:yaml.org,2002:str":
+            return node.value
+        try:
+            return SafeConstructor.yaml_constructors[tag](_constructor, node)
+        except (ConstructorError, ValueError, OverflowError) as e:
+            raise _Reject(f"invalid {tag.rsplit(':', 1)[-1]} value {node.value!r}: {e}", node) from None
+
+
+def _tab_indent(text: str) -> Pos | None:
+    """YAML forbids tabs in indentation; libyaml's message for it is cryptic, so we find it first."""
+    if "\t" not in text:
+        return None
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" \t")
+        indent = line[: len(line) - len(stripped)]
+        if "\t" in indent and stripped and not stripped.startswith("#"):
+            return (n, indent.index("\t") + 1)
+    return None
+
+
+def decode(name: str, raw: bytes) -> SourceText:
+    if len(raw) > MAX_BYTES:
+        raise IntentError([Diagnostic(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB",
+                                      SourceLocation(name, 0, 0))])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise IntentError([Diagnostic("file is not valid UTF-8", SourceLocation(name, line, col))]) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return SourceText(name, text)
+
+
+def load_documents(name: str, raw: bytes) -> list[Document]:
+    """Parse every document of a YAML stream. Raises IntentError (with all it can tell) on any problem."""
+    src = decode(name, raw)
+    tab = _tab_indent(src.text)
+    if tab:
+        raise IntentError([src.diagnostic("tab character in indentation (YAML allows only spaces)", tab)])
+    docs: list[Document] = []
+    diags: list[Diagnostic] = []
+    for index, node in enumerate(_compose_all(src)):
+        if node is None:
+            continue
+        builder = _Builder()
+        try:
+            data = builder.build(node, ())
+        except _Reject as r:
+            diags.append(src.diagnostic(r.message, r.pos))
+            continue
+        except RecursionError:
+            diags.append(src.diagnostic(f"nesting deeper than {MAX_DEPTH} levels", _pos(node)))
+            continue
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            kind = "list" if isinstance(data, list) else "scalar"
+            diags.append(src.diagnostic(f"document {index + 1} is a {kind}; an intent must be a mapping "
+                                        "with apiVersion, kind, metadata and spec", _pos(node)))
+            continue
+        docs.append(Document(data, src, index, builder.values, builder.keys))
+    if diags:
+        raise IntentError(diags)
+    return docs
+
+
+def _compose_all(src: SourceText) -> Iterator[Node | None]:
+    loader = _Loader(src.text)
+    try:
+        while True:
+            try:
+                if not loader.check_node():
+                    return
+                node = loader.get_node()
+            except yaml.MarkedYAMLError as e:
+                mark = e.problem_mark or e.context_mark
+                pos = (mark.line + 1, mark.column + 1) if mark else None
+                text = e.problem or e.context or "invalid YAML"
+                if e.context and e.problem:
+                    text = f"{e.problem} ({e.context})"
+                raise IntentError([src.diagnostic(f"YAML syntax: {text}", pos)]) from None
+            except yaml.YAMLError as e:
+                raise IntentError([src.diagnostic(f"YAML syntax: {e}", None)]) from None
+            except RecursionError:
+                raise IntentError([src.diagnostic(f"nesting deeper than {MAX_DEPTH} levels", None)]) from None
+            yield node
+    finally:
+        loader.dispose()

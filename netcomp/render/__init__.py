@@ -1,0 +1,54 @@
+"""One jinja2 environment for every backend template: StrictUndefined, no autoescape, admin overrides first.
+
+Templates write JSON; every value goes through `tojson`, and the compiler parses and re-serializes the result,
+so a template can change layout but never produce invalid or ambiguous JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from netcomp.errors import Diagnostic, IntentError, SourceLocation
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+class Templates:
+    """Backend templates, looked up in the override dir first, then the built-in ones."""
+
+    def __init__(self, override_dir: Path | None = None) -> None:
+        search = [str(d) for d in (override_dir, BUILTIN_DIR) if d is not None]
+        self.override_dir = override_dir
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(search),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            auto_reload=False,
+        )
+        self.env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+        self._cache: dict[str, jinja2.Template] = {}
+
+    def get(self, name: str) -> jinja2.Template:
+        tpl = self._cache.get(name)
+        if tpl is None:
+            try:
+                tpl = self.env.get_template(name)
+            except jinja2.TemplateSyntaxError as e:
+                raise IntentError([Diagnostic(f"template syntax: {e.message}",
+                                              SourceLocation(e.filename or name, e.lineno, 1))]) from None
+            except jinja2.TemplateNotFound:
+                raise IntentError([Diagnostic(f"template {name} not found in {self.override_dir} or the "
+                                              "built-in templates", SourceLocation(name))]) from None
+            self._cache[name] = tpl
+        return tpl
+
+    def render(self, name: str, context: dict[str, Any]) -> str:
+        tpl = self.get(name)
+        try:
+            return tpl.render(context)
+        except jinja2.TemplateError as e:
+            raise IntentError([Diagnostic(f"template {name}: {e}",
+                                          SourceLocation(tpl.filename or name))]) from None

@@ -1,0 +1,24 @@
+"""JSON Schemas generated from the models: the contract for config authors and their editors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from netcomp.config import Settings
+from netcomp.intent.model import Network
+
+SCHEMAS = {"network": Network, "config": Settings}
+
+
+def schema(name: str = "network") -> dict[str, Any]:
+    model = SCHEMAS[name]
+    out = model.model_json_schema(mode="validation")
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    if name == "config":
+        out["title"] = "netcomp.yaml"
+    return out
+
+
+def dumps(name: str = "network") -> str:
+    return json.dumps(schema(name), indent=2) + "\n"

@@ -1,0 +1,251 @@
+"""The compiler as a long-lived object: reads intent files and static CNI files, remembers what it parsed and
+rendered, and on the next run redoes only what changed (the daemon recompiles a 10,000-intent node on every
+edit; work must follow the size of the edit, not of the node)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netcomp.backends import RenderInput, StaticConfig
+from netcomp.cni import spec as cnispec
+from netcomp.compile import Artifact, Plan, missing_plugins, render
+from netcomp.config import Settings
+from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.intent import Intent, parse_document, rules
+from netcomp.intent.model import StaticSpec
+from netcomp.intent.source import load_documents
+from netcomp.render import Templates
+
+INTENT_SUFFIXES = (".yaml", ".yml")
+STATIC_SUFFIXES = (".conflist", ".conf", ".json")
+StatKey = tuple[int, int, int, int]
+
+
+def _stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+
+def discover(layers: Sequence[Path]) -> list[Path]:
+    """Intent files of layered dirs (or plain files): same file name in a later dir shadows an earlier one
+    (netplan's rule); the result is sorted by file name, so load order never depends on the dir."""
+    chosen: dict[str, Path] = {}
+    for layer in layers:
+        if layer.is_dir():
+            try:
+                names = sorted(os.listdir(layer))
+            except OSError as e:
+                raise IntentError([Diagnostic(f"cannot list directory: {e.strerror}",
+                                              SourceLocation(str(layer)))]) from None
+            for name in names:
+                if name.startswith(".") or not name.endswith(INTENT_SUFFIXES):
+                    continue
+                chosen[name] = layer / name
+        elif layer.exists():
+            chosen[layer.name] = layer
+        else:
+            raise IntentError([Diagnostic("no such file or directory", SourceLocation(str(layer)))])
+    return [chosen[n] for n in sorted(chosen)]
+
+
+@dataclass(slots=True)
+class _File:
+    key: StatKey
+    intents: list[Intent]
+    diagnostics: list[Diagnostic]
+    failed: bool  # the file as a whole could not be read or parsed
+
+
+@dataclass(slots=True)
+class _Rendered:
+    intent: Intent
+    static_key: object
+    artifact: Artifact | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+class Compiler:
+    """Compile intent files into a Plan, incrementally. Not thread-safe: one owner calls compile()."""
+
+    def __init__(self, settings: Settings, *, offline: bool = True, templates: Templates | None = None) -> None:
+        """`settings` paths are used as they are: resolve them under a root first (Settings.rooted)."""
+        self.settings = settings
+        self.offline = offline
+        tdir = Path(settings.templateDir)
+        self.templates = templates or Templates(tdir if tdir.is_dir() else None)
+        self._files: dict[str, _File] = {}
+        self._rendered: dict[int, _Rendered] = {}
+        self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
+        self.static_paths: set[str] = set()  # static files the current intents use (for a watcher)
+
+    def layers(self) -> list[Path]:
+        return [Path(d) for d in self.settings.intentDirs]
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def _read(self, path: Path, known: _File | None) -> _File:
+        name = str(path)
+        try:
+            st = os.stat(path)
+            if known is not None and known.key == _stat_key(st):
+                return known
+            raw = path.read_bytes()
+        except OSError as e:
+            return _File((0, 0, 0, 0), [], [Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))], True)
+        try:
+            docs = load_documents(name, raw)
+        except IntentError as e:
+            return _File(_stat_key(st), [], e.diagnostics, True)
+        intents: list[Intent] = []
+        diags: list[Diagnostic] = []
+        for doc in docs:
+            intent, ds = parse_document(doc)
+            diags.extend(ds)
+            if intent is not None:
+                intents.append(intent)
+        return _File(_stat_key(st), intents, diags, False)
+
+    def _static(self, intent: Intent, listing: dict[str, list[str]]) -> tuple[object, StaticConfig | None,
+                                                                             Diagnostic | None]:
+        spec = intent.network.spec
+        assert isinstance(spec, StaticSpec)
+        for d in self.settings.staticDirs:
+            names = listing.get(d)
+            if names is None:
+                try:
+                    names = listing[d] = os.listdir(d)
+                except OSError:
+                    names = listing[d] = []
+            present = set(names) if len(names) > 8 else names
+            for suffix in STATIC_SUFFIXES:
+                fname = spec.networkID + suffix
+                if fname in present:
+                    return self._load_static(intent, Path(d) / fname)
+        dirs = ", ".join(self.settings.staticDirs)
+        return None, None, intent.diagnostic(
+            f"static networkID {spec.networkID!r}: no {spec.networkID}.conflist, .conf or .json in {dirs}",
+            ("spec", "networkID"))
+
+    def _load_static(self, intent: Intent, path: Path) -> tuple[object, StaticConfig | None, Diagnostic | None]:
+        name = str(path)
+        self.static_paths.add(name)
+        try:
+            key = _stat_key(os.stat(path))
+        except OSError as e:
+            return None, None, intent.diagnostic(f"cannot read static file {name}: {e.strerror}",
+                                                 ("spec", "networkID"))
+        cached = self._statics.get(name)
+        if cached is None or cached[0] != key:
+            cached = (key, self._parse_static(path))
+            self._statics[name] = cached
+        value = cached[1]
+        if isinstance(value, Diagnostic):
+            return key, None, intent.diagnostic(f"static networkID {intent.network.spec.networkID!r}: "  # type: ignore[union-attr]
+                                                f"{value.location}: {value.message}", ("spec", "networkID"))
+        return key, value, None
+
+    @staticmethod
+    def _parse_static(path: Path) -> StaticConfig | Diagnostic:
+        name = str(path)
+        try:
+            conf = cnispec.to_conflist(cnispec.parse_json(path.read_bytes()))
+        except OSError as e:
+            return Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
+        except cnispec.ConfigProblem as p:
+            return Diagnostic(p.message, SourceLocation(name, p.line, p.column))
+        problems = cnispec.verify_conflist(conf, check_name=False)
+        if problems:
+            return Diagnostic("; ".join(problems), SourceLocation(name))
+        return StaticConfig(name, conf)
+
+    # ------------------------------------------------------------------------------------------ compile
+
+    def compile(self, files: Sequence[Path] | None = None, *, changed: Iterable[Path] | None = None) -> Plan:
+        """Compile `files` (default: discovered from the configured intent dirs). With `changed`, only those
+        files are looked at again; the others are taken from the last run as they were."""
+        plan = Plan()
+        try:
+            files = list(files) if files is not None else discover(self.layers())
+        except IntentError as e:
+            plan.diagnostics.extend(e.diagnostics)
+            return plan
+        recheck = None if changed is None else {str(p) for p in changed}
+        new_files: dict[str, _File] = {}
+        intents: list[Intent] = []
+        for path in files:
+            name = str(path)
+            known = self._files.get(name)
+            entry = known if (known is not None and recheck is not None and name not in recheck) else (
+                self._read(path, known))
+            new_files[name] = entry
+            plan.diagnostics.extend(entry.diagnostics)
+            if entry.failed or any(d.is_error for d in entry.diagnostics):
+                plan.failed_sources.add(name)
+            intents.extend(entry.intents)
+        self._files = new_files
+
+        failing: set[int] = set()  # id() of intents with an error of their own
+        for intent, diag in rules.check(intents):
+            plan.diagnostics.append(diag)
+            if diag.is_error:
+                failing.add(id(intent))
+
+        listing: dict[str, list[str]] = {}
+        rendered: dict[int, _Rendered] = {}
+        good: list[tuple[Intent, Artifact]] = []
+        self.static_paths = set()
+        for intent in intents:
+            static = None
+            skey: object = None
+            if isinstance(intent.network.spec, StaticSpec) and intent.inline_config is None:
+                skey, static, diag = self._static(intent, listing)
+                if diag is not None:
+                    plan.diagnostics.append(diag)
+                    failing.add(id(intent))
+                    continue
+            prev = self._rendered.get(id(intent))
+            if prev is None or prev.intent is not intent or prev.static_key != skey:
+                prev = _Rendered(intent, skey, None)
+                try:
+                    prev.artifact = render(intent, self.templates, RenderInput(self.settings.cniVersion, static))
+                except IntentError as e:
+                    prev.diagnostics = e.diagnostics
+            rendered[id(intent)] = prev
+            plan.diagnostics.extend(prev.diagnostics)
+            if prev.artifact is None:
+                failing.add(id(intent))
+            else:
+                good.append((intent, prev.artifact))
+        self._rendered = rendered
+
+        listed: set[int] = set()
+        for intent, diag in missing_plugins(good, self._plugin_lookup(), self.settings.pluginDirs,
+                                            offline=self.offline):
+            if id(diag) not in listed:  # one message per plugin type
+                listed.add(id(diag))
+                plan.diagnostics.append(diag)
+            if diag.is_error:
+                failing.add(id(intent))
+        for intent in intents:
+            if id(intent) in failing:
+                plan.failed_networks.add(intent.name)
+        # A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its last good
+        # output rather than guess which definition was meant.
+        for intent, art in good:
+            if id(intent) not in failing and intent.name not in plan.failed_networks:
+                plan.artifacts[art.filename] = art
+        return plan
+
+    def _plugin_lookup(self):  # type: ignore[no-untyped-def]
+        dirs = [Path(d) for d in self.settings.pluginDirs]
+        found: dict[str, bool] = {}
+
+        def installed(name: str) -> bool:
+            if name not in found:
+                found[name] = any(os.access(d / name, os.X_OK) and (d / name).is_file() for d in dirs)
+            return found[name]
+
+        return installed
+
