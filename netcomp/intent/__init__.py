@@ -105,7 +105,7 @@ def pydantic_diagnostics(doc: Document, exc: ValidationError,
             msg = f"unknown key {name!r}"
             if where.endswith(str(name)):
                 where = where[: -len(str(name))].rstrip(".")
-            hint = difflib.get_close_matches(str(name), _known_keys(), n=1, cutoff=0.75)
+            hint = difflib.get_close_matches(str(name), _known_keys() - {name}, n=1, cutoff=0.75)
             if hint:
                 msg += f" (did you mean {hint[0]!r}?)"
             key = True
@@ -113,12 +113,14 @@ def pydantic_diagnostics(doc: Document, exc: ValidationError,
             msg = f"missing required key {loc[-1]!r}"
         elif etype == "union_tag_invalid":
             expected = ctx.get("expected_tags", "")
-            msg = f"unknown {ctx.get('discriminator', 'type')} {ctx.get('tag')!r}; expected one of {expected}"
             disc = str(ctx.get("discriminator", "type")).strip("'")
-            path, _ = doc.resolve((*src_loc, disc))
+            msg = f"unknown {disc} {ctx.get('tag')!r}; expected one of {expected}"
+            src_loc = (*src_loc, disc)
+            path, _ = doc.resolve(src_loc)
             where = _dotted(path)
         elif etype == "union_tag_not_found":
             msg = f"missing required key {str(ctx.get('discriminator', 'type')).strip(chr(39))!r}"
+            key = True
         elif etype == "string_pattern_mismatch":
             pattern = ctx.get("pattern", "")
             msg = f"{err['input']!r} is not " + _PATTERN_TEXT.get(pattern, f"of the form {pattern}")
@@ -131,7 +133,7 @@ def pydantic_diagnostics(doc: Document, exc: ValidationError,
             elif etype == "string_too_long":
                 msg = f"{err['input']!r} is {len(str(err['input']))} characters; {msg[0].lower()}{msg[1:]}"
         text = f"{where}: {msg}" if where else msg
-        out.append(doc.diagnostic(text, path if key is False else (*path, loc[-1]), key=key, notes=notes))
+        out.append(doc.diagnostic(text, path if key else src_loc, key=key, notes=notes))
     return out
 
 

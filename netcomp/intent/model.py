@@ -10,7 +10,15 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -22,7 +30,7 @@ PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 IFNAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
-NETWORK_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"  # a file-name stem: no '/', never '..' alone
+NETWORK_ID = r"^[-A-Za-z0-9_.]+$"  # a file-name stem: no '/', never '..' alone
 PCI_ADDRESS = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
 MAC = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"
 
@@ -46,6 +54,20 @@ def _net(value: Any) -> Any:
                 fixed = ipaddress.ip_network(value, strict=False)
                 raise ValueError(f"{value} has host bits set; the network is {fixed}") from None
             raise ValueError(f"{value!r} is not a valid CIDR (like 10.0.0.0/24 or 2001:db8::/64)") from None
+    return value
+
+
+def _check_in_subnet(cls: Any, value: Any, info: ValidationInfo) -> Any:
+    """rangeStart/rangeEnd/gateway inside `subnet`, and the range not reversed (subnet is declared first)."""
+    net = info.data.get("subnet")
+    name = info.field_name
+    if value is None or net is None:
+        return value
+    if value.version != net.version or value not in net:
+        raise ValueError(f"{name} {value} is outside subnet {net}")
+    start = info.data.get("rangeStart")
+    if name == "rangeEnd" and start is not None and start > value:
+        raise ValueError(f"rangeEnd {value} is before rangeStart {start}")
     return value
 
 
@@ -91,21 +113,24 @@ class IPRange(Strict):
     def _excl(cls, v: Any) -> Any:
         return [_net(x) for x in v] if isinstance(v, list) else v
 
-    @model_validator(mode="after")
-    def _inside(self) -> IPRange:
-        net = self.subnet
+    @field_validator("subnet")
+    @classmethod
+    def _room(cls, net: IPNetwork) -> IPNetwork:
         if net.num_addresses < 2:
             raise ValueError(f"subnet {net} has no room for hosts")
-        for fname in ("rangeStart", "rangeEnd", "gateway"):
-            a = getattr(self, fname)
-            if a is not None and (a.version != net.version or a not in net):
-                raise ValueError(f"{fname} {a} is outside subnet {net}")
-        if self.rangeStart is not None and self.rangeEnd is not None and self.rangeStart > self.rangeEnd:
-            raise ValueError(f"rangeStart {self.rangeStart} is after rangeEnd {self.rangeEnd}")
-        for ex in self.exclude:
-            if ex.version != net.version or not ex.subnet_of(net):  # type: ignore[arg-type]
+        return net
+
+    # Field validators (not one model validator) so that each error points at the field that is wrong.
+    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(_check_in_subnet)
+
+    @field_validator("exclude")
+    @classmethod
+    def _excl_inside(cls, v: list[IPNetwork], info: ValidationInfo) -> list[IPNetwork]:
+        net = info.data.get("subnet")
+        for ex in v:
+            if net is not None and (ex.version != net.version or not ex.subnet_of(net)):
                 raise ValueError(f"exclude {ex} is outside subnet {net}")
-        return self
+        return v
 
     @property
     def effective_gateway(self) -> IPAddress:
@@ -125,6 +150,7 @@ class _RangedIPAM(Strict):
 
     _subnet = field_validator("subnet", mode="before")(_net)
     _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
+    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(_check_in_subnet)
 
     @model_validator(mode="after")
     def _shape(self) -> Any:
@@ -180,12 +206,13 @@ class StaticAddress(Strict):
 
     _gw = field_validator("gateway", mode="before")(_addr)
 
-    @model_validator(mode="after")
-    def _inside(self) -> StaticAddress:
-        if self.gateway is not None and (self.gateway.version != self.address.version
-                                         or self.gateway not in self.address.network):
-            raise ValueError(f"gateway {self.gateway} is outside {self.address.network}")
-        return self
+    @field_validator("gateway")
+    @classmethod
+    def _inside(cls, v: IPAddress | None, info: ValidationInfo) -> IPAddress | None:
+        addr = info.data.get("address")
+        if v is not None and addr is not None and (v.version != addr.version or v not in addr.network):
+            raise ValueError(f"gateway {v} is outside {addr.network}")
+        return v
 
 
 class StaticIPAM(Strict):

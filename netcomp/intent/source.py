@@ -72,20 +72,22 @@ class Document:
 
     def resolve(self, loc: Sequence[Any]) -> tuple[PathKey, bool]:
         """Walk `loc` through the data; components that are not there (a pydantic union tag, a missing key) are
-        skipped. Returns the deepest path found and whether the whole loc was found."""
+        skipped. Returns the deepest path found and whether loc's last component was found."""
         node: Any = self.data
         path: list[Any] = []
-        complete = True
+        found_last = True
         for part in loc:
             if isinstance(node, dict) and part in node:
                 node = node[part]
                 path.append(part)
+                found_last = True
             elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
                 node = node[part]
                 path.append(part)
+                found_last = True
             else:
-                complete = False
-        return tuple(path), complete
+                found_last = False
+        return tuple(path), found_last
 
     def pos(self, loc: Sequence[Any], *, key: bool = False) -> Pos:
         """Position of the value at loc (or of its key when key=True); the nearest existing ancestor otherwise."""
@@ -141,11 +143,11 @@ class _Builder:
             return self._scalar(node)
         if isinstance(node, SequenceNode):
             if node.tag != "tag:yaml.org,2002:seq":
-                raise _Reject(f"unsupported YAML tag {node.tag!r}", node)
+                raise _Reject(f"unsupported YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         if isinstance(node, MappingNode):
             if node.tag != "tag:yaml.org,2002:map":
-                raise _Reject(f"unsupported YAML tag {node.tag!r}", node)
+                raise _Reject(f"unsupported YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
             out: dict[Any, Any] = {}
             for knode, vnode in node.value:
                 if not isinstance(knode, ScalarNode):
@@ -169,7 +171,7 @@ class _Builder:
     def _scalar(node: ScalarNode) -> Any:
         tag = node.tag
         if tag not in _SCALAR_TAGS:
-            raise _Reject(f"unsupported YAML tag {tag!r}", node)
+            raise _Reject(f"unsupported YAML tag {tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
         if tag == "tag:yaml.org,2002:str":
             return node.value
         try:
@@ -187,6 +189,17 @@ def _tab_indent(text: str) -> Pos | None:
         indent = line[: len(line) - len(stripped)]
         if "\t" in indent and stripped and not stripped.startswith("#"):
             return (n, indent.index("\t") + 1)
+    return None
+
+
+def _first_alias(text: str, doc_index: int) -> Pos | None:
+    """Where the first alias of a document is (the composer only tells us that a node was reused)."""
+    n = -1
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            n += 1
+        elif n == doc_index and isinstance(event, yaml.AliasEvent):
+            return (event.start_mark.line + 1, event.start_mark.column + 1)
     return None
 
 
@@ -220,7 +233,8 @@ def load_documents(name: str, raw: bytes) -> list[Document]:
         try:
             data = builder.build(node, ())
         except _Reject as r:
-            diags.append(src.diagnostic(r.message, r.pos))
+            pos = _first_alias(src.text, index) if r.message.startswith("YAML aliases") else r.pos
+            diags.append(src.diagnostic(r.message, pos or r.pos))
             continue
         except RecursionError:
             diags.append(src.diagnostic(f"nesting deeper than {MAX_DEPTH} levels", _pos(node)))

@@ -1,0 +1,53 @@
+"""The corpus of malformed intents: each file in malformed/ ends with `# expect:` lines, the exact diagnostics
+(line:col: severity: message) the compiler must give for it, all of them and nothing else.
+
+Regenerate after an intended change of wording with `make golden`, and review the diff like code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from netcomp.config import Settings
+from netcomp.workspace import Compiler
+from tests.conftest import UPDATE_GOLDEN
+
+CORPUS = Path(__file__).parent / "malformed"
+STATIC = CORPUS / "static"
+EXPECT = re.compile(r"^# expect: (.*)$", re.M)
+CASES = sorted(p for p in CORPUS.glob("*.yaml"))
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(CASES) >= 40
+
+
+def _diagnose(path: Path, plugin_dir: Path) -> list[str]:
+    settings = Settings(staticDirs=[str(STATIC)], pluginDirs=[str(plugin_dir)], templateDir="/nonexistent")
+    plan = Compiler(settings).compile([path])
+    out = []
+    for d in plan.diagnostics:
+        assert d.location is not None, d
+        where = f"{d.location.line}:{d.location.column}" if d.location.file == str(path) else d.location.file
+        text = f"{where}: {d.severity}: {d.message}"
+        out.append(text.replace(str(STATIC), "<static>").replace(str(CORPUS), "<corpus>")
+                   .replace(str(plugin_dir), "<plugins>"))
+    return out
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_malformed(path: Path, plugin_dir: Path) -> None:
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    expected = EXPECT.findall(text)
+    got = _diagnose(path, plugin_dir)
+    if UPDATE_GOLDEN:
+        body = raw.split(b"\n# expect: ")[0].rstrip(b"\n") + b"\n"
+        path.write_bytes(body + "".join(f"# expect: {g}\n" for g in got).encode())
+        return
+    assert expected, f"{path.name} has no '# expect:' lines"
+    assert got == expected
+    assert any(": error: " in g for g in got) or path.stem.startswith(("danm-ignored", "nad-resource",
+                                                                       "static-missing-plugin"))
