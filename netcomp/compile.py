@@ -50,9 +50,9 @@ def filename_for(network: str) -> str:
     return network + SUFFIX
 
 
-def render(intent: Intent, templates: Templates, inp: RenderInput) -> Artifact:
-    """One intent to its artifact. Raises IntentError when the output is not a usable conflist (a broken
-    admin template, or a static file that is not valid CNI)."""
+def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Artifact, list[Diagnostic]]:
+    """One intent to its artifact and warnings. Raises IntentError when the output is not a usable conflist (a
+    broken admin template, or a static file that is not valid CNI)."""
     backend = backends.get(intent.network.spec.type)
     text = templates.render(backend.template, backend.context(intent, inp))
     where = f"template {backend.template}"
@@ -66,9 +66,11 @@ def render(intent: Intent, templates: Templates, inp: RenderInput) -> Artifact:
         problems.append(f"network name is {conf.get('name')!r}, not {intent.name!r}")
     if problems:
         raise IntentError([intent.diagnostic(f"{where} produced an unusable conflist: {p}", ()) for p in problems])
-    return Artifact(intent.name, filename_for(intent.name), cnispec.dumps(conf),
-                    intent.doc.location(intent.source_loc(("metadata", "name"))),
-                    tuple(cnispec.plugin_types(conf)))
+    warnings = [intent.diagnostic(w, ("spec",), key=True, severity="warning")
+                for w in cnispec.routes_without_gw(conf)]
+    art = Artifact(intent.name, filename_for(intent.name), cnispec.dumps(conf),
+                   intent.doc.location(intent.source_loc(("metadata", "name"))), tuple(cnispec.plugin_types(conf)))
+    return art, warnings
 
 
 def missing_plugins(plan_intents: Sequence[tuple[Intent, Artifact]], installed: Callable[[str], bool],

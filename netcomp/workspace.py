@@ -209,7 +209,8 @@ class Compiler:
             if prev is None or prev.intent is not intent or prev.static_key != skey:
                 prev = _Rendered(intent, skey, None)
                 try:
-                    prev.artifact = render(intent, self.templates, RenderInput(self.settings.cniVersion, static))
+                    prev.artifact, prev.diagnostics = render(intent, self.templates,
+                                                             RenderInput(self.settings.cniVersion, static))
                 except IntentError as e:
                     prev.diagnostics = e.diagnostics
             rendered[id(intent)] = prev

@@ -107,6 +107,20 @@ def verify_conflist(conf: Any, *, check_name: bool = True) -> list[str]:
     return problems
 
 
+def routes_without_gw(conf: dict[str, Any]) -> list[str]:
+    """Routes of IPAM sections that lack `gw`: the reference plugins install them via the gateway but then fail
+    CHECK ("Expected Route ... GW:<nil> not found"), so a container on such a network fails every CHECK."""
+    out = []
+    for i, p in enumerate(conf.get("plugins") or []):
+        ipam = p.get("ipam") if isinstance(p, dict) else None
+        routes = ipam.get("routes") if isinstance(ipam, dict) else None
+        for j, r in enumerate(routes if isinstance(routes, list) else []):
+            if isinstance(r, dict) and not r.get("gw"):
+                out.append(f"plugins[{i}].ipam.routes[{j}] to {r.get('dst')} has no gw; CNI CHECK will fail "
+                           "for it (give gw explicitly)")
+    return out
+
+
 def dumps(conf: dict[str, Any]) -> bytes:
     """Deterministic bytes: the key order given, two-space indent, ASCII, trailing newline."""
     return (json.dumps(conf, indent=2, ensure_ascii=True) + "\n").encode()
