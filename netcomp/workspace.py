@@ -30,7 +30,8 @@ def _stat_key(st: os.stat_result) -> StatKey:
 
 def discover(layers: Sequence[Path]) -> list[Path]:
     """Intent files of layered dirs (or plain files): same file name in a later dir shadows an earlier one
-    (netplan's rule); the result is sorted by file name, so load order never depends on the dir."""
+    (netplan's rule); the result is sorted by file name, so load order never depends on the dir. Missing layers
+    are empty."""
     chosen: dict[str, Path] = {}
     for layer in layers:
         if layer.is_dir():
@@ -45,8 +46,7 @@ def discover(layers: Sequence[Path]) -> list[Path]:
                 chosen[name] = layer / name
         elif layer.exists():
             chosen[layer.name] = layer
-        else:
-            raise IntentError([Diagnostic("no such file or directory", SourceLocation(str(layer)))])
+        # A configured layer that does not exist is simply empty (most nodes have no /run/netcomp/networks.d).
     return [chosen[n] for n in sorted(chosen)]
 
 

@@ -1,0 +1,156 @@
+"""The netcomp command as a user meets it: exit codes, messages, diff/check/dry-run, pruning, foreign files."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from netcomp.cli import main
+from tests.conftest import EXAMPLES
+
+GOOD = """apiVersion: netcomp.io/v1
+kind: Network
+metadata:
+  name: {name}
+spec:
+  type: macvlan
+  hostDevice: eth1
+  ipam:
+    type: host-local
+    subnet: {subnet}
+"""
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def tree(tmp_path: Path, plugin_dir: Path) -> dict[str, Path]:
+    intents = tmp_path / "intents"
+    intents.mkdir()
+    (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24"))
+    (intents / "b.yaml").write_text(GOOD.format(name="beta", subnet="10.2.0.0/24"))
+    return {"intents": intents, "out": tmp_path / "out", "plugins": plugin_dir}
+
+
+def compile_args(t: dict[str, Path], *extra: str) -> list[str]:
+    return ["compile", str(t["intents"]), "--out", str(t["out"]), "--plugin-dir", str(t["plugins"]), *extra]
+
+
+def test_validate_ok_and_error_exit_codes(tree: dict[str, Path]) -> None:
+    code, _, err = run("validate", str(tree["intents"]), "--plugin-dir", str(tree["plugins"]))
+    assert (code, err.strip()) == (0, "ok: 2 networks")
+    (tree["intents"] / "c.yaml").write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: C}\n")
+    code, _, err = run("validate", str(tree["intents"]))
+    assert code == 65
+    assert f"{tree['intents'] / 'c.yaml'}:3:18: error: metadata.name: 'C' is not a DNS-1123 label" in err
+    assert "\n  metadata: {name: C}\n                   ^\n" in err
+    assert "Traceback" not in err
+
+
+def test_json_output_lists_every_diagnostic(tree: dict[str, Path]) -> None:
+    (tree["intents"] / "c.yaml").write_text("kind: Network\n---\n- 1\n")
+    code, out, _ = run("validate", str(tree["intents"]), "-o", "json")
+    doc = json.loads(out)
+    assert code == 65
+    assert [(d["line"], d["column"]) for d in doc["diagnostics"]] == [(3, 1)]
+    assert doc["errors"] == 1
+
+
+def test_compile_writes_then_is_idempotent_then_prunes(tree: dict[str, Path]) -> None:
+    code, _, err = run(*compile_args(tree))
+    assert code == 0 and "2 networks, 2 changed" in err
+    before = {p.name: p.stat().st_mtime_ns for p in tree["out"].iterdir()}
+    assert sorted(before) == ["alpha.conflist", "beta.conflist"]
+    code, _, err = run(*compile_args(tree))
+    assert code == 0 and "2 networks, 0 changed" in err
+    assert {p.name: p.stat().st_mtime_ns for p in tree["out"].iterdir()} == before  # nothing rewritten
+    (tree["intents"] / "b.yaml").unlink()
+    code, _, err = run(*compile_args(tree))
+    assert "removed" in err and sorted(p.name for p in tree["out"].iterdir()) == ["alpha.conflist"]
+
+
+def test_foreign_files_are_never_touched(tree: dict[str, Path]) -> None:
+    tree["out"].mkdir()
+    foreign = tree["out"] / "other.conflist"
+    foreign.write_text('{"cniVersion": "1.0.0", "name": "other", "plugins": [{"type": "bridge"}]}\n')
+    (tree["out"] / "notes.txt").write_text("mine\n")
+    run(*compile_args(tree))
+    assert foreign.read_text().startswith('{"cniVersion"')
+    clash = tree["out"] / "alpha.conflist"
+    clash.unlink()
+    clash.write_text('{"name": "alpha", "plugins": []}\n')  # same name, not ours
+    code, _, err = run(*compile_args(tree))
+    assert code == 74 and "was not written by netcomp" in err
+    assert clash.read_text() == '{"name": "alpha", "plugins": []}\n'
+
+
+def test_error_writes_nothing_and_keeps_old_output(tree: dict[str, Path]) -> None:
+    run(*compile_args(tree))
+    snapshot = {p.name: p.read_bytes() for p in tree["out"].iterdir()}
+    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/33"))
+    code, _, err = run(*compile_args(tree))
+    assert code == 65 and "nothing written" in err
+    assert {p.name: p.read_bytes() for p in tree["out"].iterdir()} == snapshot
+
+
+def test_diff_check_and_dry_run_write_nothing(tree: dict[str, Path]) -> None:
+    code, out, _ = run(*compile_args(tree, "--check"))
+    assert code == 1 and not tree["out"].exists()
+    assert "would add" in out
+    code, out, _ = run(*compile_args(tree, "--diff"))
+    assert code == 0 and "+++ " in out and '+  "name": "alpha",' in out and not tree["out"].exists()
+    code, out, _ = run(*compile_args(tree, "--dry-run"))
+    assert code == 0 and out.count("would add") == 2 and not tree["out"].exists()
+    run(*compile_args(tree))
+    assert run(*compile_args(tree, "--check"))[0] == 0
+
+
+def test_usage_and_missing_input(tree: dict[str, Path]) -> None:
+    assert run("compile", "--bogus")[0] == 64
+    code, _, err = run("validate", str(tree["intents"] / "nope.yaml"))
+    assert code == 66 and "no such file" in err
+
+
+def test_layers_shadow_by_file_name(tmp_path: Path, plugin_dir: Path) -> None:
+    lib, etc = tmp_path / "lib", tmp_path / "etc"
+    lib.mkdir()
+    etc.mkdir()
+    (lib / "n.yaml").write_text(GOOD.format(name="from-lib", subnet="10.1.0.0/24"))
+    (lib / "m.yaml").write_text(GOOD.format(name="only-lib", subnet="10.3.0.0/24"))
+    (etc / "n.yaml").write_text(GOOD.format(name="from-etc", subnet="10.2.0.0/24"))
+    code, out, _ = run("validate", str(lib), str(etc), "--plugin-dir", str(plugin_dir), "-o", "json")
+    assert code == 0 and json.loads(out)["networks"] == ["from-etc", "only-lib"]
+
+
+def test_config_file_and_root(tmp_path: Path, plugin_dir: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc/netcomp/networks.d").mkdir(parents=True)
+    (root / "etc/netcomp/networks.d/a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24"))
+    shutil.copytree(plugin_dir, root / "usr/lib/cni")
+    (root / "etc/netcomp/netcomp.yaml").write_text("cniVersion: 0.4.0\n")
+    code, _, err = run("compile", "--root", str(root))
+    assert code == 0, err
+    data = json.loads((root / "run/netcomp/networks/alpha.conflist").read_text())
+    assert data["cniVersion"] == "0.4.0"
+    (root / "etc/netcomp/netcomp.yaml").write_text("cniVersion: 0.4.0\noutputdir: /x\n")
+    code, _, err = run("compile", "--root", str(root))
+    assert code == 65 and "netcomp.yaml:2:1: error: unknown key 'outputdir'" in err
+
+
+def test_schema_command() -> None:
+    code, out, _ = run("schema")
+    assert code == 0 and json.loads(out)["title"] == "netcomp Network intent"
+
+
+def test_examples_validate_without_errors(plugin_dir: Path) -> None:
+    code, _, err = run("validate", str(EXAMPLES / "networks.d"), "--static-dir", str(EXAMPLES / "static.d"),
+                       "--plugin-dir", str(plugin_dir))
+    assert code == 0, err

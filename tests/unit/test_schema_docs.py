@@ -1,0 +1,54 @@
+"""The checked-in JSON Schemas match the models, and every example in docs/ and packaging/ is a valid input."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from netcomp import schema
+from netcomp.config import Settings
+from netcomp.intent.source import load_documents
+from netcomp.workspace import Compiler
+from tests.conftest import EXAMPLES, ROOT
+
+DOC = ROOT / "docs" / "intents.md"
+BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize("name", ["network", "config"])
+def test_checked_in_schema_is_current(name: str) -> None:
+    path = ROOT / "schemas" / f"{name}.schema.json"
+    assert path.read_text() == schema.dumps(name), f"{path} is stale: run `make schema`"
+
+
+def test_examples_carry_schema_modeline() -> None:
+    for f in sorted((EXAMPLES / "networks.d").glob("*.yaml")):
+        text = f.read_text()
+        if "kind: Network\n" in text:
+            assert text.startswith("# yaml-language-server: $schema=../../../schemas/network.schema.json\n"), f
+            assert (f.parent / "../../../schemas/network.schema.json").resolve().is_file()
+
+
+def _doc_blocks() -> list[str]:
+    return [b for b in BLOCK.findall(DOC.read_text()) if "apiVersion:" in b]
+
+
+def test_docs_have_an_example_per_backend_and_format() -> None:
+    blocks = "\n".join(_doc_blocks())
+    for needle in ("type: macvlan", "type: ipvlan", "type: sriov", "type: static", "kind: DanmNet",
+                   "kind: NetworkAttachmentDefinition"):
+        assert needle in blocks, needle
+
+
+@pytest.mark.parametrize("index", range(len(_doc_blocks())))
+def test_docs_example_compiles(index: int, tmp_path: Path, plugin_dir: Path) -> None:
+    block = _doc_blocks()[index]
+    f = tmp_path / "example.yaml"
+    f.write_text(block)
+    assert load_documents(str(f), block.encode())
+    settings = Settings(staticDirs=[str(EXAMPLES / "static.d")], pluginDirs=[str(plugin_dir)])
+    plan = Compiler(settings).compile([f])
+    assert plan.errors == [], plan.errors
+    assert plan.artifacts
