@@ -1,0 +1,171 @@
+"""Running CNI plugins (libcni's job): find a plugin by plain name in the plugin dirs, exec it with a scrubbed
+environment, no shell and a timeout, and run a conflist as the CNI spec says (Section 5: "Execution of network
+configurations": ADD in order chaining prevResult, DEL in reverse, CHECK with the cached result).
+
+Process creation goes through an `Exec` (as libcni's invoke.Exec), so callers can wrap it (run in a netns, count
+calls); tests that need the real thing use the real plugins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from netcomp.cni.spec import PLUGIN_RE
+from netcomp.errors import DelegateError
+
+DEFAULT_TIMEOUT = 60.0
+SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# CNI spec error codes (Section "Error"): 1 incompatible version, 4 invalid config, 7 invalid env, 11 try later.
+E_INCOMPATIBLE, E_INVALID_CONFIG, E_INVALID_ENV, E_TRY_LATER, E_PLUGIN = 1, 7, 4, 11, 999
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Exec(Protocol):
+    def __call__(self, argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult: ...
+
+
+def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
+    try:
+        p = subprocess.run(list(argv), input=stdin, env=dict(env), capture_output=True, timeout=timeout,
+                           check=False, close_fds=True)
+    except subprocess.TimeoutExpired:
+        raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
+    except OSError as e:
+        raise DelegateError(E_PLUGIN, f"cannot execute: {e.strerror}") from None
+    return ExecResult(p.returncode, p.stdout, p.stderr)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConf:
+    """What the runtime says about one attachment (CNI_* variables and runtimeConfig)."""
+
+    container_id: str
+    netns: str
+    ifname: str
+    args: str = ""  # CNI_ARGS
+    capability_args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def find_plugin(name: str, dirs: Sequence[str | Path]) -> Path:
+    """The plugin's path: a plain file name looked up in the plugin dirs, never a path."""
+    if not PLUGIN_RE.match(name) or name in (".", ".."):
+        raise DelegateError(E_INVALID_CONFIG, f"plugin type {name!r} is not a plain plugin name")
+    for d in dirs:
+        p = Path(d) / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    raise DelegateError(E_INVALID_CONFIG, f"failed to find plugin {name!r} in path {list(map(str, dirs))}")
+
+
+class Runner:
+    """Runs plugins and conflists for one set of plugin dirs."""
+
+    def __init__(self, plugin_dirs: Sequence[str | Path], *, exec_: Exec = real_exec,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.plugin_dirs = [str(d) for d in plugin_dirs]
+        self.exec = exec_
+        self.timeout = timeout
+
+    def env(self, command: str, rt: RuntimeConf | None) -> dict[str, str]:
+        # Scrubbed: nothing of the daemon's own environment (NOTIFY_SOCKET, credentials) reaches a plugin.
+        env = {"CNI_COMMAND": command, "CNI_PATH": ":".join(self.plugin_dirs), "PATH": SAFE_PATH}
+        if rt is not None:
+            env.update(CNI_CONTAINERID=rt.container_id, CNI_NETNS=rt.netns, CNI_IFNAME=rt.ifname,
+                       CNI_ARGS=rt.args)
+        return env
+
+    def exec_plugin(self, plugin: Mapping[str, Any], command: str, rt: RuntimeConf | None,
+                    network: str = "") -> dict[str, Any] | None:
+        """Exec one plugin with its full config on stdin; its result (None when it prints nothing)."""
+        ptype = str(plugin.get("type", ""))
+        try:
+            path = find_plugin(ptype, self.plugin_dirs)
+            res = self.exec([str(path)], self.env(command, rt), json.dumps(plugin).encode(), self.timeout)
+        except DelegateError as e:
+            raise DelegateError(e.code, e.msg, e.details, network=network, plugin=ptype) from None
+        if res.returncode != 0:
+            raise _plugin_error(res, network, ptype)
+        if not res.stdout.strip():
+            return None
+        try:
+            out = json.loads(res.stdout)
+        except ValueError:
+            raise DelegateError(E_PLUGIN, "plugin printed a result that is not JSON",
+                                res.stdout[:200].decode(errors="replace"), network=network, plugin=ptype) from None
+        if not isinstance(out, dict):
+            raise DelegateError(E_PLUGIN, "plugin result is not a JSON object", network=network, plugin=ptype)
+        return out
+
+    @staticmethod
+    def plugin_config(conflist: Mapping[str, Any], plugin: Mapping[str, Any], prev: Mapping[str, Any] | None,
+                      rt: RuntimeConf | None) -> dict[str, Any]:
+        """A plugin's stdin: its own keys plus name, cniVersion, prevResult and the runtimeConfig of the
+        capabilities it declares (CNI spec, "Deriving execution configuration from plugin configuration")."""
+        conf = dict(plugin)
+        conf["name"] = conflist["name"]
+        conf["cniVersion"] = conflist.get("cniVersion", "1.0.0")
+        caps = plugin.get("capabilities")
+        if rt is not None and isinstance(caps, dict):
+            runtime = {k: v for k, v in rt.capability_args.items() if caps.get(k)}
+            if runtime:
+                conf["runtimeConfig"] = runtime
+        if prev is not None:
+            conf["prevResult"] = prev
+        else:
+            conf.pop("prevResult", None)
+        return conf
+
+    def add(self, conflist: Mapping[str, Any], rt: RuntimeConf) -> dict[str, Any]:
+        prev: dict[str, Any] | None = None
+        for plugin in conflist["plugins"]:
+            out = self.exec_plugin(self.plugin_config(conflist, plugin, prev, rt), "ADD", rt, conflist["name"])
+            if out is None:
+                raise DelegateError(E_PLUGIN, "ADD printed no result", network=conflist["name"],
+                                    plugin=str(plugin.get("type")))
+            prev = out
+        assert prev is not None, "a conflist has at least one plugin"
+        return prev
+
+    def check(self, conflist: Mapping[str, Any], rt: RuntimeConf, result: Mapping[str, Any]) -> None:
+        if conflist.get("disableCheck"):
+            return
+        for plugin in conflist["plugins"]:
+            self.exec_plugin(self.plugin_config(conflist, plugin, result, rt), "CHECK", rt, conflist["name"])
+
+    def delete(self, conflist: Mapping[str, Any], rt: RuntimeConf, result: Mapping[str, Any] | None) -> None:
+        """DEL every plugin in reverse order. Plugins must tolerate a DEL of what was never added (spec)."""
+        for plugin in reversed(conflist["plugins"]):
+            self.exec_plugin(self.plugin_config(conflist, plugin, result, rt), "DEL", rt, conflist["name"])
+
+    def version(self, plugin_type: str) -> dict[str, Any]:
+        out = self.exec_plugin({"type": plugin_type, "cniVersion": "1.0.0"}, "VERSION", None)
+        return out or {}
+
+
+def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
+    """The plugin's own CNI error, verbatim, or one made from its exit status and stderr."""
+    try:
+        err = json.loads(res.stdout)
+    except ValueError:
+        err = None
+    if isinstance(err, dict) and "code" in err:
+        try:
+            code = int(err.get("code", E_PLUGIN))
+        except (TypeError, ValueError):
+            code = E_PLUGIN
+        return DelegateError(code, str(err.get("msg", "")), str(err.get("details", "")),
+                             network=network, plugin=plugin)
+    tail = res.stderr.decode(errors="replace").strip()[-500:]
+    return DelegateError(E_PLUGIN, f"plugin exited with status {res.returncode}", tail, network=network,
+                         plugin=plugin)
