@@ -4,6 +4,7 @@ memory instead of re-reading every file."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -76,8 +77,10 @@ class Output:
             old = owned.get(name)
             if old is None:
                 if name not in owned and (self.directory / name).exists() and not self._is_ours_on_disk(name):
-                    raise HostError(f"{self.directory / name} exists and was not written by netcomp; "
-                                    "move it away or rename the network")
+                    raise HostError(
+                        f"{self.directory / name} exists and was not written by netcomp; "
+                        "move it away or rename the network"
+                    )
                 out.append(Change("add", name, None, new))
             elif old != new:
                 out.append(Change("change", name, old, new))
@@ -106,10 +109,8 @@ class Output:
                     atomic_write(path, ch.new, sync_dir=False)
                     owned[ch.filename] = ch.new
                 else:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         path.unlink()
-                    except FileNotFoundError:
-                        pass
                     owned.pop(ch.filename, None)
             fsync_dir(self.directory)
         except OSError as e:

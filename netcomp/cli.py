@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from netcomp import __version__
@@ -22,39 +21,63 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", metavar="FILE", help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml "
-                                                            "under --root)")
+    p.add_argument(
+        "--config",
+        "-c",
+        metavar="FILE",
+        help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)",
+    )
     p.add_argument("--root", metavar="DIR", default="/", help="resolve every configured path under DIR")
     p.add_argument("--output", "-o", choices=("text", "json"), default="text", help="how to report")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
 
 
 def _compile_opts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="intent files or dirs (dirs are layers: a later dir's file shadows the same name in an "
-                        "earlier one); default: the configured intentDirs")
-    p.add_argument("--static-dir", action="append", metavar="DIR", help="look up static networkIDs here "
-                                                                        "(repeatable; replaces staticDirs)")
-    p.add_argument("--plugin-dir", action="append", metavar="DIR", help="CNI plugin dir (repeatable; replaces "
-                                                                        "pluginDirs)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="intent files or dirs (dirs are layers: a later dir's file shadows the same name in an "
+        "earlier one); default: the configured intentDirs",
+    )
+    p.add_argument(
+        "--static-dir",
+        action="append",
+        metavar="DIR",
+        help="look up static networkIDs here (repeatable; replaces staticDirs)",
+    )
+    p.add_argument(
+        "--plugin-dir",
+        action="append",
+        metavar="DIR",
+        help="CNI plugin dir (repeatable; replaces pluginDirs)",
+    )
     p.add_argument("--cni-version", choices=("0.3.1", "0.4.0", "1.0.0", "1.1.0"), help="cniVersion to emit")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="netcomp", description="Compile network intents into CNI configurations and serve "
-                                                  "CNI delegation on a node.")
+    parser = _Parser(
+        prog="netcomp",
+        description="Compile network intents into CNI configurations and serve CNI delegation on a node.",
+    )
     parser.add_argument("--version", action="version", version=f"netcomp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    v = sub.add_parser("validate", help="check intents; exit 65 on errors",
-                       description="Load and check intents as compile would, without writing anything.")
+    v = sub.add_parser(
+        "validate",
+        help="check intents; exit 65 on errors",
+        description="Load and check intents as compile would, without writing anything.",
+    )
     _common(v)
     _compile_opts(v)
 
-    c = sub.add_parser("compile", help="compile intents into <network>.conflist files",
-                       description="Compile intents into one CNI conflist per network. Writes only what changed "
-                                   "(atomically), removes conflists of networks that are gone (only files netcomp "
-                                   "wrote), and writes nothing at all when any intent has an error.")
+    c = sub.add_parser(
+        "compile",
+        help="compile intents into <network>.conflist files",
+        description="Compile intents into one CNI conflist per network. Writes only what changed "
+        "(atomically), removes conflists of networks that are gone (only files netcomp "
+        "wrote), and writes nothing at all when any intent has an error.",
+    )
     _common(c)
     _compile_opts(c)
     c.add_argument("--out", metavar="DIR", help="output dir (default: outputDir under --root)")
@@ -89,8 +112,11 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
     except Exception as e:  # the last line of defence: a bug, reported without a traceback
         if getattr(args, "debug", False):
             raise
-        print(f"netcomp: internal error: {type(e).__name__}: {e}\n"
-              "This is a bug in netcomp; run again with --debug and report the output.", file=err)
+        print(
+            f"netcomp: internal error: {type(e).__name__}: {e}\n"
+            "This is a bug in netcomp; run again with --debug and report the output.",
+            file=err,
+        )
         return EX_SOFTWARE
 
 

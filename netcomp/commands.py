@@ -59,18 +59,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EX_DATAERR
     output = Output(out_dir)
     try:
-        if args.diff or args.check or args.dry_run:
-            changes = output.changes(plan)
-        else:
-            changes = output.apply(plan)
+        write = not (args.diff or args.check or args.dry_run)
+        changes = output.apply(plan) if write else output.changes(plan)
     except HostError as e:
         _report(args, plan.diagnostics, out, err)
         print(f"netcomp: {e}", file=err)
         return EX_IOERR
     summary = [{"change": c.kind, "file": str(out_dir / c.filename)} for c in changes]
     if args.output == "json":
-        out.write(report.as_json(plan.diagnostics, changes=summary,
-                                 networks=sorted(a.network for a in plan.artifacts.values())) + "\n")
+        out.write(
+            report.as_json(
+                plan.diagnostics, changes=summary, networks=sorted(a.network for a in plan.artifacts.values())
+            )
+            + "\n"
+        )
     else:
         if plan.diagnostics:
             print(report.format_all(plan.diagnostics), file=err)

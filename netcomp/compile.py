@@ -59,22 +59,37 @@ def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Arti
     try:
         conf = json.loads(text)
     except json.JSONDecodeError as e:
-        raise IntentError([intent.diagnostic(f"{where} produced invalid JSON ({e.msg} at line {e.lineno}, "
-                                             f"column {e.colno} of its output)", ())]) from None
+        raise IntentError(
+            [
+                intent.diagnostic(
+                    f"{where} produced invalid JSON ({e.msg} at line {e.lineno}, column {e.colno} of its output)",
+                    (),
+                )
+            ]
+        ) from None
     problems = cnispec.verify_conflist(conf)
     if isinstance(conf, dict) and conf.get("name") != intent.name:
         problems.append(f"network name is {conf.get('name')!r}, not {intent.name!r}")
     if problems:
         raise IntentError([intent.diagnostic(f"{where} produced an unusable conflist: {p}", ()) for p in problems])
-    warnings = [intent.diagnostic(w, ("spec",), key=True, severity="warning")
-                for w in cnispec.routes_without_gw(conf)]
-    art = Artifact(intent.name, filename_for(intent.name), cnispec.dumps(conf),
-                   intent.doc.location(intent.source_loc(("metadata", "name"))), tuple(cnispec.plugin_types(conf)))
+    warnings = [intent.diagnostic(w, ("spec",), key=True, severity="warning") for w in cnispec.routes_without_gw(conf)]
+    art = Artifact(
+        intent.name,
+        filename_for(intent.name),
+        cnispec.dumps(conf),
+        intent.doc.location(intent.source_loc(("metadata", "name"))),
+        tuple(cnispec.plugin_types(conf)),
+    )
     return art, warnings
 
 
-def missing_plugins(plan_intents: Sequence[tuple[Intent, Artifact]], installed: Callable[[str], bool],
-                    dirs: Sequence[str], *, offline: bool) -> list[tuple[Intent, Diagnostic]]:
+def missing_plugins(
+    plan_intents: Sequence[tuple[Intent, Artifact]],
+    installed: Callable[[str], bool],
+    dirs: Sequence[str],
+    *,
+    offline: bool,
+) -> list[tuple[Intent, Diagnostic]]:
     """A plugin type absent from the plugin dirs: one diagnostic per type, at its first use. An error for a
     daemon (attach would fail); a warning when compiling offline (the node may have it)."""
     users: dict[str, list[Intent]] = {}
@@ -82,11 +97,14 @@ def missing_plugins(plan_intents: Sequence[tuple[Intent, Artifact]], installed: 
         for p in art.plugins:
             if not installed(p):
                 users.setdefault(p, []).append(intent)
-    out = []
+    out: list[tuple[Intent, Diagnostic]] = []
     for p, its in users.items():
         more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
-        diag = its[0].diagnostic(f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}",
-                                 ("spec", "type"), severity="warning" if offline else "error")
+        diag = its[0].diagnostic(
+            f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}",
+            ("spec", "type"),
+            severity="warning" if offline else "error",
+        )
         # Offline, nobody fails; on a node, every network that needs the plugin does (one message).
         out.extend((it, diag) for it in (its[:1] if offline else its))
     return out

@@ -21,16 +21,23 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    intentDirs: list[str] = Field(default_factory=lambda: list(paths.INTENT_DIRS),
-                                  description="Intent dirs, lowest precedence first; a file name in a later dir "
-                                              "shadows the same name in an earlier one")
+    intentDirs: list[str] = Field(
+        default_factory=lambda: list(paths.INTENT_DIRS),
+        description="Intent dirs, lowest precedence first; a file name in a later dir "
+        "shadows the same name in an earlier one",
+    )
     outputDir: str = Field(default=paths.OUTPUT_DIR, description="Where compiled <network>.conflist files go")
-    staticDirs: list[str] = Field(default_factory=lambda: list(paths.STATIC_DIRS),
-                                  description="Where static networkIDs are looked up, first match wins")
-    templateDir: str = Field(default=paths.TEMPLATE_DIR,
-                             description="Admin overrides of the backend templates (<type>.json.j2)")
-    pluginDirs: list[str] = Field(default_factory=lambda: list(paths.PLUGIN_DIRS),
-                                  description="CNI plugin binaries, searched in order by plain name")
+    staticDirs: list[str] = Field(
+        default_factory=lambda: list(paths.STATIC_DIRS),
+        description="Where static networkIDs are looked up, first match wins",
+    )
+    templateDir: str = Field(
+        default=paths.TEMPLATE_DIR, description="Admin overrides of the backend templates (<type>.json.j2)"
+    )
+    pluginDirs: list[str] = Field(
+        default_factory=lambda: list(paths.PLUGIN_DIRS),
+        description="CNI plugin binaries, searched in order by plain name",
+    )
     cniVersion: CniVersion = Field(default="1.0.0", description="cniVersion of compiled conflists")
 
     def rooted(self, root: Root) -> Settings:
@@ -44,11 +51,11 @@ class Settings(BaseModel):
         return self.model_copy(update=update)
 
 
-def load_settings(path: str | Path | None, root: Root = Root(), *, required: bool = False) -> Settings:
+def load_settings(path: str | Path | None, root: Root | None = None, *, required: bool = False) -> Settings:
     """Read netcomp.yaml (default location under root when path is None). A missing default file means
     defaults; a missing file named explicitly is an error."""
     explicit = path is not None
-    p = Path(path) if explicit else root(paths.CONFIG_FILE)
+    p = Path(path) if path is not None else (root or Root())(paths.CONFIG_FILE)
     try:
         raw = p.read_bytes()
     except FileNotFoundError:

@@ -68,8 +68,11 @@ class IntentError(NetcompError):
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = diagnostics
         first = diagnostics[0] if diagnostics else None
-        text = f"{first.location}: {first.message}" if first and first.location else (
-            first.message if first else "invalid intent")
+        text = (
+            f"{first.location}: {first.message}"
+            if first and first.location
+            else (first.message if first else "invalid intent")
+        )
         if len(diagnostics) > 1:
             text += f" (and {len(diagnostics) - 1} more)"
         super().__init__(text)

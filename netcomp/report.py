@@ -41,8 +41,10 @@ def format_all(diags: Sequence[Diagnostic]) -> str:
 
 
 def as_json(diags: Sequence[Diagnostic], **extra: Any) -> str:
-    doc: dict[str, Any] = {"diagnostics": [d.as_dict() for d in sorted(diags, key=sort_key)],
-                           "errors": sum(1 for d in diags if d.is_error),
-                           "warnings": sum(1 for d in diags if not d.is_error)}
+    doc: dict[str, Any] = {
+        "diagnostics": [d.as_dict() for d in sorted(diags, key=sort_key)],
+        "errors": sum(1 for d in diags if d.is_error),
+        "warnings": sum(1 for d in diags if not d.is_error),
+    }
     doc.update(extra)
     return json.dumps(doc, indent=2)

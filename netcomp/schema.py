@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from netcomp.config import Settings
 from netcomp.intent.model import Network
 
-SCHEMAS = {"network": Network, "config": Settings}
+SCHEMAS: dict[str, type[BaseModel]] = {"network": Network, "config": Settings}
 
 
 def schema(name: str = "network") -> dict[str, Any]:
     model = SCHEMAS[name]
-    out = model.model_json_schema(mode="validation")
+    out: dict[str, Any] = model.model_json_schema(mode="validation")
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     if name == "config":
         out["title"] = "netcomp.yaml"

@@ -5,7 +5,7 @@ edit; work must follow the size of the edit, not of the node)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +38,9 @@ def discover(layers: Sequence[Path]) -> list[Path]:
             try:
                 names = sorted(os.listdir(layer))
             except OSError as e:
-                raise IntentError([Diagnostic(f"cannot list directory: {e.strerror}",
-                                              SourceLocation(str(layer)))]) from None
+                raise IntentError(
+                    [Diagnostic(f"cannot list directory: {e.strerror}", SourceLocation(str(layer)))]
+                ) from None
             for name in names:
                 if name.startswith(".") or not name.endswith(INTENT_SUFFIXES):
                     continue
@@ -107,8 +108,9 @@ class Compiler:
                 intents.append(intent)
         return _File(_stat_key(st), intents, diags, False)
 
-    def _static(self, intent: Intent, listing: dict[str, list[str]]) -> tuple[object, StaticConfig | None,
-                                                                             Diagnostic | None]:
+    def _static(
+        self, intent: Intent, listing: dict[str, list[str]]
+    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         spec = intent.network.spec
         assert isinstance(spec, StaticSpec)
         for d in self.settings.staticDirs:
@@ -124,9 +126,14 @@ class Compiler:
                 if fname in present:
                     return self._load_static(intent, Path(d) / fname)
         dirs = ", ".join(self.settings.staticDirs)
-        return None, None, intent.diagnostic(
-            f"static networkID {spec.networkID!r}: no {spec.networkID}.conflist, .conf or .json in {dirs}",
-            ("spec", "networkID"))
+        return (
+            None,
+            None,
+            intent.diagnostic(
+                f"static networkID {spec.networkID!r}: no {spec.networkID}.conflist, .conf or .json in {dirs}",
+                ("spec", "networkID"),
+            ),
+        )
 
     def _load_static(self, intent: Intent, path: Path) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         name = str(path)
@@ -134,16 +141,26 @@ class Compiler:
         try:
             key = _stat_key(os.stat(path))
         except OSError as e:
-            return None, None, intent.diagnostic(f"cannot read static file {name}: {e.strerror}",
-                                                 ("spec", "networkID"))
+            return (
+                None,
+                None,
+                intent.diagnostic(f"cannot read static file {name}: {e.strerror}", ("spec", "networkID")),
+            )
         cached = self._statics.get(name)
         if cached is None or cached[0] != key:
             cached = (key, self._parse_static(path))
             self._statics[name] = cached
         value = cached[1]
         if isinstance(value, Diagnostic):
-            return key, None, intent.diagnostic(f"static networkID {intent.network.spec.networkID!r}: "  # type: ignore[union-attr]
-                                                f"{value.location}: {value.message}", ("spec", "networkID"))
+            return (
+                key,
+                None,
+                intent.diagnostic(
+                    f"static networkID {intent.network.spec.networkID!r}: "  # type: ignore[union-attr]
+                    f"{value.location}: {value.message}",
+                    ("spec", "networkID"),
+                ),
+            )
         return key, value, None
 
     @staticmethod
@@ -177,8 +194,11 @@ class Compiler:
         for path in files:
             name = str(path)
             known = self._files.get(name)
-            entry = known if (known is not None and recheck is not None and name not in recheck) else (
-                self._read(path, known))
+            entry = (
+                known
+                if (known is not None and recheck is not None and name not in recheck)
+                else (self._read(path, known))
+            )
             new_files[name] = entry
             plan.diagnostics.extend(entry.diagnostics)
             if entry.failed or any(d.is_error for d in entry.diagnostics):
@@ -200,17 +220,18 @@ class Compiler:
             static = None
             skey: object = None
             if isinstance(intent.network.spec, StaticSpec) and intent.inline_config is None:
-                skey, static, diag = self._static(intent, listing)
-                if diag is not None:
-                    plan.diagnostics.append(diag)
+                skey, static, problem = self._static(intent, listing)
+                if problem is not None:
+                    plan.diagnostics.append(problem)
                     failing.add(id(intent))
                     continue
             prev = self._rendered.get(id(intent))
             if prev is None or prev.intent is not intent or prev.static_key != skey:
                 prev = _Rendered(intent, skey, None)
                 try:
-                    prev.artifact, prev.diagnostics = render(intent, self.templates,
-                                                             RenderInput(self.settings.cniVersion, static))
+                    prev.artifact, prev.diagnostics = render(
+                        intent, self.templates, RenderInput(self.settings.cniVersion, static)
+                    )
                 except IntentError as e:
                     prev.diagnostics = e.diagnostics
             rendered[id(intent)] = prev
@@ -222,8 +243,9 @@ class Compiler:
         self._rendered = rendered
 
         listed: set[int] = set()
-        for intent, diag in missing_plugins(good, self._plugin_lookup(), self.settings.pluginDirs,
-                                            offline=self.offline):
+        for intent, diag in missing_plugins(
+            good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline
+        ):
             if id(diag) not in listed:  # one message per plugin type
                 listed.add(id(diag))
                 plan.diagnostics.append(diag)
@@ -239,7 +261,7 @@ class Compiler:
                 plan.artifacts[art.filename] = art
         return plan
 
-    def _plugin_lookup(self):  # type: ignore[no-untyped-def]
+    def _plugin_lookup(self) -> Callable[[str], bool]:
         dirs = [Path(d) for d in self.settings.pluginDirs]
         found: dict[str, bool] = {}
 
@@ -249,4 +271,3 @@ class Compiler:
             return found[name]
 
         return installed
-

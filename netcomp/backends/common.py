@@ -7,9 +7,9 @@ from typing import Any
 
 from netcomp.intent import Intent
 from netcomp.intent.model import (
+    DHCPIPAM,
     IFNAMSIZ,
     IPAM,
-    DHCPIPAM,
     HostLocalIPAM,
     IPRange,
     IpvlanSpec,
@@ -35,12 +35,21 @@ def vxlan_link_name(vni: int) -> str:
 def host_link(spec: MacvlanSpec | IpvlanSpec) -> dict[str, Any] | None:
     """The host interface the daemon creates and owns for this network, or None when hostDevice is used as is."""
     if spec.vlan is not None:
-        return {"kind": "vlan", "name": vlan_link_name(spec.hostDevice, spec.vlan), "link": spec.hostDevice,
-                "id": spec.vlan}
+        return {
+            "kind": "vlan",
+            "name": vlan_link_name(spec.hostDevice, spec.vlan),
+            "link": spec.hostDevice,
+            "id": spec.vlan,
+        }
     if spec.vxlan is not None:
         vx = spec.vxlan
-        link: dict[str, Any] = {"kind": "vxlan", "name": vxlan_link_name(vx.vni), "link": spec.hostDevice,
-                                "vni": vx.vni, "port": vx.port}
+        link: dict[str, Any] = {
+            "kind": "vxlan",
+            "name": vxlan_link_name(vx.vni),
+            "link": spec.hostDevice,
+            "vni": vx.vni,
+            "port": vx.port,
+        }
         if vx.group is not None:
             link["group"] = str(vx.group)
         if vx.remote is not None:
@@ -66,8 +75,7 @@ def _range(r: IPRange) -> dict[str, Any]:
 
 def _routes(routes: list[Route], gateways: dict[int, str]) -> list[dict[str, str]]:
     # Every route carries an explicit gw: the reference plugins' CHECK fails on a route without one.
-    return [{"dst": str(r.dst), "gw": str(r.gw) if r.gw is not None else gateways[r.dst.version]}
-            for r in routes]
+    return [{"dst": str(r.dst), "gw": str(r.gw) if r.gw is not None else gateways[r.dst.version]} for r in routes]
 
 
 def _gateways(ranges: list[IPRange]) -> dict[int, str]:

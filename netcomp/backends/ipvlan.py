@@ -13,8 +13,14 @@ from netcomp.intent.model import IpvlanSpec
 def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     spec = intent.network.spec
     assert isinstance(spec, IpvlanSpec)
-    return {"cniVersion": inp.cni_version, "name": intent.name, "spec": spec, "master": master(spec),
-            "ipam": ipam_config(spec.ipam), "meta": meta(intent, hostLink=host_link(spec))}
+    return {
+        "cniVersion": inp.cni_version,
+        "name": intent.name,
+        "spec": spec,
+        "master": master(spec),
+        "ipam": ipam_config(spec.ipam),
+        "meta": meta(intent, hostLink=host_link(spec)),
+    }
 
 
 def plugins(intent: Intent, inp: RenderInput) -> list[str]:

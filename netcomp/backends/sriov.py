@@ -16,8 +16,13 @@ from netcomp.intent.model import SriovSpec
 def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     spec = intent.network.spec
     assert isinstance(spec, SriovSpec)
-    return {"cniVersion": inp.cni_version, "name": intent.name, "spec": spec, "ipam": ipam_config(spec.ipam),
-            "meta": meta(intent, resourceName=spec.resourceName)}
+    return {
+        "cniVersion": inp.cni_version,
+        "name": intent.name,
+        "spec": spec,
+        "ipam": ipam_config(spec.ipam),
+        "meta": meta(intent, resourceName=spec.resourceName),
+    }
 
 
 def plugins(intent: Intent, inp: RenderInput) -> list[str]:

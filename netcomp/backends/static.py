@@ -27,9 +27,13 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     for p in conf["plugins"]:
         # Inside a conflist, libcni injects name and cniVersion into each plugin; stale copies only mislead.
         plugins.append({k: v for k, v in p.items() if k not in ("name", "cniVersion")})
-    return {"cniVersion": conf.get("cniVersion") or inp.cni_version, "name": intent.name,
-            "extra": {k: conf[k] for k in _PASSED if k in conf}, "plugins": plugins,
-            "meta": meta(intent)}
+    return {
+        "cniVersion": conf.get("cniVersion") or inp.cni_version,
+        "name": intent.name,
+        "extra": {k: conf[k] for k in _PASSED if k in conf},
+        "plugins": plugins,
+        "meta": meta(intent),
+    }
 
 
 def plugins(intent: Intent, inp: RenderInput) -> list[str]:

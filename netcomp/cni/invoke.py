@@ -37,8 +37,15 @@ class Exec(Protocol):
 
 def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
     try:
-        p = subprocess.run(list(argv), input=stdin, env=dict(env), capture_output=True, timeout=timeout,
-                           check=False, close_fds=True)
+        p = subprocess.run(
+            list(argv),
+            input=stdin,
+            env=dict(env),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+            close_fds=True,
+        )
     except subprocess.TimeoutExpired:
         raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
     except OSError as e:
@@ -71,8 +78,9 @@ def find_plugin(name: str, dirs: Sequence[str | Path]) -> Path:
 class Runner:
     """Runs plugins and conflists for one set of plugin dirs."""
 
-    def __init__(self, plugin_dirs: Sequence[str | Path], *, exec_: Exec = real_exec,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, plugin_dirs: Sequence[str | Path], *, exec_: Exec = real_exec, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
         self.plugin_dirs = [str(d) for d in plugin_dirs]
         self.exec = exec_
         self.timeout = timeout
@@ -81,12 +89,12 @@ class Runner:
         # Scrubbed: nothing of the daemon's own environment (NOTIFY_SOCKET, credentials) reaches a plugin.
         env = {"CNI_COMMAND": command, "CNI_PATH": ":".join(self.plugin_dirs), "PATH": SAFE_PATH}
         if rt is not None:
-            env.update(CNI_CONTAINERID=rt.container_id, CNI_NETNS=rt.netns, CNI_IFNAME=rt.ifname,
-                       CNI_ARGS=rt.args)
+            env.update(CNI_CONTAINERID=rt.container_id, CNI_NETNS=rt.netns, CNI_IFNAME=rt.ifname, CNI_ARGS=rt.args)
         return env
 
-    def exec_plugin(self, plugin: Mapping[str, Any], command: str, rt: RuntimeConf | None,
-                    network: str = "") -> dict[str, Any] | None:
+    def exec_plugin(
+        self, plugin: Mapping[str, Any], command: str, rt: RuntimeConf | None, network: str = ""
+    ) -> dict[str, Any] | None:
         """Exec one plugin with its full config on stdin; its result (None when it prints nothing)."""
         ptype = str(plugin.get("type", ""))
         try:
@@ -101,15 +109,24 @@ class Runner:
         try:
             out = json.loads(res.stdout)
         except ValueError:
-            raise DelegateError(E_PLUGIN, "plugin printed a result that is not JSON",
-                                res.stdout[:200].decode(errors="replace"), network=network, plugin=ptype) from None
+            raise DelegateError(
+                E_PLUGIN,
+                "plugin printed a result that is not JSON",
+                res.stdout[:200].decode(errors="replace"),
+                network=network,
+                plugin=ptype,
+            ) from None
         if not isinstance(out, dict):
             raise DelegateError(E_PLUGIN, "plugin result is not a JSON object", network=network, plugin=ptype)
         return out
 
     @staticmethod
-    def plugin_config(conflist: Mapping[str, Any], plugin: Mapping[str, Any], prev: Mapping[str, Any] | None,
-                      rt: RuntimeConf | None) -> dict[str, Any]:
+    def plugin_config(
+        conflist: Mapping[str, Any],
+        plugin: Mapping[str, Any],
+        prev: Mapping[str, Any] | None,
+        rt: RuntimeConf | None,
+    ) -> dict[str, Any]:
         """A plugin's stdin: its own keys plus name, cniVersion, prevResult and the runtimeConfig of the
         capabilities it declares (CNI spec, "Deriving execution configuration from plugin configuration")."""
         conf = dict(plugin)
@@ -131,8 +148,12 @@ class Runner:
         for plugin in conflist["plugins"]:
             out = self.exec_plugin(self.plugin_config(conflist, plugin, prev, rt), "ADD", rt, conflist["name"])
             if out is None:
-                raise DelegateError(E_PLUGIN, "ADD printed no result", network=conflist["name"],
-                                    plugin=str(plugin.get("type")))
+                raise DelegateError(
+                    E_PLUGIN,
+                    "ADD printed no result",
+                    network=conflist["name"],
+                    plugin=str(plugin.get("type")),
+                )
             prev = out
         assert prev is not None, "a conflist has at least one plugin"
         return prev
@@ -164,8 +185,6 @@ def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
             code = int(err.get("code", E_PLUGIN))
         except (TypeError, ValueError):
             code = E_PLUGIN
-        return DelegateError(code, str(err.get("msg", "")), str(err.get("details", "")),
-                             network=network, plugin=plugin)
+        return DelegateError(code, str(err.get("msg", "")), str(err.get("details", "")), network=network, plugin=plugin)
     tail = res.stderr.decode(errors="replace").strip()[-500:]
-    return DelegateError(E_PLUGIN, f"plugin exited with status {res.returncode}", tail, network=network,
-                         plugin=plugin)
+    return DelegateError(E_PLUGIN, f"plugin exited with status {res.returncode}", tail, network=network, plugin=plugin)

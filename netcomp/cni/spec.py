@@ -17,8 +17,15 @@ DEFAULT_VERSION = "1.0.0"
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 # A plugin is found by plain file name in the plugin dirs: never a path.
 PLUGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_LIST_KEYS = ("cniVersion", "cniVersions", "name", "disableCheck", "disableGC", "loadOnlyInlinedPlugins",
-              "plugins")
+_LIST_KEYS = (
+    "cniVersion",
+    "cniVersions",
+    "name",
+    "disableCheck",
+    "disableGC",
+    "loadOnlyInlinedPlugins",
+    "plugins",
+)
 
 
 class ConfigProblem(ValueError):
@@ -66,7 +73,10 @@ def plugin_types(conflist: dict[str, Any]) -> list[str]:
     for p in conflist.get("plugins") or []:
         if not isinstance(p, dict):
             continue
-        for t in (p.get("type"), (p.get("ipam") or {}).get("type") if isinstance(p.get("ipam"), dict) else None):
+        for t in (
+            p.get("type"),
+            (p.get("ipam") or {}).get("type") if isinstance(p.get("ipam"), dict) else None,
+        ):
             if isinstance(t, str) and t and t not in seen:
                 seen.append(t)
     return seen
@@ -116,8 +126,10 @@ def routes_without_gw(conf: dict[str, Any]) -> list[str]:
         routes = ipam.get("routes") if isinstance(ipam, dict) else None
         for j, r in enumerate(routes if isinstance(routes, list) else []):
             if isinstance(r, dict) and not r.get("gw"):
-                out.append(f"plugins[{i}].ipam.routes[{j}] to {r.get('dst')} has no gw; CNI CHECK will fail "
-                           "for it (give gw explicitly)")
+                out.append(
+                    f"plugins[{i}].ipam.routes[{j}] to {r.get('dst')} has no gw; CNI CHECK will fail "
+                    "for it (give gw explicitly)"
+                )
     return out
 
 

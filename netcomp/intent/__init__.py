@@ -40,16 +40,22 @@ class Intent:
                 return mapped + loc[n:] if n == len(loc) else mapped
         return loc
 
-    def diagnostic(self, message: str, loc: Sequence[Any] = (), *, key: bool = False,
-                   severity: str = "error", notes: Sequence[str] = ()) -> Diagnostic:
+    def diagnostic(
+        self,
+        message: str,
+        loc: Sequence[Any] = (),
+        *,
+        key: bool = False,
+        severity: str = "error",
+        notes: Sequence[str] = (),
+    ) -> Diagnostic:
         return self.doc.diagnostic(message, self.source_loc(loc), key=key, severity=severity, notes=notes)
 
 
 Parser = Callable[[Document], tuple[Intent | None, list[Diagnostic]]]
 
 _PATTERN_TEXT = {
-    DNS1123_LABEL: "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter "
-                   "or digit",
+    DNS1123_LABEL: "a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit",
     IFNAME: "an interface name: letters, digits, '_', '.', '-'; no '/', ':' or spaces",
     NETWORK_ID: "a file-name stem: letters, digits, '_', '.', '-'; no '/'",
     PCI_ADDRESS: "a PCI address like 0000:3b:02.1",
@@ -87,8 +93,9 @@ def _dotted(loc: Sequence[Any]) -> str:
     return out
 
 
-def pydantic_diagnostics(doc: Document, exc: ValidationError,
-                         translate: Callable[[Sequence[Any]], PathKey] | None = None) -> list[Diagnostic]:
+def pydantic_diagnostics(
+    doc: Document, exc: ValidationError, translate: Callable[[Sequence[Any]], PathKey] | None = None
+) -> list[Diagnostic]:
     """Turn pydantic's errors into positioned diagnostics; `translate` maps native paths to source paths."""
     out: list[Diagnostic] = []
     for err in exc.errors(include_url=False):

@@ -25,16 +25,44 @@ DANM_MIN_V4_PREFIX = 8  # DANM MaxNetMaskLength
 DANM_V6_POOL_PREFIX = 106  # DANM defaults allocation_pool_v6 to the first /106 of net6
 DANM_DEFAULT_PREFIX = "eth"
 
-_DANM_OPTIONS = {"host_device", "device_pool", "cidr", "allocation_pool", "net6", "allocation_pool_v6",
-                 "container_prefix", "rt_tables", "routes", "routes6", "vlan", "vxlan", "alloc", "alloc6"}
+_DANM_OPTIONS = {
+    "host_device",
+    "device_pool",
+    "cidr",
+    "allocation_pool",
+    "net6",
+    "allocation_pool_v6",
+    "container_prefix",
+    "rt_tables",
+    "routes",
+    "routes6",
+    "vlan",
+    "vxlan",
+    "alloc",
+    "alloc6",
+}
 _DANM_IGNORED = {
     "rt_tables": "netcomp installs routes in the main table; DANM's per-network policy tables are not supported",
     "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; host-local keeps its own",
     "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; host-local keeps its own",
 }
-_K8S_META = {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation",
-             "creationTimestamp", "managedFields", "ownerReferences", "finalizers", "selfLink",
-             "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"}
+_K8S_META = {
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "ownerReferences",
+    "finalizers",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generateName",
+}
 
 DANM_FIELDMAP: dict[PathKey, PathKey] = {
     ("metadata",): ("metadata",),
@@ -94,8 +122,13 @@ def _unknown_top(c: _Collector, data: dict[str, Any]) -> None:
             c.warn(f"unknown key {k!r} ignored (the API server would prune it)", (k,))
 
 
-def _validate(c: _Collector, native: dict[str, Any], fieldmap: dict[PathKey, PathKey],
-              fmt: str, inline: dict[str, Any] | None = None) -> tuple[Intent | None, list[Diagnostic]]:
+def _validate(
+    c: _Collector,
+    native: dict[str, Any],
+    fieldmap: dict[PathKey, PathKey],
+    fmt: str,
+    inline: dict[str, Any] | None = None,
+) -> tuple[Intent | None, list[Diagnostic]]:
     doc = c.doc
 
     def translate(loc: Sequence[Any]) -> PathKey:
@@ -103,10 +136,9 @@ def _validate(c: _Collector, native: dict[str, Any], fieldmap: dict[PathKey, Pat
         node: Any = native
         clean: list[Any] = []
         for part in loc:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-                clean.append(part)
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and part < len(node)
+            ):
                 node = node[part]
                 clean.append(part)
         t = tuple(clean)
@@ -135,7 +167,9 @@ def _ip(c: _Collector, value: Any, loc: PathKey) -> ipaddress.IPv4Address | ipad
         return None
 
 
-def _cidr(c: _Collector, value: Any, loc: PathKey, version: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+def _cidr(
+    c: _Collector, value: Any, loc: PathKey, version: int
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
     try:
         net = ipaddress.ip_network(str(value), strict=False)
     except ValueError:
@@ -176,8 +210,10 @@ def _v4_range(c: _Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, 
     if net is None:
         return None, None
     if net.prefixlen < DANM_MIN_V4_PREFIX:
-        c.error(f"Netmask of the IPv4 CIDR is bigger than the maximum allowed /{DANM_MIN_V4_PREFIX}",
-                (*base, "cidr"))
+        c.error(
+            f"Netmask of the IPv4 CIDR is bigger than the maximum allowed /{DANM_MIN_V4_PREFIX}",
+            (*base, "cidr"),
+        )
         return None, None
     if not isinstance(pool, dict):
         c.error("allocation_pool: must be a mapping with start and end", ploc)
@@ -190,9 +226,12 @@ def _v4_range(c: _Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, 
     if start not in net or end not in net:
         c.error("Allocation pool is outside of defined CIDR", ploc, key=True)
         return net, None
-    if end <= start:
-        c.error(f"Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}", ploc,
-                key=True)
+    if int(end) <= int(start):
+        c.error(
+            f"Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
+            ploc,
+            key=True,
+        )
         return net, None
     return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
 
@@ -227,7 +266,7 @@ def _v6_range(c: _Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, 
     if start not in pnet or end not in pnet:
         c.error("allocation_pool_v6 is outside of its cidr", ploc, key=True)
         return net, None
-    if end <= start:
+    if int(end) <= int(start):
         c.error(f"allocation_pool_v6 start:{start} is bigger than or equal to end:{end}", ploc, key=True)
         return net, None
     return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
@@ -263,28 +302,44 @@ def danm(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         c.error("NetworkID and NetworkType must be strings", ("spec",), key=True)
         return None, c.diags
     if "AllowedTenants" in spec and kind != "ClusterNetwork":
-        c.error("AllowedTenants attribute is only valid for the ClusterNetwork API!", ("spec", "AllowedTenants"),
-                key=True)
+        c.error(
+            "AllowedTenants attribute is only valid for the ClusterNetwork API!",
+            ("spec", "AllowedTenants"),
+            key=True,
+        )
     elif "AllowedTenants" in spec:
         c.warn("AllowedTenants: ignored: a host-only node has no tenants", ("spec", "AllowedTenants"))
     vlan, vxlan = opts.get("vlan") or 0, opts.get("vxlan") or 0
     if vlan and vxlan:
         c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", base, key=True)
     if kind == "TenantNetwork" and (vlan or vxlan):
-        c.error("Manually configuring Spec.Options.vlan, or Spec.Options.vxlan attributes is not allowed for "
-                "TenantNetworks!", (*base, "vlan" if vlan else "vxlan"), key=True)
+        c.error(
+            "Manually configuring Spec.Options.vlan, or Spec.Options.vxlan attributes is not allowed for "
+            "TenantNetworks!",
+            (*base, "vlan" if vlan else "vxlan"),
+            key=True,
+        )
     dynamic = ntype in DANM_DYNAMIC
     if dynamic and len(nid) > DANM_MAX_NID and (vlan or vxlan):
-        c.error(f"Spec.NetworkID cannot be longer than {DANM_MAX_NID} characters (otherwise VLAN and VxLAN host "
-                "interface creation might fail)!", ("spec", "NetworkID"))
+        c.error(
+            f"Spec.NetworkID cannot be longer than {DANM_MAX_NID} characters (otherwise VLAN and VxLAN host "
+            "interface creation might fail)!",
+            ("spec", "NetworkID"),
+        )
     host, pool = opts.get("host_device"), opts.get("device_pool")
     if ntype == "sriov":
         if not pool or host:
-            c.error("Spec.Options.device_pool must, and Spec.Options.host_device cannot be provided for SR-IOV "
-                    "networks!", base, key=True)
+            c.error(
+                "Spec.Options.device_pool must, and Spec.Options.host_device cannot be provided for SR-IOV networks!",
+                base,
+                key=True,
+            )
     elif host and pool:
-        c.error("Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!", base,
-                key=True)
+        c.error(
+            "Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!",
+            base,
+            key=True,
+        )
 
     v4net, v4range = _v4_range(c, opts, base)
     v6net, v6range = _v6_range(c, opts, base)
@@ -295,11 +350,23 @@ def danm(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     if not dynamic:
         # DANM's static integration level: NetworkType names the plugin, NetworkID the CNI file.
         native_spec.update(type="static", networkID=nid)
-        for k in ("host_device", "cidr", "net6", "allocation_pool", "allocation_pool_v6", "routes", "routes6",
-                  "vlan", "vxlan", "device_pool"):
+        for k in (
+            "host_device",
+            "cidr",
+            "net6",
+            "allocation_pool",
+            "allocation_pool_v6",
+            "routes",
+            "routes6",
+            "vlan",
+            "vxlan",
+            "device_pool",
+        ):
             if k in opts:
-                c.warn(f"Options.{k}: ignored for the static backend {ntype!r}: the CNI file {nid} decides",
-                       (*base, k))
+                c.warn(
+                    f"Options.{k}: ignored for the static backend {ntype!r}: the CNI file {nid} decides",
+                    (*base, k),
+                )
     else:
         native_spec["type"] = ntype
         ranges = [r for r in (v4range, v6range) if r]
@@ -310,8 +377,10 @@ def danm(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
             if vlan:
                 native_spec["vlan"] = vlan
             if vxlan:
-                c.warn("Options.vxlan: ignored for sriov (DANM connects only ipvlan and macvlan to VxLAN)",
-                       (*base, "vxlan"))
+                c.warn(
+                    "Options.vxlan: ignored for sriov (DANM connects only ipvlan and macvlan to VxLAN)",
+                    (*base, "vxlan"),
+                )
         else:
             if not host:
                 c.error(f"Spec.Options.host_device is required for {ntype} networks", base, key=True)
@@ -321,8 +390,12 @@ def danm(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
                 native_spec["vlan"] = vlan
             if vxlan:
                 native_spec["vxlan"] = {"vni": vxlan}
-    native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": meta.get("name")},
-              "spec": native_spec}
+    native = {
+        "apiVersion": "netcomp.io/v1",
+        "kind": "Network",
+        "metadata": {"name": meta.get("name")},
+        "spec": native_spec,
+    }
     if c.failed:
         return None, c.diags
     return _validate(c, native, DANM_FIELDMAP, f"danm.k8s.io/v1 {kind}")
@@ -354,13 +427,19 @@ def nad(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
             c.warn(f"spec.{k}: unknown key ignored (the API server would prune it)", ("spec", k))
     annotations = meta.get("annotations") or {}
     if isinstance(annotations, dict) and "k8s.v1.cni.cncf.io/resourceName" in annotations:
-        c.warn("annotation k8s.v1.cni.cncf.io/resourceName: ignored: netcomp does not read device plugins; "
-               "use a native sriov Network with resourceName", ("metadata", "annotations",
-                                                                "k8s.v1.cni.cncf.io/resourceName"))
+        c.warn(
+            "annotation k8s.v1.cni.cncf.io/resourceName: ignored: netcomp does not read device plugins; "
+            "use a native sriov Network with resourceName",
+            ("metadata", "annotations", "k8s.v1.cni.cncf.io/resourceName"),
+        )
     raw = spec.get("config")
     if not raw:
-        c.error("spec.config is empty: netcomp needs the CNI configuration inline (Multus's lookup of a file by "
-                "network name is not supported; use a static Network with networkID)", ("spec",), key=True)
+        c.error(
+            "spec.config is empty: netcomp needs the CNI configuration inline (Multus's lookup of a file by "
+            "network name is not supported; use a static Network with networkID)",
+            ("spec",),
+            key=True,
+        )
         return None, c.diags
     if not isinstance(raw, str):
         c.error("spec.config must be a string of CNI JSON", ("spec", "config"))
@@ -375,9 +454,12 @@ def nad(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     for prob in problems:
         c.error(f"spec.config: {prob}", ("spec", "config"))
     name = meta.get("name")
-    native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": name},
-              "spec": {"type": "static", "networkID": str(name)}}
+    native = {
+        "apiVersion": "netcomp.io/v1",
+        "kind": "Network",
+        "metadata": {"name": name},
+        "spec": {"type": "static", "networkID": str(name)},
+    }
     if c.failed:
         return None, c.diags
     return _validate(c, native, NAD_FIELDMAP, "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition", conflist)
-

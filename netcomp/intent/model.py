@@ -155,7 +155,8 @@ class _RangedIPAM(Strict):
     @model_validator(mode="after")
     def _shape(self) -> Any:
         short = self.subnet is not None or any(
-            getattr(self, f) is not None for f in ("rangeStart", "rangeEnd", "gateway"))
+            getattr(self, f) is not None for f in ("rangeStart", "rangeEnd", "gateway")
+        )
         if short and self.ranges:
             raise ValueError("give either subnet (with rangeStart/rangeEnd/gateway) or ranges, not both")
         if short and self.subnet is None:
@@ -170,8 +171,14 @@ class _RangedIPAM(Strict):
 
     def all_ranges(self) -> list[IPRange]:
         if self.subnet is not None:
-            return [IPRange(subnet=self.subnet, rangeStart=self.rangeStart, rangeEnd=self.rangeEnd,
-                            gateway=self.gateway)]
+            return [
+                IPRange(
+                    subnet=self.subnet,
+                    rangeStart=self.rangeStart,
+                    rangeEnd=self.rangeEnd,
+                    gateway=self.gateway,
+                )
+            ]
         return list(self.ranges)
 
 
@@ -226,7 +233,8 @@ class StaticIPAM(Strict):
     def _gws(self) -> StaticIPAM:
         for i, route in enumerate(self.routes):
             if route.gw is None and not any(
-                    a.gateway is not None and a.gateway.version == route.dst.version for a in self.addresses):
+                a.gateway is not None and a.gateway.version == route.dst.version for a in self.addresses
+            ):
                 raise ValueError(f"routes[{i}]: no IPv{route.dst.version} address with a gateway; give gw")
         return self
 
@@ -268,7 +276,9 @@ class VXLAN(Strict):
 
 class _SpecBase(Strict):
     interfacePrefix: IfPrefix | None = Field(
-        default=None, description=f"Container interface names: <prefix><index>; at most {PREFIX_MAX} characters")
+        default=None,
+        description=f"Container interface names: <prefix><index>; at most {PREFIX_MAX} characters",
+    )
 
 
 class _LinkSpec(_SpecBase):
@@ -298,8 +308,11 @@ class IpvlanSpec(_LinkSpec):
 
 class SriovSpec(_SpecBase):
     type: Literal["sriov"]
-    resourceName: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$",
-                                      description="VF pool; the daemon picks a free VF at attach time")
+    resourceName: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$",
+        description="VF pool; the daemon picks a free VF at attach time",
+    )
     pciAddress: str | None = Field(default=None, pattern=PCI_ADDRESS, description="One fixed VF (deviceID)")
     vlan: int | None = Field(default=None, ge=0, le=4095)
     vlanQoS: int | None = Field(default=None, ge=0, le=7)
@@ -325,8 +338,11 @@ class SriovSpec(_SpecBase):
 
 class StaticSpec(_SpecBase):
     type: Literal["static"]
-    networkID: str = Field(pattern=NETWORK_ID, max_length=255,
-                           description="Stem of a CNI file in the static dirs: <id>.conflist, .conf or .json")
+    networkID: str = Field(
+        pattern=NETWORK_ID,
+        max_length=255,
+        description="Stem of a CNI file in the static dirs: <id>.conflist, .conf or .json",
+    )
 
     @field_validator("networkID")
     @classmethod
@@ -348,10 +364,14 @@ class Metadata(Strict):
 class Network(Strict):
     """A network intent: one network a container can join, compiled to one CNI conflist."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
-        "title": "netcomp Network intent",
-        "$id": "https://netcomp.io/schemas/network.schema.json",
-    })
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "title": "netcomp Network intent",
+            "$id": "https://netcomp.io/schemas/network.schema.json",
+        },
+    )
 
     apiVersion: Literal["netcomp.io/v1"]
     kind: Literal["Network"]
@@ -361,4 +381,3 @@ class Network(Strict):
     @property
     def name(self) -> str:
         return self.metadata.name
-

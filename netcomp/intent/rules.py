@@ -24,8 +24,15 @@ def duplicate_names(intents: Sequence[Intent]) -> list[Finding]:
     for it in intents:
         other = first.setdefault(it.name, it)
         if other is not it:
-            out.append((it, it.diagnostic(f"network {it.name!r} is defined twice (first at {_where(other)})",
-                                     ("metadata", "name"))))
+            out.append(
+                (
+                    it,
+                    it.diagnostic(
+                        f"network {it.name!r} is defined twice (first at {_where(other)})",
+                        ("metadata", "name"),
+                    ),
+                )
+            )
     return out
 
 
@@ -50,28 +57,58 @@ def vlan_vxlan_clashes(intents: Sequence[Intent]) -> list[Finding]:
         if spec.vlan is not None:
             other = vlans.setdefault((spec.hostDevice, spec.vlan), it)
             if other is not it:
-                out.append((it, it.diagnostic(f"VLAN {spec.vlan} on {spec.hostDevice} is already used by network "
-                                         f"{other.name!r} ({_where(other, ('spec', 'vlan'))})", ("spec", "vlan"))))
+                out.append(
+                    (
+                        it,
+                        it.diagnostic(
+                            f"VLAN {spec.vlan} on {spec.hostDevice} is already used by network "
+                            f"{other.name!r} ({_where(other, ('spec', 'vlan'))})",
+                            ("spec", "vlan"),
+                        ),
+                    )
+                )
                 continue
         if spec.vxlan is not None:
             other = vnis.setdefault(spec.vxlan.vni, it)
             if other is not it:
-                out.append((it, it.diagnostic(f"VXLAN VNI {spec.vxlan.vni} is already used by network {other.name!r} "
-                                         f"({_where(other, ('spec', 'vxlan'))})", ("spec", "vxlan"))))
+                out.append(
+                    (
+                        it,
+                        it.diagnostic(
+                            f"VXLAN VNI {spec.vxlan.vni} is already used by network {other.name!r} "
+                            f"({_where(other, ('spec', 'vxlan'))})",
+                            ("spec", "vxlan"),
+                        ),
+                    )
+                )
                 continue
         if link is not None:
             prev = owners.setdefault(link["name"], (it, link))
             if prev[0] is not it:
-                out.append((it, it.diagnostic(
-                    f"host link name {link['name']!r} (cut to 15 characters) is also the link of network "
-                    f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id",
-                    ("spec", "vlan" if spec.vlan is not None else "vxlan"))))
+                out.append(
+                    (
+                        it,
+                        it.diagnostic(
+                            f"host link name {link['name']!r} (cut to 15 characters) is also the link of network "
+                            f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id",
+                            ("spec", "vlan" if spec.vlan is not None else "vxlan"),
+                        ),
+                    )
+                )
     for it, spec in _links(intents):
         owner = owners.get(spec.hostDevice)
         if owner is not None:
-            out.append((it, it.diagnostic(f"hostDevice {spec.hostDevice!r} is the {owner[1]['kind']} link netcomp "
-                                     f"creates for network {owner[0].name!r}; use {owner[1]['link']} with "
-                                     f"vlan/vxlan instead", ("spec", "hostDevice"))))
+            out.append(
+                (
+                    it,
+                    it.diagnostic(
+                        f"hostDevice {spec.hostDevice!r} is the {owner[1]['kind']} link netcomp "
+                        f"creates for network {owner[0].name!r}; use {owner[1]['link']} with "
+                        f"vlan/vxlan instead",
+                        ("spec", "hostDevice"),
+                    ),
+                )
+            )
     return out
 
 
@@ -89,16 +126,23 @@ def overlapping_subnets(intents: Sequence[Intent]) -> list[Finding]:
         for i, r in enumerate(ipam.all_ranges()):
             loc = ("spec", "ipam", "subnet") if ipam.subnet is not None else ("spec", "ipam", "ranges", i, "subnet")
             net = r.subnet
-            spans.append((m, net.version, int(net.network_address), int(net.broadcast_address), it, loc,
-                          str(net)))
+            spans.append((m, net.version, int(net.network_address), int(net.broadcast_address), it, loc, str(net)))
     spans.sort(key=lambda s: (s[0], s[1], s[2], s[3]))
     out: list[Finding] = []
     prev: tuple[str, int, int, int, Intent, tuple[Any, ...], str] | None = None
     for s in spans:
         if prev is not None and prev[0] == s[0] and prev[1] == s[1] and s[2] <= prev[3]:
             if prev[4] is not s[4]:
-                out.append((s[4], s[4].diagnostic(f"subnet {s[6]} overlaps {prev[6]} of network {prev[4].name!r} on "
-                                           f"{s[0]} ({_where(prev[4], prev[5])})", s[5])))
+                out.append(
+                    (
+                        s[4],
+                        s[4].diagnostic(
+                            f"subnet {s[6]} overlaps {prev[6]} of network {prev[4].name!r} on "
+                            f"{s[0]} ({_where(prev[4], prev[5])})",
+                            s[5],
+                        ),
+                    )
+                )
             else:
                 out.append((s[4], s[4].diagnostic(f"subnet {s[6]} overlaps {prev[6]} of the same network", s[5])))
         if prev is None or prev[0] != s[0] or prev[1] != s[1] or s[3] > prev[3]:

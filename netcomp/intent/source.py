@@ -48,12 +48,17 @@ class SourceText:
             self._lines = self.text.splitlines()
         return self._lines[n - 1] if 0 < n <= len(self._lines) else None
 
-    def diagnostic(self, message: str, pos: Pos | None, severity: str = "error",
-                   notes: Sequence[str] = ()) -> Diagnostic:
+    def diagnostic(
+        self, message: str, pos: Pos | None, severity: str = "error", notes: Sequence[str] = ()
+    ) -> Diagnostic:
         line, col = pos if pos else (0, 0)
-        return Diagnostic(message=message, location=SourceLocation(self.name, line, col),
-                          severity="warning" if severity == "warning" else "error",
-                          source_line=self.line(line) if line else None, notes=tuple(notes))
+        return Diagnostic(
+            message=message,
+            location=SourceLocation(self.name, line, col),
+            severity="warning" if severity == "warning" else "error",
+            source_line=self.line(line) if line else None,
+            notes=tuple(notes),
+        )
 
 
 @dataclass(slots=True)
@@ -77,11 +82,9 @@ class Document:
         path: list[Any] = []
         found_last = True
         for part in loc:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-                path.append(part)
-                found_last = True
-            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+            ):
                 node = node[part]
                 path.append(part)
                 found_last = True
@@ -103,8 +106,15 @@ class Document:
         line, col = self.pos(loc, key=key)
         return SourceLocation(self.source.name, line, col)
 
-    def diagnostic(self, message: str, loc: Sequence[Any], *, key: bool = False, severity: str = "error",
-                   notes: Sequence[str] = ()) -> Diagnostic:
+    def diagnostic(
+        self,
+        message: str,
+        loc: Sequence[Any],
+        *,
+        key: bool = False,
+        severity: str = "error",
+        notes: Sequence[str] = (),
+    ) -> Diagnostic:
         return self.source.diagnostic(message, self.pos(loc, key=key), severity, notes)
 
 
@@ -198,15 +208,16 @@ def _first_alias(text: str, doc_index: int) -> Pos | None:
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.DocumentStartEvent):
             n += 1
-        elif n == doc_index and isinstance(event, yaml.AliasEvent):
+        elif n == doc_index and isinstance(event, yaml.AliasEvent) and event.start_mark is not None:
             return (event.start_mark.line + 1, event.start_mark.column + 1)
     return None
 
 
 def decode(name: str, raw: bytes) -> SourceText:
     if len(raw) > MAX_BYTES:
-        raise IntentError([Diagnostic(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB",
-                                      SourceLocation(name, 0, 0))])
+        raise IntentError(
+            [Diagnostic(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB", SourceLocation(name, 0, 0))]
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -243,8 +254,13 @@ def load_documents(name: str, raw: bytes) -> list[Document]:
             continue
         if not isinstance(data, dict):
             kind = "list" if isinstance(data, list) else "scalar"
-            diags.append(src.diagnostic(f"document {index + 1} is a {kind}; an intent must be a mapping "
-                                        "with apiVersion, kind, metadata and spec", _pos(node)))
+            diags.append(
+                src.diagnostic(
+                    f"document {index + 1} is a {kind}; an intent must be a mapping "
+                    "with apiVersion, kind, metadata and spec",
+                    _pos(node),
+                )
+            )
             continue
         docs.append(Document(data, src, index, builder.values, builder.keys))
     if diags:

@@ -37,11 +37,18 @@ class Templates:
             try:
                 tpl = self.env.get_template(name)
             except jinja2.TemplateSyntaxError as e:
-                raise IntentError([Diagnostic(f"template syntax: {e.message}",
-                                              SourceLocation(e.filename or name, e.lineno, 1))]) from None
+                raise IntentError(
+                    [Diagnostic(f"template syntax: {e.message}", SourceLocation(e.filename or name, e.lineno, 1))]
+                ) from None
             except jinja2.TemplateNotFound:
-                raise IntentError([Diagnostic(f"template {name} not found in {self.override_dir} or the "
-                                              "built-in templates", SourceLocation(name))]) from None
+                raise IntentError(
+                    [
+                        Diagnostic(
+                            f"template {name} not found in {self.override_dir} or the built-in templates",
+                            SourceLocation(name),
+                        )
+                    ]
+                ) from None
             self._cache[name] = tpl
         return tpl
 
@@ -50,5 +57,4 @@ class Templates:
         try:
             return tpl.render(context)
         except jinja2.TemplateError as e:
-            raise IntentError([Diagnostic(f"template {name}: {e}",
-                                          SourceLocation(tpl.filename or name))]) from None
+            raise IntentError([Diagnostic(f"template {name}: {e}", SourceLocation(tpl.filename or name))]) from None

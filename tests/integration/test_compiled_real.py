@@ -46,7 +46,9 @@ def attach_check_detach(lb: Lab, conflist: dict, ifname: str) -> tuple[str, list
 
 def test_macvlan_add_check_del(tmp_path: Path) -> None:
     with lab() as lb:
-        conf = compile_one(tmp_path, f"""
+        conf = compile_one(
+            tmp_path,
+            f"""
 apiVersion: netcomp.io/v1
 kind: Network
 metadata: {{name: storage}}
@@ -62,9 +64,10 @@ spec:
     rangeStart: 10.250.0.10
     rangeEnd: 10.250.0.20
     routes: [{{dst: 10.251.0.0/16}}]
-""")
+""",
+        )
         assert conf["plugins"][0]["ipam"]["routes"] == [{"dst": "10.251.0.0/16", "gw": "10.250.0.1"}]
-        ctr, addrs = attach_check_detach(lb, conf, "stor0")
+        _, addrs = attach_check_detach(lb, conf, "stor0")
         assert addrs == ["10.250.0.10/24"]
         assert not list((tmp_path / "ipam" / "storage").glob("10.*"))  # the lease was released
 
@@ -72,13 +75,29 @@ spec:
 def test_static_bridge_add_check_del(tmp_path: Path) -> None:
     static = tmp_path / "static"
     static.mkdir()
-    (static / "br.conf").write_text(json.dumps({
-        "cniVersion": "0.4.0", "name": "orig", "type": "bridge", "bridge": "ncbr9", "isGateway": True,
-        "ipam": {"type": "host-local", "dataDir": f"{tmp_path}/ipam", "subnet": "10.252.0.0/24",
-                 "routes": [{"dst": "10.253.0.0/16", "gw": "10.252.0.1"}]}}))
+    (static / "br.conf").write_text(
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "orig",
+                "type": "bridge",
+                "bridge": "ncbr9",
+                "isGateway": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": f"{tmp_path}/ipam",
+                    "subnet": "10.252.0.0/24",
+                    "routes": [{"dst": "10.253.0.0/16", "gw": "10.252.0.1"}],
+                },
+            }
+        )
+    )
     with lab() as lb:
-        conf = compile_one(tmp_path, "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\n"
-                                     "spec: {type: static, networkID: br}\n", static)
+        conf = compile_one(
+            tmp_path,
+            "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\nspec: {type: static, networkID: br}\n",
+            static,
+        )
         assert conf["name"] == "mgmt" and conf["cniVersion"] == "0.4.0"
         _, addrs = attach_check_detach(lb, conf, "mgmt0")
         assert addrs == ["10.252.0.2/24"]
@@ -89,7 +108,9 @@ def test_ipvlan_reaches_the_kernel(tmp_path: Path) -> None:
     """This kernel has no ipvlan: the compiled config must be accepted by the plugin, and the error the user
     gets must be the kernel's, naming ipvlan, with the network and plugin in front."""
     with lab() as lb:
-        conf = compile_one(tmp_path, f"""
+        conf = compile_one(
+            tmp_path,
+            f"""
 apiVersion: netcomp.io/v1
 kind: Network
 metadata: {{name: signal}}
@@ -98,7 +119,8 @@ spec:
   hostDevice: {lb.master}
   mode: l3
   ipam: {{type: host-local, dataDir: {tmp_path}/ipam, subnet: 10.254.0.0/24}}
-""")
+""",
+        )
         ctr = lb.container()
         runner = Runner([PLUGIN_DIR], exec_=lb.exec_in_host, timeout=30)
         rt = RuntimeConf(container_id="ipv", netns=f"/var/run/netns/{ctr}", ifname="sig0")

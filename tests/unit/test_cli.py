@@ -151,6 +151,12 @@ def test_schema_command() -> None:
 
 
 def test_examples_validate_without_errors(plugin_dir: Path) -> None:
-    code, _, err = run("validate", str(EXAMPLES / "networks.d"), "--static-dir", str(EXAMPLES / "static.d"),
-                       "--plugin-dir", str(plugin_dir))
+    code, _, err = run(
+        "validate",
+        str(EXAMPLES / "networks.d"),
+        "--static-dir",
+        str(EXAMPLES / "static.d"),
+        "--plugin-dir",
+        str(plugin_dir),
+    )
     assert code == 0, err

@@ -65,8 +65,9 @@ def test_static_file_edit_is_picked_up(tmp_path: Path, plugin_dir: Path) -> None
     conf = static / "s.conf"
     conf.write_text('{"cniVersion": "0.4.0", "type": "bridge", "bridge": "b1"}')
     intent = tmp_path / "i.yaml"
-    intent.write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: s}\n"
-                      "spec: {type: static, networkID: s}\n")
+    intent.write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: s}\nspec: {type: static, networkID: s}\n"
+    )
     comp = Compiler(Settings(pluginDirs=[str(plugin_dir)], staticDirs=[str(static)]))
     assert b'"b1"' in comp.compile([intent]).artifacts["s.conflist"].data
     assert comp.static_paths == {str(conf)}

@@ -32,8 +32,9 @@ def _diagnose(path: Path, plugin_dir: Path) -> list[str]:
         assert d.location is not None, d
         where = f"{d.location.line}:{d.location.column}" if d.location.file == str(path) else d.location.file
         text = f"{where}: {d.severity}: {d.message}"
-        out.append(text.replace(str(STATIC), "<static>").replace(str(CORPUS), "<corpus>")
-                   .replace(str(plugin_dir), "<plugins>"))
+        out.append(
+            text.replace(str(STATIC), "<static>").replace(str(CORPUS), "<corpus>").replace(str(plugin_dir), "<plugins>")
+        )
     return out
 
 
@@ -49,5 +50,6 @@ def test_malformed(path: Path, plugin_dir: Path) -> None:
         return
     assert expected, f"{path.name} has no '# expect:' lines"
     assert got == expected
-    assert any(": error: " in g for g in got) or path.stem.startswith(("danm-ignored", "nad-resource",
-                                                                       "static-missing-plugin"))
+    assert any(": error: " in g for g in got) or path.stem.startswith(
+        ("danm-ignored", "nad-resource", "static-missing-plugin")
+    )

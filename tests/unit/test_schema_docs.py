@@ -37,8 +37,14 @@ def _doc_blocks() -> list[str]:
 
 def test_docs_have_an_example_per_backend_and_format() -> None:
     blocks = "\n".join(_doc_blocks())
-    for needle in ("type: macvlan", "type: ipvlan", "type: sriov", "type: static", "kind: DanmNet",
-                   "kind: NetworkAttachmentDefinition"):
+    for needle in (
+        "type: macvlan",
+        "type: ipvlan",
+        "type: sriov",
+        "type: static",
+        "kind: DanmNet",
+        "kind: NetworkAttachmentDefinition",
+    ):
         assert needle in blocks, needle
 
 

@@ -91,9 +91,17 @@ def test_arbitrary_yaml_structures_raise_only_intent_error(data: object) -> None
     _only_intent_errors(yaml.safe_dump({"apiVersion": "netcomp.io/v1", "kind": "Network", "spec": data}).encode())
     _only_intent_errors(yaml.safe_dump(data).encode())
     for kind in ("DanmNet", "TenantNetwork"):
-        doc = {"apiVersion": "danm.k8s.io/v1", "kind": kind, "metadata": {"name": "x"},
-               "spec": {"NetworkID": "n", "Options": data}}
+        doc = {
+            "apiVersion": "danm.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": "x"},
+            "spec": {"NetworkID": "n", "Options": data},
+        }
         _only_intent_errors(yaml.safe_dump(doc).encode())
-    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", "metadata": {"name": "x"},
-           "spec": {"config": data}}
+    nad = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "x"},
+        "spec": {"config": data},
+    }
     _only_intent_errors(yaml.safe_dump(nad).encode())
