@@ -4,7 +4,7 @@ answer to "is this plugin installed"."""
 
 from __future__ import annotations
 
-import json
+import orjson
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -57,8 +57,8 @@ def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Arti
     text = templates.render(backend.template, backend.context(intent, inp))
     where = f"template {backend.template}"
     try:
-        conf = json.loads(text)
-    except json.JSONDecodeError as e:
+        conf = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
         raise IntentError(
             [
                 intent.diagnostic(

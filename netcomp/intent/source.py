@@ -18,7 +18,41 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+try:
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _Parser = None
+
+
+class _MemoResolver(yaml.resolver.Resolver):
+    """PyYAML's resolver tries a list of regexes per plain scalar, in Python, even under libyaml's parser. Intent
+    files repeat the same keys and values thousands of times, so remember the answers."""
+
+    _memo: dict[tuple[str, bool], str] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is ScalarNode and implicit[0]:
+            key = (value, implicit[1])
+            tag = self._memo.get(key)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(self._memo) < 100_000:
+                    self._memo[key] = tag
+            return tag
+        return super().resolve(kind, value, implicit)
+
+
+if _Parser is not None:
+
+    class _CLoader(_Parser, SafeConstructor, _MemoResolver):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: str) -> None:
+            _Parser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            _MemoResolver.__init__(self)
+
+    _Loader: Any = _CLoader
+else:  # pragma: no cover - PyYAML built without libyaml
+    _Loader = yaml.SafeLoader
 _constructor = SafeConstructor()
 _SCALAR_TAGS = {
     "tag:yaml.org,2002:null",
