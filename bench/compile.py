@@ -37,27 +37,39 @@ def intent(i: int) -> str:
     a, b = divmod(i, 256)
     kind = i % 6
     if kind == 0:
-        return (f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: mv-{i}\nspec:\n  type: macvlan\n"
-                f"  hostDevice: eth{i // 4000}\n  vlan: {i % 4000 + 1}\n  mtu: 9000\n  interfacePrefix: mv\n"
-                f"  ipam:\n    type: host-local\n    subnet: 10.{a % 256}.{b}.0/24\n"
-                f"    rangeStart: 10.{a % 256}.{b}.10\n    routes:\n      - dst: 192.168.0.0/16\n")
+        return (
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: mv-{i}\nspec:\n  type: macvlan\n"
+            f"  hostDevice: eth{i // 4000}\n  vlan: {i % 4000 + 1}\n  mtu: 9000\n  interfacePrefix: mv\n"
+            f"  ipam:\n    type: host-local\n    subnet: 10.{a % 256}.{b}.0/24\n"
+            f"    rangeStart: 10.{a % 256}.{b}.10\n    routes:\n      - dst: 192.168.0.0/16\n"
+        )
     if kind == 1:
-        return (f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: ipv-{i}\nspec:\n  type: ipvlan\n"
-                f"  hostDevice: ens{i}\n  mode: l3\n  ipam:\n    type: host-local\n    ranges:\n"
-                f"      - subnet: 172.16.{b}.0/24\n      - subnet: fd00:{i:x}::/64\n"
-                f"    routes:\n      - dst: 0.0.0.0/0\n      - dst: ::/0\n")
+        return (
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: ipv-{i}\nspec:\n  type: ipvlan\n"
+            f"  hostDevice: ens{i}\n  mode: l3\n  ipam:\n    type: host-local\n    ranges:\n"
+            f"      - subnet: 172.16.{b}.0/24\n      - subnet: fd00:{i:x}::/64\n"
+            f"    routes:\n      - dst: 0.0.0.0/0\n      - dst: ::/0\n"
+        )
     if kind == 2:
-        return (f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: vf-{i}\nspec:\n  type: sriov\n"
-                f"  resourceName: intel.com/pool{i % 8}\n  vlan: {i % 4000}\n  spoofchk: true\n")
+        return (
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: vf-{i}\nspec:\n  type: sriov\n"
+            f"  resourceName: intel.com/pool{i % 8}\n  vlan: {i % 4000}\n  spoofchk: true\n"
+        )
     if kind == 3:
-        return (f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: st-{i}\nspec:\n  type: static\n"
-                f"  networkID: shared{i % 10}\n")
+        return (
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: st-{i}\nspec:\n  type: static\n"
+            f"  networkID: shared{i % 10}\n"
+        )
     if kind == 4:
-        return (f"apiVersion: danm.k8s.io/v1\nkind: DanmNet\nmetadata:\n  name: dn-{i}\n  namespace: x\nspec:\n"
-                f"  NetworkID: n{i}\n  NetworkType: macvlan\n  Options:\n    host_device: dn{i}\n"
-                f"    cidr: 10.200.{b}.0/24\n    container_prefix: dn\n")
-    return (f"apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: nad-{i}\n"
-            f"spec:\n  config: '{{\"cniVersion\": \"0.4.0\", \"type\": \"bridge\", \"bridge\": \"br{i % 100}\"}}'\n")
+        return (
+            f"apiVersion: danm.k8s.io/v1\nkind: DanmNet\nmetadata:\n  name: dn-{i}\n  namespace: x\nspec:\n"
+            f"  NetworkID: n{i}\n  NetworkType: macvlan\n  Options:\n    host_device: dn{i}\n"
+            f"    cidr: 10.200.{b}.0/24\n    container_prefix: dn\n"
+        )
+    return (
+        f"apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: nad-{i}\n"
+        f'spec:\n  config: \'{{"cniVersion": "0.4.0", "type": "bridge", "bridge": "br{i % 100}"}}\'\n'
+    )
 
 
 def setup(base: Path, n: int) -> tuple[Path, Path, Path]:
@@ -91,8 +103,7 @@ def floor(out: Path, n: int, size: int) -> float:
 
 def cli(intents: Path, static: Path, plugins: Path, out: Path) -> float:
     exe = str(Path(sys.executable).parent / "netcomp")
-    argv = [exe, "compile", str(intents), "--out", str(out), "--static-dir", str(static), "--plugin-dir",
-            str(plugins)]
+    argv = [exe, "compile", str(intents), "--out", str(out), "--static-dir", str(static), "--plugin-dir", str(plugins)]
     t = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t

@@ -4,9 +4,10 @@ answer to "is this plugin installed"."""
 
 from __future__ import annotations
 
-import orjson
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import orjson
 
 from netcomp import backends
 from netcomp.backends import RenderInput

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import orjson
-from typing import Any
 
 # Versions a conflist may declare. Debian's plugins (1.1.1) speak up to 1.0.0 and refuse 1.1.0.
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
