@@ -8,6 +8,7 @@ absurd nesting, and documents that are not mappings.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 
 try:
-    from yaml.cyaml import CParser as _Parser
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _Parser: Any = importlib.import_module("yaml.cyaml").CParser
+except (ImportError, AttributeError):  # pragma: no cover - PyYAML built without libyaml
     _Parser = None
 
 
@@ -35,16 +36,16 @@ class _MemoResolver(yaml.resolver.Resolver):
             key = (value, implicit[1])
             tag = self._memo.get(key)
             if tag is None:
-                tag = super().resolve(kind, value, implicit)
+                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
                 if len(self._memo) < 100_000:
                     self._memo[key] = tag
             return tag
-        return super().resolve(kind, value, implicit)
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
 
 if _Parser is not None:
 
-    class _CLoader(_Parser, SafeConstructor, _MemoResolver):  # type: ignore[misc, valid-type]
+    class _CLoader(_Parser, SafeConstructor, _MemoResolver):  # type: ignore[misc]
         def __init__(self, stream: str) -> None:
             _Parser.__init__(self, stream)
             SafeConstructor.__init__(self)
