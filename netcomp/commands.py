@@ -13,7 +13,8 @@ from netcomp.cli import EX_CHANGED, EX_DATAERR, EX_IOERR, EX_NOINPUT, EX_OK
 from netcomp.config import Settings, load_settings
 from netcomp.errors import HostError, IntentError
 from netcomp.paths import Root
-from netcomp.workspace import Compiler
+from netcomp.plancache import CACHE_NAME, PlanCache, fingerprint
+from netcomp.workspace import Compiler, discover
 
 
 def _settings(args: argparse.Namespace, root: Root) -> Settings:
@@ -37,22 +38,28 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EX_DATAERR
     # Paths named on the command line are the user's, relative to the cwd; configured ones live under root.
     compiler = Compiler(settings, offline=True)
-    files = None
     if args.paths:
         missing = [p for p in args.paths if not Path(p).exists()]
         if missing:
             for p in missing:
                 print(f"netcomp: {p}: no such file or directory", file=err)
             return EX_NOINPUT
-        from netcomp.workspace import discover
-
-        files = discover([Path(p) for p in args.paths])
-    plan = compiler.compile(files)
+    layers = [Path(p) for p in args.paths] if args.paths else compiler.layers()
+    try:
+        files = discover(layers)
+    except IntentError as e:
+        _report(args, e.diagnostics, out, err)
+        return EX_DATAERR
     if args.command == "validate":
+        plan = compiler.compile(files)
         _report(args, plan.diagnostics, out, err, networks=sorted(a.network for a in plan.artifacts.values()))
         return EX_DATAERR if not plan.ok else EX_OK
 
     out_dir = Path(args.out) if args.out else Path(settings.outputDir)
+    # The fingerprint is taken before compiling: an input edited meanwhile makes the next run compile again.
+    cache = PlanCache(out_dir / CACHE_NAME)
+    fp = fingerprint(settings, files, offline=True)
+    plan = cache.load(fp) or compiler.compile(files)
     if not plan.ok:
         _report(args, plan.diagnostics, out, err)
         print("netcomp: nothing written: fix the errors above", file=err)
@@ -65,6 +72,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _report(args, plan.diagnostics, out, err)
         print(f"netcomp: {e}", file=err)
         return EX_IOERR
+    if write:
+        cache.save(fp, plan)
     summary = [{"change": c.kind, "file": str(out_dir / c.filename)} for c in changes]
     if args.output == "json":
         out.write(

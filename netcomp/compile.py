@@ -12,7 +12,7 @@ import orjson
 from netcomp import backends
 from netcomp.backends import RenderInput
 from netcomp.cni import spec as cnispec
-from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.errors import Diagnostic, IntentError
 from netcomp.intent import Intent
 from netcomp.render import Templates
 
@@ -24,7 +24,7 @@ class Artifact:
     network: str
     filename: str
     data: bytes
-    origin: SourceLocation
+    source: str  # the intent's file
     plugins: tuple[str, ...] = ()
 
 
@@ -78,7 +78,7 @@ def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Arti
         intent.name,
         filename_for(intent.name),
         cnispec.dumps(conf),
-        intent.doc.location(intent.source_loc(("metadata", "name"))),
+        intent.doc.source.name,
         tuple(cnispec.plugin_types(conf)),
     )
     return art, warnings

@@ -8,9 +8,10 @@ absurd nesting, and documents that are not mappings.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -25,22 +26,20 @@ except (ImportError, AttributeError):  # pragma: no cover - PyYAML built without
     _Parser = None
 
 
+_RESOLVER = yaml.resolver.Resolver()
+
+
+@functools.lru_cache(maxsize=65536)
+def _resolve(kind: Any, value: Any, implicit: Any) -> Any:
+    return _RESOLVER.resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+
 class _MemoResolver(yaml.resolver.Resolver):
     """PyYAML's resolver tries a list of regexes per plain scalar, in Python, even under libyaml's parser. Intent
-    files repeat the same keys and values thousands of times, so remember the answers."""
+    files repeat the same keys and values thousands of times, so the answers are cached (a C-level lru_cache:
+    libyaml calls this once per scalar). Only scalar resolution depends on the value; paths are not used."""
 
-    _memo: dict[tuple[str, bool], str] = {}
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is ScalarNode and implicit[0]:
-            key = (value, implicit[1])
-            tag = self._memo.get(key)
-            if tag is None:
-                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-                if len(self._memo) < 100_000:
-                    self._memo[key] = tag
-            return tag
-        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+    resolve = staticmethod(_resolve)
 
 
 if _Parser is not None:
@@ -63,6 +62,8 @@ _SCALAR_TAGS = {
     "tag:yaml.org,2002:str",
     "tag:yaml.org,2002:timestamp",
 }
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
 MAX_DEPTH = 64
 MAX_BYTES = 16 * 1024 * 1024
 
@@ -98,13 +99,39 @@ class SourceText:
 
 @dataclass(slots=True)
 class Document:
-    """One YAML document: its data, and where each value and key stands in the source."""
+    """One YAML document: its data, and where each value and key stands in the source.
+
+    Positions are found only when asked for (a diagnostic): the file is parsed again and its nodes indexed.
+    Loading 10,000 good intents then costs nothing for positions, and no node trees are kept in memory."""
 
     data: dict[str, Any]
     source: SourceText
     index: int
-    values: dict[PathKey, Pos] = field(default_factory=dict)
-    keys: dict[PathKey, Pos] = field(default_factory=dict)
+    _values: dict[PathKey, Pos] | None = None
+    _keys: dict[PathKey, Pos] | None = None
+
+    @property
+    def values(self) -> dict[PathKey, Pos]:
+        if self._values is None:
+            self._index()
+        assert self._values is not None
+        return self._values
+
+    @property
+    def keys(self) -> dict[PathKey, Pos]:
+        if self._keys is None:
+            self._index()
+        assert self._keys is not None
+        return self._keys
+
+    def _index(self) -> None:
+        values: dict[PathKey, Pos] = {}
+        keys: dict[PathKey, Pos] = {}
+        for i, node in enumerate(_compose_all(self.source)):
+            if i == self.index and node is not None:
+                _index_node(node, (), values, keys)
+                break
+        self._values, self._keys = values, keys
 
     @property
     def start(self) -> Pos:
@@ -165,64 +192,75 @@ def _pos(node: Node) -> Pos:
     return (m.line + 1, m.column + 1)
 
 
-class _Builder:
-    """Turns one composed node tree into data plus position maps."""
+def _index_node(node: Node, path: PathKey, values: dict[PathKey, Pos], keys: dict[PathKey, Pos]) -> None:
+    """Record the position of every value and key under node (only called for a document that is valid YAML
+    for us, so it has no aliases and no complex keys)."""
+    values[path] = _pos(node)
+    if isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_node(item, (*path, i), values, keys)
+    elif isinstance(node, MappingNode):
+        for knode, vnode in node.value:
+            key = _Builder.scalar(knode)
+            keys[(*path, key)] = _pos(knode)
+            _index_node(vnode, (*path, key), values, keys)
 
-    __slots__ = ("keys", "seen", "values")
+
+class _Builder:
+    """Turns one composed node tree into plain data, rejecting what an intent must not contain."""
+
+    __slots__ = ("seen",)
 
     def __init__(self) -> None:
-        self.values: dict[PathKey, Pos] = {}
-        self.keys: dict[PathKey, Pos] = {}
         self.seen: set[int] = set()
 
-    def build(self, node: Node, path: PathKey) -> Any:
-        if len(path) > MAX_DEPTH:
+    def build(self, node: Node, depth: int) -> Any:
+        if depth > MAX_DEPTH:
             raise _Reject(f"nesting deeper than {MAX_DEPTH} levels", node)
         ident = id(node)
         if ident in self.seen:
             # The composer hands out the same node object for every alias of an anchor.
             raise _Reject("YAML aliases are not allowed in intents (write the value out)", node)
         self.seen.add(ident)
-        self.values[path] = _pos(node)
-        if isinstance(node, ScalarNode):
-            return self._scalar(node)
-        if isinstance(node, SequenceNode):
-            if node.tag != "tag:yaml.org,2002:seq":
-                raise _Reject(f"unsupported YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        if isinstance(node, MappingNode):
-            if node.tag != "tag:yaml.org,2002:map":
-                raise _Reject(f"unsupported YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
+        cls = node.__class__
+        if cls is ScalarNode:
+            return self.scalar(node)  # type: ignore[arg-type]
+        if cls is MappingNode:
+            if node.tag != _MAP:
+                raise _Reject(f"unsupported YAML tag {_short(node.tag)!r}", node)
             out: dict[Any, Any] = {}
             for knode, vnode in node.value:
-                if not isinstance(knode, ScalarNode):
+                if knode.__class__ is not ScalarNode:
                     raise _Reject("mapping keys must be plain scalars", knode)
-                if knode.tag == "tag:yaml.org,2002:merge":
+                if knode.tag == _MERGE:
                     raise _Reject("YAML merge keys ('<<') are not allowed in intents", knode)
-                key = self._scalar(knode)
-                try:
-                    hash(key)
-                except TypeError:  # pragma: no cover - scalars are hashable
-                    raise _Reject("mapping key is not hashable", knode) from None
+                key = self.scalar(knode)
                 if key in out:
-                    first = self.keys[(*path, key)]
-                    raise _Reject(f"duplicate key {key!r} (first defined at line {first[0]})", knode)
-                self.keys[(*path, key)] = _pos(knode)
-                out[key] = self.build(vnode, (*path, key))
+                    first = next(k for k, _ in node.value if k.__class__ is ScalarNode and self.scalar(k) == key)
+                    raise _Reject(f"duplicate key {key!r} (first defined at line {_pos(first)[0]})", knode)
+                out[key] = self.build(vnode, depth + 1)
             return out
+        if cls is SequenceNode:
+            if node.tag != _SEQ:
+                raise _Reject(f"unsupported YAML tag {_short(node.tag)!r}", node)
+            return [self.build(item, depth + 1) for item in node.value]
         raise _Reject("unsupported YAML node", node)  # pragma: no cover
 
     @staticmethod
-    def _scalar(node: ScalarNode) -> Any:
+    def scalar(node: ScalarNode) -> Any:
         tag = node.tag
-        if tag not in _SCALAR_TAGS:
-            raise _Reject(f"unsupported YAML tag {tag.replace('tag:yaml.org,2002:', '!!')!r}", node)
-        if tag == "tag:yaml.org,2002:str":
+        if tag == _STR:
             return node.value
+        if tag not in _SCALAR_TAGS:
+            raise _Reject(f"unsupported YAML tag {_short(tag)!r}", node)
         try:
             return SafeConstructor.yaml_constructors[tag](_constructor, node)
         except (ConstructorError, ValueError, OverflowError) as e:
             raise _Reject(f"invalid {tag.rsplit(':', 1)[-1]} value {node.value!r}: {e}", node) from None
+
+
+def _short(tag: str) -> str:
+    return tag.replace("tag:yaml.org,2002:", "!!")
 
 
 def _tab_indent(text: str) -> Pos | None:
@@ -277,7 +315,7 @@ def load_documents(name: str, raw: bytes) -> list[Document]:
             continue
         builder = _Builder()
         try:
-            data = builder.build(node, ())
+            data = builder.build(node, 0)
         except _Reject as r:
             pos = _first_alias(src.text, index) if r.message.startswith("YAML aliases") else r.pos
             diags.append(src.diagnostic(r.message, pos or r.pos))
@@ -297,7 +335,7 @@ def load_documents(name: str, raw: bytes) -> list[Document]:
                 )
             )
             continue
-        docs.append(Document(data, src, index, builder.values, builder.keys))
+        docs.append(Document(data, src, index))
     if diags:
         raise IntentError(diags)
     return docs

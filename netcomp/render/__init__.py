@@ -16,8 +16,7 @@ from netcomp.errors import Diagnostic, IntentError, SourceLocation
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
-def _dumps(obj: Any, **_: Any) -> str:
-    # tojson's serializer: key order kept, C speed (the compiler re-parses and re-serializes the output anyway).
+def _tojson(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
@@ -34,8 +33,9 @@ class Templates:
             keep_trailing_newline=True,
             auto_reload=False,
         )
-        self.env.policies["json.dumps_function"] = _dumps
-        self.env.policies["json.dumps_kwargs"] = {}
+        # tojson without HTML escaping (this is JSON for CNI, not a web page), key order kept, at C speed; the
+        # compiler parses and re-serializes the output, so layout never matters.
+        self.env.filters["tojson"] = _tojson
         self._cache: dict[str, jinja2.Template] = {}
 
     def get(self, name: str) -> jinja2.Template:

@@ -67,14 +67,14 @@ def test_json_output_lists_every_diagnostic(tree: dict[str, Path]) -> None:
 def test_compile_writes_then_is_idempotent_then_prunes(tree: dict[str, Path]) -> None:
     code, _, err = run(*compile_args(tree))
     assert code == 0 and "2 networks, 2 changed" in err
-    before = {p.name: p.stat().st_mtime_ns for p in tree["out"].iterdir()}
+    before = {p.name: p.stat().st_mtime_ns for p in tree["out"].glob("*.conflist")}
     assert sorted(before) == ["alpha.conflist", "beta.conflist"]
     code, _, err = run(*compile_args(tree))
     assert code == 0 and "2 networks, 0 changed" in err
-    assert {p.name: p.stat().st_mtime_ns for p in tree["out"].iterdir()} == before  # nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in tree["out"].glob("*.conflist")} == before  # nothing rewritten
     (tree["intents"] / "b.yaml").unlink()
     code, _, err = run(*compile_args(tree))
-    assert "removed" in err and sorted(p.name for p in tree["out"].iterdir()) == ["alpha.conflist"]
+    assert "removed" in err and sorted(p.name for p in tree["out"].glob("*.conflist")) == ["alpha.conflist"]
 
 
 def test_foreign_files_are_never_touched(tree: dict[str, Path]) -> None:
@@ -160,3 +160,30 @@ def test_examples_validate_without_errors(plugin_dir: Path) -> None:
         str(plugin_dir),
     )
     assert code == 0, err
+
+
+def test_plan_cache_skips_compiling_unchanged_inputs(tree: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from netcomp.workspace import Compiler
+
+    assert run(*compile_args(tree))[0] == 0
+    assert (tree["out"] / ".netcomp-plan.cache").stat().st_mode & 0o777 == 0o600
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("compiled although nothing changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(Compiler, "compile", boom)
+        code, _, err = run(*compile_args(tree))
+        assert code == 0 and "2 networks, 0 changed" in err
+        # A hand-edited output file is put right even when the plan comes from the cache.
+        (tree["out"] / "alpha.conflist").write_text('{"netcomp": {"generated": true}}')
+        code, _, err = run(*compile_args(tree))
+        assert code == 0 and "updated" in err and '"alpha"' in (tree["out"] / "alpha.conflist").read_text()
+    # Any edit of an input compiles again.
+    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.9.0.0/24"))
+    code, _, err = run(*compile_args(tree))
+    assert code == 0 and "10.9.0.0/24" in (tree["out"] / "alpha.conflist").read_text()
+    # A damaged cache is ignored, not trusted.
+    (tree["out"] / ".netcomp-plan.cache").write_text("{not json")
+    code, _, err = run(*compile_args(tree))
+    assert code == 0 and "2 networks, 0 changed" in err
