@@ -93,11 +93,16 @@ def missing_plugins(
 ) -> list[tuple[Intent, Diagnostic]]:
     """A plugin type absent from the plugin dirs: one diagnostic per type, at its first use. An error for a
     daemon (attach would fail); a warning when compiling offline (the node may have it)."""
+    needed: set[str] = set()
+    for _, art in plan_intents:
+        needed.update(art.plugins)
+    missing = {p for p in needed if not installed(p)}
     users: dict[str, list[Intent]] = {}
-    for intent, art in plan_intents:
-        for p in art.plugins:
-            if not installed(p):
-                users.setdefault(p, []).append(intent)
+    if missing:
+        for intent, art in plan_intents:
+            for p in art.plugins:
+                if p in missing:
+                    users.setdefault(p, []).append(intent)
     out: list[tuple[Intent, Diagnostic]] = []
     for p, its in users.items():
         more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""

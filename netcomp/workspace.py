@@ -57,7 +57,7 @@ class _File:
     key: StatKey
     intents: list[Intent]
     diagnostics: list[Diagnostic]
-    failed: bool  # the file as a whole could not be read or parsed
+    failed: bool  # the file could not be read or parsed, or one of its documents has an error
 
 
 @dataclass(slots=True)
@@ -65,6 +65,7 @@ class _Rendered:
     intent: Intent
     static_key: object
     artifact: Artifact | None
+    static_path: str | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
@@ -107,7 +108,7 @@ class Compiler:
             diags.extend(ds)
             if intent is not None:
                 intents.append(intent)
-        return _File(_stat_key(st), intents, diags, False)
+        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags))
 
     def _static(
         self, intent: Intent, listing: dict[str, list[str]]
@@ -138,7 +139,6 @@ class Compiler:
 
     def _load_static(self, intent: Intent, path: Path) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         name = str(path)
-        self.static_paths.add(name)
         try:
             key = _stat_key(os.stat(path))
         except OSError as e:
@@ -191,6 +191,9 @@ class Compiler:
             return self._compile(files, changed)
         finally:
             if was_enabled:
+                # What a compile keeps (intents, artifacts) lives until the next one: move it out of the GC's
+                # sight, so that later collections do not rescan 10,000 intents' worth of objects.
+                gc.freeze()
                 gc.enable()
 
     def _compile(self, files: Sequence[Path] | None, changed: Iterable[Path] | None) -> Plan:
@@ -213,7 +216,7 @@ class Compiler:
             )
             new_files[name] = entry
             plan.diagnostics.extend(entry.diagnostics)
-            if entry.failed or any(d.is_error for d in entry.diagnostics):
+            if entry.failed:
                 plan.failed_sources.add(name)
             intents.extend(entry.intents)
         self._files = new_files
@@ -227,19 +230,30 @@ class Compiler:
         listing: dict[str, list[str]] = {}
         rendered: dict[int, _Rendered] = {}
         good: list[tuple[Intent, Artifact]] = []
-        self.static_paths = set()
+        # With a hint that touches no static dir, a static intent's file is taken to be as it was.
+        static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
+        statics_unchanged = recheck is not None and not any(
+            c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
+        )
         for intent in intents:
+            prev = self._rendered.get(id(intent))
+            if prev is not None and prev.intent is not intent:
+                prev = None
             static = None
             skey: object = None
+            spath = None
             if isinstance(intent.network.spec, StaticSpec) and intent.inline_config is None:
-                skey, static, problem = self._static(intent, listing)
-                if problem is not None:
-                    plan.diagnostics.append(problem)
-                    failing.add(id(intent))
-                    continue
-            prev = self._rendered.get(id(intent))
-            if prev is None or prev.intent is not intent or prev.static_key != skey:
-                prev = _Rendered(intent, skey, None)
+                if statics_unchanged and prev is not None and prev.artifact is not None:
+                    skey, spath = prev.static_key, prev.static_path
+                else:
+                    skey, static, problem = self._static(intent, listing)
+                    if problem is not None:
+                        plan.diagnostics.append(problem)
+                        failing.add(id(intent))
+                        continue
+                    spath = static.path if static is not None else None
+            if prev is None or prev.static_key != skey:
+                prev = _Rendered(intent, skey, None, spath)
                 try:
                     prev.artifact, prev.diagnostics = render(
                         intent, self.templates, RenderInput(self.settings.cniVersion, static)
@@ -253,6 +267,7 @@ class Compiler:
             else:
                 good.append((intent, prev.artifact))
         self._rendered = rendered
+        self.static_paths = {r.static_path for r in rendered.values() if r.static_path is not None}
 
         listed: set[int] = set()
         for intent, diag in missing_plugins(

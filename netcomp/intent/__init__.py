@@ -27,10 +27,13 @@ class Intent:
     format: str
     fieldmap: Mapping[PathKey, PathKey] = field(default_factory=dict)
     inline_config: Mapping[str, Any] | None = None  # NetworkAttachmentDefinition spec.config, parsed
+    # Facts derived from the network (rules.py), computed once per Intent: an unchanged file keeps its Intent
+    # objects across compiles, so the cross-intent rules cost a dict lookup per intent on a recompile.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    name: str = field(init=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.network.metadata.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.network.metadata.name)
 
     def source_loc(self, loc: Sequence[Any]) -> PathKey:
         loc = tuple(loc)

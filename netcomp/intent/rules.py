@@ -4,6 +4,7 @@ n log n (the daemon reruns them on every edit of a 10,000-intent node)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from netcomp.errors import Diagnostic
@@ -36,75 +37,113 @@ def duplicate_names(intents: Sequence[Intent]) -> list[Finding]:
     return out
 
 
-def _links(intents: Sequence[Intent]) -> Iterator[tuple[Intent, MacvlanSpec | IpvlanSpec]]:
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """What the rules need of a macvlan/ipvlan network."""
+
+    device: str
+    vlan: int | None
+    vni: int | None
+    link: dict[str, Any] | None  # the host link netcomp creates, if any
+    master: str
+    # (version, first, last address as ints, model path of the subnet, text) of ranged IPAM subnets
+    spans: tuple[tuple[int, int, int, tuple[Any, ...], str], ...]
+
+
+def _link_facts(it: Intent) -> _Link | None:
+    if "link" in it.memo:
+        return it.memo["link"]  # type: ignore[no-any-return]
+    from netcomp.backends.common import host_link
+
+    spec = it.network.spec
+    facts = None
+    if isinstance(spec, MacvlanSpec | IpvlanSpec):
+        link = host_link(spec)
+        spans = []
+        if isinstance(spec.ipam, HostLocalIPAM | WhereaboutsIPAM):
+            ipam = spec.ipam
+            for i, r in enumerate(ipam.all_ranges()):
+                loc = ("spec", "ipam", "subnet") if ipam.subnet is not None else ("spec", "ipam", "ranges", i, "subnet")
+                net = r.subnet
+                spans.append((net.version, int(net.network_address), int(net.broadcast_address), loc, str(net)))
+        facts = _Link(
+            spec.hostDevice,
+            spec.vlan,
+            spec.vxlan.vni if spec.vxlan else None,
+            link,
+            str(link["name"]) if link else spec.hostDevice,
+            tuple(spans),
+        )
+    it.memo["link"] = facts
+    return facts
+
+
+def _links(intents: Sequence[Intent]) -> Iterator[tuple[Intent, _Link]]:
     for it in intents:
-        spec = it.network.spec
-        if isinstance(spec, MacvlanSpec | IpvlanSpec):
-            yield it, spec
+        facts = _link_facts(it)
+        if facts is not None:
+            yield it, facts
 
 
 def vlan_vxlan_clashes(intents: Sequence[Intent]) -> list[Finding]:
     """One VLAN id per device, one VNI per node, one owner per host link name; and no network may use a link
     that netcomp creates for another one as its hostDevice."""
-    from netcomp.backends.common import host_link
-
     out: list[Finding] = []
     vlans: dict[tuple[str, int], Intent] = {}
     vnis: dict[int, Intent] = {}
     owners: dict[str, tuple[Intent, dict[str, Any]]] = {}
-    for it, spec in _links(intents):
-        link = host_link(spec)
-        if spec.vlan is not None:
-            other = vlans.setdefault((spec.hostDevice, spec.vlan), it)
+    links = list(_links(intents))
+    for it, f in links:
+        if f.vlan is not None:
+            other = vlans.setdefault((f.device, f.vlan), it)
             if other is not it:
                 out.append(
                     (
                         it,
                         it.diagnostic(
-                            f"VLAN {spec.vlan} on {spec.hostDevice} is already used by network "
-                            f"{other.name!r} ({_where(other, ('spec', 'vlan'))})",
+                            f"VLAN {f.vlan} on {f.device} is already used by network {other.name!r} "
+                            f"({_where(other, ('spec', 'vlan'))})",
                             ("spec", "vlan"),
                         ),
                     )
                 )
                 continue
-        if spec.vxlan is not None:
-            other = vnis.setdefault(spec.vxlan.vni, it)
+        if f.vni is not None:
+            other = vnis.setdefault(f.vni, it)
             if other is not it:
                 out.append(
                     (
                         it,
                         it.diagnostic(
-                            f"VXLAN VNI {spec.vxlan.vni} is already used by network {other.name!r} "
+                            f"VXLAN VNI {f.vni} is already used by network {other.name!r} "
                             f"({_where(other, ('spec', 'vxlan'))})",
                             ("spec", "vxlan"),
                         ),
                     )
                 )
                 continue
-        if link is not None:
-            prev = owners.setdefault(link["name"], (it, link))
+        if f.link is not None:
+            prev = owners.setdefault(f.link["name"], (it, f.link))
             if prev[0] is not it:
                 out.append(
                     (
                         it,
                         it.diagnostic(
-                            f"host link name {link['name']!r} (cut to 15 characters) is also the link of network "
+                            f"host link name {f.link['name']!r} (cut to 15 characters) is also the link of network "
                             f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id",
-                            ("spec", "vlan" if spec.vlan is not None else "vxlan"),
+                            ("spec", "vlan" if f.vlan is not None else "vxlan"),
                         ),
                     )
                 )
-    for it, spec in _links(intents):
-        owner = owners.get(spec.hostDevice)
+    for it, f in links:
+        owner = owners.get(f.device)
         if owner is not None:
             out.append(
                 (
                     it,
                     it.diagnostic(
-                        f"hostDevice {spec.hostDevice!r} is the {owner[1]['kind']} link netcomp "
-                        f"creates for network {owner[0].name!r}; use {owner[1]['link']} with "
-                        f"vlan/vxlan instead",
+                        f"hostDevice {f.device!r} is the {owner[1]['kind']} link netcomp creates for network "
+                        f"{owner[0].name!r}; use {owner[1]['link']} with vlan/vxlan instead",
                         ("spec", "hostDevice"),
                     ),
                 )
@@ -115,37 +154,20 @@ def vlan_vxlan_clashes(intents: Sequence[Intent]) -> list[Finding]:
 def overlapping_subnets(intents: Sequence[Intent]) -> list[Finding]:
     """Subnets of different networks on one master (device, or device+VLAN/VXLAN) must not overlap: host-local
     would hand out the same address twice on one L2 segment."""
-    from netcomp.backends.common import master
-
-    spans: list[tuple[str, int, int, int, Intent, tuple[Any, ...], str]] = []
-    for it, spec in _links(intents):
-        ipam = spec.ipam
-        if not isinstance(ipam, HostLocalIPAM | WhereaboutsIPAM):
-            continue
-        m = master(spec)
-        for i, r in enumerate(ipam.all_ranges()):
-            loc = ("spec", "ipam", "subnet") if ipam.subnet is not None else ("spec", "ipam", "ranges", i, "subnet")
-            net = r.subnet
-            spans.append((m, net.version, int(net.network_address), int(net.broadcast_address), it, loc, str(net)))
-    spans.sort(key=lambda s: (s[0], s[1], s[2], s[3]))
+    spans = [(f.master, *span, it) for it, f in _links(intents) for span in f.spans]
+    spans.sort(key=lambda s: s[:4])
     out: list[Finding] = []
-    prev: tuple[str, int, int, int, Intent, tuple[Any, ...], str] | None = None
+    prev: tuple[Any, ...] | None = None
     for s in spans:
-        if prev is not None and prev[0] == s[0] and prev[1] == s[1] and s[2] <= prev[3]:
-            if prev[4] is not s[4]:
-                out.append(
-                    (
-                        s[4],
-                        s[4].diagnostic(
-                            f"subnet {s[6]} overlaps {prev[6]} of network {prev[4].name!r} on "
-                            f"{s[0]} ({_where(prev[4], prev[5])})",
-                            s[5],
-                        ),
-                    )
-                )
+        m, version, first, last, loc, text, it = s
+        if prev is not None and prev[0] == m and prev[1] == version and first <= prev[3]:
+            other = prev[6]
+            if other is not it:
+                msg = f"subnet {text} overlaps {prev[5]} of network {other.name!r} on {m} ({_where(other, prev[4])})"
             else:
-                out.append((s[4], s[4].diagnostic(f"subnet {s[6]} overlaps {prev[6]} of the same network", s[5])))
-        if prev is None or prev[0] != s[0] or prev[1] != s[1] or s[3] > prev[3]:
+                msg = f"subnet {text} overlaps {prev[5]} of the same network"
+            out.append((it, it.diagnostic(msg, loc)))
+        if prev is None or prev[0] != m or prev[1] != version or last > prev[3]:
             prev = s
     return out
 
