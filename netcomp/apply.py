@@ -9,14 +9,14 @@ import difflib
 import json
 import os
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from netcomp.compile import SUFFIX, Plan
+from netcomp.compile import SUFFIX, Artifact, Plan
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, fsync_dir, remove_stale_tmp
+from netcomp.fsutil import atomic_write, fsync_dir, publish, remove_stale_tmp, write_tmp
 
 ChangeKind = Literal["add", "change", "remove"]
 PARALLEL_MIN = 16  # more writes than this go to a thread pool
@@ -98,27 +98,46 @@ class Output:
         except OSError:
             return False
 
-    def _write(self, ch: Change) -> None:
+    def _write(self, ch: Change, staged: Stager | None = None) -> None:
         assert ch.new is not None
-        atomic_write(self.directory / ch.filename, ch.new, sync_dir=False)
+        path = self.directory / ch.filename
+        tmp = staged.take(ch.filename, ch.new) if staged is not None else None
+        if tmp is not None:
+            publish(tmp, path)
+        else:
+            atomic_write(path, ch.new, sync_dir=False)
 
-    def apply(self, plan: Plan, *, keep: Collection[str] = ()) -> list[Change]:
-        changes = self.changes(plan, keep=keep)
+    def stager(self) -> Stager:
+        """Start writing artifacts to temp files while the compiler is still working (see Stager)."""
+        return Stager(self)
+
+    def apply(self, plan: Plan, *, keep: Collection[str] = (), staged: Stager | None = None) -> list[Change]:
+        try:
+            changes = self.changes(plan, keep=keep)
+        except BaseException:
+            if staged is not None:
+                staged.discard()
+            raise
         if not changes:
+            if staged is not None:
+                staged.discard()
             return changes
+        if staged is not None:
+            staged.wait()
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
-            remove_stale_tmp(self.directory)
+            if staged is None:
+                remove_stale_tmp(self.directory)  # a Stager did this before it began
             owned = self.owned()
             writes = [ch for ch in changes if ch.new is not None]
             if len(writes) > PARALLEL_MIN:
                 # fsync waits on the disk with the GIL released; concurrent fsyncs share journal commits, so a
                 # large plan is written ~2.5x faster. Each file is still written atomically on its own.
                 with ThreadPoolExecutor(WRITERS) as pool:
-                    list(pool.map(lambda ch: self._write(ch), writes))
+                    list(pool.map(lambda ch: self._write(ch, staged), writes))
             else:
                 for ch in writes:
-                    self._write(ch)
+                    self._write(ch, staged)
             for ch in changes:
                 if ch.new is not None:
                     owned[ch.filename] = ch.new
@@ -130,7 +149,57 @@ class Output:
         except OSError as e:
             self._owned = None  # we no longer know what is on disk: re-read next time
             raise HostError(f"cannot write {e.filename or self.directory}: {e.strerror}") from None
+        finally:
+            if staged is not None:
+                staged.discard()
         return changes
+
+
+class Stager:
+    """Writes artifacts that differ from the output dir into their temp files (fsync'd, not yet visible) in
+    background threads while the compiler goes on: the disk works while the CPU compiles. apply() then only
+    renames them into place; discard() removes whatever was not published (an error anywhere in the plan
+    means nothing is published at all)."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+        self.owned = output.owned()
+        self.pool: ThreadPoolExecutor | None = None
+        self.staged: dict[str, tuple[bytes, Future[Path]]] = {}
+        self.failed = False
+
+    def offer(self, art: Artifact) -> None:
+        if self.failed or self.owned.get(art.filename) == art.data or art.filename in self.staged:
+            return
+        if self.pool is None:
+            try:
+                self.output.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+                remove_stale_tmp(self.output.directory)
+            except OSError:
+                self.failed = True  # apply() will report it
+                return
+            self.pool = ThreadPoolExecutor(WRITERS)
+        path = self.output.directory / art.filename
+        self.staged[art.filename] = (art.data, self.pool.submit(write_tmp, path, art.data))
+
+    def wait(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def take(self, filename: str, data: bytes) -> Path | None:
+        """The staged temp file holding exactly data, now owned by the caller; None to write it afresh."""
+        entry = self.staged.pop(filename, None)
+        if entry is None or entry[0] != data or entry[1].exception() is not None:
+            return None
+        return entry[1].result()
+
+    def discard(self) -> None:
+        self.wait()
+        for _, fut in self.staged.values():
+            if fut.exception() is None:
+                with contextlib.suppress(FileNotFoundError):
+                    fut.result().unlink()
+        self.staged.clear()
 
 
 def unified_diff(changes: list[Change], directory: Path) -> str:

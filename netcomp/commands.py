@@ -59,15 +59,26 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The fingerprint is taken before compiling: an input edited meanwhile makes the next run compile again.
     cache = PlanCache(out_dir / CACHE_NAME)
     fp = fingerprint(settings, files, offline=True)
-    plan = cache.load(fp) or compiler.compile(files)
+    output = Output(out_dir)
+    write = not (args.diff or args.check or args.dry_run)
+    cached = cache.load(fp)
+    staged = None
+    if cached is not None:
+        plan = cached
+    else:
+        try:
+            staged = output.stager() if write else None
+        except HostError:
+            staged = None  # apply() reports the problem
+        plan = compiler.compile(files, on_artifact=staged.offer if staged is not None else None)
     if not plan.ok:
+        if staged is not None:
+            staged.discard()
         _report(args, plan.diagnostics, out, err)
         print("netcomp: nothing written: fix the errors above", file=err)
         return EX_DATAERR
-    output = Output(out_dir)
     try:
-        write = not (args.diff or args.check or args.dry_run)
-        changes = output.apply(plan) if write else output.changes(plan)
+        changes = output.apply(plan, staged=staged) if write else output.changes(plan)
     except HostError as e:
         _report(args, plan.diagnostics, out, err)
         print(f"netcomp: {e}", file=err)

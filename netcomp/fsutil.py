@@ -27,13 +27,12 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> None:
-    """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
-
-    Batch writers pass sync_dir=False and call fsync_dir once at the end."""
+def write_tmp(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    """The first half of an atomic write: data in path's temp file, on disk (fsync). Nothing is visible under
+    path until publish(). On failure the temp file is removed."""
     tmp = _tmp_for(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
             view = memoryview(data)
             while view:
@@ -43,11 +42,28 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool =
             os.fsync(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def publish(tmp: Path, path: Path) -> None:
+    """The second half: the temp file replaces path in one step (readers see old or new, never a mix)."""
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> None:
+    """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
+
+    Batch writers pass sync_dir=False and call fsync_dir once at the end."""
+    publish(write_tmp(path, data, mode=mode), path)
     if sync_dir:
         fsync_dir(path.parent)
 

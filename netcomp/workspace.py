@@ -180,15 +180,22 @@ class Compiler:
 
     # ------------------------------------------------------------------------------------------ compile
 
-    def compile(self, files: Sequence[Path] | None = None, *, changed: Iterable[Path] | None = None) -> Plan:
+    def compile(
+        self,
+        files: Sequence[Path] | None = None,
+        *,
+        changed: Iterable[Path] | None = None,
+        on_artifact: Callable[[Artifact], None] | None = None,
+    ) -> Plan:
         """Compile `files` (default: discovered from the configured intent dirs). With `changed`, only those
-        files are looked at again; the others are taken from the last run as they were."""
+        files are looked at again; the others are taken from the last run as they were. `on_artifact` sees each
+        artifact as soon as it is rendered (an Output's Stager starts writing it), before the plan is complete."""
         # Compiling builds many objects and no garbage cycles; the cyclic GC would rescan the growing heap
         # again and again (about 10% of a cold compile). Pause it for the duration.
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._compile(files, changed)
+            return self._compile(files, changed, on_artifact)
         finally:
             if was_enabled:
                 # What a compile keeps (intents, artifacts) lives until the next one: move it out of the GC's
@@ -196,7 +203,12 @@ class Compiler:
                 gc.freeze()
                 gc.enable()
 
-    def _compile(self, files: Sequence[Path] | None, changed: Iterable[Path] | None) -> Plan:
+    def _compile(
+        self,
+        files: Sequence[Path] | None,
+        changed: Iterable[Path] | None,
+        on_artifact: Callable[[Artifact], None] | None,
+    ) -> Plan:
         plan = Plan()
         try:
             files = list(files) if files is not None else discover(self.layers())
@@ -266,6 +278,8 @@ class Compiler:
                 failing.add(id(intent))
             else:
                 good.append((intent, prev.artifact))
+                if on_artifact is not None and id(intent) not in failing:
+                    on_artifact(prev.artifact)
         self._rendered = rendered
         self.static_paths = {r.static_path for r in rendered.values() if r.static_path is not None}
 

@@ -96,9 +96,10 @@ def test_error_writes_nothing_and_keeps_old_output(tree: dict[str, Path]) -> Non
     run(*compile_args(tree))
     snapshot = {p.name: p.read_bytes() for p in tree["out"].iterdir()}
     (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/33"))
+    (tree["intents"] / "c.yaml").write_text(GOOD.format(name="gamma", subnet="10.3.0.0/24"))  # would be staged
     code, _, err = run(*compile_args(tree))
     assert code == 65 and "nothing written" in err
-    assert {p.name: p.read_bytes() for p in tree["out"].iterdir()} == snapshot
+    assert {p.name: p.read_bytes() for p in tree["out"].iterdir()} == snapshot  # no temp file left either
 
 
 def test_diff_check_and_dry_run_write_nothing(tree: dict[str, Path]) -> None:

@@ -73,3 +73,30 @@ def test_static_file_edit_is_picked_up(tmp_path: Path, plugin_dir: Path) -> None
     assert comp.static_paths == {str(conf)}
     conf.write_text('{"cniVersion": "0.4.0", "type": "bridge", "bridge": "b2-longer"}')
     assert b'"b2-longer"' in comp.compile([intent]).artifacts["s.conflist"].data
+
+
+def test_staged_temp_files_are_published_only_when_they_match(tmp_path: Path, plugin_dir: Path) -> None:
+    """The Stager writes artifacts to temp files while compiling; apply() renames those that still match the
+    plan and writes the rest afresh; nothing else is left behind."""
+    from netcomp.compile import Artifact, Plan
+
+    files = [_write(tmp_path, i) for i in range(40)]
+    out = Output(tmp_path / "out")
+    staged = out.stager()
+    plan = Compiler(Settings(pluginDirs=[str(plugin_dir)], staticDirs=[])).compile(files, on_artifact=staged.offer)
+    assert len(staged.staged) == 40
+    # One artifact changed after it was staged: the stale temp must not be published.
+    a = plan.artifacts["n3.conflist"]
+    plan.artifacts["n3.conflist"] = Artifact(a.network, a.filename, a.data.replace(b"eth1", b"eth9"), a.source)
+    out.apply(plan, staged=staged)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == sorted(f"n{i}.conflist" for i in range(40))
+    assert b"eth9" in (tmp_path / "out" / "n3.conflist").read_bytes()
+    assert Output(tmp_path / "out").changes(plan) == []
+    empty = Output(tmp_path / "out2")
+    staged = empty.stager()
+    for art in list(plan.artifacts.values())[:20]:
+        staged.offer(art)
+    staged.discard()
+    assert list((tmp_path / "out2").iterdir()) == []
+    assert Plan().ok
