@@ -79,6 +79,7 @@ class Compiler:
         tdir = Path(settings.templateDir)
         self.templates = templates or Templates(tdir if tdir.is_dir() else None)
         self._files: dict[str, _File] = {}
+        self._names: list[str] = []
         self._rendered: dict[int, _Rendered] = {}
         self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
         self.static_paths: set[str] = set()  # static files the current intents use (for a watcher)
@@ -216,54 +217,72 @@ class Compiler:
             plan.diagnostics.extend(e.diagnostics)
             return plan
         recheck = None if changed is None else {str(p) for p in changed}
-        new_files: dict[str, _File] = {}
-        intents: list[Intent] = []
-        for path in files:
-            name = str(path)
-            known = self._files.get(name)
-            entry = (
-                known
-                if (known is not None and recheck is not None and name not in recheck)
-                else (self._read(path, known))
-            )
-            new_files[name] = entry
-            plan.diagnostics.extend(entry.diagnostics)
-            if entry.failed:
-                plan.failed_sources.add(name)
-            intents.extend(entry.intents)
-        self._files = new_files
 
+        # 1. Files: read what changed (all of them without a hint; stat decides).
+        names = [str(p) for p in files]
+        old_files = self._files
+        patch = recheck is not None and names == self._names  # the same files, some of them edited
+        if patch:
+            assert recheck is not None
+            new_files = dict(old_files)
+            for path in files:
+                name = str(path)
+                if name in recheck:
+                    new_files[name] = self._read(path, old_files.get(name))
+        else:
+            new_files = {name: self._read(path, old_files.get(name)) for name, path in zip(names, files, strict=True)}
+        self._files, self._names = new_files, names
+        entries = list(new_files.values())
+        intents = [it for e in entries for it in e.intents]
+        plan.diagnostics = [d for e in entries if e.diagnostics for d in e.diagnostics]
+        plan.failed_sources = {n for n, e in new_files.items() if e.failed}
+
+        # 2. Rules across intents.
         failing: set[int] = set()  # id() of intents with an error of their own
         for intent, diag in rules.check(intents):
             plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
 
-        listing: dict[str, list[str]] = {}
-        rendered: dict[int, _Rendered] = {}
-        good: list[tuple[Intent, Artifact]] = []
-        # With a hint that touches no static dir, a static intent's file is taken to be as it was.
+        # 3. Render what is new; reuse the rest. With a hint that touches no static dir, a static intent's file
+        # is taken to be as it was.
         static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
         statics_unchanged = recheck is not None and not any(
             c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
         )
-        for intent in intents:
-            prev = self._rendered.get(id(intent))
+        old = self._rendered
+        listing: dict[str, list[str]] = {}
+        todo: list[Intent] = intents
+        if patch and statics_unchanged:
+            # Only the edited files' intents can need rendering; everything else is carried over as it was.
+            assert recheck is not None
+            rendered = dict(old)
+            todo = []
+            for name in recheck:
+                before, after = old_files.get(name), new_files.get(name)
+                for it in before.intents if before is not None else ():
+                    rendered.pop(id(it), None)
+                todo.extend(after.intents if after is not None else ())
+        else:
+            rendered = {}
+        for intent in todo:
+            key = id(intent)
+            prev = old.get(key)
             if prev is not None and prev.intent is not intent:
                 prev = None
+            is_static = intent.network.spec.type == "static" and intent.inline_config is None
+            if prev is not None and (not is_static or (statics_unchanged and prev.artifact is not None)):
+                rendered[key] = prev  # unchanged intent, unchanged inputs
+                continue
             static = None
             skey: object = None
             spath = None
-            if isinstance(intent.network.spec, StaticSpec) and intent.inline_config is None:
-                if statics_unchanged and prev is not None and prev.artifact is not None:
-                    skey, spath = prev.static_key, prev.static_path
-                else:
-                    skey, static, problem = self._static(intent, listing)
-                    if problem is not None:
-                        plan.diagnostics.append(problem)
-                        failing.add(id(intent))
-                        continue
-                    spath = static.path if static is not None else None
+            if is_static:
+                skey, static, problem = self._static(intent, listing)
+                if problem is not None:
+                    rendered[key] = _Rendered(intent, None, None, None, [problem])
+                    continue
+                spath = static.path if static is not None else None
             if prev is None or prev.static_key != skey:
                 prev = _Rendered(intent, skey, None, spath)
                 try:
@@ -272,17 +291,16 @@ class Compiler:
                     )
                 except IntentError as e:
                     prev.diagnostics = e.diagnostics
-            rendered[id(intent)] = prev
-            plan.diagnostics.extend(prev.diagnostics)
-            if prev.artifact is None:
-                failing.add(id(intent))
-            else:
-                good.append((intent, prev.artifact))
-                if on_artifact is not None and id(intent) not in failing:
-                    on_artifact(prev.artifact)
+                if on_artifact is not None and prev.artifact is not None and key not in failing:
+                    on_artifact(prev.artifact)  # the disk can start on it now
+            rendered[key] = prev
         self._rendered = rendered
         self.static_paths = {r.static_path for r in rendered.values() if r.static_path is not None}
+        plan.diagnostics.extend(d for r in rendered.values() if r.diagnostics for d in r.diagnostics)
+        failing.update(k for k, r in rendered.items() if r.artifact is None)
+        good = [(r.intent, r.artifact) for k, r in rendered.items() if r.artifact is not None]
 
+        # 4. Plugins present?
         listed: set[int] = set()
         for intent, diag in missing_plugins(
             good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline
@@ -292,14 +310,15 @@ class Compiler:
                 plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
-        for intent in intents:
-            if id(intent) in failing:
-                plan.failed_networks.add(intent.name)
-        # A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its last good
-        # output rather than guess which definition was meant.
-        for intent, art in good:
-            if id(intent) not in failing and intent.name not in plan.failed_networks:
-                plan.artifacts[art.filename] = art
+
+        # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
+        # last good output rather than guess which definition was meant.
+        plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()
+        bad = plan.failed_networks
+        if failing:
+            plan.artifacts = {a.filename: a for it, a in good if it.name not in bad and id(it) not in failing}
+        else:
+            plan.artifacts = {a.filename: a for _, a in good}
         return plan
 
     def _plugin_lookup(self) -> Callable[[str], bool]:

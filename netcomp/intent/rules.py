@@ -3,7 +3,7 @@ n log n (the daemon reruns them on every edit of a 10,000-intent node)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,21 +78,25 @@ def _link_facts(it: Intent) -> _Link | None:
     return facts
 
 
-def _links(intents: Sequence[Intent]) -> Iterator[tuple[Intent, _Link]]:
+def _links(intents: Sequence[Intent]) -> list[tuple[Intent, _Link]]:
+    out = []
     for it in intents:
-        facts = _link_facts(it)
+        facts = it.memo["link"] if "link" in it.memo else _link_facts(it)
         if facts is not None:
-            yield it, facts
+            out.append((it, facts))
+    return out
 
 
-def vlan_vxlan_clashes(intents: Sequence[Intent]) -> list[Finding]:
+LinkRule = Callable[[Sequence[tuple[Intent, _Link]]], list[Finding]]
+
+
+def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
     """One VLAN id per device, one VNI per node, one owner per host link name; and no network may use a link
     that netcomp creates for another one as its hostDevice."""
     out: list[Finding] = []
     vlans: dict[tuple[str, int], Intent] = {}
     vnis: dict[int, Intent] = {}
     owners: dict[str, tuple[Intent, dict[str, Any]]] = {}
-    links = list(_links(intents))
     for it, f in links:
         if f.vlan is not None:
             other = vlans.setdefault((f.device, f.vlan), it)
@@ -151,10 +155,10 @@ def vlan_vxlan_clashes(intents: Sequence[Intent]) -> list[Finding]:
     return out
 
 
-def overlapping_subnets(intents: Sequence[Intent]) -> list[Finding]:
+def overlapping_subnets(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
     """Subnets of different networks on one master (device, or device+VLAN/VXLAN) must not overlap: host-local
     would hand out the same address twice on one L2 segment."""
-    spans = [(f.master, *span, it) for it, f in _links(intents) for span in f.spans]
+    spans = [(f.master, *span, it) for it, f in links if f.spans for span in f.spans]
     spans.sort(key=lambda s: s[:4])
     out: list[Finding] = []
     prev: tuple[Any, ...] | None = None
@@ -172,11 +176,15 @@ def overlapping_subnets(intents: Sequence[Intent]) -> list[Finding]:
     return out
 
 
-RULES: tuple[Rule, ...] = (duplicate_names, vlan_vxlan_clashes, overlapping_subnets)
+RULES: tuple[Rule, ...] = (duplicate_names,)
+LINK_RULES: tuple[LinkRule, ...] = (vlan_vxlan_clashes, overlapping_subnets)
 
 
 def check(intents: Sequence[Intent]) -> list[Finding]:
     out: list[Finding] = []
     for rule in RULES:
         out.extend(rule(intents))
+    links = _links(intents)  # facts computed once, shared by the rules about links
+    for link_rule in LINK_RULES:
+        out.extend(link_rule(links))
     return out
