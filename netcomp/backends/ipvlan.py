@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.backends import Backend, RenderInput, register
-from netcomp.backends.common import host_link, ipam_config, ipam_plugins, master, meta
+from netcomp.backends.common import ipam_config, ipam_plugins, meta
 from netcomp.intent import Intent
+from netcomp.intent.links import host_link, master
 from netcomp.intent.model import IpvlanSpec
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from netcomp.errors import Diagnostic
 from netcomp.intent import Intent
+from netcomp.intent.links import host_link
 from netcomp.intent.model import HostLocalIPAM, IpvlanSpec, MacvlanSpec, WhereaboutsIPAM
 
 Finding = tuple[Intent, Diagnostic]
@@ -53,8 +54,6 @@ class _Link:
 def _link_facts(it: Intent) -> _Link | None:
     if "link" in it.memo:
         return it.memo["link"]  # type: ignore[no-any-return]
-    from netcomp.backends.common import host_link
-
     spec = it.network.spec
     facts = None
     if isinstance(spec, MacvlanSpec | IpvlanSpec):
