@@ -48,4 +48,4 @@ def get(type_: str) -> Backend:
 
 
 def _load() -> None:
-    from netcomp.backends import ipvlan, macvlan, sriov, static  # noqa: F401  (they register themselves)
+    from netcomp.backends import links, sriov, static  # noqa: F401  (they register themselves)

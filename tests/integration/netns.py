@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from netcomp.cni.invoke import ExecResult, real_exec
+from netcomp.cni.invoke import ExecResult, Runner, RuntimeConf, real_exec
 
 PLUGIN_DIR = "/usr/lib/cni"
 
@@ -48,6 +48,12 @@ class Lab:
     def exec_in_host(self, argv: Sequence[str], env: dict[str, str], stdin: bytes, timeout: float) -> ExecResult:
         """An Exec that runs the plugin inside the host netns."""
         return real_exec(["ip", "netns", "exec", self.host, *argv], env, stdin, timeout)
+
+    def attachment(self, ifname: str, container_id: str = "") -> tuple[str, Runner, RuntimeConf]:
+        """A new container netns, a Runner that execs plugins in the host netns, and the runtime args."""
+        ctr = self.container()
+        runner = Runner([PLUGIN_DIR], exec_=self.exec_in_host, timeout=30)
+        return ctr, runner, RuntimeConf(container_id or f"test-{ctr}", f"/var/run/netns/{ctr}", ifname)
 
     def links(self, netns: str) -> list[str]:
         out = ip("-o", "link", "show", netns=netns)

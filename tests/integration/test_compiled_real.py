@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.config import Settings
 from netcomp.errors import DelegateError
 from netcomp.workspace import Compiler
@@ -28,9 +27,7 @@ def compile_one(tmp_path: Path, text: str, static_dir: Path | None = None) -> di
 
 
 def attach_check_detach(lb: Lab, conflist: dict, ifname: str) -> tuple[str, list[str]]:
-    ctr = lb.container()
-    runner = Runner([PLUGIN_DIR], exec_=lb.exec_in_host, timeout=30)
-    rt = RuntimeConf(container_id=f"test-{ctr}", netns=f"/var/run/netns/{ctr}", ifname=ifname)
+    ctr, runner, rt = lb.attachment(ifname)
     result = runner.add(conflist, rt)
     try:
         assert ifname in lb.links(ctr)
@@ -121,9 +118,7 @@ spec:
   ipam: {{type: host-local, dataDir: {tmp_path}/ipam, subnet: 10.254.0.0/24}}
 """,
         )
-        ctr = lb.container()
-        runner = Runner([PLUGIN_DIR], exec_=lb.exec_in_host, timeout=30)
-        rt = RuntimeConf(container_id="ipv", netns=f"/var/run/netns/{ctr}", ifname="sig0")
+        ctr, runner, rt = lb.attachment("sig0", "ipv")
         with pytest.raises(DelegateError) as ei:
             runner.add(conf, rt)
         err = ei.value
