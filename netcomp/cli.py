@@ -88,6 +88,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("schema", help="print the JSON Schema of intents (or of netcomp.yaml)")
     s.add_argument("which", nargs="?", choices=("network", "config"), default="network")
+
+    d = sub.add_parser(
+        "daemon",
+        help="run the host daemon in the foreground",
+        description="Compile the intent dirs, write the compiled networks, and serve CNI delegation "
+        "on the socket. SIGHUP re-reads netcomp.yaml and every intent (a broken edit "
+        "keeps the last good output); SIGTERM drains requests in flight and stops.",
+    )
+    _common(d)
+    d.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+    st = sub.add_parser("status", help="ask the running daemon how it is")
+    _common(st)
+
+    for verb, text in (
+        ("attach", "join a running container to a network"),
+        ("detach", "take a network out of a running container"),
+    ):
+        a = sub.add_parser(verb, help=text, description=text + " (through the daemon's /delegate endpoint)")
+        _common(a)
+        a.add_argument("container", help="the container ID")
+        a.add_argument("netns", help="path of the container's network namespace (ignored by detach)")
+        a.add_argument("network", help="the network's name")
+        a.add_argument("--ifname", help="interface name (default: the network's prefix and an index)")
+        a.add_argument(
+            "--runtime-ifname",
+            default="eth0",
+            help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
+        )
     return parser
 
 
@@ -104,6 +133,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
 
             out.write(schema.dumps(args.which))
             return EX_OK
+        if args.command in ("daemon", "status", "attach", "detach"):
+            from netcomp import service
+
+            return service.run(args, out, err)
         from netcomp import commands
 
         return commands.run(args, out, err)

@@ -39,12 +39,26 @@ class Settings(BaseModel):
         description="CNI plugin binaries, searched in order by plain name",
     )
     cniVersion: CniVersion = Field(default="1.0.0", description="cniVersion of compiled conflists")
+    # Delegation (the daemon)
+    defaultNetwork: str | None = Field(
+        default=None, description="The network every container joins, on the runtime's CNI_IFNAME"
+    )
+    socket: str = Field(default=paths.SOCKET, description="The daemon's unix socket (its dir is made 0700)")
+    cacheDir: str = Field(default=paths.CACHE_DIR, description="What each ADD used and got, for DEL and CHECK")
+    runtimeConfDir: str = Field(default=paths.RUNTIME_CONF_DIR, description="The container runtime's CNI conf dir")
+    writeRuntimeConfig: bool = Field(
+        default=False, description="Write 00-netcomp.conflist (the shim's config) into runtimeConfDir"
+    )
+    maxInFlight: int = Field(default=64, ge=1, description="Requests served at once; beyond, CNI code 11")
+    allowedUids: list[int] = Field(default_factory=lambda: [0], description="Peer uids allowed on the socket")
+    pluginTimeout: float = Field(default=60.0, gt=0, description="Seconds a delegate plugin may run")
+    maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")
 
     def rooted(self, root: Root) -> Settings:
         """The same settings with every path resolved under root (a no-op for the real root)."""
         if root.path == Path("/"):
             return self
-        one = ("outputDir", "templateDir")
+        one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir")
         many = ("intentDirs", "staticDirs", "pluginDirs")
         update: dict[str, object] = {k: str(root(getattr(self, k))) for k in one}
         update.update({k: [str(root(p)) for p in getattr(self, k)] for k in many})

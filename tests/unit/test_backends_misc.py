@@ -101,6 +101,7 @@ LEVELS = {
     "netcomp.host": 3,
     "netcomp.schema": 3,
     "netcomp.cli": 4,
+    "netcomp.service": 4,
     "netcomp.commands": 4,
     "netcomp.daemon": 4,
 }

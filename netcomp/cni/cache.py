@@ -1,0 +1,82 @@
+"""What ADD used and got, per container: one JSON file per container, written atomically before ADD answers.
+DEL and CHECK use it, never today's intents (an intent edited or removed since must not change what DEL does)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netcomp.fsutil import atomic_write
+
+
+@dataclass
+class Attachment:
+    """One network of a container: the exact conflist used, the interface name, and the result."""
+
+    network: str
+    ifname: str
+    conflist: dict[str, Any]
+    result: dict[str, Any] | None = None
+    args: str = ""  # CNI_ARGS given to the delegates
+    capability_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Entry:
+    container_id: str
+    netns: str
+    ifname: str  # the runtime's CNI_IFNAME
+    cni_version: str
+    attachments: list[Attachment] = field(default_factory=list)
+
+    def to_json(self) -> bytes:
+        return (json.dumps(asdict(self), indent=1) + "\n").encode()
+
+    @staticmethod
+    def from_json(data: bytes) -> Entry:
+        d = json.loads(data)
+        atts = [Attachment(**a) for a in d.pop("attachments")]
+        return Entry(**d, attachments=atts)
+
+
+class Cache:
+    """The cache dir (0700). File names are a hash of the container ID and the runtime's ifname, so no ID can
+    name a path (CNI: a container is identified by CNI_CONTAINERID plus CNI_IFNAME)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, container_id: str, ifname: str) -> Path:
+        h = hashlib.sha256(f"{container_id}\0{ifname}".encode()).hexdigest()[:32]
+        return self.directory / f"{h}.json"
+
+    def load(self, container_id: str, ifname: str) -> Entry | None:
+        try:
+            return Entry.from_json(self.path(container_id, ifname).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def save(self, entry: Entry) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(self.path(entry.container_id, entry.ifname), entry.to_json(), mode=0o600)
+
+    def remove(self, container_id: str, ifname: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(container_id, ifname).unlink()
+
+    def entries(self) -> list[Entry]:
+        out: list[Entry] = []
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return out
+        for name in names:
+            if name.endswith(".json"):
+                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                    out.append(Entry.from_json((self.directory / name).read_bytes()))
+        return out

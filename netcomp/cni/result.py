@@ -1,0 +1,39 @@
+"""CNI results between spec versions (0.3.0/0.3.1/0.4.0 and 1.0.0/1.1.0 share a shape: `interfaces`, `ips`,
+`routes`, `dns`; before 1.0.0 each IP carries `version`). Results of 0.1.0/0.2.0 (`ip4`/`ip6`) are not produced
+by any plugin netcomp runs and are refused."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from netcomp.cni.invoke import E_INCOMPATIBLE
+from netcomp.cni.spec import SUPPORTED_VERSIONS
+from netcomp.errors import DelegateError
+
+_OLD = ("0.3.0", "0.3.1", "0.4.0")
+
+
+def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
+    """The same result in `version`'s shape."""
+    if version not in SUPPORTED_VERSIONS:
+        raise DelegateError(
+            E_INCOMPATIBLE, f"incompatible CNI version {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    if "ip4" in result or "ip6" in result:
+        raise DelegateError(E_INCOMPATIBLE, "cannot convert a CNI 0.2.0 result")
+    out = copy.deepcopy(result)
+    out["cniVersion"] = version
+    for ip in out.get("ips") or []:
+        if not isinstance(ip, dict):
+            continue
+        if version in _OLD:
+            addr = str(ip.get("address", ""))
+            ip.setdefault("version", "6" if ":" in addr else "4")
+        else:
+            ip.pop("version", None)
+    return out
+
+
+def empty(version: str) -> dict[str, Any]:
+    return {"cniVersion": version}

@@ -1,0 +1,1 @@
+"""The host daemon: compiles intents, serves CNI delegation on a unix socket, reloads on SIGHUP."""

@@ -1,0 +1,212 @@
+"""The daemon's wiring: compile, write the output (keeping the last good version of what an edit broke), serve
+the socket, reload on SIGHUP, drain and stop on SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from netcomp import __version__, report
+from netcomp.apply import Output
+from netcomp.cni.cache import Cache
+from netcomp.cni.invoke import Exec, Runner, real_exec
+from netcomp.config import Settings
+from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.server import Server, listen
+from netcomp.daemon.state import Snapshot, State
+from netcomp.delegate.attach import Delegator
+from netcomp.errors import HostError, IntentError
+from netcomp.fsutil import atomic_write
+from netcomp.host import netns
+from netcomp.workspace import Compiler
+
+log = logging.getLogger("netcomp.daemon")
+RUNTIME_CONF = "00-netcomp.conflist"
+DRAIN_SECONDS = 30.0
+
+
+def runtime_config(settings: Settings) -> bytes:
+    """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
+    conf = {"cniVersion": "1.0.0", "name": "netcomp", "plugins": [{"type": "netcomp", "socket": settings.socket}]}
+    return (json.dumps(conf, indent=2) + "\n").encode()
+
+
+class Daemon:
+    def __init__(self, load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> None:
+        self.load_settings = load_settings
+        self.settings = load_settings()
+        self.metrics = Metrics()
+        self.state = State()
+        self.exec = exec_
+        self.compiler = Compiler(self.settings, offline=False)
+        self.output = Output(Path(self.settings.outputDir))
+        self.runner = Runner(
+            self.settings.pluginDirs, exec_=self.metrics.wrap(exec_), timeout=self.settings.pluginTimeout
+        )
+        self.cache = Cache(Path(self.settings.cacheDir))
+        self.delegator = Delegator(
+            self.runner, self.cache, self.state.networks, lambda: self.settings.defaultNetwork, netns.existing
+        )
+        self.server: Server | None = None
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self._reload_lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------------------------- compile
+
+    def reload(self, *, reread_config: bool = False) -> Snapshot:
+        """Compile everything again. A broken edit keeps the last good output of what it touched."""
+        with self._reload_lock:
+            if reread_config:
+                try:
+                    new = self.load_settings()
+                except IntentError as e:
+                    log.error(
+                        "netcomp.yaml is broken; keeping the running settings:\n%s", report.format_all(e.diagnostics)
+                    )
+                else:
+                    if new != self.settings:
+                        self._adopt(new)
+            plan = self.compiler.compile()
+            snap = self.state.update(plan)
+            keep = {f"{name}.conflist" for name in snap.kept}
+            try:
+                changes = self.output.apply(plan, keep=keep)
+            except HostError as e:
+                log.error("cannot write compiled networks: %s", e)
+                changes = []
+            for ch in changes:
+                log.info(
+                    "%s %s",
+                    {"add": "wrote", "change": "updated", "remove": "removed"}[ch.kind],
+                    Path(self.settings.outputDir) / ch.filename,
+                )
+            if plan.diagnostics:
+                level = logging.ERROR if snap.degraded else logging.WARNING
+                log.log(level, "%s", report.format_all(plan.diagnostics))
+            if snap.kept:
+                log.error("degraded: keeping the last good output of %s", ", ".join(sorted(snap.kept)))
+            self.metrics.networks.set(len(snap.networks))
+            self.metrics.degraded.set(1 if snap.degraded else 0)
+            self._runtime_config()
+            log.info(
+                "generation %d: %d networks%s",
+                snap.generation,
+                len(snap.networks),
+                f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
+            )
+            return snap
+
+    def _adopt(self, new: Settings) -> None:
+        """Take new settings on SIGHUP. The socket stays; what depends on paths is rebuilt."""
+        self.settings = new
+        self.compiler = Compiler(new, offline=False)
+        self.output = Output(Path(new.outputDir))
+        self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
+        self.runner.timeout = new.pluginTimeout
+        self.cache.directory = Path(new.cacheDir)
+        if self.server is not None:
+            self.server.allowed_uids = set(new.allowedUids)
+            self.server.max_body = new.maxRequestBytes
+
+    def _runtime_config(self) -> None:
+        path = Path(self.settings.runtimeConfDir) / RUNTIME_CONF
+        if not self.settings.writeRuntimeConfig:
+            return
+        data = runtime_config(self.settings)
+        try:
+            if not path.exists() or path.read_bytes() != data:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data)
+                log.info("wrote %s", path)
+        except OSError as e:
+            log.error("cannot write %s: %s", path, e.strerror)
+
+    # ---------------------------------------------------------------------------------------------- serving
+
+    def status(self) -> dict[str, Any]:
+        snap = self.state.current
+        server = self.server
+        return {
+            "version": __version__,
+            "generation": snap.generation,
+            "ready": bool(server and server.ready.is_set()),
+            "degraded": snap.degraded,
+            "defaultNetwork": self.settings.defaultNetwork,
+            "networks": [
+                {
+                    "name": n,
+                    "type": (c.get("netcomp") or {}).get("type"),
+                    "source": snap.sources.get(n),
+                    "keptLastGood": n in snap.kept,
+                }
+                for n, c in sorted(snap.networks.items())
+            ],
+            "attachments": len(self.cache.entries()),
+            "requests": {"inFlight": server.in_flight if server else 0, "served": server.served if server else 0},
+            "diagnostics": [d.as_dict() for d in snap.diagnostics],
+        }
+
+    def start(self) -> Server:
+        sock = listen(self.settings.socket)
+        self.server = Server(
+            sock,
+            self.delegator,
+            self.metrics,
+            allowed_uids=self.settings.allowedUids,
+            max_in_flight=self.settings.maxInFlight,
+            max_body=self.settings.maxRequestBytes,
+            status=self.status,
+        )
+        threading.Thread(target=self.server.serve_forever, name="serve", daemon=True).start()
+        self.server.ready.set()
+        log.info("serving on %s", self.settings.socket)
+        return self.server
+
+    def stop(self, drain: float = DRAIN_SECONDS) -> bool:
+        done = True
+        if self.server is not None:
+            done = self.server.drain(drain)
+            if not done:
+                log.warning("stopping with %d requests still in flight", self.server.in_flight)
+            self.server.shutdown()
+            self.server.server_close()
+            with contextlib.suppress(FileNotFoundError):
+                Path(self.settings.socket).unlink()
+        self.delegator.close()
+        return done
+
+
+def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> int:
+    """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
+    d = Daemon(load_settings, exec_=exec_)
+    d.reload()
+    d.start()
+
+    def on_term(signum: int, _: Any) -> None:
+        d.stop_event.set()
+
+    def on_hup(signum: int, _: Any) -> None:
+        d.reload_event.set()
+        d.stop_event.set()  # wake the loop
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGHUP, on_hup)
+    while True:
+        d.stop_event.wait()
+        if d.reload_event.is_set():
+            d.reload_event.clear()
+            d.stop_event.clear()
+            log.info("reloading (SIGHUP)")
+            d.reload(reread_config=True)
+            continue
+        break
+    log.info("stopping: draining requests in flight")
+    return 0 if d.stop() else 1

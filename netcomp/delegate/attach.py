@@ -1,0 +1,305 @@
+"""ADD, DEL, CHECK, GC and STATUS across the delegates of a container.
+
+ADD runs the delegate conflists in parallel (they attach different interfaces and do not depend on each other);
+on any failure it DELs what was attempted, in reverse, and answers the first error with the network and the
+plugin named. What ADD used and got is cached (one file per container) before the answer. DEL and CHECK use
+the cache, never today's intents. DEL is idempotent and best-effort: it tries every delegate and keeps the cache
+entries of those whose DEL failed, so a retry finishes the job and nothing leaks silently."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from netcomp.cni import result as cniresult
+from netcomp.cni.cache import Attachment, Cache, Entry
+from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV, Runner, RuntimeConf, find_plugin
+from netcomp.cni.spec import SUPPORTED_VERSIONS, plugin_types
+from netcomp.delegate import select
+from netcomp.delegate.locks import KeyedLocks
+from netcomp.errors import DelegateError, HostError
+
+VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
+# CNI spec: "Must start with an alphanumeric character, optionally followed by any combination of one or more
+# alphanumeric characters, underscore, dot or hyphen."
+CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+MAX_ID = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    command: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: str
+    config: dict[str, Any]
+
+    @property
+    def cni_version(self) -> str:
+        v = self.config.get("cniVersion", "1.0.0")
+        return v if isinstance(v, str) else "1.0.0"
+
+
+def parse_request(env: Mapping[str, str], config: Any) -> Request:
+    """Validate what the runtime sent (CNI spec, "Parameters"); raise a DelegateError with the right code."""
+    if not isinstance(config, dict):
+        raise DelegateError(E_DECODE, "network configuration is not a JSON object")
+    command = env.get("CNI_COMMAND", "")
+    if command not in VERBS:
+        raise DelegateError(E_INVALID_ENV, f"unknown CNI_COMMAND {command!r}", f"expected one of {', '.join(VERBS)}")
+    version = config.get("cniVersion", "1.0.0")
+    if version not in SUPPORTED_VERSIONS:
+        raise DelegateError(
+            1, f"incompatible CNI versions: config is {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    cid = env.get("CNI_CONTAINERID", "")
+    netns = env.get("CNI_NETNS", "")
+    ifname = env.get("CNI_IFNAME", "")
+    if command in ("ADD", "DEL", "CHECK"):
+        if not cid or len(cid) > MAX_ID or not CONTAINER_ID.match(cid):
+            raise DelegateError(E_INVALID_ENV, f"invalid CNI_CONTAINERID {cid[:80]!r}")
+        select.check_ifname(ifname)
+        if command != "DEL" and not netns:
+            raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
+    return Request(command, cid, netns, ifname, env.get("CNI_ARGS", ""), config)
+
+
+@dataclass
+class Delegator:
+    """Runs requests against the networks currently compiled on the node.
+
+    `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
+    the node's default; `link_check` which interface names already exist in a netns (host.netns.existing)."""
+
+    runner: Runner
+    cache: Cache
+    networks: Callable[[], Mapping[str, dict[str, Any]]]
+    default_network: Callable[[], str | None]
+    link_check: Callable[[str, list[str]], set[str]]
+    workers: int = 32
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+
+    def __post_init__(self) -> None:
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    # --------------------------------------------------------------------------------------------- dispatch
+
+    def handle(self, req: Request) -> dict[str, Any]:
+        if req.command == "VERSION":
+            return {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}
+        if req.command == "STATUS":
+            self.status()
+            return {}
+        if req.command == "GC":
+            self.gc(req)
+            return {}
+        with self.locks.hold(req.container_id):
+            if req.command == "ADD":
+                return self.add(req)
+            if req.command == "DEL":
+                self.delete(req)
+                return {}
+            self.check(req)
+            return {}
+
+    # --------------------------------------------------------------------------------------------- ADD
+
+    def plan_attachments(self, req: Request) -> tuple[list[Attachment], str]:
+        nets = self.networks()
+        wants, rest_args = select.split_cni_args(req.args)
+        wants += select.from_runtime_args(req.config)
+        default = self.default_network()
+        if default is None and not wants:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                "no networks to join: no defaultNetwork is configured and none "
+                f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
+            )
+        for name in [default, *(w.network for w in wants)]:
+            if name is not None and name not in nets:
+                raise DelegateError(
+                    E_INVALID_CONFIG, f"network {name!r} is not compiled on this node", "see `netcomp status`"
+                )
+        prefixes = {n: (nets[n].get("netcomp") or {}).get("interfacePrefix") for n in nets}
+        named = select.name_interfaces(default, req.ifname, wants, prefixes)
+        return [Attachment(net, ifname, nets[net], None, rest_args) for net, ifname in named], rest_args
+
+    def add(self, req: Request) -> dict[str, Any]:
+        if self.cache.load(req.container_id, req.ifname) is not None:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"container {req.container_id} is already attached on "
+                f"{req.ifname}; DEL it first (CNI: no ADD twice without DEL)",
+            )
+        atts, _ = self.plan_attachments(req)
+        present = self.link_check(req.netns, [a.ifname for a in atts])
+        if present:
+            raise DelegateError(
+                E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
+            )
+        futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
+        first_error: DelegateError | None = None
+        for a, fut in zip(atts, futures, strict=True):
+            try:
+                a.result = fut.result()
+            except DelegateError as e:
+                first_error = first_error or e
+            except Exception as e:  # a bug or the host; still roll back
+                first_error = first_error or DelegateError(999, f"{type(e).__name__}: {e}", network=a.network)
+        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, atts)
+        if first_error is None:
+            try:
+                self.cache.save(entry)
+            except OSError as e:
+                first_error = DelegateError(E_IO, f"cannot write the attachment cache: {e.strerror}")
+        if first_error is not None:
+            self._rollback(req, atts)
+            raise first_error
+        return self._answer(req, atts)
+
+    def _answer(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
+        # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
+        # or of the first attachment when there is no default.
+        main = next((a for a in atts if a.ifname == req.ifname), atts[0])
+        assert main.result is not None
+        return cniresult.convert(main.result, req.cni_version)
+
+    def _rollback(self, req: Request, atts: list[Attachment]) -> None:
+        for a in reversed(atts):
+            # The error the caller sees is the one that made us roll back; DEL errors here are secondary.
+            with contextlib.suppress(DelegateError):
+                self.runner.delete(a.conflist, self._rt(req, a), a.result)
+
+    def _rt(self, req: Request, a: Attachment, netns: str | None = None) -> RuntimeConf:
+        return RuntimeConf(req.container_id, req.netns if netns is None else netns, a.ifname, a.args, a.capability_args)
+
+    # --------------------------------------------------------------------------------------------- DEL
+
+    def delete(self, req: Request) -> None:
+        entry = self.cache.load(req.container_id, req.ifname)
+        if entry is None:
+            return  # nothing of ours (DEL is idempotent)
+        self._delete_entry(entry, req.netns or entry.netns)
+
+    def _delete_entry(self, entry: Entry, netns: str) -> None:
+        failed: list[Attachment] = []
+        first_error: DelegateError | None = None
+        for a in reversed(entry.attachments):
+            rt = RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args)
+            try:
+                self.runner.delete(a.conflist, rt, a.result)
+            except DelegateError as e:
+                failed.insert(0, a)
+                first_error = first_error or e
+        if failed:
+            entry.attachments = failed
+            self.cache.save(entry)
+            assert first_error is not None
+            raise first_error
+        self.cache.remove(entry.container_id, entry.ifname)
+
+    # --------------------------------------------------------------------------------------------- CHECK
+
+    def check(self, req: Request) -> None:
+        entry = self.cache.load(req.container_id, req.ifname)
+        if entry is None:
+            raise DelegateError(
+                E_UNKNOWN_CONTAINER,
+                f"container {req.container_id} on {req.ifname} is not known",
+                "no ADD was cached for it",
+            )
+        for a in entry.attachments:
+            assert a.result is not None
+            self.runner.check(a.conflist, self._rt(req, a), a.result)
+
+    # --------------------------------------------------------------------------------------------- GC, STATUS
+
+    def gc(self, req: Request) -> None:
+        """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
+        valid_list = req.config.get("cni.dev/valid-attachments")
+        if not isinstance(valid_list, list):
+            raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments")
+        valid = {(v.get("containerID"), v.get("ifname")) for v in valid_list if isinstance(v, dict)}
+        for entry in self.cache.entries():
+            if (entry.container_id, entry.ifname) in valid:
+                continue
+            # A failed DEL stays in the cache; the next GC tries again.
+            with self.locks.hold(entry.container_id), contextlib.suppress(DelegateError):
+                self._delete_entry(entry, entry.netns)
+
+    def status(self) -> None:
+        default = self.default_network()
+        nets = self.networks()
+        if default is not None and default not in nets:
+            raise DelegateError(
+                E_NOT_AVAILABLE,
+                f"default network {default!r} is not compiled",
+                "see `netcomp status` and `journalctl -u netcomp`",
+            )
+        for name in [default] if default else []:
+            for ptype in plugin_types(nets[name]):
+                try:
+                    find_plugin(ptype, self.runner.plugin_dirs)
+                except DelegateError as e:
+                    raise DelegateError(E_NOT_AVAILABLE, e.msg, f"default network {name!r}") from None
+
+    # --------------------------------------------------------------------------------------------- hot-plug
+
+    def hotplug(
+        self, command: str, container_id: str, netns: str, network: str, ifname: str | None, key_ifname: str
+    ) -> dict[str, Any]:
+        """Add one network to (or remove it from) a running container, recorded in its cache entry."""
+        if not CONTAINER_ID.match(container_id or ""):
+            raise DelegateError(E_INVALID_ENV, f"invalid container id {container_id[:80]!r}")
+        select.check_ifname(key_ifname)
+        with self.locks.hold(container_id):
+            entry = self.cache.load(container_id, key_ifname) or Entry(container_id, netns, key_ifname, "1.0.0")
+            if command == "DEL":
+                gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
+                failed: list[int] = []
+                error: DelegateError | None = None
+                for a in reversed(gone):
+                    rt = RuntimeConf(container_id, netns or entry.netns, a.ifname, a.args, a.capability_args)
+                    try:
+                        self.runner.delete(a.conflist, rt, a.result)
+                    except DelegateError as e:
+                        failed.append(id(a))
+                        error = error or e
+                gone_ids = {id(a) for a in gone} - set(failed)
+                entry.attachments = [a for a in entry.attachments if id(a) not in gone_ids]
+                if entry.attachments:
+                    self.cache.save(entry)
+                else:
+                    self.cache.remove(container_id, key_ifname)
+                if error is not None:
+                    raise error
+                return {}
+            nets = self.networks()
+            if network not in nets:
+                raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
+            prefixes = {n: (nets[n].get("netcomp") or {}).get("interfacePrefix") for n in nets}
+            taken = [a.ifname for a in entry.attachments]
+            wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
+            named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes)
+            new_ifname = named[-1][1]
+            if new_ifname in taken or self.link_check(netns, [new_ifname]):
+                raise DelegateError(E_INVALID_CONFIG, f"interface {new_ifname!r} already exists in {netns}")
+            att = Attachment(network, new_ifname, nets[network])
+            att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
+            entry.attachments.append(att)
+            entry.netns = netns
+            try:
+                self.cache.save(entry)
+            except OSError as e:
+                self.runner.delete(att.conflist, RuntimeConf(container_id, netns, new_ifname), att.result)
+                raise HostError(f"cannot write the attachment cache: {e.strerror}") from None
+            return cniresult.convert(att.result, entry.cni_version)

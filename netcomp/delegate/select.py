@@ -1,0 +1,114 @@
+"""Which networks a container joins and what its interfaces are called.
+
+The node's default network gets the runtime's CNI_IFNAME. More networks come from CNI_ARGS
+(`NETCOMP_NETWORKS=a,b@ifname`) and from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
+at the top of `args` or under `args.cni`). Names: an explicit `@ifname`, else the network's interfacePrefix plus
+an index counted per prefix (stor0, stor1), else `net<index>`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV
+from netcomp.errors import DelegateError
+
+IFNAMSIZ = 15
+ARGS_KEY = "NETCOMP_NETWORKS"
+RUNTIME_ARGS_KEY = "netcomp.io/networks"
+NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+DEFAULT_PREFIX = "net"
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    network: str
+    ifname: str | None = None
+
+
+def check_ifname(name: str) -> str:
+    """Linux's rules for an interface name, and ours: 1-15 bytes, no '/', ':' or whitespace, not '.'/'..'."""
+    if (
+        not name
+        or len(name.encode()) > IFNAMSIZ
+        or name in (".", "..")
+        or any(c in name for c in "/:")
+        or any(c.isspace() for c in name)
+    ):
+        raise DelegateError(
+            E_INVALID_ENV,
+            f"invalid interface name {name!r}",
+            "1 to 15 characters; no '/', ':' or whitespace; not '.' or '..'",
+        )
+    return name
+
+
+def parse_list(text: str) -> list[Want]:
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        net, _, ifname = item.partition("@")
+        if not NETWORK_NAME.match(net):
+            raise DelegateError(E_INVALID_CONFIG, f"invalid network name {net!r} in the list of networks")
+        out.append(Want(net, check_ifname(ifname) if ifname else None))
+    return out
+
+
+def split_cni_args(cni_args: str) -> tuple[list[Want], str]:
+    """Our key out of CNI_ARGS, and CNI_ARGS without it (delegates such as host-local reject unknown keys)."""
+    wants: list[Want] = []
+    rest = []
+    for pair in cni_args.split(";") if cni_args else []:
+        key, _, value = pair.partition("=")
+        if key == ARGS_KEY:
+            wants.extend(parse_list(value))
+        elif pair:
+            rest.append(pair)
+    return wants, ";".join(rest)
+
+
+def from_runtime_args(config: Mapping[str, Any]) -> list[Want]:
+    args = config.get("args")
+    if not isinstance(args, dict):
+        return []
+    cni = args.get("cni")
+    for holder in (args, cni if isinstance(cni, dict) else {}):
+        value = holder.get(RUNTIME_ARGS_KEY)
+        if isinstance(value, str):
+            return parse_list(value)
+        if isinstance(value, list):
+            return parse_list(",".join(str(v) for v in value))
+    return []
+
+
+def name_interfaces(
+    default: str | None, runtime_ifname: str, wants: Sequence[Want], prefixes: Mapping[str, str | None]
+) -> list[tuple[str, str]]:
+    """(network, ifname) for every attachment, the default network first."""
+    out: list[tuple[str, str]] = []
+    taken = {w.ifname for w in wants if w.ifname}
+    if default is not None:
+        out.append((default, check_ifname(runtime_ifname)))
+        taken.add(runtime_ifname)
+    counters: dict[str, int] = {}
+    for w in wants:
+        if w.ifname:
+            name = w.ifname
+        else:
+            prefix = prefixes.get(w.network) or DEFAULT_PREFIX
+            i = counters.get(prefix, 0)
+            while f"{prefix}{i}" in taken:
+                i += 1
+            name = check_ifname(f"{prefix}{i}")
+            counters[prefix] = i + 1
+            taken.add(name)
+        out.append((w.network, name))
+    seen: set[str] = set()
+    for _, name in out:
+        if name in seen:
+            raise DelegateError(E_INVALID_CONFIG, f"interface name {name!r} is asked for twice")
+        seen.add(name)
+    return out

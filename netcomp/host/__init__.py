@@ -1,0 +1,1 @@
+"""Host work: interfaces in network namespaces, host VLAN/VXLAN masters, SR-IOV discovery."""

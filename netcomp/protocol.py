@@ -1,0 +1,68 @@
+"""The shim <-> daemon wire format, compatible with Multus's thick plugin.
+
+Request: `POST /cni` with `{"env": {"CNI_COMMAND": ..., ...}, "config": "<base64 of the runtime's stdin>"}`
+(Go marshals Multus's `Config []byte` as base64). Answer: 200 `{"Result": <CNI result>}`, or 400 with a CNI
+error object `{"code", "msg", "details"}`. A netcomp shim sends `X-Netcomp-Shim: 1` and gets the bare result
+instead, ready to print, so it never has to parse JSON. shim.py carries its own copy of the client side (it may
+import nothing of netcomp); tests/unit/test_protocol.py keeps the two in agreement."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+CNI_PATH = "/cni"
+DELEGATE_PATH = "/delegate"
+HEALTHZ_PATH = "/healthz"
+READYZ_PATH = "/readyz"
+STATUS_PATH = "/status"
+METRICS_PATH = "/metrics"
+SHIM_HEADER = "X-Netcomp-Shim"
+ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
+# CNI error codes for malformed requests (CNI spec, "Error" section).
+E_INVALID_ENV, E_DECODE, E_INVALID_CONFIG = 4, 6, 7
+
+
+class ProtocolError(ValueError):
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code, self.msg, self.details = code, msg, details
+
+
+def encode_request(env: dict[str, str], config: bytes) -> bytes:
+    body = {"env": {k: env[k] for k in ENV_KEYS if k in env}, "config": base64.b64encode(config).decode()}
+    return json.dumps(body).encode()
+
+
+def decode_request(body: bytes) -> tuple[dict[str, str], Any]:
+    """The env and the parsed network config of a /cni request."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("env"), dict) or "config" not in doc:
+        raise ProtocolError(E_DECODE, 'request must be an object with "env" and "config"')
+    env = doc["env"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ProtocolError(E_INVALID_ENV, "env values must be strings")
+    raw = doc["config"]
+    if not isinstance(raw, str):
+        raise ProtocolError(E_DECODE, "config must be a base64 string")
+    try:
+        data = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(E_DECODE, "config is not valid base64") from None
+    try:
+        config = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(E_DECODE, f"network configuration is not JSON: {e}") from None
+    return env, config
+
+
+def error_body(code: int, msg: str, details: str = "", version: str = "1.0.0") -> bytes:
+    doc: dict[str, Any] = {"cniVersion": version, "code": code, "msg": msg}
+    if details:
+        doc["details"] = details
+    return json.dumps(doc).encode()

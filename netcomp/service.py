@@ -1,0 +1,83 @@
+"""The daemon-facing commands: `netcomp daemon`, `status`, `attach`, `detach`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from netcomp import protocol, report
+from netcomp.cli import EX_DATAERR, EX_OK
+from netcomp.config import Settings, load_settings
+from netcomp.errors import IntentError
+from netcomp.paths import Root
+
+EX_UNAVAILABLE, EX_FAIL = 69, 1
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config, Root(Path(args.root))).rooted(Root(Path(args.root)))
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        settings = _settings(args)
+    except IntentError as e:
+        print(report.format_all(e.diagnostics), file=err)
+        return EX_DATAERR
+    if args.command == "daemon":
+        from netcomp.daemon import main
+
+        logging.basicConfig(
+            level=getattr(logging, args.log_level.upper()),
+            stream=sys.stderr,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
+        return main.run(lambda: _settings(args))
+    from netcomp.daemon.client import call
+
+    try:
+        if args.command == "status":
+            status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
+        else:
+            body = {
+                "command": "ADD" if args.command == "attach" else "DEL",
+                "containerID": args.container,
+                "netns": args.netns,
+                "network": args.network,
+                "ifname": args.ifname,
+                "runtimeIfname": args.runtime_ifname,
+            }
+            status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
+    except OSError as e:
+        print(
+            f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"
+            "  see `systemctl status netcomp`",
+            file=err,
+        )
+        return EX_UNAVAILABLE
+    if args.output == "json" or args.command != "status":
+        out.write(json.dumps(doc, indent=2) + "\n")
+        return EX_OK if status == 200 else EX_FAIL
+    _print_status(doc, out)
+    return EX_OK
+
+
+def _print_status(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]
+    state = "degraded" if doc["degraded"] else ("ready" if doc["ready"] else "starting")
+    out.write(
+        f"netcomp {doc['version']}: {state}, generation {doc['generation']}, "
+        f"{len(doc['networks'])} networks, {doc['attachments']} containers attached, "
+        f"{doc['requests']['inFlight']} requests in flight ({doc['requests']['served']} served)\n"
+    )
+    default = doc.get("defaultNetwork")
+    for n in doc["networks"]:
+        mark = " (default)" if n["name"] == default else ""
+        kept = "  KEPT LAST GOOD: its intent is broken" if n["keptLastGood"] else ""
+        out.write(f"  {n['name']:24s} {n['type'] or '?':8s} {n['source'] or ''}{mark}{kept}\n")
+    for d in doc["diagnostics"]:
+        loc = f"{d['file']}:{d['line']}:{d['column']}: " if d["file"] else ""
+        out.write(f"  {loc}{d['severity']}: {d['message']}\n")

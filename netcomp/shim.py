@@ -1,0 +1,169 @@
+#!/usr/bin/python3 -I -S
+"""netcomp: the CNI plugin a container runtime execs. It forwards the request to the netcomp daemon over its unix
+socket and prints the answer. It runs on every container start, so it starts fast: stdlib C modules only, no
+`json`, no `http.client`, no netcomp import (it runs as `python3 -I -S`, installed as a single file).
+
+Config keys it reads (from the runtime's config on stdin): "socket" (default /run/netcomp/netcomp.sock),
+"readyTimeout" (seconds ADD/CHECK wait for a daemon that is starting; default 10).
+- VERSION is answered here.
+- A daemon that is down or not yet ready: ADD/CHECK retry until readyTimeout, then fail with a CNI error naming
+  the socket and `systemctl status netcomp`; DEL exits 0 (nothing can be cleaned without the daemon; the runtime
+  must not be blocked from removing the container)."""
+
+import _socket
+import binascii
+import sys
+import time
+from _json import encode_basestring_ascii as _q
+from _json import scanstring as _scan
+
+MYPY = False
+if MYPY:  # type names for the checker only: importing typing would cost start-up time
+    from collections.abc import Mapping
+    from typing import BinaryIO
+
+DEFAULT_SOCKET = "/run/netcomp/netcomp.sock"
+ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
+VERSIONS = '["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]'
+SHIM_HEADER = "X-Netcomp-Shim"
+RETRY_STATUS = (503,)
+
+
+def _field(config: str, key: str) -> "str | None":
+    """The string value of a top-level-looking key, without a JSON parser (the config is the shim's own)."""
+    i = config.find('"' + key + '"')
+    if i < 0:
+        return None
+    i += len(key) + 2
+    n = len(config)
+    while i < n and config[i] in " \t\r\n":
+        i += 1
+    if i >= n or config[i] != ":":
+        return None
+    i += 1
+    while i < n and config[i] in " \t\r\n":
+        i += 1
+    if i < n and config[i] == '"':
+        try:
+            value: str = _scan(config, i + 1, True)[0]
+            return value
+        except ValueError:
+            return None
+    j = i
+    while j < n and config[j] not in ",}] \t\r\n":
+        j += 1
+    return config[i:j] or None
+
+
+def encode_request(env: "Mapping[str, str]", config: bytes) -> bytes:
+    pairs = ",".join(_q(k) + ":" + _q(env[k]) for k in ENV_KEYS if k in env)
+    b64 = binascii.b2a_base64(config, newline=False).decode()
+    return ('{"env":{' + pairs + '},"config":"' + b64 + '"}').encode()
+
+
+def _post(path: str, body: bytes, timeout: float) -> "tuple[int, bytes]":
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(path)
+        request = (
+            "POST /cni HTTP/1.1\r\nHost: netcomp\r\nContent-Type: application/json\r\n"
+            + SHIM_HEADER
+            + ": 1\r\nConnection: close\r\nContent-Length: "
+            + str(len(body))
+            + "\r\n\r\n"
+        )
+        s.sendall(request.encode() + body)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        s.close()
+    raw = b"".join(chunks)
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, payload
+
+
+def _error(version: str, code: int, msg: str, details: str) -> bytes:
+    return (
+        '{"cniVersion":'
+        + _q(version)
+        + ',"code":'
+        + str(code)
+        + ',"msg":'
+        + _q(msg)
+        + ',"details":'
+        + _q(details)
+        + "}\n"
+    ).encode()
+
+
+def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
+    """The plugin: env (mapping), stdin and stdout (binary streams). Returns the exit status."""
+    command = env.get("CNI_COMMAND", "")
+    if command == "VERSION":
+        stdout.write(('{"cniVersion":"1.0.0","supportedVersions":' + VERSIONS + "}\n").encode())
+        return 0
+    config = stdin.read()
+    text = config.decode("utf-8", "replace")
+    version = _field(text, "cniVersion") or "1.0.0"
+    sock = _field(text, "socket") or DEFAULT_SOCKET
+    try:
+        wait = float(_field(text, "readyTimeout") or 10)
+    except ValueError:
+        wait = 10.0
+    body = encode_request(env, config)
+    deadline = time.monotonic() + (0 if command == "DEL" else wait)
+    delay = 0.02
+    why = ""
+    while True:
+        try:
+            status, payload = _post(sock, body, 600)
+            if status not in RETRY_STATUS:
+                break
+            why = "the daemon is not ready yet"
+        except OSError as e:
+            why = e.strerror or str(e)
+        except (ValueError, IndexError):
+            why = "the daemon's answer was not HTTP"
+        if time.monotonic() >= deadline:
+            if command == "DEL":
+                return 0  # nothing to clean up without the daemon; never block container removal
+            stdout.write(
+                _error(
+                    version,
+                    11,
+                    "netcomp daemon is not answering on " + sock + ": " + why,
+                    "see `systemctl status netcomp` and `journalctl -u netcomp`",
+                )
+            )
+            return 1
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+    if status == 200:
+        stdout.write(payload if payload.endswith(b"\n") or not payload else payload + b"\n")
+        return 0
+    if payload.startswith(b"{"):
+        stdout.write(payload + b"\n")
+    else:
+        stdout.write(
+            _error(
+                version, 999, "netcomp daemon answered HTTP " + str(status), payload[:300].decode("utf-8", "replace")
+            )
+        )
+    return 1
+
+
+def main() -> None:
+    import posix  # built in, already loaded: `os` would cost 2 ms of imports
+
+    env = {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in posix.environ.items()}
+    sys.exit(run(env, sys.stdin.buffer, sys.stdout.buffer))
+
+
+if __name__ == "__main__":
+    main()
