@@ -1,0 +1,167 @@
+"""A daemon serving a test's own netns lab: real plugins (run inside the lab's host netns through the Exec seam),
+real shim (exec'd as the runtime would: /usr/bin/python3 -I -S), real socket, temp dirs for everything."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netcomp.config import Settings
+from netcomp.daemon.main import Daemon
+from tests.integration.netns import PLUGIN_DIR, Lab, lab
+
+SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim.py"
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+def intent(name: str, spec: str) -> str:
+    return f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+
+
+@dataclass
+class DaemonLab:
+    lab: Lab
+    base: Path
+    settings: Settings
+    daemon: Daemon
+
+    @property
+    def sock(self) -> str:
+        return self.settings.socket
+
+    def shim(
+        self,
+        command: str,
+        container: str,
+        ifname: str = "eth0",
+        args: str = "",
+        version: str = "1.0.0",
+        netns: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> tuple[int, Any]:
+        conf = {"cniVersion": version, "name": "netcomp", "type": "netcomp", "socket": self.sock, "readyTimeout": 2}
+        conf.update(extra or {})
+        env = {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": f"ctr-{container}",
+            "CNI_IFNAME": ifname,
+            "CNI_NETNS": netns if netns is not None else f"/var/run/netns/{container}",
+            "CNI_ARGS": args,
+            "CNI_PATH": PLUGIN_DIR,
+        }
+        p = subprocess.run(
+            [PYTHON, "-I", "-S", str(SHIM)],
+            input=json.dumps(conf).encode(),
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        out = p.stdout.decode()
+        return p.returncode, json.loads(out) if out.strip() else None
+
+    def leases(self) -> list[str]:
+        return sorted(
+            str(p.relative_to(self.base / "ipam"))
+            for p in (self.base / "ipam").rglob("*")
+            if p.is_file() and not p.name.startswith(("last_reserved", "lock"))
+        )
+
+    def cache_files(self) -> list[str]:
+        d = Path(self.settings.cacheDir)
+        return sorted(p.name for p in d.glob("*.json")) if d.exists() else []
+
+    def restart(self) -> None:
+        self.daemon.stop(drain=5)
+        self.daemon = Daemon(lambda: self.settings, exec_=self.lab.exec_in_host)
+        self.daemon.reload()
+        self.daemon.start()
+
+
+def write_networks(base: Path, master: str) -> None:
+    nets = base / "networks.d"
+    static = base / "static.d"
+    nets.mkdir(parents=True, exist_ok=True)
+    static.mkdir(parents=True, exist_ok=True)
+    (static / "lab-bridge.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": "lab-bridge",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "ncbr0",
+                        "isGateway": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "dataDir": f"{base}/ipam",
+                            "subnet": "10.77.0.0/24",
+                            "routes": [{"dst": "10.78.0.0/16", "gw": "10.77.0.1"}],
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    (nets / "10-mgmt.yaml").write_text(intent("mgmt", "{type: static, networkID: lab-bridge}"))
+    (nets / "20-storage.yaml").write_text(
+        intent(
+            "storage",
+            f"{{type: macvlan, hostDevice: {master}, interfacePrefix: stor, ipam: {{type: host-local, "
+            f"dataDir: {base}/ipam, subnet: 10.79.0.0/24, rangeStart: 10.79.0.10}}}}",
+        )
+    )
+    (nets / "30-backup.yaml").write_text(
+        intent(
+            "backup",
+            f"{{type: macvlan, hostDevice: {master}, interfacePrefix: stor, mode: private, ipam: "
+            f"{{type: host-local, dataDir: {base}/ipam, subnet: 10.80.0.0/24}}}}",
+        )
+    )
+    (nets / "40-broken.yaml").write_text(
+        intent(
+            "nowhere",
+            f"{{type: macvlan, hostDevice: nosuchdev0, ipam: {{type: host-local, dataDir: {base}/ipam, "
+            f"subnet: 10.81.0.0/24}}}}",
+        )
+    )
+    (nets / "50-signal.yaml").write_text(
+        intent(
+            "signal",
+            f"{{type: ipvlan, hostDevice: {master}, mode: l2, ipam: {{type: host-local, dataDir: "
+            f"{base}/ipam, subnet: 10.82.0.0/24}}}}",
+        )
+    )
+
+
+@contextlib.contextmanager
+def daemon_lab(base: Path) -> Iterator[DaemonLab]:
+    with lab() as lb:
+        write_networks(base, lb.master)
+        settings = Settings(
+            intentDirs=[str(base / "networks.d")],
+            outputDir=str(base / "out"),
+            staticDirs=[str(base / "static.d")],
+            pluginDirs=[PLUGIN_DIR],
+            defaultNetwork="mgmt",
+            socket=str(base / "run" / "netcomp.sock"),
+            cacheDir=str(base / "cache"),
+            runtimeConfDir=str(base / "net.d"),
+            writeRuntimeConfig=True,
+            templateDir=str(base / "templates"),
+        )
+        d = Daemon(lambda: settings, exec_=lb.exec_in_host)
+        d.reload()
+        d.start()
+        dl = DaemonLab(lb, base, settings, d)
+        try:
+            yield dl
+        finally:
+            dl.daemon.stop(drain=5)

@@ -1,0 +1,138 @@
+"""Delegation for real: the shim exec'd as a runtime would, the daemon on its socket, the Debian CNI plugins in
+network namespaces the tests make. Nothing may be left behind: interfaces, host-local leases, cache entries."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemonlab import DaemonLab, daemon_lab
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def dl(tmp_path: Path) -> DaemonLab:  # type: ignore[misc]
+    with daemon_lab(tmp_path) as d:
+        yield d
+
+
+def test_default_bridge_and_macvlan_at_once(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    rc, res = dl.shim("ADD", ctr, args="IgnoreUnknown=1;NETCOMP_NETWORKS=storage,backup", version="0.4.0")
+    assert rc == 0, res
+    assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "stor0", "stor1"]
+    assert dl.lab.addrs(ctr, "eth0") == ["10.77.0.2/24"]
+    assert dl.lab.addrs(ctr, "stor0") == ["10.79.0.10/24"]
+    assert dl.lab.addrs(ctr, "stor1") == ["10.80.0.2/24"]
+    # The runtime gets the default network's result, in its own cniVersion (0.4.0 IPs carry "version").
+    assert res["cniVersion"] == "0.4.0"
+    assert [(i["address"], i["version"]) for i in res["ips"]] == [("10.77.0.2/24", "4")]
+    assert len(dl.cache_files()) == 1
+    assert dl.shim("CHECK", ctr, args="IgnoreUnknown=1;NETCOMP_NETWORKS=storage,backup")[0] == 0
+    rc, res = dl.shim("DEL", ctr)
+    assert rc == 0, res
+    assert dl.lab.links(ctr) == ["lo"]
+    assert dl.leases() == [] and dl.cache_files() == []
+    assert dl.shim("DEL", ctr)[0] == 0  # DEL again: fine
+    status = dl.daemon.status()
+    assert status["ready"] and not status["degraded"] and status["requests"]["served"] >= 4
+
+
+def test_failing_delegate_rolls_back_everything(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage,nowhere")
+    assert rc == 1
+    # The plugin's own words, verbatim, with the network and plugin in front.
+    assert err["msg"] == "network 'nowhere', plugin 'macvlan': Link not found"
+    assert dl.lab.links(ctr) == ["lo"]  # eth0 and stor0 were taken down again
+    assert dl.leases() == []  # and their addresses released
+    assert dl.cache_files() == []
+
+
+def test_del_uses_the_cache_after_the_intent_is_gone(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    (dl.base / "networks.d" / "20-storage.yaml").unlink()
+    snap = dl.daemon.reload()
+    assert "storage" not in snap.networks and not (dl.base / "out" / "storage.conflist").exists()
+    rc, res = dl.shim("DEL", ctr)
+    assert rc == 0, res
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
+
+
+def test_del_after_daemon_restart(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    dl.restart()
+    assert dl.shim("CHECK", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    assert dl.shim("DEL", ctr)[0] == 0
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
+
+
+def test_sixteen_containers_at_once(dl: DaemonLab) -> None:
+    ctrs = [dl.lab.container() for _ in range(16)]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        adds = list(pool.map(lambda c: dl.shim("ADD", c, args="NETCOMP_NETWORKS=storage"), ctrs))
+    assert [rc for rc, _ in adds] == [0] * 16, [r for r in adds if r[0]]
+    addrs = {dl.lab.addrs(c, "stor0")[0] for c in ctrs} | {dl.lab.addrs(c, "eth0")[0] for c in ctrs}
+    assert len(addrs) == 32  # every address distinct
+    assert len(dl.cache_files()) == 16
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        dels = list(pool.map(lambda c: dl.shim("DEL", c), ctrs))
+    assert [rc for rc, _ in dels] == [0] * 16
+    assert all(dl.lab.links(c) == ["lo"] for c in ctrs)
+    assert dl.leases() == [] and dl.cache_files() == []
+
+
+def test_ipvlan_error_reaches_the_caller(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=signal")
+    assert rc == 1
+    assert err["msg"] == "network 'signal', plugin 'ipvlan': failed to create ipvlan: operation not supported"
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
+
+
+def test_interface_already_present_stops_before_any_plugin(dl: DaemonLab) -> None:
+    ctr = dl.lab.container()
+    dl.lab.links(ctr)
+    from tests.integration.netns import ip
+
+    ip("link", "add", "stor0", "type", "veth", "peer", "name", "x0", netns=ctr)
+    rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")
+    assert rc == 1 and "interface 'stor0' already exists" in err["msg"]
+    assert sorted(dl.lab.links(ctr)) == ["lo", "stor0", "x0"] and dl.leases() == []
+
+
+def test_hotplug_attach_and_detach(dl: DaemonLab) -> None:
+    from netcomp.daemon.client import call
+
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr)[0] == 0
+    status, doc = call(
+        dl.sock,
+        "POST",
+        "/delegate",
+        {"containerID": f"ctr-{ctr}", "netns": f"/var/run/netns/{ctr}", "network": "storage"},
+    )
+    assert status == 200, doc
+    assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "stor0"]
+    status, doc = call(
+        dl.sock,
+        "POST",
+        "/delegate",
+        {"command": "DEL", "containerID": f"ctr-{ctr}", "netns": f"/var/run/netns/{ctr}", "network": "storage"},
+    )
+    assert status == 200, doc
+    assert sorted(dl.lab.links(ctr)) == ["eth0", "lo"]
+    assert dl.shim("DEL", ctr)[0] == 0
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
+
+
+def test_runtime_config_points_at_the_socket(dl: DaemonLab) -> None:
+    import json
+
+    conf = json.loads((dl.base / "net.d" / "00-netcomp.conflist").read_text())
+    assert conf["plugins"] == [{"type": "netcomp", "socket": dl.sock}]
