@@ -27,6 +27,7 @@ from netcomp.protocol import ProtocolError
 
 log = logging.getLogger("netcomp.server")
 E_TRY_LATER, E_PEER, E_TOO_LARGE = 11, 100, 101
+LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 _PEERCRED = struct.Struct("3i")
 
 
@@ -118,6 +119,20 @@ class Handler(BaseHTTPRequestHandler):
     def _cni_error(self, status: int, code: int, msg: str, details: str = "", version: str = "1.0.0") -> None:
         self._send(status, protocol.error_body(code, msg, details, version))
 
+    def _linger(self) -> None:
+        """After refusing a body we did not read: stop writing, then read and drop what the client is still
+        sending (bounded in bytes and time), so that the kernel does not answer it with a reset that would
+        destroy our answer before the client reads it."""
+        self.wfile.flush()
+        try:
+            self.request.shutdown(socket.SHUT_WR)
+            self.request.settimeout(LINGER_SECONDS)
+            left = LINGER_BYTES
+            while left > 0 and (chunk := self.request.recv(min(left, 1 << 20))):
+                left -= len(chunk)
+        except OSError:
+            pass
+
     def _peer_ok(self) -> bool:
         try:
             _, uid, _ = _PEERCRED.unpack(self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
@@ -138,6 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         if n > self.server.max_body:
             self.server.metrics.rejected.labels("size").inc()
             self._cni_error(413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {self.server.max_body}")
+            self._linger()
             return None
         return self.rfile.read(n)
 

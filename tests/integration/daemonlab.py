@@ -142,7 +142,7 @@ def write_networks(base: Path, master: str) -> None:
 
 
 @contextlib.contextmanager
-def daemon_lab(base: Path) -> Iterator[DaemonLab]:
+def daemon_lab(base: Path, socket_path: str | None = None) -> Iterator[DaemonLab]:
     with lab() as lb:
         write_networks(base, lb.master)
         settings = Settings(
@@ -151,7 +151,7 @@ def daemon_lab(base: Path) -> Iterator[DaemonLab]:
             staticDirs=[str(base / "static.d")],
             pluginDirs=[PLUGIN_DIR],
             defaultNetwork="mgmt",
-            socket=str(base / "run" / "netcomp.sock"),
+            socket=socket_path or str(base / "run" / "netcomp.sock"),
             cacheDir=str(base / "cache"),
             runtimeConfDir=str(base / "net.d"),
             writeRuntimeConfig=True,
