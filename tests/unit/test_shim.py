@@ -1,0 +1,124 @@
+"""The shim: what it answers alone, how it behaves with the daemon away, and that its wire format is the
+daemon's (netcomp/protocol.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+from netcomp import protocol, shim
+
+SHIM = Path(shim.__file__)
+
+
+def run(env: dict[str, str], config: bytes) -> tuple[int, bytes]:
+    out = io.BytesIO()
+    code = shim.run(env, io.BytesIO(config), out)
+    return code, out.getvalue()
+
+
+def test_version_is_answered_without_the_daemon() -> None:
+    code, out = run({"CNI_COMMAND": "VERSION"}, b"")
+    assert code == 0
+    assert json.loads(out)["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+def test_daemon_down_add_is_a_named_error_and_del_succeeds(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nothing.sock")
+    conf = json.dumps({"cniVersion": "0.4.0", "socket": sock, "readyTimeout": 0.05}).encode()
+    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
+    err = json.loads(out)
+    assert code == 1 and err["code"] == 11 and err["cniVersion"] == "0.4.0"
+    assert sock in err["msg"] and "systemctl status netcomp" in err["details"]
+    assert run({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c"}, conf) == (0, b"")
+
+
+def test_wire_format_agrees_with_the_daemon() -> None:
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": 'a"b\\c',
+        "CNI_NETNS": "/var/run/netns/x",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": "K8S_POD_NAME=caf\u00e9;X=\n\t",
+        "CNI_PATH": "/usr/lib/cni",
+        "UNRELATED": "not sent",
+    }
+    config = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "args": {"x": "\u2603"}})
+    body = shim.encode_request(env, config.encode())
+    got_env, got_config = protocol.decode_request(body)
+    assert got_env == {k: v for k, v in env.items() if k != "UNRELATED"}
+    assert got_config == json.loads(config)
+    assert shim.ENV_KEYS == protocol.ENV_KEYS and shim.SHIM_HEADER == protocol.SHIM_HEADER
+    ours = protocol.encode_request(env, config.encode())
+    assert protocol.decode_request(ours) == (got_env, got_config)
+
+
+def test_config_fields_are_read_without_a_json_parser() -> None:
+    text = '{"cniVersion": "0.3.1", "socket" : "/run/x \\"y\\".sock", "readyTimeout": 2.5, "name": "n"}'
+    assert shim._field(text, "cniVersion") == "0.3.1"
+    assert shim._field(text, "socket") == '/run/x "y".sock'
+    assert shim._field(text, "readyTimeout") == "2.5"
+    assert shim._field(text, "missing") is None
+
+
+def test_retries_while_the_daemon_is_not_ready(tmp_path: Path) -> None:
+    """A scripted server stands in for a starting daemon (503 twice, then the answer), so the retry can be
+    observed; the real daemon is exercised in tests/integration."""
+    path = str(tmp_path / "d.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        for status, body in ((503, b'{"code":11}'), (503, b'{"code":11}'), (200, b'{"cniVersion":"1.0.0"}')):
+            conn, _ = srv.accept()
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+            while len(rest) < length:
+                rest += conn.recv(65536)
+            seen.append(rest)
+            conn.sendall(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+            conn.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, json.dumps({"socket": path}).encode())
+    t.join()
+    srv.close()
+    assert (code, out) == (0, b'{"cniVersion":"1.0.0"}\n')
+    assert len(seen) == 3 and protocol.decode_request(seen[-1])[0]["CNI_CONTAINERID"] == "c"
+
+
+def test_shim_imports_nothing_heavy() -> None:
+    """Start-up cost is the import graph: the shim may load only C modules and what `python3 -I -S` loads
+    anyway (json would pull in re and enum; http.client far more)."""
+    p = subprocess.run(
+        ["python3", "-I", "-S", "-X", "importtime", str(SHIM)],
+        env={"CNI_COMMAND": "VERSION"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    bare = subprocess.run(
+        ["python3", "-I", "-S", "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+
+    def modules(stderr: str) -> set[str]:
+        return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+    extra = modules(p.stderr) - modules(bare.stderr) - {"module"}
+    assert extra <= {"_socket", "binascii", "time", "_json"}, extra
+    assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
