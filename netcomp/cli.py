@@ -27,7 +27,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)",
     )
-    p.add_argument("--root", metavar="DIR", default="/", help="resolve every configured path under DIR")
+    p.add_argument(
+        "--root",
+        metavar="DIR",
+        default="/",
+        help="resolve netcomp's own paths (config, intents, output, static files, socket, cache) under DIR; "
+        "plugin dirs stay the host's",
+    )
     p.add_argument("--output", "-o", choices=("text", "json"), default="text", help="how to report")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
 

@@ -55,11 +55,12 @@ class Settings(BaseModel):
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")
 
     def rooted(self, root: Root) -> Settings:
-        """The same settings with every path resolved under root (a no-op for the real root)."""
+        """The same settings with netcomp's own paths resolved under root (a no-op for the real root). The plugin
+        dirs are not: plugins are the host's binaries and run against the host's kernel."""
         if root.path == Path("/"):
             return self
         one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir")
-        many = ("intentDirs", "staticDirs", "pluginDirs")
+        many = ("intentDirs", "staticDirs")
         update: dict[str, object] = {k: str(root(getattr(self, k))) for k in one}
         update.update({k: [str(root(p)) for p in getattr(self, k)] for k in many})
         return self.model_copy(update=update)
