@@ -27,7 +27,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_tmp(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+def write_tmp(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> Path:
     """The first half of an atomic write: data in path's temp file, on disk (fsync). Nothing is visible under
     path until publish(). On failure the temp file is removed."""
     tmp = _tmp_for(path)
@@ -39,7 +39,8 @@ def write_tmp(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
                 n = os.write(fd, view)
                 view = view[n:]
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -59,12 +60,14 @@ def publish(tmp: Path, path: Path) -> None:
         raise
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True, durable: bool = True) -> None:
     """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
 
-    Batch writers pass sync_dir=False and call fsync_dir once at the end."""
-    publish(write_tmp(path, data, mode=mode), path)
-    if sync_dir:
+    Batch writers pass sync_dir=False and call fsync_dir once at the end. durable=False skips both fsyncs: the
+    file is still replaced atomically (a crash of the writer never leaves it half written), but a power loss may
+    lose the last writes."""
+    publish(write_tmp(path, data, mode=mode, durable=durable), path)
+    if sync_dir and durable:
         fsync_dir(path.parent)
 
 

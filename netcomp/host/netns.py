@@ -1,14 +1,17 @@
-"""Looking at interfaces inside a container's network namespace with pyroute2.
+"""Which interface names exist inside a container's network namespace (asked on every ADD, before any plugin).
 
-pyroute2's NetNS forks a helper per namespace (13 ms here); instead a fresh thread enters the namespace with
-setns(2) (a per-thread operation for network namespaces), opens a pyroute2 IPRoute there (a netlink socket
-belongs to the namespace it is created in), asks, and goes back: about 2 ms. The thread is used once and
-discarded, so a failure to return can never leave a serving thread in a container's namespace."""
+A fresh thread enters the namespace with setns(2) (a per-thread operation for network namespaces), lists the
+interfaces and goes back; the thread is used once and discarded, so a failure to return can never leave a
+serving thread in a container's namespace. Measured per check here: pyroute2's NetNS 13.5 ms (it forks a
+helper); pyroute2's IPRoute opened in the thread 2.3 ms (1.9 ms of it parsing netlink messages in Python);
+libc's if_nameindex() through socket.if_nameindex() 0.4 ms, thread included. This is the hot path of every ADD,
+so it uses the last; pyroute2 stays the tool for changing links on the host."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import socket
 import threading
 from collections.abc import Iterable
 
@@ -37,8 +40,6 @@ def _open_netns(path: str) -> int:
 
 def existing(netns: str, names: Iterable[str]) -> set[str]:
     """Which of `names` already exist as links in the network namespace at path `netns`."""
-    from pyroute2 import IPRoute
-
     wanted = list(names)
     fd = _open_netns(netns)
     box: dict[str, object] = {}
@@ -52,9 +53,8 @@ def existing(netns: str, names: Iterable[str]) -> set[str]:
                 box["error"] = DelegateError(E_INVALID_ENV, f"{netns} is not a network namespace: {e.strerror}")
                 return
             try:
-                with IPRoute() as ipr:
-                    box["found"] = {n for n in wanted if ipr.link_lookup(ifname=n)}
-            except Exception as e:  # netlink trouble is the host's, not the request's
+                box["found"] = {name for _, name in socket.if_nameindex()} & set(wanted)
+            except OSError as e:  # netlink trouble is the host's, not the request's
                 box["error"] = HostError(f"cannot list links in {netns}: {e}")
             finally:
                 _setns(own)  # if this fails the thread ends here, never serving again

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Delegation benchmark (root). Prints ratios against baselines measured in the same run:
+
+  (a) ADD+DEL of one bridge+host-local network through shim+daemon / the same delegate exec'd directly   <= 1.6
+  (b) a container joining three networks (ADD) / the three delegates exec'd one after another directly   <= 0.9
+  (c) shim start (CNI_COMMAND=VERSION) / /usr/bin/python3 -I -S -c pass                                  <= 1.3
+  (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.5
+
+Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
+started as `netcomp daemon --root TMP` in it; all is removed at the end.
+Usage: sudo bench/delegate.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PY = "/usr/bin/python3"
+SHIM = str(ROOT / "netcomp" / "shim.py")
+NC = str(Path(sys.executable).parent / "netcomp")
+PLUGINS = "/usr/lib/cni"
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def setup(base: Path) -> None:
+    nets, static = base / "etc/netcomp/networks.d", base / "etc/netcomp/static.d"
+    nets.mkdir(parents=True)
+    static.mkdir(parents=True)
+    ipam = {"type": "host-local", "dataDir": f"{base}/ipam"}
+    (static / "br.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "br", "plugins": [
+        {"type": "bridge", "bridge": "ncbench0", "isGateway": True, **{"ipam": {**ipam, "subnet": "10.140.0.0/16"}}}]}))
+    (nets / "mgmt.yaml").write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\n"
+                                    "spec: {type: static, networkID: br}\n")
+    for name, subnet in (("storage", "10.141.0.0/16"), ("backup", "10.142.0.0/16")):
+        (nets / f"{name}.yaml").write_text(
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {{type: macvlan, "
+            f"hostDevice: bench0, ipam: {{type: host-local, dataDir: {base}/ipam, subnet: {subnet}}}}}\n")
+    (base / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\nmaxInFlight: 64\n")
+
+
+def inner(runs: int) -> None:
+    from netcomp.cni.invoke import Runner, RuntimeConf
+
+    base = Path(tempfile.mkdtemp(prefix="netcomp-bench-"))
+    setup(base)
+    sh("ip", "link", "add", "bench0", "type", "veth", "peer", "name", "bench0p")
+    for dev in ("lo", "bench0", "bench0p"):
+        sh("ip", "link", "set", dev, "up")
+    daemon = subprocess.Popen([NC, "daemon", "--root", str(base), "--log-level", "error"])
+    sock = f"{base}/run/netcomp/netcomp.sock"
+    shimconf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": sock}).encode()
+    nss: list[str] = []
+
+    def netns() -> str:
+        name = f"ncb-{os.getpid()}-{len(nss)}"
+        sh("ip", "netns", "add", name)
+        nss.append(name)
+        return name
+
+    def shim(cmd: str, ns: str, args: str = "") -> float:
+        env = {"CNI_COMMAND": cmd, "CNI_CONTAINERID": ns, "CNI_NETNS": f"/var/run/netns/{ns}", "CNI_IFNAME": "eth0",
+               "CNI_ARGS": args, "CNI_PATH": PLUGINS}
+        t = time.perf_counter()
+        p = subprocess.run([PY, "-I", "-S", SHIM], input=shimconf, env=env, capture_output=True, timeout=120)
+        took = time.perf_counter() - t
+        if p.returncode != 0:
+            raise SystemExit(f"shim {cmd} failed: {p.stdout.decode()}")
+        return took
+
+    compiled: dict[str, dict] = {}
+    try:
+        shim("ADD", netns())  # warm up: waits until the daemon serves
+        shim("DEL", nss[-1])
+        for n in ("mgmt", "storage", "backup"):
+            compiled[n] = json.loads((base / f"run/netcomp/networks/{n}.conflist").read_text())
+        runner = Runner([PLUGINS])
+
+        def direct(ns: str, nets: list[tuple[str, str]]) -> tuple[float, list]:
+            t = time.perf_counter()
+            results = [runner.add(compiled[n], RuntimeConf(ns, f"/var/run/netns/{ns}", ifn)) for n, ifn in nets]
+            return time.perf_counter() - t, results
+
+        def direct_del(ns: str, nets: list[tuple[str, str]], results: list) -> float:
+            t = time.perf_counter()
+            for (n, ifn), r in zip(nets, results, strict=True):
+                runner.delete(compiled[n], RuntimeConf(ns, f"/var/run/netns/{ns}", ifn), r)
+            return time.perf_counter() - t
+
+        a_shim, a_direct, b_shim, b_direct = [], [], [], []
+        one = [("mgmt", "eth0")]
+        three = [("mgmt", "eth0"), ("storage", "net0"), ("backup", "net1")]
+        for _ in range(runs):
+            ns = netns()
+            a_shim.append(shim("ADD", ns) + shim("DEL", ns))
+            ns = netns()
+            t_add, res = direct(ns, one)
+            a_direct.append(t_add + direct_del(ns, one, res))
+            ns = netns()
+            b_shim.append(shim("ADD", ns, "NETCOMP_NETWORKS=storage,backup"))
+            shim("DEL", ns)
+            ns = netns()
+            t_add, res = direct(ns, three)
+            b_direct.append(t_add)
+            direct_del(ns, three, res)
+
+        c_shim, c_bare = [], []
+        for _ in range(runs * 2):
+            t = time.perf_counter()
+            subprocess.run([PY, "-I", "-S", "-c", "pass"], check=True)
+            c_bare.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            subprocess.run([PY, "-I", "-S", SHIM], env={"CNI_COMMAND": "VERSION"}, check=True, capture_output=True)
+            c_shim.append(time.perf_counter() - t)
+
+        d_shim, d_direct = [], []
+        for _ in range(max(3, runs // 5)):
+            group = [netns() for _ in range(16)]
+            with ThreadPoolExecutor(16) as pool:
+                t = time.perf_counter()
+                list(pool.map(lambda ns: shim("ADD", ns), group))
+                d_shim.append(time.perf_counter() - t)
+                list(pool.map(lambda ns: shim("DEL", ns), group))
+            group = [netns() for _ in range(16)]
+            with ThreadPoolExecutor(16) as pool:
+                t = time.perf_counter()
+                outs = list(pool.map(lambda ns: direct(ns, one)[1], group))
+                d_direct.append(time.perf_counter() - t)
+                list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        for ns in nss:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(f"netcomp delegation benchmark, {time.strftime('%Y-%m-%d')}, medians of {runs} runs (ms)")
+    rows = [
+        ("(a) ADD+DEL bridge: shim+daemon / direct", a_shim, a_direct, 1.6),
+        ("(b) join 3 networks: shim+daemon / 3 direct in turn", b_shim, b_direct, 0.9),
+        ("(c) shim VERSION / python3 -I -S -c pass", c_shim, c_bare, 1.3),
+        ("(d) 16 ADDs at once: shim+daemon / 16 direct at once", d_shim, d_direct, 1.5),
+    ]
+    for label, ours, base_, goal in rows:
+        ratio = median_ms(ours) / median_ms(base_)
+        print(f"  {label:55s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}  "
+              f"{'ok' if ratio <= goal else 'MISSED'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench/delegate.py needs root (network namespaces)")
+    if args.inner:
+        inner(args.runs)
+        return
+    host = f"ncbench-host-{os.getpid()}"
+    sh("ip", "netns", "add", host)
+    try:
+        subprocess.run(["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)],
+                       check=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
