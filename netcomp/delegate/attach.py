@@ -268,7 +268,8 @@ class Delegator:
                 failed: list[int] = []
                 error: DelegateError | None = None
                 for a in reversed(gone):
-                    rt = RuntimeConf(container_id, netns or entry.netns, a.ifname, a.args, a.capability_args)
+                    # The namespace recorded when it was attached: the one the interface lives in.
+                    rt = RuntimeConf(container_id, entry.netns or netns, a.ifname, a.args, a.capability_args)
                     try:
                         self.runner.delete(a.conflist, rt, a.result)
                     except DelegateError as e:

@@ -136,3 +136,56 @@ def test_runtime_config_points_at_the_socket(dl: DaemonLab) -> None:
 
     conf = json.loads((dl.base / "net.d" / "00-netcomp.conflist").read_text())
     assert conf["plugins"] == [{"type": "netcomp", "socket": dl.sock}]
+
+
+def test_check_finds_damage_and_gc_removes_stale_attachments(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    keep, stale = dl.lab.container(), dl.lab.container()
+    assert dl.shim("ADD", keep, args="NETCOMP_NETWORKS=storage")[0] == 0
+    assert dl.shim("ADD", stale, args="NETCOMP_NETWORKS=storage")[0] == 0
+    ip("link", "del", "stor0", netns=keep)  # someone removed an interface behind our back
+    rc, err = dl.shim("CHECK", keep)
+    assert rc == 1 and err["msg"].startswith("network 'storage', plugin 'macvlan':"), err
+    rc, err = dl.shim("CHECK", "never-added")
+    assert rc == 1 and err["code"] == 3
+    valid = [{"containerID": f"ctr-{keep}", "ifname": "eth0"}]
+    rc, out = dl.shim("GC", "", extra={"cni.dev/valid-attachments": valid})
+    assert rc == 0, out
+    assert dl.lab.links(stale) == ["lo"]  # the stale container's attachments were deleted
+    assert len(dl.cache_files()) == 1
+    assert dl.shim("DEL", keep)[0] == 0
+    assert dl.leases() == [] and dl.cache_files() == []
+
+
+def test_status_verb_and_cli(dl: DaemonLab) -> None:
+    import io
+
+    from netcomp.cli import main
+
+    assert dl.shim("STATUS", "")[0] == 0
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr)[0] == 0
+    cfg = dl.base / "netcomp.yaml"
+    cfg.write_text(f"socket: {dl.sock}\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert (
+        main(
+            ["attach", "--config", str(cfg), f"ctr-{ctr}", f"/var/run/netns/{ctr}", "storage", "--ifname", "data0"],
+            out,
+            err,
+        )
+        == 0
+    ), err.getvalue()
+    assert sorted(dl.lab.links(ctr)) == ["data0", "eth0", "lo"]
+    out = io.StringIO()
+    assert main(["status", "--config", str(cfg)], out, io.StringIO()) == 0
+    text = out.getvalue()
+    assert "ready" in text and "1 containers attached" in text and "mgmt" in text and "(default)" in text
+    assert main(["detach", "--config", str(cfg), f"ctr-{ctr}", "-", "storage"], io.StringIO(), io.StringIO()) == 0
+    assert sorted(dl.lab.links(ctr)) == ["eth0", "lo"]
+    assert dl.shim("DEL", ctr)[0] == 0
+    (dl.base / "static.d" / "lab-bridge.conflist").unlink()
+    dl.daemon.reload()  # mgmt now fails to compile, but its last good version is kept
+    assert dl.shim("STATUS", "")[0] == 0
+    assert dl.daemon.status()["degraded"] and dl.daemon.status()["networks"][1]["keptLastGood"]

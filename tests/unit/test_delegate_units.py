@@ -1,0 +1,143 @@
+"""Network selection and interface naming, result conversion, per-container locks, request validation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from netcomp.cni import result
+from netcomp.delegate import select
+from netcomp.delegate.attach import parse_request
+from netcomp.delegate.locks import KeyedLocks
+from netcomp.errors import DelegateError
+
+
+def test_naming_explicit_then_prefix_then_net() -> None:
+    wants = [
+        select.Want("storage"),
+        select.Want("backup"),
+        select.Want("x"),
+        select.Want("y", "data9"),
+        select.Want("z"),
+    ]
+    prefixes = {"storage": "stor", "backup": "stor", "x": None, "z": None}
+    got = select.name_interfaces("mgmt", "eth0", wants, prefixes)
+    assert got == [
+        ("mgmt", "eth0"),
+        ("storage", "stor0"),
+        ("backup", "stor1"),
+        ("x", "net0"),
+        ("y", "data9"),
+        ("z", "net1"),
+    ]
+
+
+def test_generated_names_step_around_explicit_ones() -> None:
+    wants = [select.Want("a", "net0"), select.Want("b"), select.Want("c", "stor0"), select.Want("d")]
+    got = select.name_interfaces(None, "eth0", wants, {"d": "stor"})
+    assert got == [("a", "net0"), ("b", "net1"), ("c", "stor0"), ("d", "stor1")]
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a:b", "a b", "x" * 16, "tab\t"])
+def test_interface_names_follow_the_rules(bad: str) -> None:
+    with pytest.raises(DelegateError) as ei:
+        select.check_ifname(bad)
+    assert ei.value.code == 4
+
+
+def test_duplicate_interface_names_are_refused() -> None:
+    with pytest.raises(DelegateError, match="asked for twice"):
+        select.name_interfaces("mgmt", "eth0", [select.Want("a", "eth0")], {})
+
+
+def test_cni_args_key_is_taken_out_for_delegates() -> None:
+    wants, rest = select.split_cni_args("IgnoreUnknown=1;NETCOMP_NETWORKS=a,b@x1;K8S_POD_NAME=p")
+    assert wants == [select.Want("a"), select.Want("b", "x1")]
+    assert rest == "IgnoreUnknown=1;K8S_POD_NAME=p"
+    assert select.from_runtime_args({"args": {"cni": {"netcomp.io/networks": ["c", "d@y"]}}}) == [
+        select.Want("c"),
+        select.Want("d", "y"),
+    ]
+    assert select.from_runtime_args({"args": {"netcomp.io/networks": "e"}}) == [select.Want("e")]
+    with pytest.raises(DelegateError, match="invalid network name"):
+        select.parse_list("../etc")
+
+
+RES = {
+    "cniVersion": "1.0.0",
+    "interfaces": [{"name": "eth0"}],
+    "ips": [
+        {"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0},
+        {"address": "fd00::2/64", "interface": 0},
+    ],
+}
+
+
+def test_result_conversion_between_versions() -> None:
+    old = result.convert(RES, "0.4.0")
+    assert old["cniVersion"] == "0.4.0" and [ip["version"] for ip in old["ips"]] == ["4", "6"]
+    back = result.convert(old, "1.1.0")
+    assert back["cniVersion"] == "1.1.0" and all("version" not in ip for ip in back["ips"])
+    assert "version" not in RES["ips"][0]  # the input is not changed
+    with pytest.raises(DelegateError) as ei:
+        result.convert(RES, "0.2.0")
+    assert ei.value.code == 1
+    with pytest.raises(DelegateError):
+        result.convert({"ip4": {"ip": "10.0.0.2/24"}}, "1.0.0")
+
+
+def test_requests_are_validated_with_cni_codes() -> None:
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0"}
+    assert parse_request(env, {"cniVersion": "0.3.1"}).cni_version == "0.3.1"
+    for changes, code in (
+        ({"CNI_CONTAINERID": "-leading"}, 4),
+        ({"CNI_NETNS": ""}, 4),
+        ({"CNI_COMMAND": "add"}, 4),
+        ({"CNI_IFNAME": ""}, 4),
+    ):
+        with pytest.raises(DelegateError) as ei:
+            parse_request({**env, **changes}, {})
+        assert ei.value.code == code, changes
+    assert parse_request({**env, "CNI_COMMAND": "DEL", "CNI_NETNS": ""}, {}).netns == ""  # DEL needs no netns
+    with pytest.raises(DelegateError) as ei:
+        parse_request(env, [])
+    assert ei.value.code == 6
+
+
+def test_locks_serialize_one_container_and_are_freed() -> None:
+    locks = KeyedLocks()
+    with locks.hold("c1"):
+        lock_c1 = locks._locks["c1"][0]
+        assert lock_c1.locked()  # a second request for c1 would wait on it
+        with locks.hold("c2"):  # another container is not blocked
+            assert locks._locks["c2"][0] is not lock_c1 and len(locks) == 2
+        assert len(locks) == 1  # c2's lock is gone once nobody holds it
+    assert len(locks) == 0 and not lock_c1.locked()
+
+
+def test_one_container_is_served_one_request_at_a_time() -> None:
+    """Many threads on one key: the critical section is never entered twice at once."""
+    locks = KeyedLocks()
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+    start = threading.Barrier(8)
+
+    def worker() -> None:
+        nonlocal inside, most
+        start.wait()
+        for _ in range(200):
+            with locks.hold("c1"):
+                with guard:
+                    inside += 1
+                    most = max(most, inside)
+                with guard:
+                    inside -= 1
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1 and len(locks) == 0
