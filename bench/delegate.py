@@ -46,14 +46,30 @@ def setup(base: Path) -> None:
     nets.mkdir(parents=True)
     static.mkdir(parents=True)
     ipam = {"type": "host-local", "dataDir": f"{base}/ipam"}
-    (static / "br.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "br", "plugins": [
-        {"type": "bridge", "bridge": "ncbench0", "isGateway": True, **{"ipam": {**ipam, "subnet": "10.140.0.0/16"}}}]}))
-    (nets / "mgmt.yaml").write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\n"
-                                    "spec: {type: static, networkID: br}\n")
+    (static / "br.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": "br",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "ncbench0",
+                        "isGateway": True,
+                        **{"ipam": {**ipam, "subnet": "10.140.0.0/16"}},
+                    }
+                ],
+            }
+        )
+    )
+    (nets / "mgmt.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\nspec: {type: static, networkID: br}\n"
+    )
     for name, subnet in (("storage", "10.141.0.0/16"), ("backup", "10.142.0.0/16")):
         (nets / f"{name}.yaml").write_text(
             f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {{type: macvlan, "
-            f"hostDevice: bench0, ipam: {{type: host-local, dataDir: {base}/ipam, subnet: {subnet}}}}}\n")
+            f"hostDevice: bench0, ipam: {{type: host-local, dataDir: {base}/ipam, subnet: {subnet}}}}}\n"
+        )
     (base / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\nmaxInFlight: 64\n")
 
 
@@ -77,8 +93,14 @@ def inner(runs: int) -> None:
         return name
 
     def shim(cmd: str, ns: str, args: str = "") -> float:
-        env = {"CNI_COMMAND": cmd, "CNI_CONTAINERID": ns, "CNI_NETNS": f"/var/run/netns/{ns}", "CNI_IFNAME": "eth0",
-               "CNI_ARGS": args, "CNI_PATH": PLUGINS}
+        env = {
+            "CNI_COMMAND": cmd,
+            "CNI_CONTAINERID": ns,
+            "CNI_NETNS": f"/var/run/netns/{ns}",
+            "CNI_IFNAME": "eth0",
+            "CNI_ARGS": args,
+            "CNI_PATH": PLUGINS,
+        }
         t = time.perf_counter()
         p = subprocess.run([PY, "-I", "-S", SHIM], input=shimconf, env=env, capture_output=True, timeout=120)
         took = time.perf_counter() - t
@@ -161,8 +183,10 @@ def inner(runs: int) -> None:
     ]
     for label, ours, base_, goal in rows:
         ratio = median_ms(ours) / median_ms(base_)
-        print(f"  {label:55s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}  "
-              f"{'ok' if ratio <= goal else 'MISSED'}")
+        print(
+            f"  {label:55s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}  "
+            f"{'ok' if ratio <= goal else 'MISSED'}"
+        )
 
 
 def main() -> None:
@@ -178,8 +202,9 @@ def main() -> None:
     host = f"ncbench-host-{os.getpid()}"
     sh("ip", "netns", "add", host)
     try:
-        subprocess.run(["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)],
-                       check=True)
+        subprocess.run(
+            ["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)], check=True
+        )
     finally:
         subprocess.run(["ip", "netns", "del", host], capture_output=True)
 
