@@ -71,6 +71,16 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool =
         fsync_dir(path.parent)
 
 
+# A file modified this recently may be modified again within the same filesystem timestamp tick (coarse clocks,
+# and some filesystems keep 1-2 s): its stat then cannot tell the two versions apart. Such a file is "racily
+# clean" (git's term) and its content must be compared as well.
+RACY_NS = 3_000_000_000
+
+
+def is_racy(st: os.stat_result, now_ns: int) -> bool:
+    return max(st.st_mtime_ns, st.st_ctime_ns) >= now_ns - RACY_NS
+
+
 def read_bytes_or_none(path: Path) -> bytes | None:
     try:
         return path.read_bytes()

@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat as stat_mod
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,41 +24,69 @@ from netcomp import __version__
 from netcomp.compile import Artifact, Plan
 from netcomp.config import Settings
 from netcomp.errors import Diagnostic, SourceLocation
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, is_racy
 from netcomp.render import BUILTIN_DIR
 
 CACHE_NAME = ".netcomp-plan.cache"
 
 
-def _stat(h: Any, path: str) -> bool:
+@dataclass
+class Fingerprint:
+    """The digest of every input's stat, and the content digests of inputs too recent for their stat to be
+    trusted (see fsutil.RACY_NS): those are compared by content before a cached plan is used."""
+
+    digest: str
+    racy: dict[str, str] = field(default_factory=dict)
+
+
+class _Hasher:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.now = time.time_ns()
+        self.racy: dict[str, str] = {}
+
+    def stat(self, path: str) -> bool:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        self.h.update(f"{path}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_size}\0{st.st_ino}\0{st.st_mode}\n".encode())
+        if is_racy(st, self.now) and stat_mod.S_ISREG(st.st_mode):
+            digest = _content(path)
+            if digest is None:
+                return False
+            self.racy[path] = digest
+        return True
+
+    def dir(self, directory: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            self.h.update(f"{directory}\0absent\n".encode())
+            return
+        for e in entries:
+            self.stat(e.path)
+
+
+def _content(path: str) -> str | None:
     try:
-        st = os.stat(path)
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
     except OSError:
-        return False
-    h.update(f"{path}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_size}\0{st.st_ino}\0{st.st_mode}\n".encode())
-    return True
+        return None
 
 
-def _dir(h: Any, directory: str) -> None:
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        h.update(f"{directory}\0absent\n".encode())
-        return
-    for e in entries:
-        _stat(h, e.path)
-
-
-def fingerprint(settings: Settings, files: Sequence[Path], *, offline: bool) -> str | None:
-    """None when an input cannot be stat'ed (then there is nothing safe to reuse)."""
-    h = hashlib.sha256()
-    h.update(f"{__version__}\0{offline}\0{settings.model_dump_json()}\n".encode())
+def fingerprint(settings: Settings, files: Sequence[Path], *, offline: bool) -> Fingerprint | None:
+    """None when an input cannot be read (then there is nothing safe to reuse). Take it before compiling: an
+    input changed meanwhile then makes the next run compile again."""
+    hs = _Hasher()
+    hs.h.update(f"{__version__}\0{offline}\0{settings.model_dump_json()}\n".encode())
     for f in files:
-        if not _stat(h, str(f)):
+        if not hs.stat(str(f)):
             return None
     for d in [*settings.staticDirs, *settings.pluginDirs, settings.templateDir, str(BUILTIN_DIR)]:
-        _dir(h, d)
-    return h.hexdigest()
+        hs.dir(d)
+    return Fingerprint(hs.h.hexdigest(), hs.racy)
 
 
 def _diag(d: dict[str, Any]) -> Diagnostic:
@@ -67,13 +98,17 @@ class PlanCache:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def load(self, fp: str | None) -> Plan | None:
+    def load(self, fp: Fingerprint | None) -> Plan | None:
         if fp is None:
             return None
         try:
             doc = orjson.loads(self.path.read_bytes())
-            if doc.get("fingerprint") != fp:
+            if doc.get("fingerprint") != fp.digest:
                 return None
+            # Inputs that were racily clean when the plan was saved must still have the content it was made of.
+            for path, digest in (doc.get("racy") or {}).items():
+                if _content(path) != digest:
+                    return None
             plan = Plan()
             for a in doc["artifacts"]:
                 art = Artifact(a["network"], a["filename"], a["data"].encode(), a["source"], tuple(a["plugins"]))
@@ -85,11 +120,12 @@ class PlanCache:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def save(self, fp: str | None, plan: Plan) -> None:
+    def save(self, fp: Fingerprint | None, plan: Plan) -> None:
         if fp is None:
             return
         doc = {
-            "fingerprint": fp,
+            "fingerprint": fp.digest,
+            "racy": fp.racy,
             "artifacts": [
                 {
                     "network": a.network,

@@ -5,7 +5,9 @@ edit; work must follow the size of the edit, not of the node)."""
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,7 @@ from netcomp.cni import spec as cnispec
 from netcomp.compile import Artifact, Plan, missing_plugins, render
 from netcomp.config import Settings
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.fsutil import is_racy
 from netcomp.intent import Intent, parse_document, rules
 from netcomp.intent.model import StaticSpec
 from netcomp.intent.source import load_documents
@@ -58,6 +61,8 @@ class _File:
     intents: list[Intent]
     diagnostics: list[Diagnostic]
     failed: bool  # the file could not be read or parsed, or one of its documents has an error
+    # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
+    racy: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -93,15 +98,20 @@ class Compiler:
         name = str(path)
         try:
             st = os.stat(path)
-            if known is not None and known.key == _stat_key(st):
+            if known is not None and known.key == _stat_key(st) and known.racy is None:
                 return known
             raw = path.read_bytes()
         except OSError as e:
             return _File((0, 0, 0, 0), [], [Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))], True)
+        digest = hashlib.sha256(raw).digest() if is_racy(st, time.time_ns()) else None
+        same_stat = known is not None and known.key == _stat_key(st)
+        if same_stat and known is not None and known.racy == hashlib.sha256(raw).digest():
+            known.racy = digest  # the same content; trusted by stat alone once it is old enough
+            return known
         try:
             docs = load_documents(name, raw)
         except IntentError as e:
-            return _File(_stat_key(st), [], e.diagnostics, True)
+            return _File(_stat_key(st), [], e.diagnostics, True, digest)
         intents: list[Intent] = []
         diags: list[Diagnostic] = []
         for doc in docs:
@@ -109,7 +119,7 @@ class Compiler:
             diags.extend(ds)
             if intent is not None:
                 intents.append(intent)
-        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags))
+        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags), digest)
 
     def _static(
         self, intent: Intent, listing: dict[str, list[str]]

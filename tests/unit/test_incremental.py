@@ -100,3 +100,49 @@ def test_staged_temp_files_are_published_only_when_they_match(tmp_path: Path, pl
     staged.discard()
     assert list((tmp_path / "out2").iterdir()) == []
     assert Plan().ok
+
+
+def _frozen_clock_stat(real_stat):  # type: ignore[no-untyped-def]
+    """os.stat as on a filesystem whose timestamps did not tick between two writes (coarse clocks do that
+    within a few ms): mtime and ctime fixed, size and inode real."""
+    import os
+
+    def fake(path, *a, **k):  # type: ignore[no-untyped-def]
+        st = real_stat(path, *a, **k)
+        fields = list(st)
+        fields[7] = fields[8] = fields[9] = 1_700_000_000  # atime, mtime, ctime (seconds)
+        return os.stat_result((*fields[:10],), {"st_atime_ns": 0, "st_mtime_ns": 1, "st_ctime_ns": 1})
+
+    return fake
+
+
+def test_same_size_rewrite_within_one_clock_tick_is_seen(tmp_path: Path, plugin_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from netcomp import workspace
+
+    f = _write(tmp_path, 1, vlan=100)
+    monkeypatch.setattr(workspace.os, "stat", _frozen_clock_stat(os.stat))
+    monkeypatch.setattr(workspace, "is_racy", lambda st, now: True)  # just written: racily clean
+    comp = Compiler(Settings(pluginDirs=[str(plugin_dir)], staticDirs=[]))
+    assert b'"id": 100' in comp.compile([f]).artifacts["n1.conflist"].data
+    f.write_text(f.read_text().replace("vlan: 100", "vlan: 200"))  # same size, same inode, same (fake) times
+    assert b'"id": 200' in comp.compile([f]).artifacts["n1.conflist"].data
+
+
+def test_plan_cache_checks_content_of_racy_inputs(tmp_path: Path, plugin_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from netcomp import plancache
+
+    f = _write(tmp_path, 1, vlan=100)
+    settings = Settings(pluginDirs=[str(plugin_dir)], staticDirs=[], templateDir="/nonexistent")
+    monkeypatch.setattr(plancache.os, "stat", _frozen_clock_stat(os.stat))
+    monkeypatch.setattr(plancache, "is_racy", lambda st, now: True)
+    cache = plancache.PlanCache(tmp_path / "plan.cache")
+    fp = plancache.fingerprint(settings, [f], offline=True)
+    assert fp is not None and str(f) in fp.racy
+    cache.save(fp, Compiler(settings).compile([f]))
+    assert cache.load(plancache.fingerprint(settings, [f], offline=True)) is not None  # unchanged: reused
+    f.write_text(f.read_text().replace("vlan: 100", "vlan: 200"))  # the stat cannot tell
+    assert cache.load(plancache.fingerprint(settings, [f], offline=True)) is None  # the content can
