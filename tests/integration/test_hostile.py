@@ -126,7 +126,10 @@ import os, socket
 os.setgid(65534); os.setuid(65534)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect({dl.sock!r})
 s.sendall(b"GET /status HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
-print(s.recv(65536).decode())
+data = b""
+while chunk := s.recv(65536):  # to the end: headers and body may arrive apart
+    data += chunk
+print(data.decode())
 """
     python = "/usr/bin/python3"  # the venv's python lives under /root, out of nobody's reach
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30, check=True).stdout
