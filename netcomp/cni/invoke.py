@@ -8,6 +8,7 @@ calls); tests that need the real thing use the real plugins."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from netcomp.cni.spec import PLUGIN_RE
 from netcomp.errors import DelegateError
 
+log = logging.getLogger("netcomp.cni")
 DEFAULT_TIMEOUT = 60.0
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # CNI spec error codes (Section "Error"): 1 incompatible version, 4 invalid config, 7 invalid env, 11 try later.
@@ -102,6 +104,17 @@ class Runner:
             res = self.exec([str(path)], self.env(command, rt), json.dumps(plugin).encode(), self.timeout)
         except DelegateError as e:
             raise DelegateError(e.code, e.msg, e.details, network=network, plugin=ptype) from None
+        if res.stderr:
+            # What a plugin says on stderr goes to the log (journalctl -u netcomp), with whose it was.
+            level = logging.WARNING if res.returncode != 0 else logging.DEBUG
+            log.log(
+                level,
+                "%s %s (network %s) stderr: %s",
+                ptype,
+                command,
+                network or "-",
+                res.stderr.decode(errors="replace").strip()[-2000:],
+            )
         if res.returncode != 0:
             raise _plugin_error(res, network, ptype)
         if not res.stdout.strip():

@@ -207,11 +207,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _cni(self, body: bytes) -> None:
         t = time.perf_counter()
-        verb, cid, version, outcome = "?", "?", "1.0.0", "error"
+        verb, cid, version, outcome, nets = "?", "?", "1.0.0", "error", "-"
         try:
             env, config = protocol.decode_request(body)
             req = parse_request(env, config)
             verb, cid, version = req.command, req.container_id or "-", req.cni_version
+            nets = self.server.delegator.describe(req)
             result = self.server.delegator.handle(req)
             outcome = "ok"
             if self.headers.get(protocol.SHIM_HEADER) == "1":
@@ -225,16 +226,18 @@ class Handler(BaseHTTPRequestHandler):
             msg = str(e) if (e.network or e.plugin) else e.msg
             self._cni_error(400, e.code, msg, e.details, version)
             log.warning(
-                "CNI %s container=%s failed: code %d: %s%s",
+                "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
                 verb,
                 cid,
+                nets,
+                (time.perf_counter() - t) * 1000,
                 e.code,
                 msg,
                 f" ({e.details})" if e.details else "",
             )
         except HostError as e:
             self._cni_error(400, 5, str(e), version=version)
-            log.error("CNI %s container=%s host error: %s", verb, cid, e)
+            log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets, e)
         except Exception as e:  # a bug: answer, log, keep serving
             self._cni_error(400, 999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
             log.exception("CNI %s container=%s internal error", verb, cid)
@@ -243,7 +246,7 @@ class Handler(BaseHTTPRequestHandler):
             self.server.metrics.requests.labels(verb, outcome).inc()
             self.server.metrics.latency.labels(verb).observe(took)
             if outcome == "ok":
-                log.info("CNI %s container=%s ok in %.1f ms", verb, cid, took * 1000)
+                log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, took * 1000)
 
     def _delegate(self, body: bytes) -> None:
         try:

@@ -93,6 +93,22 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- dispatch
 
+    def describe(self, req: Request) -> str:
+        """The networks a request is about, for the log line (cheap, never fails): for DEL and CHECK what the
+        cache says the container has, for ADD what is asked for."""
+        if req.command in ("DEL", "CHECK") and req.container_id:
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                entry = self.cache.load(req.container_id, req.ifname)
+                if entry is not None:
+                    return ",".join(a.network for a in entry.attachments) or "-"
+        try:
+            wants, _ = select.split_cni_args(req.args)
+            wants += select.from_runtime_args(req.config)
+        except DelegateError:
+            wants = []
+        names = [n for n in [self.default_network(), *(w.network for w in wants)] if n]
+        return ",".join(names) or "-"
+
     def handle(self, req: Request) -> dict[str, Any]:
         if req.command == "VERSION":
             return {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}
