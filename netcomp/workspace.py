@@ -89,6 +89,12 @@ class Compiler:
         self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
         self.static_paths: set[str] = set()  # static files the current intents use (for a watcher)
 
+    def reset_templates(self) -> None:
+        """An admin template changed: load templates afresh and render everything again."""
+        tdir = Path(self.settings.templateDir)
+        self.templates = Templates(tdir if tdir.is_dir() else None)
+        self._rendered = {}
+
     def layers(self) -> list[Path]:
         return [Path(d) for d in self.settings.intentDirs]
 
@@ -195,7 +201,7 @@ class Compiler:
         self,
         files: Sequence[Path] | None = None,
         *,
-        changed: Iterable[Path] | None = None,
+        changed: Iterable[str | Path] | None = None,
         on_artifact: Callable[[Artifact], None] | None = None,
     ) -> Plan:
         """Compile `files` (default: discovered from the configured intent dirs). With `changed`, only those
@@ -217,7 +223,7 @@ class Compiler:
     def _compile(
         self,
         files: Sequence[Path] | None,
-        changed: Iterable[Path] | None,
+        changed: Iterable[str | Path] | None,
         on_artifact: Callable[[Artifact], None] | None,
     ) -> Plan:
         plan = Plan()

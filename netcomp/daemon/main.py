@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, real_exec
 from netcomp.config import Settings
 from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Server, listen
 from netcomp.daemon.state import Snapshot, State
+from netcomp.daemon.watch import Watcher
 from netcomp.delegate.attach import Delegator
 from netcomp.errors import HostError, IntentError
 from netcomp.fsutil import atomic_write
@@ -28,6 +31,7 @@ from netcomp.workspace import Compiler
 
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
+STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
 DRAIN_SECONDS = 30.0
 
 
@@ -53,15 +57,19 @@ class Daemon:
         self.delegator = Delegator(
             self.runner, self.cache, self.state.networks, lambda: self.settings.defaultNetwork, netns.existing
         )
+        self.notifier = Notifier()
         self.server: Server | None = None
+        self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
         self._reload_lock = threading.Lock()
+        self._last_status = 0.0
 
     # ---------------------------------------------------------------------------------------------- compile
 
-    def reload(self, *, reread_config: bool = False) -> Snapshot:
-        """Compile everything again. A broken edit keeps the last good output of what it touched."""
+    def reload(self, *, reread_config: bool = False, changed: set[str] | None = None) -> Snapshot:
+        """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
+        edit keeps the last good output of what it touched."""
         with self._reload_lock:
             if reread_config:
                 try:
@@ -73,7 +81,10 @@ class Daemon:
                 else:
                     if new != self.settings:
                         self._adopt(new)
-            plan = self.compiler.compile()
+            tdir = self.settings.templateDir.rstrip("/") + "/"
+            if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
+                self.compiler.reset_templates()
+            plan = self.compiler.compile(changed=changed)
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
             try:
@@ -101,7 +112,22 @@ class Daemon:
                 len(snap.networks),
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
+            self.notifier.status(self.status_line())
             return snap
+
+    def status_line(self) -> str:
+        """systemd's STATUS=: one line an operator reads in `systemctl status netcomp`."""
+        snap = self.state.current
+        server = self.server
+        errors = [d for d in snap.diagnostics if d.is_error]
+        text = f"{len(snap.networks)} networks"
+        if errors:
+            first = errors[0]
+            text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
+        text += f", {len(self.cache.entries())} containers attached"
+        if server is not None:
+            text += f", {server.served} requests served, {server.in_flight} in flight"
+        return text
 
     def _adopt(self, new: Settings) -> None:
         """Take new settings on SIGHUP. The socket stays; what depends on paths is rebuilt."""
@@ -164,12 +190,30 @@ class Daemon:
             max_body=self.settings.maxRequestBytes,
             status=self.status,
         )
-        threading.Thread(target=self.server.serve_forever, name="serve", daemon=True).start()
+        self.server.on_tick = self._tick
+        wd = self.notifier.watchdog_sec
+        poll = min(0.5, wd / 4) if wd else 0.5
+        threading.Thread(target=self.server.serve_forever, args=(poll,), name="serve", daemon=True).start()
         self.server.ready.set()
         log.info("serving on %s", self.settings.socket)
         return self.server
 
+    def _tick(self) -> None:
+        self.notifier.tick()
+        now = time.monotonic()
+        if now - self._last_status >= STATUS_EVERY:
+            self._last_status = now
+            self.notifier.status(self.status_line())
+
+    def watch(self) -> None:
+        """Recompile on every change in the intent, static and template dirs."""
+        dirs = [*self.settings.intentDirs, *self.settings.staticDirs, self.settings.templateDir]
+        self.watcher = Watcher(dirs, lambda changed: self.reload(changed=changed))
+        threading.Thread(target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True).start()
+
     def stop(self, drain: float = DRAIN_SECONDS) -> bool:
+        self.notifier.stopping()
+        self.stop_event.set()
         done = True
         if self.server is not None:
             done = self.server.drain(drain)
@@ -188,24 +232,30 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> in
     d = Daemon(load_settings, exec_=exec_)
     d.reload()
     d.start()
+    wake = threading.Event()
+    # READY=1 only now: the first compile is done and the socket is served.
+    d.notifier.ready(d.status_line())
+    d.watch()
 
     def on_term(signum: int, _: Any) -> None:
-        d.stop_event.set()
+        wake.set()
 
     def on_hup(signum: int, _: Any) -> None:
         d.reload_event.set()
-        d.stop_event.set()  # wake the loop
+        wake.set()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
     while True:
-        d.stop_event.wait()
+        wake.wait()
+        wake.clear()
         if d.reload_event.is_set():
             d.reload_event.clear()
-            d.stop_event.clear()
             log.info("reloading (SIGHUP)")
+            d.notifier.reloading()
             d.reload(reread_config=True)
+            d.notifier.ready(d.status_line())
             continue
         break
     log.info("stopping: draining requests in flight")

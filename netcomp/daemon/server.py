@@ -62,6 +62,11 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self._busy = 0
         self._idle = threading.Condition()
         self.served = 0
+        self.on_tick: Callable[[], None] = lambda: None
+
+    def service_actions(self) -> None:
+        # Called by serve_forever on every turn of the serving loop: the watchdog is fed from here.
+        self.on_tick()
 
     def enter(self) -> bool:
         if self.draining.is_set() or not self.slots.acquire(blocking=False):

@@ -1,0 +1,55 @@
+"""The systemd notify protocol (sd_notify(3)) through sdnotify, a no-op without NOTIFY_SOCKET.
+
+NOTIFY_SOCKET is removed from the environment once connected, so no child process (a delegate plugin above
+all) can ever speak for the daemon. The watchdog is fed from the serving loop (Server.service_actions), so a
+daemon whose loop is stuck stops feeding it and systemd restarts it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import sdnotify
+
+
+class Notifier:
+    def __init__(self) -> None:
+        self.enabled = bool(os.environ.get("NOTIFY_SOCKET"))
+        self._n = sdnotify.SystemdNotifier() if self.enabled else None
+        os.environ.pop("NOTIFY_SOCKET", None)
+        usec = os.environ.get("WATCHDOG_USEC", "")
+        pid = os.environ.get("WATCHDOG_PID", "")
+        self.watchdog_sec = int(usec) / 1e6 if usec.isdigit() and (not pid or pid == str(os.getpid())) else 0.0
+        for k in ("WATCHDOG_USEC", "WATCHDOG_PID"):
+            os.environ.pop(k, None)
+        self._last_ping = 0.0
+        self._status = ""
+
+    def send(self, *lines: str) -> None:
+        if self._n is not None:
+            self._n.notify("\n".join(lines))
+
+    def ready(self, status: str) -> None:
+        self._status = status
+        self.send("READY=1", f"STATUS={status}")
+
+    def status(self, line: str) -> None:
+        if line != self._status:
+            self._status = line
+            self.send(f"STATUS={line}")
+
+    def reloading(self) -> None:
+        # systemd >= 253 (Type=notify-reload) wants MONOTONIC_USEC with RELOADING=1; older ones ignore it.
+        self.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+
+    def stopping(self) -> None:
+        self.send("STOPPING=1", "STATUS=stopping: draining requests in flight")
+
+    def tick(self) -> None:
+        """Feed the watchdog at half its interval (call from the serving loop)."""
+        if not self.watchdog_sec:
+            return
+        now = time.monotonic()
+        if now - self._last_ping >= self.watchdog_sec / 2:
+            self._last_ping = now
+            self.send("WATCHDOG=1")

@@ -1,0 +1,96 @@
+"""Watching intent, static and template dirs with inotify (inotify-simple).
+
+A dir that does not exist yet is watched through its nearest existing ancestor, so creating it later is seen;
+files replaced by rename (editors, config management) arrive as MOVED_TO; a dir removed as a whole arrives as
+DELETE_SELF. Bursts are debounced: after the first event, events are collected until `quiet` seconds pass
+without one (at most `longest` seconds), then the callback gets every path that changed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+
+from inotify_simple import INotify, flags
+
+log = logging.getLogger("netcomp.watch")
+MASK = (
+    flags.CREATE
+    | flags.DELETE
+    | flags.CLOSE_WRITE
+    | flags.MOVED_TO
+    | flags.MOVED_FROM
+    | flags.ATTRIB
+    | flags.DELETE_SELF
+    | flags.MOVE_SELF
+)
+
+
+class Watcher:
+    def __init__(
+        self, dirs: Iterable[str], on_change: Callable[[set[str]], object], *, quiet: float = 0.1, longest: float = 1.0
+    ) -> None:
+        self.dirs = [os.path.abspath(d) for d in dirs]
+        self.on_change = on_change
+        self.quiet, self.longest = quiet, longest
+        self.ino = INotify()
+        self.wds: dict[int, str] = {}
+        self.sync()
+
+    def _target(self, d: str) -> str:
+        while not os.path.isdir(d) and d != "/":
+            d = os.path.dirname(d)
+        return d
+
+    def sync(self) -> None:
+        """Watch each dir, or its nearest existing ancestor; forget watches whose dir is gone."""
+        want = {self._target(d) for d in self.dirs}
+        have = set(self.wds.values())
+        for wd, path in list(self.wds.items()):
+            if path not in want or not os.path.isdir(path):
+                with contextlib.suppress(OSError):  # the kernel dropped it already (dir deleted)
+                    self.ino.rm_watch(wd)
+                del self.wds[wd]
+                have.discard(path)
+        for d in sorted(want - have):
+            try:
+                self.wds[self.ino.add_watch(d, MASK)] = d
+            except OSError as e:
+                log.warning("cannot watch %s: %s", d, e.strerror)
+
+    def _collect(self, timeout_ms: int) -> set[str]:
+        out = set()
+        for ev in self.ino.read(timeout=timeout_ms):
+            base = self.wds.get(ev.wd)
+            if base is None:
+                continue
+            out.add(os.path.join(base, ev.name) if ev.name else base)
+        return out
+
+    def run(self, stop: threading.Event) -> None:
+        import time
+
+        while not stop.is_set():
+            changed = self._collect(500)
+            if not changed:
+                continue
+            first = time.monotonic()
+            while time.monotonic() - first < self.longest:
+                more = self._collect(int(self.quiet * 1000))
+                if not more:
+                    break
+                changed |= more
+            self.sync()
+            relevant = {
+                p for p in changed if any(p == d or p.startswith(d + "/") or d.startswith(p + "/") for d in self.dirs)
+            }
+            if relevant:
+                try:
+                    self.on_change(relevant)
+                except Exception:
+                    log.exception("recompiling after a change failed")
+
+    def close(self) -> None:
+        self.ino.close()
