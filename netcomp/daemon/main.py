@@ -59,9 +59,9 @@ class Daemon:
         )
         self.notifier = Notifier()
         self.server: Server | None = None
+        self.activated = False
         self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
-        self.reload_event = threading.Event()
         self._reload_lock = threading.Lock()
         self._last_status = 0.0
 
@@ -180,7 +180,7 @@ class Daemon:
         }
 
     def start(self) -> Server:
-        sock = listen(self.settings.socket)
+        sock, self.activated = listen(self.settings.socket)
         self.server = Server(
             sock,
             self.delegator,
@@ -193,9 +193,11 @@ class Daemon:
         self.server.on_tick = self._tick
         wd = self.notifier.watchdog_sec
         poll = min(0.5, wd / 4) if wd else 0.5
-        threading.Thread(target=self.server.serve_forever, args=(poll,), name="serve", daemon=True).start()
+        # Ready before the first turn of the loop: the first compile is done, and a client that connected early
+        # (socket activation) is waiting in the backlog for exactly this.
         self.server.ready.set()
-        log.info("serving on %s", self.settings.socket)
+        threading.Thread(target=self.server.serve_forever, args=(poll,), name="serve", daemon=True).start()
+        log.info("serving on %s", "the socket systemd passed (LISTEN_FDS)" if self.activated else self.settings.socket)
         return self.server
 
     def _tick(self) -> None:
@@ -221,42 +223,45 @@ class Daemon:
                 log.warning("stopping with %d requests still in flight", self.server.in_flight)
             self.server.shutdown()
             self.server.server_close()
-            with contextlib.suppress(FileNotFoundError):
-                Path(self.settings.socket).unlink()
+            if not self.activated:  # an activated socket's file belongs to systemd's socket unit
+                with contextlib.suppress(FileNotFoundError):
+                    Path(self.settings.socket).unlink()
         self.delegator.close()
         return done
 
 
 def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> int:
     """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
-    d = Daemon(load_settings, exec_=exec_)
-    d.reload()
-    d.start()
+    # Signals first: systemd may send SIGTERM at any moment, even before READY=1.
     wake = threading.Event()
-    # READY=1 only now: the first compile is done and the socket is served.
-    d.notifier.ready(d.status_line())
-    d.watch()
+    hup = threading.Event()
+    term = threading.Event()
 
     def on_term(signum: int, _: Any) -> None:
+        term.set()
         wake.set()
 
     def on_hup(signum: int, _: Any) -> None:
-        d.reload_event.set()
+        hup.set()
         wake.set()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
-    while True:
+    d = Daemon(load_settings, exec_=exec_)
+    d.reload()
+    d.start()
+    # READY=1 only now: the first compile is done and the socket is served.
+    d.notifier.ready(d.status_line())
+    d.watch()
+    while not term.is_set():
         wake.wait()
         wake.clear()
-        if d.reload_event.is_set():
-            d.reload_event.clear()
+        if hup.is_set() and not term.is_set():
+            hup.clear()
             log.info("reloading (SIGHUP)")
             d.notifier.reloading()
             d.reload(reread_config=True)
             d.notifier.ready(d.status_line())
-            continue
-        break
     log.info("stopping: draining requests in flight")
     return 0 if d.stop() else 1

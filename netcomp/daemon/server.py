@@ -288,14 +288,14 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("hot-plug internal error")
 
 
-def listen(path: str) -> socket.socket:
-    """The listening socket: inherited from systemd (LISTEN_FDS, socket activation) or bound here, with its
-    directory 0700 and the socket 0600, so only root reaches it."""
+def listen(path: str) -> tuple[socket.socket, bool]:
+    """The listening socket and whether it was inherited: from systemd (LISTEN_FDS, socket activation; the socket
+    unit owns the file and its modes) or bound here, with its directory 0700 and the socket 0600."""
     if os.environ.get("LISTEN_PID") == str(os.getpid()) and int(os.environ.get("LISTEN_FDS", "0") or 0) >= 1:
         sock = socket.socket(fileno=3)
         for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
             os.environ.pop(k, None)
-        return sock
+        return sock, True
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     os.chmod(directory, 0o700)
@@ -309,4 +309,4 @@ def listen(path: str) -> socket.socket:
         os.umask(old)
     os.chmod(path, 0o600)
     sock.listen(128)
-    return sock
+    return sock, False

@@ -1,0 +1,200 @@
+"""The daemon as systemd sees it, observed from outside the process: the notify messages (READY, STATUS,
+WATCHDOG, RELOADING, STOPPING) on a real NOTIFY_SOCKET, watching and degraded/recovered states, socket
+activation through systemd-socket-activate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+NETCOMP = str(Path(sys.executable).parent / "netcomp")
+PLUGIN_DIR = "/usr/lib/cni"
+pytestmark = pytest.mark.root
+
+GOOD = """apiVersion: netcomp.io/v1
+kind: Network
+metadata: {{name: {name}}}
+spec: {{type: macvlan, hostDevice: eth9, ipam: {{type: host-local, subnet: {subnet}}}}}
+"""
+
+
+class Notify:
+    """A datagram socket standing where systemd's would be."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.path = path
+        self.seen: list[dict[str, str]] = []
+
+    def wait_for(self, key: str, value: str | None = None, timeout: float = 20.0) -> dict[str, str]:
+        """The next message carrying key (=value); every message on the way is kept in `seen`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {key}={value or '*'} within {timeout}s; saw {self.seen}")
+            self.sock.settimeout(left)
+            try:
+                raw = self.sock.recv(65536).decode()
+            except TimeoutError:
+                raise AssertionError(f"no {key}={value or '*'} within {timeout}s; saw {self.seen}") from None
+            msg = dict(line.split("=", 1) for line in raw.splitlines() if "=" in line)
+            self.seen.append(msg)
+            if key in msg and (value is None or value in msg[key]):
+                return msg
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    if os.geteuid() != 0 or not os.access(f"{PLUGIN_DIR}/macvlan", os.X_OK):
+        pytest.skip("needs root and the Debian CNI plugins")
+    root = tmp_path / "root"
+    nets = root / "etc/netcomp/networks.d"
+    nets.mkdir(parents=True)
+    (nets / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.61.0.0/24"))
+    (nets / "b.yaml").write_text(GOOD.format(name="beta", subnet="10.62.0.0/24"))
+    yield {"root": root, "nets": nets, "out": root / "run/netcomp/networks", "tmp": tmp_path}
+
+
+def start(
+    node: dict[str, Path],
+    notify: Notify,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> subprocess.Popen[bytes]:
+    e = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000", **(env or {})}
+    e.pop("WATCHDOG_PID", None)
+    cmd = argv or [NETCOMP, "daemon", "--root", str(node["root"]), *extra]
+    return subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=pass_fds)
+
+
+def stop(p: subprocess.Popen[bytes]) -> int:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_notify_sequence_watching_degraded_and_recovery(node: dict[str, Path]) -> None:
+    notify = Notify(node["tmp"] / "notify.sock")
+    p = start(node, notify)
+    try:
+        ready = notify.wait_for("READY", "1")
+        assert ready["STATUS"].startswith("2 networks")
+        assert (node["root"] / "run/netcomp/netcomp.sock").exists()  # READY only once the socket is served
+        notify.wait_for("WATCHDOG", "1")
+        good = (node["out"] / "alpha.conflist").read_bytes()
+
+        # A broken edit: degraded, with the position, and the old output kept byte for byte.
+        (node["nets"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.61.0.0/33"))
+        msg = notify.wait_for("STATUS", "DEGRADED")
+        assert f"{node['nets'] / 'a.yaml'}:4:" in msg["STATUS"]
+        assert (node["out"] / "alpha.conflist").read_bytes() == good
+
+        # Fixed by replacing the file through a rename, as editors and config management do.
+        tmp = node["nets"] / ".a.yaml.swp"
+        tmp.write_text(GOOD.format(name="alpha", subnet="10.63.0.0/24"))
+        os.replace(tmp, node["nets"] / "a.yaml")
+        msg = notify.wait_for("STATUS", "2 networks, 0 containers")
+        assert "DEGRADED" not in msg["STATUS"]
+        assert b"10.63.0.0/24" in (node["out"] / "alpha.conflist").read_bytes()
+
+        # A layer that did not exist at start (/run/netcomp/networks.d) is seen when it appears.
+        run_layer = node["root"] / "run/netcomp/networks.d"
+        run_layer.mkdir(parents=True)
+        (run_layer / "c.yaml").write_text(GOOD.format(name="gamma", subnet="10.64.0.0/24"))
+        notify.wait_for("STATUS", "3 networks")
+        assert (node["out"] / "gamma.conflist").exists()
+        shutil.rmtree(run_layer)  # and a whole dir removed
+        notify.wait_for("STATUS", "2 networks")
+        assert not (node["out"] / "gamma.conflist").exists()
+
+        p.send_signal(signal.SIGHUP)
+        reloading = notify.wait_for("RELOADING", "1")
+        assert int(reloading["MONOTONIC_USEC"]) > 0
+        notify.wait_for("READY", "1")
+    finally:
+        code = stop(p)
+    assert code == 0, p.stderr.read().decode() if p.stderr else ""
+    assert notify.wait_for("STOPPING", "1")
+    kinds = [k for m in notify.seen for k in ("READY", "WATCHDOG", "RELOADING", "STOPPING") if k in m]
+    first = {k: kinds.index(k) for k in ("READY", "WATCHDOG", "RELOADING", "STOPPING")}
+    assert first["READY"] < first["WATCHDOG"] < first["RELOADING"] < first["STOPPING"]
+    assert kinds[first["RELOADING"] + 1 :].index("READY") < kinds[first["RELOADING"] + 1 :].index("STOPPING")
+
+
+def test_socket_activation_early_client_waits_in_the_backlog(node: dict[str, Path]) -> None:
+    """We play systemd: bind and listen, connect a client at once, then start the daemon with the socket as fd 3
+    (LISTEN_FDS/LISTEN_PID). The early client is answered once the daemon is ready, never refused."""
+    notify = Notify(node["tmp"] / "notify.sock")
+    path = node["tmp"] / "activated.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    early.settimeout(30)
+    early.connect(str(path))  # before any daemon exists
+    early.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    fd = listener.fileno()
+    # What systemd does for a socket unit: the socket as fd 3, LISTEN_PID the pid that execs the daemon.
+    systemd = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ['LISTEN_PID'] = str(os.getpid()); "
+        "os.environ['LISTEN_FDS'] = '1'; os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    argv = [sys.executable, "-c", systemd, str(fd), NETCOMP, "daemon", "--root", str(node["root"])]
+    p = start(node, notify, argv=argv, pass_fds=(fd,))
+    try:
+        data = b""
+        while chunk := early.recv(65536):
+            data += chunk
+        # Answered by a ready daemon: the request's own error (6: no env/config), not 503/11 "starting".
+        assert data.startswith(b"HTTP/1.1 400") and b'"code": 6' in data, data
+        notify.wait_for("READY", "1")
+    finally:
+        early.close()
+        assert stop(p) == 0, p.stderr.read().decode() if p.stderr else ""
+    assert path.exists()  # the socket's file belongs to whoever passed it; the daemon leaves it
+
+
+def test_under_systemd_socket_activate(node: dict[str, Path]) -> None:
+    if shutil.which("systemd-socket-activate") is None:
+        pytest.skip("systemd-socket-activate is not installed")
+    notify = Notify(node["tmp"] / "notify.sock")
+    path = node["tmp"] / "act.sock"
+    # It passes the child no environment but LISTEN_* and what -E names: NOTIFY_SOCKET must be named.
+    argv = ["systemd-socket-activate", "-l", str(path), "-E", "NOTIFY_SOCKET", NETCOMP, "daemon", "--root"]
+    p = start(node, notify, argv=[*argv, str(node["root"])])
+    try:
+        # systemd-socket-activate listens first and starts the daemon on the first connection; it says
+        # "Listening on PATH" once it listens, so read up to that line (no sleep, no polling).
+        assert p.stderr is not None
+        line = p.stderr.readline().decode()
+        assert line.startswith("Listening on"), line
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(30)
+        c.connect(str(path))
+        c.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+        c.close()
+        assert data.startswith(b"HTTP/1.1 200") and b'"ready": true' in data, data
+        notify.wait_for("READY", "1")
+    finally:
+        code = stop(p)
+        assert code == 0, p.stderr.read().decode() if p.stderr else ""
