@@ -1,7 +1,7 @@
-#!/usr/bin/python3 -I -S
+#!/usr/bin/python3 -IS
 """netcomp: the CNI plugin a container runtime execs. It forwards the request to the netcomp daemon over its unix
 socket and prints the answer. It runs on every container start, so it starts fast: stdlib C modules only, no
-`json`, no `http.client`, no netcomp import (it runs as `python3 -I -S`, installed as a single file).
+`json`, no `http.client`, no netcomp import (it runs as `python3 -IS`: isolated, no site; installed as a single file).
 
 Config keys it reads (from the runtime's config on stdin): "socket" (default /run/netcomp/netcomp.sock),
 "readyTimeout" (seconds ADD/CHECK wait for a daemon that is starting; default 10).

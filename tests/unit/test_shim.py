@@ -122,3 +122,16 @@ def test_shim_imports_nothing_heavy() -> None:
     extra = modules(p.stderr) - modules(bare.stderr) - {"module"}
     assert extra <= {"_socket", "binascii", "time", "_json"}, extra
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
+
+
+def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
+    """Installed, the shim is exec'd directly: the kernel passes everything after the interpreter in a shebang as
+    one argument, so the flags must be one token ("-IS", not "-I -S")."""
+    exe = tmp_path / "netcomp"
+    exe.write_bytes(SHIM.read_bytes())
+    exe.chmod(0o755)
+    first = SHIM.read_text().splitlines()[0]
+    assert first.startswith("#!/usr/bin/python3 ") and len(first.split()) == 2
+    p = subprocess.run([str(exe)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
