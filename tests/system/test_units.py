@@ -72,7 +72,14 @@ def test_units_agree_with_the_daemons_defaults() -> None:
     for needed in ("/run/netcomp", "/var/lib/netcomp", "/var/lib/cni"):
         assert needed in writable
     tmpfiles = (PKG / "tmpfiles.conf").read_text()
-    for d in (paths.OUTPUT_DIR, paths.CACHE_DIR, str(Path(paths.SOCKET).parent), "/etc/netcomp/networks.d"):
+    # Every ReadWritePaths entry without "-" must exist when the service starts: tmpfiles makes them.
+    for d in (
+        paths.OUTPUT_DIR,
+        paths.CACHE_DIR,
+        str(Path(paths.SOCKET).parent),
+        "/etc/netcomp/networks.d",
+        *(p for p in rw.group(1).split() if not p.startswith("-")),
+    ):
         assert re.search(rf"^d {re.escape(d)} ", tmpfiles, re.M), d
 
 
