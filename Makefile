@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # What the tests run for real: the CNI plugins, iproute2, systemd's tools, and Debian's packaging tools.
-DEBS := containernetworking-plugins iproute2 systemd debhelper lintian python3-venv python3-pip git
+DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git
 
 .PHONY: all setup system-deps demo test lint typecheck unit integration golden schema bench clean
 
@@ -17,7 +17,8 @@ all: test
 # Debian packages the tests and the demo run for real (CNI plugins, iproute2).
 system-deps:
 	@if ! [ -x /usr/lib/cni/macvlan ] || ! command -v ip >/dev/null || ! command -v dh >/dev/null \
-	    || ! command -v lintian >/dev/null || ! command -v systemd-analyze >/dev/null; then \
+	    || ! command -v lintian >/dev/null || ! command -v systemd-analyze >/dev/null \
+	    || ! command -v systemd-nspawn >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
