@@ -198,3 +198,26 @@ def test_under_systemd_socket_activate(node: dict[str, Path]) -> None:
     finally:
         code = stop(p)
         assert code == 0, p.stderr.read().decode() if p.stderr else ""
+
+
+def test_sighup_rereads_netcomp_yaml(node: dict[str, Path]) -> None:
+    notify = Notify(node["tmp"] / "notify.sock")
+    cfg = node["root"] / "etc/netcomp/netcomp.yaml"
+    cfg.write_text("cniVersion: 1.0.0\n")
+    p = start(node, notify)
+    try:
+        notify.wait_for("READY", "1")
+        assert b'"cniVersion": "1.0.0"' in (node["out"] / "alpha.conflist").read_bytes()
+        cfg.write_text("cniVersion: 0.4.0\n")
+        p.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING", "1")
+        notify.wait_for("READY", "1")
+        assert b'"cniVersion": "0.4.0"' in (node["out"] / "alpha.conflist").read_bytes()
+        cfg.write_text("cniVersion: 0.4.0\nbogus: 1\n")  # a broken netcomp.yaml keeps the running settings
+        p.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING", "1")
+        notify.wait_for("READY", "1")
+        assert b'"cniVersion": "0.4.0"' in (node["out"] / "alpha.conflist").read_bytes()
+    finally:
+        assert stop(p) == 0
+    assert "netcomp.yaml is broken; keeping the running settings" in (p.stderr.read().decode() if p.stderr else "")

@@ -141,3 +141,32 @@ def test_one_container_is_served_one_request_at_a_time() -> None:
     for t in threads:
         t.join()
     assert most == 1 and len(locks) == 0
+
+
+def test_delegates_get_a_scrubbed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of the daemon's environment reaches a plugin: no NOTIFY_SOCKET (a plugin must never speak for
+    the daemon to systemd), no credentials, only CNI_* and a fixed PATH."""
+    from netcomp.cni.invoke import ExecResult, Runner, RuntimeConf
+
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    seen: list[dict[str, str]] = []
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        """Records what a plugin would get (the real plugins' behaviour is tested in tests/integration)."""
+        seen.append(dict(env))
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    runner = Runner(["/usr/lib/cni", "/bin"], exec_=fake_exec)
+    runner.exec_plugin({"type": "sh"}, "ADD", RuntimeConf("c", "/var/run/netns/x", "eth0", "A=1"))
+    assert seen == [
+        {
+            "CNI_COMMAND": "ADD",
+            "CNI_PATH": "/usr/lib/cni:/bin",
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "CNI_CONTAINERID": "c",
+            "CNI_NETNS": "/var/run/netns/x",
+            "CNI_IFNAME": "eth0",
+            "CNI_ARGS": "A=1",
+        }
+    ]
