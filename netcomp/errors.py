@@ -91,13 +91,20 @@ class DelegateError(NetcompError):
         self.details = details
         self.network = network
         self.plugin = plugin
-        where = ""
-        if network or plugin:
-            where = f"network {network!r}" if network else ""
-            if plugin:
-                where += (", " if where else "") + f"plugin {plugin!r}"
-            where += ": "
-        super().__init__(f"{where}{msg}" + (f" ({details})" if details else ""))
+        super().__init__(self.full_msg + (f" ({details})" if details else ""))
+
+    @property
+    def full_msg(self) -> str:
+        """The message with whose it is in front: `network 'x', plugin 'y': msg` (details stay apart)."""
+        where = ", ".join(
+            p
+            for p in (
+                f"network {self.network!r}" if self.network else "",
+                f"plugin {self.plugin!r}" if self.plugin else "",
+            )
+            if p
+        )
+        return f"{where}: {self.msg}" if where else self.msg
 
 
 class InternalError(NetcompError):

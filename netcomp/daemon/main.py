@@ -26,7 +26,7 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate.attach import Delegator
 from netcomp.errors import HostError, IntentError
 from netcomp.fsutil import atomic_write
-from netcomp.host import netns
+from netcomp.host import links, netns
 from netcomp.workspace import Compiler
 
 log = logging.getLogger("netcomp.daemon")
@@ -42,7 +42,11 @@ def runtime_config(settings: Settings) -> bytes:
 
 
 class Daemon:
-    def __init__(self, load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> None:
+    def __init__(
+        self, load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, link_netns: str | None = None
+    ) -> None:
+        """`link_netns`: the named network namespace where the delegates run and host links are made; None for
+        the daemon's own (a node). Tests run the daemon beside a netns they made and point both there."""
         self.load_settings = load_settings
         self.settings = load_settings()
         self.metrics = Metrics()
@@ -55,7 +59,12 @@ class Daemon:
         )
         self.cache = Cache(Path(self.settings.cacheDir))
         self.delegator = Delegator(
-            self.runner, self.cache, self.state.networks, lambda: self.settings.defaultNetwork, netns.existing
+            self.runner,
+            self.cache,
+            self.state.networks,
+            lambda: self.settings.defaultNetwork,
+            netns.existing,
+            host_link=lambda link: links.ensure(link, link_netns),
         )
         self.notifier = Notifier()
         self.server: Server | None = None

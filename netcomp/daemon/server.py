@@ -228,7 +228,7 @@ class Handler(BaseHTTPRequestHandler):
             self._cni_error(400, e.code, e.msg, e.details)
             log.warning("CNI request refused: %s", e.msg)
         except DelegateError as e:
-            msg = str(e) if (e.network or e.plugin) else e.msg
+            msg = e.full_msg
             self._cni_error(400, e.code, msg, e.details, version)
             log.warning(
                 "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
@@ -280,7 +280,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, UnicodeDecodeError) as e:
             self._cni_error(400, protocol.E_DECODE, f"request is not valid JSON: {e}")
         except DelegateError as e:
-            self._cni_error(400, e.code, str(e) if (e.network or e.plugin) else e.msg, e.details)
+            self._cni_error(400, e.code, e.full_msg, e.details)
         except HostError as e:
             self._cni_error(400, 5, str(e))
         except Exception as e:

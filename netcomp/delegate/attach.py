@@ -82,6 +82,8 @@ class Delegator:
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
     link_check: Callable[[str, list[str]], set[str]]
+    # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
+    host_link: Callable[[dict[str, Any]], object] = lambda link: None
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -162,6 +164,7 @@ class Delegator:
             raise DelegateError(
                 E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
             )
+        self._host_links(atts)
         futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
         first_error: DelegateError | None = None
         for a, fut in zip(atts, futures, strict=True):
@@ -181,6 +184,16 @@ class Delegator:
             self._rollback(req, atts)
             raise first_error
         return self._answer(req, atts)
+
+    def _host_links(self, atts: list[Attachment]) -> None:
+        """The VLAN/VXLAN masters the networks name, made before any plugin runs (netcomp owns them)."""
+        for a in atts:
+            link = (a.conflist.get("netcomp") or {}).get("hostLink")
+            if link:
+                try:
+                    self.host_link(link)
+                except HostError as e:
+                    raise DelegateError(E_IO, str(e), "no plugin was run", network=a.network) from None
 
     def _answer(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
@@ -311,6 +324,7 @@ class Delegator:
             if new_ifname in taken or self.link_check(netns, [new_ifname]):
                 raise DelegateError(E_INVALID_CONFIG, f"interface {new_ifname!r} already exists in {netns}")
             att = Attachment(network, new_ifname, nets[network])
+            self._host_links([att])
             att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
             entry.attachments.append(att)
             entry.netns = netns

@@ -79,7 +79,7 @@ class DaemonLab:
 
     def restart(self) -> None:
         self.daemon.stop(drain=5)
-        self.daemon = Daemon(lambda: self.settings, exec_=self.lab.exec_in_host)
+        self.daemon = Daemon(lambda: self.settings, exec_=self.lab.exec_in_host, link_netns=self.lab.host)
         self.daemon.reload()
         self.daemon.start()
 
@@ -139,6 +139,16 @@ def write_networks(base: Path, master: str) -> None:
             f"{base}/ipam, subnet: 10.82.0.0/24}}}}",
         )
     )
+    tunnel = (
+        f"{{type: macvlan, hostDevice: {master}, vxlan: {{vni: 4242, group: 239.1.1.42}}, interfacePrefix: tun, "
+        f"ipam: {{type: host-local, dataDir: {base}/ipam, subnet: 10.83.0.0/24}}}}"
+    )
+    (nets / "60-tunnel.yaml").write_text(intent("tunnel", tunnel))
+    tagged = (
+        f"{{type: macvlan, hostDevice: {master}, vlan: 120, ipam: {{type: host-local, dataDir: {base}/ipam, "
+        f"subnet: 10.84.0.0/24}}}}"
+    )
+    (nets / "70-tagged.yaml").write_text(intent("tagged", tagged))
 
 
 @contextlib.contextmanager
@@ -157,7 +167,7 @@ def daemon_lab(base: Path, socket_path: str | None = None) -> Iterator[DaemonLab
             writeRuntimeConfig=True,
             templateDir=str(base / "templates"),
         )
-        d = Daemon(lambda: settings, exec_=lb.exec_in_host)
+        d = Daemon(lambda: settings, exec_=lb.exec_in_host, link_netns=lb.host)
         d.reload()
         d.start()
         dl = DaemonLab(lb, base, settings, d)

@@ -189,3 +189,40 @@ def test_status_verb_and_cli(dl: DaemonLab) -> None:
     dl.daemon.reload()  # mgmt now fails to compile, but its last good version is kept
     assert dl.shim("STATUS", "")[0] == 0
     assert dl.daemon.status()["degraded"] and dl.daemon.status()["networks"][1]["keptLastGood"]
+
+
+def test_vxlan_master_is_made_on_first_use_and_reused(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    a, b = dl.lab.container(), dl.lab.container()
+    assert "vx4242" not in dl.lab.links(dl.lab.host)
+    assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0
+    detail = ip("-d", "link", "show", "vx4242", netns=dl.lab.host)
+    assert "vxlan id 4242 group 239.1.1.42 dev ncm0" in detail and ",UP" in detail
+    assert dl.shim("ADD", b, args="NETCOMP_NETWORKS=tunnel")[0] == 0  # the link is there: reused
+    assert dl.lab.addrs(a, "tun0") != dl.lab.addrs(b, "tun0")
+    for c in (a, b):
+        assert dl.shim("DEL", c)[0] == 0
+    assert dl.leases() == []
+
+
+def test_vlan_master_on_a_kernel_without_8021q_is_a_clear_error(dl: DaemonLab) -> None:
+    """This kernel has no 802.1Q VLAN support: the error must say so and name the module, before any plugin."""
+    ctr = dl.lab.container()
+    rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=tagged")
+    assert rc == 1 and err["code"] == 5
+    assert err["msg"] == (
+        "network 'tagged': cannot create vlan link ncm0.120 on ncm0: the kernel does not support "
+        "vlan (Operation not supported); load the 8021q module"
+    )
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
+
+
+def test_a_foreign_link_with_the_masters_name_is_left_alone(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    ip("link", "add", "vx4242", "type", "veth", "peer", "name", "vxp", netns=dl.lab.host)
+    ctr = dl.lab.container()
+    rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=tunnel")
+    assert rc == 1 and "vx4242 exists but is not the vxlan link this network needs" in err["msg"]
+    assert "vx4242" in dl.lab.links(dl.lab.host) and dl.lab.links(ctr) == ["lo"]

@@ -162,6 +162,14 @@ def test_metrics_and_status_endpoints(dl: DaemonLab) -> None:
         data += chunk
     s.close()
     assert b'netcomp_cni_requests_total{outcome="error",verb="?"}' in data
-    assert b"netcomp_networks 5.0" in data
+    assert b"netcomp_networks 7.0" in data
     status, doc = raw(dl.sock, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert status == 200 and {n["name"] for n in doc["networks"]} == {"mgmt", "storage", "backup", "nowhere", "signal"}
+    assert status == 200 and {n["name"] for n in doc["networks"]} >= {
+        "mgmt",
+        "storage",
+        "backup",
+        "nowhere",
+        "signal",
+        "tunnel",
+        "tagged",
+    }
