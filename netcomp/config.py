@@ -16,6 +16,15 @@ from netcomp.paths import Root
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 
+class SriovPool(BaseModel):
+    """A VF pool: the VFs of these physical functions (optionally only those bound to one of these drivers)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pfNames: list[str] = Field(min_length=1, description="Physical functions whose VFs form the pool")
+    drivers: list[str] = Field(default_factory=list, description="Only VFs bound to one of these drivers")
+
+
 class Settings(BaseModel):
     """Where netcomp reads and writes, and how it compiles. Paths are absolute and resolved under --root."""
 
@@ -53,6 +62,11 @@ class Settings(BaseModel):
     allowedUids: list[int] = Field(default_factory=lambda: [0], description="Peer uids allowed on the socket")
     pluginTimeout: float = Field(default=60.0, gt=0, description="Seconds a delegate plugin may run")
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")
+    # SR-IOV
+    sriovPools: dict[str, SriovPool] = Field(
+        default_factory=dict, description="VF pools by resourceName (what sriov networks ask for)"
+    )
+    sysfsRoot: str = Field(default="/sys", description="Where sysfs is (VF discovery)")
 
     def rooted(self, root: Root) -> Settings:
         """The same settings with netcomp's own paths resolved under root (a no-op for the real root). The plugin

@@ -26,7 +26,7 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate.attach import Delegator
 from netcomp.errors import HostError, IntentError
 from netcomp.fsutil import atomic_write
-from netcomp.host import links, netns
+from netcomp.host import links, netns, sriov
 from netcomp.workspace import Compiler
 
 log = logging.getLogger("netcomp.daemon")
@@ -65,6 +65,7 @@ class Daemon:
             lambda: self.settings.defaultNetwork,
             netns.existing,
             host_link=lambda link: links.ensure(link, link_netns),
+            vf_pool=self._vf_pool,
         )
         self.notifier = Notifier()
         self.server: Server | None = None
@@ -73,6 +74,10 @@ class Daemon:
         self.stop_event = threading.Event()
         self._reload_lock = threading.Lock()
         self._last_status = 0.0
+
+    def _vf_pool(self, resource: str) -> list[str]:
+        spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
+        return sriov.pool(Path(self.settings.sysfsRoot), spec.pfNames, spec.drivers)
 
     # ---------------------------------------------------------------------------------------------- compile
 

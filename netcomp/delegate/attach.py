@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -84,11 +85,15 @@ class Delegator:
     link_check: Callable[[str, list[str]], set[str]]
     # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
+    # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
+    vf_pool: Callable[[str], list[str]] = lambda name: []
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
+        self._vf_lock = threading.Lock()
+        self._vf_reserved: set[str] = set()  # VFs given to ADDs in flight, not yet in the cache
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -165,6 +170,13 @@ class Delegator:
                 E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
             )
         self._host_links(atts)
+        vfs = self._take_vfs(atts)
+        try:
+            return self._run_add(req, atts)
+        finally:
+            self._release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
+
+    def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
         first_error: DelegateError | None = None
         for a, fut in zip(atts, futures, strict=True):
@@ -184,6 +196,47 @@ class Delegator:
             self._rollback(req, atts)
             raise first_error
         return self._answer(req, atts)
+
+    def _take_vfs(self, atts: list[Attachment]) -> list[str]:
+        """Give each sriov attachment with a resourceName the first free VF of its pool, as deviceID."""
+        taken: list[str] = []
+        wanted = [a for a in atts if (a.conflist.get("netcomp") or {}).get("resourceName")]
+        if not wanted:
+            return taken
+        with self._vf_lock:
+            in_use = set(self._vf_reserved)
+            for entry in self.cache.entries():
+                for att in entry.attachments:
+                    for p in att.conflist.get("plugins", []):
+                        if p.get("type") == "sriov" and p.get("deviceID"):
+                            in_use.add(p["deviceID"])
+            for a in wanted:
+                name = a.conflist["netcomp"]["resourceName"]
+                try:
+                    members = self.vf_pool(name)
+                except KeyError:
+                    raise DelegateError(
+                        E_INVALID_CONFIG,
+                        f"resourceName {name!r} has no pool in netcomp.yaml (sriovPools)",
+                        network=a.network,
+                    ) from None
+                free = [vf for vf in members if vf not in in_use]
+                if not free:
+                    raise DelegateError(
+                        11, f"no free VF in pool {name!r} ({len(members)} VFs, all in use)", network=a.network
+                    )
+                vf = free[0]
+                in_use.add(vf)
+                taken.append(vf)
+                conf = dict(a.conflist)
+                conf["plugins"] = [{**p, "deviceID": vf} if p.get("type") == "sriov" else p for p in conf["plugins"]]
+                a.conflist = conf
+            self._vf_reserved.update(taken)
+        return taken
+
+    def _release_vfs(self, vfs: list[str]) -> None:
+        with self._vf_lock:
+            self._vf_reserved.difference_update(vfs)
 
     def _host_links(self, atts: list[Attachment]) -> None:
         """The VLAN/VXLAN masters the networks name, made before any plugin runs (netcomp owns them)."""

@@ -1,0 +1,45 @@
+"""SR-IOV VF discovery through sysfs (a configurable root: tests build a sysfs-shaped tree).
+
+A pool (netcomp.yaml `sriovPools`, keyed by resourceName) names its physical functions; its VFs are the
+`virtfn<N>` links under /sys/class/net/<pf>/device, in PF order then VF index, optionally only those bound to one
+of the listed drivers. The daemon gives an ADD the first VF of the pool that no cached attachment and no ADD in
+flight holds, as sriov-cni's `deviceID`."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def vfs(sysfs: Path, pf: str) -> list[tuple[int, str, str | None]]:
+    """(index, PCI address, driver) of each VF of a PF, by index; [] when the PF has none or does not exist."""
+    dev = sysfs / "class" / "net" / pf / "device"
+    out = []
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return []
+    for name in names:
+        if not name.startswith("virtfn") or not name[6:].isdigit():
+            continue
+        try:
+            addr = os.path.basename(os.readlink(dev / name))
+        except OSError:
+            continue
+        if not PCI.match(addr):
+            continue
+        try:
+            driver: str | None = os.path.basename(os.readlink(sysfs / "bus" / "pci" / "devices" / addr / "driver"))
+        except OSError:
+            driver = None
+        out.append((int(name[6:]), addr, driver))
+    return sorted(out)
+
+
+def pool(sysfs: Path, pf_names: Sequence[str], drivers: Sequence[str] = ()) -> list[str]:
+    """The PCI addresses of a pool's VFs, in allocation order."""
+    return [addr for pf in pf_names for _, addr, driver in vfs(sysfs, pf) if not drivers or driver in drivers]

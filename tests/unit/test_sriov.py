@@ -1,0 +1,131 @@
+"""SR-IOV: VF discovery in a sysfs-shaped tree, and VFs given to ADDs as deviceID and taken back by DEL.
+
+No SR-IOV hardware here, and Debian has no sriov-cni: discovery reads a tree the test builds, and the sriov
+plugin is a stand-in that records the config it is given (the real delegates are exercised in tests/integration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.cni.cache import Cache
+from netcomp.cni.invoke import ExecResult, Runner
+from netcomp.config import Settings
+from netcomp.delegate.attach import Delegator, parse_request
+from netcomp.errors import DelegateError
+from netcomp.host import sriov
+
+
+def make_sysfs(root: Path, pf: str, bus: str, vfs: dict[int, tuple[str, str]]) -> None:
+    """/sys/class/net/<pf>/device -> the PF's PCI dir, with virtfn<N> -> ../<VF address> and each VF's driver."""
+    pf_dir = root / "devices" / "pci0000:00" / bus
+    pf_dir.mkdir(parents=True)
+    (root / "class" / "net" / pf).mkdir(parents=True)
+    os.symlink(pf_dir, root / "class" / "net" / pf / "device")
+    for index, (addr, driver) in vfs.items():
+        (pf_dir.parent / addr).mkdir()
+        os.symlink(f"../{addr}", pf_dir / f"virtfn{index}")
+        dev = root / "bus" / "pci" / "devices" / addr
+        dev.mkdir(parents=True)
+        os.symlink(f"../../../../bus/pci/drivers/{driver}", dev / "driver")
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    make_sysfs(
+        root,
+        "ens1f0",
+        "0000:3b:00.0",
+        {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.1", "vfio-pci"), 10: ("0000:3b:03.2", "iavf")},
+    )
+    make_sysfs(root, "ens1f1", "0000:3b:00.1", {0: ("0000:3b:0a.0", "iavf")})
+    return root
+
+
+def test_discovery_orders_by_pf_then_vf_index_and_filters_drivers(sysfs: Path) -> None:
+    assert sriov.vfs(sysfs, "ens1f0") == [
+        (0, "0000:3b:02.0", "iavf"),
+        (1, "0000:3b:02.1", "vfio-pci"),
+        (10, "0000:3b:03.2", "iavf"),
+    ]
+    assert sriov.pool(sysfs, ["ens1f0", "ens1f1"]) == ["0000:3b:02.0", "0000:3b:02.1", "0000:3b:03.2", "0000:3b:0a.0"]
+    assert sriov.pool(sysfs, ["ens1f0"], ["vfio-pci"]) == ["0000:3b:02.1"]
+    assert sriov.vfs(sysfs, "nosuchpf") == []
+
+
+VF_NET = {
+    "cniVersion": "1.0.0",
+    "name": "dataplane",
+    "plugins": [{"type": "sriov", "vlan": 300}],
+    "netcomp": {"generated": True, "type": "sriov", "resourceName": "intel.com/dp"},
+}
+
+
+@pytest.fixture
+def delegator(tmp_path: Path, sysfs: Path) -> tuple[Delegator, list[dict[str, Any]]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sriov").write_text("#!/bin/sh\n")
+    (bin_dir / "sriov").chmod(0o755)
+    seen: list[dict[str, Any]] = []
+
+    def plugin(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        conf = json.loads(stdin)
+        seen.append({"command": env["CNI_COMMAND"], "deviceID": conf.get("deviceID")})
+        out = (
+            {"cniVersion": "1.0.0", "interfaces": [{"name": env["CNI_IFNAME"]}]} if env["CNI_COMMAND"] == "ADD" else {}
+        )
+        return ExecResult(0, json.dumps(out).encode() if out else b"", b"")
+
+    settings = Settings(sriovPools={"intel.com/dp": {"pfNames": ["ens1f0"], "drivers": ["iavf"]}})
+    d = Delegator(
+        Runner([bin_dir], exec_=plugin),
+        Cache(tmp_path / "cache"),
+        lambda: {"dataplane": VF_NET},
+        lambda: None,
+        lambda netns, names: set(),
+        vf_pool=lambda rn: sriov.pool(sysfs, settings.sriovPools[rn].pfNames, settings.sriovPools[rn].drivers),
+    )
+    return d, seen
+
+
+def req(cmd: str, cid: str, network: str = "dataplane") -> Any:
+    env = {
+        "CNI_COMMAND": cmd,
+        "CNI_CONTAINERID": cid,
+        "CNI_NETNS": "/var/run/netns/x",
+        "CNI_IFNAME": "eth0",
+        "CNI_ARGS": f"NETCOMP_NETWORKS={network}",
+    }
+    return parse_request(env, {"cniVersion": "1.0.0"})
+
+
+def test_vfs_are_given_out_in_order_and_taken_back_by_del(delegator: tuple[Delegator, list[dict[str, Any]]]) -> None:
+    d, seen = delegator
+    d.handle(req("ADD", "a"))
+    d.handle(req("ADD", "b"))
+    assert [s["deviceID"] for s in seen] == ["0000:3b:02.0", "0000:3b:03.2"]  # 02.1 is bound to vfio-pci: not ours
+    with pytest.raises(DelegateError) as ei:
+        d.handle(req("ADD", "c"))
+    assert ei.value.code == 11 and "no free VF in pool 'intel.com/dp' (2 VFs, all in use)" in ei.value.msg
+    d.handle(req("DEL", "a"))
+    assert seen[-1] == {"command": "DEL", "deviceID": "0000:3b:02.0"}  # DEL gets the VF ADD used, from the cache
+    d.handle(req("ADD", "c"))
+    assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}  # and it is free again
+    assert d._vf_reserved == set()
+
+
+def test_a_resource_without_a_pool_is_a_clear_error(
+    delegator: tuple[Delegator, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    d, _ = delegator
+    d.vf_pool = lambda rn: (_ for _ in ()).throw(KeyError(rn))  # no pool configured
+    with pytest.raises(DelegateError) as ei:
+        d.handle(req("ADD", "a"))
+    assert ei.value.code == 7 and "resourceName 'intel.com/dp' has no pool in netcomp.yaml" in ei.value.msg
