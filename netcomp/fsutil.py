@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 TMP_SUFFIX = ".netcomp-tmp"
@@ -81,21 +80,6 @@ def is_racy(st: os.stat_result, now_ns: int) -> bool:
     return max(st.st_mtime_ns, st.st_ctime_ns) >= now_ns - RACY_NS
 
 
-def read_bytes_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def write_if_changed(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True) -> bool:
-    """Write only when the bytes differ from what is there. Returns True when it wrote."""
-    if read_bytes_or_none(path) == data:
-        return False
-    atomic_write(path, data, mode=mode, sync_dir=sync_dir)
-    return True
-
-
 def remove_stale_tmp(directory: Path) -> None:
     """Remove temp files a crash left behind (they are never loaded, but they are clutter)."""
     with contextlib.suppress(FileNotFoundError):
@@ -103,9 +87,3 @@ def remove_stale_tmp(directory: Path) -> None:
             if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
-
-
-def unlink_all(paths: Iterable[Path]) -> None:
-    for p in paths:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()

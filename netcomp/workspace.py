@@ -128,18 +128,17 @@ class Compiler:
         return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags), digest)
 
     def _static(
-        self, intent: Intent, listing: dict[str, list[str]]
+        self, intent: Intent, listing: dict[str, set[str]]
     ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         spec = intent.network.spec
         assert isinstance(spec, StaticSpec)
         for d in self.settings.staticDirs:
-            names = listing.get(d)
-            if names is None:
+            present = listing.get(d)
+            if present is None:  # each static dir is listed once per compile
                 try:
-                    names = listing[d] = os.listdir(d)
+                    present = listing[d] = set(os.listdir(d))
                 except OSError:
-                    names = listing[d] = []
-            present = set(names) if len(names) > 8 else names
+                    present = listing[d] = set()
             for suffix in STATIC_SUFFIXES:
                 fname = spec.networkID + suffix
                 if fname in present:
@@ -267,7 +266,7 @@ class Compiler:
             c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
         )
         old = self._rendered
-        listing: dict[str, list[str]] = {}
+        listing: dict[str, set[str]] = {}
         todo: list[Intent] = intents
         if patch and statics_unchanged:
             # Only the edited files' intents can need rendering; everything else is carried over as it was.

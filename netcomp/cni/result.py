@@ -33,7 +33,3 @@ def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
         else:
             ip.pop("version", None)
     return out
-
-
-def empty(version: str) -> dict[str, Any]:
-    return {"cniVersion": version}

@@ -112,17 +112,17 @@ class Document:
 
     @property
     def values(self) -> dict[PathKey, Pos]:
-        if self._values is None:
-            self._index()
-        assert self._values is not None
-        return self._values
+        return self._maps()[0]
 
     @property
     def keys(self) -> dict[PathKey, Pos]:
-        if self._keys is None:
+        return self._maps()[1]
+
+    def _maps(self) -> tuple[dict[PathKey, Pos], dict[PathKey, Pos]]:
+        if self._values is None or self._keys is None:
             self._index()
-        assert self._keys is not None
-        return self._keys
+        assert self._values is not None and self._keys is not None
+        return self._values, self._keys
 
     def _index(self) -> None:
         values: dict[PathKey, Pos] = {}

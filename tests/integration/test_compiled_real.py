@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from netcomp.cni.invoke import Runner
 from netcomp.config import Settings
 from netcomp.errors import DelegateError
 from netcomp.workspace import Compiler
@@ -127,3 +128,15 @@ spec:
         assert str(err).startswith("network 'signal', plugin 'ipvlan': failed to create ipvlan")
         runner.delete(conf, rt, None)  # cleaning up what failed is safe
         assert "sig0" not in lb.links(ctr)
+
+
+def test_version_probe_of_a_real_plugin() -> None:
+    """VERSION probing (libcni's GetVersionInfo): what a delegate says it speaks."""
+    from tests.integration.netns import require_root_and_plugins
+
+    require_root_and_plugins()
+    info = Runner([PLUGIN_DIR]).version("bridge")
+    assert "1.0.0" in info["supportedVersions"] and "0.4.0" in info["supportedVersions"]
+    with pytest.raises(DelegateError) as ei:
+        Runner([PLUGIN_DIR]).version("../bridge")
+    assert ei.value.code == 7 and "not a plain plugin name" in ei.value.msg
