@@ -7,7 +7,8 @@
   (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.5
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
-started as `netcomp daemon --root TMP` in it; all is removed at the end.
+started as `netcomp daemon --root TMP` in it and the shim installed as the package installs it (a launcher that
+imports the byte-compiled shim, netcomp/shimlaunch.py); all is removed at the end.
 Usage: sudo bench/delegate.py [--runs N]
 """
 
@@ -28,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PY = "/usr/bin/python3"
-SHIM = str(ROOT / "netcomp" / "shim.py")
 NC = str(Path(sys.executable).parent / "netcomp")
 PLUGINS = "/usr/lib/cni"
 
@@ -74,10 +74,14 @@ def setup(base: Path) -> None:
 
 
 def inner(runs: int) -> None:
+    from netcomp import shimlaunch
     from netcomp.cni.invoke import Runner, RuntimeConf
 
     base = Path(tempfile.mkdtemp(prefix="netcomp-bench-"))
     setup(base)
+    # The shim as the package installs it: a launcher importing the byte-compiled shim.
+    shim_exe = str(base / "cni/netcomp")
+    shimlaunch.install(Path(shim_exe), base / "shim")
     sh("ip", "link", "add", "bench0", "type", "veth", "peer", "name", "bench0p")
     for dev in ("lo", "bench0", "bench0p"):
         sh("ip", "link", "set", dev, "up")
@@ -102,7 +106,7 @@ def inner(runs: int) -> None:
             "CNI_PATH": PLUGINS,
         }
         t = time.perf_counter()
-        p = subprocess.run([PY, "-I", "-S", SHIM], input=shimconf, env=env, capture_output=True, timeout=120)
+        p = subprocess.run([shim_exe], input=shimconf, env=env, capture_output=True, timeout=120)
         took = time.perf_counter() - t
         if p.returncode != 0:
             raise SystemExit(f"shim {cmd} failed: {p.stdout.decode()}")
@@ -150,7 +154,7 @@ def inner(runs: int) -> None:
             subprocess.run([PY, "-I", "-S", "-c", "pass"], check=True)
             c_bare.append(time.perf_counter() - t)
             t = time.perf_counter()
-            subprocess.run([PY, "-I", "-S", SHIM], env={"CNI_COMMAND": "VERSION"}, check=True, capture_output=True)
+            subprocess.run([shim_exe], env={"CNI_COMMAND": "VERSION"}, check=True, capture_output=True)
             c_shim.append(time.perf_counter() - t)
 
         d_shim, d_direct = [], []

@@ -11,7 +11,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from netcomp import protocol, shim
+from netcomp import protocol, shim, shimlaunch
 
 SHIM = Path(shim.__file__)
 
@@ -126,8 +126,28 @@ def test_shim_imports_nothing_heavy() -> None:
         return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
 
     extra = modules(p.stderr) - modules(bare.stderr) - {"module"}
-    assert extra <= {"_socket", "binascii", "time", "_json"}, extra
+    assert extra <= {"_socket", "binascii", "time"}, extra
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
+    # A request with plain ASCII values (here: ADD with the daemon away) does not load _json either.
+    conf = json.dumps({"cniVersion": "1.0.0", "socket": "/nonexistent/n.sock", "readyTimeout": 0}).encode()
+    p = subprocess.run(
+        ["python3", "-I", "-S", "-X", "importtime", str(SHIM)],
+        env={"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0"},
+        input=conf,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert p.returncode == 1 and json.loads(p.stdout)["code"] == 11
+    assert "_json" not in modules(p.stderr.decode()) - modules(bare.stderr)
+
+
+def test_values_with_escapes_still_round_trip() -> None:
+    """The fast paths (no _json) must hand anything unusual to the real encoder and decoder."""
+    for value in ["plain", 'q"uote', "back\\slash", "tab\t", "caf\u00e9", "\x7f", ""]:
+        assert json.loads(shim._q(value)) == value
+        text = json.dumps({"socket": value, "other": 1})
+        assert shim._field(text, "socket") == value
 
 
 def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
@@ -141,3 +161,37 @@ def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
     p = subprocess.run([str(exe)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
+
+
+def test_installed_launcher_runs_the_shim_from_bytecode(tmp_path: Path) -> None:
+    """As installed (debian/rules, netcomp.shimlaunch): the CNI plugin is a launcher importing the shim from a
+    directory, and once compiled (postinst) it runs from the bytecode without compiling the source."""
+    plugin, shim_dir = tmp_path / "bin" / "netcomp", tmp_path / "lib"
+    shimlaunch.install(plugin, shim_dir)
+    p = subprocess.run([str(plugin)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=True)
+    assert json.loads(p.stdout)["supportedVersions"][-1] == "1.1.0"
+    pyc = list((shim_dir / "__pycache__").glob("netcomp_shim.cpython-*.pyc"))
+    assert len(pyc) == 1
+    p = subprocess.run(
+        [shimlaunch.INTERPRETER, "-I", "-S", "-v", str(plugin)],
+        env={"CNI_COMMAND": "VERSION"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert f"code object from '{pyc[0]}'" in p.stderr
+    # The same wire behaviour as the shim run directly: ADD with the daemon away is a named CNI error.
+    conf = json.dumps({"cniVersion": "0.4.0", "socket": str(tmp_path / "none.sock"), "readyTimeout": 0}).encode()
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0"}
+    p = subprocess.run([str(plugin)], env=env, input=conf, capture_output=True, timeout=30, check=False)
+    assert p.returncode == 1 and json.loads(p.stdout)["cniVersion"] == "0.4.0"
+
+
+def test_launcher_without_its_shim_answers_a_cni_error(tmp_path: Path) -> None:
+    plugin, shim_dir = tmp_path / "netcomp", tmp_path / "lib"
+    shimlaunch.install(plugin, shim_dir, compile_now=False)
+    (shim_dir / shimlaunch.MODULE).unlink()
+    p = subprocess.run([str(plugin)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
+    err = json.loads(p.stdout)
+    assert p.returncode == 1 and err["code"] == 999 and str(shim_dir) in err["msg"] and p.stderr == b""
