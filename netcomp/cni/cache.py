@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from netcomp.fsutil import atomic_write
 
 
@@ -35,7 +37,11 @@ class Entry:
     attachments: list[Attachment] = field(default_factory=list)
 
     def to_json(self) -> bytes:
-        return (json.dumps(asdict(self), indent=1) + "\n").encode()
+        # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
+        try:
+            return orjson.dumps(self, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
+            return (json.dumps(asdict(self), indent=2) + "\n").encode()
 
     @staticmethod
     def from_json(data: bytes) -> Entry:
