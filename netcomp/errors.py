@@ -82,6 +82,15 @@ class HostError(NetcompError):
     """The node is not as the intent needs it: a device, kernel feature, file or permission is missing."""
 
 
+class LinkMismatch(HostError):
+    """A host link of the wanted name exists with other settings. `owned`: netcomp made it (for an earlier
+    version of the network), so it may be replaced once no container uses it."""
+
+    def __init__(self, msg: str, owned: bool) -> None:
+        super().__init__(msg)
+        self.owned = owned
+
+
 class DelegateError(NetcompError):
     """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section)."""
 

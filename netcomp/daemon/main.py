@@ -66,6 +66,8 @@ class Daemon:
             netns.existing,
             host_link=lambda link: links.ensure(link, link_netns),
             vf_pool=self._vf_pool,
+            owned_links=lambda: links.owned(link_netns),
+            remove_link=lambda name: links.remove(name, link_netns),
         )
         self.notifier = Notifier()
         self.server: Server | None = None
@@ -117,6 +119,10 @@ class Daemon:
                 log.log(level, "%s", report.format_all(plan.diagnostics))
             if snap.kept:
                 log.error("degraded: keeping the last good output of %s", ", ".join(sorted(snap.kept)))
+            try:
+                self.delegator.gc_host_links()  # of networks that are gone, once no container uses them
+            except HostError as e:
+                log.error("cannot remove unused host links: %s", e)
             self.metrics.networks.set(len(snap.networks))
             self.metrics.degraded.set(1 if snap.degraded else 0)
             self._runtime_config()

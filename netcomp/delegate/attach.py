@@ -9,8 +9,10 @@ entries of those whose DEL failed, so a retry finishes the job and nothing leaks
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +24,16 @@ from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV, Runner, RuntimeC
 from netcomp.cni.spec import SUPPORTED_VERSIONS, plugin_types
 from netcomp.delegate import select
 from netcomp.delegate.locks import KeyedLocks
-from netcomp.errors import DelegateError, HostError
+from netcomp.errors import DelegateError, HostError, LinkMismatch
+
+log = logging.getLogger("netcomp.delegate")
+
+
+def host_link_of(conflist: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The host link (VLAN/VXLAN master) a compiled network names, if any."""
+    link = (conflist.get("netcomp") or {}).get("hostLink")
+    return link if isinstance(link, dict) and link.get("name") else None
+
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
@@ -87,6 +98,9 @@ class Delegator:
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
     # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
     vf_pool: Callable[[str], list[str]] = lambda name: []
+    # The host links netcomp made that exist now, and removing one of them (host.links.owned / remove).
+    owned_links: Callable[[], set[str]] = lambda: set()
+    remove_link: Callable[[str], object] = lambda name: False
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -94,6 +108,8 @@ class Delegator:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
         self._vf_lock = threading.Lock()
         self._vf_reserved: set[str] = set()  # VFs given to ADDs in flight, not yet in the cache
+        self._links_lock = threading.Lock()
+        self._links_busy: Counter[str] = Counter()  # host links of ADDs in flight, not yet in the cache
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -169,12 +185,15 @@ class Delegator:
             raise DelegateError(
                 E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
             )
-        self._host_links(atts)
-        vfs = self._take_vfs(atts)
+        held = self._host_links(atts)
         try:
-            return self._run_add(req, atts)
+            vfs = self._take_vfs(atts)
+            try:
+                return self._run_add(req, atts)
+            finally:
+                self._release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
         finally:
-            self._release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
+            self._release_links(held)
 
     def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
@@ -238,15 +257,71 @@ class Delegator:
         with self._vf_lock:
             self._vf_reserved.difference_update(vfs)
 
-    def _host_links(self, atts: list[Attachment]) -> None:
-        """The VLAN/VXLAN masters the networks name, made before any plugin runs (netcomp owns them)."""
-        for a in atts:
-            link = (a.conflist.get("netcomp") or {}).get("hostLink")
-            if link:
+    def _host_links(self, atts: list[Attachment]) -> list[str]:
+        """The VLAN/VXLAN masters the networks name, made before any plugin runs (netcomp owns them). Returns
+        their names, held against removal until _release_links (the ADD is cached or rolled back by then)."""
+        held: list[str] = []
+        links = [(a, link) for a in atts if (link := host_link_of(a.conflist))]
+        if not links:
+            return held
+        with self._links_lock:
+            for a, link in links:
                 try:
-                    self.host_link(link)
+                    try:
+                        self.host_link(link)
+                    except LinkMismatch as e:
+                        # netcomp's own link, made for an earlier version of this network: replace it if no
+                        # container uses it any more.
+                        name = str(link["name"])
+                        if not e.owned or self._links_busy[name] or name in self._links_in_cache():
+                            raise
+                        self.remove_link(name)
+                        self.host_link(link)
                 except HostError as e:
+                    self._release_links_locked(held)
                     raise DelegateError(E_IO, str(e), "no plugin was run", network=a.network) from None
+                held.append(str(link["name"]))
+                self._links_busy[str(link["name"])] += 1
+        return held
+
+    def _release_links(self, held: list[str]) -> None:
+        if held:
+            with self._links_lock:
+                self._release_links_locked(held)
+
+    def _release_links_locked(self, held: list[str]) -> None:
+        self._links_busy.subtract(held)
+        self._links_busy += Counter()  # drop what reached zero
+
+    def _links_in_cache(self) -> set[str]:
+        return {
+            str(link["name"]) for e in self.cache.entries() for a in e.attachments if (link := host_link_of(a.conflist))
+        }
+
+    def gc_host_links(self) -> list[str]:
+        """Remove the host links netcomp made that no compiled network names and no attached container uses.
+        Called after each compile and after a DEL that let go of a link of a network that is gone."""
+        with self._links_lock:
+            named = {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
+            candidates = self.owned_links() - named - set(self._links_busy)
+            if not candidates:
+                return []
+            gone = sorted(candidates - self._links_in_cache())
+            for name in gone:
+                self.remove_link(name)
+            return gone
+
+    def _after_detach(self, atts: list[Attachment]) -> None:
+        """A detached attachment may have been the last user of a link whose network is gone."""
+        names = {str(link["name"]) for a in atts if (link := host_link_of(a.conflist))}
+        if not names:
+            return
+        named = {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
+        if names - named:
+            try:
+                self.gc_host_links()
+            except HostError as e:  # the detach itself succeeded; the link stays for the next compile
+                log.error("cannot remove unused host links: %s", e)
 
     def _answer(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
@@ -283,11 +358,14 @@ class Delegator:
                 failed.insert(0, a)
                 first_error = first_error or e
         if failed:
+            done = [a for a in entry.attachments if all(a is not f for f in failed)]
             entry.attachments = failed
             self.cache.save(entry)
+            self._after_detach(done)
             assert first_error is not None
             raise first_error
         self.cache.remove(entry.container_id, entry.ifname)
+        self._after_detach(entry.attachments)
 
     # --------------------------------------------------------------------------------------------- CHECK
 
@@ -363,6 +441,7 @@ class Delegator:
                     self.cache.save(entry)
                 else:
                     self.cache.remove(container_id, key_ifname)
+                self._after_detach([a for a in gone if id(a) in gone_ids])
                 if error is not None:
                     raise error
                 return {}
@@ -377,13 +456,16 @@ class Delegator:
             if new_ifname in taken or self.link_check(netns, [new_ifname]):
                 raise DelegateError(E_INVALID_CONFIG, f"interface {new_ifname!r} already exists in {netns}")
             att = Attachment(network, new_ifname, nets[network])
-            self._host_links([att])
-            att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
-            entry.attachments.append(att)
-            entry.netns = netns
+            held = self._host_links([att])
             try:
-                self.cache.save(entry)
-            except OSError as e:
-                self.runner.delete(att.conflist, RuntimeConf(container_id, netns, new_ifname), att.result)
-                raise HostError(f"cannot write the attachment cache: {e.strerror}") from None
+                att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
+                entry.attachments.append(att)
+                entry.netns = netns
+                try:
+                    self.cache.save(entry)
+                except OSError as e:
+                    self.runner.delete(att.conflist, RuntimeConf(container_id, netns, new_ifname), att.result)
+                    raise HostError(f"cannot write the attachment cache: {e.strerror}") from None
+            finally:
+                self._release_links(held)
             return cniresult.convert(att.result, entry.cni_version)

@@ -4,6 +4,7 @@ network namespaces the tests make. Nothing may be left behind: interfaces, host-
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,55 @@ def test_a_foreign_link_with_the_masters_name_is_left_alone(dl: DaemonLab) -> No
     rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=tunnel")
     assert rc == 1 and "vx4242 exists but is not the vxlan link this network needs" in err["msg"]
     assert "vx4242" in dl.lab.links(dl.lab.host) and dl.lab.links(ctr) == ["lo"]
+
+
+def _tunnel(dl: DaemonLab, group: str) -> None:
+    text = (dl.base / "networks.d" / "60-tunnel.yaml").read_text()
+    (dl.base / "networks.d" / "60-tunnel.yaml").write_text(re.sub(r"group: [0-9.]+", f"group: {group}", text))
+
+
+def test_host_link_of_a_removed_network_goes_with_its_last_container(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    a = dl.lab.container()
+    assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0
+    assert "alias netcomp:owned" in ip("-d", "link", "show", "vx4242", netns=dl.lab.host)
+    (dl.base / "networks.d" / "60-tunnel.yaml").unlink()
+    dl.daemon.reload()
+    assert "vx4242" in dl.lab.links(dl.lab.host)  # still carries container a's tun0
+    assert dl.shim("DEL", a)[0] == 0  # from the cache: the network is gone, the link is no longer used
+    assert "vx4242" not in dl.lab.links(dl.lab.host)
+    assert dl.cache_files() == [] and dl.leases() == []
+
+
+def test_a_link_the_operator_made_is_used_and_never_removed(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    ip("link", "add", "vx4242", "type", "vxlan", "id", "4242", "group", "239.1.1.42", "dev", dl.lab.master,
+       "dstport", "4789", netns=dl.lab.host)  # fmt: skip
+    a = dl.lab.container()
+    assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0
+    (dl.base / "networks.d" / "60-tunnel.yaml").unlink()
+    dl.daemon.reload()
+    assert dl.shim("DEL", a)[0] == 0
+    assert "vx4242" in dl.lab.links(dl.lab.host)
+    assert "netcomp" not in ip("-d", "link", "show", "vx4242", netns=dl.lab.host)
+
+
+def test_netcomps_link_with_old_settings_is_replaced_once_unused(dl: DaemonLab) -> None:
+    from tests.integration.netns import ip
+
+    a, b = dl.lab.container(), dl.lab.container()
+    assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0
+    _tunnel(dl, "239.1.1.43")  # the same link name (vx4242), another group
+    dl.daemon.reload()
+    rc, err = dl.shim("ADD", b, args="NETCOMP_NETWORKS=tunnel")
+    assert rc == 1 and err["code"] == 5
+    assert "vx4242 was made by netcomp with other settings" in err["msg"] and "still used" in err["msg"]
+    assert dl.lab.links(b) == ["lo"]
+    assert "group 239.1.1.42" in ip("-d", "link", "show", "vx4242", netns=dl.lab.host)
+    assert dl.shim("DEL", a)[0] == 0
+    assert dl.shim("ADD", b, args="NETCOMP_NETWORKS=tunnel")[0] == 0
+    detail = ip("-d", "link", "show", "vx4242", netns=dl.lab.host)
+    assert "group 239.1.1.43" in detail and "alias netcomp:owned" in detail
+    assert dl.shim("DEL", b)[0] == 0

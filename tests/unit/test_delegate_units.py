@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,46 @@ def test_delegates_get_a_scrubbed_environment(monkeypatch: pytest.MonkeyPatch) -
             "CNI_ARGS": "A=1",
         }
     ]
+
+
+def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
+    """A compile that drops a network while one of its ADDs runs must not take the link from under the plugin.
+    The kernel side (making and removing real links) is tested in tests/integration; here the plugin is a fake
+    that runs the link GC in the middle of the ADD, as a concurrent reload would."""
+    from netcomp.cni.cache import Cache
+    from netcomp.cni.invoke import ExecResult, Runner
+    from netcomp.delegate.attach import Delegator
+
+    link = {"kind": "vxlan", "name": "vx7", "link": "eth1", "vni": 7}
+    conf = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sh"}], "netcomp": {"hostLink": link}}
+    nets: dict[str, dict[str, object]] = {"t": conf}
+    host = {"vx7", "vx8"}  # vx8: an earlier network's link, unused
+    removed: list[str] = []
+    during: list[list[str]] = []
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "ADD":
+            nets.clear()  # the network is gone from the compiled set...
+            during.append(d.gc_host_links())  # ...and the GC runs while this plugin runs
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    d = Delegator(
+        Runner(["/bin"], exec_=fake_exec),
+        Cache(tmp_path / "cache"),
+        lambda: nets,
+        lambda: None,
+        lambda netns, names: set(),
+        owned_links=lambda: set(host),
+        remove_link=lambda name: (removed.append(name), host.discard(name)),
+    )
+    req = parse_request(
+        {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0",
+         "CNI_ARGS": "NETCOMP_NETWORKS=t"},
+        {"cniVersion": "1.0.0"},
+    )  # fmt: skip
+    d.handle(req)
+    assert during == [["vx8"]] and removed == ["vx8"]  # vx7 was held by the ADD in flight
+    assert d.gc_host_links() == []  # now the cache holds it: container c1 uses it
+    d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
+    assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
+    d.close()
