@@ -88,18 +88,31 @@ def _post(path: str, body: bytes, timeout: float) -> "tuple[int, bytes]":
             + "\r\n\r\n"
         )
         s.sendall(request.encode() + body)
-        chunks = []
-        while True:
+        raw = b""
+        want = -1  # bytes of the whole answer, once its head (with Content-Length) is in
+        while want < 0 or len(raw) < want:
             chunk = s.recv(65536)
             if not chunk:
                 break
-            chunks.append(chunk)
+            raw += chunk
+            if want < 0 and (end := raw.find(b"\r\n\r\n")) >= 0:
+                want = end + 4 + _content_length(raw[:end])
     finally:
         s.close()
-    raw = b"".join(chunks)
+    if 0 <= want < 1 << 62 and len(raw) < want:
+        raise ValueError("answer cut short")  # the daemon went away mid-answer: not a result to print
     head, _, payload = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, payload
+
+
+def _content_length(head: bytes) -> int:
+    """Content-Length of an answer's head; without one the answer ends when the daemon closes (huge here)."""
+    for line in head.lower().split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip() == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return 1 << 62
 
 
 def _error(version: str, code: int, msg: str, details: str) -> bytes:

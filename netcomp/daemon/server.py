@@ -106,6 +106,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "netcomp"
     timeout = 600  # a delegate may run pluginTimeout seconds; the socket must outlive it
+    wbufsize = 1 << 16  # buffered: an answer's head and body leave in one write (see _send)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http: " + format, *args)
@@ -119,6 +120,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()  # the whole answer now: the shim stops reading at Content-Length, before our log line
         self.close_connection = True
 
     def _cni_error(self, status: int, code: int, msg: str, details: str = "", version: str = "1.0.0") -> None:

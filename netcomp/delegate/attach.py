@@ -14,7 +14,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,16 @@ def host_link_of(conflist: Mapping[str, Any]) -> dict[str, Any] | None:
     """The host link (VLAN/VXLAN master) a compiled network names, if any."""
     link = (conflist.get("netcomp") or {}).get("hostLink")
     return link if isinstance(link, dict) and link.get("name") else None
+
+
+def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """fn(*args) run here, as a finished Future (what pool.submit would give)."""
+    fut: Future[Any] = Future()
+    try:
+        fut.set_result(fn(*args))
+    except Exception as e:
+        fut.set_exception(e)
+    return fut
 
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
@@ -196,7 +206,10 @@ class Delegator:
             self._release_links(held)
 
     def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
-        futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
+        if len(atts) == 1:  # nothing to run beside it: no hand-off to the pool
+            futures = [_now(self.runner.add, atts[0].conflist, self._rt(req, atts[0]))]
+        else:
+            futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
         first_error: DelegateError | None = None
         for a, fut in zip(atts, futures, strict=True):
             try:
