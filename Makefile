@@ -8,9 +8,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # What the tests run for real: the CNI plugins, iproute2, systemd's tools, and Debian's packaging tools.
-DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git
+DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git \
+	openssl
 
-.PHONY: all setup system-deps demo test lint typecheck unit integration golden schema bench clean
+# The real Kubernetes API server the Kubernetes tests run against, built from Debian's source package (about
+# 6 minutes the first time, then cached outside the checkout).
+KUBE_BINS ?= /var/cache/netcomp-test/kube
+
+.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench clean
 
 all: test
 
@@ -18,7 +23,7 @@ all: test
 system-deps:
 	@if ! [ -x /usr/lib/cni/macvlan ] || ! command -v ip >/dev/null || ! command -v dh >/dev/null \
 	    || ! command -v lintian >/dev/null || ! command -v systemd-analyze >/dev/null \
-	    || ! command -v systemd-nspawn >/dev/null; then \
+	    || ! command -v systemd-nspawn >/dev/null || ! command -v openssl >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
@@ -31,6 +36,10 @@ $(STAMP): pyproject.toml
 	touch $@
 
 setup: system-deps $(STAMP)
+
+kube-bins: system-deps
+	@if [ "$$(id -u)" = 0 ]; then scripts/kube-test-bins.sh $(KUBE_BINS); \
+	else echo "kube-bins: not root; the Kubernetes tests will be skipped"; fi
 
 demo: setup
 	@bash scripts/demo.sh
@@ -45,10 +54,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-integration: setup
+integration: setup kube-bins
 	$(PY) -m pytest -q tests/integration
 
-test: setup lint typecheck
+test: setup kube-bins lint typecheck
 	$(PY) -m pytest -q tests
 
 # Regenerate golden files after an intended output change; review the diff like code.

@@ -25,6 +25,24 @@ class SriovPool(BaseModel):
     drivers: list[str] = Field(default_factory=list, description="Only VFs bound to one of these drivers")
 
 
+class KubeSettings(BaseModel):
+    """The cluster as a source of intents and of the networks pods ask for. Absent: a node with no cluster."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubeconfig: str = Field(
+        default=paths.KUBECONFIG, description="Credentials for the API server (kubeconfig file, root-only)"
+    )
+    networks: bool = Field(default=True, description="Read the cluster's Network objects (netcomp.io/v1) as intents")
+    podNetworks: bool = Field(
+        default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
+    )
+    networkStatus: bool = Field(
+        default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
+    )
+    timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
+
+
 class Settings(BaseModel):
     """Where netcomp reads and writes, and how it compiles. Paths are absolute and resolved under --root."""
 
@@ -67,16 +85,36 @@ class Settings(BaseModel):
         default_factory=dict, description="VF pools by resourceName (what sriov networks ask for)"
     )
     sysfsRoot: str = Field(default="/sys", description="Where sysfs is (VF discovery)")
+    # Kubernetes
+    kubernetes: KubeSettings | None = Field(
+        default=None, description="The cluster, when the node has one (intents as objects, pod annotations)"
+    )
+    clusterIntentDir: str = Field(
+        default=paths.CLUSTER_INTENT_DIR,
+        description="Where the cluster's Network objects are written as intent files: the lowest layer, so a "
+        "node's own file of the same name overrides one",
+    )
+
+    def intent_layers(self) -> list[str]:
+        """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
+        node's own dirs."""
+        if self.kubernetes is not None and self.kubernetes.networks:
+            return [self.clusterIntentDir, *self.intentDirs]
+        return list(self.intentDirs)
 
     def rooted(self, root: Root) -> Settings:
         """The same settings with netcomp's own paths resolved under root (a no-op for the real root). The plugin
         dirs are not: plugins are the host's binaries and run against the host's kernel."""
         if root.path == Path("/"):
             return self
-        one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir")
+        one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir", "clusterIntentDir")
         many = ("intentDirs", "staticDirs")
         update: dict[str, object] = {k: str(root(getattr(self, k))) for k in one}
         update.update({k: [str(root(p)) for p in getattr(self, k)] for k in many})
+        if self.kubernetes is not None:
+            update["kubernetes"] = self.kubernetes.model_copy(
+                update={"kubeconfig": str(root(self.kubernetes.kubeconfig))}
+            )
         return self.model_copy(update=update)
 
 

@@ -96,7 +96,7 @@ class Compiler:
         self._rendered = {}
 
     def layers(self) -> list[Path]:
-        return [Path(d) for d in self.settings.intentDirs]
+        return [Path(d) for d in self.settings.intent_layers()]
 
     # ------------------------------------------------------------------------------------------ files
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netcomp import __version__, report
 from netcomp.apply import Output
@@ -28,6 +28,9 @@ from netcomp.errors import HostError, IntentError
 from netcomp.fsutil import atomic_write
 from netcomp.host import links, netns, sriov
 from netcomp.workspace import Compiler
+
+if TYPE_CHECKING:
+    from netcomp.daemon.kube import Cluster
 
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
@@ -58,6 +61,11 @@ class Daemon:
             self.settings.pluginDirs, exec_=self.metrics.wrap(exec_), timeout=self.settings.pluginTimeout
         )
         self.cache = Cache(Path(self.settings.cacheDir))
+        self.cluster: Cluster | None = None
+        if self.settings.kubernetes is not None:
+            from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
+
+            self.cluster = Cluster(self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics)
         self.delegator = Delegator(
             self.runner,
             self.cache,
@@ -68,6 +76,7 @@ class Daemon:
             vf_pool=self._vf_pool,
             owned_links=lambda: links.owned(link_netns),
             remove_link=lambda name: links.remove(name, link_netns),
+            pods=self.cluster,
         )
         self.notifier = Notifier()
         self.server: Server | None = None
@@ -75,6 +84,7 @@ class Daemon:
         self.watcher: Watcher | None = None
         self.stop_event = threading.Event()
         self._reload_lock = threading.Lock()
+        self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
         self._last_status = 0.0
 
     def _vf_pool(self, resource: str) -> list[str]:
@@ -133,6 +143,8 @@ class Daemon:
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
             self.notifier.status(self.status_line())
+            with self.reloaded:
+                self.reloaded.notify_all()
             return snap
 
     def status_line(self) -> str:
@@ -151,6 +163,11 @@ class Daemon:
 
     def _adopt(self, new: Settings) -> None:
         """Take new settings on SIGHUP. The socket stays; what depends on paths is rebuilt."""
+        if new.kubernetes != self.settings.kubernetes or new.clusterIntentDir != self.settings.clusterIntentDir:
+            log.warning("the kubernetes settings changed: they take effect when netcomp restarts")
+            new = new.model_copy(
+                update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
+            )
         self.settings = new
         self.compiler = Compiler(new, offline=False)
         self.output = Output(Path(new.outputDir))
@@ -197,6 +214,7 @@ class Daemon:
             "attachments": len(self.cache.entries()),
             "requests": {"inFlight": server.in_flight if server else 0, "served": server.served if server else 0},
             "diagnostics": [d.as_dict() for d in snap.diagnostics],
+            "kubernetes": self.cluster.status() if self.cluster is not None else None,
         }
 
     def start(self) -> Server:
@@ -227,9 +245,22 @@ class Daemon:
             self._last_status = now
             self.notifier.status(self.status_line())
 
+    def start_cluster(self) -> None:
+        """Follow the cluster's Network objects (a thread), waiting a bounded time for the first list so that the
+        first compile has them; a cluster that does not answer is retried in the background."""
+        if self.cluster is None or self.settings.kubernetes is None or not self.settings.kubernetes.networks:
+            return
+        threading.Thread(target=self.cluster.run, args=(self.stop_event,), name="kube", daemon=True).start()
+        if not self.cluster.synced.wait(self.settings.kubernetes.timeout):
+            log.warning(
+                "cluster: no list of Network objects within %gs; starting with the %d known",
+                self.settings.kubernetes.timeout,
+                len(self.cluster._files()),
+            )
+
     def watch(self) -> None:
         """Recompile on every change in the intent, static and template dirs."""
-        dirs = [*self.settings.intentDirs, *self.settings.staticDirs, self.settings.templateDir]
+        dirs = [*self.settings.intent_layers(), *self.settings.staticDirs, self.settings.templateDir]
         self.watcher = Watcher(dirs, lambda changed: self.reload(changed=changed))
         threading.Thread(target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True).start()
 
@@ -269,6 +300,7 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> in
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
     d = Daemon(load_settings, exec_=exec_)
+    d.start_cluster()
     d.reload()
     d.start()
     # READY=1 only now: the first compile is done and the socket is served.

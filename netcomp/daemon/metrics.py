@@ -44,6 +44,12 @@ class Metrics:
         self.rejected = Counter(
             "netcomp_requests_rejected", "Requests refused before serving", ["reason"], registry=self.registry
         )
+        self.kube_errors = Counter(
+            "netcomp_kubernetes_errors",
+            "Kubernetes API calls that failed (watch: Network objects; read/patch: pods)",
+            ["op"],
+            registry=self.registry,
+        )
 
     def wrap(self, inner: Exec) -> Exec:
         def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment, Cache, Entry
@@ -92,6 +92,47 @@ def parse_request(env: Mapping[str, str], config: Any) -> Request:
     return Request(command, cid, netns, ifname, env.get("CNI_ARGS", ""), config)
 
 
+class Pods(Protocol):
+    """The cluster's side of a pod (daemon.kube.Cluster): the networks its annotation asks for, and where its
+    network status is written back."""
+
+    def networks_annotation(self, pod: select.PodRef) -> str | None:
+        """The pod's k8s.v1.cni.cncf.io/networks annotation; None when it has none. HostError when the API
+        server cannot answer."""
+        ...
+
+    def report(self, pod: select.PodRef, status: list[dict[str, Any]]) -> None:
+        """Write k8s.v1.cni.cncf.io/network-status (best-effort; errors are logged, never raised)."""
+        ...
+
+
+def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str, Any]]:
+    """Multus's k8s.v1.cni.cncf.io/network-status entries: per attachment its network, interface, addresses,
+    MAC and DNS, the one on the runtime's interface marked default."""
+    out: list[dict[str, Any]] = []
+    for a in atts:
+        r = cniresult.convert(a.result or {"cniVersion": "1.0.0"}, "1.0.0")
+        ifaces = r.get("interfaces") or []
+        idx = next((i for i, f in enumerate(ifaces) if f.get("name") == a.ifname and f.get("sandbox")), None)
+        entry: dict[str, Any] = {
+            "name": a.network,
+            "interface": a.ifname,
+            "ips": [
+                str(ip["address"]).split("/")[0]
+                for ip in r.get("ips") or []
+                if "address" in ip and (idx is None or ip.get("interface", idx) == idx)
+            ],
+        }
+        if idx is not None and ifaces[idx].get("mac"):
+            entry["mac"] = ifaces[idx]["mac"]
+        if a.ifname == runtime_ifname:
+            entry["default"] = True
+        if r.get("dns"):
+            entry["dns"] = r["dns"]
+        out.append(entry)
+    return out
+
+
 @dataclass
 class Delegator:
     """Runs requests against the networks currently compiled on the node.
@@ -111,6 +152,8 @@ class Delegator:
     # The host links netcomp made that exist now, and removing one of them (host.links.owned / remove).
     owned_links: Callable[[], set[str]] = lambda: set()
     remove_link: Callable[[str], object] = lambda name: False
+    # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
+    pods: Pods | None = None
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -166,6 +209,7 @@ class Delegator:
         nets = self.networks()
         wants, rest_args = select.split_cni_args(req.args)
         wants += select.from_runtime_args(req.config)
+        wants += self._pod_wants(req)
         default = self.default_network()
         if default is None and not wants:
             raise DelegateError(
@@ -181,6 +225,26 @@ class Delegator:
         prefixes = {n: (nets[n].get("netcomp") or {}).get("interfacePrefix") for n in nets}
         named = select.name_interfaces(default, req.ifname, wants, prefixes)
         return [Attachment(net, ifname, nets[net], None, rest_args) for net, ifname in named], rest_args
+
+    def _pod_wants(self, req: Request) -> list[select.Want]:
+        pod = select.pod_ref(req.args) if self.pods is not None else None
+        if pod is None or self.pods is None:
+            return []
+        try:
+            value = self.pods.networks_annotation(pod)
+        except HostError as e:
+            raise DelegateError(
+                11,
+                f"cannot read pod {pod} from the Kubernetes API server: {e}",
+                f"the networks it asks for are in its {select.POD_NETWORKS} annotation; no plugin was run",
+            ) from None
+        return select.from_pod_annotation(value, pod) if value else []
+
+    def _report(self, req: Request, atts: list[Attachment]) -> None:
+        pod = select.pod_ref(req.args) if self.pods is not None else None
+        if pod is not None and self.pods is not None:
+            status = network_status(atts, req.ifname)
+            self.pool.submit(self.pods.report, pod, status)  # after the answer; the ADD does not wait for it
 
     def add(self, req: Request) -> dict[str, Any]:
         if self.cache.load(req.container_id, req.ifname) is not None:
@@ -227,6 +291,7 @@ class Delegator:
         if first_error is not None:
             self._rollback(req, atts)
             raise first_error
+        self._report(req, atts)
         return self._answer(req, atts)
 
     def _take_vfs(self, atts: list[Attachment]) -> list[str]:

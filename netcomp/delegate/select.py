@@ -1,12 +1,15 @@
 """Which networks a container joins and what its interfaces are called.
 
 The node's default network gets the runtime's CNI_IFNAME. More networks come from CNI_ARGS
-(`NETCOMP_NETWORKS=a,b@ifname`) and from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
-at the top of `args` or under `args.cni`). Names: an explicit `@ifname`, else the network's interfacePrefix plus
-an index counted per prefix (stor0, stor1), else `net<index>`."""
+(`NETCOMP_NETWORKS=a,b@ifname`), from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
+at the top of `args` or under `args.cni`), and with Kubernetes from the pod's `k8s.v1.cni.cncf.io/networks`
+annotation (Multus's format: `a,ns/b@ifname`, or a JSON list of `{"name", "namespace", "interface"}`).
+Names: an explicit `@ifname`, else the network's interfacePrefix plus an index counted per prefix (stor0,
+stor1), else `net<index>`."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,6 +71,63 @@ def split_cni_args(cni_args: str) -> tuple[list[Want], str]:
         elif pair:
             rest.append(pair)
     return wants, ";".join(rest)
+
+
+POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+_POD_ITEM_KEYS = {"name", "namespace", "interface"}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_ref(cni_args: str) -> PodRef | None:
+    """The pod a request is for: kubelet's K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS."""
+    pairs = dict(p.partition("=")[::2] for p in cni_args.split(";") if p) if cni_args else {}
+    ns, name = pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
+    return PodRef(ns, name) if ns and name else None
+
+
+def from_pod_annotation(value: str, pod: PodRef) -> list[Want]:
+    """The networks a pod asks for. netcomp's networks are the node's (one name space), so a namespace in a
+    reference (`default/storage`) is accepted, as Multus users write it, and does not change the network."""
+
+    def bad(why: str) -> DelegateError:
+        return DelegateError(E_INVALID_CONFIG, f"pod {pod}: annotation {POD_NETWORKS} is not valid: {why}")
+
+    text = value.strip()
+    if not text.startswith("["):
+        items = [i.strip() for i in text.split(",") if i.strip()]
+        try:
+            return parse_list(",".join(i.rpartition("/")[2] if "/" in i.partition("@")[0] else i for i in items))
+        except DelegateError as e:
+            raise bad(e.msg) from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise bad(f"not JSON: {e}") from None
+    wants = []
+    for i, item in enumerate(doc if isinstance(doc, list) else [None]):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise bad(f"item {i} is not an object with a name")
+        extra = set(item) - _POD_ITEM_KEYS
+        if extra:
+            raise bad(f"item {i} asks for {', '.join(sorted(extra))}, which netcomp does not do (it takes "
+                      f"{', '.join(sorted(_POD_ITEM_KEYS))}); the network's own IPAM decides addresses")  # fmt: skip
+        ifname = item.get("interface")
+        if ifname is not None and not isinstance(ifname, str):
+            raise bad(f"item {i}: interface is not a string")
+        try:
+            wants.extend(parse_list(item["name"] + (f"@{ifname}" if ifname else "")))
+        except DelegateError as e:
+            raise bad(f"item {i}: {e.msg}") from None
+    return wants
 
 
 def from_runtime_args(config: Mapping[str, Any]) -> list[Want]:

@@ -152,7 +152,10 @@ def write_networks(base: Path, master: str) -> None:
 
 
 @contextlib.contextmanager
-def daemon_lab(base: Path, socket_path: str | None = None) -> Iterator[DaemonLab]:
+def daemon_lab(
+    base: Path, socket_path: str | None = None, *, extra: dict[str, Any] | None = None, watch: bool = False
+) -> Iterator[DaemonLab]:
+    """`extra`: more settings (kubernetes, ...); `watch`: follow the intent dirs with inotify as a node does."""
     with lab() as lb:
         write_networks(base, lb.master)
         settings = Settings(
@@ -166,10 +169,14 @@ def daemon_lab(base: Path, socket_path: str | None = None) -> Iterator[DaemonLab
             runtimeConfDir=str(base / "net.d"),
             writeRuntimeConfig=True,
             templateDir=str(base / "templates"),
+            **(extra or {}),
         )
         d = Daemon(lambda: settings, exec_=lb.exec_in_host, link_netns=lb.host)
+        d.start_cluster()
         d.reload()
         d.start()
+        if watch:
+            d.watch()
         dl = DaemonLab(lb, base, settings, d)
         try:
             yield dl

@@ -58,3 +58,19 @@ def test_docs_example_compiles(index: int, tmp_path: Path, plugin_dir: Path) -> 
     plan = Compiler(settings).compile([f])
     assert plan.errors == [], plan.errors
     assert plan.artifacts
+
+
+def test_packaged_netcomp_yaml_documents_every_setting_with_its_default(tmp_path: Path) -> None:
+    """packaging/netcomp.yaml shows every key commented out with its default: uncommented, it must load and give
+    exactly the defaults, and no top-level setting may be missing from it."""
+    from netcomp.config import load_settings
+
+    text = (ROOT / "packaging" / "netcomp.yaml").read_text()
+    keys = re.findall(r"^#(\w+):", text, re.M)
+    assert set(keys) == set(Settings.model_fields), set(Settings.model_fields) ^ set(keys)
+    live = re.sub(r"^#(\w+:|  \w+:)", r"\1", text, flags=re.M)  # settings: `#key:`, nested `#  key:`
+    (tmp_path / "netcomp.yaml").write_text(live)
+    loaded = load_settings(tmp_path / "netcomp.yaml")
+    from netcomp.config import KubeSettings
+
+    assert loaded == Settings(kubernetes=KubeSettings())

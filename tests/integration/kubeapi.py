@@ -1,0 +1,182 @@
+"""A real Kubernetes API server for the tests: kube-apiserver built from Debian's own source package and Debian's
+etcd (scripts/kube-test-bins.sh, cached outside the checkout), both on 127.0.0.1 with free ports, TLS with the
+server's self-signed certificate, static tokens: `admin` (system:masters) for the tests, `netcomp-node` for the
+daemon, bound to the packaged ClusterRole (packaging/kubernetes/rbac.yaml) so that its rules are tested too.
+Everything is stopped and removed on exit, even on failure."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BINS = Path(os.environ.get("NETCOMP_KUBE_BINS", "/var/cache/netcomp-test/kube")) / "bin"
+ADMIN_TOKEN, NODE_TOKEN = "netcomp-test-admin-token", "netcomp-test-node-token"
+READY_SECONDS = 90
+
+
+@dataclass
+class ApiServer:
+    url: str
+    ca: Path
+    admin_kubeconfig: Path
+    node_kubeconfig: Path
+
+    def kubeconfig(self, path: Path, token: str, server: str | None = None) -> Path:
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "t", "cluster": {"server": server or self.url, "certificate-authority": str(self.ca)}}
+            ],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+            "current-context": "t",
+        }
+        path.write_text(yaml.safe_dump(doc))
+        path.chmod(0o600)
+        return path
+
+
+def ensure_binaries() -> None:
+    if not (BINS / "kube-apiserver").exists() or not (BINS / "etcd").exists():
+        subprocess.run([str(ROOT / "scripts" / "kube-test-bins.sh"), str(BINS.parent)], check=True, timeout=1800)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ready(url: str, ca: Path) -> bool:
+    if not ca.exists():
+        return False
+    ctx = ssl.create_default_context(cafile=str(ca))
+    req = urllib.request.Request(f"{url}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=2) as r:
+            return bool(r.status == 200)
+    except (OSError, ssl.SSLError):
+        return False
+
+
+@contextlib.contextmanager
+def api_server(work: Path) -> Iterator[ApiServer]:
+    ensure_binaries()
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    certs = work / "certs"
+    certs.mkdir(parents=True)
+    (work / "tokens.csv").write_text(
+        f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{NODE_TOKEN},netcomp-node,netcomp-node,\n'
+    )
+    subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
+    subprocess.run(
+        ["openssl", "rsa", "-in", str(work / "sa.key"), "-pubout", "-out", str(work / "sa.pub")],
+        check=True,
+        capture_output=True,
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = [open(work / "etcd.log", "wb"), open(work / "apiserver.log", "wb")]  # noqa: SIM115
+    try:
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(BINS / "etcd"),
+                    "--name=t",
+                    f"--data-dir={work / 'etcd'}",
+                    f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                    f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                    f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                    f"--initial-cluster=t=http://127.0.0.1:{peer_port}",
+                ],
+                stdout=logs[0],
+                stderr=subprocess.STDOUT,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(BINS / "kube-apiserver"),
+                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={api_port}",
+                    "--insecure-port=0",
+                    f"--cert-dir={certs}",
+                    f"--token-auth-file={work / 'tokens.csv'}",
+                    f"--service-account-key-file={work / 'sa.pub'}",
+                    f"--service-account-signing-key-file={work / 'sa.key'}",
+                    "--service-account-issuer=https://netcomp.test",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--authorization-mode=RBAC",
+                    "--enable-priority-and-fairness=false",
+                    "--service-cluster-ip-range=10.250.0.0/24",
+                ],
+                stdout=logs[1],
+                stderr=subprocess.STDOUT,
+            )
+        )
+        url, ca = f"https://127.0.0.1:{api_port}", certs / "apiserver.crt"
+        deadline = time.monotonic() + READY_SECONDS
+        while not _ready(url, ca):
+            for p in procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[0]} exited: see {work}/*.log")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kube-apiserver not ready in {READY_SECONDS}s: see {work}/apiserver.log")
+            time.sleep(0.2)  # an external process starting: polled with a deadline
+        api = ApiServer(url, ca, work / "admin.kubeconfig", work / "node.kubeconfig")
+        api.kubeconfig(api.admin_kubeconfig, ADMIN_TOKEN)
+        api.kubeconfig(api.node_kubeconfig, NODE_TOKEN)
+        _install_manifests(api)
+        yield api
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+
+
+def _install_manifests(api: ApiServer) -> None:
+    """The packaged CRD and ClusterRole, the role bound to the daemon's test user; waits until the CRD serves."""
+    from kubernetes import client, config, utils
+
+    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    for name in ("crd.yaml", "rbac.yaml"):
+        utils.create_from_yaml(c, str(ROOT / "packaging" / "kubernetes" / name))
+    client.RbacAuthorizationV1Api(c).create_cluster_role_binding(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "netcomp-node-test"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "netcomp-node"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "netcomp-node"}],
+        }
+    )
+    ext = client.ApiextensionsV1Api(c)
+    deadline = time.monotonic() + 30
+    while True:
+        crd = ext.read_custom_resource_definition("networks.netcomp.io")
+        if any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions or []):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Network CRD was not established in 30s")
+        time.sleep(0.1)  # the API server establishing the CRD: polled with a deadline

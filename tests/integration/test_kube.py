@@ -1,0 +1,168 @@
+"""The Kubernetes path against a real kube-apiserver and etcd (tests/integration/kubeapi.py): the cluster's
+Network objects compiled and followed (created, edited, broken, overridden by a node file, deleted), a pod's
+network annotation attaching it through the shim with the real plugins and its network-status written back,
+and an API server that does not answer. The daemon runs as the packaged ClusterRole allows, nothing more."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.config import KubeSettings
+from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
+from tests.integration.kubeapi import NODE_TOKEN, ApiServer, api_server, free_port
+
+pytestmark = pytest.mark.root
+GVP = ("netcomp.io", "v1", "networks")
+STATUS = "k8s.v1.cni.cncf.io/network-status"
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, the API server's binaries)")
+    with api_server(tmp_path_factory.mktemp("kube")) as a:
+        yield a
+
+
+@pytest.fixture(scope="module")
+def admin(api: ApiServer) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+
+
+def kube_lab(base: Path, kubeconfig: Path, timeout: float = 10) -> Any:
+    kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout)
+    return daemon_lab(base, extra={"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d")}, watch=True)
+
+
+def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Until cond holds after a compile (the daemon notifies every one), or fail saying what did not happen."""
+    with dl.daemon.reloaded:
+        assert dl.daemon.reloaded.wait_for(cond, timeout), f"not within {timeout}s: {what}"
+
+
+def subnet(dl: DaemonLab, network: str) -> str | None:
+    conf = dl.daemon.state.networks().get(network)
+    return conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"] if conf else None
+
+
+def test_network_objects_are_compiled_and_followed(api: ApiServer, admin: Any, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin)
+    with kube_lab(tmp_path, api.node_kubeconfig) as dl:
+        spec = {
+            "type": "macvlan",
+            "hostDevice": dl.lab.master,
+            "interfacePrefix": "fab",
+            "ipam": {"type": "host-local", "dataDir": f"{dl.base}/ipam", "subnet": "10.91.0.0/24"},
+        }
+        obj = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "fabric"}, "spec": spec}
+        custom.create_cluster_custom_object(*GVP, obj)
+        try:
+            wait_for(dl, lambda: subnet(dl, "fabric") == "10.91.0.0/24", "the new object compiled")
+            ctr = dl.lab.container()
+            assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=fabric")[0] == 0
+            assert dl.lab.addrs(ctr, "fab0")[0].startswith("10.91.0.")
+
+            edit = {"spec": {"ipam": {**spec["ipam"], "subnet": "10.92.0.0/24"}}}
+            custom.patch_cluster_custom_object(*GVP, "fabric", edit)
+            wait_for(dl, lambda: subnet(dl, "fabric") == "10.92.0.0/24", "the edit compiled")
+
+            # A broken edit: its position is in the node's copy of the object; the last good version stays.
+            custom.patch_cluster_custom_object(*GVP, "fabric", {"spec": {"colour": "blue"}})
+            wait_for(dl, lambda: dl.daemon.state.current.degraded, "the broken edit reported")
+            status = dl.daemon.status()
+            copy = str(dl.base / "cluster.d" / "fabric.yaml")
+            assert any(d["file"] == copy and d["line"] and "colour" in d["message"] for d in status["diagnostics"])
+            kept = {n["name"]: n["keptLastGood"] for n in status["networks"]}
+            assert subnet(dl, "fabric") == "10.92.0.0/24" and kept["fabric"] is True
+            assert status["kubernetes"]["synced"] and status["kubernetes"]["lastError"] is None
+
+            # A node's own file of the same name overrides the cluster's object on this node.
+            local = spec | {"ipam": {**spec["ipam"], "subnet": "10.93.0.0/24"}}
+            (dl.base / "networks.d" / "fabric.yaml").write_text(intent("fabric", json.dumps(local)))
+            wait_for(dl, lambda: subnet(dl, "fabric") == "10.93.0.0/24", "the node's file taking precedence")
+            (dl.base / "networks.d" / "fabric.yaml").unlink()
+
+            custom.delete_cluster_custom_object(*GVP, "fabric")
+            wait_for(dl, lambda: "fabric" not in dl.daemon.state.networks(), "the deleted object gone")
+            assert not (dl.base / "cluster.d" / "fabric.yaml").exists()
+            assert dl.shim("DEL", ctr)[0] == 0  # from the cache: the network is gone
+            assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
+        finally:
+            with _absent():
+                custom.delete_cluster_custom_object(*GVP, "fabric")
+
+
+def test_pod_annotation_attaches_and_network_status_is_written(api: ApiServer, admin: Any, tmp_path: Path) -> None:
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(admin)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p1", "annotations": {"k8s.v1.cni.cncf.io/networks": "storage@st9, default/backup"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+    }
+    core.create_namespaced_pod("default", pod)
+    try:
+        with kube_lab(tmp_path, api.node_kubeconfig) as dl:
+            ctr = dl.lab.container()
+            args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p1;K8S_POD_INFRA_CONTAINER_ID={ctr}"
+            rc, res = dl.shim("ADD", ctr, args=args)
+            assert rc == 0, res
+            assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "st9", "stor0"]
+            got = None
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod, "default", field_selector="metadata.name=p1", timeout_seconds=60
+            ):
+                got = (event["object"].metadata.annotations or {}).get(STATUS)
+                if got:
+                    break
+            assert got, "network-status was not written"
+            status = json.loads(got)
+            assert [(s["name"], s["interface"], s.get("default", False)) for s in status] == [
+                ("mgmt", "eth0", True),
+                ("storage", "st9", False),
+                ("backup", "stor0", False),
+            ]
+            for s in status:
+                assert [f"{a}/24" for a in s["ips"]] == dl.lab.addrs(ctr, s["interface"]) and len(s["mac"]) == 17
+            assert dl.shim("DEL", ctr, args=args)[0] == 0
+            assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
+    finally:
+        core.delete_namespaced_pod("p1", "default", grace_period_seconds=0)
+
+
+def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> None:
+    dead = api.kubeconfig(tmp_path / "dead.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{free_port()}")
+    with kube_lab(tmp_path / "node", dead, timeout=1) as dl:
+        ctr = dl.lab.container()
+        rc, err = dl.shim("ADD", ctr, args="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p9")
+        assert rc == 1 and err["code"] == 11
+        assert err["msg"].startswith("cannot read pod default/p9 from the Kubernetes API server: ")
+        assert "no plugin was run" in err["details"]
+        assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == []
+        assert dl.shim("ADD", ctr)[0] == 0  # a container that is not a pod is not held up by the cluster
+        assert dl.shim("DEL", ctr)[0] == 0
+        status = dl.daemon.status()["kubernetes"]
+        assert not status["synced"] and status["lastError"]
+        assert b'netcomp_kubernetes_errors_total{op="read"}' in dl.daemon.metrics.render()
+
+
+class _absent:
+    """Ignore 404 (already deleted) in cleanup."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
+        return getattr(exc, "status", None) == 404

@@ -1,0 +1,101 @@
+"""The Kubernetes pieces that need no API server: the pod annotation's formats, the network-status entries, a
+Network object as an intent file, and the cluster's intent layer. The API server itself is in
+tests/integration/test_kube.py."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from netcomp.cni.cache import Attachment
+from netcomp.config import KubeSettings, Settings
+from netcomp.delegate.attach import network_status
+from netcomp.delegate.select import PodRef, Want, from_pod_annotation, pod_ref
+from netcomp.errors import DelegateError
+
+POD = PodRef("default", "p1")
+
+
+def test_pod_is_named_by_kubelets_cni_args() -> None:
+    assert pod_ref("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=u") == PodRef("ns", "web-0")
+    assert pod_ref("K8S_POD_NAME=web-0") is None and pod_ref("") is None
+
+
+def test_annotation_in_both_of_multus_formats() -> None:
+    assert from_pod_annotation("storage, default/backup@bk0 ,", POD) == [Want("storage"), Want("backup", "bk0")]
+    text = '[{"name": "storage", "interface": "s9"}, {"name": "backup", "namespace": "other"}]'
+    assert from_pod_annotation(text, POD) == [Want("storage", "s9"), Want("backup")]
+    assert from_pod_annotation("  ", POD) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('[{"name": "a", "ips": ["10.0.0.5/24"]}]', "item 0 asks for ips, which netcomp does not do"),
+        ('[{"name": "a", "mac": "x", "default-route": ["1.1.1.1"]}]', "item 0 asks for default-route, mac,"),
+        ("[1]", "item 0 is not an object with a name"),
+        ('{"name": "a"}', "invalid network name"),
+        ("[{", "not JSON"),
+        ('[{"name": "a", "interface": 5}]', "item 0: interface is not a string"),
+        ("a@eth/1", "invalid interface name 'eth/1'"),
+        ("a b", "invalid network name 'a b'"),
+    ],
+)
+def test_bad_annotations_are_clear_cni_errors(value: str, why: str) -> None:
+    with pytest.raises(DelegateError) as e:
+        from_pod_annotation(value, POD)
+    assert e.value.code == 7
+    assert e.value.msg.startswith("pod default/p1: annotation k8s.v1.cni.cncf.io/networks is not valid: ")
+    assert why in e.value.msg
+
+
+def test_network_status_entries() -> None:
+    r040 = {
+        "cniVersion": "0.4.0",
+        "interfaces": [{"name": "veth1", "mac": "aa:aa:aa:aa:aa:01"}, {"name": "eth0", "mac": "02:00:00:00:00:01",
+                       "sandbox": "/var/run/netns/x"}],
+        "ips": [{"version": "4", "address": "10.1.0.5/24", "interface": 1}, {"address": "10.9.0.1/24", "interface": 0}],
+        "dns": {"nameservers": ["10.1.0.1"]},
+    }  # fmt: skip
+    r100 = {"cniVersion": "1.0.0", "ips": [{"address": "fd00::5/64"}]}
+    atts = [Attachment("mgmt", "eth0", {}, r040), Attachment("storage", "stor0", {}, r100)]
+    assert network_status(atts, "eth0") == [
+        {
+            "name": "mgmt",
+            "interface": "eth0",
+            "ips": ["10.1.0.5"],
+            "mac": "02:00:00:00:00:01",
+            "default": True,
+            "dns": {"nameservers": ["10.1.0.1"]},
+        },
+        {"name": "storage", "interface": "stor0", "ips": ["fd00::5"]},
+    ]
+
+
+def test_a_network_object_as_an_intent_file() -> None:
+    from netcomp.daemon.kube import render
+
+    obj = {
+        "apiVersion": "netcomp.io/v1",
+        "kind": "Network",
+        "metadata": {"name": "fabric", "generation": 3, "resourceVersion": "991", "labels": {"a": "b"}},
+        "spec": {"type": "macvlan", "hostDevice": "eth1"},
+        "status": {"x": 1},
+    }
+    text = render(obj).decode()
+    assert text.splitlines()[0] == "# The cluster's Network 'fabric' (networks.netcomp.io, generation 3),"
+    assert yaml.safe_load(text) == {
+        "apiVersion": "netcomp.io/v1",
+        "kind": "Network",
+        "metadata": {"name": "fabric"},
+        "spec": {"type": "macvlan", "hostDevice": "eth1"},
+    }
+    # A label or status change (a new resourceVersion) does not change the file, so nothing recompiles.
+    assert render({**obj, "metadata": {**obj["metadata"], "resourceVersion": "992", "labels": {}}}) == render(obj)
+
+
+def test_the_cluster_is_the_lowest_intent_layer() -> None:
+    s = Settings(intentDirs=["/a", "/b"], clusterIntentDir="/c")
+    assert s.intent_layers() == ["/a", "/b"]
+    assert s.model_copy(update={"kubernetes": KubeSettings()}).intent_layers() == ["/c", "/a", "/b"]
+    assert s.model_copy(update={"kubernetes": KubeSettings(networks=False)}).intent_layers() == ["/a", "/b"]
