@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,15 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "packaging" / "examples"
 UPDATE_GOLDEN = os.environ.get("NETCOMP_UPDATE_GOLDEN") == "1"
 KNOWN_PLUGINS = ("macvlan", "ipvlan", "sriov", "bridge", "host-local", "static", "dhcp", "whereabouts")
+
+
+def reap(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a process told to stop; kill it if it has not within timeout."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def make_plugin_dir(path: Path, names: tuple[str, ...] = KNOWN_PLUGINS) -> Path:

@@ -170,9 +170,13 @@ class Cluster:
         from kubernetes.client.exceptions import ApiException
 
         try:
+            # Raw JSON: the client's model classes would cost milliseconds per pod on the ADD path.
             resp: Any = self.core.read_namespaced_pod(
                 pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
             )
+            status = int(getattr(resp, "status", 200))
+            if not 200 <= status < 300:
+                raise ApiException(status=status, reason=str(getattr(resp, "reason", "")))
             doc = json.loads(resp.data)
         except ApiException as e:
             if e.status == 404:

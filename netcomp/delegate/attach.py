@@ -183,6 +183,9 @@ class Delegator:
         except DelegateError:
             wants = []
         names = [n for n in [self.default_network(), *(w.network for w in wants)] if n]
+        pod = select.pod_ref(req.args) if self.pods is not None else None
+        if pod is not None:
+            names.append(f"+annotation of pod {pod}")  # read by ADD itself: not looked up for a log line
         return ",".join(names) or "-"
 
     def handle(self, req: Request) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import reap
+
 ROOT = Path(__file__).resolve().parents[2]
 BINS = Path(os.environ.get("NETCOMP_KUBE_BINS", "/var/cache/netcomp-test/kube")) / "bin"
 ADMIN_TOKEN, NODE_TOKEN = "netcomp-test-admin-token", "netcomp-test-node-token"
@@ -146,11 +148,7 @@ def api_server(work: Path) -> Iterator[ApiServer]:
         for p in reversed(procs):
             p.terminate()
         for p in reversed(procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            reap(p, 20)
         for f in logs:
             f.close()
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import reap
+
 
 @dataclass
 class Machine:
@@ -110,11 +112,7 @@ def machine(name: str, binds: Sequence[tuple[str, str, bool]] = ()) -> Iterator[
     finally:
         if m is not None:
             m.run("systemctl", "poweroff", "--no-block", check=False)
-        try:
-            nspawn.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            nspawn.kill()
-            nspawn.wait()
+        reap(nspawn, 60)
         for h in hierarchies:
             for d in sorted(Path(f"/sys/fs/cgroup/{h}/{cg}").glob("**/"), key=lambda p: -len(p.parts)):
                 with contextlib.suppress(OSError):
