@@ -73,6 +73,11 @@ def _print_status(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]
         f"{len(doc['networks'])} networks, {doc['attachments']} containers attached, "
         f"{doc['requests']['inFlight']} requests in flight ({doc['requests']['served']} served)\n"
     )
+    kube = doc.get("kubernetes")
+    if kube:
+        synced = "synced" if kube["synced"] else "NOT SYNCED"
+        why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
+        out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
     default = doc.get("defaultNetwork")
     for n in doc["networks"]:
         mark = " (default)" if n["name"] == default else ""

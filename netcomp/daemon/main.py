@@ -157,6 +157,8 @@ class Daemon:
             first = errors[0]
             text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
         text += f", {len(self.cache.entries())} containers attached"
+        if self.cluster is not None:
+            text += ", cluster synced" if self.cluster.synced.is_set() else ", cluster NOT SYNCED"
         if server is not None:
             text += f", {server.served} requests served, {server.in_flight} in flight"
         return text

@@ -5,6 +5,7 @@ and an API server that does not answer. The daemon runs as the packaged ClusterR
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from netcomp.config import KubeSettings
+from netcomp.service import _print_status
 from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
 from tests.integration.kubeapi import NODE_TOKEN, ApiServer, api_server, free_port
 
@@ -85,6 +87,9 @@ def test_network_objects_are_compiled_and_followed(api: ApiServer, admin: Any, t
             kept = {n["name"]: n["keptLastGood"] for n in status["networks"]}
             assert subnet(dl, "fabric") == "10.92.0.0/24" and kept["fabric"] is True
             assert status["kubernetes"]["synced"] and status["kubernetes"]["lastError"] is None
+            out = io.StringIO()
+            _print_status(status, out)
+            assert "  cluster: synced, 1 Network objects\n" in out.getvalue()
 
             # A node's own file of the same name overrides the cluster's object on this node.
             local = spec | {"ipam": {**spec["ipam"], "subnet": "10.93.0.0/24"}}
@@ -155,6 +160,10 @@ def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> N
         assert dl.shim("DEL", ctr)[0] == 0
         status = dl.daemon.status()["kubernetes"]
         assert not status["synced"] and status["lastError"]
+        out = io.StringIO()
+        _print_status(dl.daemon.status(), out)
+        assert "  cluster: NOT SYNCED, 0 Network objects, last error: " in out.getvalue()
+        assert "cluster NOT SYNCED" in dl.daemon.status_line()
         assert b'netcomp_kubernetes_errors_total{op="read"}' in dl.daemon.metrics.render()
 
 
