@@ -34,6 +34,10 @@ class KubeSettings(BaseModel):
         default=paths.KUBECONFIG, description="Credentials for the API server (kubeconfig file, root-only)"
     )
     networks: bool = Field(default=True, description="Read the cluster's Network objects (netcomp.io/v1) as intents")
+    networkAttachmentDefinitions: bool = Field(
+        default=False,
+        description="Read the cluster's NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1, Multus's) as intents",
+    )
     podNetworks: bool = Field(
         default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
     )
@@ -98,7 +102,8 @@ class Settings(BaseModel):
     def intent_layers(self) -> list[str]:
         """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
         node's own dirs."""
-        if self.kubernetes is not None and self.kubernetes.networks:
+        kube = self.kubernetes
+        if kube is not None and (kube.networks or kube.networkAttachmentDefinitions):
             return [self.clusterIntentDir, *self.intentDirs]
         return list(self.intentDirs)
 

@@ -5,7 +5,9 @@ loaded when the daemon starts with a cluster configured (its import alone costs 
   is written as `<name>.yaml` in clusterIntentDir (atomically, only when its spec changed; removed with the
   object). That dir is the lowest intent layer, so the files are compiled, validated with positions and
   watched like any other intent, and a node's own file of the same name overrides the cluster's. When the API
-  server is away the files stay: the node keeps serving the networks it knew.
+  server is away the files stay: the node keeps serving the networks it knew. With
+  `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
+  `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
 - **Pods.** On ADD, a pod named in CNI_ARGS (kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME) is read for its
   `k8s.v1.cni.cncf.io/networks` annotation; after ADD its `k8s.v1.cni.cncf.io/network-status` annotation is
   written (best-effort, after the answer)."""
@@ -17,6 +19,8 @@ import json
 import logging
 import os
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +33,61 @@ from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
 
 log = logging.getLogger("netcomp.kube")
-GROUP, VERSION, PLURAL = "netcomp.io", "v1", "networks"
 WATCH_SECONDS = 60  # a watch is renewed this often (from the last resourceVersion seen)
 MAX_BACKOFF = 30.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of cluster object followed into intent files."""
+
+    label: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    def file_name(self, meta: dict[str, Any]) -> str | None:
+        """The object's file in the cluster dir, or None when its name cannot be one. Network objects are
+        `<name>.yaml` (a network name has no dots), NetworkAttachmentDefinitions `<namespace>.<name>.nad.yaml`
+        (a namespace has none), so the two never meet."""
+        name, ns = meta.get("name"), meta.get("namespace")
+        if not isinstance(name, str) or not _safe_name(name):
+            return None
+        if not self.namespaced:
+            return f"{name}.yaml" if "." not in name else None
+        return f"{ns}.{name}.nad.yaml" if isinstance(ns, str) and ns and "." not in ns and _safe_name(ns) else None
+
+    def owns(self, file_name: str) -> bool:
+        return file_name.endswith(".nad.yaml") == self.namespaced and file_name.endswith(".yaml")
+
+    def render(self, obj: dict[str, Any]) -> bytes:
+        """An object as an intent file: only what the compiler reads, and a header saying where it is from (no
+        resourceVersion: the file changes when the spec does, not when a label or the status does)."""
+        meta = obj.get("metadata") or {}
+        keep: dict[str, Any] = {"name": meta.get("name")}
+        if self.namespaced:
+            keep["namespace"] = meta.get("namespace")
+            notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
+            if notes:
+                keep["annotations"] = notes  # so that the compiler can say it is not used
+        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep, "spec": obj.get("spec")}
+        ref = f"{meta.get('namespace')}/{meta.get('name')}" if self.namespaced else repr(meta.get("name"))
+        header = (
+            f"# The cluster's {obj.get('kind')} {ref} ({self.plural}.{self.group}, generation "
+            f"{meta.get('generation', '?')}),\n# written by netcomp: edit the object, not this file.\n"
+        )
+        return (header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)).encode()
+
+
+NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=False)
+NADS = Kind("NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", namespaced=True)
+RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
+
+
+def render(obj: dict[str, Any]) -> bytes:
+    """A Network object as an intent file."""
+    return NETWORKS.render(obj)
 
 
 class Cluster:
@@ -47,120 +103,38 @@ class Cluster:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = client.CoreV1Api(self.api_client)
         self.custom: Any = client.CustomObjectsApi(self.api_client)
-        self.synced = threading.Event()  # the first list of Network objects is on disk
-        self.last_error: str | None = None
-        self.objects = 0
+        kinds = [NETWORKS] if kube.networks else []
+        kinds += [NADS] if kube.networkAttachmentDefinitions else []
+        self.followers = [_Follower(self, k) for k in kinds]
 
-    # ------------------------------------------------------------------------------------- Network objects
+    def start(self, stop: threading.Event) -> None:
+        for f in self.followers:
+            threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
-    def run(self, stop: threading.Event) -> None:
-        """List and watch Network objects until stop is set; on any error, back off and list again."""
-        from kubernetes.client.exceptions import ApiException
+    def wait_synced(self, timeout: float) -> bool:
+        """Until every kind followed has been listed once (or timeout)."""
+        deadline = time.monotonic() + timeout
+        return all(f.synced.wait(max(0.0, deadline - time.monotonic())) for f in self.followers)
 
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                    backoff = 1.0
-                rv = self._watch(rv, stop)
-            except ApiException as e:
-                rv = None
-                if e.status == 410:  # our resourceVersion is too old for a watch: list again, at once
-                    continue
-                self._failed("watch Network objects", f"{e.status} {e.reason}")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
-                rv = None
-                self._failed("watch Network objects", f"{type(e).__name__}: {e}")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+    @property
+    def synced(self) -> bool:
+        return all(f.synced.is_set() for f in self.followers)
 
-    def _relist(self) -> str:
-        doc: dict[str, Any] = self.custom.list_cluster_custom_object(
-            GROUP, VERSION, PLURAL, _request_timeout=max(self.kube.timeout, 30)
-        )
-        names = set()
-        for obj in doc.get("items") or []:
-            name = self._write(obj)
-            if name:
-                names.add(name)
-        for path in self._files():
-            if path.stem not in names:
-                self._remove(path.stem)
-        self.objects = len(names)
-        self.last_error = None
-        self.synced.set()
-        log.info("cluster: %d Network objects", len(names))
-        return str(doc.get("metadata", {}).get("resourceVersion") or "")
-
-    def _watch(self, rv: str, stop: threading.Event) -> str:
-        from kubernetes import watch
-
-        w = watch.Watch()
-        try:
-            for event in w.stream(
-                self.custom.list_cluster_custom_object,
-                GROUP,
-                VERSION,
-                PLURAL,
-                resource_version=rv,
-                timeout_seconds=WATCH_SECONDS,
-                _request_timeout=WATCH_SECONDS + 10,
-            ):
-                if stop.is_set():
-                    break
-                obj: dict[str, Any] = event.get("object") or {}
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                kind = event.get("type")
-                if kind in ("ADDED", "MODIFIED"):
-                    self._write(obj)
-                elif kind == "DELETED":
-                    name = (obj.get("metadata") or {}).get("name")
-                    if isinstance(name, str) and _safe_name(name):
-                        self._remove(name)
-                self.objects = len(self._files())
-        finally:
-            w.stop()
-        return rv
-
-    def _files(self) -> list[Path]:
+    def files(self) -> list[Path]:
         try:
             return sorted(p for p in self.dir.iterdir() if p.suffix == ".yaml" and not p.name.startswith("."))
         except FileNotFoundError:
             return []
 
-    def _write(self, obj: dict[str, Any]) -> str | None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if not isinstance(name, str) or not _safe_name(name):
-            log.warning("cluster: ignoring a Network object without a usable name: %r", name)
-            return None
-        data = render(obj)
-        path = self.dir / f"{name}.yaml"
-        with contextlib.suppress(FileNotFoundError):
-            if path.read_bytes() == data:
-                return name
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        atomic_write(path, data, mode=0o644)
-        log.info("cluster: Network %s (generation %s) written to %s", name, meta.get("generation", "?"), path)
-        return name
-
-    def _remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.dir / f"{name}.yaml")
-            log.info("cluster: Network %s is gone; removed %s", name, self.dir / f"{name}.yaml")
-
-    def _failed(self, what: str, why: str) -> None:
-        self.metrics.kube_errors.labels(what.split()[0]).inc()
-        if why != self.last_error:  # one line per distinct failure, not one per retry
-            log.error("cluster: cannot %s: %s (keeping the %d networks known)", what, why, len(self._files()))
-        self.last_error = why
-
     def status(self) -> dict[str, Any]:
-        return {"synced": self.synced.is_set(), "networks": self.objects, "lastError": self.last_error}
+        counts = {f.kind.plural: f.objects for f in self.followers}
+        errors = [f.last_error for f in self.followers if f.last_error]
+        return {
+            "synced": self.synced,
+            "networks": counts.get(NETWORKS.plural, 0),
+            "attachmentDefinitions": counts.get(NADS.plural, 0),
+            "lastError": errors[0] if errors else None,
+        }
 
     # ------------------------------------------------------------------------------------------------ pods
 
@@ -201,23 +175,124 @@ class Cluster:
             log.warning("cannot write %s of pod %s: %s", NETWORK_STATUS, pod, getattr(e, "reason", None) or e)
 
 
-def render(obj: dict[str, Any]) -> bytes:
-    """A Network object as an intent file: only what the compiler reads, and a header saying where it is from
-    (no resourceVersion: the file changes when the spec does, not when a label or the status does)."""
-    meta = obj.get("metadata") or {}
-    doc = {
-        "apiVersion": obj.get("apiVersion", f"{GROUP}/{VERSION}"),
-        "kind": obj.get("kind", "Network"),
-        "metadata": {"name": meta.get("name")},
-        "spec": obj.get("spec"),
-    }
-    header = (
-        f"# The cluster's Network {meta.get('name')!r} ({PLURAL}.{GROUP}, generation {meta.get('generation', '?')}),\n"
-        "# written by netcomp: edit the object (kubectl edit networks.netcomp.io), not this file.\n"
-    )
-    return (header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)).encode()
-
-
 def _safe_name(name: str) -> bool:
     """A Kubernetes object name is a DNS subdomain: no '/', so it is a plain file name; refuse anything else."""
     return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".") and len(name) <= 253
+
+
+class _Follower:
+    """One kind of object: listed, then watched from the list's resourceVersion, written into the cluster dir;
+    on any error it backs off and lists again, and the files stay meanwhile."""
+
+    def __init__(self, cluster: Cluster, kind: Kind) -> None:
+        self.cluster = cluster
+        self.kind = kind
+        self.synced = threading.Event()
+        self.last_error: str | None = None
+        self.objects = 0
+
+    def run(self, stop: threading.Event) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        rv: str | None = None
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                    backoff = 1.0
+                rv = self._watch(rv, stop)
+            except ApiException as e:
+                rv = None
+                if e.status == 410:  # our resourceVersion is too old for a watch: list again, at once
+                    continue
+                why = f"{e.status} {e.reason}"
+                if e.status == 404:
+                    why += f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)"
+                self._failed(why)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+            except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
+                rv = None
+                self._failed(f"{type(e).__name__}: {e}")
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _list_args(self) -> tuple[str, str, str]:
+        return self.kind.group, self.kind.version, self.kind.plural
+
+    def _relist(self) -> str:
+        doc: dict[str, Any] = self.cluster.custom.list_cluster_custom_object(
+            *self._list_args(), _request_timeout=max(self.cluster.kube.timeout, 30)
+        )
+        names = set()
+        for obj in doc.get("items") or []:
+            name = self._write(obj)
+            if name:
+                names.add(name)
+        for path in self._files():
+            if path.name not in names:
+                self._remove(path.name)
+        self.objects = len(names)
+        self.last_error = None
+        self.synced.set()
+        log.info("cluster: %d %s", len(names), self.kind.label)
+        return str(doc.get("metadata", {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str, stop: threading.Event) -> str:
+        from kubernetes import watch
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self.cluster.custom.list_cluster_custom_object,
+                *self._list_args(),
+                resource_version=rv,
+                timeout_seconds=WATCH_SECONDS,
+                _request_timeout=WATCH_SECONDS + 10,
+            ):
+                if stop.is_set():
+                    break
+                obj: dict[str, Any] = event.get("object") or {}
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                kind = event.get("type")
+                if kind in ("ADDED", "MODIFIED"):
+                    self._write(obj)
+                elif kind == "DELETED":
+                    name = self.kind.file_name(obj.get("metadata") or {})
+                    if name:
+                        self._remove(name)
+                self.objects = len(self._files())
+        finally:
+            w.stop()
+        return rv
+
+    def _files(self) -> list[Path]:
+        return [p for p in self.cluster.files() if self.kind.owns(p.name)]
+
+    def _write(self, obj: dict[str, Any]) -> str | None:
+        meta = obj.get("metadata") or {}
+        name = self.kind.file_name(meta)
+        if name is None:
+            log.warning("cluster: ignoring %s %r: its name cannot be a network's", self.kind.label, meta.get("name"))
+            return None
+        data = self.kind.render(obj)
+        path = self.cluster.dir / name
+        with contextlib.suppress(FileNotFoundError):
+            if path.read_bytes() == data:
+                return name
+        self.cluster.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        atomic_write(path, data, mode=0o644)
+        log.info("cluster: %s (generation %s) written to %s", name, meta.get("generation", "?"), path)
+        return name
+
+    def _remove(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.cluster.dir / name)
+            log.info("cluster: its object is gone; removed %s", self.cluster.dir / name)
+
+    def _failed(self, why: str) -> None:
+        self.cluster.metrics.kube_errors.labels("watch").inc()
+        if why != self.last_error:  # one line per distinct failure, not one per retry
+            log.error("cluster: cannot follow %s: %s (keeping the %d known)", self.kind.label, why, len(self._files()))
+        self.last_error = why

@@ -158,7 +158,7 @@ class Daemon:
             text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
         text += f", {len(self.cache.entries())} containers attached"
         if self.cluster is not None:
-            text += ", cluster synced" if self.cluster.synced.is_set() else ", cluster NOT SYNCED"
+            text += ", cluster synced" if self.cluster.synced else ", cluster NOT SYNCED"
         if server is not None:
             text += f", {server.served} requests served, {server.in_flight} in flight"
         return text
@@ -250,14 +250,14 @@ class Daemon:
     def start_cluster(self) -> None:
         """Follow the cluster's Network objects (a thread), waiting a bounded time for the first list so that the
         first compile has them; a cluster that does not answer is retried in the background."""
-        if self.cluster is None or self.settings.kubernetes is None or not self.settings.kubernetes.networks:
+        if self.cluster is None or self.settings.kubernetes is None or not self.cluster.followers:
             return
-        threading.Thread(target=self.cluster.run, args=(self.stop_event,), name="kube", daemon=True).start()
-        if not self.cluster.synced.wait(self.settings.kubernetes.timeout):
+        self.cluster.start(self.stop_event)
+        if not self.cluster.wait_synced(self.settings.kubernetes.timeout):
             log.warning(
-                "cluster: no list of Network objects within %gs; starting with the %d known",
+                "cluster: no list of objects within %gs; starting with the %d known",
                 self.settings.kubernetes.timeout,
-                len(self.cluster._files()),
+                len(self.cluster.files()),
             )
 
     def watch(self) -> None:

@@ -170,11 +170,49 @@ def _install_manifests(api: ApiServer) -> None:
         }
     )
     ext = client.ApiextensionsV1Api(c)
+    ext.create_custom_resource_definition(NAD_CRD)
     deadline = time.monotonic() + 30
-    while True:
-        crd = ext.read_custom_resource_definition("networks.netcomp.io")
-        if any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions or []):
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError("the Network CRD was not established in 30s")
-        time.sleep(0.1)  # the API server establishing the CRD: polled with a deadline
+    for name in ("networks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"):
+        while True:
+            crd = ext.read_custom_resource_definition(name)
+            if any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions or []):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the CRD {name} was not established in 30s")
+            time.sleep(0.1)  # the API server establishing the CRD: polled with a deadline
+
+
+# Multus's kind, as Multus's own manifest defines it (the schema trimmed to what it declares).
+NAD_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "network-attachment-definitions.k8s.cni.cncf.io"},
+    "spec": {
+        "group": "k8s.cni.cncf.io",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "network-attachment-definitions",
+            "singular": "network-attachment-definition",
+            "kind": "NetworkAttachmentDefinition",
+            "shortNames": ["net-attach-def"],
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": {"type": "object", "properties": {"config": {"type": "string"}}},
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}

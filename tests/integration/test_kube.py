@@ -39,8 +39,8 @@ def admin(api: ApiServer) -> Any:
     return config.new_client_from_config(config_file=str(api.admin_kubeconfig))
 
 
-def kube_lab(base: Path, kubeconfig: Path, timeout: float = 10) -> Any:
-    kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout)
+def kube_lab(base: Path, kubeconfig: Path, timeout: float = 10, **kube_settings: Any) -> Any:
+    kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout, **kube_settings)
     return daemon_lab(base, extra={"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d")}, watch=True)
 
 
@@ -145,6 +145,51 @@ def test_pod_annotation_attaches_and_network_status_is_written(api: ApiServer, a
             assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
     finally:
         core.delete_namespaced_pod("p1", "default", grace_period_seconds=0)
+
+
+def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admin: Any, tmp_path: Path) -> None:
+    """A cluster moving over from Multus: its NetworkAttachmentDefinitions and its pods' annotations as they are."""
+    from kubernetes import client
+
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    nad_gvp = ("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions")
+    with kube_lab(tmp_path, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
+        config = {
+            "cniVersion": "0.3.1",
+            "name": "nad-br",
+            "type": "bridge",
+            "bridge": "ncnad0",
+            "ipam": {"type": "host-local", "subnet": "10.95.0.0/24", "dataDir": f"{dl.base}/ipam"},
+        }
+        nad = {
+            "apiVersion": "k8s.cni.cncf.io/v1",
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "nad-br", "namespace": "default"},
+            "spec": {"config": json.dumps(config)},
+        }
+        custom.create_namespaced_custom_object(*nad_gvp, nad)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p2", "annotations": {"k8s.v1.cni.cncf.io/networks": "default/nad-br"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+        }
+        core.create_namespaced_pod("default", pod)
+        try:
+            wait_for(dl, lambda: "nad-br" in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
+            assert (dl.base / "cluster.d" / "default.nad-br.nad.yaml").exists()
+            assert dl.daemon.status()["kubernetes"]["attachmentDefinitions"] == 1
+            ctr = dl.lab.container()
+            args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p2"
+            assert dl.shim("ADD", ctr, args=args)[0] == 0
+            assert dl.lab.addrs(ctr, "net0")[0].startswith("10.95.0.")
+            assert dl.shim("DEL", ctr, args=args)[0] == 0
+            custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
+            wait_for(dl, lambda: "nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
+        finally:
+            core.delete_namespaced_pod("p2", "default", grace_period_seconds=0)
+            with _absent():
+                custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
 
 
 def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> None:

@@ -99,3 +99,36 @@ def test_the_cluster_is_the_lowest_intent_layer() -> None:
     assert s.intent_layers() == ["/a", "/b"]
     assert s.model_copy(update={"kubernetes": KubeSettings()}).intent_layers() == ["/c", "/a", "/b"]
     assert s.model_copy(update={"kubernetes": KubeSettings(networks=False)}).intent_layers() == ["/a", "/b"]
+
+
+def test_object_files_of_the_two_kinds_never_meet() -> None:
+    from netcomp.daemon.kube import NADS, NETWORKS
+
+    assert NETWORKS.file_name({"name": "storage"}) == "storage.yaml"
+    assert NETWORKS.file_name({"name": "a.b"}) is None  # not a network name; could look like a NAD's file
+    assert NADS.file_name({"name": "macvlan-conf", "namespace": "team-a"}) == "team-a.macvlan-conf.nad.yaml"
+    assert NADS.file_name({"name": "x"}) is None and NADS.file_name({"name": "../x", "namespace": "n"}) is None
+    assert NETWORKS.owns("storage.yaml") and not NETWORKS.owns("team-a.m.nad.yaml")
+    assert NADS.owns("team-a.m.nad.yaml") and not NADS.owns("storage.yaml") and not NADS.owns("x.nad.yml")
+
+
+def test_an_attachment_definition_as_an_intent_file() -> None:
+    from netcomp.daemon.kube import NADS
+
+    obj = {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": "sriov-a",
+            "namespace": "team-a",
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/vf", "other": "x"},
+        },
+        "spec": {"config": '{"cniVersion": "0.3.1", "type": "sriov"}'},
+    }
+    text = NADS.render(obj).decode()
+    assert text.startswith("# The cluster's NetworkAttachmentDefinition team-a/sriov-a (network-attachment-")
+    assert yaml.safe_load(text)["metadata"] == {
+        "name": "sriov-a",
+        "namespace": "team-a",
+        "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/vf"},  # kept so the compiler can warn
+    }
