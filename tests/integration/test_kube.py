@@ -5,9 +5,12 @@ and an API server that does not answer. The daemon runs as the packaged ClusterR
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +223,61 @@ class _absent:
 
     def __exit__(self, kind: object, exc: object, tb: object) -> bool:
         return getattr(exc, "status", None) == 404
+
+
+def test_a_node_catches_up_when_the_api_server_comes_back(api: ApiServer, admin: Any, tmp_path: Path) -> None:
+    """The daemon starts while nothing answers at its API address; an object is created meanwhile; then the API
+    server becomes reachable there (a TCP relay to it, so the real server never stops for the other tests)."""
+    from kubernetes import client
+
+    port = free_port()
+    kubeconfig = api.kubeconfig(tmp_path / "late.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{port}")
+    custom = client.CustomObjectsApi(admin)
+    with kube_lab(tmp_path / "node", kubeconfig, timeout=1) as dl:
+        assert not dl.daemon.status()["kubernetes"]["synced"]
+        spec = {"type": "static", "networkID": "lab-bridge"}
+        custom.create_cluster_custom_object(*GVP, {"apiVersion": "netcomp.io/v1", "kind": "Network",
+                                                   "metadata": {"name": "late"}, "spec": spec})  # fmt: skip
+        try:
+            with relay(port, int(api.url.rsplit(":", 1)[1])):
+                wait_for(dl, lambda: "late" in dl.daemon.state.networks(), "the object listed once reachable")
+                status = dl.daemon.status()["kubernetes"]
+                assert status["synced"] and status["lastError"] is None
+        finally:
+            custom.delete_cluster_custom_object(*GVP, "late")
+
+
+@contextlib.contextmanager
+def relay(port: int, target: int) -> Iterator[None]:
+    """A TCP relay from 127.0.0.1:port to 127.0.0.1:target, for as long as the block runs."""
+    srv = socket.create_server(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := a.recv(65536):
+                b.sendall(chunk)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", target))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+        srv.close()
