@@ -160,7 +160,7 @@ class Cluster:
             raise HostError(f"{e.status} {e.reason}") from None
         except Exception as e:
             self.metrics.kube_errors.labels("read").inc()
-            raise HostError(f"{type(e).__name__}: {e}") from None
+            raise HostError(explain(e)) from None
         value = ((doc.get("metadata") or {}).get("annotations") or {}).get(POD_NETWORKS)
         return value if isinstance(value, str) else None
 
@@ -173,6 +173,17 @@ class Cluster:
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
             log.warning("cannot write %s of pod %s: %s", NETWORK_STATUS, pod, getattr(e, "reason", None) or e)
+
+
+def explain(e: Exception) -> str:
+    """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused."""
+    text = f"{type(e).__name__}: {e}"
+    if "Operation not permitted" in text or "[Errno 1]" in text:
+        text += (
+            " (the netcomp unit denies IP traffic: allow the API server with IPAddressAllow= in a drop-in, "
+            "see docs/kubernetes.md)"
+        )
+    return text
 
 
 def _safe_name(name: str) -> bool:
@@ -214,7 +225,7 @@ class _Follower:
                 backoff = min(backoff * 2, MAX_BACKOFF)
             except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
                 rv = None
-                self._failed(f"{type(e).__name__}: {e}")
+                self._failed(explain(e))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
 

@@ -132,3 +132,13 @@ def test_an_attachment_definition_as_an_intent_file() -> None:
         "namespace": "team-a",
         "annotations": {"k8s.v1.cni.cncf.io/resourceName": "intel.com/vf"},  # kept so the compiler can warn
     }
+
+
+def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
+    from netcomp.daemon.kube import explain
+
+    e = PermissionError(1, "Operation not permitted")
+    assert explain(e).endswith("allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)")
+    assert explain(ConnectionRefusedError(111, "Connection refused")) == (
+        "ConnectionRefusedError: [Errno 111] Connection refused"
+    )
