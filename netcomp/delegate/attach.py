@@ -374,6 +374,10 @@ class Delegator:
         self._links_busy.subtract(held)
         self._links_busy += Counter()  # drop what reached zero
 
+    def _links_named(self) -> set[str]:
+        """The host links the compiled networks name."""
+        return {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
+
     def _links_in_cache(self) -> set[str]:
         return {
             str(link["name"]) for e in self.cache.entries() for a in e.attachments if (link := host_link_of(a.conflist))
@@ -383,8 +387,7 @@ class Delegator:
         """Remove the host links netcomp made that no compiled network names and no attached container uses.
         Called after each compile and after a DEL that let go of a link of a network that is gone."""
         with self._links_lock:
-            named = {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
-            candidates = self.owned_links() - named - set(self._links_busy)
+            candidates = self.owned_links() - self._links_named() - set(self._links_busy)
             if not candidates:
                 return []
             gone = sorted(candidates - self._links_in_cache())
@@ -397,8 +400,7 @@ class Delegator:
         names = {str(link["name"]) for a in atts if (link := host_link_of(a.conflist))}
         if not names:
             return
-        named = {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
-        if names - named:
+        if names - self._links_named():
             try:
                 self.gc_host_links()
             except HostError as e:  # the detach itself succeeded; the link stays for the next compile
