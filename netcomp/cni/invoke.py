@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from netcomp.cni.spec import PLUGIN_RE
+from netcomp.cni.spec import PLUGIN_RE, compact
 from netcomp.errors import DelegateError
 
 log = logging.getLogger("netcomp.cni")
@@ -101,7 +101,7 @@ class Runner:
         ptype = str(plugin.get("type", ""))
         try:
             path = find_plugin(ptype, self.plugin_dirs)
-            res = self.exec([str(path)], self.env(command, rt), json.dumps(plugin).encode(), self.timeout)
+            res = self.exec([str(path)], self.env(command, rt), compact(plugin), self.timeout)
         except DelegateError as e:
             raise DelegateError(e.code, e.msg, e.details, network=network, plugin=ptype) from None
         if res.stderr:

@@ -156,7 +156,7 @@ class Daemon:
         if errors:
             first = errors[0]
             text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
-        text += f", {len(self.cache.entries())} containers attached"
+        text += f", {self.cache.count()} containers attached"
         if self.cluster is not None:
             text += ", cluster synced" if self.cluster.synced else ", cluster NOT SYNCED"
         if server is not None:
@@ -213,7 +213,7 @@ class Daemon:
                 }
                 for n, c in sorted(snap.networks.items())
             ],
-            "attachments": len(self.cache.entries()),
+            "attachments": self.cache.count(),
             "requests": {"inFlight": server.in_flight if server else 0, "served": server.served if server else 0},
             "diagnostics": [d.as_dict() for d in snap.diagnostics],
             "kubernetes": self.cluster.status() if self.cluster is not None else None,

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from netcomp import protocol
+from netcomp.cni.spec import compact
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.attach import Delegator, parse_request
 from netcomp.errors import DelegateError, HostError
@@ -223,9 +224,9 @@ class Handler(BaseHTTPRequestHandler):
             result = self.server.delegator.handle(req)
             outcome = "ok"
             if self.headers.get(protocol.SHIM_HEADER) == "1":
-                self._send(200, json.dumps(result).encode() if result else b"")
+                self._send(200, compact(result) if result else b"")
             else:
-                self._send(200, json.dumps({"Result": result or None}).encode())
+                self._send(200, compact({"Result": result or None}))
         except ProtocolError as e:
             self._cni_error(400, e.code, e.msg, e.details)
             log.warning("CNI request refused: %s", e.msg)
@@ -278,7 +279,7 @@ class Handler(BaseHTTPRequestHandler):
                 doc.get("runtimeIfname") or "eth0",
             )
             log.info("hot-plug %s container=%s network=%s ok", command, doc["containerID"], doc["network"])
-            self._send(200, json.dumps({"Result": result or None}).encode())
+            self._send(200, compact({"Result": result or None}))
         except (ValueError, UnicodeDecodeError) as e:
             self._cni_error(400, protocol.E_DECODE, f"request is not valid JSON: {e}")
         except DelegateError as e:

@@ -214,3 +214,18 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
     d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
     assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
     d.close()
+
+
+def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:
+    from netcomp.cni.cache import Attachment, Cache, Entry
+
+    cache = Cache(tmp_path / "cache")
+    assert cache.count() == 0 and cache.entries() == []
+    big = {"cniVersion": "1.0.0", "x": 10**30}  # over 64 bits: orjson refuses, the stdlib encoder takes it
+    for i, res in enumerate([{"cniVersion": "1.0.0"}, big]):
+        cache.save(Entry(f"c{i}", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, res)]))
+    (tmp_path / "cache" / ".stray.json.netcomp-tmp").write_text("{")  # a crash's temp file: not an entry
+    assert cache.count() == 2
+    assert sorted(e.container_id for e in cache.entries()) == ["c0", "c1"]
+    loaded = cache.load("c1", "eth0")
+    assert loaded is not None and loaded.attachments[0].result == big
