@@ -53,6 +53,16 @@ def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float 
         assert dl.daemon.reloaded.wait_for(cond, timeout), f"not within {timeout}s: {what}"
 
 
+def pod_asking(name: str, networks: str) -> dict[str, Any]:
+    """A pod object asking for networks (no kubelet runs it: the test attaches its "sandbox" itself)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+    }
+
+
 def subnet(dl: DaemonLab, network: str) -> str | None:
     conf = dl.daemon.state.networks().get(network)
     return conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"] if conf else None
@@ -114,13 +124,7 @@ def test_pod_annotation_attaches_and_network_status_is_written(api: ApiServer, a
     from kubernetes import client, watch
 
     core = client.CoreV1Api(admin)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p1", "annotations": {"k8s.v1.cni.cncf.io/networks": "storage@st9, default/backup"}},
-        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
-    }
-    core.create_namespaced_pod("default", pod)
+    core.create_namespaced_pod("default", pod_asking("p1", "storage@st9, default/backup"))
     try:
         with kube_lab(tmp_path, api.node_kubeconfig) as dl:
             ctr = dl.lab.container()
@@ -171,13 +175,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
             "spec": {"config": json.dumps(config)},
         }
         custom.create_namespaced_custom_object(*nad_gvp, nad)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "p2", "annotations": {"k8s.v1.cni.cncf.io/networks": "default/nad-br"}},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
-        }
-        core.create_namespaced_pod("default", pod)
+        core.create_namespaced_pod("default", pod_asking("p2", "default/nad-br"))
         try:
             wait_for(dl, lambda: "nad-br" in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
             assert (dl.base / "cluster.d" / "default.nad-br.nad.yaml").exists()
