@@ -40,6 +40,8 @@ def test_package_contents_and_modes(deb: Path) -> None:
         "/etc/netcomp/netcomp.yaml": "-rw-r--r--",
         "/usr/share/man/man8/netcomp.8.gz": "-rw-r--r--",
         "/usr/share/netcomp/schemas/network.schema.json": "-rw-r--r--",
+        "/usr/share/netcomp/kubernetes/crd.yaml": "-rw-r--r--",
+        "/usr/share/netcomp/kubernetes/rbac.yaml": "-rw-r--r--",
         "/usr/share/doc/netcomp/examples/networks.d/10-storage.yaml": "-rw-r--r--",
     }
     for path, mode in want.items():
