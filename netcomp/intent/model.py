@@ -8,6 +8,7 @@ more than one intent live in rules.py.
 from __future__ import annotations
 
 import ipaddress
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
@@ -359,6 +360,13 @@ class Metadata(Strict):
     name: Name
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # What the API server adds to an object: accepted and ignored, so that an object read back from a cluster
+    # (`kubectl get networks.netcomp.io NAME -o yaml`) validates as it is.
+    uid: str | None = Field(default=None, description="Set by the API server; ignored")
+    resourceVersion: str | None = Field(default=None, description="Set by the API server; ignored")
+    generation: int | None = Field(default=None, description="Set by the API server; ignored")
+    creationTimestamp: datetime | str | None = Field(default=None, description="Set by the API server; ignored")
+    managedFields: list[Any] | None = Field(default=None, description="Set by the API server; ignored")
 
 
 class Network(Strict):

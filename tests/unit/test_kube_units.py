@@ -4,6 +4,8 @@ tests/integration/test_kube.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -142,3 +144,35 @@ def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
     assert explain(ConnectionRefusedError(111, "Connection refused")) == (
         "ConnectionRefusedError: [Errno 111] Connection refused"
     )
+
+
+def test_an_object_read_back_from_the_cluster_validates_as_it_is(tmp_path: Path) -> None:
+    """`kubectl get networks.netcomp.io NAME -o yaml` adds what the API server keeps; netcomp validate takes it."""
+    import io
+
+    from netcomp.cli import main
+
+    exported = """apiVersion: netcomp.io/v1
+kind: Network
+metadata:
+  creationTimestamp: "2026-11-22T12:00:00Z"
+  generation: 2
+  labels: {team: storage}
+  managedFields:
+  - apiVersion: netcomp.io/v1
+    fieldsType: FieldsV1
+    manager: kubectl-client-side-apply
+    operation: Update
+  name: storage
+  resourceVersion: "4711"
+  uid: 6b1c5b0e-5a7e-4b8e-9a43-2f6f1b9f0c11
+spec:
+  type: macvlan
+  hostDevice: eth1
+"""
+    (tmp_path / "storage.yaml").write_text(exported)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["validate", str(tmp_path / "storage.yaml")], out, err) == 0, err.getvalue()
+    (tmp_path / "storage.yaml").write_text(exported.replace("  uid:", "  uuid:"))
+    assert main(["validate", str(tmp_path / "storage.yaml")], out, err) == 65
+    assert "storage.yaml:14:3: error: metadata: unknown key 'uuid' (did you mean 'uid'?)" in err.getvalue()
