@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from netcomp import __version__
 
-EX_OK, EX_CHANGED, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_SOFTWARE, EX_IOERR = 0, 1, 64, 65, 66, 70, 74
+EX_OK, EX_CHANGED, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_SOFTWARE, EX_CANTCREAT, EX_IOERR = 0, 1, 64, 65, 66, 70, 73, 74
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="ask the running daemon how it is")
     _common(st)
 
+    i = sub.add_parser(
+        "install-shim",
+        help="install the CNI plugin runtimes exec (the .deb does this itself)",
+        description="Write the shim into --shim-dir, byte-compiled for /usr/bin/python3, and the launcher "
+        "runtimes exec as <cni-bin-dir>/netcomp: for a node where netcomp is installed without the Debian "
+        "package.",
+    )
+    i.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="the runtime's CNI plugin dir (default %(default)s)")
+    i.add_argument(
+        "--shim-dir", default="/usr/local/lib/netcomp/shim", help="where the shim itself goes (default %(default)s)"
+    )
+
     for verb, text in (
         ("attach", "join a running container to a network"),
         ("detach", "take a network out of a running container"),
@@ -138,6 +151,19 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
             from netcomp import schema
 
             out.write(schema.dumps(args.which))
+            return EX_OK
+        if args.command == "install-shim":
+            import subprocess
+
+            from netcomp import shimlaunch
+
+            plugin = Path(args.cni_bin_dir) / "netcomp"
+            try:
+                shimlaunch.install(plugin, Path(args.shim_dir))
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
+                print(f"netcomp: cannot install the shim: {e}", file=err)
+                return EX_CANTCREAT
+            out.write(f"installed {plugin} (the shim: {Path(args.shim_dir) / shimlaunch.MODULE})\n")
             return EX_OK
         if args.command in ("daemon", "status", "attach", "detach"):
             from netcomp import service

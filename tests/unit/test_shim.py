@@ -195,3 +195,20 @@ def test_launcher_without_its_shim_answers_a_cni_error(tmp_path: Path) -> None:
     p = subprocess.run([str(plugin)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
     err = json.loads(p.stdout)
     assert p.returncode == 1 and err["code"] == 999 and str(shim_dir) in err["msg"] and p.stderr == b""
+
+
+def test_install_shim_command_installs_a_working_plugin(tmp_path: Path) -> None:
+    """`netcomp install-shim`, for a node without the Debian package: the same launcher and bytecode."""
+    from netcomp.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    bin_dir, lib = tmp_path / "opt-cni-bin", tmp_path / "lib" / "shim"
+    assert main(["install-shim", "--cni-bin-dir", str(bin_dir), "--shim-dir", str(lib)], out, err) == 0
+    assert out.getvalue() == f"installed {bin_dir / 'netcomp'} (the shim: {lib / 'netcomp_shim.py'})\n"
+    p = subprocess.run([str(bin_dir / "netcomp")], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30)
+    assert p.returncode == 0 and json.loads(p.stdout)["cniVersion"] == "1.0.0"
+    assert list((lib / "__pycache__").glob("netcomp_shim.cpython-*.pyc"))
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the shim dir should go
+    assert main(["install-shim", "--cni-bin-dir", str(bin_dir), "--shim-dir", str(blocked / "x")], out, err) == 73
+    assert err.getvalue().startswith("netcomp: cannot install the shim: ")
