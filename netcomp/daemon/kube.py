@@ -176,7 +176,9 @@ class Cluster:
 
 
 def explain(e: Exception) -> str:
-    """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused."""
+    """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
+    IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
+    systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
     text = f"{type(e).__name__}: {e}"
     if "Operation not permitted" in text or "[Errno 1]" in text:
         text += (
