@@ -89,30 +89,33 @@ def _post(path: str, body: bytes, timeout: float) -> "tuple[int, bytes]":
         )
         s.sendall(request.encode() + body)
         raw = b""
-        want = -1  # bytes of the whole answer, once its head (with Content-Length) is in
-        while want < 0 or len(raw) < want:
+        head_seen = False
+        want: int | None = None  # bytes of the whole answer, when its head gives a Content-Length
+        while want is None or len(raw) < want:
             chunk = s.recv(65536)
             if not chunk:
                 break
             raw += chunk
-            if want < 0 and (end := raw.find(b"\r\n\r\n")) >= 0:
-                want = end + 4 + _content_length(raw[:end])
+            if not head_seen and (end := raw.find(b"\r\n\r\n")) >= 0:
+                head_seen = True
+                length = _content_length(raw[:end])
+                want = None if length is None else end + 4 + length  # None: until the daemon closes
     finally:
         s.close()
-    if 0 <= want < 1 << 62 and len(raw) < want:
-        raise ValueError("answer cut short")  # the daemon went away mid-answer: not a result to print
+    if want is not None and len(raw) < want:
+        raise ConnectionError("the daemon's answer was cut short")  # it went away mid-answer: nothing to print
     head, _, payload = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     return status, payload
 
 
-def _content_length(head: bytes) -> int:
-    """Content-Length of an answer's head; without one the answer ends when the daemon closes (huge here)."""
+def _content_length(head: bytes) -> "int | None":
+    """Content-Length of an answer's head, if it has one."""
     for line in head.lower().split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip() == b"content-length" and value.strip().isdigit():
             return int(value)
-    return 1 << 62
+    return None
 
 
 def _error(version: str, code: int, msg: str, details: str) -> bytes:

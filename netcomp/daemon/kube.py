@@ -85,11 +85,6 @@ NADS = Kind("NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-at
 RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 
 
-def render(obj: dict[str, Any]) -> bytes:
-    """A Network object as an intent file."""
-    return NETWORKS.render(obj)
-
-
 class Cluster:
     def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics) -> None:
         from kubernetes import client, config  # lazily: see the module docstring

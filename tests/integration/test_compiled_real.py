@@ -17,9 +17,10 @@ from tests.integration.netns import PLUGIN_DIR, Lab, lab
 pytestmark = pytest.mark.root
 
 
-def compile_one(tmp_path: Path, text: str, static_dir: Path | None = None) -> dict:
+def compile_one(tmp_path: Path, name: str, spec: str, static_dir: Path | None = None) -> dict:
+    """Compile one intent, `spec` being its spec block as YAML (indented two spaces)."""
     f = tmp_path / "intent.yaml"
-    f.write_text(text)
+    f.write_text(f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec:\n{spec}")
     settings = Settings(pluginDirs=[PLUGIN_DIR], staticDirs=[str(static_dir or tmp_path)])
     plan = Compiler(settings, offline=False).compile([f])
     assert plan.ok, plan.errors
@@ -46,11 +47,8 @@ def test_macvlan_add_check_del(tmp_path: Path) -> None:
     with lab() as lb:
         conf = compile_one(
             tmp_path,
-            f"""
-apiVersion: netcomp.io/v1
-kind: Network
-metadata: {{name: storage}}
-spec:
+            "storage",
+            f"""\
   type: macvlan
   hostDevice: {lb.master}
   mode: bridge
@@ -93,7 +91,8 @@ def test_static_bridge_add_check_del(tmp_path: Path) -> None:
     with lab() as lb:
         conf = compile_one(
             tmp_path,
-            "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\nspec: {type: static, networkID: br}\n",
+            "mgmt",
+            "  type: static\n  networkID: br\n",
             static,
         )
         assert conf["name"] == "mgmt" and conf["cniVersion"] == "0.4.0"
@@ -108,11 +107,8 @@ def test_ipvlan_reaches_the_kernel(tmp_path: Path) -> None:
     with lab() as lb:
         conf = compile_one(
             tmp_path,
-            f"""
-apiVersion: netcomp.io/v1
-kind: Network
-metadata: {{name: signal}}
-spec:
+            "signal",
+            f"""\
   type: ipvlan
   hostDevice: {lb.master}
   mode: l3

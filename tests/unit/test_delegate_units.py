@@ -208,12 +208,14 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
          "CNI_ARGS": "NETCOMP_NETWORKS=t"},
         {"cniVersion": "1.0.0"},
     )  # fmt: skip
-    d.handle(req)
-    assert during == [["vx8"]] and removed == ["vx8"]  # vx7 was held by the ADD in flight
-    assert d.gc_host_links() == []  # now the cache holds it: container c1 uses it
-    d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
-    assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
-    d.close()
+    try:
+        d.handle(req)
+        assert during == [["vx8"]] and removed == ["vx8"]  # vx7 was held by the ADD in flight
+        assert d.gc_host_links() == []  # now the cache holds it: container c1 uses it
+        d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
+        assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
+    finally:
+        d.close()
 
 
 def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_network_status_entries() -> None:
 
 
 def test_a_network_object_as_an_intent_file() -> None:
-    from netcomp.daemon.kube import render
+    from netcomp.daemon.kube import NETWORKS
 
     obj = {
         "apiVersion": "netcomp.io/v1",
@@ -84,7 +84,7 @@ def test_a_network_object_as_an_intent_file() -> None:
         "spec": {"type": "macvlan", "hostDevice": "eth1"},
         "status": {"x": 1},
     }
-    text = render(obj).decode()
+    text = NETWORKS.render(obj).decode()
     assert text.splitlines()[0] == "# The cluster's Network 'fabric' (networks.netcomp.io, generation 3),"
     assert yaml.safe_load(text) == {
         "apiVersion": "netcomp.io/v1",
@@ -93,7 +93,8 @@ def test_a_network_object_as_an_intent_file() -> None:
         "spec": {"type": "macvlan", "hostDevice": "eth1"},
     }
     # A label or status change (a new resourceVersion) does not change the file, so nothing recompiles.
-    assert render({**obj, "metadata": {**obj["metadata"], "resourceVersion": "992", "labels": {}}}) == render(obj)
+    relabelled = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "992", "labels": {}}}
+    assert NETWORKS.render(relabelled) == NETWORKS.render(obj)
 
 
 def test_the_cluster_is_the_lowest_intent_layer() -> None:

@@ -212,3 +212,28 @@ def test_install_shim_command_installs_a_working_plugin(tmp_path: Path) -> None:
     blocked.write_text("")  # a file where the shim dir should go
     assert main(["install-shim", "--cni-bin-dir", str(bin_dir), "--shim-dir", str(blocked / "x")], out, err) == 73
     assert err.getvalue().startswith("netcomp: cannot install the shim: ")
+
+
+def test_an_answer_cut_short_is_an_error_not_a_result(tmp_path: Path) -> None:
+    """A scripted server (the real daemon never does this) promises 100 bytes, sends 10 and closes: the shim
+    must not print the fragment as a result."""
+    path = str(tmp_path / "d.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    srv.settimeout(30)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b'{"cniVersi')
+
+    t = threading.Thread(target=serve)
+    t.start()
+    conf = json.dumps({"cniVersion": "1.0.0", "socket": path, "readyTimeout": 0}).encode()
+    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
+    t.join()
+    srv.close()
+    err = json.loads(out)
+    assert code == 1 and err["code"] == 11 and err["msg"].endswith(": the daemon's answer was cut short")
