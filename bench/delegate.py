@@ -6,6 +6,11 @@
   (c) shim start (CNI_COMMAND=VERSION) / /usr/bin/python3 -I -S -c pass                                  <= 1.3
   (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.5
 
+and, for reading them, (a0) (b0) (d0): the same work with a daemon that costs nothing, the floor of each ratio
+here: a shim start (its VERSION, answered without the daemon) in place of each shim call, then the delegates
+exec'd directly, in parallel where the daemon runs them so. A floor over a goal means no daemon can meet it on
+this machine with a Python shim.
+
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
 started as `netcomp daemon --root TMP` in it and the shim installed as the package installs it (a launcher that
 imports the byte-compiled shim, netcomp/shimlaunch.py); all is removed at the end.
@@ -120,18 +125,33 @@ def inner(runs: int) -> None:
             compiled[n] = json.loads((base / f"run/netcomp/networks/{n}.conflist").read_text())
         runner = Runner([PLUGINS])
 
-        def direct(ns: str, nets: list[tuple[str, str]]) -> tuple[float, list]:
+        def direct(ns: str, nets: list[tuple[str, str]], before: float = 0.0) -> tuple[float, list]:
+            """The delegates exec'd in turn; `before`: time already spent (a shim start) added to the total."""
             t = time.perf_counter()
             results = [runner.add(compiled[n], RuntimeConf(ns, f"/var/run/netns/{ns}", ifn)) for n, ifn in nets]
-            return time.perf_counter() - t, results
+            return before + time.perf_counter() - t, results
 
-        def direct_del(ns: str, nets: list[tuple[str, str]], results: list) -> float:
+        def direct_del(ns: str, nets: list[tuple[str, str]], results: list, before: float = 0.0) -> float:
             t = time.perf_counter()
             for (n, ifn), r in zip(nets, results, strict=True):
                 runner.delete(compiled[n], RuntimeConf(ns, f"/var/run/netns/{ns}", ifn), r)
-            return time.perf_counter() - t
+            return before + time.perf_counter() - t
+
+        def direct_parallel(ns: str, nets: list[tuple[str, str]], before: float) -> float:
+            """The delegates exec'd side by side (as the daemon runs them); DEL'd after, not timed."""
+            with ThreadPoolExecutor(len(nets)) as pool:
+                t = time.perf_counter()
+                outs = list(pool.map(lambda net: direct(ns, [net])[1][0], nets))
+                took = time.perf_counter() - t
+            direct_del(ns, nets, outs)
+            return before + took
 
         a_shim, a_direct, a_paused, b_shim, b_direct = [], [], [], [], []
+        a_floor, b_floor = [], []
+
+        def shim_start() -> float:
+            return shim("VERSION", "x")
+
         # How long a shim call takes outside the daemon: the pause a real DEL always comes after (see (a*)).
         pause = statistics.median(shim("VERSION", "x") for _ in range(5))
         one = [("mgmt", "eth0")]
@@ -146,6 +166,11 @@ def inner(runs: int) -> None:
             t_add, res = direct(ns, one)
             time.sleep(pause)  # not timed: the kernel's work after ADD makes a later DEL cost more
             a_paused.append(t_add + direct_del(ns, one, res))
+            ns = netns()
+            t_add, res = direct(ns, one, shim_start())
+            a_floor.append(t_add + direct_del(ns, one, res, shim_start()))
+            ns = netns()
+            b_floor.append(direct_parallel(ns, three, shim_start()))
             ns = netns()
             b_shim.append(shim("ADD", ns, "NETCOMP_NETWORKS=storage,backup"))
             shim("DEL", ns)
@@ -163,7 +188,7 @@ def inner(runs: int) -> None:
             subprocess.run([shim_exe], env={"CNI_COMMAND": "VERSION"}, check=True, capture_output=True)
             c_shim.append(time.perf_counter() - t)
 
-        d_shim, d_direct = [], []
+        d_shim, d_direct, d_floor = [], [], []
         for _ in range(max(3, runs // 5)):
             group = [netns() for _ in range(16)]
             with ThreadPoolExecutor(16) as pool:
@@ -176,6 +201,12 @@ def inner(runs: int) -> None:
                 t = time.perf_counter()
                 outs = list(pool.map(lambda ns: direct(ns, one)[1], group))
                 d_direct.append(time.perf_counter() - t)
+                list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
+            group = [netns() for _ in range(16)]
+            with ThreadPoolExecutor(16) as pool:
+                t = time.perf_counter()
+                outs = list(pool.map(lambda ns: direct(ns, one, shim_start())[1], group))
+                d_floor.append(time.perf_counter() - t)
                 list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
     finally:
         daemon.terminate()
@@ -200,6 +231,14 @@ def inner(runs: int) -> None:
     label = "(a*) as (a), direct DEL after a shim start's pause"
     ratio = median_ms(a_shim) / median_ms(a_paused)
     print(f"  {label:55s} {median_ms(a_shim):8.1f} / {median_ms(a_paused):8.1f} = {ratio:5.2f}  (for reading (a))")
+    print("  floors: the same with a daemon that costs nothing (shim starts + direct execs)")
+    for label, floor, base_, goal in (
+        ("(a0) floor of (a)", a_floor, a_direct, 1.6),
+        ("(b0) floor of (b)", b_floor, b_direct, 0.9),
+        ("(d0) floor of (d)", d_floor, d_direct, 1.5),
+    ):
+        ratio = median_ms(floor) / median_ms(base_)
+        print(f"  {label:55s} {median_ms(floor):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}")
 
 
 def main() -> None:

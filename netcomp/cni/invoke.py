@@ -7,10 +7,13 @@ calls); tests that need the real thing use the real plugins."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import subprocess
+import select
+import signal
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,21 +41,101 @@ class Exec(Protocol):
 
 
 def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
+    """Exec `argv[0]` with exactly `env`, `stdin` on its stdin, and its stdout and stderr captured; killed after
+    `timeout` seconds. No shell, no PATH lookup.
+
+    posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
+    per plugin exec, this costs the daemon 0.25 ms of CPU instead of 0.6 and answers about 0.7 ms sooner
+    (bench/spawn.py). What subprocess does for us is done here too: the child gets only fds 0-2 (every fd the
+    daemon opens is close-on-exec, PEP 446, and `seal_fds` makes those it inherited so), the signals Python
+    ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty signal mask, and no deadlock however much it
+    reads or writes."""
+    if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
+        raise DelegateError(E_PLUGIN, f"cannot execute {argv[0]!r}: not an absolute path")
+    deadline = time.monotonic() + timeout
+    in_r, in_w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        p = subprocess.run(
+        pid = os.posix_spawn(
+            argv[0],
             list(argv),
-            input=stdin,
-            env=dict(env),
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-            close_fds=True,
+            dict(env),
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((in_r, out_w, err_w))],
+            setsigdef=_SIGDEF,
+            setsigmask=(),
         )
-    except subprocess.TimeoutExpired:
-        raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
     except OSError as e:
+        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
         raise DelegateError(E_PLUGIN, f"cannot execute: {e.strerror}") from None
-    return ExecResult(p.returncode, p.stdout, p.stderr)
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    try:
+        out, err = _communicate(in_w, out_r, err_r, stdin, deadline)
+    except TimeoutError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    _, status = os.waitpid(pid, 0)
+    return ExecResult(os.waitstatus_to_exitcode(status), out, err)
+
+
+_SIGDEF = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
+
+
+def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float) -> tuple[bytes, bytes]:
+    """Feed `data` to the child and read its stdout and stderr until both close; closes all three fds.
+    TimeoutError when the deadline passes first."""
+    got: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    reading = {out_r, err_r}
+    writing = {in_w}
+    view = memoryview(data)
+    poller = select.poll()
+    for fd in reading:
+        poller.register(fd, select.POLLIN)
+    os.set_blocking(in_w, False)
+    poller.register(in_w, select.POLLOUT)
+    try:
+        while reading or writing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            for fd, _ in poller.poll(max(1, int(left * 1000))):
+                if fd in writing:
+                    try:
+                        view = view[os.write(fd, view[:65536]) :] if view else view
+                    except BrokenPipeError:  # the child stopped reading; what it says is still wanted
+                        view = view[:0]
+                    if not view:
+                        poller.unregister(fd)
+                        writing.discard(fd)
+                        os.close(fd)
+                    continue
+                block = os.read(fd, 65536)
+                if block:
+                    got[fd].append(block)
+                else:
+                    poller.unregister(fd)
+                    reading.discard(fd)
+    finally:
+        for fd in (*writing, out_r, err_r):
+            os.close(fd)
+    return b"".join(got[out_r]), b"".join(got[err_r])
+
+
+def seal_fds() -> None:
+    """Make every fd above 2 this process inherited close-on-exec (a socket from systemd, anything a parent
+    left open), so that no plugin the daemon execs sees one. Python opens its own fds so already (PEP 446)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own fd, closed by now
+                os.set_inheritable(fd, False)
 
 
 @dataclass(frozen=True, slots=True)

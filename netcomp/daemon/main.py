@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from netcomp import __version__, report
 from netcomp.apply import Output
 from netcomp.cni.cache import Cache
-from netcomp.cni.invoke import Exec, Runner, real_exec
+from netcomp.cni.invoke import Exec, Runner, real_exec, seal_fds
 from netcomp.config import Settings
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -301,6 +301,7 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> in
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
+    seal_fds()  # no fd we were started with reaches a plugin
     d = Daemon(load_settings, exec_=exec_)
     d.start_cluster()
     d.reload()

@@ -296,6 +296,7 @@ def listen(path: str) -> tuple[socket.socket, bool]:
     unit owns the file and its modes) or bound here, with its directory 0700 and the socket 0600."""
     if os.environ.get("LISTEN_PID") == str(os.getpid()) and int(os.environ.get("LISTEN_FDS", "0") or 0) >= 1:
         sock = socket.socket(fileno=3)
+        sock.set_inheritable(False)  # plugins are exec'd without closing fds (cni/invoke.py)
         for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
             os.environ.pop(k, None)
         return sock, True

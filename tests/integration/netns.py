@@ -16,6 +16,7 @@ import pytest
 from netcomp.cni.invoke import ExecResult, Runner, RuntimeConf, real_exec
 
 PLUGIN_DIR = "/usr/lib/cni"
+IP = shutil.which("ip") or "/usr/sbin/ip"  # real_exec takes absolute paths only
 
 
 def ip(*args: str, netns: str | None = None, check: bool = True) -> str:
@@ -47,7 +48,7 @@ class Lab:
 
     def exec_in_host(self, argv: Sequence[str], env: dict[str, str], stdin: bytes, timeout: float) -> ExecResult:
         """An Exec that runs the plugin inside the host netns."""
-        return real_exec(["ip", "netns", "exec", self.host, *argv], env, stdin, timeout)
+        return real_exec([IP, "netns", "exec", self.host, *argv], env, stdin, timeout)
 
     def attachment(self, ifname: str, container_id: str = "") -> tuple[str, Runner, RuntimeConf]:
         """A new container netns, a Runner that execs plugins in the host netns, and the runtime args."""

@@ -1,0 +1,120 @@
+"""The daemon's plugin exec (netcomp.cni.invoke.real_exec): real child processes, no mocks. Each test would
+fail if the exec lost the property it names (a deadlock shows as the test's own timeout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netcomp.cni.invoke import real_exec, seal_fds
+from netcomp.errors import DelegateError
+
+PY = sys.executable
+
+
+def py(code: str, *, stdin: bytes = b"", env: dict[str, str] | None = None, timeout: float = 30):  # type: ignore[no-untyped-def]
+    return real_exec([PY, "-I", "-c", code], env or {}, stdin, timeout)
+
+
+def test_stdin_goes_in_stdout_and_stderr_come_back_apart() -> None:
+    res = py(
+        "import sys; d = sys.stdin.buffer.read(); sys.stdout.buffer.write(d[::-1]); sys.stderr.write('oops')",
+        stdin=b"abc",
+    )
+    assert (res.returncode, res.stdout, res.stderr) == (0, b"cba", b"oops")
+
+
+def test_exit_status_and_death_by_signal_are_reported() -> None:
+    assert py("raise SystemExit(7)").returncode == 7
+    assert py("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == -signal.SIGTERM
+
+
+def test_large_stdin_and_output_do_not_deadlock() -> None:
+    """Both ways over the pipe's 64 KiB at once: the child writes 1 MiB of stdout and stderr before it reads."""
+    code = (
+        "import sys; sys.stdout.buffer.write(b'o' * (1 << 20)); sys.stdout.flush(); sys.stderr.write('e' * (1 << 20));"
+        "sys.stderr.flush(); d = sys.stdin.buffer.read(); sys.stdout.buffer.write(str(len(d)).encode())"
+    )
+    res = py(code, stdin=b"i" * (3 << 20))
+    assert res.returncode == 0
+    assert res.stdout == b"o" * (1 << 20) + str(3 << 20).encode()
+    assert res.stderr == b"e" * (1 << 20)
+
+
+def test_a_child_that_does_not_read_its_stdin_is_still_heard() -> None:
+    res = py("import sys; print('early'); sys.stdout.flush()", stdin=b"x" * (4 << 20))
+    assert (res.returncode, res.stdout) == (0, b"early\n")
+
+
+def test_environment_is_exactly_what_was_given() -> None:
+    res = py("import os, json; print(json.dumps(dict(os.environ)))", env={"CNI_COMMAND": "ADD", "PATH": "/usr/bin"})
+    env = json.loads(res.stdout)
+    env.pop("LC_CTYPE", None)  # the interpreter sets it for itself (PEP 538)
+    assert env == {"CNI_COMMAND": "ADD", "PATH": "/usr/bin"}
+
+
+def test_a_hung_plugin_is_killed_at_its_timeout(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    t = time.monotonic()
+    with pytest.raises(DelegateError, match=r"timed out after 0.5s"):
+        py(code, timeout=0.5)
+    assert time.monotonic() - t < 30
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped: no such process, not even a zombie
+        os.kill(pid, 0)
+
+
+def test_a_missing_or_unexecutable_plugin_is_a_cni_error(tmp_path: Path) -> None:
+    with pytest.raises(DelegateError, match="cannot execute: No such file"):
+        real_exec([str(tmp_path / "nope")], {}, b"", 5)
+    f = tmp_path / "notexec"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(0o644)
+    with pytest.raises(DelegateError, match="cannot execute: Permission denied"):  # no x bit: root too
+        real_exec([str(f)], {}, b"", 5)
+    with pytest.raises(DelegateError, match="not an absolute path"):  # never looked up in the cwd
+        real_exec(["true"], {"PATH": "/usr/bin:/bin"}, b"", 5)
+
+
+def _open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+def test_no_fd_is_leaked_in_the_daemon_or_into_the_child() -> None:
+    before = _open_fds()
+    r, w = os.pipe()
+    os.set_inheritable(r, True)  # as an fd the daemon was started with (systemd's socket, say)
+    try:
+        seal_fds()
+        res = py("import os; print(sorted(int(n) for n in os.listdir('/proc/self/fd')))")
+        for _ in range(5):
+            py("pass", stdin=b"x")
+        with pytest.raises(DelegateError):
+            real_exec(["/nonexistent"], {}, b"", 5)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert res.stdout.strip() == b"[0, 1, 2, 3]"  # 3: the listing's own fd
+    assert _open_fds() == before
+
+
+def test_signals_python_ignores_are_default_in_the_child() -> None:
+    """Python ignores SIGPIPE; a Go plugin writing to a closed pipe must die of it as it would from a shell.
+    cat(1) reports its own ignored and blocked signals as the kernel sees them."""
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        res = real_exec(["/bin/cat", "/proc/self/status"], {}, b"", 30)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    fields = dict(line.split(":\t", 1) for line in res.stdout.decode().splitlines() if ":\t" in line)
+    ignored, blocked = int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1))
+    assert blocked == 0
