@@ -138,18 +138,15 @@ def test_notify_sequence_watching_degraded_and_recovery(node: dict[str, Path]) -
     assert kinds[first["RELOADING"] + 1 :].index("READY") < kinds[first["RELOADING"] + 1 :].index("STOPPING")
 
 
-def test_socket_activation_early_client_waits_in_the_backlog(node: dict[str, Path]) -> None:
-    """We play systemd: bind and listen, connect a client at once, then start the daemon with the socket as fd 3
-    (LISTEN_FDS/LISTEN_PID). The early client is answered once the daemon is ready, never refused."""
-    notify = Notify(node["tmp"] / "notify.sock")
-    path = node["tmp"] / "activated.sock"
+def activated(node: dict[str, Path], notify: Notify, path: Path) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """We play systemd: bind and listen at path, connect a client at once (the returned socket), then start the
+    daemon with the listening socket as fd 3 (LISTEN_FDS/LISTEN_PID)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(16)
     early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     early.settimeout(30)
     early.connect(str(path))  # before any daemon exists
-    early.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
     fd = listener.fileno()
     # What systemd does for a socket unit: the socket as fd 3, LISTEN_PID the pid that execs the daemon.
     systemd = (
@@ -158,10 +155,26 @@ def test_socket_activation_early_client_waits_in_the_backlog(node: dict[str, Pat
     )
     argv = [sys.executable, "-c", systemd, str(fd), NETCOMP, "daemon", "--root", str(node["root"])]
     p = start(node, notify, argv=argv, pass_fds=(fd,))
+    listener.close()  # the daemon has its own copy
+    return early, p
+
+
+def answer(c: socket.socket) -> bytes:
+    data = b""
+    while chunk := c.recv(65536):
+        data += chunk
+    c.close()
+    return data
+
+
+def test_socket_activation_early_client_waits_in_the_backlog(node: dict[str, Path]) -> None:
+    """The early client is answered once the daemon is ready, never refused."""
+    notify = Notify(node["tmp"] / "notify.sock")
+    path = node["tmp"] / "activated.sock"
+    early, p = activated(node, notify, path)
     try:
-        data = b""
-        while chunk := early.recv(65536):
-            data += chunk
+        early.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        data = answer(early)
         # Answered by a ready daemon: the request's own error (6: no env/config), not 503/11 "starting".
         assert data.startswith(b"HTTP/1.1 400") and b'"code": 6' in data, data
         notify.wait_for("READY", "1")
@@ -169,6 +182,66 @@ def test_socket_activation_early_client_waits_in_the_backlog(node: dict[str, Pat
         early.close()
         assert stop(p) == 0, p.stderr.read().decode() if p.stderr else ""
     assert path.exists()  # the socket's file belongs to whoever passed it; the daemon leaves it
+
+
+FD_SPY = """#!/usr/bin/python3 -IS
+import os, sys
+with open({out!r}, "a") as f:  # fd 3 when nothing was inherited, and the listing's own fd 4
+    f.write(os.environ["CNI_COMMAND"] + " " + " ".join(sorted(os.listdir("/proc/self/fd"), key=int)) + "\\n")
+if os.environ["CNI_COMMAND"] == "ADD":
+    sys.stdout.write('{{"cniVersion": "1.0.0", "interfaces": [], "ips": []}}')
+"""
+
+
+def test_plugins_get_no_fd_of_the_daemon_under_socket_activation(node: dict[str, Path]) -> None:
+    """The listening socket systemd passes (fd 3) must not reach a delegate: plugins are spawned without closing
+    fds (netcomp/cni/invoke.py), so the daemon makes it close-on-exec. A plugin of ours lists its own fds for an
+    ADD and a DEL served by the activated daemon."""
+    from netcomp import protocol
+
+    plugins, static = node["tmp"] / "plugins", node["root"] / "etc/netcomp/static.d"
+    plugins.mkdir()
+    static.mkdir(parents=True)
+    seen = node["tmp"] / "fds"
+    spy = plugins / "fdspy"
+    spy.write_text(FD_SPY.format(out=str(seen)))
+    spy.chmod(0o755)
+    conflist = '{"cniVersion": "1.0.0", "name": "spy", "plugins": [{"type": "fdspy"}]}'
+    (static / "spy.conflist").write_text(conflist)
+    (node["nets"] / "spy.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: spy}\nspec: {type: static, networkID: spy}\n"
+    )
+    (node["root"] / "etc/netcomp/netcomp.yaml").write_text(
+        f"defaultNetwork: spy\npluginDirs: [{plugins}, {PLUGIN_DIR}]\n"
+    )
+    ns = f"nc-fd-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True, timeout=30)
+    notify = Notify(node["tmp"] / "notify.sock")
+    path = node["tmp"] / "activated.sock"
+    early, p = activated(node, notify, path)
+    try:
+        for verb in ("ADD", "DEL"):
+            env = {
+                "CNI_COMMAND": verb,
+                "CNI_CONTAINERID": "fd-test",
+                "CNI_NETNS": f"/var/run/netns/{ns}",
+                "CNI_IFNAME": "eth0",
+                "CNI_PATH": str(plugins),
+            }
+            body = protocol.encode_request(env, b'{"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}')
+            c = early if verb == "ADD" else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if verb == "DEL":
+                c.settimeout(30)
+                c.connect(str(path))
+            c.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            data = answer(c)
+            assert data.startswith(b"HTTP/1.1 200"), data
+    finally:
+        early.close()
+        code = stop(p)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        assert code == 0, p.stderr.read().decode() if p.stderr else ""
+    assert seen.read_text().splitlines() == ["ADD 0 1 2 3 4", "DEL 0 1 2 3 4"]
 
 
 def test_under_systemd_socket_activate(node: dict[str, Path]) -> None:
