@@ -42,7 +42,8 @@ class Exec(Protocol):
 
 def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
     """Exec `argv[0]` with exactly `env`, `stdin` on its stdin, and its stdout and stderr captured; killed after
-    `timeout` seconds. No shell, no PATH lookup.
+    `timeout` seconds with every process it started that is still in its process group. No shell, no PATH
+    lookup.
 
     posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
     per plugin exec, this costs the daemon 0.25 ms of CPU instead of 0.6 and answers about 0.7 ms sooner
@@ -64,6 +65,7 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((in_r, out_w, err_w))],
             setsigdef=_SIGDEF,
             setsigmask=(),
+            setpgroup=0,  # its own process group: a timeout kills what it started too (bridge's IPAM plugin)
         )
     except OSError as e:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
@@ -74,15 +76,21 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     try:
         out, err = _communicate(in_w, out_r, err_r, stdin, deadline)
     except TimeoutError:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _kill(pid)
         raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
     except BaseException:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _kill(pid)
         raise
     _, status = os.waitpid(pid, 0)
     return ExecResult(os.waitstatus_to_exitcode(status), out, err)
+
+
+def _kill(pid: int) -> None:
+    """Kill the plugin and whatever it started that is still in its process group, and reap the plugin."""
+    for kill in (os.killpg, os.kill):  # the plugin itself even if its group is somehow gone
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 _SIGDEF = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))

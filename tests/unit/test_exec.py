@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -59,16 +60,35 @@ def test_environment_is_exactly_what_was_given() -> None:
     assert env == {"CNI_COMMAND": "ADD", "PATH": "/usr/bin"}
 
 
-def test_a_hung_plugin_is_killed_at_its_timeout(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+def _exits_within(pid: int, seconds: float) -> bool:
+    """Whether the process is gone (or a zombie) within `seconds`: waits on a pidfd, which turns readable when
+    the process exits (no polling loop)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    finally:
+        os.close(fd)
+
+
+def test_a_hung_plugin_is_killed_at_its_timeout_with_what_it_started(tmp_path: Path) -> None:
+    """As bridge execs host-local: the plugin starts a child of its own; both hang, both are killed."""
+    pids = tmp_path / "pids"
+    code = (
+        "import os, subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{c.pid}}'); time.sleep(600)"
+    )
     t = time.monotonic()
     with pytest.raises(DelegateError, match=r"timed out after 0.5s"):
         py(code, timeout=0.5)
     assert time.monotonic() - t < 30
-    pid = int(pidfile.read_text())
+    plugin, child = map(int, pids.read_text().split())
     with pytest.raises(ProcessLookupError):  # killed and reaped: no such process, not even a zombie
-        os.kill(pid, 0)
+        os.kill(plugin, 0)
+    assert _exits_within(child, 10)  # SIGKILL lands asynchronously; the pidfd says when
 
 
 def test_a_missing_or_unexecutable_plugin_is_a_cni_error(tmp_path: Path) -> None:
