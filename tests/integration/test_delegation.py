@@ -73,6 +73,22 @@ def test_del_after_daemon_restart(dl: DaemonLab) -> None:
     assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
 
 
+@pytest.mark.parametrize("gone_as", ["vanished path", "empty CNI_NETNS"])
+def test_del_after_the_netns_is_gone_releases_everything(dl: DaemonLab, gone_as: str) -> None:
+    """Runtimes DEL after the sandbox is gone (a crashed pod, a node reboot): the namespace and the interfaces
+    in it are gone with it, but the addresses (host-local leases) and the cache entry must still be freed."""
+    from tests.integration.netns import ip
+
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    assert len(dl.leases()) == 2 and len(dl.cache_files()) == 1
+    ip("netns", "del", ctr)
+    dl.lab.containers.remove(ctr)
+    rc, res = dl.shim("DEL", ctr, netns="" if gone_as == "empty CNI_NETNS" else None)
+    assert rc == 0, res
+    assert dl.leases() == [] and dl.cache_files() == []
+
+
 def test_sixteen_containers_at_once(dl: DaemonLab) -> None:
     ctrs = [dl.lab.container() for _ in range(16)]
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
