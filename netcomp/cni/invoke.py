@@ -78,6 +78,9 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     except TimeoutError:
         _kill(pid)
         raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
+    except _TooMuch:
+        _kill(pid)
+        raise DelegateError(E_PLUGIN, f"printed more than {MAX_STDOUT >> 20} MiB on stdout; killed") from None
     except BaseException:
         _kill(pid)
         raise
@@ -93,13 +96,23 @@ def _kill(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
+# A result is a few KiB; a plugin printing without end must not exhaust the daemon's memory. Of stderr only the
+# tail is kept (the log and the error's details show its end).
+MAX_STDOUT, STDERR_TAIL = 16 << 20, 64 << 10
+
+
+class _TooMuch(Exception):
+    pass
+
+
 _SIGDEF = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
 
 
 def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float) -> tuple[bytes, bytes]:
     """Feed `data` to the child and read its stdout and stderr until both close; closes all three fds.
-    TimeoutError when the deadline passes first."""
+    TimeoutError when the deadline passes first, _TooMuch when stdout passes MAX_STDOUT."""
     got: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    size = {out_r: 0, err_r: 0}
     reading = {out_r, err_r}
     writing = {in_w}
     view = memoryview(data)
@@ -117,6 +130,8 @@ def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float
                 if fd in writing:
                     try:
                         view = view[os.write(fd, view[:65536]) :] if view else view
+                    except BlockingIOError:  # full again: poll said writable, someone else wrote first
+                        continue
                     except BrokenPipeError:  # the child stopped reading; what it says is still wanted
                         view = view[:0]
                     if not view:
@@ -127,13 +142,19 @@ def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float
                 block = os.read(fd, 65536)
                 if block:
                     got[fd].append(block)
+                    size[fd] += len(block)
+                    if fd == out_r and size[fd] > MAX_STDOUT:
+                        raise _TooMuch
+                    if fd == err_r and size[fd] > 2 * STDERR_TAIL:
+                        tail = b"".join(got[fd])[-STDERR_TAIL:]
+                        got[fd], size[fd] = [tail], len(tail)
                 else:
                     poller.unregister(fd)
                     reading.discard(fd)
     finally:
         for fd in (*writing, out_r, err_r):
             os.close(fd)
-    return b"".join(got[out_r]), b"".join(got[err_r])
+    return b"".join(got[out_r]), b"".join(got[err_r])[-STDERR_TAIL:]
 
 
 def seal_fds() -> None:

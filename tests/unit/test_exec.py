@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.cni.invoke import real_exec, seal_fds
+from netcomp.cni.invoke import STDERR_TAIL, real_exec, seal_fds
 from netcomp.errors import DelegateError
 
 PY = sys.executable
@@ -45,7 +45,17 @@ def test_large_stdin_and_output_do_not_deadlock() -> None:
     res = py(code, stdin=b"i" * (3 << 20))
     assert res.returncode == 0
     assert res.stdout == b"o" * (1 << 20) + str(3 << 20).encode()
-    assert res.stderr == b"e" * (1 << 20)
+    assert res.stderr == b"e" * STDERR_TAIL  # all of it read (no deadlock), its tail kept
+
+
+def test_output_is_bounded_stdout_refused_stderr_kept_to_its_tail() -> None:
+    """A plugin printing without end must not exhaust the daemon: over MAX_STDOUT it is killed with a clear
+    error; of stderr the last STDERR_TAIL bytes are kept (what the log and the error's details show)."""
+    with pytest.raises(DelegateError, match=r"printed more than 16 MiB on stdout; killed"):
+        py("import sys\nwhile True: sys.stdout.buffer.write(b'x' * 65536)")
+    code = "import sys; sys.stderr.write('a' * (1 << 20) + 'THE END'); sys.stdout.write('{}')"
+    res = py(code)
+    assert res.stdout == b"{}" and len(res.stderr) == STDERR_TAIL and res.stderr.endswith(b"aTHE END")
 
 
 def test_a_child_that_does_not_read_its_stdin_is_still_heard() -> None:
