@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import Any
 
 import orjson
 
+from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
+
+log = logging.getLogger("netcomp.cache")
 
 
 @dataclass
@@ -62,10 +66,23 @@ class Cache:
         return self.directory / f"{h}.json"
 
     def load(self, container_id: str, ifname: str) -> Entry | None:
+        """The container's entry; None when it has none. An entry that cannot be read is the node's problem
+        (HostError naming the file), never a reason to forget it: it stays for the operator to look at."""
+        path = self.path(container_id, ifname)
         try:
-            return Entry.from_json(self.path(container_id, ifname).read_bytes())
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as e:
+            raise HostError(f"cannot read the attachment cache entry {path}: {e.strerror}") from None
+        try:
+            return Entry.from_json(data)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise HostError(
+                f"the attachment cache entry {path} of container {container_id} on {ifname} cannot be read "
+                f"({type(e).__name__}: {e}); it is left as it is: restore it, or undo what it records by hand "
+                "and remove it"
+            ) from None
 
     def save(self, entry: Entry) -> None:
         # Atomic (a daemon killed mid-write leaves the old entry or the new one) but not fsync'd: it is on the
@@ -93,6 +110,10 @@ class Cache:
             return out
         for name in names:
             if name.endswith(".json"):
-                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                try:
                     out.append(Entry.from_json((self.directory / name).read_bytes()))
+                except FileNotFoundError:  # removed by a DEL meanwhile
+                    continue
+                except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+                    log.warning("attachment cache entry %s cannot be read, skipped: %s", self.directory / name, e)
         return out

@@ -173,7 +173,7 @@ class Delegator:
         """The networks a request is about, for the log line (cheap, never fails): for DEL and CHECK what the
         cache says the container has, for ADD what is asked for."""
         if req.command in ("DEL", "CHECK") and req.container_id:
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            with contextlib.suppress(HostError):
                 entry = self.cache.load(req.container_id, req.ifname)
                 if entry is not None:
                     return ",".join(a.network for a in entry.attachments) or "-"

@@ -89,6 +89,25 @@ def test_del_after_the_netns_is_gone_releases_everything(dl: DaemonLab, gone_as:
     assert dl.leases() == [] and dl.cache_files() == []
 
 
+def test_an_unreadable_cache_entry_is_reported_and_kept(dl: DaemonLab) -> None:
+    """A cache entry that cannot be read (a disk fault, a hand edit) is the node's problem: DEL and ADD answer
+    CNI code 5 naming the file, and the file stays as it was, so nothing it records is forgotten."""
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    [name] = dl.cache_files()
+    path = Path(dl.settings.cacheDir) / name
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])
+    for verb in ("DEL", "ADD"):
+        rc, err = dl.shim(verb, ctr)
+        assert rc == 1 and err["code"] == 5, err
+        assert f"the attachment cache entry {path} of container ctr-{ctr} on eth0 cannot be read" in err["msg"]
+    assert path.read_bytes() == good[: len(good) // 2] and len(dl.leases()) == 2
+    path.write_bytes(good)  # restored: DEL does what it records
+    assert dl.shim("DEL", ctr)[0] == 0
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
+
+
 def test_sixteen_containers_at_once(dl: DaemonLab) -> None:
     ctrs = [dl.lab.container() for _ in range(16)]
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
