@@ -273,10 +273,7 @@ class Delegator:
             self._release_links(held)
 
     def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
-        if len(atts) == 1:  # nothing to run beside it: no hand-off to the pool
-            futures = [_now(self.runner.add, atts[0].conflist, self._rt(req, atts[0]))]
-        else:
-            futures = [self.pool.submit(self.runner.add, a.conflist, self._rt(req, a)) for a in atts]
+        futures = self._side_by_side(lambda a: self.runner.add(a.conflist, self._rt(req, a)), atts)
         first_error: DelegateError | None = None
         for a, fut in zip(atts, futures, strict=True):
             try:
@@ -296,6 +293,12 @@ class Delegator:
             raise first_error
         self._report(req, atts)
         return self._answer(req, atts)
+
+    def _side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
+        """fn(a) for each attachment, in the pool side by side; a lone one runs here (no hand-off)."""
+        if len(atts) == 1:
+            return [_now(fn, atts[0])]
+        return [self.pool.submit(fn, a) for a in atts]
 
     def _take_vfs(self, atts: list[Attachment]) -> list[str]:
         """Give each sriov attachment with a resourceName the first free VF of its pool, as deviceID."""
@@ -431,24 +434,36 @@ class Delegator:
         self._delete_entry(entry, req.netns or entry.netns)
 
     def _delete_entry(self, entry: Entry, netns: str) -> None:
-        failed: list[Attachment] = []
-        first_error: DelegateError | None = None
-        for a in reversed(entry.attachments):
-            rt = RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args)
+        """DEL every attachment of the entry. Side by side, as ADD ran them (they are independent: no network's
+        delegates see another's), so a container on three networks goes in the time of its slowest; each
+        conflist's own plugins still go in reverse. The attachments whose DEL failed stay in the cache."""
+        atts = entry.attachments
+
+        def one(a: Attachment) -> None:
+            self.runner.delete(
+                a.conflist, RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args), a.result
+            )
+
+        futures = self._side_by_side(one, atts)
+        errors: list[DelegateError | None] = []
+        for a, fut in zip(atts, futures, strict=True):
             try:
-                self.runner.delete(a.conflist, rt, a.result)
+                fut.result()
+                errors.append(None)
             except DelegateError as e:
-                failed.insert(0, a)
-                first_error = first_error or e
+                errors.append(e)
+            except Exception as e:  # a bug or the host: the attachment stays cached all the same
+                errors.append(DelegateError(999, f"{type(e).__name__}: {e}", network=a.network))
+        failed = [a for a, e in zip(atts, errors, strict=True) if e is not None]
         if failed:
-            done = [a for a in entry.attachments if all(a is not f for f in failed)]
+            done = [a for a, e in zip(atts, errors, strict=True) if e is None]
             entry.attachments = failed
             self.cache.save(entry)
             self._after_detach(done)
-            assert first_error is not None
-            raise first_error
+            # The error of the last network, as a DEL in reverse order would have met it first.
+            raise next(e for e in reversed(errors) if e is not None)
         self.cache.remove(entry.container_id, entry.ifname)
-        self._after_detach(entry.attachments)
+        self._after_detach(atts)
 
     # --------------------------------------------------------------------------------------------- CHECK
 

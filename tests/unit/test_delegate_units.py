@@ -231,3 +231,61 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
     assert sorted(e.container_id for e in cache.entries()) == ["c0", "c1"]
     loaded = cache.load("c1", "eth0")
     assert loaded is not None and loaded.attachments[0].result == big
+
+
+def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-untyped-def]
+    from netcomp.cni.cache import Cache
+    from netcomp.cni.invoke import Runner
+    from netcomp.delegate.attach import Delegator
+
+    nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
+    d = Delegator(
+        Runner(["/bin"], exec_=fake_exec),
+        Cache(tmp_path / "cache"),
+        lambda: nets,
+        lambda: None,
+        lambda netns, names: set(),
+    )
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
+    d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+    return d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"})
+
+
+def test_del_runs_a_containers_networks_side_by_side(tmp_path: Path) -> None:
+    """Each of the three DELs waits until all three have started: they pass only if run side by side. The
+    plugin is a fake because overlap cannot be observed from real plugins without timing them; the real
+    plugins' DELs are tested in tests/integration."""
+    from netcomp.cni.invoke import ExecResult
+
+    all_started = threading.Barrier(3, timeout=10)
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "DEL":
+            all_started.wait()  # BrokenBarrierError (a failed DEL) if the others never start
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    d, delete = _three_network_delegator(tmp_path, fake_exec)
+    try:
+        d.handle(delete)
+        assert d.cache.count() == 0
+    finally:
+        d.close()
+
+
+def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> None:
+    from netcomp.cni.invoke import ExecResult
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "DEL" and env["CNI_IFNAME"] == "net1":  # network b
+            return ExecResult(1, b'{"code": 11, "msg": "busy"}', b"")
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    d, delete = _three_network_delegator(tmp_path, fake_exec)
+    try:
+        with pytest.raises(DelegateError) as e:
+            d.handle(delete)
+        assert (e.value.code, e.value.full_msg) == (11, "network 'b', plugin 'sh': busy")
+        entry = d.cache.load("c1", "eth0")
+        assert entry is not None and [a.network for a in entry.attachments] == ["b"]
+    finally:
+        d.close()
