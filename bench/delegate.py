@@ -6,6 +6,7 @@
   (c) shim start (CNI_COMMAND=VERSION) / /usr/bin/python3 -I -S -c pass                                  <= 1.3
   (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.5
 
+(e), no goal set: a container on three networks leaving them (DEL) / the three DELs direct, one after another;
 and, for reading them, (a0) (b0) (d0): the same work with a daemon that costs nothing, the floor of each ratio
 here: a shim start (its VERSION, answered without the daemon) in place of each shim call, then the delegates
 exec'd directly, in parallel where the daemon runs them so. A floor over a goal means no daemon can meet it on
@@ -147,7 +148,7 @@ def inner(runs: int) -> None:
             return before + took
 
         a_shim, a_direct, a_paused, b_shim, b_direct = [], [], [], [], []
-        a_floor, b_floor = [], []
+        a_floor, b_floor, e_shim, e_direct = [], [], [], []
 
         def shim_start() -> float:
             return shim("VERSION", "x")
@@ -173,11 +174,11 @@ def inner(runs: int) -> None:
             b_floor.append(direct_parallel(ns, three, shim_start()))
             ns = netns()
             b_shim.append(shim("ADD", ns, "NETCOMP_NETWORKS=storage,backup"))
-            shim("DEL", ns)
+            e_shim.append(shim("DEL", ns))
             ns = netns()
             t_add, res = direct(ns, three)
             b_direct.append(t_add)
-            direct_del(ns, three, res)
+            e_direct.append(direct_del(ns, three, res))
 
         c_shim, c_bare = [], []
         for _ in range(runs * 2):
@@ -231,6 +232,9 @@ def inner(runs: int) -> None:
     label = "(a*) as (a), direct DEL after a shim start's pause"
     ratio = median_ms(a_shim) / median_ms(a_paused)
     print(f"  {label:55s} {median_ms(a_shim):8.1f} / {median_ms(a_paused):8.1f} = {ratio:5.2f}  (for reading (a))")
+    label = "(e) DEL of 3 networks: shim+daemon / 3 direct in turn"
+    ratio = median_ms(e_shim) / median_ms(e_direct)
+    print(f"  {label:55s} {median_ms(e_shim):8.1f} / {median_ms(e_direct):8.1f} = {ratio:5.2f}  (no goal set)")
     print("  floors: the same with a daemon that costs nothing (shim starts + direct execs)")
     for label, floor, base_, goal in (
         ("(a0) floor of (a)", a_floor, a_direct, 1.6),
