@@ -14,7 +14,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -475,9 +475,16 @@ class Delegator:
                 f"container {req.container_id} on {req.ifname} is not known",
                 "no ADD was cached for it",
             )
-        for a in entry.attachments:
+        def one(a: Attachment) -> None:
             assert a.result is not None
             self.runner.check(a.conflist, self._rt(req, a), a.result)
+
+        # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in the
+        # container's order.
+        futures = self._side_by_side(one, entry.attachments)
+        wait(futures)
+        for fut in futures:
+            fut.result()
 
     # --------------------------------------------------------------------------------------------- GC, STATUS
 
