@@ -475,6 +475,7 @@ class Delegator:
                 f"container {req.container_id} on {req.ifname} is not known",
                 "no ADD was cached for it",
             )
+
         def one(a: Attachment) -> None:
             assert a.result is not None
             self.runner.check(a.conflist, self._rt(req, a), a.result)
