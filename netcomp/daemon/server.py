@@ -22,7 +22,8 @@ from typing import Any
 from netcomp import protocol
 from netcomp.cni.spec import compact
 from netcomp.daemon.metrics import Metrics
-from netcomp.delegate.attach import Delegator, parse_request
+from netcomp.delegate.attach import Delegator
+from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError
 from netcomp.protocol import ProtocolError
 

@@ -3,36 +3,37 @@
 ADD runs the delegate conflists in parallel (they attach different interfaces and do not depend on each other);
 on any failure it DELs what was attempted, in reverse, and answers the first error with the network and the
 plugin named. What ADD used and got is cached (one file per container) before the answer. DEL and CHECK use
-the cache, never today's intents. DEL is idempotent and best-effort: it tries every delegate and keeps the cache
-entries of those whose DEL failed, so a retry finishes the job and nothing leaks silently."""
+the cache, never today's intents, and run the networks in parallel too. DEL is idempotent and best-effort: it
+tries every delegate and keeps the cache entries of those whose DEL failed, so a retry finishes the job and
+nothing leaks silently. Host links and SR-IOV VFs are hostres.py's; the request itself is request.py's."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment, Cache, Entry
 from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV, Runner, RuntimeConf, find_plugin
 from netcomp.cni.spec import SUPPORTED_VERSIONS, plugin_types
 from netcomp.delegate import select
+from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
-from netcomp.errors import DelegateError, HostError, LinkMismatch
+from netcomp.delegate.podstatus import Pods, network_status
+from netcomp.delegate.request import (
+    CONTAINER_ID,
+    E_IO,
+    E_NOT_AVAILABLE,
+    E_UNKNOWN_CONTAINER,
+    Request,
+)
+from netcomp.errors import DelegateError, HostError
 
 log = logging.getLogger("netcomp.delegate")
-
-
-def host_link_of(conflist: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The host link (VLAN/VXLAN master) a compiled network names, if any."""
-    link = (conflist.get("netcomp") or {}).get("hostLink")
-    return link if isinstance(link, dict) and link.get("name") else None
 
 
 def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -43,94 +44,6 @@ def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     except Exception as e:
         fut.set_exception(e)
     return fut
-
-
-VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
-E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
-# CNI spec: "Must start with an alphanumeric character, optionally followed by any combination of one or more
-# alphanumeric characters, underscore, dot or hyphen."
-CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-MAX_ID = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    command: str
-    container_id: str
-    netns: str
-    ifname: str
-    args: str
-    config: dict[str, Any]
-
-    @property
-    def cni_version(self) -> str:
-        v = self.config.get("cniVersion", "1.0.0")
-        return v if isinstance(v, str) else "1.0.0"
-
-
-def parse_request(env: Mapping[str, str], config: Any) -> Request:
-    """Validate what the runtime sent (CNI spec, "Parameters"); raise a DelegateError with the right code."""
-    if not isinstance(config, dict):
-        raise DelegateError(E_DECODE, "network configuration is not a JSON object")
-    command = env.get("CNI_COMMAND", "")
-    if command not in VERBS:
-        raise DelegateError(E_INVALID_ENV, f"unknown CNI_COMMAND {command!r}", f"expected one of {', '.join(VERBS)}")
-    version = config.get("cniVersion", "1.0.0")
-    if version not in SUPPORTED_VERSIONS:
-        raise DelegateError(
-            1, f"incompatible CNI versions: config is {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
-        )
-    cid = env.get("CNI_CONTAINERID", "")
-    netns = env.get("CNI_NETNS", "")
-    ifname = env.get("CNI_IFNAME", "")
-    if command in ("ADD", "DEL", "CHECK"):
-        if not cid or len(cid) > MAX_ID or not CONTAINER_ID.match(cid):
-            raise DelegateError(E_INVALID_ENV, f"invalid CNI_CONTAINERID {cid[:80]!r}")
-        select.check_ifname(ifname)
-        if command != "DEL" and not netns:
-            raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
-    return Request(command, cid, netns, ifname, env.get("CNI_ARGS", ""), config)
-
-
-class Pods(Protocol):
-    """The cluster's side of a pod (daemon.kube.Cluster): the networks its annotation asks for, and where its
-    network status is written back."""
-
-    def networks_annotation(self, pod: select.PodRef) -> str | None:
-        """The pod's k8s.v1.cni.cncf.io/networks annotation; None when it has none. HostError when the API
-        server cannot answer."""
-        ...
-
-    def report(self, pod: select.PodRef, status: list[dict[str, Any]]) -> None:
-        """Write k8s.v1.cni.cncf.io/network-status (best-effort; errors are logged, never raised)."""
-        ...
-
-
-def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str, Any]]:
-    """Multus's k8s.v1.cni.cncf.io/network-status entries: per attachment its network, interface, addresses,
-    MAC and DNS, the one on the runtime's interface marked default."""
-    out: list[dict[str, Any]] = []
-    for a in atts:
-        r = cniresult.convert(a.result or {"cniVersion": "1.0.0"}, "1.0.0")
-        ifaces = r.get("interfaces") or []
-        idx = next((i for i, f in enumerate(ifaces) if f.get("name") == a.ifname and f.get("sandbox")), None)
-        entry: dict[str, Any] = {
-            "name": a.network,
-            "interface": a.ifname,
-            "ips": [
-                str(ip["address"]).split("/")[0]
-                for ip in r.get("ips") or []
-                if "address" in ip and (idx is None or ip.get("interface", idx) == idx)
-            ],
-        }
-        if idx is not None and ifaces[idx].get("mac"):
-            entry["mac"] = ifaces[idx]["mac"]
-        if a.ifname == runtime_ifname:
-            entry["default"] = True
-        if r.get("dns"):
-            entry["dns"] = r["dns"]
-        out.append(entry)
-    return out
 
 
 @dataclass
@@ -159,10 +72,9 @@ class Delegator:
 
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
-        self._vf_lock = threading.Lock()
-        self._vf_reserved: set[str] = set()  # VFs given to ADDs in flight, not yet in the cache
-        self._links_lock = threading.Lock()
-        self._links_busy: Counter[str] = Counter()  # host links of ADDs in flight, not yet in the cache
+        self.host = HostResources(
+            self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
+        )
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -262,15 +174,15 @@ class Delegator:
             raise DelegateError(
                 E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
             )
-        held = self._host_links(atts)
+        held = self.host.hold_links(atts)
         try:
-            vfs = self._take_vfs(atts)
+            vfs = self.host.take_vfs(atts)
             try:
                 return self._run_add(req, atts)
             finally:
-                self._release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
+                self.host.release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
         finally:
-            self._release_links(held)
+            self.host.release_links(held)
 
     def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         futures = self._side_by_side(lambda a: self.runner.add(a.conflist, self._rt(req, a)), atts)
@@ -300,114 +212,9 @@ class Delegator:
             return [_now(fn, atts[0])]
         return [self.pool.submit(fn, a) for a in atts]
 
-    def _take_vfs(self, atts: list[Attachment]) -> list[str]:
-        """Give each sriov attachment with a resourceName the first free VF of its pool, as deviceID."""
-        taken: list[str] = []
-        wanted = [a for a in atts if (a.conflist.get("netcomp") or {}).get("resourceName")]
-        if not wanted:
-            return taken
-        with self._vf_lock:
-            in_use = set(self._vf_reserved)
-            for entry in self.cache.entries():
-                for att in entry.attachments:
-                    for p in att.conflist.get("plugins", []):
-                        if p.get("type") == "sriov" and p.get("deviceID"):
-                            in_use.add(p["deviceID"])
-            for a in wanted:
-                name = a.conflist["netcomp"]["resourceName"]
-                try:
-                    members = self.vf_pool(name)
-                except KeyError:
-                    raise DelegateError(
-                        E_INVALID_CONFIG,
-                        f"resourceName {name!r} has no pool in netcomp.yaml (sriovPools)",
-                        network=a.network,
-                    ) from None
-                free = [vf for vf in members if vf not in in_use]
-                if not free:
-                    raise DelegateError(
-                        11, f"no free VF in pool {name!r} ({len(members)} VFs, all in use)", network=a.network
-                    )
-                vf = free[0]
-                in_use.add(vf)
-                taken.append(vf)
-                conf = dict(a.conflist)
-                conf["plugins"] = [{**p, "deviceID": vf} if p.get("type") == "sriov" else p for p in conf["plugins"]]
-                a.conflist = conf
-            self._vf_reserved.update(taken)
-        return taken
-
-    def _release_vfs(self, vfs: list[str]) -> None:
-        with self._vf_lock:
-            self._vf_reserved.difference_update(vfs)
-
-    def _host_links(self, atts: list[Attachment]) -> list[str]:
-        """The VLAN/VXLAN masters the networks name, made before any plugin runs (netcomp owns them). Returns
-        their names, held against removal until _release_links (the ADD is cached or rolled back by then)."""
-        held: list[str] = []
-        links = [(a, link) for a in atts if (link := host_link_of(a.conflist))]
-        if not links:
-            return held
-        with self._links_lock:
-            for a, link in links:
-                try:
-                    try:
-                        self.host_link(link)
-                    except LinkMismatch as e:
-                        # netcomp's own link, made for an earlier version of this network: replace it if no
-                        # container uses it any more.
-                        name = str(link["name"])
-                        if not e.owned or self._links_busy[name] or name in self._links_in_cache():
-                            raise
-                        self.remove_link(name)
-                        self.host_link(link)
-                except HostError as e:
-                    self._release_links_locked(held)
-                    raise DelegateError(E_IO, str(e), "no plugin was run", network=a.network) from None
-                held.append(str(link["name"]))
-                self._links_busy[str(link["name"])] += 1
-        return held
-
-    def _release_links(self, held: list[str]) -> None:
-        if held:
-            with self._links_lock:
-                self._release_links_locked(held)
-
-    def _release_links_locked(self, held: list[str]) -> None:
-        self._links_busy.subtract(held)
-        self._links_busy += Counter()  # drop what reached zero
-
-    def _links_named(self) -> set[str]:
-        """The host links the compiled networks name."""
-        return {str(link["name"]) for c in self.networks().values() if (link := host_link_of(c))}
-
-    def _links_in_cache(self) -> set[str]:
-        return {
-            str(link["name"]) for e in self.cache.entries() for a in e.attachments if (link := host_link_of(a.conflist))
-        }
-
     def gc_host_links(self) -> list[str]:
-        """Remove the host links netcomp made that no compiled network names and no attached container uses.
-        Called after each compile and after a DEL that let go of a link of a network that is gone."""
-        with self._links_lock:
-            candidates = self.owned_links() - self._links_named() - set(self._links_busy)
-            if not candidates:
-                return []
-            gone = sorted(candidates - self._links_in_cache())
-            for name in gone:
-                self.remove_link(name)
-            return gone
-
-    def _after_detach(self, atts: list[Attachment]) -> None:
-        """A detached attachment may have been the last user of a link whose network is gone."""
-        names = {str(link["name"]) for a in atts if (link := host_link_of(a.conflist))}
-        if not names:
-            return
-        if names - self._links_named():
-            try:
-                self.gc_host_links()
-            except HostError as e:  # the detach itself succeeded; the link stays for the next compile
-                log.error("cannot remove unused host links: %s", e)
+        """Remove the host links netcomp made that nothing needs any more (HostResources.gc_links)."""
+        return self.host.gc_links()
 
     def _answer(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
         # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
@@ -459,11 +266,11 @@ class Delegator:
             done = [a for a, e in zip(atts, errors, strict=True) if e is None]
             entry.attachments = failed
             self.cache.save(entry)
-            self._after_detach(done)
+            self.host.after_detach(done)
             # The error of the last network, as a DEL in reverse order would have met it first.
             raise next(e for e in reversed(errors) if e is not None)
         self.cache.remove(entry.container_id, entry.ifname)
-        self._after_detach(atts)
+        self.host.after_detach(atts)
 
     # --------------------------------------------------------------------------------------------- CHECK
 
@@ -547,7 +354,7 @@ class Delegator:
                     self.cache.save(entry)
                 else:
                     self.cache.remove(container_id, key_ifname)
-                self._after_detach([a for a in gone if id(a) in gone_ids])
+                self.host.after_detach([a for a in gone if id(a) in gone_ids])
                 if error is not None:
                     raise error
                 return {}
@@ -562,7 +369,7 @@ class Delegator:
             if new_ifname in taken or self.link_check(netns, [new_ifname]):
                 raise DelegateError(E_INVALID_CONFIG, f"interface {new_ifname!r} already exists in {netns}")
             att = Attachment(network, new_ifname, nets[network])
-            held = self._host_links([att])
+            held = self.host.hold_links([att])
             try:
                 att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
                 entry.attachments.append(att)
@@ -573,5 +380,5 @@ class Delegator:
                     self.runner.delete(att.conflist, RuntimeConf(container_id, netns, new_ifname), att.result)
                     raise HostError(f"cannot write the attachment cache: {e.strerror}") from None
             finally:
-                self._release_links(held)
+                self.host.release_links(held)
             return cniresult.convert(att.result, entry.cni_version)

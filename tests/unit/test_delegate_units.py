@@ -9,8 +9,8 @@ import pytest
 
 from netcomp.cni import result
 from netcomp.delegate import select
-from netcomp.delegate.attach import parse_request
 from netcomp.delegate.locks import KeyedLocks
+from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from netcomp.cni.cache import Attachment
 from netcomp.config import KubeSettings, Settings
-from netcomp.delegate.attach import network_status
+from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.select import PodRef, Want, from_pod_annotation, pod_ref
 from netcomp.errors import DelegateError
 

@@ -16,7 +16,8 @@ import pytest
 from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import ExecResult, Runner
 from netcomp.config import Settings
-from netcomp.delegate.attach import Delegator, parse_request
+from netcomp.delegate.attach import Delegator
+from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import sriov
 
@@ -118,14 +119,14 @@ def test_vfs_are_given_out_in_order_and_taken_back_by_del(delegator: tuple[Deleg
     assert seen[-1] == {"command": "DEL", "deviceID": "0000:3b:02.0"}  # DEL gets the VF ADD used, from the cache
     d.handle(req("ADD", "c"))
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}  # and it is free again
-    assert d._vf_reserved == set()
+    assert d.host.vfs_reserved == set()
 
 
 def test_a_resource_without_a_pool_is_a_clear_error(
     delegator: tuple[Delegator, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     d, _ = delegator
-    d.vf_pool = lambda rn: (_ for _ in ()).throw(KeyError(rn))  # no pool configured
+    d.host.vf_pool = lambda rn: (_ for _ in ()).throw(KeyError(rn))  # no pool configured
     with pytest.raises(DelegateError) as ei:
         d.handle(req("ADD", "a"))
     assert ei.value.code == 7 and "resourceName 'intel.com/dp' has no pool in netcomp.yaml" in ei.value.msg
