@@ -46,7 +46,7 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     lookup.
 
     posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
-    per plugin exec, this costs the daemon 0.25 ms of CPU instead of 0.6 and answers about 0.7 ms sooner
+    per plugin exec, this costs the daemon 0.3 ms of CPU instead of 0.6 and answers 0.7-0.9 ms sooner
     (bench/spawn.py). What subprocess does for us is done here too: the child gets only fds 0-2 (every fd the
     daemon opens is close-on-exec, PEP 446, and `seal_fds` makes those it inherited so), the signals Python
     ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty signal mask, and no deadlock however much it
@@ -158,8 +158,17 @@ def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float
 
 
 def seal_fds() -> None:
-    """Make every fd above 2 this process inherited close-on-exec (a socket from systemd, anything a parent
-    left open), so that no plugin the daemon execs sees one. Python opens its own fds so already (PEP 446)."""
+    """Called once as the daemon starts. Make every fd above 2 it inherited close-on-exec (a socket from
+    systemd, anything a parent left open), so that no plugin sees one; Python opens its own fds so already
+    (PEP 446). And make sure 0-2 are open (on /dev/null if not): otherwise a pipe of real_exec's could get one
+    of those numbers and be overwritten by another when the child's stdio is set up."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if opened != fd:
+                os.close(opened)
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2:

@@ -148,3 +148,18 @@ def test_signals_python_ignores_are_default_in_the_child() -> None:
     ignored, blocked = int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
     assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1))
     assert blocked == 0
+
+
+def test_seal_fds_fills_a_closed_stdin_so_pipes_never_take_0_to_2() -> None:
+    """A daemon started with stdin closed: seal_fds puts /dev/null there, and a plugin still gets its own stdin
+    (were fd 0 free, a pipe would take it and the child's stdio set-up could overwrite it)."""
+    code = (
+        "import os, sys; os.close(0); sys.path[:0] = [" + repr(str(Path(__file__).resolve().parents[2])) + "]\n"
+        "from netcomp.cni.invoke import real_exec, seal_fds\n"
+        "seal_fds(); print(os.readlink('/proc/self/fd/0'))\n"
+        "r = real_exec([sys.executable, '-I', '-c', 'import sys; print(sys.stdin.read()[::-1])'], {}, b'abc', 30)\n"
+        "print(r.stdout.decode().strip())"
+    )
+    res = py(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().split() == ["/dev/null", "cba"]
