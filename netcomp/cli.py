@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="ask the running daemon how it is")
     _common(st)
+    at = sub.add_parser(
+        "attachments",
+        help="list the containers attached and their networks",
+        description="Every container the daemon has attached (from its cache): namespace, and per network the "
+        "interface, addresses and MAC; and any cache entry that cannot be read.",
+    )
+    _common(at)
 
     i = sub.add_parser(
         "install-shim",
@@ -165,7 +172,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
                 return EX_CANTCREAT
             out.write(f"installed {plugin} (the shim: {Path(args.shim_dir) / shimlaunch.MODULE})\n")
             return EX_OK
-        if args.command in ("daemon", "status", "attach", "detach"):
+        if args.command in ("daemon", "status", "attachments", "attach", "detach"):
             from netcomp import service
 
             return service.run(args, out, err)

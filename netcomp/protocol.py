@@ -18,6 +18,7 @@ DELEGATE_PATH = "/delegate"
 HEALTHZ_PATH = "/healthz"
 READYZ_PATH = "/readyz"
 STATUS_PATH = "/status"
+ATTACHMENTS_PATH = "/attachments"
 METRICS_PATH = "/metrics"
 SHIM_HEADER = "X-Netcomp-Shim"
 ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")

@@ -1,4 +1,4 @@
-"""The daemon-facing commands: `netcomp daemon`, `status`, `attach`, `detach`."""
+"""The daemon-facing commands: `netcomp daemon`, `status`, `attachments`, `attach`, `detach`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.command == "status":
             status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
+        elif args.command == "attachments":
+            status, doc = call(settings.socket, "GET", protocol.ATTACHMENTS_PATH, timeout=30)
         else:
             body = {
                 "command": "ADD" if args.command == "attach" else "DEL",
@@ -59,11 +61,29 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             file=err,
         )
         return EX_UNAVAILABLE
-    if args.output == "json" or args.command != "status":
+    # `attachments` fails (1) when a cache entry cannot be read, so that a script notices.
+    code = EX_OK if status == 200 and not (args.command == "attachments" and doc.get("unreadable")) else EX_FAIL
+    if args.output == "json" or args.command not in ("status", "attachments"):
         out.write(json.dumps(doc, indent=2) + "\n")
-        return EX_OK if status == 200 else EX_FAIL
-    _print_status(doc, out)
-    return EX_OK
+    elif args.command == "attachments":
+        _print_attachments(doc, out)
+    else:
+        _print_status(doc, out)
+    return code
+
+
+def _print_attachments(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]
+    """One line per container, then one per network: interface, addresses, MAC, network."""
+    for c in doc["containers"]:
+        out.write(f"{c['containerID']} ({c['ifname']}) in {c['netns'] or '-'}\n")
+        for n in c["networks"]:
+            addrs = ",".join(n["ips"]) or "-"
+            mark = " (default)" if n.get("default") else ""
+            out.write(f"  {n['interface']:15s} {addrs:31s} {n.get('mac') or '-':17s} {n['name']}{mark}\n")
+    for u in doc["unreadable"]:
+        out.write(f"UNREADABLE {u['file']}: {u['error']}\n")
+    if not doc["containers"] and not doc["unreadable"]:
+        out.write("no containers attached\n")
 
 
 def _print_status(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]

@@ -103,17 +103,27 @@ class Cache:
             return 0
 
     def entries(self) -> list[Entry]:
+        """Every readable entry; an unreadable one is logged and skipped (scan() reports them)."""
+        entries, broken = self.scan()
+        for path, why in broken:
+            log.warning("attachment cache entry %s cannot be read, skipped: %s", path, why)
+        return entries
+
+    def scan(self) -> tuple[list[Entry], list[tuple[Path, str]]]:
+        """The readable entries, and the files that cannot be read with why."""
         out: list[Entry] = []
+        broken: list[tuple[Path, str]] = []
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
-            return out
+            return out, broken
         for name in names:
-            if name.endswith(".json"):
+            if name.endswith(".json") and not name.startswith("."):
+                path = self.directory / name
                 try:
-                    out.append(Entry.from_json((self.directory / name).read_bytes()))
+                    out.append(Entry.from_json(path.read_bytes()))
                 except FileNotFoundError:  # removed by a DEL meanwhile
                     continue
                 except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-                    log.warning("attachment cache entry %s cannot be read, skipped: %s", self.directory / name, e)
-        return out
+                    broken.append((path, f"{type(e).__name__}: {e}"))
+        return out, broken

@@ -179,6 +179,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200 if ready else 503, json.dumps({"ready": ready}).encode())
         elif path == protocol.STATUS_PATH:
             self._send(200, json.dumps(self.server.status_fn(), indent=2).encode())
+        elif path == protocol.ATTACHMENTS_PATH:
+            self._send(200, json.dumps(self.server.delegator.attachments(), indent=2).encode())
         elif path == protocol.METRICS_PATH:
             self._send(200, self.server.metrics.render(), "text/plain; version=0.0.4")
         else:

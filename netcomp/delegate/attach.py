@@ -325,6 +325,25 @@ class Delegator:
                 except DelegateError as e:
                     raise DelegateError(E_NOT_AVAILABLE, e.msg, f"default network {name!r}") from None
 
+    def attachments(self) -> dict[str, Any]:
+        """What is attached, from the cache (GET /attachments, `netcomp attachments`): per container its
+        namespace and, per network, the interface, addresses and MAC its ADD got; and the entries that
+        cannot be read."""
+        entries, broken = self.cache.scan()
+        return {
+            "containers": [
+                {
+                    "containerID": e.container_id,
+                    "netns": e.netns,
+                    "ifname": e.ifname,
+                    "cniVersion": e.cni_version,
+                    "networks": network_status(e.attachments, e.ifname),
+                }
+                for e in sorted(entries, key=lambda e: (e.container_id, e.ifname))
+            ],
+            "unreadable": [{"file": str(path), "error": why} for path, why in broken],
+        }
+
     # --------------------------------------------------------------------------------------------- hot-plug
 
     def hotplug(

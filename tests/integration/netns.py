@@ -60,6 +60,9 @@ class Lab:
         out = ip("-o", "link", "show", netns=netns)
         return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
 
+    def mac(self, netns: str, dev: str) -> str:
+        return ip("-o", "link", "show", "dev", dev, netns=netns).split("link/ether ")[1].split()[0]
+
     def addrs(self, netns: str, dev: str) -> list[str]:
         out = ip("-o", "addr", "show", "dev", dev, netns=netns)
         return [f.split()[3] for f in out.splitlines() if " inet" in f and "scope link" not in f]

@@ -227,6 +227,53 @@ def test_status_verb_and_cli(dl: DaemonLab) -> None:
     assert dl.daemon.status()["degraded"] and dl.daemon.status()["networks"][1]["keptLastGood"]
 
 
+def test_attachments_lists_containers_networks_and_unreadable_entries(dl: DaemonLab) -> None:
+    import io
+    import json
+
+    from netcomp.cli import main
+
+    cfg = dl.base / "netcomp.yaml"
+    cfg.write_text(f"socket: {dl.sock}\n")
+
+    def attachments(*extra: str) -> tuple[int, str]:
+        out = io.StringIO()
+        return main(["attachments", "--config", str(cfg), *extra], out, io.StringIO()), out.getvalue()
+
+    assert attachments() == (0, "no containers attached\n")
+    one, two = dl.lab.container(), dl.lab.container()
+    assert dl.shim("ADD", one, args="NETCOMP_NETWORKS=storage,backup")[0] == 0
+    assert dl.shim("ADD", two)[0] == 0
+    rc, text = attachments()
+    assert rc == 0
+    lines = text.splitlines()
+    assert lines[0] == f"ctr-{one} (eth0) in /var/run/netns/{one}"
+    assert [line.split()[:2] + line.split()[3:] for line in lines[1:4]] == [
+        ["eth0", "10.77.0.2", "mgmt", "(default)"],
+        ["stor0", "10.79.0.10", "storage"],
+        ["stor1", "10.80.0.2", "backup"],
+    ]
+    assert lines[1].split()[2] == dl.lab.mac(one, "eth0")
+    assert lines[4] == f"ctr-{two} (eth0) in /var/run/netns/{two}" and len(lines) == 6
+    rc, text = attachments("-o", "json")
+    doc = json.loads(text)
+    assert (
+        rc == 0
+        and doc["unreadable"] == []
+        and [c["containerID"] for c in doc["containers"]]
+        == [
+            f"ctr-{one}",
+            f"ctr-{two}",
+        ]
+    )
+    path = next(p for p in Path(dl.settings.cacheDir).glob("*.json") if f"ctr-{two}" in p.read_text())
+    path.write_text("{")
+    rc, text = attachments()
+    assert rc == 1 and text.splitlines()[-1].startswith(f"UNREADABLE {path}: JSONDecodeError")
+    path.unlink()
+    assert dl.shim("DEL", one)[0] == 0
+
+
 def test_vxlan_master_is_made_on_first_use_and_reused(dl: DaemonLab) -> None:
     from tests.integration.netns import ip
 
