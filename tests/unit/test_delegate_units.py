@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,13 +174,27 @@ def test_delegates_get_a_scrubbed_environment(monkeypatch: pytest.MonkeyPatch) -
     ]
 
 
+def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) -> Any:
+    """A Delegator over `nets` whose plugins are `fake_exec` (no default network, no interface in any netns)."""
+    from netcomp.cni.cache import Cache
+    from netcomp.cni.invoke import Runner
+    from netcomp.delegate.attach import Delegator
+
+    return Delegator(
+        Runner(["/bin"], exec_=fake_exec),
+        Cache(tmp_path / "cache"),
+        lambda: nets,
+        lambda: None,
+        lambda n, i: set(),
+        **kw,
+    )
+
+
 def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
     """A compile that drops a network while one of its ADDs runs must not take the link from under the plugin.
     The kernel side (making and removing real links) is tested in tests/integration; here the plugin is a fake
     that runs the link GC in the middle of the ADD, as a concurrent reload would."""
-    from netcomp.cni.cache import Cache
-    from netcomp.cni.invoke import ExecResult, Runner
-    from netcomp.delegate.attach import Delegator
+    from netcomp.cni.invoke import ExecResult
 
     link = {"kind": "vxlan", "name": "vx7", "link": "eth1", "vni": 7}
     conf = {"cniVersion": "1.0.0", "name": "t", "plugins": [{"type": "sh"}], "netcomp": {"hostLink": link}}
@@ -194,12 +209,10 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
             during.append(d.gc_host_links())  # ...and the GC runs while this plugin runs
         return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
 
-    d = Delegator(
-        Runner(["/bin"], exec_=fake_exec),
-        Cache(tmp_path / "cache"),
-        lambda: nets,
-        lambda: None,
-        lambda netns, names: set(),
+    d = _delegator(
+        tmp_path,
+        nets,
+        fake_exec,
         owned_links=lambda: set(host),
         remove_link=lambda name: (removed.append(name), host.discard(name)),
     )
@@ -234,18 +247,8 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
 
 
 def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-untyped-def]
-    from netcomp.cni.cache import Cache
-    from netcomp.cni.invoke import Runner
-    from netcomp.delegate.attach import Delegator
-
     nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
-    d = Delegator(
-        Runner(["/bin"], exec_=fake_exec),
-        Cache(tmp_path / "cache"),
-        lambda: nets,
-        lambda: None,
-        lambda netns, names: set(),
-    )
+    d = _delegator(tmp_path, nets, fake_exec)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
     d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
     return d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"})
