@@ -267,11 +267,13 @@ def test_attachments_lists_containers_networks_and_unreadable_entries(dl: Daemon
         ]
     )
     path = next(p for p in Path(dl.settings.cacheDir).glob("*.json") if f"ctr-{two}" in p.read_text())
+    good = path.read_bytes()
     path.write_text("{")
     rc, text = attachments()
     assert rc == 1 and text.splitlines()[-1].startswith(f"UNREADABLE {path}: JSONDecodeError")
-    path.unlink()
-    assert dl.shim("DEL", one)[0] == 0
+    path.write_bytes(good)
+    assert dl.shim("DEL", one)[0] == 0 and dl.shim("DEL", two)[0] == 0
+    assert dl.leases() == [] and attachments() == (0, "no containers attached\n")
 
 
 def test_vxlan_master_is_made_on_first_use_and_reused(dl: DaemonLab) -> None:
