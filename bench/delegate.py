@@ -154,7 +154,7 @@ def inner(runs: int) -> None:
             return shim("VERSION", "x")
 
         # How long a shim call takes outside the daemon: the pause a real DEL always comes after (see (a*)).
-        pause = statistics.median(shim("VERSION", "x") for _ in range(5))
+        pause = statistics.median(shim_start() for _ in range(5))
         one = [("mgmt", "eth0")]
         three = [("mgmt", "eth0"), ("storage", "net0"), ("backup", "net1")]
         for _ in range(runs):
@@ -165,7 +165,7 @@ def inner(runs: int) -> None:
             a_direct.append(t_add + direct_del(ns, one, res))
             ns = netns()
             t_add, res = direct(ns, one)
-            time.sleep(pause)  # not timed: the kernel's work after ADD makes a later DEL cost more
+            time.sleep(pause)  # not timed: after an idle pause a DEL costs more (docs/benchmarks.md, (a))
             a_paused.append(t_add + direct_del(ns, one, res))
             ns = netns()
             t_add, res = direct(ns, one, shim_start())
