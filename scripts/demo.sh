@@ -78,8 +78,9 @@ shim ADD
 echo; echo "inside the container:"
 ip -n "$CTRNS" -br addr
 
-step "5. netcomp status"
+step "5. netcomp status, and netcomp attachments (what each container got, from the daemon's cache)"
 "$NC" status --root "$ROOT"
+"$NC" attachments --root "$ROOT"
 
 step "6. detach (DEL) and check nothing is left"
 shim DEL && echo "DEL ok"
