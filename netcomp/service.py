@@ -63,6 +63,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EX_UNAVAILABLE
     # `attachments` fails (1) when a cache entry cannot be read, so that a script notices.
     code = EX_OK if status == 200 and not (args.command == "attachments" and doc.get("unreadable")) else EX_FAIL
+    if status != 200 and args.output != "json" and args.command in ("status", "attachments"):
+        print(f"netcomp: the daemon refused: {doc.get('msg', doc)}", file=err)  # a CNI error body
+        return EX_FAIL
     if args.output == "json" or args.command not in ("status", "attachments"):
         out.write(json.dumps(doc, indent=2) + "\n")
     elif args.command == "attachments":

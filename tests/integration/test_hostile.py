@@ -173,3 +173,20 @@ def test_metrics_and_status_endpoints(dl: DaemonLab) -> None:
         "tunnel",
         "tagged",
     }
+
+
+def test_cli_reports_a_refusal_without_a_traceback(tmp_path: Path) -> None:
+    """`netcomp status` / `attachments` against a daemon that refuses this peer (root is not in allowedUids):
+    exit 1 and the daemon's words, not an internal error."""
+    import io
+
+    from netcomp.cli import main
+
+    with daemon_lab(tmp_path, extra={"allowedUids": [4242]}) as dl:
+        cfg = tmp_path / "cli.yaml"
+        cfg.write_text(f"socket: {dl.sock}\n")
+        for command in ("status", "attachments"):
+            out, err = io.StringIO(), io.StringIO()
+            assert main([command, "--config", str(cfg)], out, err) == 1
+            assert err.getvalue() == "netcomp: the daemon refused: peer uid 0 may not use the netcomp socket\n"
+            assert out.getvalue() == ""
