@@ -240,20 +240,20 @@ class Delegator:
             return  # nothing of ours (DEL is idempotent)
         self._delete_entry(entry, req.netns or entry.netns)
 
-    def _delete_entry(self, entry: Entry, netns: str) -> None:
-        """DEL every attachment of the entry. Side by side, as ADD ran them (they are independent: no network's
-        delegates see another's), so a container on three networks goes in the time of its slowest; each
-        conflist's own plugins still go in reverse. The attachments whose DEL failed stay in the cache."""
-        atts = entry.attachments
+    def _delete_entry(self, entry: Entry, netns: str, atts: list[Attachment] | None = None) -> None:
+        """DEL `atts` (default: every attachment of the entry) in `netns`. Side by side, as ADD ran them (they
+        are independent: no network's delegates see another's), so a container on three networks goes in the
+        time of its slowest; each conflist's own plugins still go in reverse. What was deleted leaves the cache
+        entry (the entry goes when it is empty); what failed stays, and the error is raised."""
+        atts = list(entry.attachments) if atts is None else atts
 
         def one(a: Attachment) -> None:
             self.runner.delete(
                 a.conflist, RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args), a.result
             )
 
-        futures = self._side_by_side(one, atts)
         errors: list[DelegateError | None] = []
-        for a, fut in zip(atts, futures, strict=True):
+        for a, fut in zip(atts, self._side_by_side(one, atts), strict=True):
             try:
                 fut.result()
                 errors.append(None)
@@ -261,16 +261,16 @@ class Delegator:
                 errors.append(e)
             except Exception as e:  # a bug or the host: the attachment stays cached all the same
                 errors.append(DelegateError(999, f"{type(e).__name__}: {e}", network=a.network))
-        failed = [a for a, e in zip(atts, errors, strict=True) if e is not None]
-        if failed:
-            done = [a for a, e in zip(atts, errors, strict=True) if e is None]
-            entry.attachments = failed
+        done = [a for a, e in zip(atts, errors, strict=True) if e is None]
+        entry.attachments = [a for a in entry.attachments if all(a is not d for d in done)]
+        if entry.attachments:
             self.cache.save(entry)
-            self.host.after_detach(done)
+        else:
+            self.cache.remove(entry.container_id, entry.ifname)
+        self.host.after_detach(done)
+        if any(e is not None for e in errors):
             # The error of the last network, as a DEL in reverse order would have met it first.
             raise next(e for e in reversed(errors) if e is not None)
-        self.cache.remove(entry.container_id, entry.ifname)
-        self.host.after_detach(atts)
 
     # --------------------------------------------------------------------------------------------- CHECK
 
@@ -357,25 +357,9 @@ class Delegator:
             entry = self.cache.load(container_id, key_ifname) or Entry(container_id, netns, key_ifname, "1.0.0")
             if command == "DEL":
                 gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
-                failed: list[int] = []
-                error: DelegateError | None = None
-                for a in reversed(gone):
+                if gone:
                     # The namespace recorded when it was attached: the one the interface lives in.
-                    rt = RuntimeConf(container_id, entry.netns or netns, a.ifname, a.args, a.capability_args)
-                    try:
-                        self.runner.delete(a.conflist, rt, a.result)
-                    except DelegateError as e:
-                        failed.append(id(a))
-                        error = error or e
-                gone_ids = {id(a) for a in gone} - set(failed)
-                entry.attachments = [a for a in entry.attachments if id(a) not in gone_ids]
-                if entry.attachments:
-                    self.cache.save(entry)
-                else:
-                    self.cache.remove(container_id, key_ifname)
-                self.host.after_detach([a for a in gone if id(a) in gone_ids])
-                if error is not None:
-                    raise error
+                    self._delete_entry(entry, entry.netns or netns, gone)
                 return {}
             nets = self.networks()
             if network not in nets:

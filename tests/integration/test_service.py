@@ -144,9 +144,7 @@ def activated(node: dict[str, Path], notify: Notify, path: Path) -> tuple[socket
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(16)
-    early = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    early.settimeout(30)
-    early.connect(str(path))  # before any daemon exists
+    early = connect(path)  # before any daemon exists
     fd = listener.fileno()
     # What systemd does for a socket unit: the socket as fd 3, LISTEN_PID the pid that execs the daemon.
     systemd = (
@@ -157,6 +155,13 @@ def activated(node: dict[str, Path], notify: Notify, path: Path) -> tuple[socket
     p = start(node, notify, argv=argv, pass_fds=(fd,))
     listener.close()  # the daemon has its own copy
     return early, p
+
+
+def connect(path: Path) -> socket.socket:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(30)
+    c.connect(str(path))
+    return c
 
 
 def answer(c: socket.socket) -> bytes:
@@ -216,31 +221,30 @@ def test_plugins_get_no_fd_of_the_daemon_under_socket_activation(node: dict[str,
     )
     ns = f"nc-fd-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True, timeout=30)
-    notify = Notify(node["tmp"] / "notify.sock")
-    path = node["tmp"] / "activated.sock"
-    early, p = activated(node, notify, path)
     try:
-        for verb in ("ADD", "DEL"):
-            env = {
-                "CNI_COMMAND": verb,
-                "CNI_CONTAINERID": "fd-test",
-                "CNI_NETNS": f"/var/run/netns/{ns}",
-                "CNI_IFNAME": "eth0",
-                "CNI_PATH": str(plugins),
-            }
-            body = protocol.encode_request(env, b'{"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}')
-            c = early if verb == "ADD" else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            if verb == "DEL":
-                c.settimeout(30)
-                c.connect(str(path))
-            c.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            data = answer(c)
-            assert data.startswith(b"HTTP/1.1 200"), data
-    finally:
-        early.close()
-        code = stop(p)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        notify = Notify(node["tmp"] / "notify.sock")
+        path = node["tmp"] / "activated.sock"
+        early, p = activated(node, notify, path)
+        try:
+            for verb in ("ADD", "DEL"):
+                env = {
+                    "CNI_COMMAND": verb,
+                    "CNI_CONTAINERID": "fd-test",
+                    "CNI_NETNS": f"/var/run/netns/{ns}",
+                    "CNI_IFNAME": "eth0",
+                    "CNI_PATH": str(plugins),
+                }
+                body = protocol.encode_request(env, b'{"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}')
+                c = early if verb == "ADD" else connect(path)
+                c.sendall(b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                data = answer(c)
+                assert data.startswith(b"HTTP/1.1 200"), data
+        finally:
+            early.close()
+            code = stop(p)
         assert code == 0, p.stderr.read().decode() if p.stderr else ""
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
     assert seen.read_text().splitlines() == ["ADD 0 1 2 3 4", "DEL 0 1 2 3 4"]
 
 
@@ -258,14 +262,9 @@ def test_under_systemd_socket_activate(node: dict[str, Path]) -> None:
         assert p.stderr is not None
         line = p.stderr.readline().decode()
         assert line.startswith("Listening on"), line
-        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        c.settimeout(30)
-        c.connect(str(path))
+        c = connect(path)
         c.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while chunk := c.recv(65536):
-            data += chunk
-        c.close()
+        data = answer(c)
         assert data.startswith(b"HTTP/1.1 200") and b'"ready": true' in data, data
         notify.wait_for("READY", "1")
     finally:
