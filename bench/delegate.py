@@ -14,7 +14,7 @@ this machine with a Python shim.
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
 started as `netcomp daemon --root TMP` in it and the shim installed as the package installs it (a launcher that
-imports the byte-compiled shim, netcomp/shimlaunch.py); all is removed at the end.
+imports the byte-compiled shim, netcomp/shim/install.py); all is removed at the end.
 Usage: sudo bench/delegate.py [--runs N]
 """
 
@@ -80,7 +80,7 @@ def setup(base: Path) -> None:
 
 
 def inner(runs: int) -> None:
-    from netcomp import shimlaunch
+    from netcomp.shim import install as shimlaunch
     from netcomp.cni.invoke import Runner, RuntimeConf
 
     base = Path(tempfile.mkdtemp(prefix="netcomp-bench-"))

@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
         if args.command == "install-shim":
             import subprocess
 
-            from netcomp import shimlaunch
+            from netcomp.shim import install as shimlaunch
 
             plugin = Path(args.cni_bin_dir) / "netcomp"
             try:

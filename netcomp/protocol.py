@@ -3,8 +3,8 @@
 Request: `POST /cni` with `{"env": {"CNI_COMMAND": ..., ...}, "config": "<base64 of the runtime's stdin>"}`
 (Go marshals Multus's `Config []byte` as base64). Answer: 200 `{"Result": <CNI result>}`, or 400 with a CNI
 error object `{"code", "msg", "details"}`. A netcomp shim sends `X-Netcomp-Shim: 1` and gets the bare result
-instead, ready to print, so it never has to parse JSON. shim.py carries its own copy of the client side (it may
-import nothing of netcomp); tests/unit/test_protocol.py keeps the two in agreement."""
+instead, ready to print, so it never has to parse JSON. shim/plugin.py carries its own copy of the client side (it
+may import nothing of netcomp); tests/unit/test_shim.py keeps the two in agreement."""
 
 from __future__ import annotations
 

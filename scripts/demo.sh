@@ -71,7 +71,7 @@ ip netns add "$CTRNS"
 SHIMCONF="{\"cniVersion\": \"1.0.0\", \"name\": \"netcomp\", \"type\": \"netcomp\", \"socket\": \"$ROOT/run/netcomp/netcomp.sock\"}"
 shim() {  # as a container runtime would exec it
   env -i CNI_COMMAND="$1" CNI_CONTAINERID=demo-ctr CNI_NETNS="/var/run/netns/$CTRNS" CNI_IFNAME=eth0 \
-    CNI_ARGS="NETCOMP_NETWORKS=storage" CNI_PATH=/usr/lib/cni "$PY" -I -S netcomp/shim.py <<<"$SHIMCONF"
+    CNI_ARGS="NETCOMP_NETWORKS=storage" CNI_PATH=/usr/lib/cni "$PY" -I -S netcomp/shim/plugin.py <<<"$SHIMCONF"
 }
 echo "ADD result (the default network's, as the runtime sees it):"
 shim ADD

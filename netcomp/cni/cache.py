@@ -1,5 +1,24 @@
-"""What ADD used and got, per container: one JSON file per container, written atomically before ADD answers.
-DEL and CHECK use it, never today's intents (an intent edited or removed since must not change what DEL does)."""
+"""What an ADD is about to do, did, and got, per container: one JSON file per container, the daemon's write-ahead
+record. DEL and CHECK use it, never today's intents (an intent edited or removed since must not change what DEL
+does), and a daemon that died mid-ADD finds in it what to undo.
+
+Each attachment has a state:
+- `adding`: written before its delegate runs (the write-ahead). Its delegate may have run, in part or whole,
+  or not at all; nobody was told it succeeded. A daemon starting up, a DEL, or a new ADD of the container
+  undoes it (plugins tolerate a DEL of what was never added: CNI spec, "DEL").
+- `attached`: its ADD succeeded and the result is recorded; the runtime has been (or is being) told so.
+- `undo`: it must be DELeted (its ADD failed, or was rolled back) and that DEL failed; `error` says why. It stays
+  until a DEL completes it.
+
+Entries name their format (`"kind": "netcompCacheV1"`, as libcni's cache says `cniCacheV1`). Entries written
+before the format had a name (netcomp 0.1.0 before the write-ahead) are read as version 0: every attachment
+attached, no namespace identity. An entry of a kind this version does not know is reported by name and kept.
+
+Writes are atomic (temp file and rename) but not fsync'd: they must survive the daemon's death (OOM, watchdog,
+kill -9), which the page cache does, not the machine's. A machine that loses power loses every container, netns
+and interface with it; what outlives it on disk (host-local's leases, themselves written without fsync) is what
+the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each of the two writes of every ADD.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +27,9 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -18,6 +37,11 @@ from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
 
 log = logging.getLogger("netcomp.cache")
+
+KIND = "netcompCacheV1"
+KNOWN_KINDS = (KIND,)
+State = Literal["adding", "attached", "undo"]
+STATES: tuple[State, ...] = ("adding", "attached", "undo")
 
 
 @dataclass
@@ -30,6 +54,41 @@ class Attachment:
     result: dict[str, Any] | None = None
     args: str = ""  # CNI_ARGS given to the delegates
     capability_args: dict[str, Any] = field(default_factory=dict)
+    state: State = "adding"
+    error: str = ""  # why an `undo` attachment's DEL failed
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "network": self.network,
+            "ifname": self.ifname,
+            "state": self.state,
+            "conflist": self.conflist,
+            "result": self.result,
+            "args": self.args,
+            "capabilityArgs": self.capability_args,
+        }
+        if self.error:
+            doc["error"] = self.error
+        return doc
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Attachment:
+        state = d.get("state", "attached")
+        if state not in STATES:
+            raise ValueError(f"unknown attachment state {state!r}")
+        return Attachment(
+            network=_str(d, "network"),
+            ifname=_str(d, "ifname"),
+            conflist=_dict(d, "conflist"),
+            result=d.get("result") if isinstance(d.get("result"), dict) else None,
+            args=str(d.get("args") or ""),
+            capability_args=d.get("capabilityArgs") or {},
+            state=state,
+            error=str(d.get("error") or ""),
+        )
+
+
+NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, whatever path names it
 
 
 @dataclass
@@ -39,19 +98,109 @@ class Entry:
     ifname: str  # the runtime's CNI_IFNAME
     cni_version: str
     attachments: list[Attachment] = field(default_factory=list)
+    netns_id: NetnsId | None = None  # None only in entries of version 0
+    request: str = ""  # digest of the ADD request, to answer a repeated one from the record
+    version: int = 1
+
+    @property
+    def attached(self) -> list[Attachment]:
+        return [a for a in self.attachments if a.state == "attached"]
+
+    @property
+    def unfinished(self) -> list[Attachment]:
+        """What an ADD left undone or a rollback could not undo: to be DELeted before anything else."""
+        return [a for a in self.attachments if a.state != "attached"]
 
     def to_json(self) -> bytes:
+        doc = {
+            "kind": KIND,
+            "containerID": self.container_id,
+            "ifname": self.ifname,
+            "netns": self.netns,
+            "netnsID": list(self.netns_id) if self.netns_id else None,
+            "cniVersion": self.cni_version,
+            "request": self.request,
+            "attachments": [a.to_doc() for a in self.attachments],
+        }
         # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
         try:
-            return orjson.dumps(self, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
-            return (json.dumps(asdict(self), indent=2) + "\n").encode()
+            return (json.dumps(doc, indent=2) + "\n").encode()
 
     @staticmethod
     def from_json(data: bytes) -> Entry:
         d = json.loads(data)
-        atts = [Attachment(**a) for a in d.pop("attachments")]
-        return Entry(**d, attachments=atts)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        kind = d.get("kind")
+        if kind is None and "container_id" in d:
+            return _legacy(d)
+        if kind not in KNOWN_KINDS:
+            raise UnknownKind(str(kind))
+        nid = d.get("netnsID")
+        atts = d.get("attachments")
+        if not isinstance(atts, list):
+            raise ValueError("attachments is not a list")
+        return Entry(
+            container_id=_str(d, "containerID"),
+            netns=str(d.get("netns") or ""),
+            ifname=_str(d, "ifname"),
+            cni_version=str(d.get("cniVersion") or "1.0.0"),
+            attachments=[Attachment.from_doc(a) for a in atts],
+            netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
+            request=str(d.get("request") or ""),
+        )
+
+
+class UnknownKind(ValueError):
+    """An entry of a format this version does not read (written by a newer netcomp, or not netcomp's)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"its kind {kind!r} is not one this netcomp reads ({', '.join(KNOWN_KINDS)})")
+        self.kind = kind
+
+
+def _legacy(d: dict[str, Any]) -> Entry:
+    """An entry of version 0 (no "kind"): written after its ADD succeeded, so everything in it is attached."""
+    atts = []
+    for a in d.get("attachments") or []:
+        atts.append(
+            Attachment(
+                network=_str(a, "network"),
+                ifname=_str(a, "ifname"),
+                conflist=_dict(a, "conflist"),
+                result=a.get("result"),
+                args=str(a.get("args") or ""),
+                capability_args=a.get("capability_args") or {},
+                state="attached",
+            )
+        )
+    return Entry(
+        container_id=_str(d, "container_id"),
+        netns=str(d.get("netns") or ""),
+        ifname=_str(d, "ifname"),
+        cni_version=str(d.get("cni_version") or "1.0.0"),
+        attachments=atts,
+        version=0,
+    )
+
+
+def _str(d: Any, key: str) -> str:
+    v = d.get(key) if isinstance(d, dict) else None
+    if not isinstance(v, str):
+        raise ValueError(f"{key} is missing or not a string")
+    return v
+
+
+def _dict(d: Any, key: str) -> dict[str, Any]:
+    v = d.get(key) if isinstance(d, dict) else None
+    if not isinstance(v, dict):
+        raise ValueError(f"{key} is missing or not an object")
+    return v
+
+
+_READ_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
 class Cache:
@@ -77,17 +226,15 @@ class Cache:
             raise HostError(f"cannot read the attachment cache entry {path}: {e.strerror}") from None
         try:
             return Entry.from_json(data)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except _READ_ERRORS as e:
+            why = str(e) if isinstance(e, UnknownKind) else f"{type(e).__name__}: {e}"
             raise HostError(
                 f"the attachment cache entry {path} of container {container_id} on {ifname} cannot be read "
-                f"({type(e).__name__}: {e}); it is left as it is: restore it, or undo what it records by hand "
-                "and remove it"
+                f"({why}); it is left as it is: restore it, or undo what it records by hand and remove it"
             ) from None
 
     def save(self, entry: Entry) -> None:
-        # Atomic (a daemon killed mid-write leaves the old entry or the new one) but not fsync'd: it is on the
-        # path of every ADD (1.5 ms here), and what it protects against a power loss is gone anyway after one
-        # (every container with it); host-local's own lease files are not fsync'd either.
+        """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(self.path(entry.container_id, entry.ifname), entry.to_json(), mode=0o600, durable=False)
 
@@ -124,6 +271,8 @@ class Cache:
                     out.append(Entry.from_json(path.read_bytes()))
                 except FileNotFoundError:  # removed by a DEL meanwhile
                     continue
-                except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+                except UnknownKind as e:
+                    broken.append((path, str(e)))
+                except (OSError, *_READ_ERRORS) as e:
                     broken.append((path, f"{type(e).__name__}: {e}"))
         return out, broken

@@ -1,24 +1,34 @@
-"""Which interface names exist inside a container's network namespace (asked on every ADD, before any plugin).
+"""Container network namespaces: their identity, the interface names in them, and a path to exactly the one ADD
+attached.
 
-A fresh thread enters the namespace with setns(2) (a per-thread operation for network namespaces), lists the
-interfaces and goes back; the thread is used once and discarded, so a failure to return can never leave a
-serving thread in a container's namespace. Measured per check here: pyroute2's NetNS 13.5 ms (it forks a
-helper); pyroute2's IPRoute opened in the thread 2.3 ms (1.9 ms of it parsing netlink messages in Python);
-libc's if_nameindex() through socket.if_nameindex() 0.4 ms, thread included. This is the hot path of every ADD,
-so it uses the last; pyroute2 stays the tool for changing links on the host."""
+A namespace is known by identity, the (device, inode) of its nsfs file, never by the path that names it now:
+`/proc/PID/ns/net` paths name another namespace once the PID is reused, and a runtime may pass a DEL the path of
+another container. ADD records the identity; DEL and CHECK act only on a namespace of that identity, reached
+through a descriptor the daemon holds (`/proc/<daemon>/fd/<n>`), so the path cannot be swapped underneath them.
+
+Listing interface names: a fresh thread enters the namespace with setns(2) (a per-thread operation for network
+namespaces), lists the interfaces and goes back; the thread is used once and discarded, so a failure to return
+can never leave a serving thread in a container's namespace. Measured per check here: pyroute2's NetNS 13.5 ms
+(it forks a helper); pyroute2's IPRoute opened in the thread 2.3 ms; libc's if_nameindex() through
+socket.if_nameindex() 0.4 ms, thread included. This is the hot path of every ADD, so it uses the last."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
+from netcomp.cni.cache import NetnsId
 from netcomp.cni.invoke import E_INVALID_ENV
 from netcomp.errors import DelegateError, HostError
 
 CLONE_NEWNET = 0x40000000
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -28,20 +38,65 @@ def _setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _open_netns(path: str) -> int:
-    if not os.path.isabs(path) or "/../" in f"{path}/":
-        raise DelegateError(E_INVALID_ENV, f"CNI_NETNS {path!r} must be an absolute path without '..'")
+def check_path(path: str) -> str:
+    if not path.startswith("/") or "/../" in f"{path}/" or "\0" in path:
+        raise DelegateError(E_INVALID_ENV, f"CNI_NETNS {path[:200]!r} must be an absolute path without '..'")
+    return path
+
+
+def open_netns(path: str) -> tuple[int, NetnsId]:
+    """An fd on the network namespace at path, and its identity. DelegateError (4) when path is not one."""
+    check_path(path)
     try:
         # O_NONBLOCK: a FIFO planted at that path must not hang us.
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise DelegateError(E_INVALID_ENV, f"cannot open network namespace {path}: {e.strerror}") from None
+    try:
+        try:
+            kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+        except OSError:
+            kind = -1
+        if kind != CLONE_NEWNET:
+            raise DelegateError(E_INVALID_ENV, f"{path} is not a network namespace")
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, (st.st_dev, st.st_ino)
 
 
-def existing(netns: str, names: Iterable[str]) -> set[str]:
-    """Which of `names` already exist as links in the network namespace at path `netns`."""
+def identity(path: str) -> NetnsId | None:
+    """The identity of the network namespace at path; None when there is none there now."""
+    try:
+        fd, nid = open_netns(path)
+    except DelegateError:
+        return None
+    os.close(fd)
+    return nid
+
+
+def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
+    """The namespaces no container may be given: PID 1's, the daemon's own, and `extra` (the named netns the
+    delegates run in, when that is not the daemon's own)."""
+    out = set()
+    for p in ("/proc/1/ns/net", "/proc/self/ns/net", *extra):
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def existing(netns: str | int, names: Iterable[str]) -> set[str]:
+    """Which of `names` already exist as links in the network namespace (a path, or an fd on it)."""
     wanted = list(names)
-    fd = _open_netns(netns)
+    if isinstance(netns, int):
+        fd, label, own_fd = netns, f"fd {netns}", False
+    else:
+        fd, _ = open_netns(netns)
+        label, own_fd = netns, True
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -50,12 +105,12 @@ def existing(netns: str, names: Iterable[str]) -> set[str]:
             try:
                 _setns(fd)
             except OSError as e:
-                box["error"] = DelegateError(E_INVALID_ENV, f"{netns} is not a network namespace: {e.strerror}")
+                box["error"] = DelegateError(E_INVALID_ENV, f"{label} is not a network namespace: {e.strerror}")
                 return
             try:
                 box["found"] = {name for _, name in socket.if_nameindex()} & set(wanted)
             except OSError as e:  # netlink trouble is the host's, not the request's
-                box["error"] = HostError(f"cannot list links in {netns}: {e}")
+                box["error"] = HostError(f"cannot list links in {label}: {e}")
             finally:
                 _setns(own)  # if this fails the thread ends here, never serving again
         finally:
@@ -66,7 +121,42 @@ def existing(netns: str, names: Iterable[str]) -> set[str]:
         t.start()
         t.join()
     finally:
-        os.close(fd)
+        if own_fd:
+            os.close(fd)
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box.get("found", set())  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a DEL or CHECK acts: `path` for the plugins ("" when the namespace ADD attached is gone: plugins
+    then free what they hold outside it, such as addresses, and touch no interface), and `found` whether the
+    recorded namespace still exists."""
+
+    path: str
+    found: bool
+
+
+@contextlib.contextmanager
+def recorded(recorded_id: NetnsId | None, *paths: str, pin: bool) -> Iterator[Target]:
+    """The namespace ADD recorded, looked for at each of `paths` (the one the request gives first, then the one
+    ADD was given). Only a namespace of the recorded identity counts; with `pin` the plugins get a path to the
+    daemon's own descriptor on it, which no later mount or PID reuse can redirect. An entry without an identity
+    (written before netcomp recorded one) trusts the first path that is a network namespace."""
+    for p in paths:
+        if not p:
+            continue
+        try:
+            fd, nid = open_netns(p)
+        except DelegateError:
+            continue
+        if recorded_id is not None and nid != recorded_id:
+            os.close(fd)
+            continue
+        try:
+            yield Target(f"/proc/{os.getpid()}/fd/{fd}" if pin else p, True)
+        finally:
+            os.close(fd)
+        return
+    yield Target("", False)

@@ -16,7 +16,7 @@ from netcomp.config import Settings
 from netcomp.daemon.main import Daemon
 from tests.integration.netns import PLUGIN_DIR, Lab, lab
 
-SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim.py"
+SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 

@@ -88,7 +88,7 @@ LEVELS = {
     "netcomp.fsutil": 0,
     "netcomp.protocol": 0,
     "netcomp.shim": 0,
-    "netcomp.shimlaunch": 0,
+    "netcomp.shim.install": 0,
     "netcomp.cni": 1,
     "netcomp.intent": 1,
     "netcomp.render": 1,

@@ -11,7 +11,11 @@ import subprocess
 import threading
 from pathlib import Path
 
-from netcomp import protocol, shim, shimlaunch
+import pytest
+
+from netcomp import protocol
+from netcomp.shim import install as shimlaunch
+from netcomp.shim import plugin as shim
 
 SHIM = Path(shim.__file__)
 
@@ -28,14 +32,16 @@ def test_version_is_answered_without_the_daemon() -> None:
     assert json.loads(out)["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 
-def test_daemon_down_add_is_a_named_error_and_del_succeeds(tmp_path: Path) -> None:
+def test_daemon_down_is_a_named_error_for_every_verb_del_too(tmp_path: Path) -> None:
+    """A DEL that could not run is never reported as done (the runtime retries it): code 11, as for ADD."""
     sock = str(tmp_path / "nothing.sock")
     conf = json.dumps({"cniVersion": "0.4.0", "socket": sock, "readyTimeout": 0.05}).encode()
-    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
-    err = json.loads(out)
-    assert code == 1 and err["code"] == 11 and err["cniVersion"] == "0.4.0"
-    assert sock in err["msg"] and "systemctl status netcomp" in err["details"]
-    assert run({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c"}, conf) == (0, b"")
+    for verb in ("ADD", "DEL", "CHECK"):
+        code, out = run({"CNI_COMMAND": verb, "CNI_CONTAINERID": "c"}, conf)
+        err = json.loads(out)
+        assert code == 1 and err["code"] == 11 and err["cniVersion"] == "0.4.0", (verb, err)
+        assert sock in err["msg"] and "systemctl status netcomp" in err["details"]
+        assert ("did not run to the end" in err["details"]) == (verb == "DEL")
 
 
 def test_wire_format_agrees_with_the_daemon() -> None:
@@ -60,10 +66,33 @@ def test_wire_format_agrees_with_the_daemon() -> None:
 
 def test_config_fields_are_read_without_a_json_parser() -> None:
     text = '{"cniVersion": "0.3.1", "socket" : "/run/x \\"y\\".sock", "readyTimeout": 2.5, "name": "n"}'
-    assert shim._field(text, "cniVersion") == "0.3.1"
-    assert shim._field(text, "socket") == '/run/x "y".sock'
-    assert shim._field(text, "readyTimeout") == "2.5"
-    assert shim._field(text, "missing") is None
+    keys = ("cniVersion", "socket", "readyTimeout", "missing")
+    assert shim.top_level(text, keys) == {"cniVersion": "0.3.1", "socket": '/run/x "y".sock', "readyTimeout": "2.5"}
+
+
+def test_only_top_level_keys_count() -> None:
+    """A nested "socket" (in args, a prevResult, a string value) is not the shim's; the last top-level one wins,
+    as with json.loads."""
+    text = json.dumps(
+        {
+            "args": {"socket": "/evil.sock", "x": ["socket", {"readyTimeout": 0}]},
+            "name": "socket",
+            "socket": "/a.sock",
+            "note": 'a "socket": "/b.sock" in a string',
+        }
+    )
+    assert shim.top_level(text, ("socket", "readyTimeout")) == {"socket": "/a.sock"}
+    assert shim.top_level('{"socket": "/1", "socket": "/2"}', ("socket",)) == {"socket": "/2"}
+    for junk in ["", "[", '{"socket"', '{"socket": "/x', "\\", '"}{"', '{"a": "\\"}', "{{{{"]:
+        shim.top_level(junk, ("socket",))  # nothing but a dict, whatever the text
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, 10.0), ("2.5", 2.5), ("0", 0.0), ("-1", 10.0), ("nan", 10.0), ("inf", 10.0), ("x", 10.0), ("1e99", 10.0)],
+)
+def test_ready_timeout_is_sane(value: str | None, expected: float) -> None:
+    assert shim.ready_timeout(value) == expected
 
 
 def test_retries_while_the_daemon_is_not_ready(tmp_path: Path) -> None:
@@ -147,7 +176,7 @@ def test_values_with_escapes_still_round_trip() -> None:
     for value in ["plain", 'q"uote', "back\\slash", "tab\t", "caf\u00e9", "\x7f", ""]:
         assert json.loads(shim._q(value)) == value
         text = json.dumps({"socket": value, "other": 1})
-        assert shim._field(text, "socket") == value
+        assert shim.top_level(text, ("socket",)) == {"socket": value}
 
 
 def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
@@ -236,4 +265,102 @@ def test_an_answer_cut_short_is_an_error_not_a_result(tmp_path: Path) -> None:
     t.join()
     srv.close()
     err = json.loads(out)
-    assert code == 1 and err["code"] == 11 and err["msg"].endswith(": the daemon's answer was cut short")
+    assert (
+        code == 1 and err["code"] == 11 and err["msg"].endswith(": the daemon went away before its answer was complete")
+    )
+
+
+class Scripted:
+    """A unix socket server that answers each connection with the next of `answers` (raw bytes, sent after the
+    whole request is read; None: close without a word), recording the requests. Stands in for the daemon where
+    the test needs it to misbehave; the real daemon is exercised in tests/integration."""
+
+    def __init__(self, path: Path, answers: list[bytes | None]) -> None:
+        self.path = str(path)
+        self.answers = answers
+        self.seen: list[bytes] = []
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(8)
+        self.srv.settimeout(30)  # if the shim gives up early, the server thread must not wait forever
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(TimeoutError, OSError):
+            for answer in self.answers:
+                conn, _ = self.srv.accept()
+                with conn:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += conn.recv(65536)
+                    head, _, rest = data.partition(b"\r\n\r\n")
+                    length = int(
+                        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                    )
+                    while len(rest) < length:
+                        rest += conn.recv(65536)
+                    self.seen.append(rest)
+                    if answer is not None:
+                        conn.sendall(answer)
+
+    def close(self) -> None:
+        self.thread.join()
+        self.srv.close()
+
+
+def _answer(status: int, body: bytes) -> bytes:
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+TAKEN = b"HTTP/1.1 102 Processing\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("answers", "code", "out"),
+    [
+        # busy (429) and starting (503) are tried again
+        ([_answer(429, b'{"code":11}'), _answer(503, b'{"code":11}'), _answer(200, b'{"a":1}')], 0, b'{"a":1}\n'),
+        # taken, then answered
+        ([TAKEN + _answer(200, b'{"a":2}')], 0, b'{"a":2}\n'),
+        # taken, then the daemon died with the request: posted again, answered
+        ([TAKEN + b"HTTP/1.1 200 OK\r\nContent-Le", None, _answer(200, b'{"a":3}')], 0, b'{"a":3}\n'),
+        # a CNI error from the daemon is printed as it is
+        (
+            [_answer(400, b'{"cniVersion":"1.0.0","code":7,"msg":"m"}')],
+            1,
+            b'{"cniVersion":"1.0.0","code":7,"msg":"m"}\n',
+        ),
+        # an empty 200 (DEL, CHECK) prints nothing
+        ([TAKEN + _answer(200, b"")], 0, b""),
+    ],
+)
+def test_daemon_answers(tmp_path: Path, answers: list[bytes | None], code: int, out: bytes) -> None:
+    srv = Scripted(tmp_path / "d.sock", answers)
+    conf = json.dumps({"socket": srv.path, "readyTimeout": 5}).encode()
+    try:
+        got = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
+    finally:
+        srv.close()
+    assert got == (code, out)
+    assert len(srv.seen) == len(answers)
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP"),
+        (b"HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\noops!", "answered HTTP 500"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n", "over 4 MiB"),
+        (b"HTTP/1.1 200 OK\r\n\r\n{}", "not HTTP"),  # no Content-Length: not what the daemon sends
+    ],
+)
+def test_answers_that_are_not_the_daemons_are_errors(tmp_path: Path, answer: bytes, words: str) -> None:
+    srv = Scripted(tmp_path / "d.sock", [answer])
+    conf = json.dumps({"socket": srv.path, "readyTimeout": 0}).encode()
+    try:
+        code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
+    finally:
+        srv.close()
+    err = json.loads(out)
+    assert code == 1 and err["code"] == 999 and words in err["msg"], err

@@ -1,4 +1,4 @@
-"""The CNI plugin as it is installed: a launcher (netcomp/shim-launcher.in) that imports the shim from a
+"""The CNI plugin as it is installed: a launcher (launcher.in beside this file) that imports the shim from a
 directory where Python keeps its bytecode, so that no container start compiles the shim's source.
 
 debian/rules makes the same two files with sed; this module makes them anywhere else (the benchmark, tests,
@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TEMPLATE = HERE / "shim-launcher.in"
-SHIM = HERE / "shim.py"
+TEMPLATE = HERE / "launcher.in"
+SHIM = HERE / "plugin.py"
 MODULE = "netcomp_shim.py"
 INTERPRETER = "/usr/bin/python3"  # the launcher's shebang
 
