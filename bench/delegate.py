@@ -80,8 +80,8 @@ def setup(base: Path) -> None:
 
 
 def inner(runs: int) -> None:
-    from netcomp.shim import install as shimlaunch
     from netcomp.cni.invoke import Runner, RuntimeConf
+    from netcomp.shim import install as shimlaunch
 
     base = Path(tempfile.mkdtemp(prefix="netcomp-bench-"))
     setup(base)
