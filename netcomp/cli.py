@@ -39,6 +39,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
 
 
+def _state(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help="the daemon's last good settings and networks (default: /var/lib/netcomp/state.json under --root)",
+    )
+
+
 def _compile_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "paths",
@@ -105,9 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(d)
     d.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    _state(d)
 
     st = sub.add_parser("status", help="ask the running daemon how it is")
     _common(st)
+    _state(st)
     at = sub.add_parser(
         "attachments",
         help="list the containers attached and their networks",

@@ -80,7 +80,20 @@ class Settings(BaseModel):
     writeRuntimeConfig: bool = Field(
         default=False, description="Write 00-netcomp.conflist (the shim's config) into runtimeConfDir"
     )
-    maxInFlight: int = Field(default=64, ge=1, description="Requests served at once; beyond, CNI code 11")
+    maxInFlight: int = Field(default=64, ge=1, description="Requests served at once; more wait in the queue")
+    maxQueued: int = Field(
+        default=1024, ge=0, description="Requests waiting for one of maxInFlight; beyond, CNI code 11 at once"
+    )
+    queueTimeout: float = Field(
+        default=30.0, gt=0, description="Seconds a request may wait in the queue before it gets CNI code 11"
+    )
+    maxConnections: int = Field(default=1024, ge=1, description="Connections open at once; beyond, refused")
+    maxConnectionsPerPeer: int = Field(
+        default=64, ge=1, description="Connections one client process may hold open at once; beyond, refused"
+    )
+    headerTimeout: float = Field(
+        default=5.0, gt=0, description="Seconds a client has to send its whole request once connected"
+    )
     allowedUids: list[int] = Field(default_factory=lambda: [0], description="Peer uids allowed on the socket")
     pluginTimeout: float = Field(default=60.0, gt=0, description="Seconds a delegate plugin may run")
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")

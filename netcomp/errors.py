@@ -118,3 +118,11 @@ class DelegateError(NetcompError):
 
 class InternalError(NetcompError):
     """A bug in netcomp. Please report it with the command and input that triggered it."""
+
+
+def printable(text: str, limit: int = 4000) -> str:
+    """text for a log line: control characters (newlines included) and non-ASCII written as escapes, so that
+    what a plugin or a peer says can neither split a log line nor forge one; at most `limit` characters."""
+    if text.isascii() and text.isprintable():
+        return text[:limit]
+    return text.encode("unicode_escape").decode("ascii")[:limit]

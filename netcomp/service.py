@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from netcomp import protocol, report
+from netcomp import paths, protocol, report
 from netcomp.cli import EX_DATAERR, EX_OK
 from netcomp.config import Settings, load_settings
 from netcomp.errors import IntentError
@@ -22,12 +22,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config, Root(Path(args.root))).rooted(Root(Path(args.root)))
 
 
+def _state_path(args: argparse.Namespace) -> Path:
+    return Path(args.state) if getattr(args, "state", None) else Root(Path(args.root))(paths.STATE_FILE)
+
+
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        settings = _settings(args)
-    except IntentError as e:
-        print(report.format_all(e.diagnostics), file=err)
-        return EX_DATAERR
     if args.command == "daemon":
         from netcomp.daemon import main
 
@@ -36,7 +35,26 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             stream=sys.stderr,
             format="%(levelname)s %(name)s: %(message)s",
         )
-        return main.run(lambda: _settings(args))
+        try:
+            return main.run(lambda: _settings(args), state_path=_state_path(args))
+        except IntentError as e:  # netcomp.yaml broken, and no last good state to run with
+            print(report.format_all(e.diagnostics), file=err)
+            print("netcomp: no last good settings to run with: fix netcomp.yaml", file=err)
+            return EX_DATAERR
+    try:
+        settings = _settings(args)
+    except IntentError as e:
+        # The daemon runs with its last good settings meanwhile: talk to it on their socket.
+        from netcomp.daemon.state import StateFile
+
+        saved = StateFile(_state_path(args)).load()
+        settings = saved.settings if saved is not None else Settings().rooted(Root(Path(args.root)))
+        print(report.format_all(e.diagnostics), file=err)
+        print(
+            f"netcomp: netcomp.yaml is broken; asking the daemon on {settings.socket} "
+            f"({'its last good settings' if saved is not None else 'the default'})",
+            file=err,
+        )
     from netcomp.daemon.client import call
 
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from netcomp.cni.spec import PLUGIN_RE, compact
-from netcomp.errors import DelegateError
+from netcomp.errors import DelegateError, printable
 
 log = logging.getLogger("netcomp.cni")
 DEFAULT_TIMEOUT = 60.0
@@ -176,6 +176,56 @@ def seal_fds() -> None:
                 os.set_inheritable(fd, False)
 
 
+MARKER_ENV = "NETCOMP_DELEGATE_OF"
+
+
+def kill_marked(marker: str, *, rounds: int = 20) -> int:
+    """Kill every process whose environment carries MARKER_ENV=marker (with its process group): delegates a
+    daemon of the same cache dir started and that outlived it (they run in process groups of their own, so a
+    SIGKILL of the daemon does not reach them). Called before anything else at start-up, so that no delegate
+    from before a crash races the DELs that undo its ADD. Under systemd the unit's cgroup is emptied before a
+    restart anyway; this makes it so outside systemd too. Returns how many were killed."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    me = os.getpid()
+    killed = 0
+    for _ in range(rounds):  # again until a scan finds none: one may have been exec'ing during the last
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    env = f.read(1 << 20)
+            except OSError:  # gone, a kernel thread, or not ours to read
+                continue
+            if needle in env.split(b"\0"):
+                found.append(int(name))
+        if not found:
+            return killed
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            killed += 1
+        # Zombies keep their environ readable until reaped by whoever is their parent now; wait for them
+        # to go (bounded), so the next scan does not count them again.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(_alive(pid) for pid in found):
+            time.sleep(0.01)
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    """Not yet dead or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeConf:
     """What the runtime says about one attachment (CNI_* variables and runtimeConfig)."""
@@ -202,15 +252,25 @@ class Runner:
     """Runs plugins and conflists for one set of plugin dirs."""
 
     def __init__(
-        self, plugin_dirs: Sequence[str | Path], *, exec_: Exec = real_exec, timeout: float = DEFAULT_TIMEOUT
+        self,
+        plugin_dirs: Sequence[str | Path],
+        *,
+        exec_: Exec = real_exec,
+        timeout: float = DEFAULT_TIMEOUT,
+        marker: str = "",
     ) -> None:
+        """`marker`: the value of MARKER_ENV every plugin gets (and passes on to what it starts), so that a
+        daemon starting after a crash can find its predecessor's delegates (kill_marked)."""
         self.plugin_dirs = [str(d) for d in plugin_dirs]
         self.exec = exec_
         self.timeout = timeout
+        self.marker = marker
 
     def env(self, command: str, rt: RuntimeConf | None) -> dict[str, str]:
         # Scrubbed: nothing of the daemon's own environment (NOTIFY_SOCKET, credentials) reaches a plugin.
         env = {"CNI_COMMAND": command, "CNI_PATH": ":".join(self.plugin_dirs), "PATH": SAFE_PATH}
+        if self.marker:
+            env[MARKER_ENV] = self.marker
         if rt is not None:
             env.update(CNI_CONTAINERID=rt.container_id, CNI_NETNS=rt.netns, CNI_IFNAME=rt.ifname, CNI_ARGS=rt.args)
         return env
@@ -234,7 +294,7 @@ class Runner:
                 ptype,
                 command,
                 network or "-",
-                res.stderr.decode(errors="replace").strip()[-2000:],
+                printable(res.stderr.decode(errors="replace").strip()[-2000:]),
             )
         if res.returncode != 0:
             raise _plugin_error(res, network, ptype)

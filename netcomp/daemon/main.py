@@ -4,27 +4,32 @@ the socket, reload on SIGHUP, drain and stop on SIGTERM."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import os
+import resource
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netcomp import __version__, report
 from netcomp.apply import Output
+from netcomp.cni import spec as cnispec
 from netcomp.cni.cache import Cache
-from netcomp.cni.invoke import Exec, Runner, real_exec, seal_fds
+from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec, seal_fds
 from netcomp.config import Settings
+from netcomp.daemon import faults
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
-from netcomp.daemon.server import Server, listen
-from netcomp.daemon.state import Snapshot, State
+from netcomp.daemon.server import Limits, Server, listen
+from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate.attach import Delegator
-from netcomp.errors import HostError, IntentError
+from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
 from netcomp.host import links, netns, sriov
 from netcomp.workspace import Compiler
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
+UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (Delegator.retry_unfinished)
 DRAIN_SECONDS = 30.0
 
 
@@ -44,21 +50,64 @@ def runtime_config(settings: Settings) -> bytes:
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 
+def _marker(cache_dir: str) -> str:
+    """What the delegates of a daemon with this cache dir carry in their environment (cni.invoke.kill_marked)."""
+    return hashlib.sha256(os.path.realpath(cache_dir).encode()).hexdigest()[:16]
+
+
+def _limits(s: Settings) -> Limits:
+    return Limits(
+        allowed_uids=set(s.allowedUids),
+        max_in_flight=s.maxInFlight,
+        max_queued=s.maxQueued,
+        queue_timeout=s.queueTimeout,
+        max_connections=s.maxConnections,
+        max_per_peer=s.maxConnectionsPerPeer,
+        header_timeout=s.headerTimeout,
+        max_body=s.maxRequestBytes,
+    )
+
+
 class Daemon:
     def __init__(
-        self, load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, link_netns: str | None = None
+        self,
+        load_settings: Callable[[], Settings],
+        *,
+        exec_: Exec = real_exec,
+        link_netns: str | None = None,
+        state_path: Path | None = None,
+        environ: Mapping[str, str] = os.environ,
     ) -> None:
         """`link_netns`: the named network namespace where the delegates run and host links are made; None for
-        the daemon's own (a node). Tests run the daemon beside a netns they made and point both there."""
+        the daemon's own (a node). Tests run the daemon beside a netns they made and point both there.
+        `state_path`: the last good state (daemon/state.py); a broken netcomp.yaml at start is then not fatal.
+        IntentError when netcomp.yaml is broken and there is no last good state to run with."""
         self.load_settings = load_settings
-        self.settings = load_settings()
+        self.state_file = StateFile(state_path) if state_path is not None else None
+        saved = self.state_file.load() if self.state_file is not None else None
+        self.settings_diagnostics: tuple[Diagnostic, ...] = ()
+        try:
+            self.settings = load_settings()
+        except IntentError as e:
+            if saved is None:
+                raise
+            log.error(
+                "netcomp.yaml is broken; running with the last good settings (%s):\n%s",
+                self.state_file.path if self.state_file else "?",
+                report.format_all(e.diagnostics),
+            )
+            self.settings = saved.settings
+            self.settings_diagnostics = tuple(e.diagnostics)
         self.metrics = Metrics()
-        self.state = State()
+        self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
         self.compiler = Compiler(self.settings, offline=False)
         self.output = Output(Path(self.settings.outputDir))
         self.runner = Runner(
-            self.settings.pluginDirs, exec_=self.metrics.wrap(exec_), timeout=self.settings.pluginTimeout
+            self.settings.pluginDirs,
+            exec_=self.metrics.wrap(exec_),
+            timeout=self.settings.pluginTimeout,
+            marker=_marker(self.settings.cacheDir),
         )
         self.cache = Cache(Path(self.settings.cacheDir))
         self.cluster: Cluster | None = None
@@ -77,6 +126,8 @@ class Daemon:
             owned_links=lambda: links.owned(link_netns),
             remove_link=lambda name: links.remove(name, link_netns),
             pods=self.cluster,
+            host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
+            crash=faults.from_env(environ),
         )
         self.notifier = Notifier()
         self.server: Server | None = None
@@ -104,7 +155,9 @@ class Daemon:
                     log.error(
                         "netcomp.yaml is broken; keeping the running settings:\n%s", report.format_all(e.diagnostics)
                     )
+                    self.settings_diagnostics = tuple(e.diagnostics)
                 else:
+                    self.settings_diagnostics = ()
                     if new != self.settings:
                         self._adopt(new)
             tdir = self.settings.templateDir.rstrip("/") + "/"
@@ -124,6 +177,9 @@ class Daemon:
                     {"add": "wrote", "change": "updated", "remove": "removed"}[ch.kind],
                     Path(self.settings.outputDir) / ch.filename,
                 )
+            self._write_kept(snap)
+            if self.state_file is not None:
+                self.state_file.save(self.settings, snap)
             if plan.diagnostics:
                 level = logging.ERROR if snap.degraded else logging.WARNING
                 log.log(level, "%s", report.format_all(plan.diagnostics))
@@ -134,7 +190,7 @@ class Daemon:
             except HostError as e:
                 log.error("cannot remove unused host links: %s", e)
             self.metrics.networks.set(len(snap.networks))
-            self.metrics.degraded.set(1 if snap.degraded else 0)
+            self.metrics.degraded.set(1 if self.degraded else 0)
             self._runtime_config()
             log.info(
                 "generation %d: %d networks%s",
@@ -147,16 +203,40 @@ class Daemon:
                 self.reloaded.notify_all()
             return snap
 
+    def _write_kept(self, snap: Snapshot) -> None:
+        """A kept network whose file is not in the output dir (a restart after a reboot emptied /run): written
+        from the last good state, so the dir shows what is served."""
+        for name in snap.kept:
+            path = Path(self.settings.outputDir) / f"{name}.conflist"
+            if not path.exists():
+                try:
+                    atomic_write(path, cnispec.dumps(snap.networks[name]))
+                    self.output._owned = None  # re-read on the next apply
+                    log.info("wrote %s from the last good state", path)
+                except OSError as e:
+                    log.error("cannot write %s: %s", path, e.strerror)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """What is wrong now: netcomp.yaml's errors (while the last good settings run), then the intents'."""
+        return [*self.settings_diagnostics, *self.state.current.diagnostics]
+
+    @property
+    def degraded(self) -> bool:
+        return any(d.is_error for d in self.diagnostics)
+
     def status_line(self) -> str:
         """systemd's STATUS=: one line an operator reads in `systemctl status netcomp`."""
         snap = self.state.current
         server = self.server
-        errors = [d for d in snap.diagnostics if d.is_error]
+        errors = [d for d in self.diagnostics if d.is_error]
         text = f"{len(snap.networks)} networks"
         if errors:
             first = errors[0]
             text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
         text += f", {self.cache.count()} containers attached"
+        if self.delegator.unfinished:
+            text += f", {sum(self.delegator.unfinished.values())} attachments to undo (see `netcomp attachments`)"
         if self.cluster is not None:
             text += ", cluster synced" if self.cluster.synced else ", cluster NOT SYNCED"
         if server is not None:
@@ -176,9 +256,12 @@ class Daemon:
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
+        self.runner.marker = _marker(new.cacheDir)
         if self.server is not None:
-            self.server.allowed_uids = set(new.allowedUids)
-            self.server.max_body = new.maxRequestBytes
+            # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
+            limits = _limits(new)
+            limits.max_in_flight = self.server.limits.max_in_flight
+            self.server.limits = limits
 
     def _runtime_config(self) -> None:
         path = Path(self.settings.runtimeConfDir) / RUNTIME_CONF
@@ -202,7 +285,7 @@ class Daemon:
             "version": __version__,
             "generation": snap.generation,
             "ready": bool(server and server.ready.is_set()),
-            "degraded": snap.degraded,
+            "degraded": self.degraded,
             "defaultNetwork": self.settings.defaultNetwork,
             "networks": [
                 {
@@ -214,29 +297,37 @@ class Daemon:
                 for n, c in sorted(snap.networks.items())
             ],
             "attachments": self.cache.count(),
-            "requests": {"inFlight": server.in_flight if server else 0, "served": server.served if server else 0},
-            "diagnostics": [d.as_dict() for d in snap.diagnostics],
+            "attachmentsToUndo": sum(self.delegator.unfinished.values()),
+            "requests": {
+                "inFlight": server.in_flight if server else 0,
+                "queued": server.queued if server else 0,
+                "served": server.served if server else 0,
+            },
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
             "kubernetes": self.cluster.status() if self.cluster is not None else None,
         }
 
+    def recover(self) -> None:
+        """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
+        left mid-ADD (Delegator.recover)."""
+        killed = kill_marked(self.runner.marker)
+        if killed:
+            log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
+        undone, failed = self.delegator.recover()
+        self.metrics.recovered.labels("undone").inc(undone)
+        self.metrics.recovered.labels("failed").inc(failed)
+
     def start(self) -> Server:
+        self.recover()
         sock, self.activated = listen(self.settings.socket)
-        self.server = Server(
-            sock,
-            self.delegator,
-            self.metrics,
-            allowed_uids=self.settings.allowedUids,
-            max_in_flight=self.settings.maxInFlight,
-            max_body=self.settings.maxRequestBytes,
-            status=self.status,
-        )
+        self.server = Server(sock, self.delegator, self.metrics, limits=_limits(self.settings), status=self.status)
         self.server.on_tick = self._tick
         wd = self.notifier.watchdog_sec
-        poll = min(0.5, wd / 4) if wd else 0.5
-        # Ready before the first turn of the loop: the first compile is done, and a client that connected early
+        self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
+        # Ready before serving: the first compile and the recovery are done, and a client that connected early
         # (socket activation) is waiting in the backlog for exactly this.
         self.server.ready.set()
-        threading.Thread(target=self.server.serve_forever, args=(poll,), name="serve", daemon=True).start()
+        self.server.start()
         log.info("serving on %s", "the socket systemd passed (LISTEN_FDS)" if self.activated else self.settings.socket)
         return self.server
 
@@ -275,7 +366,6 @@ class Daemon:
             if not done:
                 log.warning("stopping with %d requests still in flight", self.server.in_flight)
             self.server.shutdown()
-            self.server.server_close()
             if not self.activated:  # an activated socket's file belongs to systemd's socket unit
                 with contextlib.suppress(FileNotFoundError):
                     Path(self.settings.socket).unlink()
@@ -283,7 +373,16 @@ class Daemon:
         return done
 
 
-def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> int:
+def _raise_nofile() -> None:
+    """Connections are file descriptors: take the hard limit (systemd gives services a soft 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state_path: Path | None = None) -> int:
     """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
     # Signals first: systemd may send SIGTERM at any moment, even before READY=1.
     wake = threading.Event()
@@ -302,16 +401,22 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec) -> in
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)
     seal_fds()  # no fd we were started with reaches a plugin
-    d = Daemon(load_settings, exec_=exec_)
+    _raise_nofile()
+    d = Daemon(load_settings, exec_=exec_, state_path=state_path)
     d.start_cluster()
     d.reload()
     d.start()
-    # READY=1 only now: the first compile is done and the socket is served.
+    # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
     d.watch()
+    next_retry = time.monotonic() + UNDO_RETRY_EVERY
     while not term.is_set():
-        wake.wait()
+        wake.wait(max(0.0, next_retry - time.monotonic()))
         wake.clear()
+        if time.monotonic() >= next_retry:
+            next_retry = time.monotonic() + UNDO_RETRY_EVERY
+            if d.delegator.unfinished:
+                d.delegator.retry_unfinished()
         if hup.is_set() and not term.is_set():
             hup.clear()
             log.info("reloading (SIGHUP)")

@@ -37,6 +37,16 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight = Gauge("netcomp_requests_in_flight", "Requests being served", registry=self.registry)
+        self.queued = Gauge(
+            "netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)", registry=self.registry
+        )
+        self.connections = Gauge("netcomp_connections", "Connections open on the socket", registry=self.registry)
+        self.recovered = Counter(
+            "netcomp_recovered_attachments",
+            "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.networks = Gauge("netcomp_networks", "Networks compiled and served", registry=self.registry)
         self.degraded = Gauge(
             "netcomp_degraded", "1 when an intent is broken and its last good output is kept", registry=self.registry

@@ -1,8 +1,8 @@
 """The systemd notify protocol (sd_notify(3)) through sdnotify, a no-op without NOTIFY_SOCKET.
 
 NOTIFY_SOCKET is removed from the environment once connected, so no child process (a delegate plugin above
-all) can ever speak for the daemon. The watchdog is fed from the serving loop (Server.service_actions), so a
-daemon whose loop is stuck stops feeding it and systemd restarts it."""
+all) can ever speak for the daemon. The watchdog is fed from the serving loop (Server._ticker), once READY=1 is
+sent, so a daemon whose loop is stuck stops feeding it and systemd restarts it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class Notifier:
             os.environ.pop(k, None)
         self._last_ping = 0.0
         self._status = ""
+        self._ready = False  # the watchdog is fed once READY=1 was sent
 
     def send(self, *lines: str) -> None:
         if self._n is not None:
@@ -32,6 +33,7 @@ class Notifier:
     def ready(self, status: str) -> None:
         self._status = status
         self.send("READY=1", f"STATUS={status}")
+        self._ready = True
 
     def status(self, line: str) -> None:
         if line != self._status:
@@ -47,7 +49,7 @@ class Notifier:
 
     def tick(self) -> None:
         """Feed the watchdog at half its interval (call from the serving loop)."""
-        if not self.watchdog_sec:
+        if not self.watchdog_sec or not self._ready:
             return
         now = time.monotonic()
         if now - self._last_ping >= self.watchdog_sec / 2:

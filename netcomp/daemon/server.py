@@ -1,297 +1,435 @@
 """HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints.
 
-Every request is checked before any work: the peer's uid (SO_PEERCRED) must be allowed, the body must have a
-Content-Length within the bound, and at most maxInFlight requests are served at once (beyond that: CNI code 11,
-"try again later", instead of piling up). Anything malformed is answered with a CNI error, never a crash."""
+One asyncio loop, on a thread of its own, reads every connection; only complete requests reach the worker
+threads (api.py), so an idle or slow connection costs a file descriptor and a little memory, never a thread.
+What the loop enforces, before any work:
+- the peer's uid (SO_PEERCRED) must be allowed;
+- at most `maxConnections` connections, and `maxConnectionsPerPeer` from one process (a client holding many
+  connections open cannot starve the runtime's shims, which are one process per request);
+- the request's head and body must arrive within `headerTimeout`, the head within 64 KiB, the body within
+  `maxRequestBytes` and declared by Content-Length;
+- at most `maxInFlight` requests are served at once; more wait in a queue (at most `maxQueued`, each up to
+  `queueTimeout`) and are served in turn; only beyond that is the answer "try again later" (CNI code 11). A
+  request whose client hung up while it waited is not started.
+Every answer, to anything (non-HTTP bytes, unknown methods and paths included), is a CNI error object in JSON.
+A client that asks with `X-Netcomp-Shim: 1` gets "102 Processing" as its request is started: the netcomp shim
+then knows the daemon took it.
+
+The HTTP parser is the few lines below rather than a library: the daemon serves a handful of fixed requests from
+local clients, and a general HTTP server (aiohttp) would cost ~10 MB of memory and 0.15 s of start-up."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
+import select
 import socket
-import socketserver
 import struct
 import threading
-import time
+from collections import Counter
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp import protocol
-from netcomp.cni.spec import compact
+from netcomp.daemon import api
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.attach import Delegator
-from netcomp.delegate.request import parse_request
-from netcomp.errors import DelegateError, HostError
-from netcomp.protocol import ProtocolError
 
 log = logging.getLogger("netcomp.server")
 E_TRY_LATER, E_PEER, E_TOO_LARGE = 11, 100, 101
+MAX_HEAD = 64 * 1024
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
+WRITE_TIMEOUT = 30.0
 _PEERCRED = struct.Struct("3i")
+_REASONS = {
+    102: "Processing",
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+_GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.STATUS_PATH, protocol.ATTACHMENTS_PATH,
+        protocol.METRICS_PATH)  # fmt: skip
+_POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
 
 
-class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    allow_reuse_address = False
-    request_queue_size = 128
+@dataclass
+class Limits:
+    allowed_uids: set[int] = field(default_factory=lambda: {0})
+    max_in_flight: int = 64
+    max_queued: int = 1024
+    queue_timeout: float = 30.0
+    max_connections: int = 1024
+    max_per_peer: int = 64
+    header_timeout: float = 5.0
+    max_body: int = 1024 * 1024
 
+
+class _Refuse(Exception):
+    def __init__(self, status: int, code: int, msg: str, details: str = "", *, linger: bool = False) -> None:
+        super().__init__(msg)
+        self.status, self.code, self.msg, self.details, self.linger = status, code, msg, details, linger
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    """(method, path, headers by lower-case name) of a request head; _Refuse when it is not HTTP/1.x."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":
+        raise _Refuse(400, protocol.E_DECODE, "not an HTTP/1.1 request")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip() or not name.isascii():
+            raise _Refuse(400, protocol.E_DECODE, "malformed header line")
+        headers[name.decode().lower()] = value.strip().decode("latin-1")
+    path = parts[1].split(b"?", 1)[0].decode("latin-1")
+    return parts[0].decode(), path, headers
+
+
+def _response(status: int, body: bytes, ctype: str = "application/json") -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the peer; (-1, -1) when unknown."""
+    try:
+        pid, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    except OSError:
+        return -1, -1
+    return pid, uid
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """The client closed the connection (not just its writing half: some clients do that after the request)."""
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLHUP)
+    return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
+
+
+class Server:
     def __init__(
         self,
         sock: socket.socket,
         delegator: Delegator,
         metrics: Metrics,
         *,
-        allowed_uids: list[int],
-        max_in_flight: int,
-        max_body: int,
+        limits: Limits,
         status: Callable[[], dict[str, Any]],
     ) -> None:
         # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
-        super().__init__(sock.getsockname() or "", Handler, bind_and_activate=False)
-        self.socket.close()
-        self.socket = sock
+        self.sock = sock
         self.delegator = delegator
         self.metrics = metrics
-        self.allowed_uids = set(allowed_uids)
-        self.max_body = max_body
+        self.limits = limits
         self.status_fn = status
-        self.slots = threading.BoundedSemaphore(max_in_flight)
         self.ready = threading.Event()
         self.draining = threading.Event()
-        self._busy = 0
-        self._idle = threading.Condition()
-        self.served = 0
         self.on_tick: Callable[[], None] = lambda: None
+        self.tick_every = 0.5
+        self.served = 0
+        self._busy = 0
+        # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
+        self.changed = threading.Condition()
+        self._pool = ThreadPoolExecutor(limits.max_in_flight, thread_name_prefix="request")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._conns = 0
+        self._per_peer: Counter[int] = Counter()
+        self._waiting = 0
 
-    def service_actions(self) -> None:
-        # Called by serve_forever on every turn of the serving loop: the watchdog is fed from here.
-        self.on_tick()
+    # ---------------------------------------------------------------------------------------------- lifecycle
 
-    def enter(self) -> bool:
-        if self.draining.is_set() or not self.slots.acquire(blocking=False):
-            return False
-        with self._idle:
+    def start(self) -> None:
+        """Start serving on a thread of its own; returns once the socket is being served."""
+        started = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._main(started))
+            except BaseException as e:  # pragma: no cover - start-up failures are re-raised in start()
+                failed.append(e)
+                started.set()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="serve", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failed:
+            raise failed[0]
+
+    async def _main(self, started: threading.Event) -> None:
+        self._stop = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.limits.max_in_flight)
+        server = await asyncio.start_unix_server(self._connection, sock=self.sock, limit=MAX_HEAD, backlog=128)
+        started.set()
+        ticker = asyncio.ensure_future(self._ticker())
+        try:
+            await self._stop.wait()
+        finally:
+            ticker.cancel()
+            server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _ticker(self) -> None:
+        # The watchdog is fed from here: a loop that is stuck stops feeding it, and systemd restarts the daemon.
+        while True:
+            try:
+                self.on_tick()
+            except Exception:
+                log.exception("tick failed")
+            await asyncio.sleep(self.tick_every)
+
+    def enter(self) -> None:
+        with self.changed:
             self._busy += 1
+            self.changed.notify_all()
         self.metrics.in_flight.inc()
-        return True
 
     def leave(self) -> None:
         self.metrics.in_flight.dec()
-        with self._idle:
+        with self.changed:
             self._busy -= 1
             self.served += 1
-            self._idle.notify_all()
-        self.slots.release()
+            self.changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Until predicate() (about in_flight, queued, served) holds, or timeout."""
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout)
+
+    def _queue_changed(self, delta: int) -> None:
+        with self.changed:
+            self._waiting += delta
+            self.changed.notify_all()
+        self.metrics.queued.set(self._waiting)
 
     @property
     def in_flight(self) -> int:
         return self._busy
 
+    @property
+    def queued(self) -> int:
+        return self._waiting
+
     def drain(self, timeout: float) -> bool:
         """Stop taking work; wait up to timeout for what is in flight. True when everything finished."""
         self.draining.set()
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True
+        return self.wait_for(lambda: self._busy == 0, timeout)
 
+    def shutdown(self) -> None:
+        """Stop the loop (every connection still open is closed without an answer) and the worker threads."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
-class Handler(BaseHTTPRequestHandler):
-    server: Server
-    protocol_version = "HTTP/1.1"
-    server_version = "netcomp"
-    timeout = 600  # a delegate may run pluginTimeout seconds; the socket must outlive it
-    wbufsize = 1 << 16  # buffered: an answer's head and body leave in one write (see _send)
+    # ---------------------------------------------------------------------------------------------- connections
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http: " + format, *args)
-
-    # ---------------------------------------------------------------------------------------------- answers
-
-    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-        self.wfile.flush()  # the whole answer now: the shim stops reading at Content-Length, before our log line
-        self.close_connection = True
-
-    def _cni_error(self, status: int, code: int, msg: str, details: str = "", version: str = "1.0.0") -> None:
-        self._send(status, protocol.error_body(code, msg, details, version))
-
-    def _linger(self) -> None:
-        """After refusing a body we did not read: stop writing, then read and drop what the client is still
-        sending (bounded in bytes and time), so that the kernel does not answer it with a reset that would
-        destroy our answer before the client reads it."""
-        self.wfile.flush()
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock: socket.socket = writer.get_extra_info("socket")
+        pid, uid = _peer(sock)
+        lim = self.limits
+        if self._conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer:
+            self.metrics.rejected.labels("connections").inc()
+            with contextlib.suppress(Exception):
+                writer.write(_response(503, protocol.error_body(E_TRY_LATER, "too many connections; try again later")))
+                writer.close()
+            return
+        self._conns += 1
+        self._per_peer[pid] += 1
+        self.metrics.connections.set(self._conns)
         try:
-            self.request.shutdown(socket.SHUT_WR)
-            self.request.settimeout(LINGER_SECONDS)
-            left = LINGER_BYTES
-            while left > 0 and (chunk := self.request.recv(min(left, 1 << 20))):
-                left -= len(chunk)
-        except OSError:
+            await self._serve(reader, writer, sock, uid)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as e:
+            log.debug("client went away: %s", type(e).__name__)
+        except asyncio.CancelledError:
             pass
+        except Exception:
+            log.exception("bug while serving a connection")
+            with contextlib.suppress(Exception):
+                await self._write(writer, 500, protocol.error_body(999, "internal error", "this is a bug in netcomp"))
+        finally:
+            self._conns -= 1
+            self._per_peer[pid] -= 1
+            if not self._per_peer[pid]:
+                del self._per_peer[pid]
+            self.metrics.connections.set(self._conns)
+            with contextlib.suppress(Exception):
+                writer.close()
 
-    def _peer_ok(self) -> bool:
-        try:
-            _, uid, _ = _PEERCRED.unpack(self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-        except OSError:
-            uid = -1
-        if uid in self.server.allowed_uids:
-            return True
-        self.server.metrics.rejected.labels("peer").inc()
-        self._cni_error(403, E_PEER, f"peer uid {uid} may not use the netcomp socket", "allowedUids in netcomp.yaml")
-        return False
+    async def _write(
+        self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
+    ) -> None:
+        writer.write(_response(status, body, ctype))
+        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
 
-    def _body(self) -> bytes | None:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self._cni_error(411, protocol.E_DECODE, "a request needs a Content-Length")
-            return None
-        n = int(length)
-        if n > self.server.max_body:
-            self.server.metrics.rejected.labels("size").inc()
-            self._cni_error(413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {self.server.max_body}")
-            self._linger()
-            return None
-        return self.rfile.read(n)
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r: _Refuse) -> None:
+        await self._write(writer, r.status, protocol.error_body(r.code, r.msg, r.details))
+        if r.linger:
+            # We did not read the body: stop writing, then read and drop what the client is still sending
+            # (bounded), so that it reads our answer instead of failing on a reset.
+            with contextlib.suppress(Exception):
+                writer.write_eof()
+                async with asyncio.timeout(LINGER_SECONDS):
+                    left = LINGER_BYTES
+                    while left > 0 and (chunk := await reader.read(min(left, 1 << 20))):
+                        left -= len(chunk)
 
-    # ---------------------------------------------------------------------------------------------- routes
-
-    def do_GET(self) -> None:
-        if not self._peer_ok():
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sock: socket.socket, uid: int
+    ) -> None:
+        lim = self.limits
+        if uid not in lim.allowed_uids:
+            self.metrics.rejected.labels("peer").inc()
+            msg = f"peer uid {uid} may not use the netcomp socket"
+            await self._refuse(reader, writer, _Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
             return
-        path = self.path.split("?", 1)[0]
-        if path == protocol.HEALTHZ_PATH:
-            self._send(200, b'{"ok":true}')
-        elif path == protocol.READYZ_PATH:
-            ready = self.server.ready.is_set() and not self.server.draining.is_set()
-            self._send(200 if ready else 503, json.dumps({"ready": ready}).encode())
-        elif path == protocol.STATUS_PATH:
-            self._send(200, json.dumps(self.server.status_fn(), indent=2).encode())
-        elif path == protocol.ATTACHMENTS_PATH:
-            self._send(200, json.dumps(self.server.delegator.attachments(), indent=2).encode())
-        elif path == protocol.METRICS_PATH:
-            self._send(200, self.server.metrics.render(), "text/plain; version=0.0.4")
+        try:
+            async with asyncio.timeout(lim.header_timeout):
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.LimitOverrunError:
+                    raise _Refuse(431, protocol.E_DECODE, "request head over 64 KiB", linger=True) from None
+                method, path, headers = _parse_head(head)
+                body = b""
+                if method == "POST":
+                    body = await self._body(reader, headers)
+        except TimeoutError:
+            self.metrics.rejected.labels("timeout").inc()
+            msg = f"request not complete within {lim.header_timeout:g}s"
+            await self._refuse(reader, writer, _Refuse(408, protocol.E_DECODE, msg))
+            return
+        except _Refuse as r:
+            if r.status == 413:
+                self.metrics.rejected.labels("size").inc()
+            await self._refuse(reader, writer, r)
+            return
+        if method == "GET" and path in _GET:
+            await self._get(writer, path)
+        elif method == "POST" and path in _POST:
+            if path == protocol.HEALTHZ_PATH:
+                await self._write(writer, 200, b'{"ok":true}')
+            else:
+                await self._post(writer, sock, path, body, headers.get(protocol.SHIM_HEADER.lower()) == "1")
+        elif path in _GET or path in _POST:
+            await self._write(
+                writer,
+                405,
+                protocol.error_body(protocol.E_INVALID_CONFIG, f"method {method[:20]} not allowed on {path[:100]}"),
+            )
         else:
-            self._cni_error(404, protocol.E_INVALID_CONFIG, f"no such endpoint {path!r}")
-
-    def do_POST(self) -> None:
-        if not self._peer_ok():
-            return
-        path = self.path.split("?", 1)[0]
-        if path not in (protocol.CNI_PATH, protocol.DELEGATE_PATH):
-            self._cni_error(404, protocol.E_INVALID_CONFIG, f"no such endpoint {path!r}")
-            return
-        body = self._body()
-        if body is None:
-            return
-        if not self.server.ready.is_set():
-            self._cni_error(503, E_TRY_LATER, "netcomp is starting; try again later")
-            return
-        if not self.server.enter():
-            self.server.metrics.rejected.labels("busy").inc()
-            self._cni_error(429, E_TRY_LATER, "netcomp is busy or stopping; try again later")
-            return
-        try:
-            if path == protocol.CNI_PATH:
-                self._cni(body)
-            else:
-                self._delegate(body)
-        finally:
-            self.server.leave()
-
-    def do_PUT(self) -> None:
-        self._cni_error(405, protocol.E_INVALID_CONFIG, "method not allowed")
-
-    do_DELETE = do_PATCH = do_PUT
-
-    def _cni(self, body: bytes) -> None:
-        t = time.perf_counter()
-        verb, cid, version, outcome, nets = "?", "?", "1.0.0", "error", "-"
-        try:
-            env, config = protocol.decode_request(body)
-            req = parse_request(env, config)
-            verb, cid, version = req.command, req.container_id or "-", req.cni_version
-            nets = self.server.delegator.describe(req)
-            result = self.server.delegator.handle(req)
-            outcome = "ok"
-            if self.headers.get(protocol.SHIM_HEADER) == "1":
-                self._send(200, compact(result) if result else b"")
-            else:
-                self._send(200, compact({"Result": result or None}))
-        except ProtocolError as e:
-            self._cni_error(400, e.code, e.msg, e.details)
-            log.warning("CNI request refused: %s", e.msg)
-        except DelegateError as e:
-            msg = e.full_msg
-            self._cni_error(400, e.code, msg, e.details, version)
-            log.warning(
-                "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
-                verb,
-                cid,
-                nets,
-                (time.perf_counter() - t) * 1000,
-                e.code,
-                msg,
-                f" ({e.details})" if e.details else "",
+            await self._write(
+                writer, 404, protocol.error_body(protocol.E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}")
             )
-        except HostError as e:
-            self._cni_error(400, 5, str(e), version=version)
-            log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets, e)
-        except Exception as e:  # a bug: answer, log, keep serving
-            self._cni_error(400, 999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
-            log.exception("CNI %s container=%s internal error", verb, cid)
-        finally:
-            took = time.perf_counter() - t
-            self.server.metrics.requests.labels(verb, outcome).inc()
-            self.server.metrics.latency.labels(verb).observe(took)
-            if outcome == "ok":
-                log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, took * 1000)
 
-    def _delegate(self, body: bytes) -> None:
-        try:
-            doc = json.loads(body)
-            if not isinstance(doc, dict):
-                raise ValueError("not an object")
-            command = doc.get("command", "ADD")
-            if command not in ("ADD", "DEL"):
-                raise DelegateError(protocol.E_INVALID_ENV, f"command must be ADD or DEL, not {command!r}")
-            fields = [doc.get(k) for k in ("containerID", "netns", "network")]
-            if not all(isinstance(f, str) and f for f in fields[:1] + fields[2:]):
-                raise DelegateError(protocol.E_INVALID_CONFIG, "containerID and network are required")
-            netns = doc.get("netns") or ""
-            if command == "ADD" and not netns:
-                raise DelegateError(protocol.E_INVALID_ENV, "netns is required to attach")
-            result = self.server.delegator.hotplug(
-                command,
-                doc["containerID"],
-                netns,
-                doc["network"],
-                doc.get("ifname") or None,
-                doc.get("runtimeIfname") or "eth0",
+    async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+        if "transfer-encoding" in headers:
+            raise _Refuse(411, protocol.E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
+        length = headers.get("content-length")
+        if length is None or not length.isdigit() or len(length) > 12:
+            raise _Refuse(411, protocol.E_DECODE, "a request needs a Content-Length", linger=True)
+        n = int(length)
+        if n > self.limits.max_body:
+            raise _Refuse(
+                413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {self.limits.max_body}", linger=True
             )
-            log.info("hot-plug %s container=%s network=%s ok", command, doc["containerID"], doc["network"])
-            self._send(200, compact({"Result": result or None}))
-        except (ValueError, UnicodeDecodeError) as e:
-            self._cni_error(400, protocol.E_DECODE, f"request is not valid JSON: {e}")
-        except DelegateError as e:
-            self._cni_error(400, e.code, e.full_msg, e.details)
-        except HostError as e:
-            self._cni_error(400, 5, str(e))
-        except Exception as e:
-            self._cni_error(400, 999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")
-            log.exception("hot-plug internal error")
+        return await reader.readexactly(n)
+
+    async def _get(self, writer: asyncio.StreamWriter, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        if path == protocol.HEALTHZ_PATH:
+            await self._write(writer, 200, b'{"ok":true}')
+        elif path == protocol.READYZ_PATH:
+            ready = self.ready.is_set() and not self.draining.is_set()
+            await self._write(writer, 200 if ready else 503, json.dumps({"ready": ready}).encode())
+        elif path == protocol.METRICS_PATH:
+            body = await loop.run_in_executor(None, self.metrics.render)
+            await self._write(writer, 200, body, "text/plain; version=0.0.4")
+        else:
+            fn = self.status_fn if path == protocol.STATUS_PATH else self.delegator.attachments
+            doc = await loop.run_in_executor(None, fn)
+            await self._write(writer, 200, json.dumps(doc, indent=2).encode())
+
+    async def _post(
+        self, writer: asyncio.StreamWriter, sock: socket.socket, path: str, body: bytes, shim: bool
+    ) -> None:
+        if not self.ready.is_set():
+            await self._write(writer, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
+            return
+        if not await self._take_slot():
+            self.metrics.rejected.labels("busy").inc()
+            await self._write(
+                writer, 429, protocol.error_body(E_TRY_LATER, "netcomp is busy or stopping; try again later")
+            )
+            return
+        try:
+            if self.draining.is_set():
+                await self._write(writer, 503, protocol.error_body(E_TRY_LATER, "netcomp is stopping; try again later"))
+                return
+            if _hung_up(sock):
+                log.info("a client hung up while its request waited; not started")
+                return
+            if shim:
+                writer.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+            self.enter()
+            try:
+                fn = functools.partial(api.cni, self.delegator, self.metrics, body, bare=shim)
+                if path == protocol.DELEGATE_PATH:
+                    fn = functools.partial(api.delegate, self.delegator, body)
+                status, answer = await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+            finally:
+                self.leave()
+        finally:
+            self._slots.release()
+        await self._write(writer, status, answer)
+
+    async def _take_slot(self) -> bool:
+        """A slot to serve a request in; waits in the queue when all are taken. False when the queue is full,
+        the wait is over queueTimeout, or the daemon is stopping."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return True
+        if self._waiting >= self.limits.max_queued or self.draining.is_set():
+            return False
+        self._queue_changed(+1)
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.limits.queue_timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._queue_changed(-1)
 
 
 def listen(path: str) -> tuple[socket.socket, bool]:

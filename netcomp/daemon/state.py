@@ -1,15 +1,30 @@
-"""The daemon's current networks: the last good compile, kept per network when an edit breaks it."""
+"""The daemon's current networks: the last good compile, kept per network when an edit breaks it; and that last
+good state on disk, so that a restart is a reload.
+
+The state file (`/var/lib/netcomp/state.json` under --root, or `netcomp daemon --state FILE`) holds the settings
+in force and every network served, with the intent file each came from. A daemon starting with a broken
+netcomp.yaml runs with the settings it holds; one starting with a broken intent, or a static file gone, keeps the
+network it holds, exactly as a SIGHUP reload would (docs/packaging.md). It is written (atomically, fsync'd) after
+each compile that changed what is served; it names its format (`"kind": "netcompStateV1"`)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from netcomp.compile import Plan
+from netcomp.config import Settings
 from netcomp.errors import Diagnostic
+from netcomp.fsutil import atomic_write
+
+log = logging.getLogger("netcomp.daemon")
+STATE_KIND = "netcompStateV1"
 
 
 @dataclass(frozen=True)
@@ -50,3 +65,57 @@ class State:
 
     def networks(self) -> dict[str, dict[str, Any]]:
         return self.current.networks
+
+
+@dataclass(frozen=True)
+class Saved:
+    settings: Settings
+    networks: dict[str, dict[str, Any]]
+    sources: dict[str, str]
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(0, dict(self.networks), dict(self.sources), frozenset())
+
+
+class StateFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._written: bytes | None = None
+
+    def load(self) -> Saved | None:
+        """What the last daemon served; None when there is no state file or it cannot be used (logged)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.error("cannot read the state file %s: %s", self.path, e.strerror)
+            return None
+        try:
+            doc = orjson.loads(data)
+            if doc.get("kind") != STATE_KIND:
+                raise ValueError(f"its kind {doc.get('kind')!r} is not {STATE_KIND}")
+            saved = Saved(Settings.model_validate(doc["settings"]), dict(doc["networks"]), dict(doc["sources"]))
+        except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as e:
+            log.error("the state file %s cannot be used (%s); starting without a last good state", self.path, e)
+            return None
+        self._written = data
+        return saved
+
+    def save(self, settings: Settings, snap: Snapshot) -> None:
+        doc = {
+            "kind": STATE_KIND,
+            "settings": settings.model_dump(mode="json"),
+            "networks": snap.networks,
+            "sources": snap.sources,
+        }
+        data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        if data == self._written:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write(self.path, data, mode=0o600)
+        except OSError as e:  # serving goes on; only a restart with broken inputs would miss it
+            log.error("cannot write the state file %s: %s", self.path, e.strerror)
+            return
+        self._written = data

@@ -1,39 +1,45 @@
-"""ADD, DEL, CHECK, GC and STATUS across the delegates of a container.
+"""ADD, DEL, CHECK, GC and STATUS across the delegates of a container, written so that the daemon may die at any
+instant and lose nothing (docs/reliability.md).
 
-ADD runs the delegate conflists in parallel (they attach different interfaces and do not depend on each other);
-on any failure it DELs what was attempted, in reverse, and answers the first error with the network and the
-plugin named. What ADD used and got is cached (one file per container) before the answer. DEL and CHECK use
-the cache, never today's intents, and run the networks in parallel too. DEL is idempotent and best-effort: it
-tries every delegate and keeps the cache entries of those whose DEL failed, so a retry finishes the job and
-nothing leaks silently. Host links and SR-IOV VFs are hostres.py's; the request itself is request.py's."""
+- **Write-ahead.** Before any delegate of an ADD runs (the runtime's ADD or a hot-plug: both go through
+  `_attach`), the container's cache entry records what is about to be attached, each attachment in state
+  `adding`: network, interface, the exact conflist (an SR-IOV VF already chosen), the namespace by identity.
+  Only when every delegate succeeded are they `attached`, with their results, and only then is the answer sent.
+- **Undo, never guess.** An attachment still `adding` was never reported as done: a daemon starting up
+  (`recover`), a DEL, or a new ADD of the container DELs it first. A rollback DEL that fails leaves the
+  attachment `undo`, with the error, logged, until a DEL completes it.
+- **The namespace ADD recorded.** DEL and CHECK act on the namespace of the recorded identity, found at the
+  path the request gives or the one ADD was given, through the daemon's own descriptor; a path that names
+  another namespace now is never touched (the addresses are still freed: the plugins run with no namespace).
+- DEL is idempotent and best-effort: every attachment is tried, side by side; what was deleted leaves the entry,
+  what failed stays with its error, and the error is answered so that the runtime retries.
+
+Host links and SR-IOV VFs are hostres.py's; the request itself is request.py's."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni import result as cniresult
-from netcomp.cni.cache import Attachment, Cache, Entry
+from netcomp.cni.cache import Attachment, Cache, Entry, NetnsId
 from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV, Runner, RuntimeConf, find_plugin
 from netcomp.cni.spec import SUPPORTED_VERSIONS, plugin_types
 from netcomp.delegate import select
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podstatus import Pods, network_status
-from netcomp.delegate.request import (
-    CONTAINER_ID,
-    E_IO,
-    E_NOT_AVAILABLE,
-    E_UNKNOWN_CONTAINER,
-    Request,
-)
+from netcomp.delegate.request import E_IO, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER, Request, check_container_id
 from netcomp.errors import DelegateError, HostError
+from netcomp.host import netns as nsutil
 
 log = logging.getLogger("netcomp.delegate")
+E_TRY_LATER = 11
 
 
 def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -46,18 +52,28 @@ def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return fut
 
 
+def _as_delegate_error(e: Exception, network: str) -> DelegateError:
+    if isinstance(e, DelegateError):
+        return e
+    if isinstance(e, HostError):
+        return DelegateError(E_IO, str(e), network=network)
+    return DelegateError(999, f"{type(e).__name__}: {e}", network=network)  # a bug; the rest still happens
+
+
 @dataclass
 class Delegator:
     """Runs requests against the networks currently compiled on the node.
 
     `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
-    the node's default; `link_check` which interface names already exist in a netns (host.netns.existing)."""
+    the node's default; `link_check` which interface names already exist in a netns (a path or an fd on it:
+    host.netns.existing); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
+    `crash` a test hook called at named points (daemon.faults)."""
 
     runner: Runner
     cache: Cache
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
-    link_check: Callable[[str, list[str]], set[str]]
+    link_check: Callable[[str | int, list[str]], set[str]] = nsutil.existing
     # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
     # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
@@ -67,11 +83,16 @@ class Delegator:
     remove_link: Callable[[str], object] = lambda name: False
     # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
+    host_netns: set[NetnsId] = field(default_factory=set)
+    crash: Callable[[str], None] = lambda point: None
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
+        # (container, ifname) of entries with attachments to undo, and how many: kept as entries are written,
+        # so that status and the periodic retry need not read every entry.
+        self.unfinished: dict[tuple[str, str], int] = {}
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -89,15 +110,10 @@ class Delegator:
                 entry = self.cache.load(req.container_id, req.ifname)
                 if entry is not None:
                     return ",".join(a.network for a in entry.attachments) or "-"
-        try:
-            wants, _ = select.split_cni_args(req.args)
-            wants += select.from_runtime_args(req.config)
-        except DelegateError:
-            wants = []
-        names = [n for n in [self.default_network(), *(w.network for w in wants)] if n]
-        pod = select.pod_ref(req.args) if self.pods is not None else None
-        if pod is not None:
-            names.append(f"+annotation of pod {pod}")  # read by ADD itself: not looked up for a log line
+            return "-"
+        names = [n for n in [self.default_network(), *(w.network for w in req.wants)] if n]
+        if self.pods is not None and req.pod is not None:
+            names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
         return ",".join(names) or "-"
 
     def handle(self, req: Request) -> dict[str, Any]:
@@ -120,11 +136,9 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- ADD
 
-    def plan_attachments(self, req: Request) -> tuple[list[Attachment], str]:
+    def plan_attachments(self, req: Request) -> list[Attachment]:
         nets = self.networks()
-        wants, rest_args = select.split_cni_args(req.args)
-        wants += select.from_runtime_args(req.config)
-        wants += self._pod_wants(req)
+        wants = [*req.wants, *self._pod_wants(req)]
         default = self.default_network()
         if default is None and not wants:
             raise DelegateError(
@@ -137,74 +151,137 @@ class Delegator:
                 raise DelegateError(
                     E_INVALID_CONFIG, f"network {name!r} is not compiled on this node", "see `netcomp status`"
                 )
-        prefixes = {n: (nets[n].get("netcomp") or {}).get("interfacePrefix") for n in nets}
-        named = select.name_interfaces(default, req.ifname, wants, prefixes)
-        return [Attachment(net, ifname, nets[net], None, rest_args) for net, ifname in named], rest_args
+        named = select.name_interfaces(default, req.ifname, wants, _prefixes(nets))
+        caps = _capability_args(req.config)
+        return [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
 
     def _pod_wants(self, req: Request) -> list[select.Want]:
-        pod = select.pod_ref(req.args) if self.pods is not None else None
+        pod = req.pod if self.pods is not None else None
         if pod is None or self.pods is None:
             return []
         try:
             value = self.pods.networks_annotation(pod)
         except HostError as e:
             raise DelegateError(
-                11,
+                E_TRY_LATER,
                 f"cannot read pod {pod} from the Kubernetes API server: {e}",
                 f"the networks it asks for are in its {select.POD_NETWORKS} annotation; no plugin was run",
             ) from None
         return select.from_pod_annotation(value, pod) if value else []
 
-    def _report(self, req: Request, atts: list[Attachment]) -> None:
-        pod = select.pod_ref(req.args) if self.pods is not None else None
-        if pod is not None and self.pods is not None:
-            status = network_status(atts, req.ifname)
-            self.pool.submit(self.pods.report, pod, status)  # after the answer; the ADD does not wait for it
-
     def add(self, req: Request) -> dict[str, Any]:
-        if self.cache.load(req.container_id, req.ifname) is not None:
+        entry = self.cache.load(req.container_id, req.ifname)
+        if entry is not None and entry.attached:
+            if entry.request and entry.request == req.digest and not entry.unfinished:
+                # The same ADD again: the runtime (or the shim, after the daemon died before its answer)
+                # retries one that finished. Answer what was recorded.
+                log.info("ADD of container %s repeated: answered from its record", req.container_id)
+                return self._answer(req.ifname, req.cni_version, entry.attachments)
             raise DelegateError(
                 E_INVALID_CONFIG,
                 f"container {req.container_id} is already attached on "
                 f"{req.ifname}; DEL it first (CNI: no ADD twice without DEL)",
             )
-        atts, _ = self.plan_attachments(req)
-        present = self.link_check(req.netns, [a.ifname for a in atts])
-        if present:
-            raise DelegateError(
-                E_INVALID_CONFIG, f"interface {sorted(present)[0]!r} already exists in {req.netns}", "no plugin was run"
-            )
-        held = self.host.hold_links(atts)
+        if entry is not None:
+            self._undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
+        atts = self.plan_attachments(req)
+        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+        self._attach(entry, atts, req.netns)
+        if req.pod is not None and self.pods is not None:
+            status = network_status(atts, req.ifname)
+            self.pool.submit(self.pods.report, req.pod, status)  # after the answer; the ADD does not wait for it
+        return self._answer(req.ifname, req.cni_version, atts)
+
+    def _attach(self, entry: Entry, new: list[Attachment], netns_path: str) -> None:
+        """The one ADD path: check the namespace and the names, take host links and VFs, record the new
+        attachments (write-ahead), run their delegates side by side, and record the outcome; on any failure
+        DEL the new attachments again and raise the first error."""
+        fd, nid = nsutil.open_netns(netns_path)
         try:
-            vfs = self.host.take_vfs(atts)
+            if nid in self.host_netns:
+                raise DelegateError(
+                    E_INVALID_ENV,
+                    f"{netns_path} is the host's network namespace, not a container's",
+                    "netcomp never attaches networks to the host; no plugin was run",
+                )
+            if entry.netns_id is not None and entry.attachments and entry.netns_id != nid:
+                raise DelegateError(
+                    E_INVALID_ENV,
+                    f"{netns_path} is not the network namespace container {entry.container_id} was attached in",
+                    f"it was attached in {entry.netns or '?'}",
+                )
+            names = [a.ifname for a in new]
+            present = ({a.ifname for a in entry.attachments} & set(names)) | self.link_check(fd, names)
+            if present:
+                raise DelegateError(
+                    E_INVALID_CONFIG,
+                    f"interface {sorted(present)[0]!r} already exists in {netns_path}",
+                    "no plugin was run",
+                )
+        finally:
+            os.close(fd)
+        entry.netns, entry.netns_id = netns_path, nid
+        held = self.host.hold_links(new)
+        try:
+            vfs = self.host.take_vfs(new)
             try:
-                return self._run_add(req, atts)
+                entry.attachments.extend(new)
+                try:
+                    self._save(entry)  # the write-ahead: nothing runs before this is on disk
+                except OSError as e:
+                    entry.attachments = [a for a in entry.attachments if all(a is not n for n in new)]
+                    raise DelegateError(
+                        E_IO, f"cannot write the attachment cache: {e.strerror}", "no plugin was run"
+                    ) from None
+                self.crash("after-write-ahead")
+                self._run_add(entry, new)
             finally:
-                self.host.release_vfs(vfs)  # now in the cache (or rolled back): no longer needs a reservation
+                self.host.release_vfs(vfs)  # in the cache (or rolled back) by now: no longer needs a reservation
         finally:
             self.host.release_links(held)
 
-    def _run_add(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
-        futures = self._side_by_side(lambda a: self.runner.add(a.conflist, self._rt(req, a)), atts)
+    def _run_add(self, entry: Entry, new: list[Attachment]) -> None:
+        def one(a: Attachment) -> dict[str, Any]:
+            return self.runner.add(a.conflist, self._rt(entry, a, entry.netns))
+
+        futures = self._side_by_side(one, new)
         first_error: DelegateError | None = None
-        for a, fut in zip(atts, futures, strict=True):
+        for fut in as_completed(futures):
+            self.crash("between-delegates")
+            with contextlib.suppress(Exception):
+                fut.result()
+        for a, fut in zip(new, futures, strict=True):
             try:
                 a.result = fut.result()
-            except DelegateError as e:
-                first_error = first_error or e
-            except Exception as e:  # a bug or the host; still roll back
-                first_error = first_error or DelegateError(999, f"{type(e).__name__}: {e}", network=a.network)
-        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, atts)
+            except Exception as e:
+                first_error = first_error or _as_delegate_error(e, a.network)
         if first_error is None:
+            for a in new:
+                a.state = "attached"
             try:
-                self.cache.save(entry)
+                self._save(entry)
             except OSError as e:
                 first_error = DelegateError(E_IO, f"cannot write the attachment cache: {e.strerror}")
+                for a in new:
+                    a.state = "adding"
         if first_error is not None:
-            self._rollback(req, atts)
+            with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+                self._detach(entry, new, target.path, why="rollback")
             raise first_error
-        self._report(req, atts)
-        return self._answer(req, atts)
+        self.crash("before-answer")
+
+    def _save(self, entry: Entry) -> None:
+        """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""
+        key = (entry.container_id, entry.ifname)
+        if entry.attachments:
+            self.cache.save(entry)
+        else:
+            self.cache.remove(*key)
+        n = sum(1 for a in entry.attachments if a.state == "undo")
+        if n:
+            self.unfinished[key] = n
+        else:
+            self.unfinished.pop(key, None)
 
     def _side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
         """fn(a) for each attachment, in the pool side by side; a lone one runs here (no hand-off)."""
@@ -216,21 +293,17 @@ class Delegator:
         """Remove the host links netcomp made that nothing needs any more (HostResources.gc_links)."""
         return self.host.gc_links()
 
-    def _answer(self, req: Request, atts: list[Attachment]) -> dict[str, Any]:
+    @staticmethod
+    def _answer(runtime_ifname: str, version: str, atts: list[Attachment]) -> dict[str, Any]:
         # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
         # or of the first attachment when there is no default.
-        main = next((a for a in atts if a.ifname == req.ifname), atts[0])
+        main = next((a for a in atts if a.ifname == runtime_ifname), atts[0])
         assert main.result is not None
-        return cniresult.convert(main.result, req.cni_version)
+        return cniresult.convert(main.result, version)
 
-    def _rollback(self, req: Request, atts: list[Attachment]) -> None:
-        for a in reversed(atts):
-            # The error the caller sees is the one that made us roll back; DEL errors here are secondary.
-            with contextlib.suppress(DelegateError):
-                self.runner.delete(a.conflist, self._rt(req, a), a.result)
-
-    def _rt(self, req: Request, a: Attachment, netns: str | None = None) -> RuntimeConf:
-        return RuntimeConf(req.container_id, req.netns if netns is None else netns, a.ifname, a.args, a.capability_args)
+    @staticmethod
+    def _rt(entry: Entry, a: Attachment, netns: str) -> RuntimeConf:
+        return RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args)
 
     # --------------------------------------------------------------------------------------------- DEL
 
@@ -238,39 +311,115 @@ class Delegator:
         entry = self.cache.load(req.container_id, req.ifname)
         if entry is None:
             return  # nothing of ours (DEL is idempotent)
-        self._delete_entry(entry, req.netns or entry.netns)
+        with nsutil.recorded(entry.netns_id, req.netns, entry.netns, pin=True) as target:
+            if not target.found and entry.attached:
+                log.info(
+                    "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
+                    entry.container_id,
+                )
+            self._detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
 
-    def _delete_entry(self, entry: Entry, netns: str, atts: list[Attachment] | None = None) -> None:
-        """DEL `atts` (default: every attachment of the entry) in `netns`. Side by side, as ADD ran them (they
-        are independent: no network's delegates see another's), so a container on three networks goes in the
-        time of its slowest; each conflist's own plugins still go in reverse. What was deleted leaves the cache
-        entry (the entry goes when it is empty); what failed stays, and the error is raised."""
-        atts = list(entry.attachments) if atts is None else atts
+    def _detach(
+        self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
+    ) -> list[DelegateError]:
+        """DEL `atts` of the entry in `netns` ("" when the namespace is gone), side by side (their networks are
+        independent; each conflist's own plugins go in reverse). What was deleted leaves the entry (the file goes
+        when it is empty); what failed stays as `undo` with its error, logged. The one DEL path: runtime DEL,
+        hot-plug DEL, rollback, GC and recovery."""
 
         def one(a: Attachment) -> None:
-            self.runner.delete(
-                a.conflist, RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args), a.result
-            )
+            self.runner.delete(a.conflist, self._rt(entry, a, netns), a.result)
 
-        errors: list[DelegateError | None] = []
-        for a, fut in zip(atts, self._side_by_side(one, atts), strict=True):
+        futures = self._side_by_side(one, atts)
+        errors: list[DelegateError] = []
+        done: list[Attachment] = []
+        for a, fut in zip(atts, futures, strict=True):
             try:
                 fut.result()
-                errors.append(None)
-            except DelegateError as e:
-                errors.append(e)
-            except Exception as e:  # a bug or the host: the attachment stays cached all the same
-                errors.append(DelegateError(999, f"{type(e).__name__}: {e}", network=a.network))
-        done = [a for a, e in zip(atts, errors, strict=True) if e is None]
+                done.append(a)
+            except Exception as e:
+                err = _as_delegate_error(e, a.network)
+                errors.append(err)
+                a.state, a.error = "undo", err.full_msg + (f" ({err.details})" if err.details else "")
+                log.error(
+                    "%s of container %s: DEL of network %s on %s failed, kept for a later DEL: %s",
+                    why,
+                    entry.container_id,
+                    a.network,
+                    a.ifname,
+                    a.error,
+                )
+        self.crash("after-del")
         entry.attachments = [a for a in entry.attachments if all(a is not d for d in done)]
-        if entry.attachments:
-            self.cache.save(entry)
-        else:
-            self.cache.remove(entry.container_id, entry.ifname)
+        try:
+            self._save(entry)
+        except OSError as e:
+            # The entry on disk still names everything this DEL tried: a later DEL tries it again.
+            log.error("cannot record the DEL of container %s: %s", entry.container_id, e.strerror)
         self.host.after_detach(done)
-        if any(e is not None for e in errors):
+        if errors and raise_errors:
             # The error of the last network, as a DEL in reverse order would have met it first.
-            raise next(e for e in reversed(errors) if e is not None)
+            raise errors[-1]
+        return errors
+
+    def _undo_unfinished(self, entry: Entry) -> None:
+        """DEL what an ADD left unfinished (or a rollback left undone) before anything else is done to the
+        container; DelegateError when some of it cannot be undone yet."""
+        todo = entry.unfinished
+        if not todo:
+            return
+        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            errors = self._detach(entry, todo, target.path, why="undo of an unfinished ADD")
+        if errors:
+            raise DelegateError(
+                E_TRY_LATER,
+                f"container {entry.container_id} has attachments an earlier ADD left that cannot be undone yet: "
+                f"{errors[-1].full_msg}",
+                "DEL the container, or fix what the plugin reports",
+            )
+
+    def recover(self) -> tuple[int, int]:
+        """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
+        rollbacks that failed). Returns (attachments undone, attachments still failing)."""
+        entries = [e for e in self.cache.entries() if e.unfinished]
+        undone, failed = self._undo_all(entries, "recovery")
+        if entries:
+            log.warning(
+                "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
+                len(entries),
+                undone,
+                failed,
+            )
+        return undone, failed
+
+    def retry_unfinished(self) -> tuple[int, int]:
+        """Try again to DEL what rollbacks could not (called every few minutes): a runtime may never DEL a
+        container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go."""
+        entries = []
+        for cid, ifname in list(self.unfinished):
+            with contextlib.suppress(HostError):
+                e = self.cache.load(cid, ifname)
+                if e is not None and e.unfinished:
+                    entries.append(e)
+                elif e is None:
+                    self.unfinished.pop((cid, ifname), None)
+        return self._undo_all(entries, "retry")
+
+    def _undo_all(self, entries: list[Entry], why: str) -> tuple[int, int]:
+        def one(e: Entry) -> tuple[int, int]:
+            with self.locks.hold(e.container_id):
+                fresh = self.cache.load(e.container_id, e.ifname)  # a request may have changed it meanwhile
+                if fresh is None or not fresh.unfinished:
+                    return 0, 0
+                todo = fresh.unfinished
+                with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
+                    errors = self._detach(fresh, todo, target.path, why=why)
+                return len(todo) - len(errors), len(errors)
+
+        undone = failed = 0
+        for u, f in self.pool.map(lambda e: _guarded(one, e), entries):
+            undone, failed = undone + u, failed + f
+        return undone, failed
 
     # --------------------------------------------------------------------------------------------- CHECK
 
@@ -282,17 +431,32 @@ class Delegator:
                 f"container {req.container_id} on {req.ifname} is not known",
                 "no ADD was cached for it",
             )
+        if entry.unfinished:
+            raise DelegateError(
+                E_UNKNOWN_CONTAINER,
+                f"container {req.container_id} on {req.ifname} is not attached: its ADD did not finish",
+                "DEL it",
+            )
+        # The path ADD was given first: plugins compare it with the `sandbox` of the result they check.
+        with nsutil.recorded(entry.netns_id, entry.netns, req.netns, pin=False) as target:
+            if not target.found:
+                raise DelegateError(
+                    E_UNKNOWN_CONTAINER,
+                    f"the network namespace container {req.container_id} was attached in is gone",
+                    f"ADD attached it in {entry.netns}",
+                )
 
-        def one(a: Attachment) -> None:
-            assert a.result is not None
-            self.runner.check(a.conflist, self._rt(req, a), a.result)
+            def one(a: Attachment) -> None:
+                assert a.result is not None
+                self.runner.check(a.conflist, self._rt(entry, a, target.path), a.result)
 
-        # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in the
-        # container's order.
-        futures = self._side_by_side(one, entry.attachments)
-        wait(futures)
-        for fut in futures:
-            fut.result()
+            # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
+            # the container's order.
+            futures = self._side_by_side(one, entry.attachments)
+            failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
+            for a, exc in failures:
+                if isinstance(exc, Exception):
+                    raise _as_delegate_error(exc, a.network)
 
     # --------------------------------------------------------------------------------------------- GC, STATUS
 
@@ -306,8 +470,12 @@ class Delegator:
             if (entry.container_id, entry.ifname) in valid:
                 continue
             # A failed DEL stays in the cache; the next GC tries again.
-            with self.locks.hold(entry.container_id), contextlib.suppress(DelegateError):
-                self._delete_entry(entry, entry.netns)
+            with self.locks.hold(entry.container_id):
+                fresh = self.cache.load(entry.container_id, entry.ifname)
+                if fresh is None:
+                    continue
+                with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
+                    self._detach(fresh, list(fresh.attachments), target.path, why="GC")
 
     def status(self) -> None:
         default = self.default_network()
@@ -327,61 +495,78 @@ class Delegator:
 
     def attachments(self) -> dict[str, Any]:
         """What is attached, from the cache (GET /attachments, `netcomp attachments`): per container its
-        namespace and, per network, the interface, addresses and MAC its ADD got; and the entries that
-        cannot be read."""
+        namespace and, per network, the interface, addresses and MAC its ADD got, and its state when it is not
+        attached; and the entries that cannot be read."""
         entries, broken = self.cache.scan()
-        return {
-            "containers": [
+        out = []
+        for e in sorted(entries, key=lambda e: (e.container_id, e.ifname)):
+            nets = network_status(e.attachments, e.ifname)
+            for n, a in zip(nets, e.attachments, strict=True):
+                if a.state != "attached":
+                    n["state"] = a.state
+                    if a.error:
+                        n["error"] = a.error
+            out.append(
                 {
                     "containerID": e.container_id,
                     "netns": e.netns,
                     "ifname": e.ifname,
                     "cniVersion": e.cni_version,
-                    "networks": network_status(e.attachments, e.ifname),
+                    "networks": nets,
                 }
-                for e in sorted(entries, key=lambda e: (e.container_id, e.ifname))
-            ],
-            "unreadable": [{"file": str(path), "error": why} for path, why in broken],
-        }
+            )
+        return {"containers": out, "unreadable": [{"file": str(path), "error": why} for path, why in broken]}
 
     # --------------------------------------------------------------------------------------------- hot-plug
 
     def hotplug(
         self, command: str, container_id: str, netns: str, network: str, ifname: str | None, key_ifname: str
     ) -> dict[str, Any]:
-        """Add one network to (or remove it from) a running container, recorded in its cache entry."""
-        if not CONTAINER_ID.match(container_id or ""):
-            raise DelegateError(E_INVALID_ENV, f"invalid container id {container_id[:80]!r}")
+        """Add one network to (or remove it from) a running container, recorded in its cache entry, through
+        the same ADD and DEL paths as the runtime's requests."""
+        check_container_id(container_id)
         select.check_ifname(key_ifname)
+        if ifname:
+            select.check_ifname(ifname)
         with self.locks.hold(container_id):
-            entry = self.cache.load(container_id, key_ifname) or Entry(container_id, netns, key_ifname, "1.0.0")
+            entry = self.cache.load(container_id, key_ifname)
             if command == "DEL":
+                if entry is None:
+                    return {}
                 gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
                 if gone:
-                    # The namespace recorded when it was attached: the one the interface lives in.
-                    self._delete_entry(entry, entry.netns or netns, gone)
+                    with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
+                        self._detach(entry, gone, target.path, why="detach", raise_errors=True)
                 return {}
+            if entry is None:
+                entry = Entry(container_id, netns, key_ifname, "1.0.0")
+            else:
+                self._undo_unfinished(entry)
             nets = self.networks()
             if network not in nets:
                 raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
-            prefixes = {n: (nets[n].get("netcomp") or {}).get("interfacePrefix") for n in nets}
-            taken = [a.ifname for a in entry.attachments]
             wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
-            named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes)
-            new_ifname = named[-1][1]
-            if new_ifname in taken or self.link_check(netns, [new_ifname]):
-                raise DelegateError(E_INVALID_CONFIG, f"interface {new_ifname!r} already exists in {netns}")
-            att = Attachment(network, new_ifname, nets[network])
-            held = self.host.hold_links([att])
-            try:
-                att.result = self.runner.add(att.conflist, RuntimeConf(container_id, netns, new_ifname))
-                entry.attachments.append(att)
-                entry.netns = netns
-                try:
-                    self.cache.save(entry)
-                except OSError as e:
-                    self.runner.delete(att.conflist, RuntimeConf(container_id, netns, new_ifname), att.result)
-                    raise HostError(f"cannot write the attachment cache: {e.strerror}") from None
-            finally:
-                self.host.release_links(held)
+            named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], _prefixes(nets))
+            att = Attachment(network, named[-1][1], nets[network])
+            self._attach(entry, [att], netns)
+            assert att.result is not None
             return cniresult.convert(att.result, entry.cni_version)
+
+
+def _guarded(fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
+    try:
+        return fn(e)
+    except (HostError, DelegateError) as err:
+        log.error("cannot undo what container %s left unfinished: %s", e.container_id, err)
+        return 0, len(e.unfinished)
+
+
+def _prefixes(nets: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+    return {n: (c.get("netcomp") or {}).get("interfacePrefix") for n, c in nets.items()}
+
+
+def _capability_args(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime's runtimeConfig (CNI spec: capabilities the runtime fills in), passed on to the delegates
+    that declare them."""
+    rc = config.get("runtimeConfig")
+    return dict(rc) if isinstance(rc, dict) else {}

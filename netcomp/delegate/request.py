@@ -1,8 +1,11 @@
-"""What a runtime sends: the CNI verb, the container, its netns and interface, CNI_ARGS and the network config,
-validated as the CNI spec's "Parameters" section says, with the CNI error code of each way it can be wrong."""
+"""What a runtime sends, parsed once: the CNI verb, the container, its netns and interface, the network config,
+and what it asks for (the networks in CNI_ARGS and the runtime's args, the pod kubelet names), validated as the
+CNI spec's "Parameters" section says, with the CNI error code of each way it can be wrong. The log line, the
+planner and the pod lookup all use this one object."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,9 +19,15 @@ from netcomp.errors import DelegateError
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
 # CNI spec: "Must start with an alphanumeric character, optionally followed by any combination of one or more
-# alphanumeric characters, underscore, dot or hyphen."
-CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+# alphanumeric characters, underscore, dot or hyphen." Matched whole (fullmatch: `$` would let "id\n" through).
+CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 MAX_ID = 1024
+
+
+def check_container_id(cid: str, what: str = "container id") -> str:
+    if not cid or len(cid) > MAX_ID or not CONTAINER_ID.fullmatch(cid):
+        raise DelegateError(E_INVALID_ENV, f"invalid {what} {cid[:80]!r}")
+    return cid
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +36,12 @@ class Request:
     container_id: str
     netns: str
     ifname: str
-    args: str
+    args: str  # CNI_ARGS as the runtime gave them
     config: dict[str, Any]
+    wants: tuple[select.Want, ...] = ()  # networks asked for in CNI_ARGS and the runtime's args (ADD)
+    rest_args: str = ""  # CNI_ARGS for the delegates: ours taken out (host-local refuses unknown keys)
+    pod: select.PodRef | None = None  # kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME
+    digest: str = ""  # of everything an ADD asks: a repeated ADD is answered from the record
 
     @property
     def cni_version(self) -> str:
@@ -36,25 +49,40 @@ class Request:
         return v if isinstance(v, str) else "1.0.0"
 
 
-def parse_request(env: Mapping[str, str], config: Any) -> Request:
-    """Validate what the runtime sent (CNI spec, "Parameters"); raise a DelegateError with the right code."""
+def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Request:
+    """Validate what the runtime sent (CNI spec, "Parameters"); raise a DelegateError with the right code.
+    `raw`: the config's bytes as sent, for the digest of an ADD."""
     if not isinstance(config, dict):
         raise DelegateError(E_DECODE, "network configuration is not a JSON object")
     command = env.get("CNI_COMMAND", "")
     if command not in VERBS:
-        raise DelegateError(E_INVALID_ENV, f"unknown CNI_COMMAND {command!r}", f"expected one of {', '.join(VERBS)}")
+        raise DelegateError(
+            E_INVALID_ENV, f"unknown CNI_COMMAND {command[:40]!r}", f"expected one of {', '.join(VERBS)}"
+        )
     version = config.get("cniVersion", "1.0.0")
     if version not in SUPPORTED_VERSIONS:
         raise DelegateError(
-            1, f"incompatible CNI versions: config is {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+            1, f"incompatible CNI versions: config is {version!r:.40}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
         )
     cid = env.get("CNI_CONTAINERID", "")
     netns = env.get("CNI_NETNS", "")
     ifname = env.get("CNI_IFNAME", "")
-    if command in ("ADD", "DEL", "CHECK"):
-        if not cid or len(cid) > MAX_ID or not CONTAINER_ID.match(cid):
-            raise DelegateError(E_INVALID_ENV, f"invalid CNI_CONTAINERID {cid[:80]!r}")
-        select.check_ifname(ifname)
-        if command != "DEL" and not netns:
-            raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
-    return Request(command, cid, netns, ifname, env.get("CNI_ARGS", ""), config)
+    args = env.get("CNI_ARGS", "")
+    if command not in ("ADD", "DEL", "CHECK"):
+        return Request(command, cid, netns, ifname, args, config)
+    check_container_id(cid, "CNI_CONTAINERID")
+    select.check_ifname(ifname)
+    if command != "DEL" and not netns:
+        raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
+    pod = select.pod_ref(args)
+    if command != "ADD":
+        # DEL and CHECK act on what ADD recorded: what they ask for is not parsed (a DEL must never fail on
+        # CNI_ARGS that made its ADD fail).
+        return Request(command, cid, netns, ifname, args, config, pod=pod)
+    wants, rest = select.split_cni_args(args)
+    wants += select.from_runtime_args(config)
+    h = hashlib.sha256()
+    for part in (netns, ifname, args):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    h.update(raw)
+    return Request(command, cid, netns, ifname, args, config, tuple(wants), rest, pod, h.hexdigest())

@@ -21,7 +21,7 @@ from netcomp.errors import DelegateError
 IFNAMSIZ = 15
 ARGS_KEY = "NETCOMP_NETWORKS"
 RUNTIME_ARGS_KEY = "netcomp.io/networks"
-NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 DEFAULT_PREFIX = "net"
 
 
@@ -32,18 +32,18 @@ class Want:
 
 
 def check_ifname(name: str) -> str:
-    """Linux's rules for an interface name, and ours: 1-15 bytes, no '/', ':' or whitespace, not '.'/'..'."""
+    """Linux's rules for an interface name, and ours: 1-15 bytes of printable ASCII, no space, '/' or ':', not
+    '.'/'..' (the kernel takes more, but a name with control characters or non-ASCII breaks tools and logs)."""
     if (
         not name
-        or len(name.encode()) > IFNAMSIZ
+        or len(name) > IFNAMSIZ
         or name in (".", "..")
-        or any(c in name for c in "/:")
-        or any(c.isspace() for c in name)
+        or not all("!" <= c <= "~" and c not in "/:" for c in name)
     ):
         raise DelegateError(
             E_INVALID_ENV,
-            f"invalid interface name {name!r}",
-            "1 to 15 characters; no '/', ':' or whitespace; not '.' or '..'",
+            f"invalid interface name {name[:40]!r}",
+            "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'",
         )
     return name
 
@@ -54,7 +54,7 @@ def parse_list(text: str) -> list[Want]:
         if not item:
             continue
         net, _, ifname = item.partition("@")
-        if not NETWORK_NAME.match(net):
+        if not NETWORK_NAME.fullmatch(net):
             raise DelegateError(E_INVALID_CONFIG, f"invalid network name {net!r} in the list of networks")
         out.append(Want(net, check_ifname(ifname) if ifname else None))
     return out

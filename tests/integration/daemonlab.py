@@ -44,8 +44,15 @@ class DaemonLab:
         version: str = "1.0.0",
         netns: str | None = None,
         extra: dict[str, Any] | None = None,
+        ready_timeout: float = 2,
     ) -> tuple[int, Any]:
-        conf = {"cniVersion": version, "name": "netcomp", "type": "netcomp", "socket": self.sock, "readyTimeout": 2}
+        conf = {
+            "cniVersion": version,
+            "name": "netcomp",
+            "type": "netcomp",
+            "socket": self.sock,
+            "readyTimeout": ready_timeout,
+        }
         conf.update(extra or {})
         env = {
             "CNI_COMMAND": command,
@@ -79,7 +86,12 @@ class DaemonLab:
 
     def restart(self) -> None:
         self.daemon.stop(drain=5)
-        self.daemon = Daemon(lambda: self.settings, exec_=self.lab.exec_in_host, link_netns=self.lab.host)
+        self.daemon = Daemon(
+            lambda: self.settings,
+            exec_=self.lab.exec_in_host,
+            link_netns=self.lab.host,
+            state_path=self.base / "state.json",
+        )
         self.daemon.reload()
         self.daemon.start()
 
@@ -159,19 +171,21 @@ def daemon_lab(
     with lab() as lb:
         write_networks(base, lb.master)
         settings = Settings(
-            intentDirs=[str(base / "networks.d")],
-            outputDir=str(base / "out"),
-            staticDirs=[str(base / "static.d")],
-            pluginDirs=[PLUGIN_DIR],
-            defaultNetwork="mgmt",
-            socket=socket_path or str(base / "run" / "netcomp.sock"),
-            cacheDir=str(base / "cache"),
-            runtimeConfDir=str(base / "net.d"),
-            writeRuntimeConfig=True,
-            templateDir=str(base / "templates"),
-            **(extra or {}),
+            **{
+                "intentDirs": [str(base / "networks.d")],
+                "outputDir": str(base / "out"),
+                "staticDirs": [str(base / "static.d")],
+                "pluginDirs": [PLUGIN_DIR],
+                "defaultNetwork": "mgmt",
+                "socket": socket_path or str(base / "run" / "netcomp.sock"),
+                "cacheDir": str(base / "cache"),
+                "runtimeConfDir": str(base / "net.d"),
+                "writeRuntimeConfig": True,
+                "templateDir": str(base / "templates"),
+                **(extra or {}),
+            }
         )
-        d = Daemon(lambda: settings, exec_=lb.exec_in_host, link_netns=lb.host)
+        d = Daemon(lambda: settings, exec_=lb.exec_in_host, link_netns=lb.host, state_path=base / "state.json")
         d.start_cluster()
         d.reload()
         d.start()

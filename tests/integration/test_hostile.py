@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import os
+import resource
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.integration.daemonlab import DaemonLab, daemon_lab
+from tests.integration.netns import PLUGIN_DIR
 
 pytestmark = pytest.mark.root
 
@@ -137,19 +143,210 @@ print(data.decode())
     assert raw(dl.sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
 
 
-def test_busy_daemon_answers_try_again_later(dl: DaemonLab) -> None:
-    server = dl.daemon.server
-    assert server is not None
-    taken = 0
-    while server.enter():  # occupy every slot, as 64 slow requests would
-        taken += 1
+def _gated_lab(tmp_path: Path, **limits: Any) -> tuple[Path, Any]:
+    """A daemon_lab whose only network, `gated`, runs a plugin that answers ADD only when the test writes a line
+    to a FIFO: requests in flight for exactly as long as the test wants, without timing anything."""
+    gate = tmp_path / "gate.fifo"
+    os.mkfifo(gate)
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    script = plugins / "gate"
+    script.write_text(
+        "#!/bin/sh\ncase $CNI_COMMAND in ADD) read -r line < "
+        + str(gate)
+        + ' ; echo \'{"cniVersion": "1.0.0"}\';; esac\n'
+    )
+    script.chmod(0o755)
+    extra = {"pluginDirs": [str(plugins), PLUGIN_DIR], "defaultNetwork": None, **limits}
+    return gate, daemon_lab(tmp_path, extra=extra)
+
+
+def _add_gated(dl: DaemonLab) -> None:
+    (dl.base / "static.d" / "gated.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "gated", "plugins": [{"type": "gate"}]})
+    )
+    (dl.base / "networks.d" / "90-gated.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: gated}\nspec: {type: static, networkID: gated}\n"
+    )
+    assert "gated" in dl.daemon.reload().networks
+
+
+def _open_gate(gate: Path) -> None:
+    with open(gate, "w") as f:  # blocks until a gated plugin opens it to read: exactly one ADD goes on
+        f.write("go\n")
+
+
+def test_requests_over_max_in_flight_wait_their_turn(tmp_path: Path) -> None:
+    """maxInFlight 1, maxQueued 1: the second request waits and is served; only the third, with the queue
+    full, is told to try again later (429, CNI 11)."""
+    gate, lab_cm = _gated_lab(tmp_path, maxInFlight=1, maxQueued=1)
+    with lab_cm as dl, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        _add_gated(dl)
+        server = dl.daemon.server
+        assert server is not None
+        a, b = dl.lab.container(), dl.lab.container()
+        first = pool.submit(dl.shim, "ADD", a, args="NETCOMP_NETWORKS=gated", ready_timeout=60)
+        assert server.wait_for(lambda: server.in_flight == 1, 30)
+        second = pool.submit(dl.shim, "ADD", b, args="NETCOMP_NETWORKS=gated", ready_timeout=60)
+        assert server.wait_for(lambda: server.queued == 1, 30)
+        status, err = post(dl.sock, cni(env(CNI_ARGS="NETCOMP_NETWORKS=gated"), CONF))
+        assert status == 429 and err["code"] == 11 and "busy" in err["msg"]
+        _open_gate(gate)
+        assert first.result(timeout=60)[0] == 0
+        _open_gate(gate)
+        assert second.result(timeout=60)[0] == 0
+        assert server.queued == 0 and server.in_flight == 0
+        for ctr in (a, b):
+            assert dl.shim("DEL", ctr)[0] == 0
+        assert dl.cache_files() == []
+
+
+def test_a_request_whose_client_left_the_queue_is_not_started(tmp_path: Path) -> None:
+    """A shim that gave up while its ADD waited in the queue must not find it run later."""
+    gate, lab_cm = _gated_lab(tmp_path, maxInFlight=1)
+    with lab_cm as dl, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        _add_gated(dl)
+        server = dl.daemon.server
+        assert server is not None
+        a = dl.lab.container()
+        first = pool.submit(dl.shim, "ADD", a, args="NETCOMP_NETWORKS=gated", ready_timeout=60)
+        assert server.wait_for(lambda: server.in_flight == 1, 30)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(dl.sock)
+        body = cni(
+            env(CNI_CONTAINERID="gone", CNI_NETNS=f"/var/run/netns/{a}", CNI_ARGS="NETCOMP_NETWORKS=gated"), CONF
+        )
+        s.sendall(f"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert server.wait_for(lambda: server.queued == 1, 30)
+        s.close()
+        served = server.served
+        _open_gate(gate)
+        assert first.result(timeout=60)[0] == 0
+        assert server.wait_for(lambda: server.queued == 0 and server.in_flight == 0, 30)
+        assert server.served == served + 1  # the first ADD only
+        assert dl.daemon.cache.load("gone", "eth0") is None
+        assert dl.shim("DEL", a)[0] == 0
+
+
+def test_idle_connections_cost_no_thread_and_do_not_starve_the_runtime(tmp_path: Path) -> None:
+    """1,000 connections that send nothing (a slowloris from one process): at most maxConnectionsPerPeer are
+    held, the rest are refused at once with a CNI error, no thread is spent on any, the held ones are closed
+    after headerTimeout, and the runtime's shims (other processes) are served meanwhile."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    conns: list[socket.socket] = []
     try:
-        status, err = post(dl.sock, cni(env(), CONF))
-        assert status == 429 and err["code"] == 11
+        with daemon_lab(tmp_path, extra={"headerTimeout": 3, "maxConnectionsPerPeer": 64}) as dl:
+            threads = threading.active_count()
+            for _ in range(1000):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conns.append(s)
+                s.connect(dl.sock)  # blocking: waits for room in the backlog, as a client of a busy server does
+                s.settimeout(30)
+            ctr = dl.lab.container()
+            assert dl.shim("ADD", ctr)[0] == 0
+            assert dl.shim("DEL", ctr)[0] == 0
+            assert threading.active_count() - threads < 8
+            answers = [_read_all(s) for s in conns]
+            refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+            timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
+            assert len(refused) == 1000 - 64 and len(timed_out) == 64, {a[:12] for a in answers}
+            assert b'"code": 11' in refused[0] and b"too many connections" in refused[0]
+            assert b"not complete within 3s" in timed_out[0]
     finally:
-        for _ in range(taken):
-            server.leave()
-    assert taken == dl.settings.maxInFlight
+        for s in conns:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _read_all(s: socket.socket) -> bytes:
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code", "words"),
+    [
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", 400, 6, "not an HTTP/1.1 request"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400, 6, "not an HTTP/1.1 request"),
+        (b"BREW /cni HTTP/1.1\r\nHost: x\r\n\r\n", 405, 7, "not allowed"),
+        (b"DELETE /status HTTP/1.1\r\nHost: x\r\n\r\n", 405, 7, "not allowed"),
+        (b"GET /cni HTTP/1.1\r\nHost: x\r\n\r\n", 405, 7, "not allowed"),
+        (b"POST /cni HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, 6, "not chunked"),
+        (b"GET / HTTP/1.1\r\nBroken header\r\n\r\n", 400, 6, "malformed header"),
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 431, 6, "over 64 KiB"),
+    ],
+)
+def test_anything_gets_a_cni_json_answer(
+    dl: DaemonLab, request_bytes: bytes, status: int, code: int, words: str
+) -> None:
+    got, err = raw(dl.sock, request_bytes)
+    assert got == status and err["code"] == code and words in err["msg"], err
+    assert raw(dl.sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "words"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, 6, "not JSON"),
+        (cni(env(), b'{"cniVersion": "1.0.0", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), 6, "not JSON"),
+        (cni(env(CNI_CONTAINERID="abc\n"), CONF), 4, "invalid CNI_CONTAINERID"),
+        (cni(env(CNI_IFNAME="e\x01th"), CONF), 4, "invalid interface name"),
+        (cni(env(CNI_IFNAME="eth 0"), CONF), 4, "invalid interface name"),
+        (cni(env(CNI_IFNAME="\u00e9th0"), CONF), 4, "invalid interface name"),
+        # PID 1's: refused as the host's, or (in a sandbox whose PID 1 root may not open) as unreadable.
+        (cni(env(CNI_NETNS="/proc/1/ns/net"), CONF), 4, ""),
+        (cni(env(CNI_NETNS="/proc/self/ns/net"), CONF), 4, "the host's network namespace"),
+    ],
+)
+def test_hostile_requests_get_cni_errors_and_no_traceback(
+    dl: DaemonLab, body: bytes, code: int, words: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    status, err = post(dl.sock, body)
+    assert status == 400 and err["code"] == code and words in err["msg"], err
+    assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+    assert dl.cache_files() == []
+
+
+def test_the_labs_host_namespace_is_refused_too(dl: DaemonLab) -> None:
+    """The namespace the delegates run in (here the lab's "host") is the host for them: never a container's."""
+    status, err = post(dl.sock, cni(env(CNI_NETNS=f"/var/run/netns/{dl.lab.host}"), CONF))
+    assert status == 400 and err["code"] == 4 and "the host's network namespace" in err["msg"]
+    assert sorted(dl.lab.links(dl.lab.host)) == ["lo", "ncm0", "ncm0p"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "code", "words"),
+    [
+        ({"command": "ADD", "containerID": "c", "network": "storage", "netns": ["/x"]}, 7, "netns must be a string"),
+        ({"command": "ADD", "containerID": 5, "network": "storage", "netns": "/x"}, 7, "containerID must be a string"),
+        ({"command": ["ADD"], "containerID": "c", "network": "storage"}, 4, "command must be ADD or DEL"),
+        ({"command": "ADD", "containerID": "c", "network": "storage", "runtimeIfname": 1}, 7, "runtimeIfname"),
+        ({"command": "ADD", "containerID": "c\n", "network": "storage", "netns": "/x"}, 4, "invalid container id"),
+        ([1, 2], 6, "JSON object"),
+    ],
+)
+def test_hotplug_requests_of_the_wrong_shape(dl: DaemonLab, doc: Any, code: int, words: str) -> None:
+    status, err = post(dl.sock, json.dumps(doc).encode(), path="/delegate")
+    assert status == 400 and err["code"] == code and words in err["msg"], err
+
+
+def test_a_client_that_hangs_up_leaves_no_traceback(dl: DaemonLab, caplog: pytest.LogCaptureFixture) -> None:
+    for request_bytes in (
+        b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /cni HTTP/1.1\r\nContent-Length: 100\r\n\r\n{",
+        b"GET /attachments HTTP/1.1\r\nHost: x\r\n\r\n",
+    ):
+        for _ in range(20):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(dl.sock)
+            s.sendall(request_bytes)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+    assert raw(dl.sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+    assert not [r for r in caplog.records if r.exc_info or r.levelname in ("ERROR", "WARNING")]
 
 
 def test_metrics_and_status_endpoints(dl: DaemonLab) -> None:

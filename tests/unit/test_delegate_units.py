@@ -14,6 +14,10 @@ from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 
+# The test process's own network namespace stands in for a container's: a real namespace any user can open, so
+# the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.
+OWN_NETNS = "/proc/self/ns/net"
+
 
 def test_naming_explicit_then_prefix_then_net() -> None:
     wants = [
@@ -217,7 +221,7 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
         remove_link=lambda name: (removed.append(name), host.discard(name)),
     )
     req = parse_request(
-        {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0",
+        {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0",
          "CNI_ARGS": "NETCOMP_NETWORKS=t"},
         {"cniVersion": "1.0.0"},
     )  # fmt: skip
@@ -249,7 +253,7 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
 def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-untyped-def]
     nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
     d = _delegator(tmp_path, nets, fake_exec)
-    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
     d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
     return d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"})
 

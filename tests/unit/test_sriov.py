@@ -21,6 +21,10 @@ from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import sriov
 
+# The test process's own network namespace stands in for a container's: a real namespace any user can open, so
+# the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.
+OWN_NETNS = "/proc/self/ns/net"
+
 
 def make_sysfs(root: Path, pf: str, bus: str, vfs: dict[int, tuple[str, str]]) -> None:
     """/sys/class/net/<pf>/device -> the PF's PCI dir, with virtfn<N> -> ../<VF address> and each VF's driver."""
@@ -100,7 +104,7 @@ def req(cmd: str, cid: str, network: str = "dataplane") -> Any:
     env = {
         "CNI_COMMAND": cmd,
         "CNI_CONTAINERID": cid,
-        "CNI_NETNS": "/var/run/netns/x",
+        "CNI_NETNS": OWN_NETNS,
         "CNI_IFNAME": "eth0",
         "CNI_ARGS": f"NETCOMP_NETWORKS={network}",
     }

@@ -1,0 +1,137 @@
+"""The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible) and
+`/delegate` (hot-plug), each a function from the body to (HTTP status, answer bytes) that logs one line per
+request and counts it. The server (server.py) only moves bytes; it runs these on its worker threads."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from netcomp import protocol
+from netcomp.cni.spec import compact
+from netcomp.daemon.metrics import Metrics
+from netcomp.delegate.attach import Delegator
+from netcomp.delegate.request import E_IO, parse_request
+from netcomp.errors import DelegateError, HostError, printable
+from netcomp.protocol import ProtocolError
+
+log = logging.getLogger("netcomp.server")
+Answer = tuple[int, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Hotplug:
+    """A `/delegate` request: `{"command": "ADD"|"DEL", "containerID", "netns", "network", "ifname"?,
+    "runtimeIfname"?}` (what `netcomp attach|detach` sends)."""
+
+    command: str
+    container_id: str
+    netns: str
+    network: str
+    ifname: str | None
+    runtime_ifname: str
+
+
+def parse_hotplug(body: bytes) -> Hotplug:
+    try:
+        doc = protocol.loads(body)
+    except ValueError as e:
+        raise ProtocolError(protocol.E_DECODE, f"request is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(protocol.E_DECODE, "request must be a JSON object")
+    command = doc.get("command", "ADD")
+    if command not in ("ADD", "DEL"):
+        raise ProtocolError(protocol.E_INVALID_ENV, f"command must be ADD or DEL, not {str(command)[:40]!r}")
+    values: dict[str, str | None] = {}
+    for key, required in (("containerID", True), ("network", True), ("netns", False), ("ifname", False)):
+        v = doc.get(key)
+        if v is not None and not isinstance(v, str):
+            raise ProtocolError(protocol.E_INVALID_CONFIG, f"{key} must be a string")
+        if required and not v:
+            raise ProtocolError(protocol.E_INVALID_CONFIG, "containerID and network are required")
+        values[key] = v or None
+    runtime_ifname = doc.get("runtimeIfname") or "eth0"
+    if not isinstance(runtime_ifname, str):
+        raise ProtocolError(protocol.E_INVALID_CONFIG, "runtimeIfname must be a string")
+    if command == "ADD" and not values["netns"]:
+        raise ProtocolError(protocol.E_INVALID_ENV, "netns is required to attach")
+    return Hotplug(
+        command,
+        values["containerID"] or "",
+        values["netns"] or "",
+        values["network"] or "",
+        values["ifname"],
+        runtime_ifname,
+    )
+
+
+def _error(code: int, msg: str, details: str = "", version: str = "1.0.0") -> Answer:
+    return 400, protocol.error_body(code, msg, details, version)
+
+
+def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Answer:
+    """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}."""
+    t = time.perf_counter()
+    verb, cid, version, outcome, nets = "?", "?", "1.0.0", "error", "-"
+    try:
+        env, config, raw = protocol.decode_request(body)
+        req = parse_request(env, config, raw)
+        verb, cid, version = req.command, req.container_id or "-", req.cni_version
+        nets = delegator.describe(req)
+        result = delegator.handle(req)
+        outcome = "ok"
+        log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, (time.perf_counter() - t) * 1000)
+        if bare:
+            return 200, compact(result) if result else b""
+        return 200, compact({"Result": result or None})
+    except ProtocolError as e:
+        log.warning("CNI request refused: code %d: %s", e.code, printable(e.msg, 300))
+        return _error(e.code, e.msg, e.details)
+    except DelegateError as e:
+        log.warning(
+            "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
+            verb,
+            cid,
+            nets,
+            (time.perf_counter() - t) * 1000,
+            e.code,
+            printable(e.full_msg),
+            f" ({printable(e.details)})" if e.details else "",
+        )
+        return _error(e.code, e.full_msg, e.details, version)
+    except HostError as e:
+        log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets, printable(str(e)))
+        return _error(E_IO, str(e), version=version)
+    except Exception as e:  # a bug: answer, log, keep serving
+        log.exception("CNI %s container=%s internal error", verb, cid)
+        return _error(999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
+    finally:
+        took = time.perf_counter() - t
+        metrics.requests.labels(verb, outcome).inc()
+        metrics.latency.labels(verb).observe(took)
+
+
+def delegate(delegator: Delegator, body: bytes) -> Answer:
+    """POST /delegate: hot-plug one network into (ADD) or out of (DEL) a running container."""
+    hp: Hotplug | None = None
+    try:
+        hp = parse_hotplug(body)
+        result = delegator.hotplug(hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname)
+        log.info("hot-plug %s container=%s network=%s ok", hp.command, hp.container_id, hp.network)
+        return 200, compact({"Result": result or None})
+    except ProtocolError as e:
+        return _error(e.code, e.msg, e.details)
+    except DelegateError as e:
+        log.warning("hot-plug %s failed: code %d: %s", _what(hp), e.code, printable(e.full_msg))
+        return _error(e.code, e.full_msg, e.details)
+    except HostError as e:
+        log.error("hot-plug %s host error: %s", _what(hp), printable(str(e)))
+        return _error(E_IO, str(e))
+    except Exception as e:
+        log.exception("hot-plug internal error")
+        return _error(999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")
+
+
+def _what(hp: Hotplug | None) -> str:
+    return f"{hp.command} container={hp.container_id} network={hp.network}" if hp else "?"
