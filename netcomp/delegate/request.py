@@ -15,6 +15,7 @@ from netcomp.cni.invoke import E_INVALID_ENV
 from netcomp.cni.spec import SUPPORTED_VERSIONS
 from netcomp.delegate import select
 from netcomp.errors import DelegateError
+from netcomp.host.netns import check_path
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
@@ -72,7 +73,9 @@ def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Requ
         return Request(command, cid, netns, ifname, args, config)
     check_container_id(cid, "CNI_CONTAINERID")
     select.check_ifname(ifname)
-    if command != "DEL" and not netns:
+    if netns:
+        check_path(netns)
+    elif command != "DEL":
         raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
     pod = select.pod_ref(args)
     if command != "ADD":
