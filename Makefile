@@ -15,7 +15,7 @@ DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper
 # 6 minutes the first time, then cached outside the checkout).
 KUBE_BINS ?= /var/cache/netcomp-test/kube
 
-.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench clean
+.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench chaos clean
 
 all: test
 
@@ -71,6 +71,11 @@ schema: $(STAMP)
 
 bench: setup
 	$(PY) bench/compile.py
+
+# The long chaos run (docs/reliability.md): 100 containers, 200 kills of the daemon, then zero leftovers. Root.
+CHAOS_ARGS ?= --containers 100 --kills 200 --seed 1
+chaos: setup
+	$(PY) -m tests.chaos.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.egg-info

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -30,10 +31,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.command == "daemon":
         from netcomp.daemon import main
 
+        # The journal stamps each line itself; anywhere else (a terminal, a file) the line carries its time.
+        stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
         logging.basicConfig(
             level=getattr(logging, args.log_level.upper()),
             stream=sys.stderr,
-            format="%(levelname)s %(name)s: %(message)s",
+            format=stamp + "%(levelname)s %(name)s: %(message)s",
         )
         try:
             return main.run(lambda: _settings(args), state_path=_state_path(args))

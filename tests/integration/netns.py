@@ -40,8 +40,8 @@ class Lab:
     master: str = "ncm0"
     containers: list[str] = field(default_factory=list)
 
-    def container(self) -> str:
-        name = f"nc-ctr-{secrets.token_hex(4)}"
+    def container(self, suffix: str = "") -> str:
+        name = f"nc-ctr-{secrets.token_hex(4)}{suffix}"
         ip("netns", "add", name)
         self.containers.append(name)
         return name

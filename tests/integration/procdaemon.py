@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,10 +64,7 @@ class ProcNode:
         """Start the daemon (it may be killed and started again any number of times) and, with `wait`, return
         once it has said READY=1 on its notify socket; `env`: extra environment (NETCOMP_CRASH_AT)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.notify.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            while True:  # what an earlier daemon said
-                self.notify.recv(65536)
+        self._drain_notify()
         self.starts += 1
         self.log = self.base / f"daemon-{self.starts}.log"
         argv = [
@@ -131,6 +128,19 @@ class ProcNode:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+    def _drain_notify(self) -> None:
+        self.notify.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:  # what was said before
+                self.notify.recv(65536)
+
+    def reload(self) -> None:
+        """SIGHUP, then the READY=1 that follows the reload."""
+        assert self.proc is not None
+        self._drain_notify()
+        self.proc.send_signal(signal.SIGHUP)
+        self.wait_ready()
 
     def restart(self, *, wait: bool = True, **env: str) -> None:
         self.kill()
@@ -210,11 +220,18 @@ class ProcNode:
 
 @contextlib.contextmanager
 def proc_node(
-    base: Path, *, extra: dict[str, Any] | None = None, env: dict[str, str] | None = None
+    base: Path,
+    *,
+    extra: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    setup: Callable[[Path, Lab], object] | None = None,
 ) -> Iterator[ProcNode]:
-    """A lab, the networks of daemonlab.write_networks, and a daemon process serving them (started)."""
+    """A lab, the networks of daemonlab.write_networks (and what `setup` adds), and a daemon process serving
+    them (started)."""
     with lab() as lb:
         write_networks(base, lb.master)
+        if setup is not None:
+            setup(base, lb)
         settings: dict[str, Any] = {
             "intentDirs": [str(base / "networks.d")],
             "outputDir": str(base / "out"),
