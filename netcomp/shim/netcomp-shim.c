@@ -893,6 +893,20 @@ static int run(void) {
                          "not sent");
     size_t path_len = (size_t)plen > sizeof path ? sizeof path : (size_t)plen;
     double wait = ready_timeout(&fields[K_READY], found[K_READY]);
+#ifdef NC_SCAN_ONLY
+    /* A test build (tests/unit/test_shim_props.py): what was read from the config, compared there with what
+     * plugin.py reads from the same bytes; then nothing else. The installed shim has no such branch. */
+    char num[40];
+    snprintf(num, sizeof num, "%.17g", wait);
+    puts_(&out, "{\"cniVersion\":\"");
+    put_json_text(&out, &version);
+    puts_(&out, "\",\"socket\":\"");
+    put_json_text(&out, &sock);
+    puts_(&out, "\",\"readyTimeout\":");
+    puts_(&out, num);
+    puts_(&out, "}\n");
+    return 0;
+#endif
 
     struct sink count = {0, NULL, 0, 0};
     put_body(&count, config, clen);
@@ -917,8 +931,11 @@ static int run(void) {
         if (o.answered)
             break;
         if (o.taken && restarts < NC_MAX_RESTARTS) {
-            restarts++; /* it died with our request: give the restarted daemon a full readyTimeout */
+            /* It died with our request: post it again now, whatever readyTimeout (with readyTimeout 0 the fresh
+             * deadline would already have passed), and give the restarted daemon a full readyTimeout. */
+            restarts++;
             deadline = now_ns() + seconds_ns(wait);
+            continue;
         }
         int64_t now = now_ns();
         if (now >= deadline) {

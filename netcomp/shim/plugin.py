@@ -282,8 +282,11 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
         except _Retry as r:
             why = r.why
             if r.taken and restarts < MAX_RESTARTS:
-                restarts += 1  # it died with our request: give the restarted daemon a full readyTimeout
+                # It died with our request: post it again now, whatever readyTimeout (with readyTimeout 0 the
+                # fresh deadline would already have passed), and give the restarted daemon a full readyTimeout.
+                restarts += 1
                 deadline = time.monotonic() + wait
+                continue
         now = time.monotonic()
         if now >= deadline:
             stdout.write(
