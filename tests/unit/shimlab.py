@@ -127,7 +127,7 @@ class Scripted:
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.srv.bind(self.path)
         self.srv.listen(16)
-        self.srv.settimeout(0.05)  # how often the accept loop looks at _stop
+        self.srv.settimeout(1)  # close() wakes accept(); this is only a second line of defence
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -139,6 +139,9 @@ class Scripted:
             except TimeoutError:
                 continue
             except OSError:
+                return
+            if self._stop.is_set():  # close()'s own connection
+                conn.close()
                 return
             act = self.acts[min(n, len(self.acts) - 1)] if self.acts else None
             n += 1
@@ -187,6 +190,8 @@ class Scripted:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+            wake.connect(self.path)  # wakes accept() at once
         self.thread.join(timeout=30)
         self.srv.close()
         with contextlib.suppress(FileNotFoundError):
