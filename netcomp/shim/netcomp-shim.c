@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -988,6 +989,14 @@ static int run(void) {
 }
 
 int main(void) {
+    /* Started with stdout closed: nobody can read an answer, so nothing is asked of the daemon. A closed stdin
+     * (an empty config) or stderr gets /dev/null, so that no socket of ours takes its number. */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+            if (fd == 1 || open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+                return 1;
+        }
+    }
     /* A runtime that stops reading must not kill the shim silently: a failed write is exit status 1. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -319,9 +319,11 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
 def main() -> None:
     import posix  # built in, already loaded: `os` would cost 2 ms of imports
 
+    if sys.stdout is None:  # started with stdout closed: nobody can read an answer, so nothing is asked
+        posix._exit(1)
     env = {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in posix.environ.items()}
     out = sys.stdout.buffer
-    code = run(env, sys.stdin.buffer, out)
+    code = run(env, sys.stdin.buffer if sys.stdin is not None else open("/dev/null", "rb"), out)  # noqa: SIM115
     try:
         out.flush()
     except OSError:

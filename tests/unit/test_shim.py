@@ -238,6 +238,21 @@ def test_an_answer_nobody_reads_is_a_failure(shim: Shim) -> None:
     assert (p.returncode, p.stderr) == (1, b"")
 
 
+def test_a_shim_started_with_stdout_closed_asks_nothing(shim: Shim, sockdir: Path) -> None:
+    """Nobody can read an answer, so nothing is asked of the daemon (and no socket of the shim's may take fd 1,
+    where the answer would go): exit status 1."""
+    with scripted(sockdir / "d.sock", [once(answer(200, b"{}"))]) as srv:
+        p = subprocess.run(
+            ["/bin/sh", "-c", 'exec "$0" >&-', *shim.argv],  # only a shell starts a program with an fd closed
+            env={"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", **shim.extra_env},
+            input=conf(socket=srv.path, readyTimeout=0),
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
+    assert (p.returncode, p.stderr, srv.seen) == (1, b"", [])
+
+
 # ---- the compiled shim's copies of the rules ----
 
 C_SOURCE = shimlaunch.SOURCE.read_text()
