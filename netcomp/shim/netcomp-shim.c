@@ -187,7 +187,10 @@ static int hex4(const unsigned char *p, int32_t *v) {
     int32_t x = 0;
     for (int i = 0; i < 4; i++) {
         unsigned char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0)
             return -1;
         x = (x << 4) | d;
@@ -742,8 +745,8 @@ static void post(int fd, const unsigned char *path, size_t path_len, const unsig
     }
     char head[256];
     int hn = snprintf(head, sizeof head,
-                      "POST " NC_CNI_PATH " HTTP/1.1\r\nHost: netcomp\r\nContent-Type: application/json\r\n" NC_SHIM_HEADER
-                      ": 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                      "POST " NC_CNI_PATH " HTTP/1.1\r\nHost: netcomp\r\nContent-Type: application/json\r\n"
+                      NC_SHIM_HEADER ": 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
                       body_len);
     if (hn <= 0 || (size_t)hn >= sizeof head)
         abort();
