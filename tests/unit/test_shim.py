@@ -10,7 +10,10 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,8 @@ import pytest
 from netcomp import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
-from tests.unit.shimlab import HANG, TAKEN, Act, Shim, answer, once, scripted
+from tests.conftest import reap
+from tests.unit.shimlab import HANG, SHIMS, TAKEN, Act, Shim, answer, once, pick, scripted
 
 SHIM = Path(plugin.__file__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,6 +255,36 @@ def test_a_shim_started_with_stdout_closed_asks_nothing(shim: Shim, sockdir: Pat
             check=False,
         )
     assert (p.returncode, p.stderr, srv.seen) == (1, b"", [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the daemon serves only uid 0 by default (allowedUids)")
+def test_every_shim_gets_the_same_answers_from_the_real_daemon(shims: dict[str, Shim], tmp_path: Path) -> None:
+    """The real daemon (`netcomp daemon --root`, no networks, so no plugin runs): its CNI error printed as it is,
+    a DEL of nothing done, the same bytes from every shim. The shims' readyTimeout waits for it to serve."""
+    sockdir = Path(tempfile.mkdtemp(prefix="ncs-"))  # --root: the socket path must stay short
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "netcomp"), "daemon", "--root", str(sockdir), "--log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        sock = f"{sockdir}/run/netcomp/netcomp.sock"
+        config = conf(cniVersion="1.0.0", name="netcomp", type="netcomp", socket=sock, readyTimeout=30)
+        env = {"CNI_CONTAINERID": "ctr-x", "CNI_NETNS": "/var/run/netns/none", "CNI_IFNAME": "eth0", "CNI_PATH": "/"}
+        seen = {}
+        for name in SHIMS:
+            shim = pick(shims, name)
+            check = shim.run({**env, "CNI_COMMAND": "CHECK"}, config)
+            delete = shim.run({**env, "CNI_COMMAND": "DEL"}, config)
+            seen[name] = (check.code, check.out, delete.code, delete.out)
+        err = json.loads(seen["python"][1])
+        assert seen["python"][0] == 1 and err["code"] == 3 and "ctr-x" in err["msg"], err
+        assert seen["python"][2:] == (0, b"")
+        assert seen["c"] == seen["python"] and seen["c-asan"] == seen["python"]
+    finally:
+        daemon.terminate()
+        reap(daemon, 30)
+        shutil.rmtree(sockdir, ignore_errors=True)
 
 
 # ---- the compiled shim's copies of the rules ----
