@@ -9,13 +9,15 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # What the tests run for real: the CNI plugins, iproute2, systemd's tools, and Debian's packaging tools.
 DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git \
-	openssl
+	openssl $(SHIM_DEBS)
+# The compiled shim: a C compiler and libc's headers (gcc brings the ASan and UBSan runtimes the tests use).
+SHIM_DEBS := gcc libc6-dev
 
 # The real Kubernetes API server the Kubernetes tests run against, built from Debian's source package (about
 # 6 minutes the first time, then cached outside the checkout).
 KUBE_BINS ?= /var/cache/netcomp-test/kube
 
-.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench chaos clean
+.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench chaos clean shim
 
 all: test
 
@@ -23,7 +25,8 @@ all: test
 system-deps:
 	@if ! [ -x /usr/lib/cni/macvlan ] || ! command -v ip >/dev/null || ! command -v dh >/dev/null \
 	    || ! command -v lintian >/dev/null || ! command -v systemd-analyze >/dev/null \
-	    || ! command -v systemd-nspawn >/dev/null || ! command -v openssl >/dev/null; then \
+	    || ! command -v systemd-nspawn >/dev/null || ! command -v openssl >/dev/null \
+	    || ! command -v cc >/dev/null || ! [ -e /usr/include/stdio.h ]; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
@@ -76,6 +79,12 @@ bench: setup
 CHAOS_ARGS ?= --containers 100 --kills 200 --seed 1
 chaos: setup
 	$(PY) -m tests.chaos.chaos $(CHAOS_ARGS)
+
+# The compiled shim, built as `netcomp install-shim` builds it (warnings are errors): build/netcomp-shim.
+# The tests build it themselves, with and without the sanitizers; debian/rules with dpkg-buildflags.
+shim: $(STAMP)
+	mkdir -p build
+	$(PY) -c 'from pathlib import Path; from netcomp.shim import install; install.build(Path("build/netcomp-shim"))'
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.egg-info

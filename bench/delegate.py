@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""Delegation benchmark (root). Prints ratios against baselines measured in the same run:
+"""Delegation benchmark (root). Both shims in one run, interleaved: the compiled shim (netcomp/shim/netcomp-shim.c,
+built as `netcomp install-shim` builds it) and the Python shim (plugin.py behind its launcher, byte-compiled, as
+install-shim installs it where there is no compiler). Prints ratios against baselines measured in the same run;
+the goals (issue 14) are the compiled shim's:
 
-  (a) ADD+DEL of one bridge+host-local network through shim+daemon / the same delegate exec'd directly   <= 1.6
-  (b) a container joining three networks (ADD) / the three delegates exec'd one after another directly   <= 0.9
-  (c) shim start (CNI_COMMAND=VERSION) / /usr/bin/python3 -I -S -c pass                                  <= 1.3
-  (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.5
+  (a) ADD+DEL of one bridge+host-local network through shim+daemon / the same delegate exec'd directly   <= 1.20
+  (b) a container joining three networks (ADD) / the three delegates exec'd one after another directly   <= 0.75
+  (c) shim start (CNI_COMMAND=VERSION) / /bin/true (the Python shim: / /usr/bin/python3 -I -S -c pass)   <= 1.5
+  (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.25
 
 (e), no goal set: a container on three networks leaving them (DEL) / the three DELs direct, one after another;
-and, for reading them, (a0) (b0) (d0): the same work with a daemon that costs nothing, the floor of each ratio
-here: a shim start (its VERSION, answered without the daemon) in place of each shim call, then the delegates
-exec'd directly, in parallel where the daemon runs them so. A floor over a goal means no daemon can meet it on
-this machine with a Python shim.
+(a*): (a) with the direct DEL made after the pause a shim start takes; and, for reading them, (a0) (b0) (d0): the
+same work with a daemon that costs nothing, the floor of each ratio here: that shim's start (its VERSION,
+answered without the daemon) in place of each shim call, then the delegates exec'd directly, in parallel where
+the daemon runs them so. A floor over a goal means no daemon can meet it on this machine with that shim.
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
-started as `netcomp daemon --root TMP` in it and the shim installed as the package installs it (a launcher that
-imports the byte-compiled shim, netcomp/shim/install.py); all is removed at the end.
+started as `netcomp daemon --root TMP` in it; all is removed at the end.
 Usage: sudo bench/delegate.py [--runs N]
 """
 
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,15 +82,20 @@ def setup(base: Path) -> None:
     (base / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\nmaxInFlight: 64\n")
 
 
+GOALS = {"a": 1.20, "b": 0.75, "c": 1.5, "d": 1.25}  # the compiled shim's (issue 14)
+
+
 def inner(runs: int) -> None:
     from netcomp.cni.invoke import Runner, RuntimeConf
     from netcomp.shim import install as shimlaunch
 
     base = Path(tempfile.mkdtemp(prefix="netcomp-bench-"))
     setup(base)
-    # The shim as the package installs it: a launcher importing the byte-compiled shim.
-    shim_exe = str(base / "cni/netcomp")
-    shimlaunch.install(Path(shim_exe), base / "shim")
+    # Both shims as install-shim installs them: compiled with the node's cc, or the launcher and bytecode.
+    exes = {"C": str(base / "cni/netcomp-c"), "Python": str(base / "cni/netcomp-py")}
+    (base / "cni").mkdir()
+    shimlaunch.build(Path(exes["C"]), shimlaunch.find_cc() or "cc")
+    shimlaunch.install(Path(exes["Python"]), base / "shim")
     sh("ip", "link", "add", "bench0", "type", "veth", "peer", "name", "bench0p")
     for dev in ("lo", "bench0", "bench0p"):
         sh("ip", "link", "set", dev, "up")
@@ -102,7 +110,13 @@ def inner(runs: int) -> None:
         nss.append(name)
         return name
 
-    def shim(cmd: str, ns: str, args: str = "") -> float:
+    def execute(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+        """Exec as a runtime execs a plugin (config on stdin, stdout read): the shims and their baselines alike."""
+        t = time.perf_counter()
+        p = subprocess.run(argv, input=shimconf, env=env, capture_output=True, timeout=120)
+        return time.perf_counter() - t, p
+
+    def shim(exe: str, cmd: str, ns: str, args: str = "") -> float:
         env = {
             "CNI_COMMAND": cmd,
             "CNI_CONTAINERID": ns,
@@ -111,17 +125,28 @@ def inner(runs: int) -> None:
             "CNI_ARGS": args,
             "CNI_PATH": PLUGINS,
         }
-        t = time.perf_counter()
-        p = subprocess.run([shim_exe], input=shimconf, env=env, capture_output=True, timeout=120)
-        took = time.perf_counter() - t
+        took, p = execute([exe], env)
         if p.returncode != 0:
-            raise SystemExit(f"shim {cmd} failed: {p.stdout.decode()}")
+            raise SystemExit(f"shim {exe} {cmd} failed: {p.stdout.decode()}")
+        return took
+
+    def start(exe: str) -> float:
+        """A shim start alone: its VERSION, answered without the daemon."""
+        return shim(exe, "VERSION", "x")
+
+    def bare(argv: list[str]) -> float:
+        """A program that does nothing, exec'd as the shims are: the floor of a start."""
+        took, p = execute(argv, {"CNI_COMMAND": "VERSION"})
+        p.check_returncode()
         return took
 
     compiled: dict[str, dict] = {}
+    m: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in exes}
+    direct_ms: dict[str, list[float]] = defaultdict(list)
     try:
-        shim("ADD", netns())  # warm up: waits until the daemon serves
-        shim("DEL", nss[-1])
+        for exe in exes.values():
+            shim(exe, "ADD", netns())  # warm up: waits until the daemon serves
+            shim(exe, "DEL", nss[-1])
         for n in ("mgmt", "storage", "backup"):
             compiled[n] = json.loads((base / f"run/netcomp/networks/{n}.conflist").read_text())
         runner = Runner([PLUGINS])
@@ -147,68 +172,62 @@ def inner(runs: int) -> None:
             direct_del(ns, nets, outs)
             return before + took
 
-        a_shim, a_direct, a_paused, b_shim, b_direct = [], [], [], [], []
-        a_floor, b_floor, e_shim, e_direct = [], [], [], []
-
-        def shim_start() -> float:
-            return shim("VERSION", "x")
-
         # How long a shim call takes outside the daemon: the pause a real DEL always comes after (see (a*)).
-        pause = statistics.median(shim_start() for _ in range(5))
+        pause = {name: statistics.median(start(exe) for _ in range(5)) for name, exe in exes.items()}
         one = [("mgmt", "eth0")]
         three = [("mgmt", "eth0"), ("storage", "net0"), ("backup", "net1")]
         for _ in range(runs):
             ns = netns()
-            a_shim.append(shim("ADD", ns) + shim("DEL", ns))
-            ns = netns()
             t_add, res = direct(ns, one)
-            a_direct.append(t_add + direct_del(ns, one, res))
-            ns = netns()
-            t_add, res = direct(ns, one)
-            time.sleep(pause)  # not timed: after an idle pause a DEL costs more (docs/benchmarks.md, (a))
-            a_paused.append(t_add + direct_del(ns, one, res))
-            ns = netns()
-            t_add, res = direct(ns, one, shim_start())
-            a_floor.append(t_add + direct_del(ns, one, res, shim_start()))
-            ns = netns()
-            b_floor.append(direct_parallel(ns, three, shim_start()))
-            ns = netns()
-            b_shim.append(shim("ADD", ns, "NETCOMP_NETWORKS=storage,backup"))
-            e_shim.append(shim("DEL", ns))
+            direct_ms["a"].append(t_add + direct_del(ns, one, res))
             ns = netns()
             t_add, res = direct(ns, three)
-            b_direct.append(t_add)
-            e_direct.append(direct_del(ns, three, res))
+            direct_ms["b"].append(t_add)
+            direct_ms["e"].append(direct_del(ns, three, res))
+            for name, exe in exes.items():
+                r = m[name]
+                ns = netns()
+                r["a"].append(shim(exe, "ADD", ns) + shim(exe, "DEL", ns))
+                ns = netns()
+                t_add, res = direct(ns, one)
+                time.sleep(pause[name])  # not timed: after an idle pause a DEL costs more (docs/benchmarks.md, (a))
+                r["a*"].append(t_add + direct_del(ns, one, res))
+                ns = netns()
+                t_add, res = direct(ns, one, start(exe))
+                r["a0"].append(t_add + direct_del(ns, one, res, start(exe)))
+                ns = netns()
+                r["b0"].append(direct_parallel(ns, three, start(exe)))
+                ns = netns()
+                r["b"].append(shim(exe, "ADD", ns, "NETCOMP_NETWORKS=storage,backup"))
+                r["e"].append(shim(exe, "DEL", ns))
 
-        c_shim, c_bare = [], []
         for _ in range(runs * 2):
-            t = time.perf_counter()
-            subprocess.run([PY, "-I", "-S", "-c", "pass"], check=True)
-            c_bare.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            subprocess.run([shim_exe], env={"CNI_COMMAND": "VERSION"}, check=True, capture_output=True)
-            c_shim.append(time.perf_counter() - t)
+            direct_ms["c/true"].append(bare(["/bin/true"]))
+            direct_ms["c/python"].append(bare([PY, "-I", "-S", "-c", "pass"]))
+            for name, exe in exes.items():
+                m[name]["c"].append(start(exe))
 
-        d_shim, d_direct, d_floor = [], [], []
+        def at_once(exe: str | None, floor: bool = False) -> float:
+            """16 ADDs at once through exe (None: direct; floor: exe's start, then direct); DEL'd after."""
+            group = [netns() for _ in range(16)]
+            with ThreadPoolExecutor(16) as pool:
+                t = time.perf_counter()
+                if exe is None or floor:
+                    outs = list(pool.map(lambda ns: direct(ns, one, start(exe) if exe else 0.0)[1], group))
+                else:
+                    list(pool.map(lambda ns: shim(exe, "ADD", ns), group))
+                took = time.perf_counter() - t
+                if exe is None or floor:
+                    list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
+                else:
+                    list(pool.map(lambda ns: shim(exe, "DEL", ns), group))
+            return took
+
         for _ in range(max(3, runs // 5)):
-            group = [netns() for _ in range(16)]
-            with ThreadPoolExecutor(16) as pool:
-                t = time.perf_counter()
-                list(pool.map(lambda ns: shim("ADD", ns), group))
-                d_shim.append(time.perf_counter() - t)
-                list(pool.map(lambda ns: shim("DEL", ns), group))
-            group = [netns() for _ in range(16)]
-            with ThreadPoolExecutor(16) as pool:
-                t = time.perf_counter()
-                outs = list(pool.map(lambda ns: direct(ns, one)[1], group))
-                d_direct.append(time.perf_counter() - t)
-                list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
-            group = [netns() for _ in range(16)]
-            with ThreadPoolExecutor(16) as pool:
-                t = time.perf_counter()
-                outs = list(pool.map(lambda ns: direct(ns, one, shim_start())[1], group))
-                d_floor.append(time.perf_counter() - t)
-                list(pool.map(lambda a: direct_del(a[0], one, a[1]), zip(group, outs, strict=True)))
+            direct_ms["d"].append(at_once(None))
+            for name, exe in exes.items():
+                m[name]["d"].append(at_once(exe))
+                m[name]["d0"].append(at_once(exe, floor=True))
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
@@ -216,33 +235,30 @@ def inner(runs: int) -> None:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
-    print(f"netcomp delegation benchmark, {time.strftime('%Y-%m-%d')}, medians of {runs} runs (ms)")
-    rows = [
-        ("(a) ADD+DEL bridge: shim+daemon / direct", a_shim, a_direct, 1.6),
-        ("(b) join 3 networks: shim+daemon / 3 direct in turn", b_shim, b_direct, 0.9),
-        ("(c) shim VERSION / python3 -I -S -c pass", c_shim, c_bare, 1.3),
-        ("(d) 16 ADDs at once: shim+daemon / 16 direct at once", d_shim, d_direct, 1.5),
-    ]
-    for label, ours, base_, goal in rows:
+    def row(label: str, ours: list[float], base_: list[float], goal: float | None = None, note: str = "") -> None:
         ratio = median_ms(ours) / median_ms(base_)
+        tail = f"goal <= {goal}  {'ok' if ratio <= goal else 'MISSED'}" if goal is not None else note
+        print(f"  {label:58s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  {tail}")
+
+    print(f"netcomp delegation benchmark, {time.strftime('%Y-%m-%d')}, medians of {runs} runs (ms)")
+    for name, r in m.items():
+        compiled_shim = name == "C"
         print(
-            f"  {label:55s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}  "
-            f"{'ok' if ratio <= goal else 'MISSED'}"
+            f"  the {'compiled shim (netcomp-shim.c)' if compiled_shim else 'Python shim (plugin.py), for comparison'}"
         )
-    label = "(a*) as (a), direct DEL after a shim start's pause"
-    ratio = median_ms(a_shim) / median_ms(a_paused)
-    print(f"  {label:55s} {median_ms(a_shim):8.1f} / {median_ms(a_paused):8.1f} = {ratio:5.2f}  (for reading (a))")
-    label = "(e) DEL of 3 networks: shim+daemon / 3 direct in turn"
-    ratio = median_ms(e_shim) / median_ms(e_direct)
-    print(f"  {label:55s} {median_ms(e_shim):8.1f} / {median_ms(e_direct):8.1f} = {ratio:5.2f}  (no goal set)")
-    print("  floors: the same with a daemon that costs nothing (shim starts + direct execs)")
-    for label, floor, base_, goal in (
-        ("(a0) floor of (a)", a_floor, a_direct, 1.6),
-        ("(b0) floor of (b)", b_floor, b_direct, 0.9),
-        ("(d0) floor of (d)", d_floor, d_direct, 1.5),
-    ):
-        ratio = median_ms(floor) / median_ms(base_)
-        print(f"  {label:55s} {median_ms(floor):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  goal <= {goal}")
+        goal = GOALS.get if compiled_shim else (lambda _key: None)
+        row("(a) ADD+DEL bridge: shim+daemon / direct", r["a"], direct_ms["a"], goal("a"))
+        row("(b) join 3 networks: shim+daemon / 3 direct in turn", r["b"], direct_ms["b"], goal("b"))
+        if compiled_shim:
+            row("(c) shim VERSION / /bin/true", r["c"], direct_ms["c/true"], goal("c"))
+        else:
+            row("(c) shim VERSION / python3 -I -S -c pass", r["c"], direct_ms["c/python"])
+        row("(d) 16 ADDs at once: shim+daemon / 16 direct at once", r["d"], direct_ms["d"], goal("d"))
+        row("(a*) as (a), direct DEL after a shim start's pause", r["a"], r["a*"], note="(for reading (a))")
+        row("(e) DEL of 3 networks: shim+daemon / 3 direct in turn", r["e"], direct_ms["e"], note="(no goal set)")
+        row("(a0) floor of (a): shim starts + direct execs", r["a0"], direct_ms["a"], goal("a"))
+        row("(b0) floor of (b)", r["b0"], direct_ms["b"], goal("b"))
+        row("(d0) floor of (d)", r["d0"], direct_ms["d"], goal("d"))
 
 
 def main() -> None:

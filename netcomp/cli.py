@@ -129,14 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser(
         "install-shim",
         help="install the CNI plugin runtimes exec (the .deb does this itself)",
-        description="Write the shim into --shim-dir, byte-compiled for /usr/bin/python3, and the launcher "
-        "runtimes exec as <cni-bin-dir>/netcomp: for a node where netcomp is installed without the Debian "
-        "package.",
+        description="Install the CNI plugin runtimes exec as <cni-bin-dir>/netcomp, for a node where netcomp is "
+        "installed without the Debian package: the compiled shim, built with the node's `cc`, when there is one; "
+        "else the Python shim (written into --shim-dir, byte-compiled for /usr/bin/python3, behind a launcher). "
+        "Both do the same on the wire; the compiled one starts in well under a millisecond.",
     )
     i.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="the runtime's CNI plugin dir (default %(default)s)")
     i.add_argument(
-        "--shim-dir", default="/usr/local/lib/netcomp/shim", help="where the shim itself goes (default %(default)s)"
+        "--shim-dir",
+        default="/usr/local/lib/netcomp/shim",
+        help="where the Python shim goes, when that is the one installed (default %(default)s)",
     )
+    i.add_argument("--python", action="store_true", help="install the Python shim even where there is a C compiler")
 
     for verb, text in (
         ("attach", "join a running container to a network"),
@@ -156,6 +160,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _install_shim(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The compiled shim where the node has a C compiler that builds it, else the Python shim; says which."""
+    import subprocess
+
+    from netcomp.shim import install as shimlaunch
+
+    plugin = Path(args.cni_bin_dir) / "netcomp"
+    cc = None if args.python else shimlaunch.find_cc()
+    why = "asked for" if args.python else "no C compiler (cc) on PATH"
+    try:
+        if cc is not None:
+            try:
+                shimlaunch.install_compiled(plugin, cc)
+            except subprocess.CalledProcessError as e:
+                lines = (e.stderr or "").strip().splitlines()
+                why = f"{cc} could not build the compiled one: {lines[0] if lines else f'exit status {e.returncode}'}"
+            else:
+                out.write(f"installed {plugin}: the compiled shim, built with {cc}\n")
+                return EX_OK
+        shimlaunch.install(plugin, Path(args.shim_dir))
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        print(f"netcomp: cannot install the shim: {e}", file=err)
+        return EX_CANTCREAT
+    out.write(f"installed {plugin}: the Python shim ({Path(args.shim_dir) / shimlaunch.MODULE}); {why}\n")
+    return EX_OK
+
+
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -170,18 +201,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
             out.write(schema.dumps(args.which))
             return EX_OK
         if args.command == "install-shim":
-            import subprocess
-
-            from netcomp.shim import install as shimlaunch
-
-            plugin = Path(args.cni_bin_dir) / "netcomp"
-            try:
-                shimlaunch.install(plugin, Path(args.shim_dir))
-            except (OSError, ValueError, subprocess.SubprocessError) as e:
-                print(f"netcomp: cannot install the shim: {e}", file=err)
-                return EX_CANTCREAT
-            out.write(f"installed {plugin} (the shim: {Path(args.shim_dir) / shimlaunch.MODULE})\n")
-            return EX_OK
+            return _install_shim(args, out, err)
         if args.command in ("daemon", "status", "attachments", "attach", "detach"):
             from netcomp import service
 

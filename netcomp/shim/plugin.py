@@ -239,8 +239,10 @@ def _error(version: str, code: int, msg: str, details: str) -> bytes:
 
 
 def ready_timeout(value: "str | None") -> float:
+    if value is None or not value.isascii():  # float() would also read other scripts' digits: the C shim does not
+        return DEFAULT_READY_TIMEOUT
     try:
-        t = float(value) if value is not None else DEFAULT_READY_TIMEOUT
+        t = float(value)
     except ValueError:
         return DEFAULT_READY_TIMEOUT
     if not t >= 0 or t > 86400:  # NaN, negative, absurd: the default
@@ -262,6 +264,12 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
         stdout.write(_error(version, E_INVALID_CONFIG, "network configuration is over 4 MiB", "not sent"))
         return 1
     sock = fields.get("socket") or DEFAULT_SOCKET
+    try:
+        sock.encode("utf-8", "surrogateescape")  # as connect() will: a lone surrogate ("\\ud800") is no path
+    except UnicodeEncodeError:
+        msg = "network configuration's socket is not a valid path"
+        stdout.write(_error(version, E_INVALID_CONFIG, msg, "not sent"))
+        return 1
     wait = ready_timeout(fields.get("readyTimeout"))
     body = encode_request(env, config)
     deadline = time.monotonic() + wait
@@ -274,8 +282,11 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
         except _Retry as r:
             why = r.why
             if r.taken and restarts < MAX_RESTARTS:
-                restarts += 1  # it died with our request: give the restarted daemon a full readyTimeout
+                # It died with our request: post it again now, whatever readyTimeout (with readyTimeout 0 the
+                # fresh deadline would already have passed), and give the restarted daemon a full readyTimeout.
+                restarts += 1
                 deadline = time.monotonic() + wait
+                continue
         now = time.monotonic()
         if now >= deadline:
             stdout.write(
@@ -308,9 +319,11 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
 def main() -> None:
     import posix  # built in, already loaded: `os` would cost 2 ms of imports
 
+    if sys.stdout is None:  # started with stdout closed: nobody can read an answer, so nothing is asked
+        posix._exit(1)
     env = {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape") for k, v in posix.environ.items()}
     out = sys.stdout.buffer
-    code = run(env, sys.stdin.buffer, out)
+    code = run(env, sys.stdin.buffer if sys.stdin is not None else open("/dev/null", "rb"), out)  # noqa: SIM115
     try:
         out.flush()
     except OSError:

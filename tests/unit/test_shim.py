@@ -1,78 +1,350 @@
-"""The shim: what it answers alone, how it behaves with the daemon away, and that its wire format is the
-daemon's (netcomp/protocol.py)."""
+"""The shim, both of them: every behaviour test runs against the Python shim (plugin.py, installed behind its
+launcher), the compiled shim (netcomp-shim.c) and the compiled shim under ASan/UBSan, each exec'd as a runtime
+execs a plugin (shimlab.py). Then what only the Python shim has (its import graph, its launcher), the compiled
+shim's constants against plugin.py's and protocol.py's, and `netcomp install-shim`. Hypothesis drives both shims
+in test_shim_props.py."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import socket
+import os
+import re
+import shutil
 import subprocess
-import threading
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from netcomp import protocol
 from netcomp.shim import install as shimlaunch
-from netcomp.shim import plugin as shim
+from netcomp.shim import plugin
+from tests.conftest import reap
+from tests.unit.shimlab import HANG, SHIMS, TAKEN, Act, Shim, answer, once, pick, scripted
 
-SHIM = Path(shim.__file__)
-
-
-def run(env: dict[str, str], config: bytes) -> tuple[int, bytes]:
-    out = io.BytesIO()
-    code = shim.run(env, io.BytesIO(config), out)
-    return code, out.getvalue()
+SHIM = Path(plugin.__file__)
+ROOT = Path(__file__).resolve().parents[2]
+ADD = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}
 
 
-def test_version_is_answered_without_the_daemon() -> None:
-    code, out = run({"CNI_COMMAND": "VERSION"}, b"")
-    assert code == 0
-    assert json.loads(out)["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+def conf(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
 
 
-def test_daemon_down_is_a_named_error_for_every_verb_del_too(tmp_path: Path) -> None:
+def test_version_is_answered_without_the_daemon(shim: Shim) -> None:
+    r = shim.run({"CNI_COMMAND": "VERSION"})
+    assert r.code == 0
+    assert r.out == b'{"cniVersion":"1.0.0","supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}\n'
+
+
+def test_daemon_down_is_a_named_error_for_every_verb_del_too(shim: Shim, sockdir: Path) -> None:
     """A DEL that could not run is never reported as done (the runtime retries it): code 11, as for ADD."""
-    sock = str(tmp_path / "nothing.sock")
-    conf = json.dumps({"cniVersion": "0.4.0", "socket": sock, "readyTimeout": 0.05}).encode()
+    sock = str(sockdir / "nothing.sock")
     for verb in ("ADD", "DEL", "CHECK"):
-        code, out = run({"CNI_COMMAND": verb, "CNI_CONTAINERID": "c"}, conf)
-        err = json.loads(out)
-        assert code == 1 and err["code"] == 11 and err["cniVersion"] == "0.4.0", (verb, err)
-        assert sock in err["msg"] and "systemctl status netcomp" in err["details"]
-        assert ("did not run to the end" in err["details"]) == (verb == "DEL")
+        r = shim.run(
+            {"CNI_COMMAND": verb, "CNI_CONTAINERID": "c"}, conf(cniVersion="0.4.0", socket=sock, readyTimeout=0.05)
+        )
+        err = json.loads(r.out)
+        assert r.code == 1 and err["code"] == 11 and err["cniVersion"] == "0.4.0", (verb, err)
+        assert err["msg"] == f"netcomp daemon is not answering on {sock}: No such file or directory"
+        assert err["details"].endswith("see `systemctl status netcomp` and `journalctl -u netcomp`")
+        assert err["details"].startswith("the DEL did not run to the end; retry it. ") == (verb == "DEL")
 
 
-def test_wire_format_agrees_with_the_daemon() -> None:
-    env = {
+def test_the_request_on_the_wire_is_the_daemons(shim: Shim, sockdir: Path) -> None:
+    """What reaches the daemon: POST /cni with the shim's header and exactly the CNI variables, JSON-escaped
+    (quotes, control characters, non-ASCII, bytes that are not UTF-8), decoded by protocol.py as they were set."""
+    env: dict[str, str | bytes] = {
         "CNI_COMMAND": "ADD",
         "CNI_CONTAINERID": 'a"b\\c',
         "CNI_NETNS": "/var/run/netns/x",
         "CNI_IFNAME": "eth0",
-        "CNI_ARGS": "K8S_POD_NAME=caf\u00e9;X=\n\t",
-        "CNI_PATH": "/usr/lib/cni",
+        "CNI_ARGS": "K8S_POD_NAME=caf\u00e9;X=\n\t\x7f\U0001f600".encode() + b";BAD=\xff\xed\xa0\x80",
+        "CNI_PATH": "",
         "UNRELATED": "not sent",
     }
-    config = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "args": {"x": "\u2603"}})
-    body = shim.encode_request(env, config.encode())
-    got_env, got_config, _ = protocol.decode_request(body)
-    assert got_env == {k: v for k, v in env.items() if k != "UNRELATED"}
+    config = json.dumps({"cniVersion": "1.0.0", "name": "n", "type": "netcomp", "args": {"x": "\u2603"}})
+    config = config[:-1] + f', "socket": "{sockdir / "d.sock"}"}}'
+    with scripted(sockdir / "d.sock", [once(answer(200, b'{"cniVersion":"1.0.0"}'))]) as srv:
+        r = shim.run(env, config.encode())
+    assert (r.code, r.out) == (0, b'{"cniVersion":"1.0.0"}\n')
+    (req,) = srv.seen
+    lines = req.head.split(b"\r\n")
+    assert lines[0] == b"POST " + protocol.CNI_PATH.encode() + b" HTTP/1.1"
+    assert protocol.SHIM_HEADER.encode() + b": 1" in lines
+    assert b"Content-Length: %d" % len(req.body) in lines
+    got_env, got_config, _ = protocol.decode_request(req.body)
+    assert got_env == {k: os.fsdecode(v) for k, v in env.items() if k != "UNRELATED"}
     assert got_config == json.loads(config)
-    assert shim.ENV_KEYS == protocol.ENV_KEYS and shim.SHIM_HEADER == protocol.SHIM_HEADER
-    ours = protocol.encode_request(env, config.encode())
-    assert protocol.decode_request(ours)[:2] == (got_env, got_config)
+    # The Python shim's encoder is what the compiled one must match byte for byte (test_shim_props.py compares
+    # them on generated environments).
+    assert req.body == plugin.encode_request({k: os.fsdecode(v) for k, v in env.items()}, config.encode())
+
+
+def test_wire_format_agrees_with_the_daemon() -> None:
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_ARGS": "K=caf\u00e9", "UNRELATED": "not sent"}
+    config = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}).encode()
+    assert protocol.decode_request(plugin.encode_request(env, config)) == protocol.decode_request(
+        protocol.encode_request(env, config)
+    )
+    assert plugin.ENV_KEYS == protocol.ENV_KEYS and plugin.SHIM_HEADER == protocol.SHIM_HEADER
+
+
+@pytest.mark.parametrize(
+    ("acts", "code", "out"),
+    [
+        # busy (429) and starting (503) are tried again
+        (
+            [once(answer(429, b'{"code":11}')), once(answer(503, b'{"code":11}')), once(answer(200, b'{"a":1}'))],
+            0,
+            b'{"a":1}\n',
+        ),
+        # a daemon that closes without a word, then answers: tried again
+        ([None, once(answer(200, b'{"a":1}\n'))], 0, b'{"a":1}\n'),
+        # taken, then answered; 1xx answers may come more than once, in pieces
+        ([once(TAKEN + answer(200, b'{"a":2}'))], 0, b'{"a":2}\n'),
+        ([((0, TAKEN[:5]), (0.02, TAKEN[5:] + TAKEN), (0.02, answer(200, b'{"a":2}')))], 0, b'{"a":2}\n'),
+        # taken, then the daemon died with the request: posted again, answered
+        ([once(TAKEN + b"HTTP/1.1 200 OK\r\nContent-Le"), None, once(answer(200, b'{"a":3}'))], 0, b'{"a":3}\n'),
+        # a CNI error from the daemon is printed as it is
+        (
+            [once(answer(400, b'{"cniVersion":"1.0.0","code":7,"msg":"m"}'))],
+            1,
+            b'{"cniVersion":"1.0.0","code":7,"msg":"m"}\n',
+        ),
+        # an empty 200 (DEL, CHECK) prints nothing
+        ([once(TAKEN + answer(200, b""))], 0, b""),
+        # the head's fields in any case and spacing; what follows the body is not read
+        ([once(b"HTTP/1.0 200 OK\r\nX: y\r\ncOnTeNt-LeNgTh:\t 3 \r\n\r\n{}\nmore")], 0, b"{}\n"),
+    ],
+)
+def test_daemon_answers(shim: Shim, sockdir: Path, acts: list[Act | None], code: int, out: bytes) -> None:
+    with scripted(sockdir / "d.sock", acts) as srv:
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=5))
+    assert (r.code, r.out) == (code, out)
+    assert len(srv.seen) == len(acts)
+
+
+@pytest.mark.parametrize(
+    ("answer_", "words", "details"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "answered something that is not HTTP", "SSH-2.0-OpenSSH\r\n\r\n"),
+        (b"HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\noops!", "answered HTTP 500", "oops!"),
+        (b"HTTP/1.1 204 OK\r\nContent-Length: 2\r\n\r\n[]", "answered HTTP 204", "[]"),
+        (b"HTTP/1.1 000 OK\r\nContent-Length: 2\r\n\r\n{}", "answered something that is not HTTP", "{}"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n", "answer is over 4 MiB", "not printed"),
+        (b"HTTP/1.1 200 OK\r\n\r\n{}", "answered something that is not HTTP", "HTTP/1.1 200 OK\r\n\r\n{}"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n{}", "not HTTP", "HTTP/1.1 200 OK\r\n"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890\r\n\r\n{}", "not HTTP", "HTTP/1.1 200 OK\r\n"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length\r\n\r\n{}", "not HTTP", "HTTP/1.1 200 OK\r\n"),
+        (b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\n{}", "not HTTP", "HTTP/2 200"),
+        (b"HTTP/1.1  200 OK\r\nContent-Length: 2\r\n\r\n{}", "not HTTP", "HTTP/1.1  200"),
+        (TAKEN + b"\xff\xfe junk \xe2\x82\r\n\r\n", "not HTTP", "\ufffd\ufffd junk \ufffd\r\n\r\n"),
+        (b"x" * 70000 + b"\r\n\r\n", "not HTTP", "x" * 300),
+    ],
+)
+def test_answers_that_are_not_the_daemons_are_errors(
+    shim: Shim, sockdir: Path, answer_: bytes, words: str, details: str
+) -> None:
+    with scripted(sockdir / "d.sock", [once(answer_)]) as srv:
+        r = shim.run(ADD, conf(cniVersion="0.3.1", socket=srv.path, readyTimeout=0))
+    err = json.loads(r.out)
+    assert r.code == 1 and err["code"] == 999 and err["cniVersion"] == "0.3.1" and words in err["msg"], err
+    assert err["details"].startswith(details), err
+
+
+def test_an_answer_cut_short_is_an_error_not_a_result(shim: Shim, sockdir: Path) -> None:
+    """A daemon that promises 100 bytes, sends 10 and closes: the fragment is not a result."""
+    with scripted(sockdir / "d.sock", [once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b'{"cniVersi')]) as srv:
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=0))
+    err = json.loads(r.out)
+    assert r.code == 1 and err["code"] == 11
+    assert err["msg"].endswith(": the daemon went away before its answer was complete")
+
+
+def test_answers_of_4_mib_are_printed_and_larger_ones_refused(shim: Shim, sockdir: Path) -> None:
+    body = b'{"x":"' + b"y" * (plugin.MAX_ANSWER - 8) + b'"}'
+    assert len(body) == plugin.MAX_ANSWER
+    too_big = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n{" % (plugin.MAX_ANSWER + 1)
+    with scripted(sockdir / "d.sock", [once(TAKEN + answer(200, body)), once(too_big)]) as srv:
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=0))
+        assert (r.code, r.out) == (0, body + b"\n")
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=0))
+    err = json.loads(r.out)
+    assert r.code == 1 and err["code"] == 999 and err["msg"] == "netcomp daemon's answer is over 4 MiB"
+
+
+def test_a_config_over_4_mib_is_not_sent(shim: Shim, sockdir: Path) -> None:
+    with scripted(sockdir / "d.sock", [once(answer(200, b"{}"))]) as srv:
+        head = b'{"cniVersion": "0.4.0", "socket": "%s", "x": "' % srv.path.encode()
+        r = shim.run(ADD, head + b"z" * (plugin.MAX_CONFIG + 1 - len(head)))
+        assert srv.seen == []  # nothing of it reached the daemon
+    err = json.loads(r.out)
+    assert (r.code, err["code"], err["cniVersion"]) == (1, 7, "0.4.0")
+    assert (err["msg"], err["details"]) == ("network configuration is over 4 MiB", "not sent")
+
+
+def test_a_socket_that_is_no_path_is_a_config_error(shim: Shim) -> None:
+    """A lone surrogate cannot be encoded as a file name (Python's connect() would raise, not fail)."""
+    r = shim.run(ADD, b'{"cniVersion": "0.4.0", "socket": "/run/\\ud800.sock", "readyTimeout": 0}')
+    err = json.loads(r.out)
+    assert (r.code, err["code"], err["msg"]) == (1, 7, "network configuration's socket is not a valid path")
+
+
+def test_a_daemon_that_dies_with_the_request_gets_it_again_max_restarts_times(shim: Shim, sockdir: Path) -> None:
+    """Each death after '102 Processing' posts the request again with a fresh readyTimeout, MAX_RESTARTS times;
+    then the error says what happened."""
+    with scripted(sockdir / "d.sock", [once(TAKEN)]) as srv:
+        r = shim.run({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c"}, conf(socket=srv.path, readyTimeout=0))
+    err = json.loads(r.out)
+    assert len(srv.seen) == plugin.MAX_RESTARTS + 1
+    assert r.code == 1 and err["code"] == 11 and err["details"].startswith("the DEL did not run to the end")
+    assert err["msg"].endswith(": the daemon went away before its answer was complete")
+
+
+def test_a_taken_request_may_take_longer_than_ready_timeout(shim: Shim, sockdir: Path) -> None:
+    """After '102 Processing' the daemon bounds the work: the shim waits past readyTimeout and TAKE_MIN."""
+    late = plugin.TAKE_MIN + 0.3
+    with scripted(sockdir / "d.sock", [((0, TAKEN), (late, answer(200, b'{"late":1}')))]) as srv:
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=0))
+    assert (r.code, r.out) == (0, b'{"late":1}\n') and r.seconds >= late
+    assert len(srv.seen) == 1
+
+
+def test_a_silent_daemon_gets_take_min_then_an_error(shim: Shim, sockdir: Path) -> None:
+    """A daemon that accepts and says nothing: readyTimeout 0 still waits TAKE_MIN for it to take the request."""
+    with scripted(sockdir / "d.sock", [HANG]) as srv:
+        r = shim.run(ADD, conf(socket=srv.path, readyTimeout=0))
+    err = json.loads(r.out)
+    assert r.code == 1 and err["code"] == 11 and err["msg"].endswith(": timed out"), err
+    assert plugin.TAKE_MIN <= r.seconds < plugin.TAKE_MIN + 1.5
+    assert len(srv.seen) == 1
+
+
+def test_an_answer_nobody_reads_is_a_failure(shim: Shim) -> None:
+    """The runtime stopped reading (stdout is a pipe with no reader): exit status 1, no signal, no traceback."""
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        p = subprocess.run(
+            shim.argv,
+            env={"CNI_COMMAND": "VERSION", **shim.extra_env},
+            stdin=subprocess.DEVNULL,
+            stdout=w_fd,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(w_fd)
+    assert (p.returncode, p.stderr) == (1, b"")
+
+
+def test_a_shim_started_with_stdout_closed_asks_nothing(shim: Shim, sockdir: Path) -> None:
+    """Nobody can read an answer, so nothing is asked of the daemon (and no socket of the shim's may take fd 1,
+    where the answer would go): exit status 1."""
+    with scripted(sockdir / "d.sock", [once(answer(200, b"{}"))]) as srv:
+        p = subprocess.run(
+            ["/bin/sh", "-c", 'exec "$0" >&-', *shim.argv],  # only a shell starts a program with an fd closed
+            env={"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", **shim.extra_env},
+            input=conf(socket=srv.path, readyTimeout=0),
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
+    assert (p.returncode, p.stderr, srv.seen) == (1, b"", [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the daemon serves only uid 0 by default (allowedUids)")
+def test_every_shim_gets_the_same_answers_from_the_real_daemon(shims: dict[str, Shim], tmp_path: Path) -> None:
+    """The real daemon (`netcomp daemon --root`, no networks, so no plugin runs): its CNI error printed as it is,
+    a DEL of nothing done, the same bytes from every shim. The shims' readyTimeout waits for it to serve."""
+    sockdir = Path(tempfile.mkdtemp(prefix="ncs-"))  # --root: the socket path must stay short
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "netcomp"), "daemon", "--root", str(sockdir), "--log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        sock = f"{sockdir}/run/netcomp/netcomp.sock"
+        config = conf(cniVersion="1.0.0", name="netcomp", type="netcomp", socket=sock, readyTimeout=30)
+        env = {"CNI_CONTAINERID": "ctr-x", "CNI_NETNS": "/var/run/netns/none", "CNI_IFNAME": "eth0", "CNI_PATH": "/"}
+        seen = {}
+        for name in SHIMS:
+            shim = pick(shims, name)
+            check = shim.run({**env, "CNI_COMMAND": "CHECK"}, config)
+            delete = shim.run({**env, "CNI_COMMAND": "DEL"}, config)
+            seen[name] = (check.code, check.out, delete.code, delete.out)
+        err = json.loads(seen["python"][1])
+        assert seen["python"][0] == 1 and err["code"] == 3 and "ctr-x" in err["msg"], err
+        assert seen["python"][2:] == (0, b"")
+        assert seen["c"] == seen["python"] and seen["c-asan"] == seen["python"]
+    finally:
+        daemon.terminate()
+        reap(daemon, 30)
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+# ---- the compiled shim's copies of the rules ----
+
+C_SOURCE = shimlaunch.SOURCE.read_text()
+
+
+def c_define(name: str) -> str:
+    m = re.search(rf"^#define NC_{name} (.+)$", C_SOURCE, re.M)
+    assert m, name
+    return m.group(1).strip()
+
+
+def c_string(name: str) -> str:
+    value = c_define(name)
+    assert value.startswith('"') and value.endswith('"'), value
+    parsed: str = json.loads(value)  # the C literals here use only escapes JSON shares
+    return parsed
+
+
+def c_number(name: str) -> float:
+    return float(eval(c_define(name), {"__builtins__": {}}))  # "(4 << 20)", "10.0", "429": C and Python agree
+
+
+def test_the_compiled_shims_constants_are_plugin_pys_and_protocol_pys() -> None:
+    assert c_string("DEFAULT_SOCKET") == plugin.DEFAULT_SOCKET
+    assert c_string("VERSIONS") == plugin.VERSIONS
+    assert c_string("DEFAULT_VERSION") == plugin.DEFAULT_VERSION
+    assert c_string("SHIM_HEADER") == plugin.SHIM_HEADER == protocol.SHIM_HEADER
+    assert c_string("CNI_PATH") == protocol.CNI_PATH
+    assert (c_number("RETRY_BUSY"), c_number("RETRY_STARTING")) == plugin.RETRY_STATUS
+    codes = (c_number("E_TRY_LATER"), c_number("E_PLUGIN"), c_number("E_INVALID_CONFIG"))
+    assert codes == (plugin.E_TRY_LATER, plugin.E_PLUGIN, plugin.E_INVALID_CONFIG)
+    assert c_number("E_INVALID_CONFIG") == protocol.E_INVALID_CONFIG
+    assert c_number("DEFAULT_READY_TIMEOUT") == plugin.DEFAULT_READY_TIMEOUT
+    assert c_number("MAX_CONFIG") == plugin.MAX_CONFIG and c_number("MAX_ANSWER") == plugin.MAX_ANSWER
+    assert c_number("ANSWER_TIMEOUT") == plugin.ANSWER_TIMEOUT and c_number("TAKE_MIN") == plugin.TAKE_MIN
+    assert c_number("MAX_RESTARTS") == plugin.MAX_RESTARTS
+    m = re.search(r"ENV_KEYS\[\] = \{([^}]*)\}", C_SOURCE)
+    assert m and tuple(re.findall(r'"(\w+)"', m.group(1))) == plugin.ENV_KEYS == protocol.ENV_KEYS
+
+
+def test_the_package_builds_the_compiled_shim_with_the_same_warnings() -> None:
+    rules = (ROOT / "debian" / "rules").read_text()
+    m = re.search(r"^SHIM_WARNINGS := (.+)$", rules, re.M)
+    assert m and tuple(m.group(1).split()) == shimlaunch.WARNINGS
+
+
+# ---- the Python shim only ----
 
 
 def test_config_fields_are_read_without_a_json_parser() -> None:
     text = '{"cniVersion": "0.3.1", "socket" : "/run/x \\"y\\".sock", "readyTimeout": 2.5, "name": "n"}'
     keys = ("cniVersion", "socket", "readyTimeout", "missing")
-    assert shim.top_level(text, keys) == {"cniVersion": "0.3.1", "socket": '/run/x "y".sock', "readyTimeout": "2.5"}
+    assert plugin.top_level(text, keys) == {"cniVersion": "0.3.1", "socket": '/run/x "y".sock', "readyTimeout": "2.5"}
 
 
 def test_only_top_level_keys_count() -> None:
     """A nested "socket" (in args, a prevResult, a string value) is not the shim's; the last top-level one wins,
-    as with json.loads."""
+    as with json.loads. (test_shim_props.py holds the compiled shim's scan to this one.)"""
     text = json.dumps(
         {
             "args": {"socket": "/evil.sock", "x": ["socket", {"readyTimeout": 0}]},
@@ -81,107 +353,65 @@ def test_only_top_level_keys_count() -> None:
             "note": 'a "socket": "/b.sock" in a string',
         }
     )
-    assert shim.top_level(text, ("socket", "readyTimeout")) == {"socket": "/a.sock"}
-    assert shim.top_level('{"socket": "/1", "socket": "/2"}', ("socket",)) == {"socket": "/2"}
+    assert plugin.top_level(text, ("socket", "readyTimeout")) == {"socket": "/a.sock"}
+    assert plugin.top_level('{"socket": "/1", "socket": "/2"}', ("socket",)) == {"socket": "/2"}
     for junk in ["", "[", '{"socket"', '{"socket": "/x', "\\", '"}{"', '{"a": "\\"}', "{{{{"]:
-        shim.top_level(junk, ("socket",))  # nothing but a dict, whatever the text
+        plugin.top_level(junk, ("socket",))  # nothing but a dict, whatever the text
 
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, 10.0), ("2.5", 2.5), ("0", 0.0), ("-1", 10.0), ("nan", 10.0), ("inf", 10.0), ("x", 10.0), ("1e99", 10.0)],
+    [
+        (None, 10.0),
+        ("2.5", 2.5),
+        ("0", 0.0),
+        ("-1", 10.0),
+        ("nan", 10.0),
+        ("inf", 10.0),
+        ("x", 10.0),
+        ("1e99", 10.0),
+        (" 1_0 ", 10.0),
+        ("\u0663", 10.0),  # an Arabic-Indic 3: float() reads it, neither shim does
+    ],
 )
 def test_ready_timeout_is_sane(value: str | None, expected: float) -> None:
-    assert shim.ready_timeout(value) == expected
-
-
-def test_retries_while_the_daemon_is_not_ready(tmp_path: Path) -> None:
-    """A scripted server stands in for a starting daemon (503 twice, then the answer), so the retry can be
-    observed; the real daemon is exercised in tests/integration."""
-    path = str(tmp_path / "d.sock")
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(4)
-    srv.settimeout(30)  # if the shim gives up early, the server thread must not wait forever
-    seen: list[bytes] = []
-
-    def serve() -> None:
-        with contextlib.suppress(TimeoutError):
-            _serve()
-
-    def _serve() -> None:
-        for status, body in ((503, b'{"code":11}'), (503, b'{"code":11}'), (200, b'{"cniVersion":"1.0.0"}')):
-            conn, _ = srv.accept()
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, rest = data.partition(b"\r\n\r\n")
-            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
-            while len(rest) < length:
-                rest += conn.recv(65536)
-            seen.append(rest)
-            conn.sendall(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
-            conn.close()
-
-    t = threading.Thread(target=serve)
-    t.start()
-    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, json.dumps({"socket": path}).encode())
-    t.join()
-    srv.close()
-    assert (code, out) == (0, b'{"cniVersion":"1.0.0"}\n')
-    assert len(seen) == 3 and protocol.decode_request(seen[-1])[0]["CNI_CONTAINERID"] == "c"
+    assert plugin.ready_timeout(value) == expected
 
 
 def test_shim_imports_nothing_heavy() -> None:
     """Start-up cost is the import graph: the shim may load only C modules and what `python3 -I -S` loads
     anyway (json would pull in re and enum; http.client far more)."""
-    p = subprocess.run(
-        ["python3", "-I", "-S", "-X", "importtime", str(SHIM)],
-        env={"CNI_COMMAND": "VERSION"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    bare = subprocess.run(
-        ["python3", "-I", "-S", "-X", "importtime", "-c", "pass"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
 
     def modules(stderr: str) -> set[str]:
         return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
 
-    extra = modules(p.stderr) - modules(bare.stderr) - {"module"}
-    assert extra <= {"_socket", "binascii", "time"}, extra
+    def importtime(*argv: str, env: dict[str, str], config: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            ["python3", "-I", "-S", "-X", "importtime", *argv], env=env, input=config, capture_output=True, timeout=30
+        )
+
+    bare = modules(importtime("-c", "pass", env={}).stderr.decode())
+    p = importtime(str(SHIM), env={"CNI_COMMAND": "VERSION"})
+    assert modules(p.stderr.decode()) - bare - {"module"} <= {"_socket", "binascii", "time"}
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
     # A request with plain ASCII values (here: ADD with the daemon away) does not load _json either.
-    conf = json.dumps({"cniVersion": "1.0.0", "socket": "/nonexistent/n.sock", "readyTimeout": 0}).encode()
-    p = subprocess.run(
-        ["python3", "-I", "-S", "-X", "importtime", str(SHIM)],
-        env={"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0"},
-        input=conf,
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0"}
+    p = importtime(str(SHIM), env=env, config=conf(cniVersion="1.0.0", socket="/nonexistent/n.sock", readyTimeout=0))
     assert p.returncode == 1 and json.loads(p.stdout)["code"] == 11
-    assert "_json" not in modules(p.stderr.decode()) - modules(bare.stderr)
+    assert "_json" not in modules(p.stderr.decode()) - bare
 
 
 def test_values_with_escapes_still_round_trip() -> None:
     """The fast paths (no _json) must hand anything unusual to the real encoder and decoder."""
     for value in ["plain", 'q"uote', "back\\slash", "tab\t", "caf\u00e9", "\x7f", ""]:
-        assert json.loads(shim._q(value)) == value
+        assert json.loads(plugin._q(value)) == value
         text = json.dumps({"socket": value, "other": 1})
-        assert shim.top_level(text, ("socket",)) == {"socket": value}
+        assert plugin.top_level(text, ("socket",)) == {"socket": value}
 
 
 def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
-    """Installed, the shim is exec'd directly: the kernel passes everything after the interpreter in a shebang as
-    one argument, so the flags must be one token ("-IS", not "-I -S")."""
+    """plugin.py exec'd directly: the kernel passes everything after the interpreter in a shebang as one
+    argument, so the flags must be one token ("-IS", not "-I -S")."""
     exe = tmp_path / "netcomp"
     exe.write_bytes(SHIM.read_bytes())
     exe.chmod(0o755)
@@ -192,17 +422,15 @@ def test_shim_runs_through_its_own_shebang(tmp_path: Path) -> None:
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
 
 
-def test_installed_launcher_runs_the_shim_from_bytecode(tmp_path: Path) -> None:
-    """As installed (debian/rules, netcomp.shimlaunch): the CNI plugin is a launcher importing the shim from a
-    directory, and once compiled (postinst) it runs from the bytecode without compiling the source."""
-    plugin, shim_dir = tmp_path / "bin" / "netcomp", tmp_path / "lib"
-    shimlaunch.install(plugin, shim_dir)
-    p = subprocess.run([str(plugin)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=True)
-    assert json.loads(p.stdout)["supportedVersions"][-1] == "1.1.0"
+def test_installed_launcher_runs_the_shim_from_bytecode(shims: dict[str, Shim]) -> None:
+    """The Python shim as installed: a launcher importing the shim from a directory, and once compiled it runs
+    from the bytecode without compiling the source."""
+    plugin_exe = shims["python"].argv[0]
+    shim_dir = Path(plugin_exe).parent / "lib"
     pyc = list((shim_dir / "__pycache__").glob("netcomp_shim.cpython-*.pyc"))
     assert len(pyc) == 1
     p = subprocess.run(
-        [shimlaunch.INTERPRETER, "-I", "-S", "-v", str(plugin)],
+        [shimlaunch.INTERPRETER, "-I", "-S", "-v", plugin_exe],
         env={"CNI_COMMAND": "VERSION"},
         capture_output=True,
         text=True,
@@ -210,157 +438,87 @@ def test_installed_launcher_runs_the_shim_from_bytecode(tmp_path: Path) -> None:
         check=True,
     )
     assert f"code object from '{pyc[0]}'" in p.stderr
-    # The same wire behaviour as the shim run directly: ADD with the daemon away is a named CNI error.
-    conf = json.dumps({"cniVersion": "0.4.0", "socket": str(tmp_path / "none.sock"), "readyTimeout": 0}).encode()
-    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0"}
-    p = subprocess.run([str(plugin)], env=env, input=conf, capture_output=True, timeout=30, check=False)
-    assert p.returncode == 1 and json.loads(p.stdout)["cniVersion"] == "0.4.0"
 
 
 def test_launcher_without_its_shim_answers_a_cni_error(tmp_path: Path) -> None:
-    plugin, shim_dir = tmp_path / "netcomp", tmp_path / "lib"
-    shimlaunch.install(plugin, shim_dir, compile_now=False)
+    plugin_exe, shim_dir = tmp_path / "netcomp", tmp_path / "lib"
+    shimlaunch.install(plugin_exe, shim_dir, compile_now=False)
     (shim_dir / shimlaunch.MODULE).unlink()
-    p = subprocess.run([str(plugin)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
+    p = subprocess.run([str(plugin_exe)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=False)
     err = json.loads(p.stdout)
     assert p.returncode == 1 and err["code"] == 999 and str(shim_dir) in err["msg"] and p.stderr == b""
 
 
-def test_install_shim_command_installs_a_working_plugin(tmp_path: Path) -> None:
-    """`netcomp install-shim`, for a node without the Debian package: the same launcher and bytecode."""
+# ---- netcomp install-shim ----
+
+
+def install_shim(*argv: str) -> tuple[int, str, str]:
     from netcomp.cli import main
 
     out, err = io.StringIO(), io.StringIO()
+    code = main(["install-shim", *argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def version_of(exe: Path) -> bytes:
+    p = subprocess.run([str(exe)], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30, check=True)
+    return p.stdout
+
+
+def test_install_shim_builds_the_compiled_shim_where_there_is_a_compiler(tmp_path: Path) -> None:
+    cc = shimlaunch.find_cc()
+    if cc is None:
+        pytest.skip("no C compiler (cc) on this machine: `make system-deps` installs gcc")
+    bin_dir = tmp_path / "opt-cni-bin"
+    code, out, _ = install_shim("--cni-bin-dir", str(bin_dir), "--shim-dir", str(tmp_path / "lib"))
+    plugin_exe = bin_dir / "netcomp"
+    assert (code, out) == (0, f"installed {plugin_exe}: the compiled shim, built with {cc}\n")
+    assert plugin_exe.read_bytes()[:4] == b"\x7fELF" and plugin_exe.stat().st_mode & 0o777 == 0o755
+    assert json.loads(version_of(plugin_exe))["cniVersion"] == "1.0.0"
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["netcomp"]  # no temp file left behind
+    assert not (tmp_path / "lib").exists()
+
+
+def test_install_shim_installs_the_python_shim_without_a_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No `cc` on PATH (a PATH with none), or --python: the launcher and the byte-compiled Python shim."""
     bin_dir, lib = tmp_path / "opt-cni-bin", tmp_path / "lib" / "shim"
-    assert main(["install-shim", "--cni-bin-dir", str(bin_dir), "--shim-dir", str(lib)], out, err) == 0
-    assert out.getvalue() == f"installed {bin_dir / 'netcomp'} (the shim: {lib / 'netcomp_shim.py'})\n"
-    p = subprocess.run([str(bin_dir / "netcomp")], env={"CNI_COMMAND": "VERSION"}, capture_output=True, timeout=30)
-    assert p.returncode == 0 and json.loads(p.stdout)["cniVersion"] == "1.0.0"
-    assert list((lib / "__pycache__").glob("netcomp_shim.cpython-*.pyc"))
-    blocked = tmp_path / "file"
-    blocked.write_text("")  # a file where the shim dir should go
-    assert main(["install-shim", "--cni-bin-dir", str(bin_dir), "--shim-dir", str(blocked / "x")], out, err) == 73
-    assert err.getvalue().startswith("netcomp: cannot install the shim: ")
-
-
-def test_an_answer_cut_short_is_an_error_not_a_result(tmp_path: Path) -> None:
-    """A scripted server (the real daemon never does this) promises 100 bytes, sends 10 and closes: the shim
-    must not print the fragment as a result."""
-    path = str(tmp_path / "d.sock")
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(1)
-    srv.settimeout(30)
-
-    def serve() -> None:
-        conn, _ = srv.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b'{"cniVersi')
-
-    t = threading.Thread(target=serve)
-    t.start()
-    conf = json.dumps({"cniVersion": "1.0.0", "socket": path, "readyTimeout": 0}).encode()
-    code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
-    t.join()
-    srv.close()
-    err = json.loads(out)
-    assert (
-        code == 1 and err["code"] == 11 and err["msg"].endswith(": the daemon went away before its answer was complete")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, _ = install_shim("--cni-bin-dir", str(bin_dir), "--shim-dir", str(lib))
+    assert (code, out) == (
+        0,
+        f"installed {bin_dir / 'netcomp'}: the Python shim ({lib / 'netcomp_shim.py'}); no C compiler (cc) on PATH\n",
     )
+    assert json.loads(version_of(bin_dir / "netcomp"))["cniVersion"] == "1.0.0"
+    assert list((lib / "__pycache__").glob("netcomp_shim.cpython-*.pyc"))
+    monkeypatch.undo()
+    code, out, _ = install_shim("--cni-bin-dir", str(bin_dir), "--shim-dir", str(lib), "--python")
+    assert (code, out.endswith("; asked for\n")) == (0, True)
 
 
-class Scripted:
-    """A unix socket server that answers each connection with the next of `answers` (raw bytes, sent after the
-    whole request is read; None: close without a word), recording the requests. Stands in for the daemon where
-    the test needs it to misbehave; the real daemon is exercised in tests/integration."""
-
-    def __init__(self, path: Path, answers: list[bytes | None]) -> None:
-        self.path = str(path)
-        self.answers = answers
-        self.seen: list[bytes] = []
-        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.srv.bind(self.path)
-        self.srv.listen(8)
-        self.srv.settimeout(30)  # if the shim gives up early, the server thread must not wait forever
-        self.thread = threading.Thread(target=self._serve)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(TimeoutError, OSError):
-            for answer in self.answers:
-                conn, _ = self.srv.accept()
-                with conn:
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        data += conn.recv(65536)
-                    head, _, rest = data.partition(b"\r\n\r\n")
-                    length = int(
-                        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
-                    )
-                    while len(rest) < length:
-                        rest += conn.recv(65536)
-                    self.seen.append(rest)
-                    if answer is not None:
-                        conn.sendall(answer)
-
-    def close(self) -> None:
-        self.thread.join()
-        self.srv.close()
+def test_install_shim_falls_back_to_python_when_the_compiler_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `cc` that cannot build (a script standing in for a broken toolchain): the Python shim, and why."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "cc").write_text("#!/bin/sh\necho 'cc: fatal error: no headers' >&2\nexit 1\n")
+    (tools / "cc").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    bin_dir = tmp_path / "bin"
+    code, out, _ = install_shim("--cni-bin-dir", str(bin_dir), "--shim-dir", str(tmp_path / "lib"))
+    assert code == 0 and out.endswith(
+        f"; {tools / 'cc'} could not build the compiled one: cc: fatal error: no headers\n"
+    )
+    assert (bin_dir / "netcomp").read_text().startswith("#!/usr/bin/python3 -IS")
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["netcomp"]
 
 
-def _answer(status: int, body: bytes) -> bytes:
-    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
-
-
-TAKEN = b"HTTP/1.1 102 Processing\r\n\r\n"
-
-
-@pytest.mark.parametrize(
-    ("answers", "code", "out"),
-    [
-        # busy (429) and starting (503) are tried again
-        ([_answer(429, b'{"code":11}'), _answer(503, b'{"code":11}'), _answer(200, b'{"a":1}')], 0, b'{"a":1}\n'),
-        # taken, then answered
-        ([TAKEN + _answer(200, b'{"a":2}')], 0, b'{"a":2}\n'),
-        # taken, then the daemon died with the request: posted again, answered
-        ([TAKEN + b"HTTP/1.1 200 OK\r\nContent-Le", None, _answer(200, b'{"a":3}')], 0, b'{"a":3}\n'),
-        # a CNI error from the daemon is printed as it is
-        (
-            [_answer(400, b'{"cniVersion":"1.0.0","code":7,"msg":"m"}')],
-            1,
-            b'{"cniVersion":"1.0.0","code":7,"msg":"m"}\n',
-        ),
-        # an empty 200 (DEL, CHECK) prints nothing
-        ([TAKEN + _answer(200, b"")], 0, b""),
-    ],
-)
-def test_daemon_answers(tmp_path: Path, answers: list[bytes | None], code: int, out: bytes) -> None:
-    srv = Scripted(tmp_path / "d.sock", answers)
-    conf = json.dumps({"socket": srv.path, "readyTimeout": 5}).encode()
-    try:
-        got = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
-    finally:
-        srv.close()
-    assert got == (code, out)
-    assert len(srv.seen) == len(answers)
-
-
-@pytest.mark.parametrize(
-    ("answer", "words"),
-    [
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP"),
-        (b"HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\noops!", "answered HTTP 500"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n", "over 4 MiB"),
-        (b"HTTP/1.1 200 OK\r\n\r\n{}", "not HTTP"),  # no Content-Length: not what the daemon sends
-    ],
-)
-def test_answers_that_are_not_the_daemons_are_errors(tmp_path: Path, answer: bytes, words: str) -> None:
-    srv = Scripted(tmp_path / "d.sock", [answer])
-    conf = json.dumps({"socket": srv.path, "readyTimeout": 0}).encode()
-    try:
-        code, out = run({"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}, conf)
-    finally:
-        srv.close()
-    err = json.loads(out)
-    assert code == 1 and err["code"] == 999 and words in err["msg"], err
+def test_install_shim_that_cannot_write_exits_73(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where a directory should go
+    code, _, err = install_shim("--cni-bin-dir", str(blocked / "bin"), "--shim-dir", str(blocked / "x"))
+    assert code == 73 and err.startswith("netcomp: cannot install the shim: ")
+    code, _, err = install_shim("--cni-bin-dir", str(blocked / "bin"), "--python", "--shim-dir", str(tmp_path / "s"))
+    assert code == 73 and err.startswith("netcomp: cannot install the shim: ")

@@ -1,0 +1,35 @@
+"""Fixtures of the shim tests (test_shim.py, test_shim_props.py); see shimlab.py. Nothing here runs unless a
+test asks for it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.unit.shimlab import SHIMS, Shim, build_all, pick
+
+
+@pytest.fixture(scope="session")
+def shims(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Shim]:
+    """Every shim, built (the C ones: a compiler warning fails the build) or installed once per session."""
+    return build_all(tmp_path_factory.mktemp("shims"))
+
+
+@pytest.fixture(params=SHIMS)
+def shim(request: pytest.FixtureRequest, shims: dict[str, Shim]) -> Shim:
+    return pick(shims, request.param)
+
+
+@pytest.fixture
+def sockdir() -> Iterator[Path]:
+    """A short directory for sockets (a unix socket's path is at most 107 bytes; pytest's tmp_path can be
+    longer), removed after the test."""
+    d = Path(tempfile.mkdtemp(prefix="ncs-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
