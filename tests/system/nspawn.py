@@ -91,6 +91,9 @@ def machine(name: str, binds: Sequence[tuple[str, str, bool]] = ()) -> Iterator[
         "--",
         "systemd.mask=nftables.service",
         "systemd.mask=systemd-firstboot.service",
+        # Nothing here needs the network online; a unit that wants it (podman-restart.service, installed with
+        # podman) would hold the boot for systemd-networkd-wait-online's two minutes.
+        "systemd.mask=systemd-networkd-wait-online.service",
     ]
     nspawn = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     m: Machine | None = None
