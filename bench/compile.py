@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcomp.apply import Output  # noqa: E402
-from netcomp.config import Settings  # noqa: E402
-from netcomp.workspace import Compiler, discover  # noqa: E402
+from netcomp.compiler.compiler import Compiler, discover  # noqa: E402
+from netcomp.compiler.output import Output  # noqa: E402
+from netcomp.settings import Settings  # noqa: E402
 
 PLUGINS = ("macvlan", "ipvlan", "sriov", "bridge", "host-local", "static", "dhcp", "whereabouts")
 

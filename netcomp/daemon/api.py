@@ -8,13 +8,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from netcomp import protocol
 from netcomp.cni.spec import compact
+from netcomp.daemon import protocol
 from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate.attach import Delegator
 from netcomp.delegate.request import E_IO, parse_request
 from netcomp.errors import DelegateError, HostError, printable
-from netcomp.protocol import ProtocolError
 
 log = logging.getLogger("netcomp.server")
 Answer = tuple[int, bytes]

@@ -26,11 +26,11 @@ from typing import Any
 
 import yaml
 
-from netcomp.config import KubeSettings
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.select import NETWORK_STATUS, POD_NETWORKS, PodRef
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
+from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 60  # a watch is renewed this often (from the last resourceVersion seen)

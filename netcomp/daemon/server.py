@@ -36,8 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from netcomp import protocol
-from netcomp.daemon import api
+from netcomp.daemon import api, protocol
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.attach import Delegator
 

@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from netcomp.compile import Plan
-from netcomp.config import Settings
+from netcomp.compiler.plan import Plan
 from netcomp.errors import Diagnostic
 from netcomp.fsutil import atomic_write
+from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
 STATE_KIND = "netcompStateV1"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netcomp.config import Settings
-from netcomp.daemon.main import Daemon
+from netcomp.daemon.daemon import Daemon
+from netcomp.settings import Settings
 from tests.integration.netns import PLUGIN_DIR, Lab, lab
 
 SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from netcomp.cni.invoke import Runner
-from netcomp.config import Settings
+from netcomp.compiler.compiler import Compiler
 from netcomp.errors import DelegateError
-from netcomp.workspace import Compiler
+from netcomp.settings import Settings
 from tests.integration.netns import PLUGIN_DIR, Lab, lab
 
 pytestmark = pytest.mark.root

@@ -213,7 +213,7 @@ def test_check_finds_damage_and_gc_removes_stale_attachments(dl: DaemonLab) -> N
 def test_status_verb_and_cli(dl: DaemonLab) -> None:
     import io
 
-    from netcomp.cli import main
+    from netcomp.cli.main import main
 
     assert dl.shim("STATUS", "")[0] == 0
     ctr = dl.lab.container()
@@ -247,7 +247,7 @@ def test_attachments_lists_containers_networks_and_unreadable_entries(dl: Daemon
     import io
     import json
 
-    from netcomp.cli import main
+    from netcomp.cli.main import main
 
     cfg = dl.base / "netcomp.yaml"
     cfg.write_text(f"socket: {dl.sock}\n")

@@ -377,7 +377,7 @@ def test_cli_reports_a_refusal_without_a_traceback(tmp_path: Path) -> None:
     exit 1 and the daemon's words, not an internal error."""
     import io
 
-    from netcomp.cli import main
+    from netcomp.cli.main import main
 
     with daemon_lab(tmp_path, extra={"allowedUids": [4242]}) as dl:
         cfg = tmp_path / "cli.yaml"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from netcomp.config import KubeSettings
-from netcomp.service import _print_status
+from netcomp.cli.ask import _print_status
+from netcomp.settings import KubeSettings
 from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
 from tests.integration.kubeapi import NODE_TOKEN, ApiServer, api_server, free_port
 

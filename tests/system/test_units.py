@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from netcomp import paths
-from netcomp.config import Settings, load_settings
+from netcomp.settings import Settings, load_settings
 
 PKG = Path(__file__).resolve().parents[2] / "packaging"
 NETCOMP = str(Path(sys.executable).parent / "netcomp")

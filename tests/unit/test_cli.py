@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.cli import main
+from netcomp.cli.main import main
 from tests.conftest import EXAMPLES
 
 GOOD = """apiVersion: netcomp.io/v1
@@ -164,7 +164,7 @@ def test_examples_validate_without_errors(plugin_dir: Path) -> None:
 
 
 def test_plan_cache_skips_compiling_unchanged_inputs(tree: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from netcomp.workspace import Compiler
+    from netcomp.compiler.compiler import Compiler
 
     assert run(*compile_args(tree))[0] == 0
     assert (tree["out"] / ".netcomp-plan.cache").stat().st_mode & 0o777 == 0o600

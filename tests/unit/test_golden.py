@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.apply import Output
-from netcomp.config import Settings
-from netcomp.workspace import Compiler, discover
+from netcomp.compiler.compiler import Compiler, discover
+from netcomp.compiler.output import Output
+from netcomp.settings import Settings
 from tests.conftest import EXAMPLES, UPDATE_GOLDEN
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netcomp.apply import Output
-from netcomp.config import Settings
-from netcomp.workspace import Compiler
+from netcomp.compiler.compiler import Compiler
+from netcomp.compiler.output import Output
+from netcomp.settings import Settings
 
 TEMPLATE = """apiVersion: netcomp.io/v1
 kind: Network
@@ -78,7 +78,7 @@ def test_static_file_edit_is_picked_up(tmp_path: Path, plugin_dir: Path) -> None
 def test_staged_temp_files_are_published_only_when_they_match(tmp_path: Path, plugin_dir: Path) -> None:
     """The Stager writes artifacts to temp files while compiling; apply() renames those that still match the
     plan and writes the rest afresh; nothing else is left behind."""
-    from netcomp.compile import Artifact, Plan
+    from netcomp.compiler.plan import Artifact, Plan
 
     files = [_write(tmp_path, i) for i in range(40)]
     out = Output(tmp_path / "out")
@@ -119,7 +119,7 @@ def _frozen_clock_stat(real_stat):  # type: ignore[no-untyped-def]
 def test_same_size_rewrite_within_one_clock_tick_is_seen(tmp_path: Path, plugin_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 
-    from netcomp import workspace
+    from netcomp.compiler import compiler as workspace
 
     f = _write(tmp_path, 1, vlan=100)
     monkeypatch.setattr(workspace.os, "stat", _frozen_clock_stat(os.stat))
@@ -133,7 +133,7 @@ def test_same_size_rewrite_within_one_clock_tick_is_seen(tmp_path: Path, plugin_
 def test_plan_cache_checks_content_of_racy_inputs(tmp_path: Path, plugin_dir: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import os
 
-    from netcomp import plancache
+    from netcomp.compiler import plancache
 
     f = _write(tmp_path, 1, vlan=100)
     settings = Settings(pluginDirs=[str(plugin_dir)], staticDirs=[], templateDir="/nonexistent")

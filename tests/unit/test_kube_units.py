@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from netcomp.cni.cache import Attachment
-from netcomp.config import KubeSettings, Settings
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.select import PodRef, Want, from_pod_annotation, pod_ref
 from netcomp.errors import DelegateError
+from netcomp.settings import KubeSettings, Settings
 
 POD = PodRef("default", "p1")
 
@@ -151,7 +151,7 @@ def test_an_object_read_back_from_the_cluster_validates_as_it_is(tmp_path: Path)
     """`kubectl get networks.netcomp.io NAME -o yaml` adds what the API server keeps; netcomp validate takes it."""
     import io
 
-    from netcomp.cli import main
+    from netcomp.cli.main import main
 
     exported = """apiVersion: netcomp.io/v1
 kind: Network

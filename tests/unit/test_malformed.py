@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.config import Settings
-from netcomp.workspace import Compiler
+from netcomp.compiler.compiler import Compiler
+from netcomp.settings import Settings
 from tests.conftest import UPDATE_GOLDEN
 
 CORPUS = Path(__file__).parent / "malformed"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from netcomp import schema
-from netcomp.config import Settings
+from netcomp.cli import schema
+from netcomp.compiler.compiler import Compiler
 from netcomp.intent.source import load_documents
-from netcomp.workspace import Compiler
+from netcomp.settings import Settings
 from tests.conftest import EXAMPLES, ROOT
 
 DOC = ROOT / "docs" / "intents.md"
@@ -63,7 +63,7 @@ def test_docs_example_compiles(index: int, tmp_path: Path, plugin_dir: Path) -> 
 def test_packaged_netcomp_yaml_documents_every_setting_with_its_default(tmp_path: Path) -> None:
     """packaging/netcomp.yaml shows every key commented out with its default: uncommented, it must load and give
     exactly the defaults, and no top-level setting may be missing from it."""
-    from netcomp.config import load_settings
+    from netcomp.settings import load_settings
 
     text = (ROOT / "packaging" / "netcomp.yaml").read_text()
     keys = re.findall(r"^#(\w+):", text, re.M)
@@ -71,6 +71,6 @@ def test_packaged_netcomp_yaml_documents_every_setting_with_its_default(tmp_path
     live = re.sub(r"^#(\w+:|  \w+:)", r"\1", text, flags=re.M)  # settings: `#key:`, nested `#  key:`
     (tmp_path / "netcomp.yaml").write_text(live)
     loaded = load_settings(tmp_path / "netcomp.yaml")
-    from netcomp.config import KubeSettings
+    from netcomp.settings import KubeSettings
 
     assert loaded == Settings(kubernetes=KubeSettings())

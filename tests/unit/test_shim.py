@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netcomp import protocol
+from netcomp.daemon import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.conftest import reap
@@ -453,7 +453,7 @@ def test_launcher_without_its_shim_answers_a_cni_error(tmp_path: Path) -> None:
 
 
 def install_shim(*argv: str) -> tuple[int, str, str]:
-    from netcomp.cli import main
+    from netcomp.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     code = main(["install-shim", *argv], out, err)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcomp.errors import IntentError
-from netcomp.intent import parse_document
+from netcomp.intent.parse import parse_document
 from netcomp.intent.source import load_documents
 
 

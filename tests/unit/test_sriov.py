@@ -15,11 +15,11 @@ import pytest
 
 from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import ExecResult, Runner
-from netcomp.config import Settings
 from netcomp.delegate.attach import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import sriov
+from netcomp.settings import Settings
 
 # The test process's own network namespace stands in for a container's: a real namespace any user can open, so
 # the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.

@@ -1,5 +1,6 @@
-"""The daemon's wiring: compile, write the output (keeping the last good version of what an edit broke), serve
-the socket, reload on SIGHUP, drain and stop on SIGTERM."""
+"""The Daemon: its parts wired together (compiler, output, state, delegator, server, watcher, cluster), the
+reload that compiles and keeps the last good version of what an edit broke, start-up recovery, status, stop.
+The process around it (signals, the main loop) is run.py's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import hashlib
 import json
 import logging
 import os
-import resource
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netcomp import __version__, report
-from netcomp.apply import Output
 from netcomp.cni import spec as cnispec
 from netcomp.cni.cache import Cache
-from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec, seal_fds
-from netcomp.config import Settings
+from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
+from netcomp.compiler.compiler import Compiler
+from netcomp.compiler.output import Output
 from netcomp.daemon import faults
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -31,8 +30,8 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate.attach import Delegator
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
-from netcomp.host import links, netns, sriov
-from netcomp.workspace import Compiler
+from netcomp.host import masters, netns, sriov
+from netcomp.settings import Settings
 
 if TYPE_CHECKING:
     from netcomp.daemon.kube import Cluster
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
-UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (Delegator.retry_unfinished)
 DRAIN_SECONDS = 30.0
 
 
@@ -121,10 +119,10 @@ class Daemon:
             self.state.networks,
             lambda: self.settings.defaultNetwork,
             netns.existing,
-            host_link=lambda link: links.ensure(link, link_netns),
+            host_link=lambda link: masters.ensure(link, link_netns),
             vf_pool=self._vf_pool,
-            owned_links=lambda: links.owned(link_netns),
-            remove_link=lambda name: links.remove(name, link_netns),
+            owned_links=lambda: masters.owned(link_netns),
+            remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster,
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
             crash=faults.from_env(environ),
@@ -371,57 +369,3 @@ class Daemon:
                     Path(self.settings.socket).unlink()
         self.delegator.close()
         return done
-
-
-def _raise_nofile() -> None:
-    """Connections are file descriptors: take the hard limit (systemd gives services a soft 1024)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < want:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-
-
-def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state_path: Path | None = None) -> int:
-    """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
-    # Signals first: systemd may send SIGTERM at any moment, even before READY=1.
-    wake = threading.Event()
-    hup = threading.Event()
-    term = threading.Event()
-
-    def on_term(signum: int, _: Any) -> None:
-        term.set()
-        wake.set()
-
-    def on_hup(signum: int, _: Any) -> None:
-        hup.set()
-        wake.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    signal.signal(signal.SIGHUP, on_hup)
-    seal_fds()  # no fd we were started with reaches a plugin
-    _raise_nofile()
-    d = Daemon(load_settings, exec_=exec_, state_path=state_path)
-    d.start_cluster()
-    d.reload()
-    d.start()
-    # READY=1 only now: the first compile and the recovery are done, and the socket is served.
-    d.notifier.ready(d.status_line())
-    d.watch()
-    next_retry = time.monotonic() + UNDO_RETRY_EVERY
-    while not term.is_set():
-        wake.wait(max(0.0, next_retry - time.monotonic()))
-        wake.clear()
-        if time.monotonic() >= next_retry:
-            next_retry = time.monotonic() + UNDO_RETRY_EVERY
-            if d.delegator.unfinished:
-                d.delegator.retry_unfinished()
-        if hup.is_set() and not term.is_set():
-            hup.clear()
-            log.info("reloading (SIGHUP)")
-            d.notifier.reloading()
-            d.reload(reread_config=True)
-            d.notifier.ready(d.status_line())
-    log.info("stopping: draining requests in flight")
-    return 0 if d.stop() else 1

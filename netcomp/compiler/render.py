@@ -1,60 +1,25 @@
-"""Intents -> Plan: render every intent through its backend's template, verify the result, and collect the
-artifacts (file name and bytes). Deterministic and free of I/O: the caller supplies static files and the
-answer to "is this plugin installed"."""
+"""One intent to its artifact: rendered through its backend's template, verified, serialized. Deterministic and
+free of I/O: the caller supplies static files and the answer to "is this plugin installed"."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import orjson
 
-from netcomp import backends
-from netcomp.backends import RenderInput
 from netcomp.cni import spec as cnispec
+from netcomp.compiler.backends import registry
+from netcomp.compiler.backends.backend import RenderInput
+from netcomp.compiler.jinja import Templates
+from netcomp.compiler.plan import Artifact, filename_for
 from netcomp.errors import Diagnostic, IntentError
-from netcomp.intent import Intent
-from netcomp.render import Templates
-
-SUFFIX = ".conflist"
-
-
-@dataclass(frozen=True, slots=True)
-class Artifact:
-    network: str
-    filename: str
-    data: bytes
-    source: str  # the intent's file
-    plugins: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class Plan:
-    """What the output dir should hold, and everything found on the way there."""
-
-    artifacts: dict[str, Artifact] = field(default_factory=dict)  # by file name
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    # Networks (by name) and source files whose intents failed: a daemon keeps their last good output.
-    failed_networks: set[str] = field(default_factory=set)
-    failed_sources: set[str] = field(default_factory=set)
-
-    @property
-    def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.is_error]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def filename_for(network: str) -> str:
-    return network + SUFFIX
+from netcomp.intent.intent import Intent
 
 
 def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Artifact, list[Diagnostic]]:
     """One intent to its artifact and warnings. Raises IntentError when the output is not a usable conflist (a
     broken admin template, or a static file that is not valid CNI)."""
-    backend = backends.get(intent.network.spec.type)
+    backend = registry.get(intent.network.spec.type)
     text = templates.render(backend.template, backend.context(intent, inp))
     where = f"template {backend.template}"
     try:

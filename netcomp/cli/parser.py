@@ -1,17 +1,12 @@
-"""The `netcomp` command. Exit codes follow sysexits(3): 65 bad data, 66 missing input, 74 I/O, 70 a bug;
-`compile --check` exits 1 when the output would change. No traceback reaches the user unless --debug."""
+"""The `netcomp` command line: every command, its options and its help."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TextIO
 
 from netcomp import __version__
-
-EX_OK, EX_CHANGED, EX_USAGE, EX_DATAERR, EX_NOINPUT, EX_SOFTWARE, EX_CANTCREAT, EX_IOERR = 0, 1, 64, 65, 66, 70, 73, 74
+from netcomp.cli.exits import EX_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -158,69 +153,3 @@ def build_parser() -> argparse.ArgumentParser:
             help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
         )
     return parser
-
-
-def _install_shim(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The compiled shim where the node has a C compiler that builds it, else the Python shim; says which."""
-    import subprocess
-
-    from netcomp.shim import install as shimlaunch
-
-    plugin = Path(args.cni_bin_dir) / "netcomp"
-    cc = None if args.python else shimlaunch.find_cc()
-    why = "asked for" if args.python else "no C compiler (cc) on PATH"
-    try:
-        if cc is not None:
-            try:
-                shimlaunch.install_compiled(plugin, cc)
-            except subprocess.CalledProcessError as e:
-                lines = (e.stderr or "").strip().splitlines()
-                why = f"{cc} could not build the compiled one: {lines[0] if lines else f'exit status {e.returncode}'}"
-            else:
-                out.write(f"installed {plugin}: the compiled shim, built with {cc}\n")
-                return EX_OK
-        shimlaunch.install(plugin, Path(args.shim_dir))
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
-        print(f"netcomp: cannot install the shim: {e}", file=err)
-        return EX_CANTCREAT
-    out.write(f"installed {plugin}: the Python shim ({Path(args.shim_dir) / shimlaunch.MODULE}); {why}\n")
-    return EX_OK
-
-
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    try:
-        if args.command == "schema":
-            from netcomp import schema
-
-            out.write(schema.dumps(args.which))
-            return EX_OK
-        if args.command == "install-shim":
-            return _install_shim(args, out, err)
-        if args.command in ("daemon", "status", "attachments", "attach", "detach"):
-            from netcomp import service
-
-            return service.run(args, out, err)
-        from netcomp import commands
-
-        return commands.run(args, out, err)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:  # the last line of defence: a bug, reported without a traceback
-        if getattr(args, "debug", False):
-            raise
-        print(
-            f"netcomp: internal error: {type(e).__name__}: {e}\n"
-            "This is a bug in netcomp; run again with --debug and report the output.",
-            file=err,
-        )
-        return EX_SOFTWARE
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,7 +13,7 @@ import orjson
 
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "templates"
+BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
 
 
 def _tojson(obj: Any) -> str:

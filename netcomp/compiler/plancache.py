@@ -21,11 +21,11 @@ from typing import Any
 import orjson
 
 from netcomp import __version__
-from netcomp.compile import Artifact, Plan
-from netcomp.config import Settings
+from netcomp.compiler.jinja import BUILTIN_DIR
+from netcomp.compiler.plan import Artifact, Plan
 from netcomp.errors import Diagnostic, SourceLocation
 from netcomp.fsutil import atomic_write, is_racy
-from netcomp.render import BUILTIN_DIR
+from netcomp.settings import Settings
 
 CACHE_NAME = ".netcomp-plan.cache"
 

@@ -1,20 +1,19 @@
-"""The validate and compile commands (kept apart from cli.py so `netcomp --help` imports nothing heavy)."""
+"""`netcomp validate` and `netcomp compile`."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TextIO
 
 from netcomp import report
-from netcomp.apply import Output, unified_diff
-from netcomp.cli import EX_CHANGED, EX_DATAERR, EX_IOERR, EX_NOINPUT, EX_OK
-from netcomp.config import Settings, load_settings
+from netcomp.cli.exits import EX_DATAERR, EX_FAIL, EX_IOERR, EX_NOINPUT, EX_OK
+from netcomp.compiler.compiler import Compiler, discover
+from netcomp.compiler.output import Output, unified_diff
+from netcomp.compiler.plancache import CACHE_NAME, PlanCache, fingerprint
 from netcomp.errors import HostError, IntentError
 from netcomp.paths import Root
-from netcomp.plancache import CACHE_NAME, PlanCache, fingerprint
-from netcomp.workspace import Compiler, discover
+from netcomp.settings import Settings, load_settings
 
 
 def _settings(args: argparse.Namespace, root: Root) -> Settings:
@@ -107,7 +106,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(f"{verb} {out_dir / c.filename}", file=err)
             print(f"{len(plan.artifacts)} networks, {len(changes)} changed", file=err)
     if args.check and changes:
-        return EX_CHANGED
+        return EX_FAIL
     return EX_OK
 
 
@@ -119,6 +118,3 @@ def _report(args: argparse.Namespace, diags: list, out: TextIO, err: TextIO, **e
     elif args.command == "validate":
         nets = extra.get("networks") or []
         print(f"ok: {len(nets)} networks", file=err)  # type: ignore[arg-type]
-
-
-__all__ = ["json", "run"]

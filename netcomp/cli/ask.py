@@ -1,56 +1,31 @@
-"""The daemon-facing commands: `netcomp daemon`, `status`, `attachments`, `attach`, `detach`."""
+"""The commands that ask the running daemon: `netcomp status`, `attachments`, `attach`, `detach`. They work
+whatever state netcomp.yaml is in: with it broken, the socket is taken from the daemon's last good state."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
-import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from netcomp import paths, protocol, report
-from netcomp.cli import EX_DATAERR, EX_OK
-from netcomp.config import Settings, load_settings
+from netcomp import report
+from netcomp.cli.common import settings as load
+from netcomp.cli.common import state_path
+from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE
+from netcomp.daemon import protocol
 from netcomp.errors import IntentError
 from netcomp.paths import Root
-
-EX_UNAVAILABLE, EX_FAIL = 69, 1
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config, Root(Path(args.root))).rooted(Root(Path(args.root)))
-
-
-def _state_path(args: argparse.Namespace) -> Path:
-    return Path(args.state) if getattr(args, "state", None) else Root(Path(args.root))(paths.STATE_FILE)
+from netcomp.settings import Settings
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.command == "daemon":
-        from netcomp.daemon import main
-
-        # The journal stamps each line itself; anywhere else (a terminal, a file) the line carries its time.
-        stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
-        logging.basicConfig(
-            level=getattr(logging, args.log_level.upper()),
-            stream=sys.stderr,
-            format=stamp + "%(levelname)s %(name)s: %(message)s",
-        )
-        try:
-            return main.run(lambda: _settings(args), state_path=_state_path(args))
-        except IntentError as e:  # netcomp.yaml broken, and no last good state to run with
-            print(report.format_all(e.diagnostics), file=err)
-            print("netcomp: no last good settings to run with: fix netcomp.yaml", file=err)
-            return EX_DATAERR
     try:
-        settings = _settings(args)
+        settings = load(args)
     except IntentError as e:
         # The daemon runs with its last good settings meanwhile: talk to it on their socket.
         from netcomp.daemon.state import StateFile
 
-        saved = StateFile(_state_path(args)).load()
+        saved = StateFile(state_path(args)).load()
         settings = saved.settings if saved is not None else Settings().rooted(Root(Path(args.root)))
         print(report.format_all(e.diagnostics), file=err)
         print(
@@ -96,7 +71,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return code
 
 
-def _print_attachments(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]
+def _print_attachments(doc: dict[str, Any], out: TextIO) -> None:
     """One line per container, then one per network: interface, addresses, MAC, network."""
     for c in doc["containers"]:
         out.write(f"{c['containerID']} ({c['ifname']}) in {c['netns'] or '-'}\n")
@@ -110,7 +85,7 @@ def _print_attachments(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg
         out.write("no containers attached\n")
 
 
-def _print_status(doc: dict, out: TextIO) -> None:  # type: ignore[type-arg]
+def _print_status(doc: dict[str, Any], out: TextIO) -> None:
     state = "degraded" if doc["degraded"] else ("ready" if doc["ready"] else "starting")
     out.write(
         f"netcomp {doc['version']}: {state}, generation {doc['generation']}, "

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.backends import Backend, RenderInput, register
-from netcomp.backends.common import meta
-from netcomp.cni import spec as cnispec
-from netcomp.intent import Intent
+from netcomp.compiler.backends.backend import Backend, RenderInput
+from netcomp.compiler.backends.ipam import meta
+from netcomp.intent.intent import Intent
 
 _PASSED = ("disableCheck", "disableGC")
 
@@ -36,8 +35,4 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     }
 
 
-def plugins(intent: Intent, inp: RenderInput) -> list[str]:
-    return cnispec.plugin_types(_conflist(intent, inp))
-
-
-BACKEND = register(Backend("static", "static.json.j2", context, plugins))
+BACKEND = Backend("static", "static.json.j2", context)

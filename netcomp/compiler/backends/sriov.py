@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.backends import Backend, RenderInput, register
-from netcomp.backends.common import ipam_config, ipam_plugins, meta
-from netcomp.intent import Intent
+from netcomp.compiler.backends.backend import Backend, RenderInput
+from netcomp.compiler.backends.ipam import ipam_config, meta
+from netcomp.intent.intent import Intent
 from netcomp.intent.model import SriovSpec
 
 
@@ -25,10 +25,4 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     }
 
 
-def plugins(intent: Intent, inp: RenderInput) -> list[str]:
-    spec = intent.network.spec
-    assert isinstance(spec, SriovSpec)
-    return ["sriov", *ipam_plugins(spec.ipam)]
-
-
-BACKEND = register(Backend("sriov", "sriov.json.j2", context, plugins))
+BACKEND = Backend("sriov", "sriov.json.j2", context)

@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from netcomp import paths
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
-from netcomp.intent import pydantic_diagnostics
 from netcomp.intent.source import load_documents
+from netcomp.intent.validation import pydantic_diagnostics
 from netcomp.paths import Root
 
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]

@@ -1,4 +1,5 @@
-"""JSON Schemas generated from the models: the contract for config authors and their editors."""
+"""`netcomp schema`: JSON Schemas generated from the models, the contract for config authors and their editors
+(checked in under schemas/; a test fails when they are stale)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from netcomp.config import Settings
 from netcomp.intent.model import Network
+from netcomp.settings import Settings
 
 SCHEMAS: dict[str, type[BaseModel]] = {"network": Network, "config": Settings}
 
@@ -24,3 +25,9 @@ def schema(name: str = "network") -> dict[str, Any]:
 
 def dumps(name: str = "network") -> str:
     return json.dumps(schema(name), indent=2) + "\n"
+
+
+def run(args: Any, out: Any, err: Any) -> int:
+    """`netcomp schema [network|config]`."""
+    out.write(dumps(args.which))
+    return 0

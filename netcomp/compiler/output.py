@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from netcomp.compile import SUFFIX, Artifact, Plan
+from netcomp.compiler.plan import SUFFIX, Artifact, Plan
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write, fsync_dir, publish, remove_stale_tmp, write_tmp
 

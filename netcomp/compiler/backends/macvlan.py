@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.backends import Backend, RenderInput, register
-from netcomp.backends.common import ipam_config, ipam_plugins, meta
-from netcomp.intent import Intent
-from netcomp.intent.links import host_link, master
+from netcomp.compiler.backends.backend import Backend, RenderInput
+from netcomp.compiler.backends.ipam import ipam_config, meta
+from netcomp.intent.intent import Intent
+from netcomp.intent.masters import host_link, master
 from netcomp.intent.model import IpvlanSpec, MacvlanSpec
 
 
@@ -31,10 +31,5 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     }
 
 
-def plugins(intent: Intent, inp: RenderInput) -> list[str]:
-    spec = _spec(intent)
-    return [spec.type, *ipam_plugins(spec.ipam)]
-
-
-MACVLAN = register(Backend("macvlan", "macvlan.json.j2", context, plugins))
-IPVLAN = register(Backend("ipvlan", "ipvlan.json.j2", context, plugins))
+MACVLAN = Backend("macvlan", "macvlan.json.j2", context)
+IPVLAN = Backend("ipvlan", "ipvlan.json.j2", context)

@@ -1,21 +1,12 @@
-"""What the dynamic backends share: the IPAM section and the metadata block the daemon reads back from a compiled
-conflist."""
+"""What the backends share: the IPAM section of a plugin, and the `netcomp` block of a compiled conflist (the
+ownership marker, and what the daemon reads back at attach time)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from netcomp.intent import Intent
-from netcomp.intent.model import (
-    DHCPIPAM,
-    IPAM,
-    HostLocalIPAM,
-    IPRange,
-    NoIPAM,
-    Route,
-    StaticIPAM,
-    WhereaboutsIPAM,
-)
+from netcomp.intent.intent import Intent
+from netcomp.intent.model import DHCPIPAM, IPAM, HostLocalIPAM, IPRange, NoIPAM, Route, StaticIPAM, WhereaboutsIPAM
 
 
 def _range(r: IPRange) -> dict[str, Any]:
@@ -108,11 +99,6 @@ def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:
     if isinstance(ipam, DHCPIPAM):
         return {"type": "dhcp"}
     raise AssertionError(f"unhandled ipam {type(ipam).__name__}")  # pragma: no cover
-
-
-def ipam_plugins(ipam: IPAM | None) -> list[str]:
-    cfg = ipam_config(ipam)
-    return [cfg["type"]] if cfg else []
 
 
 def meta(intent: Intent, **extra: Any) -> dict[str, Any]:

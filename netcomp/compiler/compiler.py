@@ -12,16 +12,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netcomp.backends import RenderInput, StaticConfig
 from netcomp.cni import spec as cnispec
-from netcomp.compile import Artifact, Plan, missing_plugins, render
-from netcomp.config import Settings
+from netcomp.compiler.backends.backend import RenderInput, StaticConfig
+from netcomp.compiler.jinja import Templates
+from netcomp.compiler.plan import Artifact, Plan
+from netcomp.compiler.render import missing_plugins, render
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.fsutil import is_racy
-from netcomp.intent import Intent, parse_document, rules
+from netcomp.intent import rules
+from netcomp.intent.intent import Intent
 from netcomp.intent.model import StaticSpec
+from netcomp.intent.parse import parse_document
 from netcomp.intent.source import load_documents
-from netcomp.render import Templates
+from netcomp.settings import Settings
 
 INTENT_SUFFIXES = (".yaml", ".yml")
 STATIC_SUFFIXES = (".conflist", ".conf", ".json")

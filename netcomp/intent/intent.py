@@ -1,0 +1,55 @@
+"""An Intent: a validated network and where it came from (the document, its format, how the format's paths map
+to the model's), whatever format it was written in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from netcomp.errors import Diagnostic
+from netcomp.intent.model import Network
+from netcomp.intent.source import Document, PathKey
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Intent:
+    """A validated network and where it came from.
+
+    `fieldmap` translates native model paths to the paths of the source format (DanmNet's `spec.Options.vlan`
+    for the model's `spec.vlan`), so rules can point at what the author wrote."""
+
+    network: Network
+    doc: Document
+    format: str
+    fieldmap: Mapping[PathKey, PathKey] = field(default_factory=dict)
+    inline_config: Mapping[str, Any] | None = None  # NetworkAttachmentDefinition spec.config, parsed
+    # Facts derived from the network (rules.py), computed once per Intent: an unchanged file keeps its Intent
+    # objects across compiles, so the cross-intent rules cost a dict lookup per intent on a recompile.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    name: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.network.metadata.name)
+
+    def source_loc(self, loc: Sequence[Any]) -> PathKey:
+        loc = tuple(loc)
+        for n in range(len(loc), -1, -1):
+            mapped = self.fieldmap.get(loc[:n])
+            if mapped is not None:
+                return mapped + loc[n:] if n == len(loc) else mapped
+        return loc
+
+    def diagnostic(
+        self,
+        message: str,
+        loc: Sequence[Any] = (),
+        *,
+        key: bool = False,
+        severity: str = "error",
+        notes: Sequence[str] = (),
+    ) -> Diagnostic:
+        return self.doc.diagnostic(message, self.source_loc(loc), key=key, severity=severity, notes=notes)
+
+
+Parser = Callable[[Document], tuple[Intent | None, list[Diagnostic]]]

@@ -1,0 +1,69 @@
+"""Multus's NetworkAttachmentDefinition (k8s.cni.cncf.io/v1): spec.config is inline CNI JSON, used as a static
+network whose name becomes metadata.name."""
+
+from __future__ import annotations
+
+from netcomp.cni import spec as cnispec
+from netcomp.errors import Diagnostic
+from netcomp.intent.compat import Collector, mapping, metadata, unknown_top, validate
+from netcomp.intent.intent import Intent
+from netcomp.intent.source import Document, PathKey
+
+NAD_FIELDMAP: dict[PathKey, PathKey] = {
+    ("metadata",): ("metadata",),
+    ("metadata", "name"): ("metadata", "name"),
+    ("spec",): ("spec", "config"),
+}
+
+
+def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
+    """NetworkAttachmentDefinition (k8s.cni.cncf.io/v1): spec.config is inline CNI JSON, used as a static
+    network whose name becomes metadata.name."""
+    c = Collector(doc)
+    data = doc.data
+    unknown_top(c, data)
+    meta = metadata(c, data)
+    spec = mapping(c, data.get("spec"), ("spec",), required=False) or {}
+    if meta is None:
+        return None, c.diags
+    for k in spec:
+        if k != "config":
+            c.warn(f"spec.{k}: unknown key ignored (the API server would prune it)", ("spec", k))
+    annotations = meta.get("annotations") or {}
+    if isinstance(annotations, dict) and "k8s.v1.cni.cncf.io/resourceName" in annotations:
+        c.warn(
+            "annotation k8s.v1.cni.cncf.io/resourceName: ignored: netcomp does not read device plugins; "
+            "use a native sriov Network with resourceName",
+            ("metadata", "annotations", "k8s.v1.cni.cncf.io/resourceName"),
+        )
+    raw = spec.get("config")
+    if not raw:
+        c.error(
+            "spec.config is empty: netcomp needs the CNI configuration inline (Multus's lookup of a file by "
+            "network name is not supported; use a static Network with networkID)",
+            ("spec",),
+            key=True,
+        )
+        return None, c.diags
+    if not isinstance(raw, str):
+        c.error("spec.config must be a string of CNI JSON", ("spec", "config"))
+        return None, c.diags
+    try:
+        conflist = cnispec.to_conflist(cnispec.parse_json(raw.encode()))
+    except cnispec.ConfigProblem as p:
+        where = f" (line {p.line}, column {p.column} of the JSON)" if p.line else ""
+        c.error(f"spec.config: {p.message}{where}", ("spec", "config"))
+        return None, c.diags
+    problems = cnispec.verify_conflist(conflist, check_name=False)
+    for prob in problems:
+        c.error(f"spec.config: {prob}", ("spec", "config"))
+    name = meta.get("name")
+    native = {
+        "apiVersion": "netcomp.io/v1",
+        "kind": "Network",
+        "metadata": {"name": name},
+        "spec": {"type": "static", "networkID": str(name)},
+    }
+    if c.failed:
+        return None, c.diags
+    return validate(c, native, NAD_FIELDMAP, "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition", conflist)

@@ -1,0 +1,145 @@
+"""The layout holds: every module of netcomp/ belongs to a wing with a level, imports point down the levels (or
+across one), and there is no import cycle anywhere, inside a level included. Imports inside functions count too:
+a cycle hidden by a function-level import is still a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "netcomp"
+
+# The wings and the few modules at the top, by level: a module imports only from its own level or below.
+LEVELS = {
+    "netcomp": 0,  # the version
+    "netcomp.errors": 0,
+    "netcomp.paths": 0,
+    "netcomp.fsutil": 0,
+    "netcomp.names": 0,
+    "netcomp.report": 0,
+    "netcomp.shim": 0,  # the shim imports nothing of netcomp at all (test_shim.py)
+    "netcomp.cni": 1,
+    "netcomp.intent": 2,
+    "netcomp.settings": 3,
+    "netcomp.compiler": 4,
+    "netcomp.host": 5,
+    "netcomp.delegate": 6,
+    "netcomp.daemon": 7,
+    "netcomp.cli": 8,
+}
+TOP_LIMIT = 8  # modules at the top of netcomp/, besides the wings
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def level(module: str) -> int | None:
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        lvl = LEVELS.get(".".join(parts[:n]))
+        if lvl is not None:
+            return lvl
+    return None
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The netcomp modules a file imports, anywhere in it (a `from pkg import name` of a submodule counts as
+    that submodule)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("netcomp"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("netcomp"))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {m: {t for t in imports(p, known) if t in known and t != m} for m, p in known.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_level() -> None:
+    assert [m for m in modules() if level(m) is None] == []
+
+
+def test_imports_point_down_the_levels() -> None:
+    problems = []
+    for m, targets in graph().items():
+        mine = level(m)
+        assert mine is not None
+        problems += [f"{m} (L{mine}) imports {t} (L{level(t)})" for t in sorted(targets) if (level(t) or 0) > mine]
+    assert problems == []
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_inside_a_level() -> None:
+    """The check itself: two modules of one wing that import each other (as intent/__init__.py and
+    intent/compat.py once did, hidden by a function-level import) are a cycle."""
+    g = graph()
+    g["netcomp.intent.parse"] = g["netcomp.intent.parse"] | {"netcomp.intent.rules"}
+    g["netcomp.intent.rules"] = g["netcomp.intent.rules"] | {"netcomp.intent.parse"}
+    assert ["netcomp.intent.parse", "netcomp.intent.rules"] in cycles(g)
+
+
+def test_the_top_holds_few_modules_besides_the_wings() -> None:
+    top = [p.name for p in PACKAGE.iterdir() if p.suffix == ".py" and p.name != "__init__.py"]
+    assert len(top) <= TOP_LIMIT, sorted(top)
+
+
+@pytest.mark.parametrize("package", sorted(p for p in PACKAGE.rglob("__init__.py")))
+def test_package_faces_import_nothing_of_netcomp(package: Path) -> None:
+    """A package's __init__.py imports nothing of netcomp: importing one module of a wing never runs others,
+    and no import cycle can hide in a package's face."""
+    assert imports(package, modules()) == set(), package
