@@ -8,11 +8,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from netcomp import paths
+from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.intent.source import load_documents
 from netcomp.intent.validation import pydantic_diagnostics
 from netcomp.paths import Root
 
+# The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 
@@ -69,7 +71,7 @@ class Settings(BaseModel):
         default_factory=lambda: list(paths.PLUGIN_DIRS),
         description="CNI plugin binaries, searched in order by plain name",
     )
-    cniVersion: CniVersion = Field(default="1.0.0", description="cniVersion of compiled conflists")
+    cniVersion: CniVersion = Field(default=DEFAULT_VERSION, description="cniVersion of compiled conflists")
     # Delegation (the daemon)
     defaultNetwork: str | None = Field(
         default=None, description="The network every container joins, on the runtime's CNI_IFNAME"

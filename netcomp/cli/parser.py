@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import get_args
 
 from netcomp import __version__
 from netcomp.cli.exits import EX_USAGE
+from netcomp.settings import CniVersion
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +64,7 @@ def _compile_opts(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="CNI plugin dir (repeatable; replaces pluginDirs)",
     )
-    p.add_argument("--cni-version", choices=("0.3.1", "0.4.0", "1.0.0", "1.1.0"), help="cniVersion to emit")
+    p.add_argument("--cni-version", choices=get_args(CniVersion), help="cniVersion to emit")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import orjson
 
+from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
 
@@ -146,7 +147,7 @@ class Entry:
             container_id=_str(d, "containerID"),
             netns=str(d.get("netns") or ""),
             ifname=_str(d, "ifname"),
-            cni_version=str(d.get("cniVersion") or "1.0.0"),
+            cni_version=str(d.get("cniVersion") or DEFAULT_VERSION),
             attachments=[Attachment.from_doc(a) for a in atts],
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
             request=str(d.get("request") or ""),
@@ -180,7 +181,7 @@ def _legacy(d: dict[str, Any]) -> Entry:
         container_id=_str(d, "container_id"),
         netns=str(d.get("netns") or ""),
         ifname=_str(d, "ifname"),
-        cni_version=str(d.get("cni_version") or "1.0.0"),
+        cni_version=str(d.get("cni_version") or DEFAULT_VERSION),
         attachments=atts,
         version=0,
     )

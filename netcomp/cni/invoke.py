@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from netcomp.cni.spec import PLUGIN_RE, compact
+from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER
+from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.errors import DelegateError, printable
+from netcomp.names import is_cni_name
 
 log = logging.getLogger("netcomp.cni")
 DEFAULT_TIMEOUT = 60.0
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # CNI spec error codes (Section "Error"): 1 incompatible version, 4 invalid config, 7 invalid env, 11 try later.
-E_INCOMPATIBLE, E_INVALID_CONFIG, E_INVALID_ENV, E_TRY_LATER, E_PLUGIN = 1, 7, 4, 11, 999
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty signal mask, and no deadlock however much it
     reads or writes."""
     if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
-        raise DelegateError(E_PLUGIN, f"cannot execute {argv[0]!r}: not an absolute path")
+        raise DelegateError(E_OTHER, f"cannot execute {argv[0]!r}: not an absolute path")
     deadline = time.monotonic() + timeout
     in_r, in_w = os.pipe2(os.O_CLOEXEC)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -70,17 +71,17 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     except OSError as e:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
             os.close(fd)
-        raise DelegateError(E_PLUGIN, f"cannot execute: {e.strerror}") from None
+        raise DelegateError(E_OTHER, f"cannot execute: {e.strerror}") from None
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     try:
         out, err = _communicate(in_w, out_r, err_r, stdin, deadline)
     except TimeoutError:
         _kill(pid)
-        raise DelegateError(E_PLUGIN, f"timed out after {timeout:g}s") from None
+        raise DelegateError(E_OTHER, f"timed out after {timeout:g}s") from None
     except _TooMuch:
         _kill(pid)
-        raise DelegateError(E_PLUGIN, f"printed more than {MAX_STDOUT >> 20} MiB on stdout; killed") from None
+        raise DelegateError(E_OTHER, f"printed more than {MAX_STDOUT >> 20} MiB on stdout; killed") from None
     except BaseException:
         _kill(pid)
         raise
@@ -239,7 +240,7 @@ class RuntimeConf:
 
 def find_plugin(name: str, dirs: Sequence[str | Path]) -> Path:
     """The plugin's path: a plain file name looked up in the plugin dirs, never a path."""
-    if not PLUGIN_RE.match(name) or name in (".", ".."):
+    if not is_cni_name(name):  # a plain file name: no '/', and '.'/'..' cannot match
         raise DelegateError(E_INVALID_CONFIG, f"plugin type {name!r} is not a plain plugin name")
     for d in dirs:
         p = Path(d) / name
@@ -304,14 +305,14 @@ class Runner:
             out = json.loads(res.stdout)
         except ValueError:
             raise DelegateError(
-                E_PLUGIN,
+                E_OTHER,
                 "plugin printed a result that is not JSON",
                 res.stdout[:200].decode(errors="replace"),
                 network=network,
                 plugin=ptype,
             ) from None
         if not isinstance(out, dict):
-            raise DelegateError(E_PLUGIN, "plugin result is not a JSON object", network=network, plugin=ptype)
+            raise DelegateError(E_OTHER, "plugin result is not a JSON object", network=network, plugin=ptype)
         return out
 
     @staticmethod
@@ -325,7 +326,7 @@ class Runner:
         capabilities it declares (CNI spec, "Deriving execution configuration from plugin configuration")."""
         conf = dict(plugin)
         conf["name"] = conflist["name"]
-        conf["cniVersion"] = conflist.get("cniVersion", "1.0.0")
+        conf["cniVersion"] = conflist.get("cniVersion", DEFAULT_VERSION)
         caps = plugin.get("capabilities")
         if rt is not None and isinstance(caps, dict):
             runtime = {k: v for k, v in rt.capability_args.items() if caps.get(k)}
@@ -343,7 +344,7 @@ class Runner:
             out = self.exec_plugin(self.plugin_config(conflist, plugin, prev, rt), "ADD", rt, conflist["name"])
             if out is None:
                 raise DelegateError(
-                    E_PLUGIN,
+                    E_OTHER,
                     "ADD printed no result",
                     network=conflist["name"],
                     plugin=str(plugin.get("type")),
@@ -364,7 +365,7 @@ class Runner:
             self.exec_plugin(self.plugin_config(conflist, plugin, result, rt), "DEL", rt, conflist["name"])
 
     def version(self, plugin_type: str) -> dict[str, Any]:
-        out = self.exec_plugin({"type": plugin_type, "cniVersion": "1.0.0"}, "VERSION", None)
+        out = self.exec_plugin({"type": plugin_type, "cniVersion": DEFAULT_VERSION}, "VERSION", None)
         return out or {}
 
 
@@ -376,9 +377,9 @@ def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
         err = None
     if isinstance(err, dict) and "code" in err:
         try:
-            code = int(err.get("code", E_PLUGIN))
+            code = int(err.get("code", E_OTHER))
         except (TypeError, ValueError):
-            code = E_PLUGIN
+            code = E_OTHER
         return DelegateError(code, str(err.get("msg", "")), str(err.get("details", "")), network=network, plugin=plugin)
     tail = res.stderr.decode(errors="replace").strip()[-500:]
-    return DelegateError(E_PLUGIN, f"plugin exited with status {res.returncode}", tail, network=network, plugin=plugin)
+    return DelegateError(E_OTHER, f"plugin exited with status {res.returncode}", tail, network=network, plugin=plugin)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from netcomp.cni.invoke import E_INCOMPATIBLE
+from netcomp.cni.codes import E_INCOMPATIBLE
 from netcomp.cni.spec import SUPPORTED_VERSIONS
 from netcomp.errors import DelegateError
 

@@ -7,27 +7,15 @@ the spec and libcni require, and serialize deterministically.
 from __future__ import annotations
 
 import json
-import re
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
+from netcomp.names import CNI_NAME, is_cni_name
+
 # Versions a conflist may declare. Debian's plugins (1.1.1) speak up to 1.0.0 and refuse 1.1.0.
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-DEFAULT_VERSION = "1.0.0"
-# CNI spec: network name "must be unique across all network configurations on a host"; libcni's regex.
-NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
-# A plugin is found by plain file name in the plugin dirs: never a path.
-PLUGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_LIST_KEYS = (
-    "cniVersion",
-    "cniVersions",
-    "name",
-    "disableCheck",
-    "disableGC",
-    "loadOnlyInlinedPlugins",
-    "plugins",
-)
+DEFAULT_VERSION: Final = "1.0.0"  # what netcomp writes and answers when nothing else is asked for
 
 
 class ConfigProblem(ValueError):
@@ -91,8 +79,8 @@ def verify_conflist(conf: Any, *, check_name: bool = True) -> list[str]:
     problems: list[str] = []
     if check_name:
         name = conf.get("name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            problems.append(f"network name {name!r} does not match {NAME_RE.pattern}")
+        if not isinstance(name, str) or not is_cni_name(name):
+            problems.append(f"network name {name!r} does not match {CNI_NAME.pattern}")
     version = conf.get("cniVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
         problems.append(f"cniVersion {version!r} is not one of {', '.join(SUPPORTED_VERSIONS)}")
@@ -107,14 +95,14 @@ def verify_conflist(conf: Any, *, check_name: bool = True) -> list[str]:
         t = p.get("type")
         if not isinstance(t, str) or not t:
             problems.append(f"plugins[{i}] has no 'type'")
-        elif not PLUGIN_RE.match(t):
+        elif not is_cni_name(t):
             problems.append(f"plugins[{i}].type {t!r} must be a plain plugin name, not a path")
         ipam = p.get("ipam")
         if ipam is not None:
             it = ipam.get("type") if isinstance(ipam, dict) else None
             if isinstance(ipam, dict) and not ipam:
                 continue
-            if not isinstance(it, str) or not PLUGIN_RE.match(it):
+            if not isinstance(it, str) or not is_cni_name(it):
                 problems.append(f"plugins[{i}].ipam.type {it!r} must be a plain plugin name, not a path")
     return problems
 

@@ -8,12 +8,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from netcomp.cni.spec import compact
+from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_INVALID_ENV, E_IO, E_OTHER
+from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.daemon import protocol
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate.attach import Delegator
-from netcomp.delegate.request import E_IO, parse_request
+from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
@@ -37,25 +38,25 @@ def parse_hotplug(body: bytes) -> Hotplug:
     try:
         doc = protocol.loads(body)
     except ValueError as e:
-        raise ProtocolError(protocol.E_DECODE, f"request is not JSON: {e}") from None
+        raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
     if not isinstance(doc, dict):
-        raise ProtocolError(protocol.E_DECODE, "request must be a JSON object")
+        raise ProtocolError(E_DECODE, "request must be a JSON object")
     command = doc.get("command", "ADD")
     if command not in ("ADD", "DEL"):
-        raise ProtocolError(protocol.E_INVALID_ENV, f"command must be ADD or DEL, not {str(command)[:40]!r}")
+        raise ProtocolError(E_INVALID_ENV, f"command must be ADD or DEL, not {str(command)[:40]!r}")
     values: dict[str, str | None] = {}
     for key, required in (("containerID", True), ("network", True), ("netns", False), ("ifname", False)):
         v = doc.get(key)
         if v is not None and not isinstance(v, str):
-            raise ProtocolError(protocol.E_INVALID_CONFIG, f"{key} must be a string")
+            raise ProtocolError(E_INVALID_CONFIG, f"{key} must be a string")
         if required and not v:
-            raise ProtocolError(protocol.E_INVALID_CONFIG, "containerID and network are required")
+            raise ProtocolError(E_INVALID_CONFIG, "containerID and network are required")
         values[key] = v or None
     runtime_ifname = doc.get("runtimeIfname") or "eth0"
     if not isinstance(runtime_ifname, str):
-        raise ProtocolError(protocol.E_INVALID_CONFIG, "runtimeIfname must be a string")
+        raise ProtocolError(E_INVALID_CONFIG, "runtimeIfname must be a string")
     if command == "ADD" and not values["netns"]:
-        raise ProtocolError(protocol.E_INVALID_ENV, "netns is required to attach")
+        raise ProtocolError(E_INVALID_ENV, "netns is required to attach")
     return Hotplug(
         command,
         values["containerID"] or "",
@@ -66,14 +67,14 @@ def parse_hotplug(body: bytes) -> Hotplug:
     )
 
 
-def _error(code: int, msg: str, details: str = "", version: str = "1.0.0") -> Answer:
+def _error(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSION) -> Answer:
     return 400, protocol.error_body(code, msg, details, version)
 
 
 def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Answer:
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}."""
     t = time.perf_counter()
-    verb, cid, version, outcome, nets = "?", "?", "1.0.0", "error", "-"
+    verb, cid, version, outcome, nets = "?", "?", DEFAULT_VERSION, "error", "-"
     try:
         env, config, raw = protocol.decode_request(body)
         req = parse_request(env, config, raw)
@@ -105,7 +106,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
         return _error(E_IO, str(e), version=version)
     except Exception as e:  # a bug: answer, log, keep serving
         log.exception("CNI %s container=%s internal error", verb, cid)
-        return _error(999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
+        return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
     finally:
         took = time.perf_counter() - t
         metrics.requests.labels(verb, outcome).inc()
@@ -130,7 +131,7 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
         return _error(E_IO, str(e))
     except Exception as e:
         log.exception("hot-plug internal error")
-        return _error(999, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")
+        return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")
 
 
 def _what(hp: Hotplug | None) -> str:

@@ -19,6 +19,7 @@ from netcomp import __version__, report
 from netcomp.cni import spec as cnispec
 from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
+from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.compiler import Compiler
 from netcomp.compiler.output import Output
 from netcomp.daemon import faults
@@ -44,7 +45,11 @@ DRAIN_SECONDS = 30.0
 
 def runtime_config(settings: Settings) -> bytes:
     """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
-    conf = {"cniVersion": "1.0.0", "name": "netcomp", "plugins": [{"type": "netcomp", "socket": settings.socket}]}
+    conf = {
+        "cniVersion": DEFAULT_VERSION,
+        "name": "netcomp",
+        "plugins": [{"type": "netcomp", "socket": settings.socket}],
+    }
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 

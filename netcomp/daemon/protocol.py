@@ -15,6 +15,9 @@ from typing import Any
 
 import orjson
 
+from netcomp.cni.codes import E_DECODE, E_INVALID_ENV
+from netcomp.cni.spec import DEFAULT_VERSION
+
 CNI_PATH = "/cni"
 DELEGATE_PATH = "/delegate"
 HEALTHZ_PATH = "/healthz"
@@ -24,8 +27,6 @@ ATTACHMENTS_PATH = "/attachments"
 METRICS_PATH = "/metrics"
 SHIM_HEADER = "X-Netcomp-Shim"
 ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
-# CNI error codes for malformed requests (CNI spec, "Error" section).
-E_INVALID_ENV, E_DECODE, E_INVALID_CONFIG = 4, 6, 7
 
 
 class ProtocolError(ValueError):
@@ -80,7 +81,7 @@ def decode_request(body: bytes) -> tuple[dict[str, str], Any, bytes]:
     return env, config, data
 
 
-def error_body(code: int, msg: str, details: str = "", version: str = "1.0.0") -> bytes:
+def error_body(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSION) -> bytes:
     doc: dict[str, Any] = {"cniVersion": version, "code": code, "msg": msg}
     if details:
         doc["details"] = details

@@ -36,12 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_OTHER, E_PEER, E_TOO_LARGE, E_TRY_LATER
 from netcomp.daemon import api, protocol
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.attach import Delegator
 
 log = logging.getLogger("netcomp.server")
-E_TRY_LATER, E_PEER, E_TOO_LARGE = 11, 100, 101
 MAX_HEAD = 64 * 1024
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
@@ -90,12 +90,12 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":
-        raise _Refuse(400, protocol.E_DECODE, "not an HTTP/1.1 request")
+        raise _Refuse(400, E_DECODE, "not an HTTP/1.1 request")
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip() or not name.isascii():
-            raise _Refuse(400, protocol.E_DECODE, "malformed header line")
+            raise _Refuse(400, E_DECODE, "malformed header line")
         headers[name.decode().lower()] = value.strip().decode("latin-1")
     path = parts[1].split(b"?", 1)[0].decode("latin-1")
     return parts[0].decode(), path, headers
@@ -277,7 +277,9 @@ class Server:
         except Exception:
             log.exception("bug while serving a connection")
             with contextlib.suppress(Exception):
-                await self._write(writer, 500, protocol.error_body(999, "internal error", "this is a bug in netcomp"))
+                await self._write(
+                    writer, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp")
+                )
         finally:
             self._conns -= 1
             self._per_peer[pid] -= 1
@@ -319,7 +321,7 @@ class Server:
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
-                    raise _Refuse(431, protocol.E_DECODE, "request head over 64 KiB", linger=True) from None
+                    raise _Refuse(431, E_DECODE, "request head over 64 KiB", linger=True) from None
                 method, path, headers = _parse_head(head)
                 body = b""
                 if method == "POST":
@@ -327,7 +329,7 @@ class Server:
         except TimeoutError:
             self.metrics.rejected.labels("timeout").inc()
             msg = f"request not complete within {lim.header_timeout:g}s"
-            await self._refuse(reader, writer, _Refuse(408, protocol.E_DECODE, msg))
+            await self._refuse(reader, writer, _Refuse(408, E_DECODE, msg))
             return
         except _Refuse as r:
             if r.status == 413:
@@ -345,19 +347,17 @@ class Server:
             await self._write(
                 writer,
                 405,
-                protocol.error_body(protocol.E_INVALID_CONFIG, f"method {method[:20]} not allowed on {path[:100]}"),
+                protocol.error_body(E_INVALID_CONFIG, f"method {method[:20]} not allowed on {path[:100]}"),
             )
         else:
-            await self._write(
-                writer, 404, protocol.error_body(protocol.E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}")
-            )
+            await self._write(writer, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
 
     async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if "transfer-encoding" in headers:
-            raise _Refuse(411, protocol.E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
+            raise _Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
         length = headers.get("content-length")
         if length is None or not length.isdigit() or len(length) > 12:
-            raise _Refuse(411, protocol.E_DECODE, "a request needs a Content-Length", linger=True)
+            raise _Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
         n = int(length)
         if n > self.limits.max_body:
             raise _Refuse(

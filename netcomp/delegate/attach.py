@@ -28,18 +28,26 @@ from typing import Any
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment, Cache, Entry, NetnsId
-from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV, Runner, RuntimeConf, find_plugin
-from netcomp.cni.spec import SUPPORTED_VERSIONS, plugin_types
+from netcomp.cni.codes import (
+    E_INVALID_CONFIG,
+    E_INVALID_ENV,
+    E_IO,
+    E_NOT_AVAILABLE,
+    E_OTHER,
+    E_TRY_LATER,
+    E_UNKNOWN_CONTAINER,
+)
+from netcomp.cni.invoke import Runner, RuntimeConf, find_plugin
+from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, plugin_types
 from netcomp.delegate import select
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podstatus import Pods, network_status
-from netcomp.delegate.request import E_IO, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER, Request, check_container_id
+from netcomp.delegate.request import Request, check_container_id
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
 
 log = logging.getLogger("netcomp.delegate")
-E_TRY_LATER = 11
 
 
 def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -57,7 +65,7 @@ def _as_delegate_error(e: Exception, network: str) -> DelegateError:
         return e
     if isinstance(e, HostError):
         return DelegateError(E_IO, str(e), network=network)
-    return DelegateError(999, f"{type(e).__name__}: {e}", network=network)  # a bug; the rest still happens
+    return DelegateError(E_OTHER, f"{type(e).__name__}: {e}", network=network)  # a bug; the rest still happens
 
 
 @dataclass
@@ -539,7 +547,7 @@ class Delegator:
                         self._detach(entry, gone, target.path, why="detach", raise_errors=True)
                 return {}
             if entry is None:
-                entry = Entry(container_id, netns, key_ifname, "1.0.0")
+                entry = Entry(container_id, netns, key_ifname, DEFAULT_VERSION)
             else:
                 self._undo_unfinished(entry)
             nets = self.networks()

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.cache import Attachment, Cache
-from netcomp.cni.invoke import E_INVALID_CONFIG
-from netcomp.delegate.request import E_IO
+from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
 from netcomp.errors import DelegateError, HostError, LinkMismatch
 
 log = logging.getLogger("netcomp.delegate")
@@ -73,7 +72,7 @@ class HostResources:
                 free = [vf for vf in members if vf not in in_use]
                 if not free:
                     raise DelegateError(
-                        11, f"no free VF in pool {name!r} ({len(members)} VFs, all in use)", network=a.network
+                        E_TRY_LATER, f"no free VF in pool {name!r} ({len(members)} VFs, all in use)", network=a.network
                     )
                 vf = free[0]
                 in_use.add(vf)

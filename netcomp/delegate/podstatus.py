@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment
+from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import select
 
 
@@ -29,7 +30,7 @@ def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str
     MAC and DNS, the one on the runtime's interface marked default."""
     out: list[dict[str, Any]] = []
     for a in atts:
-        r = cniresult.convert(a.result or {"cniVersion": "1.0.0"}, "1.0.0")
+        r = cniresult.convert(a.result or {"cniVersion": DEFAULT_VERSION}, DEFAULT_VERSION)
         ifaces = r.get("interfaces") or []
         idx = next((i for i, f in enumerate(ifaces) if f.get("name") == a.ifname and f.get("sandbox")), None)
         entry: dict[str, Any] = {

@@ -6,27 +6,23 @@ planner and the pod lookup all use this one object."""
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.cni.invoke import E_INVALID_ENV
-from netcomp.cni.spec import SUPPORTED_VERSIONS
+from netcomp.cni.codes import E_DECODE, E_INCOMPATIBLE, E_INVALID_ENV
+from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from netcomp.delegate import select
 from netcomp.errors import DelegateError
 from netcomp.host.netns import check_path
+from netcomp.names import is_cni_name
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
-E_UNKNOWN_CONTAINER, E_IO, E_DECODE, E_NOT_AVAILABLE = 3, 5, 6, 50
-# CNI spec: "Must start with an alphanumeric character, optionally followed by any combination of one or more
-# alphanumeric characters, underscore, dot or hyphen." Matched whole (fullmatch: `$` would let "id\n" through).
-CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 MAX_ID = 1024
 
 
 def check_container_id(cid: str, what: str = "container id") -> str:
-    if not cid or len(cid) > MAX_ID or not CONTAINER_ID.fullmatch(cid):
+    if len(cid) > MAX_ID or not is_cni_name(cid):  # the CNI spec's rule for a container ID
         raise DelegateError(E_INVALID_ENV, f"invalid {what} {cid[:80]!r}")
     return cid
 
@@ -46,8 +42,8 @@ class Request:
 
     @property
     def cni_version(self) -> str:
-        v = self.config.get("cniVersion", "1.0.0")
-        return v if isinstance(v, str) else "1.0.0"
+        v = self.config.get("cniVersion", DEFAULT_VERSION)
+        return v if isinstance(v, str) else DEFAULT_VERSION
 
 
 def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Request:
@@ -60,10 +56,12 @@ def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Requ
         raise DelegateError(
             E_INVALID_ENV, f"unknown CNI_COMMAND {command[:40]!r}", f"expected one of {', '.join(VERBS)}"
         )
-    version = config.get("cniVersion", "1.0.0")
+    version = config.get("cniVersion", DEFAULT_VERSION)
     if version not in SUPPORTED_VERSIONS:
         raise DelegateError(
-            1, f"incompatible CNI versions: config is {version!r:.40}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+            E_INCOMPATIBLE,
+            f"incompatible CNI versions: config is {version!r:.40}",
+            f"supported: {', '.join(SUPPORTED_VERSIONS)}",
         )
     cid = env.get("CNI_CONTAINERID", "")
     netns = env.get("CNI_NETNS", "")

@@ -10,18 +10,16 @@ stor1), else `net<index>`."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.cni.invoke import E_INVALID_CONFIG, E_INVALID_ENV
+from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_ENV
 from netcomp.errors import DelegateError
+from netcomp.names import ifname_problem, is_cni_name
 
-IFNAMSIZ = 15
 ARGS_KEY = "NETCOMP_NETWORKS"
 RUNTIME_ARGS_KEY = "netcomp.io/networks"
-NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 DEFAULT_PREFIX = "net"
 
 
@@ -32,19 +30,10 @@ class Want:
 
 
 def check_ifname(name: str) -> str:
-    """Linux's rules for an interface name, and ours: 1-15 bytes of printable ASCII, no space, '/' or ':', not
-    '.'/'..' (the kernel takes more, but a name with control characters or non-ASCII breaks tools and logs)."""
-    if (
-        not name
-        or len(name) > IFNAMSIZ
-        or name in (".", "..")
-        or not all("!" <= c <= "~" and c not in "/:" for c in name)
-    ):
-        raise DelegateError(
-            E_INVALID_ENV,
-            f"invalid interface name {name[:40]!r}",
-            "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'",
-        )
+    """An interface name a runtime or a pod gives, checked (names.ifname_problem), or CNI error 4."""
+    problem = ifname_problem(name)
+    if problem is not None:
+        raise DelegateError(E_INVALID_ENV, f"invalid interface name {name[:40]!r}", problem)
     return name
 
 
@@ -54,7 +43,7 @@ def parse_list(text: str) -> list[Want]:
         if not item:
             continue
         net, _, ifname = item.partition("@")
-        if not NETWORK_NAME.fullmatch(net):
+        if not is_cni_name(net):
             raise DelegateError(E_INVALID_CONFIG, f"invalid network name {net!r} in the list of networks")
         out.append(Want(net, check_ifname(ifname) if ifname else None))
     return out

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from netcomp.cni.cache import NetnsId
-from netcomp.cni.invoke import E_INVALID_ENV
+from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.errors import DelegateError, HostError
 
 CLONE_NEWNET = 0x40000000

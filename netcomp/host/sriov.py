@@ -8,11 +8,10 @@ flight holds, as sriov-cni's `deviceID`."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
-PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+from netcomp.names import PCI
 
 
 def vfs(sysfs: Path, pf: str) -> list[tuple[int, str, str | None]]:
@@ -30,7 +29,7 @@ def vfs(sysfs: Path, pf: str) -> list[tuple[int, str, str | None]]:
             addr = os.path.basename(os.readlink(dev / name))
         except OSError:
             continue
-        if not PCI.match(addr):
+        if not PCI.fullmatch(addr):
             continue
         try:
             driver: str | None = os.path.basename(os.readlink(sysfs / "bus" / "pci" / "devices" / addr / "driver"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.intent.model import IFNAMSIZ, IpvlanSpec, MacvlanSpec
+from netcomp.intent.model import IpvlanSpec, MacvlanSpec
+from netcomp.names import IFNAMSIZ
 
 
 def vlan_link_name(device: str, vlan: int) -> str:

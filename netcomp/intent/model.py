@@ -21,18 +21,19 @@ from pydantic import (
     model_validator,
 )
 
+from netcomp import names
+from netcomp.names import IFNAMSIZ
+
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPInterface: TypeAlias = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
-API_VERSION = "netcomp.io/v1"
-IFNAMSIZ = 15  # Linux interface names: 15 bytes plus NUL
 PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-IFNAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
+IFNAME = f"^{names.INTENT_IFNAME}$"
 NETWORK_ID = r"^[-A-Za-z0-9_.]+$"  # a file-name stem: no '/', never '..' alone
-PCI_ADDRESS = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+PCI_ADDRESS = f"^{names.PCI_ADDRESS}$"
 MAC = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"
 
 Name = Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]

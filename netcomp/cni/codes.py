@@ -1,0 +1,17 @@
+"""Every CNI error code netcomp answers, in one place (as libcni keeps its own beside its Error type, in
+pkg/types/types.go): the CNI spec's ("Error" section: 1-99 are the spec's), and netcomp's own (100 and up, which
+the spec leaves to plugins). The shim keeps copies of the few it answers itself; tests/unit/test_shim.py checks
+them against these."""
+
+E_INCOMPATIBLE = 1  # incompatible CNI version
+E_UNSUPPORTED_FIELD = 2  # unsupported field in the network configuration
+E_UNKNOWN_CONTAINER = 3  # the container is unknown or does not exist
+E_INVALID_ENV = 4  # invalid necessary environment variables (CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME)
+E_IO = 5  # I/O failure (the node's: the cache, a host link)
+E_DECODE = 6  # failed to decode content (not JSON, not HTTP, no Content-Length)
+E_INVALID_CONFIG = 7  # invalid network configuration
+E_TRY_LATER = 11  # try again later
+E_NOT_AVAILABLE = 50  # STATUS: the plugin is not available
+E_PEER = 100  # netcomp: the peer's uid may not use the socket
+E_TOO_LARGE = 101  # netcomp: the request is larger than maxRequestBytes
+E_OTHER = 999  # anything else: a delegate that did not answer in CNI's shape, or a bug in netcomp

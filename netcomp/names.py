@@ -1,0 +1,39 @@
+"""Every name rule in one place (as libcni keeps them in pkg/utils/utils.go): what a network, a plugin or a
+container may be called, what an interface may be called (in a request, and in an intent), what an SR-IOV VF's
+PCI address looks like. A rule written twice is a bug waiting for its first divergence."""
+
+from __future__ import annotations
+
+import re
+
+IFNAMSIZ = 15  # Linux interface names: 15 bytes plus NUL
+
+# CNI spec: a network name, and a container ID, "must start with an alphanumeric character, optionally followed by
+# any combination of one or more alphanumeric characters, underscore, dot or hyphen". libcni holds plugin types
+# (file names in the plugin dirs) to the same. Always matched whole (fullmatch: `$` would let "id\n" through).
+CNI_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+# An interface name in an intent (hostDevice, a prefix): what the tools that make links accept without quoting.
+INTENT_IFNAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+
+# A PCI address, domain:bus:device.function, as sysfs writes it.
+PCI_ADDRESS = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+PCI = re.compile(PCI_ADDRESS)
+
+
+def is_cni_name(name: str) -> bool:
+    return CNI_NAME.fullmatch(name) is not None
+
+
+def ifname_problem(name: str) -> str | None:
+    """What is wrong with an interface name a runtime or a pod gives (None: nothing): Linux's rules (1-15 bytes,
+    no '/', ':' or whitespace, not '.' or '..') and ours (printable ASCII only: a name with control characters or
+    non-ASCII breaks tools and logs, though the kernel takes it)."""
+    if (
+        not name
+        or len(name) > IFNAMSIZ
+        or name in (".", "..")
+        or not all("!" <= c <= "~" and c not in "/:" for c in name)
+    ):
+        return "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'"
+    return None
