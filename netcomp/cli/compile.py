@@ -8,9 +8,9 @@ from typing import TextIO
 
 from netcomp import report
 from netcomp.cli.exits import EX_DATAERR, EX_FAIL, EX_IOERR, EX_NOINPUT, EX_OK
-from netcomp.compiler.compiler import Compiler, discover
-from netcomp.compiler.output import Output, unified_diff
-from netcomp.compiler.plancache import CACHE_NAME, PlanCache, fingerprint
+from netcomp.compiler.compiler import discover
+from netcomp.compiler.output import unified_diff
+from netcomp.compiler.pipeline import Pipeline
 from netcomp.errors import HostError, IntentError
 from netcomp.paths import Root
 from netcomp.settings import Settings, load_settings
@@ -35,55 +35,39 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except IntentError as e:
         _report(args, e.diagnostics, out, err)
         return EX_DATAERR
+    out_dir = Path(args.out) if getattr(args, "out", None) else Path(settings.outputDir)
+    pipeline = Pipeline(settings, offline=True, out_dir=out_dir)
     # Paths named on the command line are the user's, relative to the cwd; configured ones live under root.
-    compiler = Compiler(settings, offline=True)
     if args.paths:
         missing = [p for p in args.paths if not Path(p).exists()]
         if missing:
             for p in missing:
                 print(f"netcomp: {p}: no such file or directory", file=err)
             return EX_NOINPUT
-    layers = [Path(p) for p in args.paths] if args.paths else compiler.layers()
+    layers = [Path(p) for p in args.paths] if args.paths else pipeline.layers()
     try:
         files = discover(layers)
     except IntentError as e:
         _report(args, e.diagnostics, out, err)
         return EX_DATAERR
     if args.command == "validate":
-        plan = compiler.compile(files)
+        plan = pipeline.compiler.compile(files)
         _report(args, plan.diagnostics, out, err, networks=sorted(a.network for a in plan.artifacts.values()))
         return EX_DATAERR if not plan.ok else EX_OK
 
-    out_dir = Path(args.out) if args.out else Path(settings.outputDir)
-    # The fingerprint is taken before compiling: an input edited meanwhile makes the next run compile again.
-    cache = PlanCache(out_dir / CACHE_NAME)
-    fp = fingerprint(settings, files, offline=True)
-    output = Output(out_dir)
     write = not (args.diff or args.check or args.dry_run)
-    cached = cache.load(fp)
-    staged = None
-    if cached is not None:
-        plan = cached
-    else:
-        try:
-            staged = output.stager() if write else None
-        except HostError:
-            staged = None  # apply() reports the problem
-        plan = compiler.compile(files, on_artifact=staged.offer if staged is not None else None)
+    plan = pipeline.compile(files, stage=write)
     if not plan.ok:
-        if staged is not None:
-            staged.discard()
+        pipeline.discard()
         _report(args, plan.diagnostics, out, err)
         print("netcomp: nothing written: fix the errors above", file=err)
         return EX_DATAERR
     try:
-        changes = output.apply(plan, staged=staged) if write else output.changes(plan)
+        changes = pipeline.write(plan) if write else pipeline.preview(plan)
     except HostError as e:
         _report(args, plan.diagnostics, out, err)
         print(f"netcomp: {e}", file=err)
         return EX_IOERR
-    if write:
-        cache.save(fp, plan)
     summary = [{"change": c.kind, "file": str(out_dir / c.filename)} for c in changes]
     if args.output == "json":
         out.write(

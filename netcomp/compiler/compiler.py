@@ -73,7 +73,6 @@ class _Rendered:
     intent: Intent
     static_key: object
     artifact: Artifact | None
-    static_path: str | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
@@ -90,7 +89,6 @@ class Compiler:
         self._names: list[str] = []
         self._rendered: dict[int, _Rendered] = {}
         self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
-        self.static_paths: set[str] = set()  # static files the current intents use (for a watcher)
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again."""
@@ -294,15 +292,13 @@ class Compiler:
                 continue
             static = None
             skey: object = None
-            spath = None
             if is_static:
                 skey, static, problem = self._static(intent, listing)
                 if problem is not None:
-                    rendered[key] = _Rendered(intent, None, None, None, [problem])
+                    rendered[key] = _Rendered(intent, None, None, [problem])
                     continue
-                spath = static.path if static is not None else None
             if prev is None or prev.static_key != skey:
-                prev = _Rendered(intent, skey, None, spath)
+                prev = _Rendered(intent, skey, None)
                 try:
                     prev.artifact, prev.diagnostics = render(
                         intent, self.templates, RenderInput(self.settings.cniVersion, static)
@@ -313,7 +309,6 @@ class Compiler:
                     on_artifact(prev.artifact)  # the disk can start on it now
             rendered[key] = prev
         self._rendered = rendered
-        self.static_paths = {r.static_path for r in rendered.values() if r.static_path is not None}
         plan.diagnostics.extend(d for r in rendered.values() if r.diagnostics for d in r.diagnostics)
         failing.update(k for k, r in rendered.items() if r.artifact is None)
         good = [(r.intent, r.artifact) for k, r in rendered.items() if r.artifact is not None]

@@ -32,7 +32,8 @@ class Change:
 
 
 def is_owned(data: bytes) -> bool:
-    """A file is ours when it is a JSON object whose `netcomp.generated` is true (compile.py's marker)."""
+    """A file is ours when it is a JSON object whose `netcomp.generated` is true (the marker backends/ipam.py's
+    meta() writes)."""
     if b'"netcomp"' not in data:
         return False
     try:
@@ -48,6 +49,10 @@ class Output:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._owned: dict[str, bytes] | None = None  # what we believe is on disk and ours
+
+    def forget(self) -> None:
+        """Something else wrote the dir: read it again before the next apply."""
+        self._owned = None
 
     def owned(self) -> dict[str, bytes]:
         if self._owned is None:

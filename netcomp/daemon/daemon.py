@@ -20,8 +20,7 @@ from netcomp.cni import spec as cnispec
 from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.compiler.compiler import Compiler
-from netcomp.compiler.output import Output
+from netcomp.compiler.pipeline import Pipeline
 from netcomp.daemon import faults
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -104,8 +103,7 @@ class Daemon:
         self.metrics = Metrics()
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
-        self.compiler = Compiler(self.settings, offline=False)
-        self.output = Output(Path(self.settings.outputDir))
+        self.pipeline = Pipeline(self.settings, offline=False)
         self.runner = Runner(
             self.settings.pluginDirs,
             exec_=self.metrics.wrap(exec_),
@@ -165,12 +163,12 @@ class Daemon:
                         self._adopt(new)
             tdir = self.settings.templateDir.rstrip("/") + "/"
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
-                self.compiler.reset_templates()
-            plan = self.compiler.compile(changed=changed)
+                self.pipeline.compiler.reset_templates()
+            plan = self.pipeline.compile(changed=changed, stage=True)
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
             try:
-                changes = self.output.apply(plan, keep=keep)
+                changes = self.pipeline.write(plan, keep=keep)
             except HostError as e:
                 log.error("cannot write compiled networks: %s", e)
                 changes = []
@@ -214,7 +212,7 @@ class Daemon:
             if not path.exists():
                 try:
                     atomic_write(path, cnispec.dumps(snap.networks[name]))
-                    self.output._owned = None  # re-read on the next apply
+                    self.pipeline.output.forget()  # re-read on the next write
                     log.info("wrote %s from the last good state", path)
                 except OSError as e:
                     log.error("cannot write %s: %s", path, e.strerror)
@@ -254,8 +252,7 @@ class Daemon:
                 update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
             )
         self.settings = new
-        self.compiler = Compiler(new, offline=False)
-        self.output = Output(Path(new.outputDir))
+        self.pipeline = Pipeline(new, offline=False)
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)

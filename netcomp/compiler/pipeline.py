@@ -1,0 +1,91 @@
+"""The one way from intents to the output dir, for `netcomp compile` and the daemon alike: the incremental
+Compiler, the plan cache (a full run whose inputs are all as they were costs a stat of each, and reads the plan
+back), and the Output (written only where it changed, atomically, the disk working on the artifacts while the
+compiler is still rendering the rest).
+
+    plan = pipeline.compile()               # or compile(changed=paths): what those paths touch, incrementally
+    changes = pipeline.write(plan, keep=…)  # or preview(plan); discard() drops what was staged
+
+What a plan with errors means is the caller's: the CLI writes nothing (discard), the daemon writes the rest and
+keeps the last good output of what failed (keep)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
+
+from netcomp.compiler.compiler import Compiler, discover
+from netcomp.compiler.output import Change, Output, Stager
+from netcomp.compiler.plan import Plan
+from netcomp.compiler.plancache import CACHE_NAME, Fingerprint, PlanCache, fingerprint
+from netcomp.errors import HostError, IntentError
+from netcomp.settings import Settings
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, *, offline: bool, out_dir: Path | None = None) -> None:
+        """`settings` paths are used as they are (resolve them under a root first); `offline`: a compile
+        away from the node (a missing plugin is a warning, not an error); `out_dir`: instead of outputDir."""
+        self.settings = settings
+        self.offline = offline
+        self.compiler = Compiler(settings, offline=offline)
+        self.output = Output(out_dir or Path(settings.outputDir))
+        self.cache = PlanCache(self.output.directory / CACHE_NAME)
+        self._fp: Fingerprint | None = None
+        self._staged: Stager | None = None
+
+    def layers(self) -> list[Path]:
+        return self.compiler.layers()
+
+    def compile(
+        self,
+        files: Sequence[Path] | None = None,
+        *,
+        changed: Iterable[str | Path] | None = None,
+        stage: bool = False,
+    ) -> Plan:
+        """A full run (no `changed`) takes the cached plan when every input is as it was; otherwise, and for an
+        incremental run, the compiler renders. `stage`: start writing the artifacts that differ from the output
+        dir while it does (write() then only renames them into place)."""
+        self.discard()
+        self._fp = None
+        if changed is None:
+            try:
+                listed = list(files) if files is not None else discover(self.layers())
+            except IntentError as e:
+                plan = Plan()
+                plan.diagnostics.extend(e.diagnostics)
+                return plan
+            # Taken before compiling: an input edited meanwhile makes the next run compile again.
+            self._fp = fingerprint(self.settings, listed, offline=self.offline)
+            cached = self.cache.load(self._fp)
+            if cached is not None:
+                return cached
+            files = listed
+        if stage:
+            try:
+                self._staged = self.output.stager()
+            except HostError:
+                self._staged = None  # write() reports the problem
+        offer = self._staged.offer if self._staged is not None else None
+        return self.compiler.compile(files, changed=changed, on_artifact=offer)
+
+    def write(self, plan: Plan, *, keep: Collection[str] = ()) -> list[Change]:
+        """Bring the output dir to the plan (files named in `keep` stay as they are even when the plan lacks
+        them); remember a full run's plan for the next. HostError when the dir cannot be written."""
+        staged, self._staged = self._staged, None
+        changes = self.output.apply(plan, keep=keep, staged=staged)
+        if self._fp is not None and plan.ok:
+            self.cache.save(self._fp, plan)
+        return changes
+
+    def preview(self, plan: Plan) -> list[Change]:
+        """What write() would change."""
+        self.discard()
+        return self.output.changes(plan)
+
+    def discard(self) -> None:
+        """Drop what compile() staged and write() did not take."""
+        if self._staged is not None:
+            self._staged.discard()
+            self._staged = None
