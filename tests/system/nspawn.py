@@ -40,6 +40,10 @@ class Machine:
             raise AssertionError(f"{' '.join(argv)}: {p.returncode}\n{p.stdout.decode()}{p.stderr.decode()}")
         return p
 
+    def put(self, path: str, text: str) -> None:
+        """Write a file in the machine (its parent dirs made)."""
+        self.run("sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path, input=text.encode())
+
     def text(self, *argv: str) -> str:
         return self.run(*argv).stdout.decode().strip()
 
@@ -163,6 +167,10 @@ def machine(name: str, binds: Sequence[tuple[str, str, bool]] = (), root: Path |
         "--",
         "systemd.mask=nftables.service",
         "systemd.mask=systemd-firstboot.service",
+        # A first boot (empty /etc) enables every installed unit by preset; those wanting network-online.target
+        # (podman-restart, podman-auto-update) would hold the boot for wait-online's 2 minutes: there is no
+        # network to wait for in a --private-network container.
+        "systemd.mask=systemd-networkd-wait-online.service",
     ]
     with _nspawn_argv(name, root, nspawn_args) as cmd:
         nspawn = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
