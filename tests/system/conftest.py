@@ -3,6 +3,7 @@ machine, Debian 13 in the root scripts/trixie-root.sh makes), and installed for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -55,6 +56,8 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(deb: Path) -> Iterator[None]:
     if run("dpkg-query", "-W", "-f=${Status}", "netcomp", check=False).stdout.startswith("install ok"):
         pytest.skip("netcomp is installed on this machine; not touching it")
+    cni_state = Path("/var/lib/cni")  # made by the package's tmpfiles; CNI's, so purge leaves it
+    cni_state_existed = cni_state.exists()
     p = run(
         "apt-get", "install", "-y", "-q", str(deb), check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     )
@@ -63,6 +66,9 @@ def installed(deb: Path) -> Iterator[None]:
         yield
     finally:
         run("dpkg", "--purge", "netcomp", check=False)
+        if not cni_state_existed:
+            with contextlib.suppress(OSError):
+                cni_state.rmdir()
 
 
 @pytest.fixture(scope="session")
