@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ NSBRIDGE = {
 }
 
 
-def shim(m: Machine, command: str, ctr: str, args: str = "") -> tuple[int, dict | None]:
+def shim(m: Machine, command: str, ctr: str, args: str = "") -> tuple[int, dict[str, Any] | None]:
     env = {
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": ctr,

@@ -39,6 +39,7 @@ from tests.system.nspawn import Machine, machine
 
 pytestmark = pytest.mark.root
 
+IMAGE = "localhost/netcomp-test-bb"
 INTENT = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 MGMT_BRIDGE = {
     "cniVersion": "1.0.0",
@@ -132,12 +133,10 @@ cni_plugin_dirs = ["/usr/lib/cni"]
     # /var/lib becomes an empty tmpfs.
     mntns = base / "mntns"
     mntns.touch()
+    unshare = ["unshare", f"--mount={mntns}", "--propagation", "unchanged"]
     subprocess.run(
-        ["unshare", f"--mount={mntns}", "--propagation", "unchanged", "mount", "-t", "tmpfs", "-o", "mode=0755",
-         "nctest-podman", "/var/lib"],
-        check=True,
-        timeout=30,
-    )  # fmt: skip
+        [*unshare, "mount", "-t", "tmpfs", "-o", "mode=0755", "nctest-podman", "/var/lib"], check=True, timeout=30
+    )
     pod = Podman(base, mntns)
     try:
         image = base / "image"
@@ -146,13 +145,14 @@ cni_plugin_dirs = ["/usr/lib/cni"]
         for applet in ("sh", "ip", "sleep", "cat", "ls"):
             (image / "bin" / applet).symlink_to("busybox")
         subprocess.run(["tar", "-C", str(image), "-cf", str(base / "bb.tar"), "."], check=True, timeout=60)
-        pod("import", str(base / "bb.tar"), "localhost/netcomp-test-bb")
+        pod("import", str(base / "bb.tar"), IMAGE)
         yield pod
     finally:
         pod("rm", "--all", "--force", "--time", "0", check=False)  # each one's DEL while the daemon is up
         pod("rmi", "--all", "--force", check=False)
         subprocess.run(["umount", str(mntns)], check=False, timeout=30)
-        for ns in set(os.listdir("/run/netns")) - netns_before:  # a namespace podman could not remove
+        # A namespace podman made (it names them netns-<uuid>) and could not remove; others' are not ours.
+        for ns in {n for n in os.listdir("/run/netns") if n.startswith("netns-")} - netns_before:
             subprocess.run(["umount", f"/run/netns/{ns}"], check=False, timeout=30)
             with contextlib.suppress(OSError):
                 os.unlink(f"/run/netns/{ns}")
@@ -222,8 +222,8 @@ def test_podman_runs_containers_on_netcomp_networks(installed: None, tmp_path: P
             assert "netcomp" in pod("network", "ls", "--format", "{{.Name}}").split()
 
             # A container on the default network, and storage through podman's CNI args.
-            pod("run", "-d", "--pull=never", "--name", "c1", "--network", "netcomp", "localhost/netcomp-test-bb",
-                "/bin/sleep", "600", cni_args="NETCOMP_NETWORKS=storage")  # fmt: skip
+            run = ["run", "--pull=never", "--network", "netcomp"]
+            pod(*run, "-d", "--name", "c1", IMAGE, "/bin/sleep", "600", cni_args="NETCOMP_NETWORKS=storage")
             c1 = pod.inspect("c1")
             cid = c1["Id"]
             seen = addrs(pod, "c1")
@@ -258,8 +258,7 @@ def test_podman_runs_containers_on_netcomp_networks(installed: None, tmp_path: P
             assert pod("ps", "--all", "--quiet") == ""
 
             # run --rm: attached for its life, nothing left after it.
-            out = pod("run", "--rm", "--pull=never", "--network", "netcomp", "localhost/netcomp-test-bb",
-                      "/bin/ip", "-o", "-4", "addr", "show", "eth0")  # fmt: skip
+            out = pod(*run, "--rm", IMAGE, "/bin/ip", "-o", "-4", "addr", "show", "eth0")
             assert " 10.210.0." in out, out
             assert leases(m) == [] and attachments(m) == {}
             # podman's own CNI state (libcni's result cache, in its private /var/lib) is gone too.
