@@ -1,9 +1,10 @@
 """A real container runtime: Debian 12's podman 4.3 (CNI backend) runs containers on a netcomp network through the
 installed package. `podman run --network netcomp` gets its interfaces from netcomp's shim, more networks come
 through podman's CNI args (podman 4.3 passes its own CNI_ARGS environment on to every plugin, after its
-`IgnoreUnknown=1;K8S_POD_NAME=<name>`; its `--network NAME:opts` take only ip, mac, alias and interface_name),
-`netcomp attach` hot-plugs one more into the running container, `podman inspect` shows the address netcomp
-returned, and stop, restart and rm free everything (interfaces, host-local leases, netcomp cache entries).
+`IgnoreUnknown=1;K8S_POD_NAME=<name>`; its `--network NAME:opts` take only ip, ip6, mac, alias and
+interface_name), `netcomp attach` hot-plugs one more into the running container, `podman inspect` shows the
+address netcomp returned, and stop, restart and rm free everything (interfaces, host-local leases, netcomp cache
+entries).
 
 Where things run, and why. podman runs on this machine: inside an nspawn container it starts nothing here (runc
 needs the cgroup v1 controllers, which nspawn mounts read-only; crun refuses the hybrid cgroup layout; podman's
