@@ -9,15 +9,20 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # What the tests run for real: the CNI plugins, iproute2, systemd's tools, and Debian's packaging tools.
 DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git \
-	openssl $(SHIM_DEBS)
+	openssl podman runc busybox-static debootstrap $(SHIM_DEBS)
 # The compiled shim: a C compiler and libc's headers (gcc brings the ASan and UBSan runtimes the tests use).
 SHIM_DEBS := gcc libc6-dev
 
 # The real Kubernetes API server the Kubernetes tests run against, built from Debian's source package (about
 # 6 minutes the first time, then cached outside the checkout).
 KUBE_BINS ?= /var/cache/netcomp-test/kube
+# The Debian 13 root the system tests build, lint, install and boot the package in (debootstrap, about 1-5 minutes
+# and 850 MB the first time, then cached outside the checkout).
+TRIXIE_ROOT ?= /var/cache/netcomp-test/trixie
+export NETCOMP_TRIXIE_ROOT := $(TRIXIE_ROOT)/root
 
-.PHONY: all setup system-deps kube-bins demo test lint typecheck unit integration golden schema bench chaos clean shim
+.PHONY: all setup system-deps kube-bins trixie-root demo test lint typecheck unit integration golden schema bench chaos \
+	clean shim
 
 all: test
 
@@ -26,7 +31,9 @@ system-deps:
 	@if ! [ -x /usr/lib/cni/macvlan ] || ! command -v ip >/dev/null || ! command -v dh >/dev/null \
 	    || ! command -v lintian >/dev/null || ! command -v systemd-analyze >/dev/null \
 	    || ! command -v systemd-nspawn >/dev/null || ! command -v openssl >/dev/null \
-	    || ! command -v cc >/dev/null || ! [ -e /usr/include/stdio.h ]; then \
+	    || ! command -v cc >/dev/null || ! [ -e /usr/include/stdio.h ] \
+	    || ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
+	    || ! dpkg -s busybox-static >/dev/null 2>&1; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
@@ -44,6 +51,10 @@ kube-bins: system-deps
 	@if [ "$$(id -u)" = 0 ]; then scripts/kube-test-bins.sh $(KUBE_BINS); \
 	else echo "kube-bins: not root; the Kubernetes tests will be skipped"; fi
 
+trixie-root: system-deps
+	@if [ "$$(id -u)" = 0 ]; then scripts/trixie-root.sh $(TRIXIE_ROOT); \
+	else echo "trixie-root: not root; the Debian 13 tests will be skipped"; fi
+
 demo: setup
 	@bash scripts/demo.sh
 
@@ -60,7 +71,7 @@ unit: $(STAMP)
 integration: setup kube-bins
 	$(PY) -m pytest -q tests/integration
 
-test: setup kube-bins lint typecheck
+test: setup kube-bins trixie-root lint typecheck
 	$(PY) -m pytest -q tests
 
 # Regenerate golden files after an intended output change; review the diff like code.

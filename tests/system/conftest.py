@@ -1,32 +1,43 @@
-"""Shared by the system tests: the Debian package built once per session, and installed for a test."""
+"""Shared by the system tests: the Debian package built once per session for each distribution (Debian 12 on this
+machine, Debian 13 in the root scripts/trixie-root.sh makes), and installed for a test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # pyenv's python on PATH must not reach the build (INFRA)
+# Made by scripts/trixie-root.sh (`make trixie-root`); never written by the tests, which use overlays of it.
+TRIXIE_ROOT = Path(os.environ.get("NETCOMP_TRIXIE_ROOT", "/var/cache/netcomp-test/trixie/root"))
 
 
 def run(*argv: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=check, **kw)  # type: ignore[call-overload]
 
 
-@pytest.fixture(scope="session")
-def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0 or shutil.which("dpkg-buildpackage") is None or shutil.which("dh") is None:
-        pytest.skip("needs root and debhelper (make setup installs them)")
-    work = tmp_path_factory.mktemp("deb")
-    # The working tree as it is (tests also run before a commit), without caches and build output.
+def checkout_copy(work: Path) -> Path:
+    """The working tree as it is (tests also run before a commit), without caches and build output."""
     junk = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache", ".hypothesis", "*.egg-info", "build")
     shutil.copytree(ROOT, work / "netcomp", symlinks=True, ignore=junk)
     shutil.rmtree(work / "netcomp" / "debian" / "netcomp", ignore_errors=True)
+    return work / "netcomp"
+
+
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built on this machine (Debian 12, Python 3.11)."""
+    if os.geteuid() != 0 or shutil.which("dpkg-buildpackage") is None or shutil.which("dh") is None:
+        pytest.skip("needs root and debhelper (make setup installs them)")
+    work = tmp_path_factory.mktemp("deb")
+    checkout_copy(work)
     p = run(
         "dpkg-buildpackage",
         "-us",
@@ -45,6 +56,8 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def installed(deb: Path) -> Iterator[None]:
     if run("dpkg-query", "-W", "-f=${Status}", "netcomp", check=False).stdout.startswith("install ok"):
         pytest.skip("netcomp is installed on this machine; not touching it")
+    cni_state = Path("/var/lib/cni")  # made by the package's tmpfiles; CNI's, so purge leaves it
+    cni_state_existed = cni_state.exists()
     p = run(
         "apt-get", "install", "-y", "-q", str(deb), check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     )
@@ -53,3 +66,61 @@ def installed(deb: Path) -> Iterator[None]:
         yield
     finally:
         run("dpkg", "--purge", "netcomp", check=False)
+        if not cni_state_existed:
+            with contextlib.suppress(OSError):
+                cni_state.rmdir()
+
+
+@pytest.fixture(scope="session")
+def trixie_root() -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if not (TRIXIE_ROOT / ".netcomp-test-root").is_file():
+        pytest.skip(f"no Debian 13 root in {TRIXIE_ROOT}: `make trixie-root` (as root) makes it")
+    return TRIXIE_ROOT
+
+
+@pytest.fixture(scope="session")
+def trixie_deb(trixie_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built in a throw-away copy of the Debian 13 root (Python 3.13), with Debian 13's debhelper; pip reaches
+    the package index as this machine's does (its pip.conf and CA bundle, bound in read-only)."""
+    from tests.system.nspawn import run_in
+
+    work = tmp_path_factory.mktemp("deb-trixie")
+    checkout_copy(work)
+    binds = [(str(work), "/build", True)]
+    binds += [(f, f, False) for f in ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt") if Path(f).is_file()]
+    p = run_in(
+        trixie_root,
+        "dpkg-buildpackage",
+        "-us",
+        "-uc",
+        "-b",
+        binds=binds,
+        chdir="/build/netcomp",
+        env={"HOME": "/build", "LC_ALL": "C.UTF-8", "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"},
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (pkg,) = work.glob("netcomp_*.deb")
+    return pkg
+
+
+@dataclass
+class Dist:
+    """A Debian release the package is built for and tested on: `root` is "/" for this machine."""
+
+    name: str
+    root: Path
+    deb: Path
+
+    @property
+    def python(self) -> str:
+        """The minor version of the root's python3, e.g. "3.11" (from its /usr/bin/python3 -> python3.11)."""
+        return os.readlink(self.root / "usr/bin/python3").removeprefix("python")
+
+
+@pytest.fixture(scope="session", params=["debian12", "debian13"])
+def dist(request: pytest.FixtureRequest) -> Dist:
+    if request.param == "debian12":
+        return Dist("debian12", Path("/"), request.getfixturevalue("deb"))
+    return Dist("debian13", request.getfixturevalue("trixie_root"), request.getfixturevalue("trixie_deb"))

@@ -1,24 +1,44 @@
-"""The installed package under a real systemd (systemd-nspawn): `systemctl start netcomp` reaches active with all
-the unit's hardening, a container namespace is attached through the installed shim by the real plugins,
-`systemctl reload` picks up an intent edit, a `kill -9` of the daemon is restarted by systemd and DEL of the
-earlier attachment still works from the cache, and `systemctl stop` is clean."""
+"""The installed package under a real systemd (systemd-nspawn), on Debian 12 and Debian 13: `systemctl start
+netcomp` reaches active with all the unit's hardening, a container namespace is attached through the installed
+shim by the real plugins (interface and address checked in the namespace), `systemctl reload` picks up an intent
+edit, a `kill -9` of the daemon is restarted by systemd and DEL of the earlier attachment still works from the
+cache and leaves nothing (no interface, no host-local lease, no cache entry), and `systemctl stop` is clean.
+
+Debian 12 is this machine: the package is installed here (purged afterwards) and the container boots this
+machine's /usr. Debian 13 is the root scripts/trixie-root.sh makes, booted on a throw-away overlay: the package is
+installed in the container with apt, where its maintainer scripts start the units under that systemd."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.system.conftest import CLEAN_PATH, Dist
 from tests.system.nspawn import Machine, machine
 
 pytestmark = pytest.mark.root
 
 INTENT = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 SHIMCONF = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}).encode()
+NSBRIDGE = {
+    "cniVersion": "1.0.0",
+    "name": "nsbridge",
+    "plugins": [
+        {
+            "type": "bridge",
+            "bridge": "ncns0",
+            "isGateway": True,
+            "ipam": {"type": "host-local", "subnet": "10.201.0.0/24"},
+        }
+    ],
+}
 
 
-def shim(m: Machine, command: str, ctr: str, args: str = "") -> tuple[int, dict | None]:
+def shim(m: Machine, command: str, ctr: str, args: str = "") -> tuple[int, dict[str, Any] | None]:
     env = {
         "CNI_COMMAND": command,
         "CNI_CONTAINERID": ctr,
@@ -36,38 +56,48 @@ def links(m: Machine, ns: str) -> list[str]:
     return sorted(line.split()[0].split("@")[0] for line in m.text("ip", "-n", ns, "-br", "link").splitlines())
 
 
-def test_service_under_real_systemd(installed: None, tmp_path: Path) -> None:
-    etc = tmp_path / "etc-netcomp"
-    (etc / "networks.d").mkdir(parents=True)
-    (etc / "static.d").mkdir()
-    (etc / "netcomp.yaml").write_text("defaultNetwork: mgmt\n")
-    (etc / "static.d" / "nsbridge.conflist").write_text(
-        json.dumps(
-            {
-                "cniVersion": "1.0.0",
-                "name": "nsbridge",
-                "plugins": [
-                    {
-                        "type": "bridge",
-                        "bridge": "ncns0",
-                        "isGateway": True,
-                        "ipam": {"type": "host-local", "subnet": "10.201.0.0/24"},
-                    }
-                ],
-            }
+def leftovers(m: Machine) -> list[str]:
+    """What an attachment leaves on the node: host-local leases (files named by address) and cache entries."""
+    found = m.text("find", "/var/lib/cni/networks", "/var/lib/netcomp/cache", "-type", "f")
+    return [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
+
+
+@contextlib.contextmanager
+def node(dist: Dist, request: pytest.FixtureRequest) -> Iterator[Machine]:
+    """A booted systemd with the package installed and its units stopped, so that the test starts them."""
+    name = f"ncsys-{dist.name}"
+    if dist.root.samefile("/"):
+        request.getfixturevalue("installed")  # on this machine; purged when the test ends
+        with machine(name) as m:
+            # A first boot enables units by preset: netcomp's started with the machine.
+            m.run("systemctl", "stop", "netcomp.service", "netcomp.socket")
+            yield m
+        return
+    with machine(name, binds=[(str(dist.deb.parent), "/debs", False)], root=dist.root) as m:
+        env = {"PATH": CLEAN_PATH, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C.UTF-8"}
+        m.run("apt-get", "install", "-y", "-q", f"/debs/{dist.deb.name}", env=env)
+        # The maintainer scripts enabled and started the units, as on any node with systemd.
+        assert m.show("netcomp.socket", "UnitFileState") == "enabled"
+        assert m.show("netcomp.service", "ActiveState") == "active"
+        m.run("systemctl", "stop", "netcomp.service", "netcomp.socket")
+        yield m
+
+
+def test_service_under_real_systemd(dist: Dist, request: pytest.FixtureRequest) -> None:
+    with node(dist, request) as m:
+        m.put("/etc/netcomp/netcomp.yaml", "defaultNetwork: mgmt\n")
+        m.put("/etc/netcomp/static.d/nsbridge.conflist", json.dumps(NSBRIDGE))
+        m.put(
+            "/etc/netcomp/networks.d/mgmt.yaml", INTENT.format(name="mgmt", spec="{type: static, networkID: nsbridge}")
         )
-    )
-    (etc / "networks.d" / "mgmt.yaml").write_text(
-        INTENT.format(name="mgmt", spec="{type: static, networkID: nsbridge}")
-    )
-    (etc / "networks.d" / "storage.yaml").write_text(
-        INTENT.format(
-            name="storage",
-            spec="{type: macvlan, hostDevice: m0, interfacePrefix: stor, ipam: {type: host-local, "
-            "subnet: 10.202.0.0/24}}",
+        m.put(
+            "/etc/netcomp/networks.d/storage.yaml",
+            INTENT.format(
+                name="storage",
+                spec="{type: macvlan, hostDevice: m0, interfacePrefix: stor, ipam: {type: host-local, "
+                "subnet: 10.202.0.0/24}}",
+            ),
         )
-    )
-    with machine("ncsys", binds=[(str(etc), "/etc/netcomp", True)]) as m:
         m.run("systemctl", "start", "netcomp.socket", "netcomp.service")  # returns once READY=1 (Type=notify)
         assert m.show("netcomp.service", "ActiveState") == "active"
         assert m.show("netcomp.service", "Type") == "notify"
@@ -81,12 +111,16 @@ def test_service_under_real_systemd(installed: None, tmp_path: Path) -> None:
         assert rc == 0, res
         assert links(m, "ctr1") == ["eth0", "lo", "stor0"]
         assert res is not None and res["ips"][0]["address"] == "10.201.0.2/24"
+        assert "10.201.0.2/24" in m.text("ip", "-n", "ctr1", "-br", "addr", "show", "eth0")
+        assert "10.202.0.2/24" in m.text("ip", "-n", "ctr1", "-br", "addr", "show", "stor0")
+        assert len(leftovers(m)) == 3  # two leases and the cache entry
 
         # An intent edit, then `systemctl reload`: the new network is served.
-        (etc / "networks.d" / "backup.yaml").write_text(
+        m.put(
+            "/etc/netcomp/networks.d/backup.yaml",
             INTENT.format(
                 name="backup", spec="{type: macvlan, hostDevice: m0, ipam: {type: host-local, subnet: 10.203.0.0/24}}"
-            )
+            ),
         )
         m.run("systemctl", "reload", "netcomp")
         status = json.loads(m.text("netcomp", "status", "-o", "json"))
@@ -106,6 +140,7 @@ def test_service_under_real_systemd(installed: None, tmp_path: Path) -> None:
         rc, res = shim(m, "DEL", "ctr1")
         assert rc == 0, res
         assert links(m, "ctr1") == ["lo"]
+        assert leftovers(m) == []
 
         m.run("systemctl", "stop", "netcomp.service")
         assert m.show("netcomp.service", "ActiveState") == "inactive"
