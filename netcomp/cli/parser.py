@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import get_args
+from typing import Any, get_args
 
 from netcomp import __version__
 from netcomp.cli.exits import EX_USAGE
@@ -74,21 +74,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"netcomp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_validate, _compile, _schema, _daemon, _status, _attachments, _install_shim, _attach):
+        add(sub)
+    return parser
 
-    v = sub.add_parser(
-        "validate",
-        help="check intents; exit 65 on errors",
-        description="Load and check intents as compile would, without writing anything.",
-    )
+
+def _command(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A command's parser; every command answers --help and --version."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description or help)
+    p.add_argument("--version", action="version", version=f"netcomp {__version__}")
+    return p
+
+
+def _validate(sub: Any) -> None:
+    v = _command(sub, "validate", "check intents; exit 65 on errors", "Load and check intents as compile would, "
+                 "without writing anything.")  # fmt: skip
     _common(v)
     _compile_opts(v)
 
-    c = sub.add_parser(
+
+def _compile(sub: Any) -> None:
+    c = _command(
+        sub,
         "compile",
-        help="compile intents into <network>.conflist files",
-        description="Compile intents into one CNI conflist per network. Writes only what changed "
-        "(atomically), removes conflists of networks that are gone (only files netcomp "
-        "wrote), and writes nothing at all when any intent has an error.",
+        "compile intents into <network>.conflist files",
+        "Compile intents into one CNI conflist per network. Writes only what changed (atomically), removes "
+        "conflists of networks that are gone (only files netcomp wrote), and writes nothing at all when any intent "
+        "has an error.",
     )
     _common(c)
     _compile_opts(c)
@@ -98,38 +110,52 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--check", action="store_true", help="exit 1 if anything would change; write nothing")
     mode.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")
 
-    s = sub.add_parser("schema", help="print the JSON Schema of intents (or of netcomp.yaml)")
+
+def _schema(sub: Any) -> None:
+    s = _command(sub, "schema", "print the JSON Schema of intents (or of netcomp.yaml)")
     s.add_argument("which", nargs="?", choices=("network", "config"), default="network")
 
-    d = sub.add_parser(
+
+def _daemon(sub: Any) -> None:
+    d = _command(
+        sub,
         "daemon",
-        help="run the host daemon in the foreground",
-        description="Compile the intent dirs, write the compiled networks, and serve CNI delegation "
-        "on the socket. SIGHUP re-reads netcomp.yaml and every intent (a broken edit "
-        "keeps the last good output); SIGTERM drains requests in flight and stops.",
+        "run the host daemon in the foreground",
+        "Compile the intent dirs, write the compiled networks, and serve CNI delegation on the socket. SIGHUP "
+        "re-reads netcomp.yaml and every intent (a broken edit keeps the last good output); SIGTERM drains requests "
+        "in flight and stops.",
     )
     _common(d)
     d.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     _state(d)
 
-    st = sub.add_parser("status", help="ask the running daemon how it is")
+
+def _status(sub: Any) -> None:
+    st = _command(sub, "status", "ask the running daemon how it is")
     _common(st)
     _state(st)
-    at = sub.add_parser(
+
+
+def _attachments(sub: Any) -> None:
+    at = _command(
+        sub,
         "attachments",
-        help="list the containers attached and their networks",
-        description="Every container the daemon has attached (from its cache): namespace, and per network the "
-        "interface, addresses and MAC; and any cache entry that cannot be read.",
+        "list the containers attached and their networks",
+        "Every container the daemon has attached (from its cache): namespace, and per network the interface, "
+        "addresses and MAC; and any cache entry that cannot be read.",
     )
     _common(at)
 
-    i = sub.add_parser(
+
+def _install_shim(sub: Any) -> None:
+    i = _command(
+        sub,
         "install-shim",
-        help="install the CNI plugin runtimes exec (the .deb does this itself)",
-        description="Install the CNI plugin runtimes exec as <cni-bin-dir>/netcomp, for a node where netcomp is "
-        "installed without the Debian package: the compiled shim, built with the node's `cc`, when there is one; "
-        "else the Python shim (written into --shim-dir, byte-compiled for /usr/bin/python3, behind a launcher). "
-        "Both do the same on the wire; the compiled one starts in well under a millisecond.",
+        "install the CNI plugin runtimes exec (the .deb does this itself)",
+        "Install the CNI plugin runtimes exec as <cni-bin-dir>/netcomp, for a node where netcomp is installed "
+        "without the Debian package: the compiled shim, built with the node's `cc`, when there is one; else the "
+        "Python shim (written into --shim-dir, byte-compiled for /usr/bin/python3, behind a launcher). Both do the "
+        "same on the wire; the compiled one starts in well under a millisecond.",
     )
     i.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="the runtime's CNI plugin dir (default %(default)s)")
     i.add_argument(
@@ -139,11 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("--python", action="store_true", help="install the Python shim even where there is a C compiler")
 
+
+def _attach(sub: Any) -> None:
     for verb, text in (
         ("attach", "join a running container to a network"),
         ("detach", "take a network out of a running container"),
     ):
-        a = sub.add_parser(verb, help=text, description=text + " (through the daemon's /delegate endpoint)")
+        a = _command(sub, verb, text, text + " (through the daemon's /delegate endpoint)")
         _common(a)
         a.add_argument("container", help="the container ID")
         a.add_argument("netns", help="path of the container's network namespace (ignored by detach)")
@@ -154,4 +182,3 @@ def build_parser() -> argparse.ArgumentParser:
             default="eth0",
             help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
         )
-    return parser

@@ -233,8 +233,44 @@ class Compiler:
             plan.diagnostics.extend(e.diagnostics)
             return plan
         recheck = None if changed is None else {str(p) for p in changed}
-
         # 1. Files: read what changed (all of them without a hint; stat decides).
+        old_files, patch = self._files, self._read_files(files, recheck)
+        intents = [it for e in self._files.values() for it in e.intents]
+        plan.diagnostics = [d for e in self._files.values() if e.diagnostics for d in e.diagnostics]
+        plan.failed_sources = {n for n, e in self._files.items() if e.failed}
+        # 2. Rules across intents.
+        failing: set[int] = set()  # id() of intents with an error of their own
+        for intent, diag in rules.check(intents):
+            plan.diagnostics.append(diag)
+            if diag.is_error:
+                failing.add(id(intent))
+        # 3. Render what is new; reuse the rest.
+        self._render_all(intents, recheck, patch, old_files, failing, on_artifact)
+        plan.diagnostics.extend(d for r in self._rendered.values() if r.diagnostics for d in r.diagnostics)
+        failing.update(k for k, r in self._rendered.items() if r.artifact is None)
+        good = [(r.intent, r.artifact) for r in self._rendered.values() if r.artifact is not None]
+        # 4. Plugins present?
+        listed: set[int] = set()
+        for intent, diag in missing_plugins(
+            good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline
+        ):
+            if id(diag) not in listed:  # one message per plugin type
+                listed.add(id(diag))
+                plan.diagnostics.append(diag)
+            if diag.is_error:
+                failing.add(id(intent))
+        # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
+        # last good output rather than guess which definition was meant.
+        plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()
+        bad = plan.failed_networks
+        plan.artifacts = {
+            a.filename: a for it, a in good if not failing or (it.name not in bad and id(it) not in failing)
+        }
+        return plan
+
+    def _read_files(self, files: Sequence[Path], recheck: set[str] | None) -> bool:
+        """Read the files (only those in `recheck` when the list of files is the one of the last run, which is
+        then a patch: the return value). Keeps the result in self._files."""
         names = [str(p) for p in files]
         old_files = self._files
         patch = recheck is not None and names == self._names  # the same files, some of them edited
@@ -248,20 +284,19 @@ class Compiler:
         else:
             new_files = {name: self._read(path, old_files.get(name)) for name, path in zip(names, files, strict=True)}
         self._files, self._names = new_files, names
-        entries = list(new_files.values())
-        intents = [it for e in entries for it in e.intents]
-        plan.diagnostics = [d for e in entries if e.diagnostics for d in e.diagnostics]
-        plan.failed_sources = {n for n, e in new_files.items() if e.failed}
+        return patch
 
-        # 2. Rules across intents.
-        failing: set[int] = set()  # id() of intents with an error of their own
-        for intent, diag in rules.check(intents):
-            plan.diagnostics.append(diag)
-            if diag.is_error:
-                failing.add(id(intent))
-
-        # 3. Render what is new; reuse the rest. With a hint that touches no static dir, a static intent's file
-        # is taken to be as it was.
+    def _render_all(
+        self,
+        intents: list[Intent],
+        recheck: set[str] | None,
+        patch: bool,
+        old_files: dict[str, _File],
+        failing: set[int],
+        on_artifact: Callable[[Artifact], None] | None,
+    ) -> None:
+        """Render what is new and reuse the rest, into self._rendered. With a hint that touches no static dir, a
+        static intent's file is taken to be as it was."""
         static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
         statics_unchanged = recheck is not None and not any(
             c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
@@ -269,18 +304,17 @@ class Compiler:
         old = self._rendered
         listing: dict[str, set[str]] = {}
         todo: list[Intent] = intents
+        rendered: dict[int, _Rendered] = {}
         if patch and statics_unchanged:
             # Only the edited files' intents can need rendering; everything else is carried over as it was.
             assert recheck is not None
             rendered = dict(old)
             todo = []
             for name in recheck:
-                before, after = old_files.get(name), new_files.get(name)
+                before, after = old_files.get(name), self._files.get(name)
                 for it in before.intents if before is not None else ():
                     rendered.pop(id(it), None)
                 todo.extend(after.intents if after is not None else ())
-        else:
-            rendered = {}
         for intent in todo:
             key = id(intent)
             prev = old.get(key)
@@ -290,49 +324,31 @@ class Compiler:
             if prev is not None and (not is_static or (statics_unchanged and prev.artifact is not None)):
                 rendered[key] = prev  # unchanged intent, unchanged inputs
                 continue
-            static = None
-            skey: object = None
-            if is_static:
-                skey, static, problem = self._static(intent, listing)
-                if problem is not None:
-                    rendered[key] = _Rendered(intent, None, None, [problem])
-                    continue
-            if prev is None or prev.static_key != skey:
-                prev = _Rendered(intent, skey, None)
-                try:
-                    prev.artifact, prev.diagnostics = render(
-                        intent, self.templates, RenderInput(self.settings.cniVersion, static)
-                    )
-                except IntentError as e:
-                    prev.diagnostics = e.diagnostics
-                if on_artifact is not None and prev.artifact is not None and key not in failing:
-                    on_artifact(prev.artifact)  # the disk can start on it now
-            rendered[key] = prev
+            rendered[key] = self._render_one(intent, prev, is_static, listing)
+            r = rendered[key]
+            if r is not prev and on_artifact is not None and r.artifact is not None and key not in failing:
+                on_artifact(r.artifact)  # the disk can start on it now
         self._rendered = rendered
-        plan.diagnostics.extend(d for r in rendered.values() if r.diagnostics for d in r.diagnostics)
-        failing.update(k for k, r in rendered.items() if r.artifact is None)
-        good = [(r.intent, r.artifact) for k, r in rendered.items() if r.artifact is not None]
 
-        # 4. Plugins present?
-        listed: set[int] = set()
-        for intent, diag in missing_plugins(
-            good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline
-        ):
-            if id(diag) not in listed:  # one message per plugin type
-                listed.add(id(diag))
-                plan.diagnostics.append(diag)
-            if diag.is_error:
-                failing.add(id(intent))
-
-        # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
-        # last good output rather than guess which definition was meant.
-        plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()
-        bad = plan.failed_networks
-        if failing:
-            plan.artifacts = {a.filename: a for it, a in good if it.name not in bad and id(it) not in failing}
-        else:
-            plan.artifacts = {a.filename: a for _, a in good}
-        return plan
+    def _render_one(
+        self, intent: Intent, prev: _Rendered | None, is_static: bool, listing: dict[str, set[str]]
+    ) -> _Rendered:
+        static = None
+        skey: object = None
+        if is_static:
+            skey, static, problem = self._static(intent, listing)
+            if problem is not None:
+                return _Rendered(intent, None, None, [problem])
+        if prev is not None and prev.static_key == skey:
+            return prev
+        out = _Rendered(intent, skey, None)
+        try:
+            out.artifact, out.diagnostics = render(
+                intent, self.templates, RenderInput(self.settings.cniVersion, static)
+            )
+        except IntentError as e:
+            out.diagnostics = e.diagnostics
+        return out
 
     def _plugin_lookup(self) -> Callable[[str], bool]:
         dirs = [Path(d) for d in self.settings.pluginDirs]

@@ -13,7 +13,8 @@ from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.daemon import protocol
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
-from netcomp.delegate.attach import Delegator
+from netcomp.delegate import dispatch, hotplug
+from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError, printable
 
@@ -80,7 +81,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
         req = parse_request(env, config, raw)
         verb, cid, version = req.command, req.container_id or "-", req.cni_version
         nets = delegator.describe(req)
-        result = delegator.handle(req)
+        result = dispatch.handle(delegator, req)
         outcome = "ok"
         log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, (time.perf_counter() - t) * 1000)
         if bare:
@@ -118,7 +119,9 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
     hp: Hotplug | None = None
     try:
         hp = parse_hotplug(body)
-        result = delegator.hotplug(hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname)
+        result = hotplug.hotplug(
+            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname
+        )
         log.info("hot-plug %s container=%s network=%s ok", hp.command, hp.container_id, hp.network)
         return 200, compact({"Result": result or None})
     except ProtocolError as e:

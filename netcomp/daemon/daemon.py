@@ -27,7 +27,8 @@ from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.watch import Watcher
-from netcomp.delegate.attach import Delegator
+from netcomp.delegate import recovery
+from netcomp.delegate.delegator import Delegator
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
 from netcomp.host import masters, netns, sriov
@@ -313,7 +314,7 @@ class Daemon:
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
-        undone, failed = self.delegator.recover()
+        undone, failed = recovery.recover(self.delegator)
         self.metrics.recovered.labels("undone").inc(undone)
         self.metrics.recovered.labels("failed").inc(failed)
 

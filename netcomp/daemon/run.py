@@ -16,10 +16,11 @@ from typing import Any
 
 from netcomp.cni.invoke import Exec, real_exec, seal_fds
 from netcomp.daemon.daemon import Daemon
+from netcomp.delegate import recovery
 from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
-UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (Delegator.retry_unfinished)
+UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/recovery.py)
 
 
 def _raise_nofile() -> None:
@@ -52,12 +53,14 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     seal_fds()  # no fd we were started with reaches a plugin
     _raise_nofile()
     d = Daemon(load_settings, exec_=exec_, state_path=state_path)
+    # Watch before the first compile: an edit made at any moment after this is seen (one made while the compile
+    # runs recompiles once more), never lost between the compile and READY=1.
+    d.watch()
     d.start_cluster()
     d.reload()
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
-    d.watch()
     next_retry = time.monotonic() + UNDO_RETRY_EVERY
     while not term.is_set():
         wake.wait(max(0.0, next_retry - time.monotonic()))
@@ -65,7 +68,7 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
         if time.monotonic() >= next_retry:
             next_retry = time.monotonic() + UNDO_RETRY_EVERY
             if d.delegator.unfinished:
-                d.delegator.retry_unfinished()
+                recovery.retry_unfinished(d.delegator)
         if hup.is_set() and not term.is_set():
             hup.clear()
             log.info("reloading (SIGHUP)")

@@ -14,9 +14,7 @@ What the loop enforces, before any work:
 Every answer, to anything (non-HTTP bytes, unknown methods and paths included), is a CNI error object in JSON.
 A client that asks with `X-Netcomp-Shim: 1` gets "102 Processing" as its request is started: the netcomp shim
 then knows the daemon took it.
-
-The HTTP parser is the few lines below rather than a library: the daemon serves a handful of fixed requests from
-local clients, and a general HTTP server (aiohttp) would cost ~10 MB of memory and 0.15 s of start-up."""
+The HTTP itself is http.py's."""
 
 from __future__ import annotations
 
@@ -26,9 +24,7 @@ import functools
 import json
 import logging
 import os
-import select
 import socket
-import struct
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -37,31 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_OTHER, E_PEER, E_TOO_LARGE, E_TRY_LATER
-from netcomp.daemon import api, protocol
+from netcomp.daemon import api, http, protocol
 from netcomp.daemon.metrics import Metrics
-from netcomp.delegate.attach import Delegator
+from netcomp.delegate import listing
+from netcomp.delegate.delegator import Delegator
 
 log = logging.getLogger("netcomp.server")
 MAX_HEAD = 64 * 1024
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
-_PEERCRED = struct.Struct("3i")
-_REASONS = {
-    102: "Processing",
-    200: "OK",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    411: "Length Required",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
 _GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.STATUS_PATH, protocol.ATTACHMENTS_PATH,
         protocol.METRICS_PATH)  # fmt: skip
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
@@ -77,52 +57,6 @@ class Limits:
     max_per_peer: int = 64
     header_timeout: float = 5.0
     max_body: int = 1024 * 1024
-
-
-class _Refuse(Exception):
-    def __init__(self, status: int, code: int, msg: str, details: str = "", *, linger: bool = False) -> None:
-        super().__init__(msg)
-        self.status, self.code, self.msg, self.details, self.linger = status, code, msg, details, linger
-
-
-def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
-    """(method, path, headers by lower-case name) of a request head; _Refuse when it is not HTTP/1.x."""
-    lines = head[:-4].split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":
-        raise _Refuse(400, E_DECODE, "not an HTTP/1.1 request")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip() or not name.isascii():
-            raise _Refuse(400, E_DECODE, "malformed header line")
-        headers[name.decode().lower()] = value.strip().decode("latin-1")
-    path = parts[1].split(b"?", 1)[0].decode("latin-1")
-    return parts[0].decode(), path, headers
-
-
-def _response(status: int, body: bytes, ctype: str = "application/json") -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-def _peer(sock: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the peer; (-1, -1) when unknown."""
-    try:
-        pid, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    except OSError:
-        return -1, -1
-    return pid, uid
-
-
-def _hung_up(sock: socket.socket) -> bool:
-    """The client closed the connection (not just its writing half: some clients do that after the request)."""
-    p = select.poll()
-    p.register(sock.fileno(), select.POLLHUP)
-    return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
 
 
 class Server:
@@ -257,12 +191,14 @@ class Server:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock: socket.socket = writer.get_extra_info("socket")
-        pid, uid = _peer(sock)
+        pid, uid = http.peer(sock)
         lim = self.limits
         if self._conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer:
             self.metrics.rejected.labels("connections").inc()
             with contextlib.suppress(Exception):
-                writer.write(_response(503, protocol.error_body(E_TRY_LATER, "too many connections; try again later")))
+                writer.write(
+                    http.response(503, protocol.error_body(E_TRY_LATER, "too many connections; try again later"))
+                )
                 writer.close()
             return
         self._conns += 1
@@ -292,10 +228,10 @@ class Server:
     async def _write(
         self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
     ) -> None:
-        writer.write(_response(status, body, ctype))
+        writer.write(http.response(status, body, ctype))
         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
 
-    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r: _Refuse) -> None:
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r: http.Refuse) -> None:
         await self._write(writer, r.status, protocol.error_body(r.code, r.msg, r.details))
         if r.linger:
             # We did not read the body: stop writing, then read and drop what the client is still sending
@@ -314,24 +250,26 @@ class Server:
         if uid not in lim.allowed_uids:
             self.metrics.rejected.labels("peer").inc()
             msg = f"peer uid {uid} may not use the netcomp socket"
-            await self._refuse(reader, writer, _Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
+            await self._refuse(
+                reader, writer, http.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True)
+            )
             return
         try:
             async with asyncio.timeout(lim.header_timeout):
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
-                    raise _Refuse(431, E_DECODE, "request head over 64 KiB", linger=True) from None
-                method, path, headers = _parse_head(head)
+                    raise http.Refuse(431, E_DECODE, "request head over 64 KiB", linger=True) from None
+                method, path, headers = http.parse_head(head)
                 body = b""
                 if method == "POST":
                     body = await self._body(reader, headers)
         except TimeoutError:
             self.metrics.rejected.labels("timeout").inc()
             msg = f"request not complete within {lim.header_timeout:g}s"
-            await self._refuse(reader, writer, _Refuse(408, E_DECODE, msg))
+            await self._refuse(reader, writer, http.Refuse(408, E_DECODE, msg))
             return
-        except _Refuse as r:
+        except http.Refuse as r:
             if r.status == 413:
                 self.metrics.rejected.labels("size").inc()
             await self._refuse(reader, writer, r)
@@ -354,13 +292,13 @@ class Server:
 
     async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if "transfer-encoding" in headers:
-            raise _Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
+            raise http.Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
         length = headers.get("content-length")
         if length is None or not length.isdigit() or len(length) > 12:
-            raise _Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
+            raise http.Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
         n = int(length)
         if n > self.limits.max_body:
-            raise _Refuse(
+            raise http.Refuse(
                 413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {self.limits.max_body}", linger=True
             )
         return await reader.readexactly(n)
@@ -376,7 +314,11 @@ class Server:
             body = await loop.run_in_executor(None, self.metrics.render)
             await self._write(writer, 200, body, "text/plain; version=0.0.4")
         else:
-            fn = self.status_fn if path == protocol.STATUS_PATH else self.delegator.attachments
+            fn = (
+                self.status_fn
+                if path == protocol.STATUS_PATH
+                else functools.partial(listing.attachments, self.delegator)
+            )
             doc = await loop.run_in_executor(None, fn)
             await self._write(writer, 200, json.dumps(doc, indent=2).encode())
 
@@ -396,7 +338,7 @@ class Server:
             if self.draining.is_set():
                 await self._write(writer, 503, protocol.error_body(E_TRY_LATER, "netcomp is stopping; try again later"))
                 return
-            if _hung_up(sock):
+            if http.hung_up(sock):
                 log.info("a client hung up while its request waited; not started")
                 return
             if shim:

@@ -89,6 +89,16 @@ def _links(intents: Sequence[Intent]) -> list[tuple[Intent, _Link]]:
 LinkRule = Callable[[Sequence[tuple[Intent, _Link]]], list[Finding]]
 
 
+def _taken(out: list[Finding], seen: dict[Any, Intent], key: Any, it: Intent, what: str, field: str) -> bool:
+    """Whether `key` was taken by an earlier network (the finding added to out): the first one keeps it."""
+    other = seen.setdefault(key, it)
+    if other is it:
+        return False
+    loc = ("spec", field)
+    out.append((it, it.diagnostic(f"{what} is already used by network {other.name!r} ({_where(other, loc)})", loc)))
+    return True
+
+
 def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
     """One VLAN id per device, one VNI per node, one owner per host link name; and no network may use a link
     that netcomp creates for another one as its hostDevice."""
@@ -97,34 +107,10 @@ def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
     vnis: dict[int, Intent] = {}
     owners: dict[str, tuple[Intent, dict[str, Any]]] = {}
     for it, f in links:
-        if f.vlan is not None:
-            other = vlans.setdefault((f.device, f.vlan), it)
-            if other is not it:
-                out.append(
-                    (
-                        it,
-                        it.diagnostic(
-                            f"VLAN {f.vlan} on {f.device} is already used by network {other.name!r} "
-                            f"({_where(other, ('spec', 'vlan'))})",
-                            ("spec", "vlan"),
-                        ),
-                    )
-                )
-                continue
-        if f.vni is not None:
-            other = vnis.setdefault(f.vni, it)
-            if other is not it:
-                out.append(
-                    (
-                        it,
-                        it.diagnostic(
-                            f"VXLAN VNI {f.vni} is already used by network {other.name!r} "
-                            f"({_where(other, ('spec', 'vxlan'))})",
-                            ("spec", "vxlan"),
-                        ),
-                    )
-                )
-                continue
+        if f.vlan is not None and _taken(out, vlans, (f.device, f.vlan), it, f"VLAN {f.vlan} on {f.device}", "vlan"):
+            continue
+        if f.vni is not None and _taken(out, vnis, f.vni, it, f"VXLAN VNI {f.vni}", "vxlan"):
+            continue
         if f.link is not None:
             prev = owners.setdefault(f.link["name"], (it, f.link))
             if prev[0] is not it:

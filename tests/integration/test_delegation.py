@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from netcomp.delegate import listing
 from tests.integration.daemonlab import DaemonLab, daemon_lab
 
 pytestmark = pytest.mark.root
@@ -55,7 +56,7 @@ def test_failing_delegate_rolls_back_everything(dl: DaemonLab) -> None:
     assert err["msg"] == "network 'nowhere', plugin 'macvlan': Link not found"
     assert dl.lab.links(ctr) == ["lo"]  # eth0 and stor0 were taken down again
     assert dl.leases() == []  # and their addresses released
-    doc = dl.daemon.delegator.attachments()
+    doc = listing.attachments(dl.daemon.delegator)
     [c] = doc["containers"]
     assert [(n["name"], n["state"]) for n in c["networks"]] == [("nowhere", "undo")]
     assert "Link not found" in c["networks"][0]["error"]

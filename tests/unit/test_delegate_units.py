@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from netcomp.cni import result
-from netcomp.delegate import select
+from netcomp.delegate import dispatch, select
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
@@ -182,7 +182,7 @@ def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) 
     """A Delegator over `nets` whose plugins are `fake_exec` (no default network, no interface in any netns)."""
     from netcomp.cni.cache import Cache
     from netcomp.cni.invoke import Runner
-    from netcomp.delegate.attach import Delegator
+    from netcomp.delegate.delegator import Delegator
 
     return Delegator(
         Runner(["/bin"], exec_=fake_exec),
@@ -226,10 +226,10 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
         {"cniVersion": "1.0.0"},
     )  # fmt: skip
     try:
-        d.handle(req)
+        dispatch.handle(d, req)
         assert during == [["vx8"]] and removed == ["vx8"]  # vx7 was held by the ADD in flight
         assert d.gc_host_links() == []  # now the cache holds it: container c1 uses it
-        d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
+        dispatch.handle(d, parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
         assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
     finally:
         d.close()
@@ -254,7 +254,7 @@ def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-unty
     nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
     d = _delegator(tmp_path, nets, fake_exec)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
-    d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+    dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
     return d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"})
 
 
@@ -273,7 +273,7 @@ def test_del_runs_a_containers_networks_side_by_side(tmp_path: Path) -> None:
 
     d, delete = _three_network_delegator(tmp_path, fake_exec)
     try:
-        d.handle(delete)
+        dispatch.handle(d, delete)
         assert d.cache.count() == 0
     finally:
         d.close()
@@ -290,7 +290,7 @@ def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> N
     d, delete = _three_network_delegator(tmp_path, fake_exec)
     try:
         with pytest.raises(DelegateError) as e:
-            d.handle(delete)
+            dispatch.handle(d, delete)
         assert (e.value.code, e.value.full_msg) == (11, "network 'b', plugin 'sh': busy")
         entry = d.cache.load("c1", "eth0")
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]

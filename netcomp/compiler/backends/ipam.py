@@ -9,14 +9,18 @@ from netcomp.intent.intent import Intent
 from netcomp.intent.model import DHCPIPAM, IPAM, HostLocalIPAM, IPRange, NoIPAM, Route, StaticIPAM, WhereaboutsIPAM
 
 
-def _range(r: IPRange) -> dict[str, Any]:
-    out: dict[str, Any] = {"subnet": str(r.subnet)}
+def _span(r: IPRange, keys: tuple[str, str, str]) -> dict[str, Any]:
+    """A range's subnet and bounds under the names a plugin uses for them."""
+    out: dict[str, Any] = {keys[0]: str(r.subnet)}
     if r.rangeStart is not None:
-        out["rangeStart"] = str(r.rangeStart)
+        out[keys[1]] = str(r.rangeStart)
     if r.rangeEnd is not None:
-        out["rangeEnd"] = str(r.rangeEnd)
-    out["gateway"] = str(r.effective_gateway)
+        out[keys[2]] = str(r.rangeEnd)
     return out
+
+
+def _range(r: IPRange) -> dict[str, Any]:
+    return {**_span(r, ("subnet", "rangeStart", "rangeEnd")), "gateway": str(r.effective_gateway)}
 
 
 def _routes(routes: list[Route], gateways: dict[int, str]) -> list[dict[str, str]]:
@@ -46,11 +50,7 @@ def _host_local(ipam: HostLocalIPAM) -> dict[str, Any]:
 
 
 def _whereabouts_range(r: IPRange) -> dict[str, Any]:
-    out: dict[str, Any] = {"range": str(r.subnet)}
-    if r.rangeStart is not None:
-        out["range_start"] = str(r.rangeStart)
-    if r.rangeEnd is not None:
-        out["range_end"] = str(r.rangeEnd)
+    out = _span(r, ("range", "range_start", "range_end"))
     if r.exclude:
         out["exclude"] = [str(e) for e in r.exclude]
     return out

@@ -32,18 +32,15 @@ from netcomp.cni.codes import (
     E_INVALID_CONFIG,
     E_INVALID_ENV,
     E_IO,
-    E_NOT_AVAILABLE,
     E_OTHER,
     E_TRY_LATER,
-    E_UNKNOWN_CONTAINER,
 )
-from netcomp.cni.invoke import Runner, RuntimeConf, find_plugin
-from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, plugin_types
+from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.delegate import select
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podstatus import Pods, network_status
-from netcomp.delegate.request import Request, check_container_id
+from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
 
@@ -60,7 +57,7 @@ def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return fut
 
 
-def _as_delegate_error(e: Exception, network: str) -> DelegateError:
+def as_delegate_error(e: Exception, network: str) -> DelegateError:
     if isinstance(e, DelegateError):
         return e
     if isinstance(e, HostError):
@@ -124,24 +121,6 @@ class Delegator:
             names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
         return ",".join(names) or "-"
 
-    def handle(self, req: Request) -> dict[str, Any]:
-        if req.command == "VERSION":
-            return {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}
-        if req.command == "STATUS":
-            self.status()
-            return {}
-        if req.command == "GC":
-            self.gc(req)
-            return {}
-        with self.locks.hold(req.container_id):
-            if req.command == "ADD":
-                return self.add(req)
-            if req.command == "DEL":
-                self.delete(req)
-                return {}
-            self.check(req)
-            return {}
-
     # --------------------------------------------------------------------------------------------- ADD
 
     def plan_attachments(self, req: Request) -> list[Attachment]:
@@ -159,7 +138,7 @@ class Delegator:
                 raise DelegateError(
                     E_INVALID_CONFIG, f"network {name!r} is not compiled on this node", "see `netcomp status`"
                 )
-        named = select.name_interfaces(default, req.ifname, wants, _prefixes(nets))
+        named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         return [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
 
@@ -184,23 +163,23 @@ class Delegator:
                 # The same ADD again: the runtime (or the shim, after the daemon died before its answer)
                 # retries one that finished. Answer what was recorded.
                 log.info("ADD of container %s repeated: answered from its record", req.container_id)
-                return self._answer(req.ifname, req.cni_version, entry.attachments)
+                return self.answer(req.ifname, req.cni_version, entry.attachments)
             raise DelegateError(
                 E_INVALID_CONFIG,
                 f"container {req.container_id} is already attached on "
                 f"{req.ifname}; DEL it first (CNI: no ADD twice without DEL)",
             )
         if entry is not None:
-            self._undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
+            self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
         atts = self.plan_attachments(req)
         entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
-        self._attach(entry, atts, req.netns)
+        self.attach(entry, atts, req.netns)
         if req.pod is not None and self.pods is not None:
             status = network_status(atts, req.ifname)
             self.pool.submit(self.pods.report, req.pod, status)  # after the answer; the ADD does not wait for it
-        return self._answer(req.ifname, req.cni_version, atts)
+        return self.answer(req.ifname, req.cni_version, atts)
 
-    def _attach(self, entry: Entry, new: list[Attachment], netns_path: str) -> None:
+    def attach(self, entry: Entry, new: list[Attachment], netns_path: str) -> None:
         """The one ADD path: check the namespace and the names, take host links and VFs, record the new
         attachments (write-ahead), run their delegates side by side, and record the outcome; on any failure
         DEL the new attachments again and raise the first error."""
@@ -235,7 +214,7 @@ class Delegator:
             try:
                 entry.attachments.extend(new)
                 try:
-                    self._save(entry)  # the write-ahead: nothing runs before this is on disk
+                    self.save(entry)  # the write-ahead: nothing runs before this is on disk
                 except OSError as e:
                     entry.attachments = [a for a in entry.attachments if all(a is not n for n in new)]
                     raise DelegateError(
@@ -250,9 +229,9 @@ class Delegator:
 
     def _run_add(self, entry: Entry, new: list[Attachment]) -> None:
         def one(a: Attachment) -> dict[str, Any]:
-            return self.runner.add(a.conflist, self._rt(entry, a, entry.netns))
+            return self.runner.add(a.conflist, self.runtime_conf(entry, a, entry.netns))
 
-        futures = self._side_by_side(one, new)
+        futures = self.side_by_side(one, new)
         first_error: DelegateError | None = None
         for fut in as_completed(futures):
             self.crash("between-delegates")
@@ -262,23 +241,23 @@ class Delegator:
             try:
                 a.result = fut.result()
             except Exception as e:
-                first_error = first_error or _as_delegate_error(e, a.network)
+                first_error = first_error or as_delegate_error(e, a.network)
         if first_error is None:
             for a in new:
                 a.state = "attached"
             try:
-                self._save(entry)
+                self.save(entry)
             except OSError as e:
                 first_error = DelegateError(E_IO, f"cannot write the attachment cache: {e.strerror}")
                 for a in new:
                     a.state = "adding"
         if first_error is not None:
             with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
-                self._detach(entry, new, target.path, why="rollback")
+                self.detach(entry, new, target.path, why="rollback")
             raise first_error
         self.crash("before-answer")
 
-    def _save(self, entry: Entry) -> None:
+    def save(self, entry: Entry) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""
         key = (entry.container_id, entry.ifname)
         if entry.attachments:
@@ -291,7 +270,7 @@ class Delegator:
         else:
             self.unfinished.pop(key, None)
 
-    def _side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
+    def side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
         """fn(a) for each attachment, in the pool side by side; a lone one runs here (no hand-off)."""
         if len(atts) == 1:
             return [_now(fn, atts[0])]
@@ -302,7 +281,7 @@ class Delegator:
         return self.host.gc_links()
 
     @staticmethod
-    def _answer(runtime_ifname: str, version: str, atts: list[Attachment]) -> dict[str, Any]:
+    def answer(runtime_ifname: str, version: str, atts: list[Attachment]) -> dict[str, Any]:
         # Like Multus: the runtime gets the result of the network on its own CNI_IFNAME (the default network),
         # or of the first attachment when there is no default.
         main = next((a for a in atts if a.ifname == runtime_ifname), atts[0])
@@ -310,7 +289,7 @@ class Delegator:
         return cniresult.convert(main.result, version)
 
     @staticmethod
-    def _rt(entry: Entry, a: Attachment, netns: str) -> RuntimeConf:
+    def runtime_conf(entry: Entry, a: Attachment, netns: str) -> RuntimeConf:
         return RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args)
 
     # --------------------------------------------------------------------------------------------- DEL
@@ -325,9 +304,9 @@ class Delegator:
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
                     entry.container_id,
                 )
-            self._detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
+            self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
 
-    def _detach(
+    def detach(
         self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
     ) -> list[DelegateError]:
         """DEL `atts` of the entry in `netns` ("" when the namespace is gone), side by side (their networks are
@@ -336,9 +315,9 @@ class Delegator:
         hot-plug DEL, rollback, GC and recovery."""
 
         def one(a: Attachment) -> None:
-            self.runner.delete(a.conflist, self._rt(entry, a, netns), a.result)
+            self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
 
-        futures = self._side_by_side(one, atts)
+        futures = self.side_by_side(one, atts)
         errors: list[DelegateError] = []
         done: list[Attachment] = []
         for a, fut in zip(atts, futures, strict=True):
@@ -346,7 +325,7 @@ class Delegator:
                 fut.result()
                 done.append(a)
             except Exception as e:
-                err = _as_delegate_error(e, a.network)
+                err = as_delegate_error(e, a.network)
                 errors.append(err)
                 a.state, a.error = "undo", err.full_msg + (f" ({err.details})" if err.details else "")
                 log.error(
@@ -360,7 +339,7 @@ class Delegator:
         self.crash("after-del")
         entry.attachments = [a for a in entry.attachments if all(a is not d for d in done)]
         try:
-            self._save(entry)
+            self.save(entry)
         except OSError as e:
             # The entry on disk still names everything this DEL tried: a later DEL tries it again.
             log.error("cannot record the DEL of container %s: %s", entry.container_id, e.strerror)
@@ -370,14 +349,14 @@ class Delegator:
             raise errors[-1]
         return errors
 
-    def _undo_unfinished(self, entry: Entry) -> None:
+    def undo_unfinished(self, entry: Entry) -> None:
         """DEL what an ADD left unfinished (or a rollback left undone) before anything else is done to the
         container; DelegateError when some of it cannot be undone yet."""
         todo = entry.unfinished
         if not todo:
             return
         with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
-            errors = self._detach(entry, todo, target.path, why="undo of an unfinished ADD")
+            errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
         if errors:
             raise DelegateError(
                 E_TRY_LATER,
@@ -386,190 +365,8 @@ class Delegator:
                 "DEL the container, or fix what the plugin reports",
             )
 
-    def recover(self) -> tuple[int, int]:
-        """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
-        rollbacks that failed). Returns (attachments undone, attachments still failing)."""
-        entries = [e for e in self.cache.entries() if e.unfinished]
-        undone, failed = self._undo_all(entries, "recovery")
-        if entries:
-            log.warning(
-                "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
-                len(entries),
-                undone,
-                failed,
-            )
-        return undone, failed
 
-    def retry_unfinished(self) -> tuple[int, int]:
-        """Try again to DEL what rollbacks could not (called every few minutes): a runtime may never DEL a
-        container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go."""
-        entries = []
-        for cid, ifname in list(self.unfinished):
-            with contextlib.suppress(HostError):
-                e = self.cache.load(cid, ifname)
-                if e is not None and e.unfinished:
-                    entries.append(e)
-                elif e is None:
-                    self.unfinished.pop((cid, ifname), None)
-        return self._undo_all(entries, "retry")
-
-    def _undo_all(self, entries: list[Entry], why: str) -> tuple[int, int]:
-        def one(e: Entry) -> tuple[int, int]:
-            with self.locks.hold(e.container_id):
-                fresh = self.cache.load(e.container_id, e.ifname)  # a request may have changed it meanwhile
-                if fresh is None or not fresh.unfinished:
-                    return 0, 0
-                todo = fresh.unfinished
-                with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
-                    errors = self._detach(fresh, todo, target.path, why=why)
-                return len(todo) - len(errors), len(errors)
-
-        undone = failed = 0
-        for u, f in self.pool.map(lambda e: _guarded(one, e), entries):
-            undone, failed = undone + u, failed + f
-        return undone, failed
-
-    # --------------------------------------------------------------------------------------------- CHECK
-
-    def check(self, req: Request) -> None:
-        entry = self.cache.load(req.container_id, req.ifname)
-        if entry is None:
-            raise DelegateError(
-                E_UNKNOWN_CONTAINER,
-                f"container {req.container_id} on {req.ifname} is not known",
-                "no ADD was cached for it",
-            )
-        if entry.unfinished:
-            raise DelegateError(
-                E_UNKNOWN_CONTAINER,
-                f"container {req.container_id} on {req.ifname} is not attached: its ADD did not finish",
-                "DEL it",
-            )
-        # The path ADD was given first: plugins compare it with the `sandbox` of the result they check.
-        with nsutil.recorded(entry.netns_id, entry.netns, req.netns, pin=False) as target:
-            if not target.found:
-                raise DelegateError(
-                    E_UNKNOWN_CONTAINER,
-                    f"the network namespace container {req.container_id} was attached in is gone",
-                    f"ADD attached it in {entry.netns}",
-                )
-
-            def one(a: Attachment) -> None:
-                assert a.result is not None
-                self.runner.check(a.conflist, self._rt(entry, a, target.path), a.result)
-
-            # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
-            # the container's order.
-            futures = self._side_by_side(one, entry.attachments)
-            failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
-            for a, exc in failures:
-                if isinstance(exc, Exception):
-                    raise _as_delegate_error(exc, a.network)
-
-    # --------------------------------------------------------------------------------------------- GC, STATUS
-
-    def gc(self, req: Request) -> None:
-        """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
-        valid_list = req.config.get("cni.dev/valid-attachments")
-        if not isinstance(valid_list, list):
-            raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments")
-        valid = {(v.get("containerID"), v.get("ifname")) for v in valid_list if isinstance(v, dict)}
-        for entry in self.cache.entries():
-            if (entry.container_id, entry.ifname) in valid:
-                continue
-            # A failed DEL stays in the cache; the next GC tries again.
-            with self.locks.hold(entry.container_id):
-                fresh = self.cache.load(entry.container_id, entry.ifname)
-                if fresh is None:
-                    continue
-                with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
-                    self._detach(fresh, list(fresh.attachments), target.path, why="GC")
-
-    def status(self) -> None:
-        default = self.default_network()
-        nets = self.networks()
-        if default is not None and default not in nets:
-            raise DelegateError(
-                E_NOT_AVAILABLE,
-                f"default network {default!r} is not compiled",
-                "see `netcomp status` and `journalctl -u netcomp`",
-            )
-        for name in [default] if default else []:
-            for ptype in plugin_types(nets[name]):
-                try:
-                    find_plugin(ptype, self.runner.plugin_dirs)
-                except DelegateError as e:
-                    raise DelegateError(E_NOT_AVAILABLE, e.msg, f"default network {name!r}") from None
-
-    def attachments(self) -> dict[str, Any]:
-        """What is attached, from the cache (GET /attachments, `netcomp attachments`): per container its
-        namespace and, per network, the interface, addresses and MAC its ADD got, and its state when it is not
-        attached; and the entries that cannot be read."""
-        entries, broken = self.cache.scan()
-        out = []
-        for e in sorted(entries, key=lambda e: (e.container_id, e.ifname)):
-            nets = network_status(e.attachments, e.ifname)
-            for n, a in zip(nets, e.attachments, strict=True):
-                if a.state != "attached":
-                    n["state"] = a.state
-                    if a.error:
-                        n["error"] = a.error
-            out.append(
-                {
-                    "containerID": e.container_id,
-                    "netns": e.netns,
-                    "ifname": e.ifname,
-                    "cniVersion": e.cni_version,
-                    "networks": nets,
-                }
-            )
-        return {"containers": out, "unreadable": [{"file": str(path), "error": why} for path, why in broken]}
-
-    # --------------------------------------------------------------------------------------------- hot-plug
-
-    def hotplug(
-        self, command: str, container_id: str, netns: str, network: str, ifname: str | None, key_ifname: str
-    ) -> dict[str, Any]:
-        """Add one network to (or remove it from) a running container, recorded in its cache entry, through
-        the same ADD and DEL paths as the runtime's requests."""
-        check_container_id(container_id)
-        select.check_ifname(key_ifname)
-        if ifname:
-            select.check_ifname(ifname)
-        with self.locks.hold(container_id):
-            entry = self.cache.load(container_id, key_ifname)
-            if command == "DEL":
-                if entry is None:
-                    return {}
-                gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
-                if gone:
-                    with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
-                        self._detach(entry, gone, target.path, why="detach", raise_errors=True)
-                return {}
-            if entry is None:
-                entry = Entry(container_id, netns, key_ifname, DEFAULT_VERSION)
-            else:
-                self._undo_unfinished(entry)
-            nets = self.networks()
-            if network not in nets:
-                raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
-            wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
-            named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], _prefixes(nets))
-            att = Attachment(network, named[-1][1], nets[network])
-            self._attach(entry, [att], netns)
-            assert att.result is not None
-            return cniresult.convert(att.result, entry.cni_version)
-
-
-def _guarded(fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
-    try:
-        return fn(e)
-    except (HostError, DelegateError) as err:
-        log.error("cannot undo what container %s left unfinished: %s", e.container_id, err)
-        return 0, len(e.unfinished)
-
-
-def _prefixes(nets: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+def prefixes(nets: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
     return {n: (c.get("netcomp") or {}).get("interfacePrefix") for n, c in nets.items()}
 
 

@@ -1,0 +1,51 @@
+"""Hot-plug: one network added to, or taken out of, a running container (`netcomp attach|detach`, POST
+/delegate), recorded in its cache entry, through the same ADD and DEL paths as the runtime's requests (host
+links, SR-IOV VFs, write-ahead, rollback)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from netcomp.cni import result as cniresult
+from netcomp.cni.cache import Attachment, Entry
+from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.cni.spec import DEFAULT_VERSION
+from netcomp.delegate import select
+from netcomp.delegate.delegator import Delegator, prefixes
+from netcomp.delegate.request import check_container_id
+from netcomp.errors import DelegateError
+from netcomp.host import netns as nsutil
+
+
+def hotplug(
+    d: Delegator, command: str, container_id: str, netns: str, network: str, ifname: str | None, key_ifname: str
+) -> dict[str, Any]:
+    """Add one network to (or remove it from) a running container, recorded in its cache entry, through
+    the same ADD and DEL paths as the runtime's requests."""
+    check_container_id(container_id)
+    select.check_ifname(key_ifname)
+    if ifname:
+        select.check_ifname(ifname)
+    with d.locks.hold(container_id):
+        entry = d.cache.load(container_id, key_ifname)
+        if command == "DEL":
+            if entry is None:
+                return {}
+            gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
+            if gone:
+                with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
+                    d.detach(entry, gone, target.path, why="detach", raise_errors=True)
+            return {}
+        if entry is None:
+            entry = Entry(container_id, netns, key_ifname, DEFAULT_VERSION)
+        else:
+            d.undo_unfinished(entry)
+        nets = d.networks()
+        if network not in nets:
+            raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
+        wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
+        named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes(nets))
+        att = Attachment(network, named[-1][1], nets[network])
+        d.attach(entry, [att], netns)
+        assert att.result is not None
+        return cniresult.convert(att.result, entry.cni_version)

@@ -1,0 +1,70 @@
+"""Finishing what an earlier ADD left undone: at start-up, before serving (`recover`: what a daemon that died
+mid-ADD left), and every few minutes (`retry_unfinished`: rollbacks whose DEL failed, which a runtime may never
+DEL again). Both undo: an attachment never reported as done is DELeted, never guessed to be complete."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from netcomp.cni.cache import Entry
+from netcomp.delegate.delegator import Delegator
+from netcomp.errors import DelegateError, HostError
+from netcomp.host import netns as nsutil
+
+log = logging.getLogger("netcomp.delegate")
+
+
+def recover(d: Delegator) -> tuple[int, int]:
+    """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
+    rollbacks that failed). Returns (attachments undone, attachments still failing)."""
+    entries = [e for e in d.cache.entries() if e.unfinished]
+    undone, failed = _undo_all(d, entries, "recovery")
+    if entries:
+        log.warning(
+            "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
+            len(entries),
+            undone,
+            failed,
+        )
+    return undone, failed
+
+
+def retry_unfinished(d: Delegator) -> tuple[int, int]:
+    """Try again to DEL what rollbacks could not (called every few minutes): a runtime may never DEL a
+    container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go."""
+    entries = []
+    for cid, ifname in list(d.unfinished):
+        with contextlib.suppress(HostError):
+            e = d.cache.load(cid, ifname)
+            if e is not None and e.unfinished:
+                entries.append(e)
+            elif e is None:
+                d.unfinished.pop((cid, ifname), None)
+    return _undo_all(d, entries, "retry")
+
+
+def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
+    def one(e: Entry) -> tuple[int, int]:
+        with d.locks.hold(e.container_id):
+            fresh = d.cache.load(e.container_id, e.ifname)  # a request may have changed it meanwhile
+            if fresh is None or not fresh.unfinished:
+                return 0, 0
+            todo = fresh.unfinished
+            with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
+                errors = d.detach(fresh, todo, target.path, why=why)
+            return len(todo) - len(errors), len(errors)
+
+    undone = failed = 0
+    for u, f in d.pool.map(lambda e: _guarded(one, e), entries):
+        undone, failed = undone + u, failed + f
+    return undone, failed
+
+
+def _guarded(fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
+    try:
+        return fn(e)
+    except (HostError, DelegateError) as err:
+        log.error("cannot undo what container %s left unfinished: %s", e.container_id, err)
+        return 0, len(e.unfinished)

@@ -1,0 +1,84 @@
+"""The verbs that neither attach nor detach: CHECK (each cached attachment checked in the namespace ADD recorded),
+GC (CNI 1.1: what the runtime no longer knows is DELeted) and STATUS (is the default network usable)."""
+
+from __future__ import annotations
+
+from netcomp.cni.cache import Attachment
+from netcomp.cni.codes import E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
+from netcomp.cni.invoke import find_plugin
+from netcomp.cni.spec import plugin_types
+from netcomp.delegate.delegator import Delegator, as_delegate_error
+from netcomp.delegate.request import Request
+from netcomp.errors import DelegateError
+from netcomp.host import netns as nsutil
+
+
+def check(d: Delegator, req: Request) -> None:
+    entry = d.cache.load(req.container_id, req.ifname)
+    if entry is None:
+        raise DelegateError(
+            E_UNKNOWN_CONTAINER,
+            f"container {req.container_id} on {req.ifname} is not known",
+            "no ADD was cached for it",
+        )
+    if entry.unfinished:
+        raise DelegateError(
+            E_UNKNOWN_CONTAINER,
+            f"container {req.container_id} on {req.ifname} is not attached: its ADD did not finish",
+            "DEL it",
+        )
+    # The path ADD was given first: plugins compare it with the `sandbox` of the result they check.
+    with nsutil.recorded(entry.netns_id, entry.netns, req.netns, pin=False) as target:
+        if not target.found:
+            raise DelegateError(
+                E_UNKNOWN_CONTAINER,
+                f"the network namespace container {req.container_id} was attached in is gone",
+                f"ADD attached it in {entry.netns}",
+            )
+
+        def one(a: Attachment) -> None:
+            assert a.result is not None
+            d.runner.check(a.conflist, d.runtime_conf(entry, a, target.path), a.result)
+
+        # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
+        # the container's order.
+        futures = d.side_by_side(one, entry.attachments)
+        failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
+        for a, exc in failures:
+            if isinstance(exc, Exception):
+                raise as_delegate_error(exc, a.network)
+
+
+def gc(d: Delegator, req: Request) -> None:
+    """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
+    valid_list = req.config.get("cni.dev/valid-attachments")
+    if not isinstance(valid_list, list):
+        raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments")
+    valid = {(v.get("containerID"), v.get("ifname")) for v in valid_list if isinstance(v, dict)}
+    for entry in d.cache.entries():
+        if (entry.container_id, entry.ifname) in valid:
+            continue
+        # A failed DEL stays in the cache; the next GC tries again.
+        with d.locks.hold(entry.container_id):
+            fresh = d.cache.load(entry.container_id, entry.ifname)
+            if fresh is None:
+                continue
+            with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
+                d.detach(fresh, list(fresh.attachments), target.path, why="GC")
+
+
+def status(d: Delegator) -> None:
+    default = d.default_network()
+    nets = d.networks()
+    if default is not None and default not in nets:
+        raise DelegateError(
+            E_NOT_AVAILABLE,
+            f"default network {default!r} is not compiled",
+            "see `netcomp status` and `journalctl -u netcomp`",
+        )
+    for name in [default] if default else []:
+        for ptype in plugin_types(nets[name]):
+            try:
+                find_plugin(ptype, d.runner.plugin_dirs)
+            except DelegateError as e:
+                raise DelegateError(E_NOT_AVAILABLE, e.msg, f"default network {name!r}") from None
