@@ -17,6 +17,8 @@ PLUGIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 RUNTIME_CONF_DIR = "/etc/cni/net.d"
 SOCKET = "/run/netcomp/netcomp.sock"
 CACHE_DIR = "/var/lib/netcomp/cache"
+# The address claims of a node without a cluster (ipam/localstore.py).
+IPAM_DIR = "/var/lib/netcomp/ipam"
 # The last good settings and networks (daemon/state.py): a restart with broken inputs runs with them.
 STATE_FILE = "/var/lib/netcomp/state.json"
 CLUSTER_INTENT_DIR = "/var/lib/netcomp/cluster.d"

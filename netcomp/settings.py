@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket as _socket
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,11 @@ class SriovPool(BaseModel):
     drivers: list[str] = Field(default_factory=list, description="Only VFs bound to one of these drivers")
 
 
+def _hostname() -> str:
+    """The default node name: the hostname, as Kubernetes spells a Node's (lower case)."""
+    return _socket.gethostname().lower()
+
+
 class KubeSettings(BaseModel):
     """The cluster as a source of intents and of the networks pods ask for. Absent: a node with no cluster."""
 
@@ -47,6 +53,11 @@ class KubeSettings(BaseModel):
         default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
     )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
+    ipamGC: bool = Field(
+        default=False,
+        description="This node frees other nodes' address claims whose node or pod is gone (one node of the "
+        "cluster is enough; `netcomp ipam gc` does it once anywhere)",
+    )
 
 
 class Settings(BaseModel):
@@ -104,6 +115,22 @@ class Settings(BaseModel):
         default_factory=dict, description="VF pools by resourceName (what sriov networks ask for)"
     )
     sysfsRoot: str = Field(default="/sys", description="Where sysfs is (VF discovery)")
+    # Addresses (ipam: {type: cluster})
+    nodeName: str = Field(
+        default_factory=_hostname,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="This node's name in address claims (default: the hostname); with a cluster, the name of its "
+        "Node object",
+    )
+    ipamDir: str = Field(default=paths.IPAM_DIR, description="Where a node without a cluster keeps its address claims")
+    ipamGrace: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds an address claim of this node that nothing records is kept before it is freed (a "
+        "daemon killed between claiming and recording leaves one)",
+    )
     # Kubernetes
     kubernetes: KubeSettings | None = Field(
         default=None, description="The cluster, when the node has one (intents as objects, pod annotations)"
@@ -127,7 +154,7 @@ class Settings(BaseModel):
         dirs are not: plugins are the host's binaries and run against the host's kernel."""
         if root.path == Path("/"):
             return self
-        one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir", "clusterIntentDir")
+        one = ("outputDir", "templateDir", "socket", "cacheDir", "runtimeConfDir", "clusterIntentDir", "ipamDir")
         many = ("intentDirs", "staticDirs")
         update: dict[str, object] = {k: str(root(getattr(self, k))) for k in one}
         update.update({k: [str(root(p)) for p in getattr(self, k)] for k in many})

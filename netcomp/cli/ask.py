@@ -40,6 +40,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
         elif args.command == "attachments":
             status, doc = call(settings.socket, "GET", protocol.ATTACHMENTS_PATH, timeout=30)
+        elif args.command == "ipam":
+            if args.action == "show":
+                status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
+            else:
+                status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
         else:
             body = {
                 "command": "ADD" if args.command == "attach" else "DEL",
@@ -59,15 +64,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EX_UNAVAILABLE
     # `attachments` fails (1) when a cache entry cannot be read, so that a script notices.
     code = EX_OK if status == 200 and not (args.command == "attachments" and doc.get("unreadable")) else EX_FAIL
-    if status != 200 and args.output != "json" and args.command in ("status", "attachments"):
+    printers = {"status": _print_status, "attachments": _print_attachments, "ipam": _print_ipam}
+    if status != 200 and args.output != "json" and args.command in printers:
         print(f"netcomp: the daemon refused: {doc.get('msg', doc)}", file=err)  # a CNI error body
         return EX_FAIL
-    if args.output == "json" or args.command not in ("status", "attachments"):
+    if args.command == "ipam" and args.action == "show" and args.network:
+        doc["networks"] = [n for n in doc["networks"] if n["network"] == args.network]
+    if args.output == "json" or args.command not in printers:
         out.write(json.dumps(doc, indent=2) + "\n")
-    elif args.command == "attachments":
-        _print_attachments(doc, out)
     else:
-        _print_status(doc, out)
+        printers[args.command](doc, out)
     return code
 
 
@@ -105,3 +111,24 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
     for d in doc["diagnostics"]:
         loc = f"{d['file']}:{d['line']}:{d['column']}: " if d["file"] else ""
         out.write(f"  {loc}{d['severity']}: {d['message']}\n")
+
+
+def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
+    """show: per network its pools, then a line per claim; gc: what was freed."""
+    if "freed" in doc:
+        for f in doc["freed"]:
+            out.write(f"freed {f['address']} of {f['network']} (node {f['node']}, pod {f['pod'] or '-'})\n")
+        if doc.get("error"):
+            out.write(f"stopped: {doc['error']}\n")
+        out.write(f"{len(doc['freed'])} claims of other nodes freed, {doc.get('freedOwn', 0)} of this node\n")
+        return
+    if not doc["networks"]:
+        out.write("no network gives cluster addresses (ipam: {type: cluster})\n")
+    for n in doc["networks"]:
+        pools = "; ".join(
+            f"{p['ranges']}: {p['size']} addresses, {p['claimed']} claimed, {p['free']} free" for p in n["pools"]
+        )
+        out.write(f"{n['network']} ({n['store']} store): {pools}\n")
+        for c in n["claims"]:
+            who = f"pod {c['pod']}" if c["pod"] else f"container {c['containerID']}"
+            out.write(f"  {c['address']:39s} {c['node']:20s} {c['interface']:15s} {who}\n")

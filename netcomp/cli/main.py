@@ -21,6 +21,7 @@ COMMANDS = {
     "daemon": "netcomp.cli.daemon",
     "status": "netcomp.cli.ask",
     "attachments": "netcomp.cli.ask",
+    "ipam": "netcomp.cli.ask",
     "attach": "netcomp.cli.ask",
     "detach": "netcomp.cli.ask",
 }

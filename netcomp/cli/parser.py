@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"netcomp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_validate, _compile, _schema, _daemon, _status, _attachments, _install_shim, _attach):
+    for add in (_validate, _compile, _schema, _daemon, _status, _attachments, _ipam, _install_shim, _attach):
         add(sub)
     return parser
 
@@ -145,6 +145,21 @@ def _attachments(sub: Any) -> None:
         "addresses and MAC; and any cache entry that cannot be read.",
     )
     _common(at)
+
+
+def _ipam(sub: Any) -> None:
+    i = _command(
+        sub,
+        "ipam",
+        "who holds which address of the networks netcomp gives addresses to",
+        "show: per network with `ipam: {type: cluster}` its pool, how many addresses are claimed and free, and every "
+        "claim (address, node, pod or container, interface). gc: free now the claims of other nodes whose node or "
+        "pod is gone (a pod that still exists on its node keeps its address).",
+    )
+    _common(i)
+    _state(i)
+    i.add_argument("action", choices=("show", "gc"))
+    i.add_argument("network", nargs="?", help="only this network (show)")
 
 
 def _install_shim(sub: Any) -> None:

@@ -57,6 +57,7 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     state: State = "adding"
     error: str = ""  # why an `undo` attachment's DEL failed
+    claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -70,6 +71,8 @@ class Attachment:
         }
         if self.error:
             doc["error"] = self.error
+        if self.claims:
+            doc["claims"] = self.claims
         return doc
 
     @staticmethod
@@ -86,6 +89,7 @@ class Attachment:
             capability_args=d.get("capabilityArgs") or {},
             state=state,
             error=str(d.get("error") or ""),
+            claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
         )
 
 

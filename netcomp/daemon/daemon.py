@@ -5,6 +5,7 @@ The process around it (signals, the main loop) is run.py's."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -21,13 +22,14 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults
+from netcomp.daemon import faults, protocol
+from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.watch import Watcher
-from netcomp.delegate import recovery
+from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
+UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/recovery.py)
 DRAIN_SECONDS = 30.0
 
 
@@ -117,6 +120,9 @@ class Daemon:
             from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
 
             self.cluster = Cluster(self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics)
+        self.addresses = Addresses(
+            self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
+        )
         self.delegator = Delegator(
             self.runner,
             self.cache,
@@ -128,6 +134,7 @@ class Daemon:
             owned_links=lambda: masters.owned(link_netns),
             remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster,
+            addresses=self.addresses.allocator,
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
             crash=faults.from_env(environ),
         )
@@ -279,6 +286,11 @@ class Daemon:
 
     # ---------------------------------------------------------------------------------------------- serving
 
+    def _addresses_of(self, conflist: Mapping[str, Any]) -> str | None:
+        """Who gives a network's addresses, for status: netcomp's allocator (and its store), else None."""
+        pool = (conflist.get("netcomp") or {}).get("pool")
+        return f"cluster ({self.addresses.store_kind} store)" if isinstance(pool, dict) else None
+
     def status(self) -> dict[str, Any]:
         snap = self.state.current
         server = self.server
@@ -292,6 +304,7 @@ class Daemon:
                 {
                     "name": n,
                     "type": (c.get("netcomp") or {}).get("type"),
+                    "addresses": self._addresses_of(c),
                     "source": snap.sources.get(n),
                     "keptLastGood": n in snap.kept,
                 }
@@ -310,7 +323,8 @@ class Daemon:
 
     def recover(self) -> None:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
-        left mid-ADD (Delegator.recover)."""
+        left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on)."""
+        self.addresses.start(self.stop_event)
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
@@ -321,7 +335,15 @@ class Daemon:
     def start(self) -> Server:
         self.recover()
         sock, self.activated = listen(self.settings.socket)
-        self.server = Server(sock, self.delegator, self.metrics, limits=_limits(self.settings), status=self.status)
+        views: dict[str, Callable[[], Any]] = {
+            protocol.STATUS_PATH: self.status,
+            protocol.ATTACHMENTS_PATH: functools.partial(listing.attachments, self.delegator),
+            protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
+        }
+        actions = {protocol.IPAM_GC_PATH: self.addresses.gc_cluster}
+        self.server = Server(
+            sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
+        )
         self.server.on_tick = self._tick
         wd = self.notifier.watchdog_sec
         self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
@@ -329,8 +351,32 @@ class Daemon:
         # (socket activation) is waiting in the backlog for exactly this.
         self.server.ready.set()
         self.server.start()
+        threading.Thread(target=self._maintain, name="maintain", daemon=True).start()
         log.info("serving on %s", "the socket systemd passed (LISTEN_FDS)" if self.activated else self.settings.socket)
         return self.server
+
+    def _maintain(self) -> None:
+        """What is done every so often, until stop: rollbacks that failed tried again, this node's orphaned address
+        claims freed, and (kubernetes.ipamGC) other nodes' claims whose node or pod is gone."""
+
+        def retry_undo() -> object:
+            return recovery.retry_unfinished(self.delegator) if self.delegator.unfinished else None
+
+        tasks: list[tuple[float, Callable[[], object]]] = [
+            (UNDO_RETRY_EVERY, retry_undo),
+            (self.settings.ipamGrace, self.addresses.gc_own),
+        ]
+        if self.settings.kubernetes is not None and self.settings.kubernetes.ipamGC:
+            tasks.append((CLUSTER_GC_EVERY, self.addresses.gc_cluster))
+        due = [time.monotonic() + period for period, _ in tasks]
+        while not self.stop_event.wait(max(0.0, min(due) - time.monotonic())):
+            for i, (period, task) in enumerate(tasks):
+                if time.monotonic() >= due[i]:
+                    due[i] = time.monotonic() + period
+                    try:
+                        task()
+                    except Exception:
+                        log.exception("%s failed", getattr(task, "__name__", "maintenance"))
 
     def _tick(self) -> None:
         self.notifier.tick()

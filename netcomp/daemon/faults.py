@@ -1,6 +1,7 @@
 """A test hook for the chaos suite (tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in the daemon's environment
 makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to show that a daemon
-dying exactly there loses nothing. Points: `after-write-ahead` (an ADD's record is on disk, no delegate ran),
+dying exactly there loses nothing. Points: `after-claim` (addresses claimed, nothing recorded yet),
+`after-write-ahead` (an ADD's record is on disk, no delegate ran),
 `between-delegates` (one network of an ADD finished, others may still run), `before-answer` (the ADD is recorded
 as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated). Unset on
 a node, where a point costs one call that does nothing."""
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 ENV = "NETCOMP_CRASH_AT"
-POINTS = ("after-write-ahead", "between-delegates", "before-answer", "after-del")
+POINTS = ("after-claim", "after-write-ahead", "between-delegates", "before-answer", "after-del")
 log = logging.getLogger("netcomp.daemon")
 
 

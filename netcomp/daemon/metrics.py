@@ -41,6 +41,13 @@ class Metrics:
             "netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)", registry=self.registry
         )
         self.connections = Gauge("netcomp_connections", "Connections open on the socket", registry=self.registry)
+        self.ipam = Counter(
+            "netcomp_ipam_claims",
+            "Address claims (ipam: {type: cluster}) by event: allocation, conflict (taken by another: the store "
+            "refused the name), release, rollback, gc",
+            ["event", "network"],
+            registry=self.registry,
+        )
         self.recovered = Counter(
             "netcomp_recovered_attachments",
             "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",

@@ -25,6 +25,8 @@ READYZ_PATH = "/readyz"
 STATUS_PATH = "/status"
 ATTACHMENTS_PATH = "/attachments"
 METRICS_PATH = "/metrics"
+IPAM_PATH = "/ipam"
+IPAM_GC_PATH = "/ipam/gc"
 SHIM_HEADER = "X-Netcomp-Shim"
 ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
 

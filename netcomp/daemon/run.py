@@ -9,18 +9,15 @@ import logging
 import resource
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from netcomp.cni.invoke import Exec, real_exec, seal_fds
 from netcomp.daemon.daemon import Daemon
-from netcomp.delegate import recovery
 from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
-UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/recovery.py)
 
 
 def _raise_nofile() -> None:
@@ -61,14 +58,9 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
-    next_retry = time.monotonic() + UNDO_RETRY_EVERY
     while not term.is_set():
-        wake.wait(max(0.0, next_retry - time.monotonic()))
+        wake.wait()
         wake.clear()
-        if time.monotonic() >= next_retry:
-            next_retry = time.monotonic() + UNDO_RETRY_EVERY
-            if d.delegator.unfinished:
-                recovery.retry_unfinished(d.delegator)
         if hup.is_set() and not term.is_set():
             hup.clear()
             log.info("reloading (SIGHUP)")

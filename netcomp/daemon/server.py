@@ -27,7 +27,7 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,15 +35,13 @@ from typing import Any
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_OTHER, E_PEER, E_TOO_LARGE, E_TRY_LATER
 from netcomp.daemon import api, http, protocol
 from netcomp.daemon.metrics import Metrics
-from netcomp.delegate import listing
 from netcomp.delegate.delegator import Delegator
 
 log = logging.getLogger("netcomp.server")
 MAX_HEAD = 64 * 1024
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
-_GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.STATUS_PATH, protocol.ATTACHMENTS_PATH,
-        protocol.METRICS_PATH)  # fmt: skip
+_GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.METRICS_PATH)
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
 
 
@@ -67,14 +65,19 @@ class Server:
         metrics: Metrics,
         *,
         limits: Limits,
-        status: Callable[[], dict[str, Any]],
+        views: Mapping[str, Callable[[], Any]],
+        actions: Mapping[str, Callable[[], Any]] = {},
     ) -> None:
+        """`views`: the operator's GET endpoints by path, each a function giving the JSON document (/status,
+        /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc).
+        Both run on a worker thread of their own, apart from the CNI requests' slots."""
         # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
         self.sock = sock
         self.delegator = delegator
         self.metrics = metrics
         self.limits = limits
-        self.status_fn = status
+        self.views = dict(views)
+        self.actions = dict(actions)
         self.ready = threading.Event()
         self.draining = threading.Event()
         self.on_tick: Callable[[], None] = lambda: None
@@ -274,14 +277,17 @@ class Server:
                 self.metrics.rejected.labels("size").inc()
             await self._refuse(reader, writer, r)
             return
-        if method == "GET" and path in _GET:
+        if method == "GET" and (path in _GET or path in self.views):
             await self._get(writer, path)
+        elif method == "POST" and path in self.actions:
+            doc = await asyncio.get_running_loop().run_in_executor(None, self.actions[path])
+            await self._write(writer, 200, json.dumps(doc, indent=2).encode())
         elif method == "POST" and path in _POST:
             if path == protocol.HEALTHZ_PATH:
                 await self._write(writer, 200, b'{"ok":true}')
             else:
                 await self._post(writer, sock, path, body, headers.get(protocol.SHIM_HEADER.lower()) == "1")
-        elif path in _GET or path in _POST:
+        elif path in _GET or path in _POST or path in self.views or path in self.actions:
             await self._write(
                 writer,
                 405,
@@ -314,12 +320,7 @@ class Server:
             body = await loop.run_in_executor(None, self.metrics.render)
             await self._write(writer, 200, body, "text/plain; version=0.0.4")
         else:
-            fn = (
-                self.status_fn
-                if path == protocol.STATUS_PATH
-                else functools.partial(listing.attachments, self.delegator)
-            )
-            doc = await loop.run_in_executor(None, fn)
+            doc = await loop.run_in_executor(None, self.views[path])
             await self._write(writer, 200, json.dumps(doc, indent=2).encode())
 
     async def _post(

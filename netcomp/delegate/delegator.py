@@ -36,13 +36,14 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import select
+from netcomp.delegate import addresses, select
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podstatus import Pods, network_status
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
+from netcomp.ipam.allocator import Allocator
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -89,6 +90,8 @@ class Delegator:
     # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
+    # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
+    addresses: Allocator | None = None
     crash: Callable[[str], None] = lambda point: None
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
@@ -173,16 +176,24 @@ class Delegator:
             self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
         atts = self.plan_attachments(req)
         entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
-        self.attach(entry, atts, req.netns)
+        self.attach(entry, atts, req.netns, req.pod)
         if req.pod is not None and self.pods is not None:
             status = network_status(atts, req.ifname)
             self.pool.submit(self.pods.report, req.pod, status)  # after the answer; the ADD does not wait for it
         return self.answer(req.ifname, req.cni_version, atts)
 
-    def attach(self, entry: Entry, new: list[Attachment], netns_path: str) -> None:
-        """The one ADD path: check the namespace and the names, take host links and VFs, record the new
+    def attach(
+        self,
+        entry: Entry,
+        new: list[Attachment],
+        netns_path: str,
+        pod: select.PodRef | None = None,
+        exact: Mapping[str, list[str]] | None = None,
+    ) -> None:
+        """The one ADD path: check the namespace and the names, take host links, VFs and addresses, record the new
         attachments (write-ahead), run their delegates side by side, and record the outcome; on any failure
-        DEL the new attachments again and raise the first error."""
+        DEL the new attachments again (which gives back what they took) and raise the first error. `exact`:
+        addresses asked for, by network."""
         fd, nid = nsutil.open_netns(netns_path)
         try:
             if nid in self.host_netns:
@@ -212,14 +223,21 @@ class Delegator:
         try:
             vfs = self.host.take_vfs(new)
             try:
+                who = (str(pod), pod.uid) if pod is not None else ("", "")
+                claims = addresses.take(self.addresses, new, entry.container_id, *who, exact=exact)
+                self.crash("after-claim")
                 entry.attachments.extend(new)
                 try:
                     self.save(entry)  # the write-ahead: nothing runs before this is on disk
                 except OSError as e:
                     entry.attachments = [a for a in entry.attachments if all(a is not n for n in new)]
+                    if claims and self.addresses is not None:
+                        self.addresses.release(claims, "rollback")
                     raise DelegateError(
                         E_IO, f"cannot write the attachment cache: {e.strerror}", "no plugin was run"
                     ) from None
+                if claims and self.addresses is not None:
+                    self.addresses.settle(claims)  # recorded now: no longer only in flight
                 self.crash("after-write-ahead")
                 self._run_add(entry, new)
             finally:
@@ -316,6 +334,7 @@ class Delegator:
 
         def one(a: Attachment) -> None:
             self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
+            addresses.give_back(self.addresses, a)  # only once its delegate has let go of them
 
         futures = self.side_by_side(one, atts)
         errors: list[DelegateError] = []

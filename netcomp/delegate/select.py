@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_ENV
@@ -71,16 +71,17 @@ _POD_ITEM_KEYS = {"name", "namespace", "interface"}
 class PodRef:
     namespace: str
     name: str
+    uid: str = field(default="", compare=False)  # K8S_POD_UID, when the runtime gives it
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
 
 def pod_ref(cni_args: str) -> PodRef | None:
-    """The pod a request is for: kubelet's K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS."""
+    """The pod a request is for: kubelet's K8S_POD_NAMESPACE, K8S_POD_NAME (and K8S_POD_UID) in CNI_ARGS."""
     pairs = dict(p.partition("=")[::2] for p in cni_args.split(";") if p) if cni_args else {}
     ns, name = pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
-    return PodRef(ns, name) if ns and name else None
+    return PodRef(ns, name, pairs.get("K8S_POD_UID", "")) if ns and name else None
 
 
 def from_pod_annotation(value: str, pod: PodRef) -> list[Want]:

@@ -36,8 +36,8 @@ _DANM_OPTIONS = {
 }
 _DANM_IGNORED = {
     "rt_tables": "netcomp installs routes in the main table; DANM's per-network policy tables are not supported",
-    "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; host-local keeps its own",
-    "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; host-local keeps its own",
+    "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
+    "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
 }
 DANM_FIELDMAP: dict[PathKey, PathKey] = {
     ("metadata",): ("metadata",),
@@ -196,7 +196,7 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     if ntype in DANM_DYNAMIC:
         ranges = [r for r in (v4range, v6range) if r]
         native_spec = _dynamic(
-            c, opts, ntype, {"type": "host-local", "ranges": ranges, "routes": routes} if ranges else None
+            c, opts, ntype, {"type": "cluster", "ranges": ranges, "routes": routes} if ranges else None
         )
     else:
         native_spec = _static(c, opts, nid, ntype)
@@ -266,7 +266,8 @@ def _static(c: Collector, opts: dict[str, Any], nid: str, ntype: str) -> dict[st
 
 
 def _dynamic(c: Collector, opts: dict[str, Any], ntype: str, ipam: dict[str, Any] | None) -> dict[str, Any]:
-    """ipvlan, macvlan, sriov: DANM's options onto the native spec, addresses from `ipam` (host-local)."""
+    """ipvlan, macvlan, sriov: DANM's options onto the native spec, addresses from `ipam`: netcomp's cluster-wide
+    allocation, as DANM's own IPAM allocated from the network's pool for every node."""
     out: dict[str, Any] = {"type": ntype}
     if ipam is not None:
         out["ipam"] = ipam

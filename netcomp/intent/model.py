@@ -105,7 +105,7 @@ class IPRange(Strict):
     rangeStart: IPAddress | None = None
     rangeEnd: IPAddress | None = None
     gateway: IPAddress | None = None
-    exclude: list[IPNetwork] = Field(default_factory=list, description="whereabouts only")
+    exclude: list[IPNetwork] = Field(default_factory=list, description="whereabouts and cluster only")
 
     _subnet = field_validator("subnet", mode="before")(_net)
     _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
@@ -197,6 +197,45 @@ class WhereaboutsIPAM(_RangedIPAM):
     type: Literal["whereabouts"]
 
 
+class ClusterIPAM(_RangedIPAM):
+    """netcomp's own allocation, unique across every node that serves the network: the daemon claims each address
+    (one object per address on the Kubernetes API when the node has a cluster, a node-local store otherwise)
+    before the delegates run, and hands it to them as the static plugin's config. `exclude`: CIDRs never handed
+    out (in the subnet form; each of `ranges` has its own)."""
+
+    type: Literal["cluster"]
+    exclude: list[IPNetwork] = Field(default_factory=list, description="CIDRs never handed out (with subnet)")
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _excl(cls, v: Any) -> Any:
+        return [_net(x) for x in v] if isinstance(v, list) else v
+
+    @field_validator("exclude")
+    @classmethod
+    def _excl_inside(cls, v: list[IPNetwork], info: ValidationInfo) -> list[IPNetwork]:
+        net = info.data.get("subnet")
+        if v and net is None:
+            raise ValueError("exclude needs a subnet (with ranges, give each range its own exclude)")
+        for ex in v:
+            if net is not None and (ex.version != net.version or not ex.subnet_of(net)):
+                raise ValueError(f"exclude {ex} is outside subnet {net}")
+        return v
+
+    def all_ranges(self) -> list[IPRange]:
+        if self.subnet is not None:
+            return [
+                IPRange(
+                    subnet=self.subnet,
+                    rangeStart=self.rangeStart,
+                    rangeEnd=self.rangeEnd,
+                    gateway=self.gateway,
+                    exclude=self.exclude,
+                )
+            ]
+        return list(self.ranges)
+
+
 class StaticAddress(Strict):
     address: IPInterface
     gateway: IPAddress | None = None
@@ -253,7 +292,9 @@ class NoIPAM(Strict):
     type: Literal["none"]
 
 
-IPAM = Annotated[HostLocalIPAM | WhereaboutsIPAM | StaticIPAM | DHCPIPAM | NoIPAM, Field(discriminator="type")]
+IPAM = Annotated[
+    HostLocalIPAM | ClusterIPAM | WhereaboutsIPAM | StaticIPAM | DHCPIPAM | NoIPAM, Field(discriminator="type")
+]
 
 
 class VXLAN(Strict):

@@ -26,6 +26,7 @@ LEVELS = {
     "netcomp.settings": 3,
     "netcomp.compiler": 4,
     "netcomp.host": 5,
+    "netcomp.ipam": 5,
     "netcomp.delegate": 6,
     "netcomp.daemon": 7,
     "netcomp.cli": 8,

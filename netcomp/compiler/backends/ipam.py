@@ -6,7 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.intent.intent import Intent
-from netcomp.intent.model import DHCPIPAM, IPAM, HostLocalIPAM, IPRange, NoIPAM, Route, StaticIPAM, WhereaboutsIPAM
+from netcomp.intent.model import (
+    DHCPIPAM,
+    IPAM,
+    ClusterIPAM,
+    HostLocalIPAM,
+    IPRange,
+    NoIPAM,
+    Route,
+    StaticIPAM,
+    WhereaboutsIPAM,
+)
 
 
 def _span(r: IPRange, keys: tuple[str, str, str]) -> dict[str, Any]:
@@ -35,13 +45,18 @@ def _gateways(ranges: list[IPRange]) -> dict[int, str]:
     return gws
 
 
-def _host_local(ipam: HostLocalIPAM) -> dict[str, Any]:
-    ranges = ipam.all_ranges()
-    # One range set per address family: a container gets one address of each family it has ranges for.
+def _range_sets(ranges: list[IPRange], one: Any = None) -> list[list[dict[str, Any]]]:
+    """One range set per address family, v4 first: a container gets one address of each family it has ranges
+    for (host-local's `ranges`, and netcomp's cluster pools)."""
     sets: dict[int, list[dict[str, Any]]] = {}
     for r in ranges:
-        sets.setdefault(r.subnet.version, []).append(_range(r))
-    out: dict[str, Any] = {"type": "host-local", "ranges": [sets[v] for v in sorted(sets)]}
+        sets.setdefault(r.subnet.version, []).append((one or _range)(r))
+    return [sets[v] for v in sorted(sets)]
+
+
+def _host_local(ipam: HostLocalIPAM) -> dict[str, Any]:
+    ranges = ipam.all_ranges()
+    out: dict[str, Any] = {"type": "host-local", "ranges": _range_sets(ranges)}
     if ipam.routes:
         out["routes"] = _routes(ipam.routes, _gateways(ranges))
     if ipam.dataDir is not None:
@@ -86,12 +101,37 @@ def _static(ipam: StaticIPAM) -> dict[str, Any]:
     return out
 
 
+def _cluster(ipam: ClusterIPAM) -> dict[str, Any]:
+    """The delegate's part of a cluster network: the static plugin, whose addresses the daemon fills in at ADD
+    with the ones it claimed (the pool itself is in the netcomp block: pool())."""
+    out: dict[str, Any] = {"type": "static"}
+    if ipam.routes:
+        out["routes"] = _routes(ipam.routes, _gateways(ipam.all_ranges()))
+    return out
+
+
+def _pool_range(r: IPRange) -> dict[str, Any]:
+    out = _range(r)
+    if r.exclude:
+        out["exclude"] = [str(e) for e in r.exclude]
+    return out
+
+
+def pool(ipam: IPAM | None) -> dict[str, Any] | None:
+    """The address pool the daemon allocates from, for the netcomp block (None unless the IPAM is cluster)."""
+    if not isinstance(ipam, ClusterIPAM):
+        return None
+    return {"type": "cluster", "ranges": _range_sets(ipam.all_ranges(), _pool_range)}
+
+
 def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:
     """The plugin's `ipam` section, or None for no IPAM at all."""
     if ipam is None or isinstance(ipam, NoIPAM):
         return None
     if isinstance(ipam, HostLocalIPAM):
         return _host_local(ipam)
+    if isinstance(ipam, ClusterIPAM):
+        return _cluster(ipam)
     if isinstance(ipam, WhereaboutsIPAM):
         return _whereabouts(ipam)
     if isinstance(ipam, StaticIPAM):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.compiler.backends.backend import Backend, RenderInput
-from netcomp.compiler.backends.ipam import ipam_config, meta
+from netcomp.compiler.backends.ipam import ipam_config, meta, pool
 from netcomp.intent.intent import Intent
 from netcomp.intent.masters import host_link, master
 from netcomp.intent.model import IpvlanSpec, MacvlanSpec
@@ -27,7 +27,7 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
         "spec": spec,
         "master": master(spec),
         "ipam": ipam_config(spec.ipam),
-        "meta": meta(intent, hostLink=host_link(spec)),
+        "meta": meta(intent, hostLink=host_link(spec), pool=pool(spec.ipam)),
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.compiler.backends.backend import Backend, RenderInput
-from netcomp.compiler.backends.ipam import ipam_config, meta
+from netcomp.compiler.backends.ipam import ipam_config, meta, pool
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import SriovSpec
 
@@ -21,7 +21,7 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
         "name": intent.name,
         "spec": spec,
         "ipam": ipam_config(spec.ipam),
-        "meta": meta(intent, resourceName=spec.resourceName),
+        "meta": meta(intent, resourceName=spec.resourceName, pool=pool(spec.ipam)),
     }
 
 

@@ -1,0 +1,250 @@
+"""Address claims on the Kubernetes API: one `AddressClaim` object (addressclaims.netcomp.io, cluster-scoped) per
+claimed address, named claim_name(network, address). The API server refuses a second object of a name (409):
+that is the lock, and every node shares it. The view each daemon allocates from is listed once and then fed by a
+watch; a release deletes the object only while it is still the same claim (a uid precondition), so freeing a
+claim can never remove a later claim of the same address. Loaded only with a cluster configured."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from netcomp.daemon.kube import Cluster, explain
+from netcomp.ipam.allocator import PodState
+from netcomp.ipam.store import Claim, StoreUnavailable, Taken
+
+log = logging.getLogger("netcomp.ipam")
+GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"
+LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
+WATCH_SECONDS = 60
+MAX_BACKOFF = 30.0
+
+
+def to_object(c: Claim) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "network": c.network,
+        "address": c.address,
+        "node": c.node,
+        "containerID": c.container_id,
+        "interface": c.ifname,
+        "nodeInCluster": c.node_in_cluster,
+    }
+    if c.pod:
+        ns, _, name = c.pod.partition("/")
+        spec["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
+    labels = {LABEL_NETWORK: c.network.replace("/", "."), LABEL_NODE: c.node}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": c.name, "labels": labels},
+        "spec": spec,
+    }
+
+
+def from_object(obj: dict[str, Any]) -> Claim | None:
+    """The claim an object records; None when it is not an AddressClaim netcomp wrote."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if obj.get("kind") != KIND or not isinstance(spec.get("network"), str) or not isinstance(spec.get("address"), str):
+        return None
+    pod = spec.get("pod") or {}
+    created = 0.0
+    if isinstance(meta.get("creationTimestamp"), str):
+        try:
+            created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            created = 0.0
+    return Claim(
+        name=str(meta.get("name", "")),
+        network=spec["network"],
+        address=spec["address"],
+        node=str(spec.get("node", "")),
+        container_id=str(spec.get("containerID", "")),
+        ifname=str(spec.get("interface", "")),
+        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
+        pod_uid=str(pod.get("uid", "")),
+        node_in_cluster=bool(spec.get("nodeInCluster", False)),
+        uid=str(meta.get("uid", "")),
+        created=created,
+    )
+
+
+class KubeStore:
+    kind = "Kubernetes"
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.custom: Any = cluster.custom
+        self.timeout = cluster.kube.timeout
+
+    def _unavailable(self, e: Exception) -> StoreUnavailable:
+        from kubernetes.client.exceptions import ApiException
+
+        if isinstance(e, ApiException):
+            why = f"{e.status} {e.reason}"
+            if e.status == 404:
+                why += f" (is the {PLURAL}.{GROUP} CRD installed?)"
+            if e.status == 403:
+                why += " (the node's ClusterRole must allow addressclaims: packaging/kubernetes/rbac.yaml)"
+            return StoreUnavailable(f"the API server answered {why}")
+        return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+
+    def create(self, claim: Claim) -> Claim:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = self.custom.create_cluster_custom_object(
+                GROUP, VERSION, PLURAL, to_object(claim), _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise self._unavailable(e) from None
+            raise Taken(*self._holder(claim)) from None
+        except Exception as e:
+            raise self._unavailable(e) from None
+        got = from_object(obj)
+        assert got is not None, "the API server returns what it stored"
+        return got
+
+    def _holder(self, claim: Claim) -> tuple[Claim | None, str]:
+        """Who holds a name that was taken: the claim, or what else the object is."""
+        try:
+            obj = self.custom.get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, claim.name, _request_timeout=self.timeout
+            )
+        except Exception:
+            return None, ""  # gone meanwhile, or the server away: taken all the same, holder unknown
+        held = from_object(obj)
+        if held is None or held.network != claim.network:
+            what = f"object {PLURAL}/{claim.name}" + (
+                f" of network {held.network!r}" if held else " not written by netcomp"
+            )
+            return None, what
+        return held, ""
+
+    def delete(self, claim: Claim) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if claim.uid:
+            body["preconditions"] = {"uid": claim.uid}  # type: ignore[assignment]
+        try:
+            self.custom.delete_cluster_custom_object(
+                GROUP, VERSION, PLURAL, claim.name, body=body, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            if e.status in (404, 409):  # gone, or another claim of that name now: not ours to remove
+                return False
+            raise self._unavailable(e) from None
+        except Exception as e:
+            raise self._unavailable(e) from None
+        return True
+
+    def list(self) -> list[Claim]:
+        return self._list()[0]
+
+    def _list(self) -> tuple[builtins.list[Claim], str]:
+        try:
+            doc: dict[str, Any] = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, _request_timeout=max(self.timeout, 30)
+            )
+        except Exception as e:
+            raise self._unavailable(e) from None
+        claims = [c for c in (from_object(o) for o in doc.get("items") or []) if c is not None]
+        return claims, str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
+        """List, then watch from the list's resourceVersion; list again after a 410 or any error (backing off)."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        known: set[str] = set()
+        rv: str | None = None
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    claims, rv = self._list()
+                    names = {c.name for c in claims}
+                    for gone in known - names:
+                        on_change(gone, None)
+                    for c in claims:
+                        on_change(c.name, c)
+                    known = names
+                    backoff = 1.0
+                w = watch.Watch()
+                try:
+                    for event in w.stream(
+                        self.custom.list_cluster_custom_object,
+                        GROUP,
+                        VERSION,
+                        PLURAL,
+                        resource_version=rv,
+                        timeout_seconds=WATCH_SECONDS,
+                        _request_timeout=WATCH_SECONDS + 10,
+                    ):
+                        if stop.is_set():
+                            break
+                        obj: dict[str, Any] = event.get("object") or {}
+                        meta = obj.get("metadata") or {}
+                        rv = str(meta.get("resourceVersion") or rv)
+                        name = str(meta.get("name", ""))
+                        if event.get("type") == "DELETED":
+                            known.discard(name)
+                            on_change(name, None)
+                        elif (claim := from_object(obj)) is not None:
+                            known.add(name)
+                            on_change(name, claim)
+                finally:
+                    w.stop()
+            except ApiException as e:
+                rv = None
+                if e.status == 410:
+                    continue
+                log.warning("address claims: %s", self._unavailable(e))
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+            except Exception as e:
+                rv = None
+                log.warning("address claims: the API server cannot be reached: %s", explain(e))
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    # ------------------------------------------------------------------------------------------------ for GC
+
+    def node_exists(self, name: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.cluster.core.read_node(name, _request_timeout=self.timeout, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise self._unavailable(e) from None
+        except Exception as e:
+            raise self._unavailable(e) from None
+        return True
+
+    def pod(self, ref: str) -> PodState | None:
+        import json
+
+        from kubernetes.client.exceptions import ApiException
+
+        ns, _, name = ref.partition("/")
+        try:
+            resp: Any = self.cluster.core.read_namespaced_pod(
+                name, ns, _request_timeout=self.timeout, _preload_content=False
+            )
+            doc = json.loads(resp.data)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise self._unavailable(e) from None
+        except Exception as e:
+            raise self._unavailable(e) from None
+        return PodState(
+            str((doc.get("spec") or {}).get("nodeName") or ""), str((doc.get("metadata") or {}).get("uid", ""))
+        )

@@ -1,0 +1,85 @@
+"""The addresses an ADD takes from a network's pool (ipam: {type: cluster}) and gives back: claimed through the
+allocator before any plugin runs, put into the conflist as the static IPAM plugin's addresses (so the cache
+entry's conflist records exactly what the container got), and freed once the delegate's DEL succeeded."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from netcomp.cni.cache import Attachment
+from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.errors import DelegateError
+from netcomp.ipam.allocator import Allocator, Holder
+from netcomp.ipam.pool import Pool
+from netcomp.ipam.store import Claim
+
+
+def take(
+    alloc: Allocator | None,
+    atts: list[Attachment],
+    container_id: str,
+    pod: str = "",
+    pod_uid: str = "",
+    exact: Mapping[str, list[str]] | None = None,
+) -> list[Claim]:
+    """Claim an address of each address family for every attachment whose network has a pool (`exact`: the
+    addresses asked for, by network), record them on the attachment and in its conflist. On any failure what was
+    claimed here is given back and the DelegateError raised."""
+    taken: list[Claim] = []
+    try:
+        for a in atts:
+            pool = Pool.of(a.network, a.conflist)
+            if pool is None:
+                continue
+            if alloc is None:
+                raise DelegateError(E_INVALID_CONFIG, "this daemon has no address store", network=a.network)
+            holder = Holder(container_id, a.ifname, pod, pod_uid)
+            wanted = [ipaddress.ip_address(x) for x in (exact or {}).get(a.network, [])]
+            claims = []
+            for i, rs in enumerate(pool.sets):
+                ask = next((w for w in wanted if w.version == rs[0].subnet.version), None) if rs else None
+                claims.append(alloc.claim(pool, i, holder, ask))
+                taken.append(claims[-1])
+            a.claims = [c.to_doc() for c in claims]
+            a.conflist = with_addresses(a.conflist, pool, claims)
+    except BaseException:
+        if alloc is not None and taken:
+            alloc.release(taken, "rollback")
+        raise
+    return taken
+
+
+def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim]) -> dict[str, Any]:
+    """The conflist with the claimed addresses (prefix length of their subnet, and its gateway) in the static
+    IPAM section of its first plugin that has one."""
+    addresses = []
+    for c in claims:
+        addr = ipaddress.ip_address(c.address)
+        r = pool.range_of(addr)
+        assert r is not None, "a claim is of its pool"
+        entry: dict[str, Any] = {"address": f"{addr}/{r.subnet.prefixlen}"}
+        if r.gateway is not None:
+            entry["gateway"] = str(r.gateway)
+        addresses.append(entry)
+    conf = copy.deepcopy(dict(conflist))
+    for p in conf.get("plugins") or []:
+        ipam = p.get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") == "static":
+            ipam["addresses"] = addresses
+            break
+    return conf
+
+
+def claims_of(a: Attachment) -> list[Claim]:
+    return [Claim.from_doc(c) for c in a.claims]
+
+
+def give_back(alloc: Allocator | None, a: Attachment, reason: str = "release") -> None:
+    """Free the attachment's addresses (its delegate's DEL has succeeded); DelegateError 11 when the store is away,
+    and they stay recorded for the next DEL."""
+    if a.claims and alloc is not None:
+        alloc.release(claims_of(a), reason)
+        a.claims = []

@@ -1,0 +1,300 @@
+"""Picking free addresses and claiming them, unique across every node of a network.
+
+The allocator keeps a view of every claim (listed once, then fed by the store's watch: no LIST per ADD). To give a
+container an address it walks the pool from an offset that depends on the node and the container (nodes at work
+on one pool at once mostly start apart), skips what the view and its own ADDs in flight hold, and creates a claim
+under the address's name: the store refuses a second claim of a name (a 409 on the API server), so a race is lost
+cleanly and the next candidate is tried. Nothing is read, changed and written back.
+
+Claims are given back by their owner (after the delegate's DEL, or a rollback), and what nobody holds any more is
+released by `gc_own` (this node's claims that no cache entry and no ADD in flight holds, older than the grace
+period: what a daemon killed between claiming and recording left) and `gc_cluster` (other nodes' claims, only with
+proof that their node or their pod is gone: a pod that still exists on its node keeps its address, always)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
+from netcomp.errors import DelegateError
+from netcomp.ipam.pool import IPAddress, Pool, claim_name
+from netcomp.ipam.store import Claim, Store, StoreUnavailable, Taken
+
+log = logging.getLogger("netcomp.ipam")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who an address is claimed for."""
+
+    container_id: str
+    ifname: str  # the interface in the container
+    pod: str = ""  # namespace/name
+    pod_uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """What the cluster says of a pod now: its node and uid (None: the pod does not exist)."""
+
+    node: str
+    uid: str
+
+
+class Allocator:
+    def __init__(
+        self,
+        store: Store,
+        node: str,
+        *,
+        node_in_cluster: bool = False,
+        grace: float = 60.0,
+        counted: Callable[[str, str], None] = lambda event, network: None,
+    ) -> None:
+        """`node`: this node's name (netcomp.yaml's nodeName); `node_in_cluster`: it is a Node of the cluster
+        (recorded in each claim: only then may another node free it when the node is gone); `grace`: seconds an
+        orphaned claim of this node is kept before gc_own frees it; `counted(event, network)`: metrics
+        ("allocation", "conflict", "release", "gc")."""
+        self.store = store
+        self.node = node
+        self.node_in_cluster = node_in_cluster
+        self.grace = grace
+        self.counted = counted
+        self._lock = threading.Lock()
+        self._view: dict[str, Claim] = {}
+        self._seen: dict[str, float] = {}  # when this daemon first saw each claim (the grace counts from there)
+        self._pending: set[str] = set()  # names claimed by ADDs in flight, not yet in a cache entry
+        self._foreign: dict[str, str] = {}  # names held by something that is not a claim of its network
+        self.synced = threading.Event()
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------------------------------------ the view
+
+    def load(self) -> None:
+        """List every claim into the view. StoreUnavailable."""
+        claims = self.store.list()
+        now = time.monotonic()
+        with self._lock:
+            self._view = {c.name: c for c in claims}
+            self._seen = {c.name: self._seen.get(c.name, now) for c in claims}
+        self.synced.set()
+
+    def follow(self, stop: threading.Event) -> None:
+        """Keep the view current until stop (a thread): the store's watch, or nothing for a node-local store."""
+        self.store.follow(self.changed, stop)
+
+    def changed(self, name: str, claim: Claim | None) -> None:
+        with self._lock:
+            if claim is None:
+                self._view.pop(name, None)
+                self._seen.pop(name, None)
+            else:
+                self._view[name] = claim
+                self._seen.setdefault(name, time.monotonic())
+
+    def claims(self, network: str | None = None) -> list[Claim]:
+        with self._lock:
+            return sorted((c for c in self._view.values() if network is None or c.network == network), key=_order)
+
+    # ------------------------------------------------------------------------------------------------ claiming
+
+    def claim(self, pool: Pool, family_set: int, holder: Holder, exact: IPAddress | None = None) -> Claim:
+        """One address of a range set of the pool (or exactly `exact`), claimed for holder and held as in flight
+        until settle(). DelegateError: 11 when the pool is exhausted, the store is away or `exact` is held by
+        another; 7 when `exact` is not in the pool."""
+        if exact is not None:
+            if pool.range_of(exact) is None:
+                raise DelegateError(
+                    E_INVALID_CONFIG,
+                    f"address {exact} is not one network {pool.network!r} hands out ({pool.describe(family_set)})",
+                )
+            return self._create(pool, exact, holder, exact=True)  # type: ignore[return-value]
+        seed = f"{self.node}/{holder.container_id}/{holder.ifname}"
+        for _, addr in pool.candidates(family_set, seed):
+            name = claim_name(pool.network, addr)
+            with self._lock:
+                if name in self._view or name in self._pending or name in self._foreign:
+                    continue
+            got = self._create(pool, addr, holder, exact=False)
+            if got is not None:
+                return got
+        size = pool.size(family_set)
+        raise DelegateError(
+            E_TRY_LATER,
+            f"network {pool.network!r}: no free address in {pool.describe(family_set)} ({size} addresses, all claimed)",
+            "see `netcomp ipam show`",
+        )
+
+    def _create(self, pool: Pool, addr: IPAddress, holder: Holder, *, exact: bool) -> Claim | None:
+        name = claim_name(pool.network, addr)
+        with self._lock:
+            self._pending.add(name)
+        want = Claim(
+            name,
+            pool.network,
+            str(addr),
+            self.node,
+            holder.container_id,
+            holder.ifname,
+            holder.pod,
+            holder.pod_uid,
+            self.node_in_cluster,
+        )
+        try:
+            got = self.store.create(want)
+        except Taken as t:
+            with self._lock:
+                self._pending.discard(name)
+                if t.holder is not None and t.holder.network == pool.network:
+                    self._view[name] = t.holder
+                    self._seen.setdefault(name, time.monotonic())
+                else:
+                    self._foreign[name] = t.foreign or "not a claim of this network"
+            self.counted("conflict", pool.network)
+            if t.holder is None or t.holder.network != pool.network:
+                log.warning("address %s of network %s is held by something else (%s): never touched", addr,
+                            pool.network, t.foreign or "an object of another network")  # fmt: skip
+            if exact:
+                who = t.holder.holder() if t.holder is not None and t.holder.network == pool.network else t.foreign
+                raise DelegateError(
+                    E_TRY_LATER, f"address {addr} of network {pool.network!r} is held by {who}", "no plugin was run"
+                ) from None
+            return None
+        except StoreUnavailable as e:
+            with self._lock:
+                self._pending.discard(name)
+            raise DelegateError(
+                E_TRY_LATER,
+                f"network {pool.network!r}: cannot claim an address: {e}",
+                "nothing was claimed and no plugin was run",
+            ) from None
+        with self._lock:
+            self._view[name] = got
+            self._seen.setdefault(name, time.monotonic())
+        self.counted("allocation", pool.network)
+        return got
+
+    def settle(self, claims: list[Claim]) -> None:
+        """The claims are in a cache entry now (or were given back): no longer held as in flight."""
+        with self._lock:
+            self._pending.difference_update(c.name for c in claims)
+
+    def release(self, claims: list[Claim], reason: str = "release") -> None:
+        """Give claims back (each only if it is still that claim). DelegateError 11 when the store is away: the
+        caller keeps them recorded and tries again."""
+        for c in claims:
+            try:
+                self.store.delete(c)
+            except StoreUnavailable as e:
+                raise DelegateError(
+                    E_TRY_LATER, f"cannot free address {c.address} of network {c.network!r}: {e}", "kept; try again"
+                ) from None
+            with self._lock:
+                self._pending.discard(c.name)
+                if (cur := self._view.get(c.name)) is not None and (not c.uid or cur.uid == c.uid):
+                    del self._view[c.name]
+            self.counted(reason, c.network)
+
+    # ------------------------------------------------------------------------------------------------ leaks
+
+    def gc_own(self, referenced: set[str]) -> list[Claim]:
+        """Free this node's claims that no cache entry (`referenced`: claim names) and no ADD in flight holds,
+        seen for longer than the grace period."""
+        now = time.monotonic()
+        with self._lock:
+            orphans = [
+                c
+                for c in self._view.values()
+                if c.node == self.node
+                and c.name not in referenced
+                and c.name not in self._pending
+                and now - self._seen.get(c.name, now) >= self.grace
+            ]
+        freed = []
+        for c in orphans:
+            try:
+                self.release([c], "gc")
+            except DelegateError as e:
+                log.warning("cannot free the orphaned claim %s: %s", c.name, e.msg)
+                break
+            log.warning("freed address %s of network %s: claimed by this node for %s, recorded nowhere",
+                        c.address, c.network, c.container_id)  # fmt: skip
+            freed.append(c)
+        return freed
+
+    def gc_cluster(
+        self, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None], grace: float | None = None
+    ) -> list[Claim]:
+        """Free other nodes' claims whose holder is provably gone: the node (only for claims whose node was a
+        Node of the cluster when it claimed), or the pod (it does not exist, or it is another pod of that name:
+        another uid, or another node). A pod that exists on its node keeps its address; a claim with no pod and
+        a node that exists is its node's to free (gc_own). `node_exists` / `pod` raise StoreUnavailable."""
+        grace = self.grace if grace is None else grace
+        now = time.monotonic()
+        freed = []
+        for c in self.claims():
+            if c.node == self.node or now - self._seen.get(c.name, now) < grace:
+                continue
+            why = self._gone(c, node_exists, pod)
+            if why is None:
+                continue
+            self.release([c], "gc")
+            log.warning("freed address %s of network %s held by %s: %s", c.address, c.network, c.holder(), why)
+            freed.append(c)
+        return freed
+
+    @staticmethod
+    def _gone(c: Claim, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None]) -> str | None:
+        if c.pod:
+            state = pod(c.pod)
+            if state is None:
+                return f"pod {c.pod} is gone"
+            if c.pod_uid and state.uid and state.uid != c.pod_uid:
+                return f"pod {c.pod} is another pod now (uid {state.uid}, not {c.pod_uid})"
+            if state.node and state.node != c.node:
+                return f"pod {c.pod} runs on {state.node}, not on {c.node}"
+            return None  # the pod exists, on its node: never freed
+        if c.node_in_cluster and not node_exists(c.node):
+            return f"node {c.node} is gone"
+        return None
+
+    # ------------------------------------------------------------------------------------------------ show
+
+    def show(self, pools: dict[str, Pool]) -> list[dict[str, object]]:
+        """Per network: its pool, size, how many are claimed and free, and every claim."""
+        out: list[dict[str, object]] = []
+        for network, pool in sorted(pools.items()):
+            claims = self.claims(network)
+            sizes = [pool.size(i) for i in range(len(pool.sets))]
+            held = [sum(1 for c in claims if pool.range_of(ipaddress.ip_address(c.address)) in rs) for rs in pool.sets]
+            out.append(
+                {
+                    "network": network,
+                    "store": self.store.kind,
+                    "pools": [
+                        {"ranges": pool.describe(i), "size": sizes[i], "claimed": held[i], "free": sizes[i] - held[i]}
+                        for i in range(len(pool.sets))
+                    ],
+                    "claims": [
+                        {
+                            "address": c.address,
+                            "node": c.node,
+                            "containerID": c.container_id,
+                            "interface": c.ifname,
+                            "pod": c.pod or None,
+                        }
+                        for c in claims
+                    ],
+                }
+            )
+        return out
+
+
+def _order(c: Claim) -> tuple[str, int, int]:
+    a = ipaddress.ip_address(c.address)
+    return c.network, a.version, int(a)

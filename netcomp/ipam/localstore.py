@@ -1,0 +1,89 @@
+"""The claims of a node with no cluster: one file per claim in a directory (`ipamDir`), created atomically and
+only if absent (a temp file link(2)ed to the claim's name: EEXIST is the lock), so the guarantees are those of
+host-local on one node, whatever the number of daemons or processes at work."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from netcomp.fsutil import fsync_dir, write_tmp
+from netcomp.ipam.store import Claim, StoreUnavailable, Taken
+
+SUFFIX = ".claim"
+
+
+class LocalStore:
+    kind = "node-local"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, name: str) -> Path:
+        return self.directory / f"{name}{SUFFIX}"
+
+    def create(self, claim: Claim) -> Claim:
+        stored = Claim(**{**claim.to_doc(), "uid": uuid.uuid4().hex, "created": time.time()})
+        path = self._path(claim.name)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = write_tmp(path, json.dumps(stored.to_doc()).encode(), mode=0o600, durable=False)
+        except OSError as e:
+            raise StoreUnavailable(f"cannot write in {self.directory}: {e.strerror}") from None
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise Taken(self._read(path)) from None
+        except OSError as e:
+            raise StoreUnavailable(f"cannot write {path}: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return stored
+
+    def delete(self, claim: Claim) -> bool:
+        path = self._path(claim.name)
+        current = self._read(path)
+        if current is None or (claim.uid and current.uid != claim.uid):
+            return False
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise StoreUnavailable(f"cannot remove {path}: {e.strerror}") from None
+        with contextlib.suppress(OSError):
+            fsync_dir(self.directory)
+        return True
+
+    def _read(self, path: Path) -> Claim | None:
+        try:
+            return Claim.from_doc(json.loads(path.read_bytes()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise StoreUnavailable(f"cannot read the claim {path}: {e}") from None
+
+    def list(self) -> list[Claim]:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StoreUnavailable(f"cannot list {self.directory}: {e.strerror}") from None
+        out = []
+        for n in names:
+            if n.endswith(SUFFIX) and not n.startswith("."):
+                c = self._read(self.directory / n)
+                if c is not None:
+                    out.append(c)
+        return out
+
+    def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
+        return  # only this daemon writes here: the allocator updates its view itself

@@ -1,0 +1,119 @@
+"""A network's address pool, as its compiled conflist names it (`netcomp.pool`), and the names of address claims.
+
+A pool is one range set per address family (a container gets one address of each family, as host-local gives
+them); a range is a subnet with bounds (host-local's defaults: the first address after the network's to the last
+before the broadcast, the very last for IPv6), less its gateway and what it excludes."""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    subnet: IPNetwork
+    first: int  # as an integer, both ends included
+    last: int
+    gateway: IPAddress | None
+    exclude: tuple[IPNetwork, ...]
+
+    @staticmethod
+    def parse(doc: Mapping[str, Any]) -> Range:
+        subnet = ipaddress.ip_network(str(doc["subnet"]))
+        first = int(subnet.network_address) + 1
+        last = int(subnet.broadcast_address) - (1 if subnet.version == 4 else 0)
+        if doc.get("rangeStart"):
+            first = int(ipaddress.ip_address(str(doc["rangeStart"])))
+        if doc.get("rangeEnd"):
+            last = int(ipaddress.ip_address(str(doc["rangeEnd"])))
+        gw = ipaddress.ip_address(str(doc["gateway"])) if doc.get("gateway") else None
+        exclude = tuple(ipaddress.ip_network(str(e)) for e in doc.get("exclude") or [])
+        return Range(subnet, first, last, gw, exclude)
+
+    def usable(self, value: int) -> bool:
+        if not self.first <= value <= self.last:
+            return False
+        addr = (
+            ipaddress.ip_address(value)
+            if self.subnet.version == 6 or value > 0xFFFFFFFF
+            else ipaddress.IPv4Address(value)
+        )
+        if self.gateway is not None and addr == self.gateway:
+            return False
+        return not any(addr in e for e in self.exclude)
+
+    @property
+    def size(self) -> int:
+        """How many addresses it hands out."""
+        n = self.last - self.first + 1
+        if self.gateway is not None and self.first <= int(self.gateway) <= self.last:
+            n -= 1
+        for e in self.exclude:
+            lo, hi = max(self.first, int(e.network_address)), min(self.last, int(e.broadcast_address))
+            if lo <= hi:
+                n -= hi - lo + 1 - (1 if self.gateway is not None and lo <= int(self.gateway) <= hi else 0)
+        return max(0, n)
+
+    def address(self, value: int) -> IPAddress:
+        return ipaddress.IPv4Address(value) if self.subnet.version == 4 else ipaddress.IPv6Address(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    network: str  # the network's key: its name (a namespaced one: namespace/name)
+    sets: tuple[tuple[Range, ...], ...]  # one per address family
+
+    @staticmethod
+    def of(network: str, conflist: Mapping[str, Any]) -> Pool | None:
+        """The pool a compiled conflist names, or None when its addresses are not netcomp's to give."""
+        doc = (conflist.get("netcomp") or {}).get("pool")
+        if not isinstance(doc, Mapping) or doc.get("type") != "cluster":
+            return None
+        return Pool(network, tuple(tuple(Range.parse(r) for r in rs) for rs in doc.get("ranges") or []))
+
+    def size(self, family_set: int = 0) -> int:
+        return sum(r.size for r in self.sets[family_set])
+
+    def describe(self, family_set: int = 0) -> str:
+        return ", ".join(str(r.subnet) for r in self.sets[family_set])
+
+    def candidates(self, family_set: int, seed: str) -> Iterator[tuple[Range, IPAddress]]:
+        """Every address of a range set once, starting at an offset that depends on `seed` (nodes claiming from
+        one pool at once mostly start apart, so they seldom reach for the same address)."""
+        ranges = self.sets[family_set]
+        total = sum(r.last - r.first + 1 for r in ranges)
+        if total <= 0:
+            return
+        start = zlib.crc32(seed.encode()) % total
+        for i in range(total):
+            pos = (start + i) % total
+            for r in ranges:
+                span = r.last - r.first + 1
+                if pos < span:
+                    value = r.first + pos
+                    if r.usable(value):
+                        yield r, r.address(value)
+                    break
+                pos -= span
+
+    def range_of(self, address: IPAddress) -> Range | None:
+        for rs in self.sets:
+            for r in rs:
+                if address in r.subnet and r.usable(int(address)):
+                    return r
+        return None
+
+
+def claim_name(network: str, address: IPAddress) -> str:
+    """The name of the claim of `address` in `network`: a DNS subdomain (what Kubernetes takes as an object's
+    name) that no other (network, address) pair has: network names are DNS labels (no dots; a namespaced one is
+    `namespace.name`), the address is tagged with its family and spelled with '-' ("v4-10-0-0-5", "v6-fd00--5")."""
+    text = str(address).replace(".", "-").replace(":", "-")
+    return f"{network.replace('/', '.')}.v{address.version}-{text}".lower()

@@ -1,0 +1,78 @@
+"""A claim of one address, and what a store of claims does. The store's own uniqueness of names is the lock: a
+claim is created under claim_name(network, address), and a second create of that name fails (Taken) whoever
+tries it, on whichever node; there is no read-modify-write of a shared pool anywhere."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who holds an address: the network and address, the node that claimed it and for which container (its
+    runtime interface, and pod when kubelet named one). `uid`: the store's identity of this claim, so that
+    releasing it can never remove a later claim of the same address; `created`: when (epoch seconds)."""
+
+    name: str
+    network: str
+    address: str
+    node: str
+    container_id: str
+    ifname: str
+    pod: str = ""  # namespace/name
+    pod_uid: str = ""
+    node_in_cluster: bool = False  # the node is a Node of the cluster (only then may another node free it)
+    uid: str = ""
+    created: float = 0.0
+
+    def to_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_doc(d: dict[str, Any]) -> Claim:
+        return Claim(**{k: d[k] for k in Claim.__slots__ if k in d})
+
+    def holder(self) -> str:
+        """Who holds it, for a person: pod (or container) and node."""
+        who = f"pod {self.pod}" if self.pod else f"container {self.container_id}"
+        return f"{who} on node {self.node}"
+
+
+class Taken(Exception):
+    """The name is taken: by `holder` (a claim of the same network), or by something that is not a claim of this
+    network at all (`foreign`: another network's object, or one netcomp did not write); either way it is never
+    touched."""
+
+    def __init__(self, holder: Claim | None, foreign: str = "") -> None:
+        super().__init__(foreign or (holder.holder() if holder else "taken"))
+        self.holder = holder
+        self.foreign = foreign
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached or did not answer (the API server is away): nothing was claimed or freed."""
+
+
+class Store(Protocol):
+    kind: str  # "Kubernetes" or "node-local", for status
+
+    def create(self, claim: Claim) -> Claim:
+        """The claim as stored (uid and created set). Taken when the name exists; StoreUnavailable."""
+        ...
+
+    def delete(self, claim: Claim) -> bool:
+        """Remove the claim if it is still this one (same uid). False when it is gone or is another claim now.
+        StoreUnavailable."""
+        ...
+
+    def list(self) -> list[Claim]:
+        """Every claim. StoreUnavailable."""
+        ...
+
+    def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
+        """Until stop: call on_change(name, claim or None when it is gone) for every change made by anyone (a
+        watch), after listing. Returns at once for a store only this daemon writes."""
+        ...
