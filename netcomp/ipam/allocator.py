@@ -66,6 +66,7 @@ class Allocator:
         self.grace = grace
         self.counted = counted
         self._lock = threading.Lock()
+        self.updated = threading.Condition(self._lock)  # notified whenever the view changes
         self._view: dict[str, Claim] = {}
         self._seen: dict[str, float] = {}  # when this daemon first saw each claim (the grace counts from there)
         self._pending: set[str] = set()  # names claimed by ADDs in flight, not yet in a cache entry
@@ -82,6 +83,7 @@ class Allocator:
         with self._lock:
             self._view = {c.name: c for c in claims}
             self._seen = {c.name: self._seen.get(c.name, now) for c in claims}
+            self.updated.notify_all()
         self.synced.set()
 
     def follow(self, stop: threading.Event) -> None:
@@ -96,6 +98,12 @@ class Allocator:
             else:
                 self._view[name] = claim
                 self._seen.setdefault(name, time.monotonic())
+            self.updated.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
+        """Until predicate(every claim in the view) holds, or timeout (for tools and tests)."""
+        with self._lock:
+            return self.updated.wait_for(lambda: predicate(list(self._view.values())), timeout)
 
     def claims(self, network: str | None = None) -> list[Claim]:
         with self._lock:
@@ -233,12 +241,14 @@ class Allocator:
         """Free other nodes' claims whose holder is provably gone: the node (only for claims whose node was a
         Node of the cluster when it claimed), or the pod (it does not exist, or it is another pod of that name:
         another uid, or another node). A pod that exists on its node keeps its address; a claim with no pod and
-        a node that exists is its node's to free (gc_own). `node_exists` / `pod` raise StoreUnavailable."""
+        a node that exists is its node's to free (gc_own). A claim younger than the grace period (by the store's
+        clock: when it was created) is left alone: its pod may just be starting. `node_exists` / `pod` raise
+        StoreUnavailable."""
         grace = self.grace if grace is None else grace
-        now = time.monotonic()
+        now = time.time()
         freed = []
         for c in self.claims():
-            if c.node == self.node or now - self._seen.get(c.name, now) < grace:
+            if c.node == self.node or now - c.created < grace:
                 continue
             why = self._gone(c, node_exists, pod)
             if why is None:

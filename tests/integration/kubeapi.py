@@ -14,8 +14,9 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,6 +34,23 @@ class ApiServer:
     ca: Path
     admin_kubeconfig: Path
     node_kubeconfig: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # etcd, kube-apiserver
+    log: Any = None
+
+    def stop_apiserver(self) -> None:
+        """kube-apiserver goes away (etcd stays): what a node sees when the control plane is down."""
+        p = self.procs[1]
+        p.terminate()
+        reap(p, 20)
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again, on the same port, with the same state (etcd kept it)."""
+        self.procs[1] = subprocess.Popen(self.procs[1].args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + READY_SECONDS
+        while not _ready(self.url, self.ca):
+            if self.procs[1].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kube-apiserver did not come back")
+            time.sleep(0.2)  # an external process starting: polled with a deadline
 
     def kubeconfig(self, path: Path, token: str, server: str | None = None) -> Path:
         doc = {
@@ -139,7 +157,7 @@ def api_server(work: Path) -> Iterator[ApiServer]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kube-apiserver not ready in {READY_SECONDS}s: see {work}/apiserver.log")
             time.sleep(0.2)  # an external process starting: polled with a deadline
-        api = ApiServer(url, ca, work / "admin.kubeconfig", work / "node.kubeconfig")
+        api = ApiServer(url, ca, work / "admin.kubeconfig", work / "node.kubeconfig", procs, logs[1])
         api.kubeconfig(api.admin_kubeconfig, ADMIN_TOKEN)
         api.kubeconfig(api.node_kubeconfig, NODE_TOKEN)
         _install_manifests(api)
@@ -216,3 +234,67 @@ NAD_CRD = {
         ],
     },
 }
+
+
+@contextlib.contextmanager
+def reachable_from(netns: str, port: int) -> Iterator[int]:
+    """127.0.0.1:port of this (the host's) namespace, reachable from inside the named netns at 127.0.0.1:<the
+    port yielded>: a listener made inside it (a socket belongs to the namespace it was made in: a helper thread
+    enters the netns only to make it), each connection carried to the host's loopback by threads here. For a
+    daemon run as a process in a lab netns that must reach the test's API server; only loopback carries it."""
+    import socket as sk
+    import threading
+
+    from netcomp.host.netns import _setns, open_netns
+
+    box: dict[str, Any] = {}
+
+    def make() -> None:
+        fd, _ = open_netns(f"/var/run/netns/{netns}")
+        try:
+            _setns(fd)
+            s = sk.socket(sk.AF_INET, sk.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            s.listen(64)
+            box["listener"] = s
+        finally:
+            os.close(fd)  # this thread ends here, in the netns: it serves nothing
+
+    t = threading.Thread(target=make)
+    t.start()
+    t.join()
+    listener: sk.socket = box["listener"]
+    stop = threading.Event()
+
+    def pump(src: sk.socket, dst: sk.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(sk.SHUT_RDWR)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                up = sk.create_connection(("127.0.0.1", port), timeout=10)
+                up.settimeout(None)
+            except OSError:
+                conn.close()
+                continue
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        listener.close()
