@@ -202,13 +202,15 @@ class KubeStore:
                     w.stop()
             except ApiException as e:
                 rv = None
-                if e.status == 410:
+                if e.status == 410 or stop.is_set():
                     continue
                 log.warning("address claims: %s", self._unavailable(e))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
             except Exception as e:
                 rv = None
+                if stop.is_set():
+                    continue
                 log.warning("address claims: the API server cannot be reached: %s", explain(e))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from netcomp.fsutil import fsync_dir, write_tmp
+from netcomp.fsutil import TMP_SUFFIX, fsync_dir
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
 
 SUFFIX = ".claim"
@@ -33,7 +34,11 @@ class LocalStore:
         path = self._path(claim.name)
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = write_tmp(path, json.dumps(stored.to_doc()).encode(), mode=0o600, durable=False)
+            # A temp file of its own (two claimers of one name must not share one), never a name that is a claim.
+            fd, name = tempfile.mkstemp(prefix=f".{claim.name}.", suffix=TMP_SUFFIX, dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
+                f.write(json.dumps(stored.to_doc()).encode())
+            tmp = Path(name)
         except OSError as e:
             raise StoreUnavailable(f"cannot write in {self.directory}: {e.strerror}") from None
         try:
