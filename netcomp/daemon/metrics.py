@@ -1,71 +1,265 @@
 """Prometheus metrics: requests per verb and outcome with latency, and every delegate exec per plugin and verb
-(observed through the runner's Exec seam)."""
+(observed through the runner's Exec seam).
+
+The exposition is written here, in the Prometheus text format (0.0.4) exactly as prometheus_client writes it
+(the `_total` suffix of counters, `_created` series, label order, Go's float formatting: a unit test compares
+the two byte for byte), because the daemon needs four kinds of number and a text page, and importing
+prometheus_client costs about 3 MB of resident memory for modules (its HTTP servers, urllib, wsgiref) a daemon
+never runs: a tenth of the idle daemon's budget (issue 14)."""
 
 from __future__ import annotations
 
+import copy
+import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from typing import TypeVar
 
 from netcomp.cni.invoke import Exec, ExecResult
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+INF = float("inf")
+
+
+def _created_series() -> bool:
+    # prometheus_client's switch, honoured the same way.
+    return os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
+
+
+def go_float(d: float) -> str:
+    """A float as Prometheus's Go code prints it (prometheus_client's floatToGoString)."""
+    d = float(d)
+    if d == INF:
+        return "+Inf"
+    if d == -INF:
+        return "-Inf"
+    if math.isnan(d):
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    if d > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
+
+
+class _Series:
+    """One labelled series' numbers; the family's lock guards them."""
+
+    __slots__ = ("buckets", "created", "value")
+
+    def __init__(self, nbuckets: int) -> None:
+        self.created = time.time()
+        self.value = 0.0  # the count, the gauge's value, or a histogram's sum
+        self.buckets = [0.0] * nbuckets
+
+
+S = TypeVar("S", bound="_Family")
+
+
+class _Family:
+    """A metric family: a name, help, label names, and a series per label values (in the order first used).
+    `labels(...)` gives a child: the same family bound to one series (made on first use, at 0)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, ...], _Series] = {}
+        self._children: dict[tuple[str, ...], _Family] = {}
+        self._mine: _Series | None = None
+        if not self.labelnames:
+            self._mine = self._series[()] = self._new()
+
+    def _new(self) -> _Series:
+        return _Series(0)
+
+    def _one(self) -> _Series:
+        if self._mine is None:
+            raise ValueError(f"{self.name} has labels: use .labels(...) first")
+        return self._mine
+
+    def labels(self: S, *values: object) -> S:
+        if len(values) != len(self.labelnames) or self._mine is not None:
+            raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected")
+        key = tuple(str(v) for v in values)
+        child = self._children.get(key)
+        if child is None:
+            with self._lock:
+                child = self._children.get(key)
+                if child is None:
+                    child = copy.copy(self)
+                    child._mine = self._series[key] = self._new()
+                    self._children[key] = child
+        return child  # type: ignore[return-value]
+
+    def pairs(self, values: tuple[str, ...]) -> list[tuple[str, str]]:
+        return list(zip(self.labelnames, values, strict=True))
+
+    def lines(self, created: bool) -> list[str]:
+        raise NotImplementedError
+
+
+class Counter(_Family):
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("counters only go up")
+        with self._lock:
+            self._one().value += amount
+
+    def lines(self, created: bool) -> list[str]:
+        total, doc = f"{self.name}_total", _help(self.documentation)
+        out = [f"# HELP {total} {doc}\n", f"# TYPE {total} counter\n"]
+        with self._lock:
+            series = list(self._series.items())
+        for values, s in series:
+            out.append(f"{total}{_labels(self.pairs(values))} {go_float(s.value)}\n")
+        if created and series:
+            out += [f"# HELP {self.name}_created {doc}\n", f"# TYPE {self.name}_created gauge\n"]
+            for values, s in series:
+                out.append(f"{self.name}_created{_labels(self.pairs(values))} {go_float(s.created)}\n")
+        return out
+
+
+class Gauge(_Family):
+    def set(self, value: float) -> None:
+        with self._lock:
+            self._one().value = float(value)
+
+    def inc(self, amount: float = 1) -> None:
+        with self._lock:
+            self._one().value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        with self._lock:
+            self._one().value -= amount
+
+    def lines(self, created: bool) -> list[str]:
+        out = [f"# HELP {self.name} {_help(self.documentation)}\n", f"# TYPE {self.name} gauge\n"]
+        with self._lock:
+            series = list(self._series.items())
+        for values, s in series:
+            out.append(f"{self.name}{_labels(self.pairs(values))} {go_float(s.value)}\n")
+        return out
+
+
+class Histogram(_Family):
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str] = (), *, buckets: Sequence[float] = BUCKETS
+    ) -> None:
+        bounds = [float(b) for b in buckets]
+        if bounds != sorted(bounds):
+            raise ValueError("buckets not in sorted order")
+        self.bounds = (*bounds, INF) if bounds[-1] != INF else tuple(bounds)
+        super().__init__(name, documentation, labelnames)
+
+    def _new(self) -> _Series:
+        return _Series(len(self.bounds))
+
+    def observe(self, amount: float) -> None:
+        with self._lock:
+            s = self._one()
+            s.value += amount
+            for i, bound in enumerate(self.bounds):
+                if amount <= bound:
+                    s.buckets[i] += 1
+                    break
+
+    def lines(self, created: bool) -> list[str]:
+        doc = _help(self.documentation)
+        out = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} histogram\n"]
+        with self._lock:
+            series = [(values, s.value, list(s.buckets), s.created) for values, s in self._series.items()]
+        for values, total, buckets, _ in series:
+            pairs = self.pairs(values)
+            acc = 0.0
+            for bound, n in zip(self.bounds, buckets, strict=True):
+                acc += n
+                out.append(f"{self.name}_bucket{_labels([*pairs, ('le', go_float(bound))])} {go_float(acc)}\n")
+            out.append(f"{self.name}_count{_labels(pairs)} {go_float(acc)}\n")
+            if self.bounds[0] >= 0:
+                out.append(f"{self.name}_sum{_labels(pairs)} {go_float(total)}\n")
+        if created and series:
+            out += [f"# HELP {self.name}_created {doc}\n", f"# TYPE {self.name}_created gauge\n"]
+            for values, _, _, when in series:
+                out.append(f"{self.name}_created{_labels(self.pairs(values))} {go_float(when)}\n")
+        return out
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+F = TypeVar("F", bound=_Family)
+
+
+class Registry:
+    """The families in the order they were made, rendered as one page."""
+
+    def __init__(self) -> None:
+        self.families: list[_Family] = []
+
+    def add(self, family: F) -> F:
+        self.families.append(family)
+        return family
+
+    def render(self) -> bytes:
+        created = _created_series()
+        return "".join(line for f in self.families for line in f.lines(created)).encode()
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "netcomp_cni_requests", "CNI requests served", ["verb", "outcome"], registry=self.registry
+        r = Registry()
+        self.registry = r
+        self.requests = r.add(Counter("netcomp_cni_requests", "CNI requests served", ["verb", "outcome"]))
+        self.latency = r.add(Histogram("netcomp_cni_request_seconds", "CNI request latency", ["verb"]))
+        self.delegate = r.add(
+            Histogram("netcomp_delegate_seconds", "Delegate plugin execution time", ["plugin", "verb"])
         )
-        self.latency = Histogram(
-            "netcomp_cni_request_seconds", "CNI request latency", ["verb"], buckets=BUCKETS, registry=self.registry
+        self.delegate_failures = r.add(
+            Counter("netcomp_delegate_failures", "Delegate plugin executions that failed", ["plugin", "verb"])
         )
-        self.delegate = Histogram(
-            "netcomp_delegate_seconds",
-            "Delegate plugin execution time",
-            ["plugin", "verb"],
-            buckets=BUCKETS,
-            registry=self.registry,
+        self.in_flight = r.add(Gauge("netcomp_requests_in_flight", "Requests being served"))
+        self.queued = r.add(Gauge("netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)"))
+        self.connections = r.add(Gauge("netcomp_connections", "Connections open on the socket"))
+        self.ipam = r.add(
+            Counter(
+                "netcomp_ipam_claims",
+                "Address claims (ipam: {type: cluster}) by event: allocation, conflict (taken by another: the store "
+                "refused the name), release, rollback, gc",
+                ["event", "network"],
+            )
         )
-        self.delegate_failures = Counter(
-            "netcomp_delegate_failures",
-            "Delegate plugin executions that failed",
-            ["plugin", "verb"],
-            registry=self.registry,
+        self.recovered = r.add(
+            Counter(
+                "netcomp_recovered_attachments",
+                "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",
+                ["outcome"],
+            )
         )
-        self.in_flight = Gauge("netcomp_requests_in_flight", "Requests being served", registry=self.registry)
-        self.queued = Gauge(
-            "netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)", registry=self.registry
-        )
-        self.connections = Gauge("netcomp_connections", "Connections open on the socket", registry=self.registry)
-        self.ipam = Counter(
-            "netcomp_ipam_claims",
-            "Address claims (ipam: {type: cluster}) by event: allocation, conflict (taken by another: the store "
-            "refused the name), release, rollback, gc",
-            ["event", "network"],
-            registry=self.registry,
-        )
-        self.recovered = Counter(
-            "netcomp_recovered_attachments",
-            "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self.networks = Gauge("netcomp_networks", "Networks compiled and served", registry=self.registry)
-        self.degraded = Gauge(
-            "netcomp_degraded", "1 when an intent is broken and its last good output is kept", registry=self.registry
-        )
-        self.rejected = Counter(
-            "netcomp_requests_rejected", "Requests refused before serving", ["reason"], registry=self.registry
-        )
-        self.kube_errors = Counter(
-            "netcomp_kubernetes_errors",
-            "Kubernetes API calls that failed (watch: Network objects; read/patch: pods)",
-            ["op"],
-            registry=self.registry,
+        self.networks = r.add(Gauge("netcomp_networks", "Networks compiled and served"))
+        self.degraded = r.add(Gauge("netcomp_degraded", "1 when an intent is broken and its last good output is kept"))
+        self.rejected = r.add(Counter("netcomp_requests_rejected", "Requests refused before serving", ["reason"]))
+        self.kube_errors = r.add(
+            Counter(
+                "netcomp_kubernetes_errors",
+                "Kubernetes API calls that failed (watch: Network objects; read/patch: pods)",
+                ["op"],
+            )
         )
 
     def wrap(self, inner: Exec) -> Exec:
@@ -86,4 +280,4 @@ class Metrics:
         return timed
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.registry.render()
