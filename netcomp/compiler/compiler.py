@@ -1,6 +1,14 @@
 """The compiler as a long-lived object: reads intent files and static CNI files, remembers what it parsed and
 rendered, and on the next run redoes only what changed (the daemon recompiles a 10,000-intent node on every
-edit; work must follow the size of the edit, not of the node)."""
+edit; work must follow the size of the edit, not of the node).
+
+What it remembers is small (the daemon serves 10,000 networks in about 90 MB, issue 14). Each file is read,
+its intents validated, their cross-intent facts taken (the rules memoize them on the Intent: intent/rules.py),
+rendered, and then *released* before the next file is read: a released Intent keeps its name, its facts and a
+Document that has dropped its data and text (read again from the file, if it still holds the same bytes, when a
+diagnostic needs a position); the pydantic model and the YAML data live only while their file is compiled. A
+file is read again when it changes, or when the static file one of its intents names changes; new templates
+mean every file is read again."""
 
 from __future__ import annotations
 
@@ -8,72 +16,84 @@ import gc
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn, cast
 
 from netcomp.cni import spec as cnispec
 from netcomp.compiler.backends.backend import RenderInput, StaticConfig
+from netcomp.compiler.inputs import INTENT_SUFFIXES, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.render import missing_plugins, render
-from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
 from netcomp.fsutil import is_racy
 from netcomp.intent import rules
 from netcomp.intent.intent import Intent
-from netcomp.intent.model import StaticSpec
+from netcomp.intent.model import Network, StaticSpec
 from netcomp.intent.parse import parse_document
-from netcomp.intent.source import load_documents
+from netcomp.intent.source import forget_scalars, load_documents
 from netcomp.settings import Settings
 
-INTENT_SUFFIXES = (".yaml", ".yml")
-STATIC_SUFFIXES = (".conflist", ".conf", ".json")
-StatKey = tuple[int, int, int, int]
+__all__ = ["INTENT_SUFFIXES", "STATIC_SUFFIXES", "Compiler", "discover"]
+_NO_FIELDS: Mapping[Any, Any] = MappingProxyType({})
 
 
-def _stat_key(st: os.stat_result) -> StatKey:
-    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+class _Released:
+    """The Network of a released Intent: only its name stays. Reaching for anything else of it is a bug: the
+    rules use the facts memoized on the Intent, and rendering again reads the file again."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def metadata(self) -> _Released:
+        return self
+
+    @property
+    def spec(self) -> NoReturn:
+        raise InternalError(f"the model of intent {self.name!r} was released once compiled (compiler.py)")
 
 
-def discover(layers: Sequence[Path]) -> list[Path]:
-    """Intent files of layered dirs (or plain files): same file name in a later dir shadows an earlier one
-    (netplan's rule); the result is sorted by file name, so load order never depends on the dir. Missing layers
-    are empty."""
-    chosen: dict[str, Path] = {}
-    for layer in layers:
-        if layer.is_dir():
-            try:
-                names = sorted(os.listdir(layer))
-            except OSError as e:
-                raise IntentError(
-                    [Diagnostic(f"cannot list directory: {e.strerror}", SourceLocation(str(layer)))]
-                ) from None
-            for name in names:
-                if name.startswith(".") or not name.endswith(INTENT_SUFFIXES):
-                    continue
-                chosen[name] = layer / name
-        elif layer.exists():
-            chosen[layer.name] = layer
-        # A configured layer that does not exist is simply empty (most nodes have no /run/netcomp/networks.d).
-    return [chosen[n] for n in sorted(chosen)]
+def _release(intent: Intent, digest: bytes) -> Intent:
+    """What stays of a compiled intent (see the module's docstring); `digest`: its file's bytes'."""
+    intent.doc.release()
+    intent.doc.source.release(digest)
+    network = cast(Network, _Released(intent.name))
+    return Intent(network, intent.doc, intent.format, intent.fieldmap or _NO_FIELDS, None, intent.memo)
 
 
 @dataclass(slots=True)
 class _File:
     key: StatKey
-    intents: list[Intent]
-    diagnostics: list[Diagnostic]
+    intents: tuple[Intent, ...]  # released
+    diagnostics: tuple[Diagnostic, ...]
     failed: bool  # the file could not be read or parsed, or one of its documents has an error
     # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
     racy: bytes | None = None
+    statics: bool = False  # one of its intents is a static file's (looked at again when static dirs change)
 
 
 @dataclass(slots=True)
 class _Rendered:
-    intent: Intent
-    static_key: object
+    intent: Intent  # released
+    static_id: str | None  # the networkID of an intent that names a static file
+    static_key: object  # that file's stat when rendered (None: not found or not readable)
     artifact: Artifact | None
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one compile() shares between its steps."""
+
+    on_artifact: Callable[[Artifact], None] | None
+    statics_unchanged: bool  # a hint that touches no static dir: static files are as they were
+    listing: dict[str, set[str]] = field(default_factory=dict)  # each static dir is listed once per compile
 
 
 class Compiler:
@@ -87,77 +107,118 @@ class Compiler:
         self.templates = templates or Templates(tdir if tdir.is_dir() else None)
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
-        self._rendered: dict[int, _Rendered] = {}
+        self._rendered: dict[int, _Rendered] = {}  # by id() of the released Intent
         self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
 
     def reset_templates(self) -> None:
-        """An admin template changed: load templates afresh and render everything again."""
+        """An admin template changed: load templates afresh and render everything again (every file is read
+        again: only released intents are kept)."""
         tdir = Path(self.settings.templateDir)
         self.templates = Templates(tdir if tdir.is_dir() else None)
-        self._rendered = {}
+        self._files, self._names, self._rendered = {}, [], {}
 
     def layers(self) -> list[Path]:
         return [Path(d) for d in self.settings.intent_layers()]
 
     # ------------------------------------------------------------------------------------------ files
 
-    def _read(self, path: Path, known: _File | None) -> _File:
+    def _read(self, path: Path, known: _File | None, run: _Run) -> _File:
         name = str(path)
         try:
             st = os.stat(path)
-            if known is not None and known.key == _stat_key(st) and known.racy is None:
-                return known
-            raw = path.read_bytes()
+            key = stat_key(st)
+            same = known is not None and known.key == key
+            raw = None if same and known is not None and known.racy is None else path.read_bytes()
         except OSError as e:
-            return _File((0, 0, 0, 0), [], [Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))], True)
-        digest = hashlib.sha256(raw).digest() if is_racy(st, time.time_ns()) else None
-        same_stat = known is not None and known.key == _stat_key(st)
-        if same_stat and known is not None and known.racy == hashlib.sha256(raw).digest():
-            known.racy = digest  # the same content; trusted by stat alone once it is old enough
+            return _File((0, 0, 0, 0), (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
+        racy = hashlib.sha256(raw).digest() if raw is not None and is_racy(st, time.time_ns()) else None
+        if same and known is not None and raw is not None:
+            if known.racy == hashlib.sha256(raw).digest():
+                known.racy = racy  # the same content; trusted by stat alone once it is old enough
+            else:
+                same = False
+        if same and known is not None and (run.statics_unchanged or not known.statics or not self._moved(known, run)):
             return known
+        if raw is None:  # as it was, but a static file one of its intents names changed: read and render again
+            try:
+                raw = path.read_bytes()
+            except OSError as e:
+                diag = Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
+                return _File((0, 0, 0, 0), (), (diag,), True)
+        return self._compile_file(name, key, raw, racy, run)
+
+    def _compile_file(self, name: str, key: StatKey, raw: bytes, racy: bytes | None, run: _Run) -> _File:
+        """Parse, take facts, render and release each intent of one file."""
         try:
             docs = load_documents(name, raw)
         except IntentError as e:
-            return _File(_stat_key(st), [], e.diagnostics, True, digest)
+            return _File(key, (), tuple(e.diagnostics), True, racy)
+        digest = hashlib.sha256(raw).digest()
         intents: list[Intent] = []
         diags: list[Diagnostic] = []
+        statics = False
         for doc in docs:
             intent, ds = parse_document(doc)
             diags.extend(ds)
-            if intent is not None:
-                intents.append(intent)
-        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags), digest)
+            if intent is None:
+                continue
+            rules.check([intent])  # memoizes on the intent the facts the rules across intents use
+            done = self._render(intent, run)
+            done.intent = released = _release(intent, digest)
+            self._rendered[id(released)] = done
+            statics = statics or done.static_id is not None
+            intents.append(released)
+        return _File(key, tuple(intents), tuple(diags), any(d.is_error for d in diags), racy, statics)
 
-    def _static(
-        self, intent: Intent, listing: dict[str, set[str]]
-    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
-        spec = intent.network.spec
-        assert isinstance(spec, StaticSpec)
+    def _moved(self, known: _File, run: _Run) -> bool:
+        """Whether a static file one of the file's intents names is not the one it was rendered with."""
+        for it in known.intents:
+            done = self._rendered.get(id(it))
+            if done is not None and done.static_id is not None:
+                path = self._find_static(done.static_id, run.listing)
+                try:
+                    skey = stat_key(os.stat(path)) if path is not None else None
+                except OSError:
+                    skey = None
+                if skey != done.static_key:
+                    return True
+        return False
+
+    def _find_static(self, network_id: str, listing: dict[str, set[str]]) -> Path | None:
         for d in self.settings.staticDirs:
             present = listing.get(d)
-            if present is None:  # each static dir is listed once per compile
+            if present is None:
                 try:
                     present = listing[d] = set(os.listdir(d))
                 except OSError:
                     present = listing[d] = set()
             for suffix in STATIC_SUFFIXES:
-                fname = spec.networkID + suffix
-                if fname in present:
-                    return self._load_static(intent, Path(d) / fname)
+                if network_id + suffix in present:
+                    return Path(d) / (network_id + suffix)
+        return None
+
+    def _static(
+        self, intent: Intent, network_id: str, listing: dict[str, set[str]]
+    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
+        path = self._find_static(network_id, listing)
+        if path is not None:
+            return self._load_static(intent, network_id, path)
         dirs = ", ".join(self.settings.staticDirs)
         return (
             None,
             None,
             intent.diagnostic(
-                f"static networkID {spec.networkID!r}: no {spec.networkID}.conflist, .conf or .json in {dirs}",
+                f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}",
                 ("spec", "networkID"),
             ),
         )
 
-    def _load_static(self, intent: Intent, path: Path) -> tuple[object, StaticConfig | None, Diagnostic | None]:
+    def _load_static(
+        self, intent: Intent, network_id: str, path: Path
+    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         name = str(path)
         try:
-            key = _stat_key(os.stat(path))
+            key = stat_key(os.stat(path))
         except OSError as e:
             return (
                 None,
@@ -174,9 +235,7 @@ class Compiler:
                 key,
                 None,
                 intent.diagnostic(
-                    f"static networkID {intent.network.spec.networkID!r}: "  # type: ignore[union-attr]
-                    f"{value.location}: {value.message}",
-                    ("spec", "networkID"),
+                    f"static networkID {network_id!r}: {value.location}: {value.message}", ("spec", "networkID")
                 ),
             )
         return key, value, None
@@ -194,6 +253,28 @@ class Compiler:
         if problems:
             return Diagnostic("; ".join(problems), SourceLocation(name))
         return StaticConfig(name, conf)
+
+    def _render(self, intent: Intent, run: _Run) -> _Rendered:
+        """One intent (not yet released) to its artifact, offered to run.on_artifact (an Output's Stager starts
+        writing it) as soon as it is made: what turns out to fail is not published."""
+        spec = intent.network.spec
+        static_id = spec.networkID if isinstance(spec, StaticSpec) and intent.inline_config is None else None
+        static = None
+        skey: object = None
+        if static_id is not None:
+            skey, static, problem = self._static(intent, static_id, run.listing)
+            if problem is not None:
+                return _Rendered(intent, static_id, skey, None, (problem,))
+        out = _Rendered(intent, static_id, skey, None)
+        try:
+            art, warnings = render(intent, self.templates, RenderInput(self.settings.cniVersion, static))
+        except IntentError as e:
+            out.diagnostics = tuple(e.diagnostics)
+            return out
+        out.artifact, out.diagnostics = art, tuple(warnings)
+        if run.on_artifact is not None:
+            run.on_artifact(art)  # the disk can start on it now
+        return out
 
     # ------------------------------------------------------------------------------------------ compile
 
@@ -214,9 +295,10 @@ class Compiler:
         try:
             return self._compile(files, changed, on_artifact)
         finally:
+            forget_scalars()
             if was_enabled:
-                # What a compile keeps (intents, artifacts) lives until the next one: move it out of the GC's
-                # sight, so that later collections do not rescan 10,000 intents' worth of objects.
+                # What a compile keeps lives until the next one: move it out of the GC's sight, so that later
+                # collections do not rescan 10,000 intents' worth of objects.
                 gc.freeze()
                 gc.enable()
 
@@ -233,19 +315,24 @@ class Compiler:
             plan.diagnostics.extend(e.diagnostics)
             return plan
         recheck = None if changed is None else {str(p) for p in changed}
-        # 1. Files: read what changed (all of them without a hint; stat decides).
-        old_files, patch = self._files, self._read_files(files, recheck)
+        static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
+        statics_unchanged = recheck is not None and not any(
+            c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
+        )
+        # 1. Files: read what changed (all of them without a hint; stat decides), render and release them.
+        patch = self._read_files(files, recheck, _Run(on_artifact, statics_unchanged))
         intents = [it for e in self._files.values() for it in e.intents]
         plan.diagnostics = [d for e in self._files.values() if e.diagnostics for d in e.diagnostics]
         plan.failed_sources = {n for n, e in self._files.items() if e.failed}
-        # 2. Rules across intents.
+        # 2. Rules across intents, on the facts each intent memoized.
         failing: set[int] = set()  # id() of intents with an error of their own
         for intent, diag in rules.check(intents):
             plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
-        # 3. Render what is new; reuse the rest.
-        self._render_all(intents, recheck, patch, old_files, failing, on_artifact)
+        # 3. The renderings, in the order of the intents (a patch appends the edited files' at the end).
+        if not patch:
+            self._rendered = {id(it): self._rendered[id(it)] for it in intents}
         plan.diagnostics.extend(d for r in self._rendered.values() if r.diagnostics for d in r.diagnostics)
         failing.update(k for k, r in self._rendered.items() if r.artifact is None)
         good = [(r.intent, r.artifact) for r in self._rendered.values() if r.artifact is not None]
@@ -268,87 +355,35 @@ class Compiler:
         }
         return plan
 
-    def _read_files(self, files: Sequence[Path], recheck: set[str] | None) -> bool:
+    def _read_files(self, files: Sequence[Path], recheck: set[str] | None, run: _Run) -> bool:
         """Read the files (only those in `recheck` when the list of files is the one of the last run, which is
-        then a patch: the return value). Keeps the result in self._files."""
+        then a patch: the return value; and those naming a static file when a static dir may have changed).
+        Keeps the result in self._files, and the renderings of what was read in self._rendered."""
         names = [str(p) for p in files]
         old_files = self._files
         patch = recheck is not None and names == self._names  # the same files, some of them edited
         if patch:
             assert recheck is not None
             new_files = dict(old_files)
-            for path in files:
-                name = str(path)
-                if name in recheck:
-                    new_files[name] = self._read(path, old_files.get(name))
+            todo = [n for n in recheck if n in old_files]
+            if not run.statics_unchanged:
+                todo += [n for n, e in old_files.items() if e.statics and n not in recheck]
+            if len(todo) > 1:  # in the files' order, as a full run reads them
+                order = {n: i for i, n in enumerate(names)}
+                todo.sort(key=order.__getitem__)
+            for name in todo:
+                new_files[name] = self._read(Path(name), old_files[name], run)
+            gone = [old_files[n] for n in todo if new_files[n] is not old_files[n]]
         else:
-            new_files = {name: self._read(path, old_files.get(name)) for name, path in zip(names, files, strict=True)}
+            new_files = {
+                name: self._read(path, old_files.get(name), run) for name, path in zip(names, files, strict=True)
+            }
+            gone = [old for name, old in old_files.items() if new_files.get(name) is not old]
+        for old in gone:  # what was read again or is no longer there: its renderings go
+            for it in old.intents:
+                self._rendered.pop(id(it), None)
         self._files, self._names = new_files, names
         return patch
-
-    def _render_all(
-        self,
-        intents: list[Intent],
-        recheck: set[str] | None,
-        patch: bool,
-        old_files: dict[str, _File],
-        failing: set[int],
-        on_artifact: Callable[[Artifact], None] | None,
-    ) -> None:
-        """Render what is new and reuse the rest, into self._rendered. With a hint that touches no static dir, a
-        static intent's file is taken to be as it was."""
-        static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
-        statics_unchanged = recheck is not None and not any(
-            c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
-        )
-        old = self._rendered
-        listing: dict[str, set[str]] = {}
-        todo: list[Intent] = intents
-        rendered: dict[int, _Rendered] = {}
-        if patch and statics_unchanged:
-            # Only the edited files' intents can need rendering; everything else is carried over as it was.
-            assert recheck is not None
-            rendered = dict(old)
-            todo = []
-            for name in recheck:
-                before, after = old_files.get(name), self._files.get(name)
-                for it in before.intents if before is not None else ():
-                    rendered.pop(id(it), None)
-                todo.extend(after.intents if after is not None else ())
-        for intent in todo:
-            key = id(intent)
-            prev = old.get(key)
-            if prev is not None and prev.intent is not intent:
-                prev = None
-            is_static = intent.network.spec.type == "static" and intent.inline_config is None
-            if prev is not None and (not is_static or (statics_unchanged and prev.artifact is not None)):
-                rendered[key] = prev  # unchanged intent, unchanged inputs
-                continue
-            rendered[key] = self._render_one(intent, prev, is_static, listing)
-            r = rendered[key]
-            if r is not prev and on_artifact is not None and r.artifact is not None and key not in failing:
-                on_artifact(r.artifact)  # the disk can start on it now
-        self._rendered = rendered
-
-    def _render_one(
-        self, intent: Intent, prev: _Rendered | None, is_static: bool, listing: dict[str, set[str]]
-    ) -> _Rendered:
-        static = None
-        skey: object = None
-        if is_static:
-            skey, static, problem = self._static(intent, listing)
-            if problem is not None:
-                return _Rendered(intent, None, None, [problem])
-        if prev is not None and prev.static_key == skey:
-            return prev
-        out = _Rendered(intent, skey, None)
-        try:
-            out.artifact, out.diagnostics = render(
-                intent, self.templates, RenderInput(self.settings.cniVersion, static)
-            )
-        except IntentError as e:
-            out.diagnostics = e.diagnostics
-        return out
 
     def _plugin_lookup(self) -> Callable[[str], bool]:
         dirs = [Path(d) for d in self.settings.pluginDirs]

@@ -9,6 +9,7 @@ absurd nesting, and documents that are not mappings.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,12 @@ _RESOLVER = yaml.resolver.Resolver()
 @functools.lru_cache(maxsize=65536)
 def _resolve(kind: Any, value: Any, implicit: Any) -> Any:
     return _RESOLVER.resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+
+def forget_scalars() -> None:
+    """Empty the resolver's cache: full after 10,000 files, it holds 65,536 scalars (about 16 MB) that a
+    long-lived process does not need between compiles."""
+    _resolve.cache_clear()
 
 
 class _MemoResolver(yaml.resolver.Resolver):
@@ -73,11 +80,36 @@ Pos = tuple[int, int]  # 1-based line, column
 
 @dataclass(slots=True)
 class SourceText:
-    """A file's text, kept for quoting the offending line in diagnostics."""
+    """A file's text, kept for quoting the offending line in diagnostics.
+
+    A long-lived owner (the daemon's compiler, 10,000 files) releases it once the file is compiled: the text is
+    then read again from the file the first time a diagnostic needs it, and used only if the file still holds
+    the bytes it was compiled from (their digest); otherwise the diagnostic goes without the line."""
 
     name: str
-    text: str
+    _text: str | None
     _lines: list[str] | None = None
+    _digest: bytes | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._reread()
+        return self._text
+
+    def release(self, digest: bytes) -> None:
+        """Forget the text; `digest`: sha256 of the file's bytes it was decoded from."""
+        self._text, self._lines, self._digest = None, None, digest
+
+    def _reread(self) -> str:
+        try:
+            with open(self.name, "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
+            if hashlib.sha256(raw).digest() != self._digest:
+                return ""
+            return decode(self.name, raw).text
+        except (OSError, IntentError):
+            return ""
 
     def line(self, n: int) -> str | None:
         if self._lines is None:
@@ -102,13 +134,34 @@ class Document:
     """One YAML document: its data, and where each value and key stands in the source.
 
     Positions are found only when asked for (a diagnostic): the file is parsed again and its nodes indexed.
-    Loading 10,000 good intents then costs nothing for positions, and no node trees are kept in memory."""
+    Loading 10,000 good intents then costs nothing for positions, and no node trees are kept in memory. A
+    released document (release()) has dropped its data too: it is built again from the text when asked for."""
 
-    data: dict[str, Any]
+    _data: dict[str, Any] | None
     source: SourceText
     index: int
     _values: dict[PathKey, Pos] | None = None
     _keys: dict[PathKey, Pos] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = self._rebuild()
+        return self._data
+
+    def release(self) -> None:
+        """Drop the data and positions (release the source with its digest too: SourceText.release)."""
+        self._data = self._values = self._keys = None
+
+    def _rebuild(self) -> dict[str, Any]:
+        try:
+            for i, node in enumerate(_compose_all(self.source)):
+                if i == self.index:
+                    data = _Builder().build(node, 0) if node is not None else None
+                    return data if isinstance(data, dict) else {}
+        except (IntentError, _Reject, RecursionError):
+            pass
+        return {}
 
     @property
     def values(self) -> dict[PathKey, Pos]:

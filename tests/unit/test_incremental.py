@@ -145,3 +145,43 @@ def test_plan_cache_checks_content_of_racy_inputs(tmp_path: Path, plugin_dir: Pa
     assert cache.load(plancache.fingerprint(settings, [f], offline=True)) is not None  # unchanged: reused
     f.write_text(f.read_text().replace("vlan: 100", "vlan: 200"))  # the stat cannot tell
     assert cache.load(plancache.fingerprint(settings, [f], offline=True)) is None  # the content can
+
+
+def test_findings_on_released_intents_point_at_their_text(tmp_path: Path, plugin_dir: Path) -> None:
+    """The compiler keeps only released intents (no model, no YAML data, no text): a rule that fires later on
+    one of them, or names it, still gives its file, line, column and source line, exactly as a fresh compile."""
+    settings = Settings(pluginDirs=[str(plugin_dir)], staticDirs=[])
+    b = _write(tmp_path, 2, vlan=7)
+    c = tmp_path / "c.yaml"
+    c.write_text(
+        "# a comment line first\napiVersion: netcomp.io/v1\nkind: Network\nmetadata:\n  name: n2\n"
+        "spec: {type: macvlan, hostDevice: eth9}\n"
+    )
+    comp = Compiler(settings)
+    assert comp.compile([b]).ok
+    a = _write(tmp_path, 1, vlan=7)  # a.yaml... n1.yaml sorts first: the clash is reported on n2's file
+    files = [a, b, c]
+    later = comp.compile(files)
+    fresh = Compiler(settings).compile(files)
+    assert not later.ok
+    assert [d.as_dict() for d in later.diagnostics] == [d.as_dict() for d in fresh.diagnostics]
+    lines = {d.source_line for d in later.diagnostics}
+    assert any(line and "vlan: 7" in line for line in lines)  # quoted from the released intent's file
+    assert any(line and "name: n2" in line for line in lines)
+
+
+def test_a_released_file_changed_behind_the_compilers_back_loses_only_the_quote(
+    tmp_path: Path, plugin_dir: Path
+) -> None:
+    """A finding on a released intent whose file changed since (and no compile was told) still names the file;
+    its line is not quoted from text the intent was not compiled from."""
+    settings = Settings(pluginDirs=[str(plugin_dir)], staticDirs=[])
+    a, b = _write(tmp_path, 1, vlan=6), _write(tmp_path, 2, vlan=7)
+    comp = Compiler(settings)
+    assert comp.compile([a, b]).ok
+    _write(tmp_path, 1, vlan=7)
+    b.write_text("# edited, and no compile was told\n" + b.read_text())
+    plan = comp.compile([a, b], changed=[a])
+    clash = [d for d in plan.diagnostics if "VLAN 7" in d.message]
+    assert clash and clash[0].location is not None and clash[0].location.file == str(b)
+    assert clash[0].source_line is None
