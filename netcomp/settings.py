@@ -12,7 +12,6 @@ from netcomp import paths
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.intent.source import load_documents
-from netcomp.intent.validation import pydantic_diagnostics
 from netcomp.paths import Root
 
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
@@ -186,4 +185,8 @@ def load_settings(path: str | Path | None, root: Root | None = None, *, required
     try:
         return Settings.model_validate(docs[0].data)
     except ValidationError as e:
+        # Imported for errors only: it brings the intent models, which a daemon whose plan comes from the plan
+        # cache never needs (issue 14).
+        from netcomp.intent.validation import pydantic_diagnostics
+
         raise IntentError(pydantic_diagnostics(docs[0], e)) from None

@@ -6,12 +6,14 @@ so a template can change layout but never produce invalid or ambiguous JSON."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import orjson
 
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+
+if TYPE_CHECKING:
+    import jinja2
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -21,9 +23,12 @@ def _tojson(obj: Any) -> str:
 
 
 class Templates:
-    """Backend templates, looked up in the override dir first, then the built-in ones."""
+    """Backend templates, looked up in the override dir first, then the built-in ones. jinja2 is imported when
+    templates are made: a daemon whose plan comes from the plan cache renders nothing and never imports it."""
 
     def __init__(self, override_dir: Path | None = None) -> None:
+        import jinja2
+
         search = [str(d) for d in (override_dir, BUILTIN_DIR) if d is not None]
         self.override_dir = override_dir
         self.env = jinja2.Environment(
@@ -39,6 +44,8 @@ class Templates:
         self._cache: dict[str, jinja2.Template] = {}
 
     def get(self, name: str) -> jinja2.Template:
+        import jinja2
+
         tpl = self._cache.get(name)
         if tpl is None:
             try:
@@ -60,6 +67,8 @@ class Templates:
         return tpl
 
     def render(self, name: str, context: dict[str, Any]) -> str:
+        import jinja2
+
         tpl = self.get(name)
         try:
             return tpl.render(context)

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from netcomp.compiler.compiler import Compiler, discover
+from netcomp.compiler.inputs import discover
 from netcomp.compiler.output import Change, Output, Stager
 from netcomp.compiler.plan import Plan
 from netcomp.compiler.plancache import CACHE_NAME, Fingerprint, PlanCache, fingerprint
 from netcomp.errors import HostError, IntentError
 from netcomp.settings import Settings
+
+if TYPE_CHECKING:
+    from netcomp.compiler.compiler import Compiler
 
 
 class Pipeline:
@@ -28,14 +32,24 @@ class Pipeline:
         away from the node (a missing plugin is a warning, not an error); `out_dir`: instead of outputDir."""
         self.settings = settings
         self.offline = offline
-        self.compiler = Compiler(settings, offline=offline)
+        self._compiler: Compiler | None = None
         self.output = Output(out_dir or Path(settings.outputDir))
         self.cache = PlanCache(self.output.directory / CACHE_NAME)
         self._fp: Fingerprint | None = None
         self._staged: Stager | None = None
 
+    @property
+    def compiler(self) -> Compiler:
+        """Made (and the compiler's modules imported: the intent models, jinja2) when something is to be
+        compiled: a start whose plan comes from the plan cache does without them (issue 14)."""
+        if self._compiler is None:
+            from netcomp.compiler.compiler import Compiler
+
+            self._compiler = Compiler(self.settings, offline=self.offline)
+        return self._compiler
+
     def layers(self) -> list[Path]:
-        return self.compiler.layers()
+        return [Path(d) for d in self.settings.intent_layers()]
 
     def compile(
         self,

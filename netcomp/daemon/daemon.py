@@ -5,6 +5,7 @@ The process around it (signals, the main loop) is run.py's."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -54,6 +55,20 @@ def runtime_config(settings: Settings) -> bytes:
         "plugins": [{"type": "netcomp", "socket": settings.socket}],
     }
     return (json.dumps(conf, indent=2) + "\n").encode()
+
+
+def _give_back() -> None:
+    """Return the free pages of the C heap to the system (glibc's malloc_trim(3)): a compile's peak is freed
+    into the heap, and without this the daemon's resident size stays at the peak (about 9 MB with 10,000
+    networks, issue 14). Nothing elsewhere than glibc."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
 
 
 def _marker(cache_dir: str) -> str:
@@ -208,6 +223,7 @@ class Daemon:
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
             self.notifier.status(self.status_line())
+            _give_back()
             with self.reloaded:
                 self.reloaded.notify_all()
             return snap

@@ -66,6 +66,10 @@ class Watcher:
             base = self.wds.get(ev.wd)
             if base is None:
                 continue
+            if not ev.name and ev.mask & flags.ATTRIB and base not in self.dirs:
+                # An ancestor's own metadata (the daemon chmods /run/netcomp as it binds its socket there): nothing
+                # under it appeared or went away. Recompiling for it cost every start a second compile (issue 14).
+                continue
             out.add(os.path.join(base, ev.name) if ev.name else base)
         return out
 
