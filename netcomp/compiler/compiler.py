@@ -19,15 +19,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, NoReturn, cast
 
-from netcomp.cni import spec as cnispec
-from netcomp.compiler.backends.backend import RenderInput, StaticConfig
+from netcomp.compiler.backends.backend import RenderInput
 from netcomp.compiler.inputs import INTENT_SUFFIXES, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.render import missing_plugins, render
+from netcomp.compiler.statics import StaticFiles
 from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
 from netcomp.fsutil import is_racy
 from netcomp.intent import rules
@@ -38,7 +37,7 @@ from netcomp.intent.source import forget_scalars, load_documents
 from netcomp.settings import Settings
 
 __all__ = ["INTENT_SUFFIXES", "STATIC_SUFFIXES", "Compiler", "discover"]
-_NO_FIELDS: Mapping[Any, Any] = MappingProxyType({})
+_NO_FIELDS: Mapping[Any, Any] = {}  # the field map of every released native intent (never written to)
 
 
 class _Released:
@@ -108,7 +107,7 @@ class Compiler:
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
         self._rendered: dict[int, _Rendered] = {}  # by id() of the released Intent
-        self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
+        self._statics = StaticFiles(settings.staticDirs)
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again (every file is read
@@ -175,7 +174,7 @@ class Compiler:
         for it in known.intents:
             done = self._rendered.get(id(it))
             if done is not None and done.static_id is not None:
-                path = self._find_static(done.static_id, run.listing)
+                path = self._statics.find(done.static_id, run.listing)
                 try:
                     skey = stat_key(os.stat(path)) if path is not None else None
                 except OSError:
@@ -183,76 +182,6 @@ class Compiler:
                 if skey != done.static_key:
                     return True
         return False
-
-    def _find_static(self, network_id: str, listing: dict[str, set[str]]) -> Path | None:
-        for d in self.settings.staticDirs:
-            present = listing.get(d)
-            if present is None:
-                try:
-                    present = listing[d] = set(os.listdir(d))
-                except OSError:
-                    present = listing[d] = set()
-            for suffix in STATIC_SUFFIXES:
-                if network_id + suffix in present:
-                    return Path(d) / (network_id + suffix)
-        return None
-
-    def _static(
-        self, intent: Intent, network_id: str, listing: dict[str, set[str]]
-    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
-        path = self._find_static(network_id, listing)
-        if path is not None:
-            return self._load_static(intent, network_id, path)
-        dirs = ", ".join(self.settings.staticDirs)
-        return (
-            None,
-            None,
-            intent.diagnostic(
-                f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}",
-                ("spec", "networkID"),
-            ),
-        )
-
-    def _load_static(
-        self, intent: Intent, network_id: str, path: Path
-    ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
-        name = str(path)
-        try:
-            key = stat_key(os.stat(path))
-        except OSError as e:
-            return (
-                None,
-                None,
-                intent.diagnostic(f"cannot read static file {name}: {e.strerror}", ("spec", "networkID")),
-            )
-        cached = self._statics.get(name)
-        if cached is None or cached[0] != key:
-            cached = (key, self._parse_static(path))
-            self._statics[name] = cached
-        value = cached[1]
-        if isinstance(value, Diagnostic):
-            return (
-                key,
-                None,
-                intent.diagnostic(
-                    f"static networkID {network_id!r}: {value.location}: {value.message}", ("spec", "networkID")
-                ),
-            )
-        return key, value, None
-
-    @staticmethod
-    def _parse_static(path: Path) -> StaticConfig | Diagnostic:
-        name = str(path)
-        try:
-            conf = cnispec.to_conflist(cnispec.parse_json(path.read_bytes()))
-        except OSError as e:
-            return Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
-        except cnispec.ConfigProblem as p:
-            return Diagnostic(p.message, SourceLocation(name, p.line, p.column))
-        problems = cnispec.verify_conflist(conf, check_name=False)
-        if problems:
-            return Diagnostic("; ".join(problems), SourceLocation(name))
-        return StaticConfig(name, conf)
 
     def _render(self, intent: Intent, run: _Run) -> _Rendered:
         """One intent (not yet released) to its artifact, offered to run.on_artifact (an Output's Stager starts
@@ -262,7 +191,7 @@ class Compiler:
         static = None
         skey: object = None
         if static_id is not None:
-            skey, static, problem = self._static(intent, static_id, run.listing)
+            skey, static, problem = self._statics.load(intent, static_id, run.listing)
             if problem is not None:
                 return _Rendered(intent, static_id, skey, None, (problem,))
         out = _Rendered(intent, static_id, skey, None)

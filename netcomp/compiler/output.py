@@ -183,6 +183,14 @@ class Stager:
         self._threads: list[threading.Thread] = []
         self.failed = False
 
+    @classmethod
+    def handed(cls, output: Output, staged: dict[str, bytes], written: dict[str, Path]) -> Stager:
+        """What another process staged (compiler/coldstart.py): the data offered per file name, and the temp
+        files it wrote."""
+        stager = cls(output)
+        stager.staged, stager.written = staged, dict(written)
+        return stager
+
     def offer(self, art: Artifact) -> None:
         if self.failed or self.owned.get(art.filename) == art.data or art.filename in self.staged:
             return

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from netcomp.compiler.inputs import discover
 from netcomp.compiler.output import Change, Output, Stager
-from netcomp.compiler.plan import Plan
+from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.plancache import CACHE_NAME, Fingerprint, PlanCache, fingerprint
 from netcomp.errors import HostError, IntentError
 from netcomp.settings import Settings
@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
 
 class Pipeline:
-    def __init__(self, settings: Settings, *, offline: bool, out_dir: Path | None = None) -> None:
+    def __init__(self, settings: Settings, *, offline: bool, out_dir: Path | None = None, fork: bool = False) -> None:
         """`settings` paths are used as they are (resolve them under a root first); `offline`: a compile
-        away from the node (a missing plugin is a warning, not an error); `out_dir`: instead of outputDir."""
+        away from the node (a missing plugin is a warning, not an error); `out_dir`: instead of outputDir;
+        `fork`: a cold compile runs in a child process (compiler/coldstart.py: the daemon's)."""
         self.settings = settings
         self.offline = offline
+        self.fork = fork
         self._compiler: Compiler | None = None
+        self._handed: tuple[bytes, dict[str, Artifact]] | None = None  # a child's compiler state, and its plan's
         self.output = Output(out_dir or Path(settings.outputDir))
         self.cache = PlanCache(self.output.directory / CACHE_NAME)
         self._fp: Fingerprint | None = None
@@ -46,6 +49,11 @@ class Pipeline:
             from netcomp.compiler.compiler import Compiler
 
             self._compiler = Compiler(self.settings, offline=self.offline)
+            if self._handed is not None:
+                from netcomp.compiler import handover
+
+                handover.adopt(self._compiler, *self._handed)
+                self._handed = None
         return self._compiler
 
     def layers(self) -> list[Path]:
@@ -76,6 +84,15 @@ class Pipeline:
             if cached is not None:
                 return cached
             files = listed
+        if self.fork and changed is None and self._compiler is None and self._handed is None:
+            from netcomp.compiler import coldstart
+
+            assert files is not None
+            done = coldstart.compile_forked(lambda: self.compiler, self.output, files, stage=stage)
+            if done is not None:
+                self._staged = done.staged
+                self._handed = (done.state, dict(done.plan.artifacts))
+                return done.plan
         if stage:
             try:
                 self._staged = self.output.stager()

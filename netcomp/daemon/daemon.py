@@ -122,7 +122,7 @@ class Daemon:
         self.metrics = Metrics()
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
-        self.pipeline = Pipeline(self.settings, offline=False)
+        self.pipeline = Pipeline(self.settings, offline=False, fork=True)
         self.runner = Runner(
             self.settings.pluginDirs,
             exec_=self.metrics.wrap(exec_),
@@ -157,6 +157,7 @@ class Daemon:
         self.server: Server | None = None
         self.activated = False
         self.watcher: Watcher | None = None
+        self._watch_thread: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._reload_lock = threading.Lock()
         self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
@@ -276,7 +277,7 @@ class Daemon:
                 update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
             )
         self.settings = new
-        self.pipeline = Pipeline(new, offline=False)
+        self.pipeline = Pipeline(new, offline=False, fork=True)
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
@@ -414,11 +415,22 @@ class Daemon:
                 len(self.cluster.files()),
             )
 
-    def watch(self) -> None:
-        """Recompile on every change in the intent, static and template dirs."""
+    def watch(self, *, start: bool = True) -> None:
+        """Recompile on every change in the intent, static and template dirs. The watches are made now: no
+        change made from here on is missed. start=False: the thread that reads them is started by
+        start_watching(), so that the first compile runs while the daemon has one thread (it may then fork:
+        compiler/coldstart.py)."""
         dirs = [*self.settings.intent_layers(), *self.settings.staticDirs, self.settings.templateDir]
         self.watcher = Watcher(dirs, lambda changed: self.reload(changed=changed))
-        threading.Thread(target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True).start()
+        if start:
+            self.start_watching()
+
+    def start_watching(self) -> None:
+        if self.watcher is not None and self._watch_thread is None:
+            self._watch_thread = threading.Thread(
+                target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True
+            )
+            self._watch_thread.start()
 
     def stop(self, drain: float = DRAIN_SECONDS) -> bool:
         self.notifier.stopping()

@@ -51,10 +51,13 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     _raise_nofile()
     d = Daemon(load_settings, exec_=exec_, state_path=state_path)
     # Watch before the first compile: an edit made at any moment after this is seen (one made while the compile
-    # runs recompiles once more), never lost between the compile and READY=1.
-    d.watch()
+    # runs recompiles once more), never lost between the compile and READY=1. The watches' events wait in the
+    # kernel until the first compile is done: it runs while this is the only thread, so it can run in a child
+    # process and leave the daemon small (compiler/coldstart.py).
+    d.watch(start=False)
     d.start_cluster()
     d.reload()
+    d.start_watching()
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())

@@ -86,9 +86,17 @@ class Watcher:
                 if not more:
                     break
                 changed |= more
+            watched = set(self.wds.values())
             self.sync()
+            # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters
+            # only when a watched dir under it was there before or is there now: only then can inputs have come
+            # or gone. Recompiling for it cost a fresh node's start a second compile (issue 14).
+            present = {d for d in self.dirs if d in watched or os.path.isdir(d)}
             relevant = {
-                p for p in changed if any(p == d or p.startswith(d + "/") or d.startswith(p + "/") for d in self.dirs)
+                p
+                for p in changed
+                if any(p == d or p.startswith(d + "/") for d in self.dirs)
+                or any(d.startswith(p + "/") for d in present)
             }
             if relevant:
                 try:

@@ -1,0 +1,115 @@
+"""The compiler's memory handed from one process to another (compiler/coldstart.py: a child compiles, the
+daemon takes over), pickled: between the daemon and its own child over a pipe, never through a file.
+
+Our types are pickled as tuples of their fields (a dispatch table): the default pickling of slotted dataclasses
+ran Python per object and took a second for 10,000 intents; this takes about 0.1 s. The plan's artifacts are
+named, not copied: the taker has them (its plan), and so shares their bytes."""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from netcomp.compiler.compiler import Compiler, _File, _Released, _Rendered
+from netcomp.compiler.output import Output, Stager
+from netcomp.compiler.plan import Artifact, Plan
+from netcomp.errors import Diagnostic, HostError, SourceLocation
+from netcomp.intent import rules
+from netcomp.intent.intent import Intent
+from netcomp.intent.source import Document, SourceText
+
+
+def _intent(network: Any, doc: Document, fmt: str, fieldmap: Any, memo: dict[str, Any]) -> Intent:
+    return Intent(network, doc, fmt, fieldmap, None, memo)
+
+
+def _source(name: str, digest: bytes | None) -> SourceText:
+    src = SourceText(name, None)
+    src._digest = digest
+    return src
+
+
+_TABLE: dict[type, Any] = {
+    **copyreg.dispatch_table,
+    Intent: lambda i: (_intent, (i.network, i.doc, i.format, i.fieldmap, i.memo)),
+    Document: lambda d: (Document, (None, d.source, d.index)),  # released: its data is not kept
+    SourceText: lambda s: (_source, (s.name, s._digest)),
+    _Released: lambda r: (_Released, (r.name,)),
+    _File: lambda f: (_File, (f.key, f.intents, f.diagnostics, f.failed, f.racy, f.statics)),
+    _Rendered: lambda r: (_Rendered, (r.intent, r.static_id, r.static_key, r.artifact, r.diagnostics)),
+    rules._Link: lambda f: (rules._Link, (f.device, f.vlan, f.vni, f.link, f.master, f.spans)),
+    Artifact: lambda a: (Artifact, (a.network, a.filename, a.data, a.source, a.plugins)),
+    Diagnostic: lambda d: (Diagnostic, (d.message, d.location, d.severity, d.source_line, d.notes)),
+    SourceLocation: lambda loc: (SourceLocation, (loc.file, loc.line, loc.column)),
+}
+
+
+class _Pickler(pickle.Pickler):
+    dispatch_table = _TABLE
+
+    def __init__(self, out: io.BytesIO, shared: Mapping[str, Artifact]) -> None:
+        super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
+        self.shared = shared
+
+    def persistent_id(self, obj: Any) -> str | None:
+        # The plan's artifacts are named, not copied: the taker has them (its plan), and shares their bytes.
+        if type(obj) is Artifact and self.shared.get(obj.filename) is obj:
+            return obj.filename
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, shared: Mapping[str, Artifact]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.shared = shared
+
+    def persistent_load(self, pid: Any) -> Artifact:
+        return self.shared[pid]
+
+
+def _dumps(obj: Any, shared: Mapping[str, Artifact]) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, shared).dump(obj)
+    return out.getvalue()
+
+
+def export(compiler: Compiler, plan: Plan) -> bytes:
+    """What the compiler remembers, pickled; the plan's artifacts by name."""
+    return _dumps((compiler._files, compiler._names, list(compiler._rendered.values())), plan.artifacts)
+
+
+def adopt(compiler: Compiler, state: bytes, artifacts: Mapping[str, Artifact]) -> None:
+    """A fresh compiler takes over what export() gave (with the artifacts of the plan it was made with)."""
+    files, names, rendered = _Unpickler(state, artifacts).load()
+    compiler._files, compiler._names = files, names
+    compiler._rendered = {id(r.intent): r for r in rendered}
+
+
+def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequence[Path], stage: bool) -> bytes:
+    """The child's work: compile `files` (staging the artifacts' temp files), and say so: b"K" and the pickled
+    (plan, what was staged, the temp files written, export()), or b"E" and what went wrong."""
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)  # stopping the daemon stops its compile
+        staged: Stager | None = None
+        if stage:
+            try:
+                staged = output.stager()
+            except HostError:
+                staged = None  # Output.apply reports it
+        compiler = make_compiler()
+        plan = compiler.compile(files, on_artifact=staged.offer if staged is not None else None)
+        written: dict[str, str] = {}
+        if staged is not None:
+            staged.wait()
+            written = {name: str(p) for name, p in staged.written.items() if isinstance(p, Path)}
+        offered = staged.staged if staged is not None else {}
+        return b"K" + _dumps((plan, offered, written, export(compiler, plan)), {})
+    except BaseException:
+        return b"E" + traceback.format_exc(limit=8).encode()

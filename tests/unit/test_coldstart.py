@@ -1,0 +1,106 @@
+"""The daemon's first compile runs in a child process (compiler/coldstart.py) and hands the plan, the temp files
+it staged and the compiler's memory to the daemon: the same plan and output as a compile in process, an edit
+afterwards recompiling only what it touched; a child that fails means a compile in process.
+
+Each scenario runs in a fresh interpreter: a fork is made only by a process running one thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCENARIO = textwrap.dedent(
+    """
+    import sys, threading
+    from pathlib import Path
+    from netcomp.compiler import handover
+    from netcomp.compiler.compiler import Compiler
+    from netcomp.compiler.output import Output
+    from netcomp.compiler.pipeline import Pipeline
+    from netcomp.settings import Settings
+
+    base, plugins, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    intents = base / "intents"
+    files = sorted(intents.iterdir())
+    settings = Settings(intentDirs=[str(intents)], pluginDirs=[plugins], staticDirs=[str(base / "static")],
+                        outputDir=str(base / "out"), templateDir=str(base / "none"))
+    if mode == "fail":
+        handover.answer = lambda *a: b"Eno: a failure made for the test"
+    p = Pipeline(settings, offline=True, fork=True)
+    plan = p.compile(stage=True)
+    forked = p._compiler is None and p._handed is not None
+    print("forked", forked, "threads", threading.active_count())
+    p.write(plan)
+    fresh = Compiler(settings).compile(files)
+    assert {k: a.data for k, a in plan.artifacts.items()} == {k: a.data for k, a in fresh.artifacts.items()}
+    assert [d.as_dict() for d in plan.diagnostics] == [d.as_dict() for d in fresh.diagnostics]
+    out = base / "out"
+    assert sorted(f.name for f in out.iterdir() if not f.name.startswith(".")) == sorted(plan.artifacts)
+    assert not [f for f in out.iterdir() if f.name.endswith(".netcomp-tmp")]
+    for name, art in plan.artifacts.items():
+        assert (out / name).read_bytes() == art.data
+    # An edit: the compiler takes over the child's memory and recompiles the one file.
+    edited = files[3]
+    edited.write_text(edited.read_text().replace("vlan: 4", "vlan: 3999"))
+    plan2 = p.compile(changed=[edited], stage=True)
+    before = {id(r.artifact) for r in p.compiler._rendered.values()}
+    p.write(plan2)
+    fresh2 = Compiler(settings).compile(files)
+    assert {k: a.data for k, a in plan2.artifacts.items()} == {k: a.data for k, a in fresh2.artifacts.items()}
+    assert [d.as_dict() for d in plan2.diagnostics] == [d.as_dict() for d in fresh2.diagnostics]
+    assert b'"id": 3999' in (out / "n3.conflist").read_bytes()
+    shared = sum(1 for k, a in plan2.artifacts.items() if a is plan.artifacts.get(k))
+    print("shared", shared, "of", len(plan2.artifacts))
+    """
+)
+
+
+def _setup(tmp_path: Path) -> None:
+    intents, static = tmp_path / "intents", tmp_path / "static"
+    intents.mkdir()
+    static.mkdir()
+    (static / "s.conf").write_text('{"cniVersion": "0.4.0", "type": "bridge", "bridge": "b1"}')
+    for i in range(12):
+        (intents / f"n{i:02d}.yaml").write_text(
+            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: n{i}}}\n"
+            f"spec: {{type: macvlan, hostDevice: eth1, vlan: {i + 1}, ipam: {{type: host-local, "
+            f"subnet: 10.0.{i}.0/24}}}}\n"
+        )
+    (intents / "z-static.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: s}\nspec: {type: static, networkID: s}\n"
+    )
+    # Two intents that clash (a finding on each side) and one that is broken.
+    (intents / "z-clash.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: n0}\nspec: {type: macvlan, hostDevice: eth2}\n"
+    )
+    (intents / "z-broken.yaml").write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: [\n")
+
+
+def _run(tmp_path: Path, plugin_dir: Path, mode: str) -> str:
+    script = tmp_path / "scenario.py"
+    script.write_text(SCENARIO)
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(plugin_dir), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout + p.stderr
+
+
+def test_a_cold_compile_in_a_child_is_the_same_compile(tmp_path: Path, plugin_dir: Path) -> None:
+    _setup(tmp_path)
+    out = _run(tmp_path, plugin_dir, "ok")
+    assert "forked True threads 1" in out
+    assert "shared 11 of 12" in out  # n0 is defined twice; the edited one is new, the others the child's
+
+
+def test_a_child_that_fails_means_a_compile_in_process(tmp_path: Path, plugin_dir: Path) -> None:
+    _setup(tmp_path)
+    out = _run(tmp_path, plugin_dir, "fail")
+    assert "forked False" in out
+    assert "compiling in a child process failed, compiling in the daemon: no: a failure made for the test" in out
