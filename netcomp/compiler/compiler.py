@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from netcomp.compiler.backends.backend import RenderInput
-from netcomp.compiler.inputs import INTENT_SUFFIXES, STATIC_SUFFIXES, StatKey, discover, stat_key
+from netcomp.compiler.inputs import INTENT_SUFFIXES, NO_KEY, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.render import missing_plugins, render
@@ -67,23 +67,23 @@ def _release(intent: Intent, digest: bytes) -> Intent:
 
 
 @dataclass(slots=True)
-class _File:
-    key: StatKey
-    intents: tuple[Intent, ...]  # released
-    diagnostics: tuple[Diagnostic, ...]
-    failed: bool  # the file could not be read or parsed, or one of its documents has an error
-    # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
-    racy: bytes | None = None
-    statics: bool = False  # one of its intents is a static file's (looked at again when static dirs change)
-
-
-@dataclass(slots=True)
 class _Rendered:
     intent: Intent  # released
     static_id: str | None  # the networkID of an intent that names a static file
     static_key: object  # that file's stat when rendered (None: not found or not readable)
     artifact: Artifact | None
     diagnostics: tuple[Diagnostic, ...] = ()
+
+
+@dataclass(slots=True)
+class _File:
+    key: StatKey
+    renders: tuple[_Rendered, ...]  # its intents (released), rendered
+    diagnostics: tuple[Diagnostic, ...]
+    failed: bool  # the file could not be read or parsed, or one of its documents has an error
+    # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
+    racy: bytes | None = None
+    statics: bool = False  # one of its intents is a static file's (looked at again when static dirs change)
 
 
 @dataclass(slots=True)
@@ -106,7 +106,6 @@ class Compiler:
         self.templates = templates or Templates(tdir if tdir.is_dir() else None)
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
-        self._rendered: dict[int, _Rendered] = {}  # by id() of the released Intent
         self._statics = StaticFiles(settings.staticDirs)
 
     def reset_templates(self) -> None:
@@ -114,7 +113,7 @@ class Compiler:
         again: only released intents are kept)."""
         tdir = Path(self.settings.templateDir)
         self.templates = Templates(tdir if tdir.is_dir() else None)
-        self._files, self._names, self._rendered = {}, [], {}
+        self._files, self._names = {}, []
 
     def layers(self) -> list[Path]:
         return [Path(d) for d in self.settings.intent_layers()]
@@ -129,7 +128,7 @@ class Compiler:
             same = known is not None and known.key == key
             raw = None if same and known is not None and known.racy is None else path.read_bytes()
         except OSError as e:
-            return _File((0, 0, 0, 0), (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
+            return _File(NO_KEY, (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
         racy = hashlib.sha256(raw).digest() if raw is not None and is_racy(st, time.time_ns()) else None
         if same and known is not None and raw is not None:
             if known.racy == hashlib.sha256(raw).digest():
@@ -143,7 +142,7 @@ class Compiler:
                 raw = path.read_bytes()
             except OSError as e:
                 diag = Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
-                return _File((0, 0, 0, 0), (), (diag,), True)
+                return _File(NO_KEY, (), (diag,), True)
         return self._compile_file(name, key, raw, racy, run)
 
     def _compile_file(self, name: str, key: StatKey, raw: bytes, racy: bytes | None, run: _Run) -> _File:
@@ -153,7 +152,7 @@ class Compiler:
         except IntentError as e:
             return _File(key, (), tuple(e.diagnostics), True, racy)
         digest = hashlib.sha256(raw).digest()
-        intents: list[Intent] = []
+        renders: list[_Rendered] = []
         diags: list[Diagnostic] = []
         statics = False
         for doc in docs:
@@ -163,17 +162,15 @@ class Compiler:
                 continue
             rules.check([intent])  # memoizes on the intent the facts the rules across intents use
             done = self._render(intent, run)
-            done.intent = released = _release(intent, digest)
-            self._rendered[id(released)] = done
+            done.intent = _release(intent, digest)
             statics = statics or done.static_id is not None
-            intents.append(released)
-        return _File(key, tuple(intents), tuple(diags), any(d.is_error for d in diags), racy, statics)
+            renders.append(done)
+        return _File(key, tuple(renders), tuple(diags), any(d.is_error for d in diags), racy, statics)
 
     def _moved(self, known: _File, run: _Run) -> bool:
         """Whether a static file one of the file's intents names is not the one it was rendered with."""
-        for it in known.intents:
-            done = self._rendered.get(id(it))
-            if done is not None and done.static_id is not None:
+        for done in known.renders:
+            if done.static_id is not None:
                 path = self._statics.find(done.static_id, run.listing)
                 try:
                     skey = stat_key(os.stat(path)) if path is not None else None
@@ -249,8 +246,9 @@ class Compiler:
             c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
         )
         # 1. Files: read what changed (all of them without a hint; stat decides), render and release them.
-        patch = self._read_files(files, recheck, _Run(on_artifact, statics_unchanged))
-        intents = [it for e in self._files.values() for it in e.intents]
+        self._read_files(files, recheck, _Run(on_artifact, statics_unchanged))
+        renders = [r for e in self._files.values() for r in e.renders]
+        intents = [r.intent for r in renders]
         plan.diagnostics = [d for e in self._files.values() if e.diagnostics for d in e.diagnostics]
         plan.failed_sources = {n for n, e in self._files.items() if e.failed}
         # 2. Rules across intents, on the facts each intent memoized.
@@ -259,12 +257,15 @@ class Compiler:
             plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
-        # 3. The renderings, in the order of the intents (a patch appends the edited files' at the end).
-        if not patch:
-            self._rendered = {id(it): self._rendered[id(it)] for it in intents}
-        plan.diagnostics.extend(d for r in self._rendered.values() if r.diagnostics for d in r.diagnostics)
-        failing.update(k for k, r in self._rendered.items() if r.artifact is None)
-        good = [(r.intent, r.artifact) for r in self._rendered.values() if r.artifact is not None]
+        # 3. The renderings, in the order of the intents.
+        good: list[tuple[Intent, Artifact]] = []
+        for r in renders:
+            if r.diagnostics:
+                plan.diagnostics.extend(r.diagnostics)
+            if r.artifact is None:
+                failing.add(id(r.intent))
+            else:
+                good.append((r.intent, r.artifact))
         # 4. Plugins present?
         listed: set[int] = set()
         for intent, diag in missing_plugins(
@@ -284,10 +285,9 @@ class Compiler:
         }
         return plan
 
-    def _read_files(self, files: Sequence[Path], recheck: set[str] | None, run: _Run) -> bool:
-        """Read the files (only those in `recheck` when the list of files is the one of the last run, which is
-        then a patch: the return value; and those naming a static file when a static dir may have changed).
-        Keeps the result in self._files, and the renderings of what was read in self._rendered."""
+    def _read_files(self, files: Sequence[Path], recheck: set[str] | None, run: _Run) -> None:
+        """Read the files (only those in `recheck` when the list of files is the one of the last run, and those
+        naming a static file when a static dir may have changed). Keeps the result in self._files."""
         names = [str(p) for p in files]
         old_files = self._files
         patch = recheck is not None and names == self._names  # the same files, some of them edited
@@ -302,17 +302,11 @@ class Compiler:
                 todo.sort(key=order.__getitem__)
             for name in todo:
                 new_files[name] = self._read(Path(name), old_files[name], run)
-            gone = [old_files[n] for n in todo if new_files[n] is not old_files[n]]
         else:
             new_files = {
                 name: self._read(path, old_files.get(name), run) for name, path in zip(names, files, strict=True)
             }
-            gone = [old for name, old in old_files.items() if new_files.get(name) is not old]
-        for old in gone:  # what was read again or is no longer there: its renderings go
-            for it in old.intents:
-                self._rendered.pop(id(it), None)
         self._files, self._names = new_files, names
-        return patch
 
     def _plugin_lookup(self) -> Callable[[str], bool]:
         dirs = [Path(d) for d in self.settings.pluginDirs]

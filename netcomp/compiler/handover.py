@@ -10,7 +10,6 @@ from __future__ import annotations
 import copyreg
 import io
 import pickle
-import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ _TABLE: dict[type, Any] = {
     Document: lambda d: (Document, (None, d.source, d.index)),  # released: its data is not kept
     SourceText: lambda s: (_source, (s.name, s._digest)),
     _Released: lambda r: (_Released, (r.name,)),
-    _File: lambda f: (_File, (f.key, f.intents, f.diagnostics, f.failed, f.racy, f.statics)),
+    _File: lambda f: (_File, (f.key, f.renders, f.diagnostics, f.failed, f.racy, f.statics)),
     _Rendered: lambda r: (_Rendered, (r.intent, r.static_id, r.static_key, r.artifact, r.diagnostics)),
     rules._Link: lambda f: (rules._Link, (f.device, f.vlan, f.vni, f.link, f.master, f.spans)),
     Artifact: lambda a: (Artifact, (a.network, a.filename, a.data, a.source, a.plugins)),
@@ -81,22 +80,20 @@ def _dumps(obj: Any, shared: Mapping[str, Artifact]) -> bytes:
 
 def export(compiler: Compiler, plan: Plan) -> bytes:
     """What the compiler remembers, pickled; the plan's artifacts by name."""
-    return _dumps((compiler._files, compiler._names, list(compiler._rendered.values())), plan.artifacts)
+    return _dumps((compiler._files, compiler._names), plan.artifacts)
 
 
 def adopt(compiler: Compiler, state: bytes, artifacts: Mapping[str, Artifact]) -> None:
     """A fresh compiler takes over what export() gave (with the artifacts of the plan it was made with)."""
-    files, names, rendered = _Unpickler(state, artifacts).load()
-    compiler._files, compiler._names = files, names
-    compiler._rendered = {id(r.intent): r for r in rendered}
+    compiler._files, compiler._names = _Unpickler(state, artifacts).load()
 
 
 def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequence[Path], stage: bool) -> bytes:
     """The child's work: compile `files` (staging the artifacts' temp files), and say so: b"K" and the pickled
     (plan, what was staged, the temp files written, export()), or b"E" and what went wrong."""
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)  # stopping the daemon stops its compile
+        # The daemon's signal handlers stay: they only set flags, here in a copy nobody reads. A SIGTERM that
+        # reaches both (systemd signals the whole unit) lets the compile finish, as it did in the daemon.
         staged: Stager | None = None
         if stage:
             try:

@@ -5,6 +5,7 @@ stats its inputs without importing the compiler (the intent models, jinja2)."""
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,11 +13,13 @@ from netcomp.errors import Diagnostic, IntentError, SourceLocation
 
 INTENT_SUFFIXES = (".yaml", ".yml")
 STATIC_SUFFIXES = (".conflist", ".conf", ".json")
-StatKey = tuple[int, int, int, int]
+StatKey = bytes  # mtime and ctime (ns), size, inode: 32 bytes (a tuple of four ints was 230 per file)
+NO_KEY: StatKey = b""  # a file that could not be read
+_KEY = struct.Struct("=qqQQ")
 
 
 def stat_key(st: os.stat_result) -> StatKey:
-    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    return _KEY.pack(st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
 
 def discover(layers: Sequence[Path]) -> list[Path]:

@@ -4,6 +4,7 @@ free of I/O: the caller supplies static files and the answer to "is this plugin 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 
@@ -14,6 +15,14 @@ from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, filename_for
 from netcomp.errors import Diagnostic, IntentError
 from netcomp.intent.intent import Intent
+
+_PLUGIN_LISTS: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _plugins(conf: dict[str, Any]) -> tuple[str, ...]:
+    """The conflist's plugin types, one tuple per distinct list (10,000 networks use a handful)."""
+    types = tuple(cnispec.plugin_types(conf))
+    return _PLUGIN_LISTS.setdefault(types, types)
 
 
 def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Artifact, list[Diagnostic]]:
@@ -44,7 +53,7 @@ def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Arti
         filename_for(intent.name),
         cnispec.dumps(conf),
         intent.doc.source.name,
-        tuple(cnispec.plugin_types(conf)),
+        _plugins(conf),
     )
     return art, warnings
 

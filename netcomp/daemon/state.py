@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,17 @@ class Snapshot:
         return any(d.is_error for d in self.diagnostics)
 
 
+def _share_strings(node: Any) -> None:
+    """Interns the strings of a parsed conflist in place: 10,000 conflists hold 100,000 strings, a quarter of
+    them distinct (versions, plugin types, modes...): 4 MB less (issue 14)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, v in items:
+        if type(v) is str:
+            node[k] = sys.intern(v)
+        elif isinstance(v, dict | list):
+            _share_strings(v)
+
+
 @dataclass
 class State:
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -55,7 +67,9 @@ class State:
         known = self._compiled.get(name)
         if known is not None and (known is data or known == data) and name in prev.networks:
             return prev.networks[name]
-        return orjson.loads(data)  # type: ignore[no-any-return]
+        conf: dict[str, Any] = orjson.loads(data)
+        _share_strings(conf)
+        return conf
 
     def update(self, plan: Plan) -> Snapshot:
         """The new snapshot: every network of the plan, plus the previous version of each network whose intent

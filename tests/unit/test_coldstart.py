@@ -45,7 +45,6 @@ SCENARIO = textwrap.dedent(
     edited = files[3]
     edited.write_text(edited.read_text().replace("vlan: 4", "vlan: 3999"))
     plan2 = p.compile(changed=[edited], stage=True)
-    before = {id(r.artifact) for r in p.compiler._rendered.values()}
     p.write(plan2)
     fresh2 = Compiler(settings).compile(files)
     assert {k: a.data for k, a in plan2.artifacts.items()} == {k: a.data for k, a in fresh2.artifacts.items()}

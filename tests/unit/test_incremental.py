@@ -27,10 +27,10 @@ def test_edit_rerenders_only_the_edited_intent(tmp_path: Path, plugin_dir: Path)
     comp = Compiler(settings)
     first = comp.compile(files)
     assert first.ok and len(first.artifacts) == 50
-    before = {id(r.artifact) for r in comp._rendered.values()}
+    before = {id(r.artifact) for f in comp._files.values() for r in f.renders}
     _write(tmp_path, 7, vlan=3999)
     second = comp.compile(files, changed=[files[7]])
-    after = {id(r.artifact) for r in comp._rendered.values()}
+    after = {id(r.artifact) for f in comp._files.values() for r in f.renders}
     assert len(after - before) == 1  # exactly one artifact was rendered again
     assert b'"id": 3999' in second.artifacts["n7.conflist"].data
     fresh = Compiler(settings).compile(files)
