@@ -76,8 +76,8 @@ test: setup kube-bins trixie-root lint typecheck
 
 # Regenerate golden files after an intended output change; review the diff like code.
 golden: $(STAMP)
-	NETCOMP_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_golden.py
-	git status --short tests/golden
+	NETCOMP_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_golden.py tests/unit/test_malformed.py
+	git status --short tests/golden tests/unit/malformed
 
 schema: $(STAMP)
 	$(VENV)/bin/netcomp schema network > schemas/network.schema.json
