@@ -111,22 +111,39 @@ def _v4_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, d
     if not isinstance(pool, dict):
         c.error("allocation_pool: must be a mapping with start and end", ploc)
         return net, None
-    # DANM's defaults: the whole subnet minus network and broadcast address.
-    start = _ip(c, pool["start"], (*ploc, "start")) if pool.get("start") else net.network_address + 1
-    end = _ip(c, pool["end"], (*ploc, "end")) if pool.get("end") else net.broadcast_address - 1
-    if start is None or end is None:
+    bounds = _bounds(
+        c,
+        pool,
+        ploc,
+        (net, (*base, "cidr")),
+        "Allocation pool is outside of defined CIDR",
+        "Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
+    )
+    if bounds is None:
         return net, None
-    if start not in net or end not in net:
-        c.error("Allocation pool is outside of defined CIDR", ploc, key=True)
-        return net, None
+    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
+
+
+def _bounds(
+    c: Collector, pool: dict[str, Any], ploc: PathKey, within: tuple[Any, PathKey], outside: str, reverse: str
+) -> tuple[Any, Any] | None:
+    """An allocation pool's start and end, inside `within` (a network, and where it is written) and in order. The
+    defaults are DANM's: the whole network minus its first and last address. Each error is at the bound that
+    breaks the rule (at the network, when that bound is a default)."""
+    net, net_loc = within
+    given = {k: _ip(c, pool[k], (*ploc, k)) for k in ("start", "end") if pool.get(k)}
+    if None in given.values():
+        return None
+    start = given.get("start") or net.network_address + 1
+    end = given.get("end") or net.broadcast_address - 1
+    for k, addr in (("start", start), ("end", end)):
+        if addr not in net:
+            c.error(outside, (*ploc, k) if k in given else net_loc)
+            return None
     if int(end) <= int(start):
-        c.error(
-            f"Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
-            ploc,
-            key=True,
-        )
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
+        c.error(reverse.format(start=start, end=end), (*ploc, "end" if "end" in given else "start"))
+        return None
+    return start, end
 
 
 def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, dict[str, Any] | None]:
@@ -149,20 +166,21 @@ def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, d
         if not pnet.subnet_of(net):  # type: ignore[arg-type]
             c.error(f"allocation_pool_v6 cidr {pnet} is outside net6 {net}", (*ploc, "cidr"))
             return net, None
+        pnet_loc = (*ploc, "cidr")
     else:
         plen = max(net.prefixlen, DANM_V6_POOL_PREFIX)
-        pnet = ipaddress.ip_network(f"{net.network_address}/{plen}")
-    start = _ip(c, pool["start"], (*ploc, "start")) if pool.get("start") else pnet.network_address + 1
-    end = _ip(c, pool["end"], (*ploc, "end")) if pool.get("end") else pnet.broadcast_address - 1
-    if start is None or end is None:
+        pnet, pnet_loc = ipaddress.ip_network(f"{net.network_address}/{plen}"), (*base, "net6")
+    bounds = _bounds(
+        c,
+        pool,
+        ploc,
+        (pnet, pnet_loc),
+        f"allocation_pool_v6 is outside of its cidr {pnet}",
+        "allocation_pool_v6 start:{start} is bigger than or equal to end:{end}",
+    )
+    if bounds is None:
         return net, None
-    if start not in pnet or end not in pnet:
-        c.error("allocation_pool_v6 is outside of its cidr", ploc, key=True)
-        return net, None
-    if int(end) <= int(start):
-        c.error(f"allocation_pool_v6 start:{start} is bigger than or equal to end:{end}", ploc, key=True)
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
+    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
 
 
 BASE: PathKey = ("spec", "Options")
@@ -232,7 +250,7 @@ def _webhook_rules(c: Collector, kind: str, spec: dict[str, Any], opts: dict[str
         c.warn("AllowedTenants: ignored: a host-only node has no tenants", ("spec", "AllowedTenants"))
     vlan, vxlan = opts.get("vlan") or 0, opts.get("vxlan") or 0
     if vlan and vxlan:
-        c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", BASE, key=True)
+        c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", (*BASE, "vxlan"), key=True)
     if kind == "TenantNetwork" and (vlan or vxlan):
         c.error(
             "Manually configuring Spec.Options.vlan, or Spec.Options.vxlan attributes is not allowed for "
@@ -250,11 +268,15 @@ def _webhook_rules(c: Collector, kind: str, spec: dict[str, Any], opts: dict[str
     if ntype == "sriov" and (not pool or host):
         c.error(
             "Spec.Options.device_pool must, and Spec.Options.host_device cannot be provided for SR-IOV networks!",
-            BASE,
+            (*BASE, "host_device") if host else BASE,  # a host_device is there to remove; else device_pool is missing
             key=True,
         )
     elif ntype != "sriov" and host and pool:
-        c.error("Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!", BASE, key=True)
+        c.error(
+            "Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!",
+            (*BASE, "device_pool"),
+            key=True,
+        )
 
 
 def _static(c: Collector, opts: dict[str, Any], nid: str, ntype: str) -> dict[str, Any]:

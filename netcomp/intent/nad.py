@@ -41,7 +41,7 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         c.error(
             "spec.config is empty: netcomp needs the CNI configuration inline (Multus's lookup of a file by "
             "network name is not supported; use a static Network with networkID)",
-            ("spec",),
+            ("spec", "config") if "config" in spec else ("spec",),  # the empty value, or where it is missing
             key=True,
         )
         return None, c.diags
