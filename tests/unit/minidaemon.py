@@ -47,6 +47,7 @@ def mini_daemon(base: Path, sockdir: Path) -> Iterator[MiniDaemon]:
         "defaultNetwork": "lab",
         "socket": str(sockdir / "netcomp.sock"),
         "cacheDir": str(base / "cache"),
+        "ipamDir": str(base / "ipam"),
         "runtimeConfDir": str(base / "net.d"),
         "templateDir": str(base / "templates"),
         "allowedUids": [os.getuid()],

@@ -17,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from netcomp.daemon import protocol
 from netcomp.daemon.client import call
 from netcomp.errors import DelegateError
+from netcomp.ipam.allocator import Holder
+from netcomp.ipam.pool import Pool, Range
 from tests.conftest import ROOT
 from tests.unit.minidaemon import MiniDaemon, mini_daemon
 
@@ -77,8 +79,9 @@ def _exported(text: str) -> Exported:
 
 def _traffic(d: MiniDaemon) -> None:
     """A little of everything the metrics count, through the daemon's real paths: a CNI request, a request
-    refused (a body over maxRequestBytes), and a delegate exec (VERSION: the one that needs no namespace; the
-    stand-in plugin fails it)."""
+    refused (a body over maxRequestBytes), a delegate exec (VERSION: the one that needs no namespace; the
+    stand-in plugin fails it), and an address claimed and given back through the daemon's allocator (its
+    node-local store)."""
     config = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}).encode()
     body = json.loads(protocol.encode_request({"CNI_COMMAND": "VERSION"}, config))
     status, answer = call(d.sock, "POST", protocol.CNI_PATH, body)
@@ -90,6 +93,9 @@ def _traffic(d: MiniDaemon) -> None:
         assert s.recv(100).startswith(b"HTTP/1.1 413")
     with pytest.raises(DelegateError):
         d.daemon.runner.version("bridge")
+    alloc = d.daemon.addresses.allocator
+    pool = Pool("lab", ((Range.parse({"subnet": "10.99.0.0/29"}),),))
+    alloc.release([alloc.claim(pool, 0, Holder("c1", "eth0"))])
 
 
 @pytest.fixture(scope="module")
