@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket as _socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from netcomp import paths
+from netcomp import names, paths
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.intent.source import load_documents
@@ -17,6 +17,7 @@ from netcomp.paths import Root
 
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
 
 
 class SriovPool(BaseModel):
@@ -51,6 +52,26 @@ class KubeSettings(BaseModel):
     )
     networkStatus: bool = Field(
         default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
+    )
+    events: bool = Field(
+        default=True,
+        description="Record events on pods as Multus does: AddedInterface per interface, a warning when an ADD fails",
+    )
+    namespaceIsolation: bool = Field(
+        default=False,
+        description="A pod may use only the NetworkAttachmentDefinitions of its own namespace and of "
+        "globalNamespaces (Multus's option of the same name)",
+    )
+    globalNamespaces: list[Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=63)]] = Field(
+        default_factory=lambda: ["default"],
+        description="With namespaceIsolation: namespaces whose definitions every pod may use",
+    )
+    multusNamespace: str = Field(
+        default="kube-system",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="Where a pod's v1.multus-cni.io/default-network annotation finds a definition it names "
+        "without a namespace (Multus's option of the same name)",
     )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(

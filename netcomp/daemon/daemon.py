@@ -119,7 +119,9 @@ class Daemon:
         if self.settings.kubernetes is not None:
             from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
 
-            self.cluster = Cluster(self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics)
+            self.cluster = Cluster(
+                self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics, self.settings.nodeName
+            )
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
         )
@@ -133,7 +135,7 @@ class Daemon:
             vf_pool=self._vf_pool,
             owned_links=lambda: masters.owned(link_netns),
             remove_link=lambda name: masters.remove(name, link_netns),
-            pods=self.cluster,
+            pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
             crash=faults.from_env(environ),
@@ -386,12 +388,13 @@ class Daemon:
             self.notifier.status(self.status_line())
 
     def start_cluster(self) -> None:
-        """Follow the cluster's Network objects (a thread), waiting a bounded time for the first list so that the
-        first compile has them; a cluster that does not answer is retried in the background."""
-        if self.cluster is None or self.settings.kubernetes is None or not self.cluster.followers:
+        """Follow the cluster's Network objects and this node's pods (threads), waiting a bounded time for the
+        first list of objects so that the first compile has them; a cluster that does not answer is retried in
+        the background."""
+        if self.cluster is None or self.settings.kubernetes is None:
             return
         self.cluster.start(self.stop_event)
-        if not self.cluster.wait_synced(self.settings.kubernetes.timeout):
+        if self.cluster.followers and not self.cluster.wait_synced(self.settings.kubernetes.timeout):
             log.warning(
                 "cluster: no list of objects within %gs; starting with the %d known",
                 self.settings.kubernetes.timeout,
@@ -417,4 +420,6 @@ class Daemon:
                 with contextlib.suppress(FileNotFoundError):
                     Path(self.settings.socket).unlink()
         self.delegator.close()
+        if self.cluster is not None and self.settings.kubernetes is not None:
+            self.cluster.pods.flush(self.settings.kubernetes.timeout)  # the last ADDs' statuses and events
         return done

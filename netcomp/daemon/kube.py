@@ -8,14 +8,12 @@ loaded when the daemon starts with a cluster configured (its import alone costs 
   server is away the files stay: the node keeps serving the networks it knew. With
   `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
   `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
-- **Pods.** On ADD, a pod named in CNI_ARGS (kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME) is read for its
-  `k8s.v1.cni.cncf.io/networks` annotation; after ADD its `k8s.v1.cni.cncf.io/network-status` annotation is
-  written (best-effort, after the answer)."""
+- **Pods** (kubepods.py): the node's pods followed for the annotations they ask for networks with; their
+  network-status and events written after the answer."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -26,8 +24,8 @@ from typing import Any
 
 import yaml
 
+from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.metrics import Metrics
-from netcomp.delegate.select import NETWORK_STATUS, POD_NETWORKS, PodRef
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write
 from netcomp.settings import KubeSettings
@@ -86,7 +84,7 @@ RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 
 
 class Cluster:
-    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics) -> None:
+    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str) -> None:
         from kubernetes import client, config  # lazily: see the module docstring
 
         self.kube = kube
@@ -101,8 +99,10 @@ class Cluster:
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         self.followers = [_Follower(self, k) for k in kinds]
+        self.pods = PodWatch(self.core, kube, node, metrics, explain)
 
     def start(self, stop: threading.Event) -> None:
+        self.pods.start(stop)
         for f in self.followers:
             threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
@@ -128,46 +128,10 @@ class Cluster:
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
             "attachmentDefinitions": counts.get(NADS.plural, 0),
-            "lastError": errors[0] if errors else None,
+            "pods": self.pods.known() if self.kube.podNetworks else None,
+            "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
+            "lastError": errors[0] if errors else self.pods.last_error,
         }
-
-    # ------------------------------------------------------------------------------------------------ pods
-
-    def networks_annotation(self, pod: PodRef) -> str | None:
-        if not self.kube.podNetworks:
-            return None
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            # Raw JSON: the client's model classes would cost milliseconds per pod on the ADD path.
-            resp: Any = self.core.read_namespaced_pod(
-                pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
-            )
-            status = int(getattr(resp, "status", 200))
-            if not 200 <= status < 300:
-                raise ApiException(status=status, reason=str(getattr(resp, "reason", "")))
-            doc = json.loads(resp.data)
-        except ApiException as e:
-            if e.status == 404:
-                log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
-                return None
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(f"{e.status} {e.reason}") from None
-        except Exception as e:
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(explain(e)) from None
-        value = ((doc.get("metadata") or {}).get("annotations") or {}).get(POD_NETWORKS)
-        return value if isinstance(value, str) else None
-
-    def report(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
-        if not self.kube.networkStatus:
-            return
-        body = {"metadata": {"annotations": {NETWORK_STATUS: json.dumps(status, indent=2)}}}
-        try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _request_timeout=self.kube.timeout)
-        except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
-            self.metrics.kube_errors.labels("patch").inc()
-            log.warning("cannot write %s of pod %s: %s", NETWORK_STATUS, pod, getattr(e, "reason", None) or e)
 
 
 def explain(e: Exception) -> str:

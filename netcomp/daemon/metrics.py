@@ -63,10 +63,22 @@ class Metrics:
         )
         self.kube_errors = Counter(
             "netcomp_kubernetes_errors",
-            "Kubernetes API calls that failed (watch: Network objects; read/patch: pods)",
+            "Kubernetes API calls that failed (watch: objects and pods; read, patch: pods; event; dropped: writes "
+            "the full queue could not take)",
             ["op"],
             registry=self.registry,
         )
+        self.pod_lookups = Counter(
+            "netcomp_pod_lookups",
+            "Pods an ADD looked up, by where they came from: watch (the node's pods, no API call) or api (a GET: "
+            "a pod the watch had not delivered yet)",
+            ["source"],
+            registry=self.registry,
+        )
+        for source in ("watch", "api"):
+            self.pod_lookups.labels(source)  # shown at 0 before the first ADD
+        for op in ("watch", "read", "patch", "event", "dropped"):
+            self.kube_errors.labels(op)
 
     def wrap(self, inner: Exec) -> Exec:
         def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:

@@ -11,6 +11,7 @@ from typing import Any
 
 from netcomp.cni.cache import Attachment
 from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Allocator, Holder
 from netcomp.ipam.pool import Pool
@@ -23,11 +24,12 @@ def take(
     container_id: str,
     pod: str = "",
     pod_uid: str = "",
-    exact: Mapping[str, list[str]] | None = None,
+    asks: Mapping[str, Ask] | None = None,
 ) -> list[Claim]:
-    """Claim an address of each address family for every attachment whose network has a pool (`exact`: the
-    addresses asked for, by network), record them on the attachment and in its conflist. On any failure what was
-    claimed here is given back and the DelegateError raised."""
+    """Claim an address of each address family for every attachment whose network has a pool (exactly the
+    addresses its pod asks for, if any: `asks` by interface), record them on the attachment and in its conflist.
+    On any failure what was claimed here is given back and the DelegateError raised (naming the pod's item when
+    it was about an address it asked for)."""
     taken: list[Claim] = []
     try:
         for a in atts:
@@ -37,11 +39,15 @@ def take(
             if alloc is None:
                 raise DelegateError(E_INVALID_CONFIG, "this daemon has no address store", network=a.network)
             holder = Holder(container_id, a.ifname, pod, pod_uid)
-            wanted = [ipaddress.ip_address(x) for x in (exact or {}).get(a.network, [])]
+            item = (asks or {}).get(a.ifname)
+            wanted = [ip.ip for ip in item.ips] if item is not None else []
             claims = []
             for i, rs in enumerate(pool.sets):
-                ask = next((w for w in wanted if w.version == rs[0].subnet.version), None) if rs else None
-                claims.append(alloc.claim(pool, i, holder, ask))
+                exact = next((w for w in wanted if w.version == rs[0].subnet.version), None) if rs else None
+                try:
+                    claims.append(alloc.claim(pool, i, holder, exact))
+                except DelegateError as e:
+                    raise item.wrap(e) if item is not None and exact is not None else e from None
                 taken.append(claims[-1])
             a.claims = [c.to_doc() for c in claims]
             a.conflist = with_addresses(a.conflist, pool, claims)

@@ -36,12 +36,15 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import addresses, select
+from netcomp.delegate import addresses, podnets, select
+from netcomp.delegate import asks as podasks
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
+from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import Pods, network_status
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
+from netcomp.host import container
 from netcomp.host import netns as nsutil
 from netcomp.ipam.allocator import Allocator
 
@@ -126,38 +129,62 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- ADD
 
-    def plan_attachments(self, req: Request) -> list[Attachment]:
+    def plan_attachments(self, req: Request) -> tuple[list[Attachment], dict[str, Ask]]:
+        """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
+        already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
-        wants = [*req.wants, *self._pod_wants(req)]
+        pod, notes = req.pod, self._pod_annotations(req)
+        policy = self.pods.policy if self.pods is not None else podnets.Policy()
         default = self.default_network()
+        if default is not None:
+            default = select.resolve_node(default, nets)
+        default_ask: Ask | None = None
+        if pod is not None and notes.get(podnets.DEFAULT_NETWORK):
+            default_ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace)
+            if default_ask.ifname not in (None, req.ifname):
+                raise default_ask.error(f"interface: the default network is on the runtime's {req.ifname}")
+            default = podnets.resolve(default_ask, pod, nets, policy, isolated=False)
+        wants = [select.Want(select.resolve_node(w.network, nets), w.ifname) for w in req.wants]
+        pod_asks = (
+            podnets.parse_networks(notes[podnets.POD_NETWORKS], pod) if pod and notes.get(podnets.POD_NETWORKS) else []
+        )
+        podnets.check_together([*([default_ask] if default_ask else []), *pod_asks])
+        wants += [select.Want(podnets.resolve(a, pod, nets, policy), a.ifname) for a in pod_asks if pod]
         if default is None and not wants:
             raise DelegateError(
                 E_INVALID_CONFIG,
                 "no networks to join: no defaultNetwork is configured and none "
                 f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
             )
-        for name in [default, *(w.network for w in wants)]:
-            if name is not None and name not in nets:
-                raise DelegateError(
-                    E_INVALID_CONFIG, f"network {name!r} is not compiled on this node", "see `netcomp status`"
-                )
         named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
-        return [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
+        asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
+        held: list[Attachment] | None = None
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            if held is None and (ask.ips or ask.mac):
+                held = podasks.held_by_others(self.cache.entries(), req.container_id)
+            podasks.prepare(a, ask, held or [])
+            podasks.check_gateways(a, ask)
+        return atts, asks
 
-    def _pod_wants(self, req: Request) -> list[select.Want]:
-        pod = req.pod if self.pods is not None else None
-        if pod is None or self.pods is None:
-            return []
+    def _pod_annotations(self, req: Request) -> Mapping[str, str]:
+        """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
+        know); DelegateError 11 when the API server cannot say."""
+        if req.pod is None or self.pods is None:
+            return {}
         try:
-            value = self.pods.networks_annotation(pod)
+            return self.pods.annotations(req.pod)
         except HostError as e:
             raise DelegateError(
                 E_TRY_LATER,
-                f"cannot read pod {pod} from the Kubernetes API server: {e}",
-                f"the networks it asks for are in its {select.POD_NETWORKS} annotation; no plugin was run",
+                f"cannot read pod {req.pod} from the Kubernetes API server: {e}",
+                "the networks it asks for are in its annotations; no plugin was run",
             ) from None
-        return select.from_pod_annotation(value, pod) if value else []
 
     def add(self, req: Request) -> dict[str, Any]:
         entry = self.cache.load(req.container_id, req.ifname)
@@ -174,12 +201,23 @@ class Delegator:
             )
         if entry is not None:
             self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
-        atts = self.plan_attachments(req)
-        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
-        self.attach(entry, atts, req.netns, req.pod)
+        try:
+            atts, asks = self.plan_attachments(req)
+            entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+            self.attach(entry, atts, req.netns, req.pod, asks)
+        except DelegateError as e:
+            if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
+                reason = "NoNetworkFound" if isinstance(e, podnets.NoNetwork) else "FailedAddNetworks"
+                self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
+            raise
         if req.pod is not None and self.pods is not None:
-            status = network_status(atts, req.ifname)
-            self.pool.submit(self.pods.report, req.pod, status)  # after the answer; the ADD does not wait for it
+            for a in atts:
+                r = a.result or {}
+                if r.get("interfaces") or r.get("ips"):
+                    ips = " ".join(str(ip.get("address")) for ip in r.get("ips") or [])
+                    name = select.display_name(a.network, a.conflist)
+                    self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
+            self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
         return self.answer(req.ifname, req.cni_version, atts)
 
     def attach(
@@ -188,12 +226,13 @@ class Delegator:
         new: list[Attachment],
         netns_path: str,
         pod: select.PodRef | None = None,
-        exact: Mapping[str, list[str]] | None = None,
+        asks: Mapping[str, Ask] | None = None,
     ) -> None:
         """The one ADD path: check the namespace and the names, take host links, VFs and addresses, record the new
-        attachments (write-ahead), run their delegates side by side, and record the outcome; on any failure
-        DEL the new attachments again (which gives back what they took) and raise the first error. `exact`:
-        addresses asked for, by network."""
+        attachments (write-ahead), run their delegates side by side, check what the pod asked for and move its
+        default routes, and record the outcome; on any failure DEL the new attachments again (which gives back
+        what they took) and raise the first error. `asks`: what a pod asks of each attachment, by interface."""
+        asks = asks or {}
         fd, nid = nsutil.open_netns(netns_path)
         try:
             if nid in self.host_netns:
@@ -221,10 +260,10 @@ class Delegator:
         entry.netns, entry.netns_id = netns_path, nid
         held = self.host.hold_links(new)
         try:
-            vfs = self.host.take_vfs(new)
+            vfs = self.host.take_vfs(new, asks)
             try:
                 who = (str(pod), pod.uid) if pod is not None else ("", "")
-                claims = addresses.take(self.addresses, new, entry.container_id, *who, exact=exact)
+                claims = addresses.take(self.addresses, new, entry.container_id, *who, asks=asks)
                 self.crash("after-claim")
                 entry.attachments.extend(new)
                 try:
@@ -239,13 +278,13 @@ class Delegator:
                 if claims and self.addresses is not None:
                     self.addresses.settle(claims)  # recorded now: no longer only in flight
                 self.crash("after-write-ahead")
-                self._run_add(entry, new)
+                self._run_add(entry, new, asks)
             finally:
                 self.host.release_vfs(vfs)  # in the cache (or rolled back) by now: no longer needs a reservation
         finally:
             self.host.release_links(held)
 
-    def _run_add(self, entry: Entry, new: list[Attachment]) -> None:
+    def _run_add(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
         def one(a: Attachment) -> dict[str, Any]:
             return self.runner.add(a.conflist, self.runtime_conf(entry, a, entry.netns))
 
@@ -260,6 +299,11 @@ class Delegator:
                 a.result = fut.result()
             except Exception as e:
                 first_error = first_error or as_delegate_error(e, a.network)
+        if first_error is None and asks:
+            try:
+                self._fulfil(entry, new, asks)
+            except DelegateError as e:
+                first_error = e
         if first_error is None:
             for a in new:
                 a.state = "attached"
@@ -274,6 +318,26 @@ class Delegator:
                 self.detach(entry, new, target.path, why="rollback")
             raise first_error
         self.crash("before-answer")
+
+    def _fulfil(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
+        default routes are where the pod's default-route puts them (recorded in the results)."""
+        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            for a in new:
+                ask = asks.get(a.ifname)
+                if ask is not None and (ask.mac is not None or ask.ips):
+                    podasks.check(a, ask, container.link_state(target.path, a.ifname))
+            moves = podasks.routes([(a, asks.get(a.ifname)) for a in new])
+            if not moves:
+                return
+            try:
+                container.set_default_routes(target.path, moves)
+            except container.RouteRefused as e:
+                owner = next(asks[a.ifname] for a in new if a.ifname == e.ifname)
+                raise owner.error(
+                    f"default-route: {e}", "the gateway must be on the network's subnet", code=E_INVALID_CONFIG
+                ) from None
+        podasks.record_routes(new, moves)
 
     def save(self, entry: Entry) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""

@@ -8,12 +8,10 @@ from typing import Any
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment, Entry
-from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import select
 from netcomp.delegate.delegator import Delegator, prefixes
 from netcomp.delegate.request import check_container_id
-from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
 
 
@@ -31,7 +29,8 @@ def hotplug(
         if command == "DEL":
             if entry is None:
                 return {}
-            gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
+            key = network.replace("/", ".")  # a definition's namespace/name is namespace.name on the node
+            gone = [a for a in entry.attachments if a.network == key and (not ifname or a.ifname == ifname)]
             if gone:
                 with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
@@ -41,8 +40,7 @@ def hotplug(
         else:
             d.undo_unfinished(entry)
         nets = d.networks()
-        if network not in nets:
-            raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
+        network = select.resolve_node(network, nets)
         wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
         named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes(nets))
         att = Attachment(network, named[-1][1], nets[network])

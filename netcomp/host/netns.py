@@ -20,8 +20,9 @@ import fcntl
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from netcomp.cni.cache import NetnsId
 from netcomp.cni.codes import E_INVALID_ENV
@@ -30,6 +31,7 @@ from netcomp.errors import DelegateError, HostError
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 def _setns(fd: int) -> None:
@@ -89,17 +91,18 @@ def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
     return out
 
 
-def existing(netns: str | int, names: Iterable[str]) -> set[str]:
-    """Which of `names` already exist as links in the network namespace (a path, or an fd on it)."""
-    wanted = list(names)
+def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
+    """work() run on a fresh thread that has entered the network namespace (a path, or an fd on it) and leaves it
+    after; its exceptions are raised here. DelegateError (4) when netns is not a network namespace; an OSError of
+    work (netlink trouble) is the host's: HostError, saying `what` was being done."""
     if isinstance(netns, int):
         fd, label, own_fd = netns, f"fd {netns}", False
     else:
         fd, _ = open_netns(netns)
         label, own_fd = netns, True
-    box: dict[str, object] = {}
+    box: dict[str, Any] = {}
 
-    def work() -> None:
+    def run() -> None:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             try:
@@ -108,24 +111,32 @@ def existing(netns: str | int, names: Iterable[str]) -> set[str]:
                 box["error"] = DelegateError(E_INVALID_ENV, f"{label} is not a network namespace: {e.strerror}")
                 return
             try:
-                box["found"] = {name for _, name in socket.if_nameindex()} & set(wanted)
+                box["value"] = work()
             except OSError as e:  # netlink trouble is the host's, not the request's
-                box["error"] = HostError(f"cannot list links in {label}: {e}")
+                box["error"] = HostError(f"cannot {what} in {label}: {e}")
+            except Exception as e:
+                box["error"] = e
             finally:
                 _setns(own)  # if this fails the thread ends here, never serving again
         finally:
             os.close(own)
 
     try:
-        t = threading.Thread(target=work, name="netns-check", daemon=True)
+        t = threading.Thread(target=run, name="netns", daemon=True)
         t.start()
         t.join()
     finally:
         if own_fd:
             os.close(fd)
     if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box.get("found", set())  # type: ignore[return-value]
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def existing(netns: str | int, names: Iterable[str]) -> set[str]:
+    """Which of `names` already exist as links in the network namespace (a path, or an fd on it)."""
+    wanted = set(names)
+    return inside(netns, lambda: {name for _, name in socket.if_nameindex()} & wanted, "list links")
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ IPInterface: TypeAlias = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
 
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_LABEL = f"^{names.DNS_LABEL}$"
 IFNAME = f"^{names.INTENT_IFNAME}$"
 NETWORK_ID = r"^[-A-Za-z0-9_.]+$"  # a file-name stem: no '/', never '..' alone
 PCI_ADDRESS = f"^{names.PCI_ADDRESS}$"

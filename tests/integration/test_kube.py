@@ -177,7 +177,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
         custom.create_namespaced_custom_object(*nad_gvp, nad)
         core.create_namespaced_pod("default", pod_asking("p2", "default/nad-br"))
         try:
-            wait_for(dl, lambda: "nad-br" in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
+            wait_for(dl, lambda: "default.nad-br" in dl.daemon.state.networks(), "the definition compiled")
             assert (dl.base / "cluster.d" / "default.nad-br.nad.yaml").exists()
             assert dl.daemon.status()["kubernetes"]["attachmentDefinitions"] == 1
             ctr = dl.lab.container()
@@ -186,7 +186,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
             assert dl.lab.addrs(ctr, "net0")[0].startswith("10.95.0.")
             assert dl.shim("DEL", ctr, args=args)[0] == 0
             custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
-            wait_for(dl, lambda: "nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
+            wait_for(dl, lambda: "default.nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
         finally:
             core.delete_namespaced_pod("p2", "default", grace_period_seconds=0)
             with _absent():
