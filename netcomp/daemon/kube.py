@@ -186,6 +186,8 @@ class _Follower:
                 backoff = min(backoff * 2, MAX_BACKOFF)
             except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
                 rv = None
+                if stop.is_set():  # the watch ended by the daemon stopping, not by a failure
+                    return
                 self._failed(explain(e))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)

@@ -66,6 +66,7 @@ class PodWatch:
         self.policy = podnets.Policy(kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace)
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
+        self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
         self.synced = threading.Event()
         self.last_error: str | None = None
         self._writes: queue.Queue[tuple[str, PodRef, Any] | None] = queue.Queue(QUEUE)
@@ -79,6 +80,10 @@ class PodWatch:
     def known(self) -> int:
         with self._lock:
             return len(self._pods)
+
+    def has(self, namespace: str, name: str) -> bool:
+        """Whether the watch has delivered the pod (call with `changed` held to wait for it)."""
+        return (namespace, name) in self._pods
 
     # ------------------------------------------------------------------------------------------------ in
 
@@ -134,6 +139,8 @@ class PodWatch:
                 backoff = min(backoff * 2, MAX_BACKOFF)
             except Exception as e:
                 rv = None
+                if stop.is_set():  # the watch ended by the daemon stopping, not by a failure
+                    return
                 self._failed(self.explain(e))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
@@ -149,6 +156,7 @@ class PodWatch:
         pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
         with self._lock:
             self._pods = pods
+            self.changed.notify_all()
         self.last_error = None
         self.synced.set()
         log.info("cluster: %d pods on node %s", len(pods), self.node)
@@ -181,6 +189,7 @@ class PodWatch:
                         self._pods.pop(kept[0], None)
                     else:
                         self._pods[kept[0]] = kept[1]
+                    self.changed.notify_all()
         finally:
             w.stop()
         return rv

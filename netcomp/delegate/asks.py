@@ -135,7 +135,7 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
                 "capability"
             )
         runtime["deviceID"] = ask.device_id
-    _not_held(a.network, ask, held, name)
+    _not_held(a.network, ask, held, name, addresses=Pool.of(a.network, conf) is None)
     a.conflist = conf
     a.capability_args = runtime
     if cni_args:
@@ -163,12 +163,12 @@ def _into_ipam_args(conf: dict[str, Any], ask: Ask, name: str, values: dict[str,
     )
 
 
-def _not_held(network: str, ask: Ask, held: Iterable[Attachment], name: str) -> None:
+def _not_held(network: str, ask: Ask, held: Iterable[Attachment], name: str, *, addresses: bool) -> None:
     """An address or MAC the pod asks for that another container holds on this network (from the node's
-    records; a netcomp pool's claims are checked cluster-wide by the allocator instead)."""
-    if not ask.ips and ask.mac is None:
+    records). `addresses` False: a netcomp pool's, whose claims the allocator checks cluster-wide instead."""
+    wanted = {ip.ip for ip in ask.ips} if addresses else set()
+    if not wanted and ask.mac is None:
         return
-    wanted = {ip.ip for ip in ask.ips}
     for other in held:
         if other.network != network or other.result is None:
             continue
