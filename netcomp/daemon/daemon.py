@@ -347,6 +347,8 @@ class Daemon:
             sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
         )
         self.server.on_tick = self._tick
+        if self.cluster is not None:
+            self.cluster.pods.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec
         self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early

@@ -6,9 +6,11 @@
   API server; a pod the watch has not delivered yet (an ADD that raced the binding, a pod with no node, the
   watch away) is read with one GET, as raw JSON: the client's model objects would cost milliseconds.
 - **Out: a queue, never the ADD's time.** network-status patches and events (AddedInterface per interface, a
-  warning when an ADD fails) go to a bounded queue that one writer thread empties; a full queue drops and
-  counts. A patch carries the pod's uid as a precondition, so a pod deleted and made again under its name is
-  never given the old one's status."""
+  warning when an ADD fails) go to a bounded queue that one writer thread empties when no CNI request has been
+  served for QUIET seconds (at most QUIET_LIMIT later: a write costs the API client's CPU, and on a small node the
+  API server's, which the next DEL would otherwise wait for); a full queue drops and counts. A patch carries the
+  pod's uid as a precondition, so a pod deleted and made again under its name is never given the old one's
+  status."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
 MAX_BACKOFF = 30.0
 QUEUE = 1024  # writes waiting; beyond, dropped and counted
+QUIET = 0.05  # a write waits until no CNI request has been served for this long...
+QUIET_LIMIT = 2.0  # ...but never longer than this
 MAX_MESSAGE = 1024  # an event's message, as the events API bounds it
 
 
@@ -70,6 +74,8 @@ class PodWatch:
         self.synced = threading.Event()
         self.last_error: str | None = None
         self._writes: queue.Queue[tuple[str, PodRef, Any] | None] = queue.Queue(QUEUE)
+        # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
+        self.quiet: Callable[[float, float], object] = lambda settle, limit: True
 
     def start(self, stop: threading.Event) -> None:
         if self.kube.podNetworks:
@@ -235,6 +241,7 @@ class PodWatch:
                 continue
             try:
                 if item is not None:
+                    self.quiet(QUIET, QUIET_LIMIT)  # not while the node's ADDs and DELs need the CPU
                     kind, pod, what = item
                     self._write_status(pod, what) if kind == "status" else self._write_event(pod, *what)
             finally:

@@ -26,6 +26,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,7 @@ class Server:
         self.tick_every = 0.5
         self.served = 0
         self._busy = 0
+        self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
         self.changed = threading.Condition()
         self._pool = ThreadPoolExecutor(limits.max_in_flight, thread_name_prefix="request")
@@ -146,6 +148,7 @@ class Server:
     def enter(self) -> None:
         with self.changed:
             self._busy += 1
+            self._last_change = time.monotonic()
             self.changed.notify_all()
         self.metrics.in_flight.inc()
 
@@ -154,7 +157,25 @@ class Server:
         with self.changed:
             self._busy -= 1
             self.served += 1
+            self._last_change = time.monotonic()
             self.changed.notify_all()
+
+    def wait_quiet(self, settle: float, limit: float) -> bool:
+        """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
+        for work that must not compete with requests for the CPU, such as the cluster's writes."""
+        deadline = time.monotonic() + limit
+        with self.changed:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    return False
+                if self._busy or self._waiting:
+                    self.changed.wait(deadline - now)
+                    continue
+                quiet_for = now - self._last_change
+                if quiet_for >= settle:
+                    return True
+                self.changed.wait(min(settle - quiet_for, deadline - now))
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Until predicate() (about in_flight, queued, served) holds, or timeout."""
