@@ -27,8 +27,10 @@ import pytest
 
 from tests.integration import multusshim as ms
 from tests.integration.daemonlab import daemon_lab
+from tests.integration.kubeapi import ApiServer, api_server
 from tests.integration.netns import ip
 from tests.integration.procdaemon import ProcNode, proc_node
+from tests.integration.test_kube import STATUS, kube_lab, pod_asking, wait_for
 
 pytestmark = pytest.mark.root
 MULTUS_SHIM = Path(os.environ.get("NETCOMP_MULTUS_SHIM", "/var/cache/netcomp-test/multus-shim/multus-shim"))
@@ -188,6 +190,11 @@ def test_a_refused_request_reaches_the_runtime_in_multus_shims_words(node: ProcN
     assert status == 400 and json.loads(body)["code"] == 6
     status, body = ms.exchange(sock, ms.post("/cni", b"null"))
     assert status == 400 and json.loads(body)["code"] == 6
+    # Multus's hot-plug request (its api.CreateDelegateRequest) is not netcomp's /delegate: refused, not misread.
+    env = {k: v for k, v in environ("ADD", ctr).items() if k.startswith("CNI_") and k != "CNI_PATH"}
+    delegate = '{"env":' + ms.go_json(env) + ',"config":"e30=","interfaceAttributes":{"cni-args":null}}'
+    status, body = ms.exchange(sock, ms.post("/delegate", delegate.encode()))
+    assert status == 400 and json.loads(body)["code"] == 7 and node.lab.links(ctr) == ["lo"]
 
 
 def test_readiness_check_waits_in_the_backlog_for_a_restarting_daemon(node: ProcNode) -> None:
@@ -421,3 +428,93 @@ def test_real_multus_shim_error_and_restart(node: ProcNode, tmp_path: Path) -> N
     check_attached(node, ctr, "0.3.1", json.loads(out))
     assert run_shim(environ("DEL", ctr), stdin)[:2] == (0, None)
     check_detached(node, ctr, cache, leases)
+
+
+# ------------------------------------------------------------------------------ a Multus node's pods
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, the API server's binaries)")
+    with api_server(tmp_path_factory.mktemp("kube")) as a:
+        yield a
+
+
+def run_verb(client: str, daemon_socket_dir: Path, env: dict[str, str], stdin: bytes) -> tuple[int, Any]:
+    """One CNI verb through the real multus-shim (`binary`) or the wire-level client and multusshim's account of
+    what multus-shim prints (`wire`): (exit status, what is printed)."""
+    if client == "binary":
+        return run_shim(env, stdin)[:2]
+    sock = str(daemon_socket_dir / ms.SOCKET_NAME)
+    assert ms.exchange(sock, ms.healthz())[0] == 200
+    status, body = ms.exchange(sock, ms.cni(env, stdin))
+    return ms.outcome(env["CNI_COMMAND"], stdin, status, body)
+
+
+@pytest.mark.parametrize("client", ["wire", pytest.param("binary", marks=needs_binary)])
+def test_a_multus_node_keeps_its_pods_and_definitions(api: ApiServer, tmp_path: Path, client: str) -> None:
+    """The move the issue names: Multus's shim and conf file kept, its NetworkAttachmentDefinition and the pod's
+    annotation as they were, the daemon swapped. Kubelet's CNI_ARGS name the pod; nothing netcomp-specific is
+    sent."""
+    from kubernetes import client as k8s
+    from kubernetes import config, watch
+    from kubernetes.client.exceptions import ApiException
+
+    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    core, custom = k8s.CoreV1Api(admin), k8s.CustomObjectsApi(admin)
+    nad_gvp = ("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions")
+    nad, pod = f"mshim-{client}", f"mshim-{client}"
+    with kube_lab(tmp_path, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
+        conf_doc = {
+            "cniVersion": "0.3.1",
+            "name": nad,
+            "type": "bridge",
+            "bridge": "ncmsh0",
+            "ipam": {"type": "host-local", "subnet": "10.96.0.0/24", "dataDir": f"{dl.base}/ipam"},
+        }
+        spec = {"config": json.dumps(conf_doc)}
+        custom.create_namespaced_custom_object(
+            *nad_gvp,
+            {
+                "apiVersion": "k8s.cni.cncf.io/v1",
+                "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": nad},
+                "spec": spec,
+            },
+        )
+        core.create_namespaced_pod("default", pod_asking(pod, f"default/{nad}@net1"))
+        try:
+            wait_for(dl, lambda: nad in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
+            d = tmp_path / "multus"
+            d.mkdir(mode=0o700)
+            (d / ms.SOCKET_NAME).symlink_to(dl.sock)
+            ctr = dl.lab.container()
+            args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=ctr-{ctr}"
+            stdin = conf("0.3.1", d)
+
+            rc, printed = run_verb(client, d, environ("ADD", ctr, args), stdin)
+            assert rc == 0, printed
+            assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "net1"]
+            assert dl.lab.addrs(ctr, "net1")[0].startswith("10.96.0.")
+            assert printed["cniVersion"] == "0.3.1" and printed["ips"][0]["address"] == dl.lab.addrs(ctr, "eth0")[0]
+            got = None
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod, "default", field_selector=f"metadata.name={pod}", timeout_seconds=60
+            ):
+                got = (event["object"].metadata.annotations or {}).get(STATUS)
+                if got:
+                    break
+            assert got, "network-status was not written"
+            status = json.loads(got)
+            assert [(s["interface"], s.get("default", False)) for s in status] == [("eth0", True), ("net1", False)]
+            for s in status:
+                assert [f"{a}/24" for a in s["ips"]] == dl.lab.addrs(ctr, s["interface"])
+
+            assert run_verb(client, d, environ("DEL", ctr, args), stdin) == (0, None)
+            assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
+        finally:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(pod, "default", grace_period_seconds=0)
+            with contextlib.suppress(ApiException):
+                custom.delete_namespaced_custom_object(*nad_gvp, nad)
