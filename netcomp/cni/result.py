@@ -11,8 +11,9 @@ from netcomp.cni.codes import E_INCOMPATIBLE
 from netcomp.cni.spec import SUPPORTED_VERSIONS
 from netcomp.errors import DelegateError
 
-# The versions whose results carry `version` on each IP (the shape before 1.0.0).
+# The versions whose results carry `version` on each IP (the shape before 1.0.0), and the first without it.
 IP_VERSIONED = ("0.3.0", "0.3.1", "0.4.0")
+FIRST_UNVERSIONED = next(v for v in SUPPORTED_VERSIONS if v not in IP_VERSIONED)
 
 
 def convert(result: dict[str, Any], version: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from netcomp.cni.codes import E_DECODE, E_INVALID_ENV
-from netcomp.cni.result import IP_VERSIONED
+from netcomp.cni.result import FIRST_UNVERSIONED, IP_VERSIONED
 from netcomp.cni.spec import DEFAULT_VERSION
 
 CNI_PATH = "/cni"
@@ -39,7 +39,7 @@ def wrapped_version(version: str) -> str:
     (`types/100.Result`, which has no `version` per IP) and converts it to its config's cniVersion: a 0.3.x/0.4.0
     result would come out unconverted and without `version`; from 1.x the conversion puts it back. Multus's own
     daemon answers in 1.x too (`serializeResult`)."""
-    return "1.0.0" if version in IP_VERSIONED else version
+    return FIRST_UNVERSIONED if version in IP_VERSIONED else version
 
 
 class ProtocolError(ValueError):
