@@ -485,7 +485,11 @@ def test_a_multus_node_keeps_its_pods_and_definitions(api: ApiServer, tmp_path: 
         )
         core.create_namespaced_pod("default", pod_asking(pod, f"default/{nad}@net1"))
         try:
-            wait_for(dl, lambda: nad in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
+
+            def compiled() -> bool:  # `<name>`, or `<namespace>.<name>` where definitions keep their namespace
+                return any(n.rsplit(".", 1)[-1] == nad for n in dl.daemon.state.networks())
+
+            wait_for(dl, compiled, "the NetworkAttachmentDefinition compiled")
             d = tmp_path / "multus"
             d.mkdir(mode=0o700)
             (d / ms.SOCKET_NAME).symlink_to(dl.sock)
