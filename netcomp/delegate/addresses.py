@@ -43,7 +43,10 @@ def take(
             wanted = [ip.ip for ip in item.ips] if item is not None else []
             claims = []
             for i, rs in enumerate(pool.sets):
-                exact = next((w for w in wanted if w.version == rs[0].subnet.version), None) if rs else None
+                family = rs[0].subnet.version if rs else 0
+                exact = next((w for w in wanted if w.version == family), None)
+                if exact is None and item is not None and item.families is not None and family not in item.families:
+                    continue  # DANM's ip/ip6 none (or not given): no address of that family
                 try:
                     claims.append(alloc.claim(pool, i, holder, exact))
                 except DelegateError as e:
@@ -64,7 +67,7 @@ def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim])
     addresses = []
     for c in claims:
         addr = ipaddress.ip_address(c.address)
-        r = pool.range_of(addr)
+        r = pool.range_for(addr)
         assert r is not None, "a claim is of its pool"
         entry: dict[str, Any] = {"address": f"{addr}/{r.subnet.prefixlen}"}
         if r.gateway is not None:
@@ -74,7 +77,10 @@ def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim])
     for p in conf.get("plugins") or []:
         ipam = p.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type") == "static":
-            ipam["addresses"] = addresses
+            if addresses:
+                ipam["addresses"] = addresses
+            else:
+                del p["ipam"]  # no address asked for (DANM's ip: none): an L2 attachment
             break
     return conf
 

@@ -29,7 +29,7 @@ from typing import Any
 from netcomp.cni.cache import Attachment, Entry
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.select import display_name
-from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState
+from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
 from netcomp.ipam.pool import Pool
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -81,6 +81,9 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
     cni_args: list[tuple[str, str]] = []
     name = display_name(a.network, conf)
     nets = subnets(a.network, conf)
+    pool = Pool.of(a.network, conf)
+    if ask.kind is not None:
+        _danm(ask, conf, name, pool)
     if ask.ips:
         for ip, prefixed in zip(ask.ips, ask.prefixed, strict=True):
             if nets is None:
@@ -94,7 +97,7 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
                     f"ips: {ip} has another prefix than network {name}'s subnet ({', '.join(map(str, nets))})",
                     "no plugin was run",
                 )
-        if Pool.of(a.network, conf) is None:
+        if pool is None:
             written = [str(ip) if p else str(ip.ip) for ip, p in zip(ask.ips, ask.prefixed, strict=True)]
             if "ips" in caps:
                 runtime["ips"] = written
@@ -135,7 +138,7 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
                 "capability"
             )
         runtime["deviceID"] = ask.device_id
-    _not_held(a.network, ask, held, name, addresses=Pool.of(a.network, conf) is None)
+    _not_held(a.network, ask, held, name, addresses=pool is None)
     a.conflist = conf
     a.capability_args = runtime
     if cni_args:
@@ -143,6 +146,31 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
         if not any(p.partition("=")[0] == "IgnoreUnknown" for p in pairs):
             pairs.insert(0, "IgnoreUnknown=1")  # the other plugins of the chain must not refuse MAC
         a.args = ";".join([*pairs, *(f"{k}={v}" for k, v in cni_args)])
+
+
+def _danm(ask: Ask, conf: Mapping[str, Any], name: str, pool: Pool | None) -> None:
+    """DANM's rules for a connection: an address asked of a network with no CIDR (an L2 one) is refused, as
+    DANM's IPAM refuses it (a static backend's own IPAM decides: only an exact address reaches it); proutes need
+    the network's rt_tables."""
+    meta = conf.get("netcomp") or {}
+    if ask.families and pool is None and meta.get("type") != "static":
+        raise ask.error(
+            f"ip: network {name} has no cidr or net6 (an L2 network): no address can be allocated on it",
+            "ask for ip: none, or give the network a cidr",
+        )
+    if pool is not None and ask.families:
+        have = {rs[0].subnet.version for rs in pool.sets if rs}
+        missing = sorted(set(ask.families) - have)
+        if missing:
+            v = missing[0]
+            raise ask.error(
+                f"{'ip' if v == 4 else 'ip6'}: network {name} has no {'cidr' if v == 4 else 'net6'}: no IPv{v} "
+                "address can be allocated on it"
+            )
+    if ask.proutes and not meta.get("routeTable"):
+        raise ask.error(
+            f"proutes: network {name} has no rt_tables, the table a pod's proutes go to", "give it Options.rt_tables"
+        )
 
 
 def _field(capability: str) -> str:
@@ -216,6 +244,26 @@ def check(a: Attachment, ask: Ask, state: LinkState | None) -> None:
                 f"ips: network {name}'s plugins did not give {a.ifname} the address {ip.ip}",
                 "its IPAM reads neither the 'ips' capability nor args.cni.ips (host-local and static do)",
             )
+
+
+def policy_routes(a: Attachment, ask: Ask, state: LinkState | None) -> list[PolicyRoutes]:
+    """DANM's proutes of a connection: per address family, a rule from the interface's address (with its prefix
+    length) to the network's rt_tables, and the routes in it."""
+    table = int((a.conflist.get("netcomp") or {})["routeTable"])  # prepare() refused a network without one
+    out = []
+    for version in (4, 6):
+        routes = tuple((str(d), str(g)) for d, g in ask.proutes if d.version == version)
+        if not routes:
+            continue
+        source = next(
+            (x for x in (state.addresses if state else ()) if ipaddress.ip_interface(x).version == version), None
+        )
+        if source is None:
+            raise ask.error(
+                f"proutes{'6' if version == 6 else ''}: {a.ifname} has no IPv{version} address to route from"
+            )
+        out.append(PolicyRoutes(a.ifname, table, source, routes))
+    return out
 
 
 def routes(atts: list[tuple[Attachment, Ask | None]]) -> list[DefaultRoute]:

@@ -36,7 +36,7 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import addresses, podnets, select
+from netcomp.delegate import addresses, podnets, podplan, select
 from netcomp.delegate import asks as podasks
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
@@ -138,18 +138,12 @@ class Delegator:
         default = self.default_network()
         if default is not None:
             default = select.resolve_node(default, nets)
-        default_ask: Ask | None = None
-        if pod is not None and notes.get(podnets.DEFAULT_NETWORK):
-            default_ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace)
-            if default_ask.ifname not in (None, req.ifname):
-                raise default_ask.error(f"interface: the default network is on the runtime's {req.ifname}")
-            default = podnets.resolve(default_ask, pod, nets, policy, isolated=False)
         wants = [select.Want(select.resolve_node(w.network, nets), w.ifname) for w in req.wants]
-        pod_asks = (
-            podnets.parse_networks(notes[podnets.POD_NETWORKS], pod) if pod and notes.get(podnets.POD_NETWORKS) else []
-        )
-        podnets.check_together([*([default_ask] if default_ask else []), *pod_asks])
-        wants += [select.Want(podnets.resolve(a, pod, nets, policy), a.ifname) for a in pod_asks if pod]
+        asked = podplan.plan(pod, notes, nets, policy, req.ifname) if pod is not None else podplan.PodNetworks()
+        if asked.default is not None:
+            default = asked.default  # the pod's choice, in the node default's place
+        wants += [w for w, _ in asked.more]
+        default_ask, pod_asks = asked.default_ask, [a for _, a in asked.more]
         if default is None and not wants:
             raise DelegateError(
                 E_INVALID_CONFIG,
@@ -323,21 +317,29 @@ class Delegator:
         """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
         default routes are where the pod's default-route puts them (recorded in the results)."""
         with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            policy: list[container.PolicyRoutes] = []
             for a in new:
                 ask = asks.get(a.ifname)
-                if ask is not None and (ask.mac is not None or ask.ips):
-                    podasks.check(a, ask, container.link_state(target.path, a.ifname))
+                if ask is None:
+                    continue
+                state = None
+                if ask.mac is not None or ask.ips or ask.proutes:
+                    state = container.link_state(target.path, a.ifname)
+                    podasks.check(a, ask, state)
+                if ask.proutes:
+                    policy += podasks.policy_routes(a, ask, state)
             moves = podasks.routes([(a, asks.get(a.ifname)) for a in new])
-            if not moves:
-                return
             try:
-                container.set_default_routes(target.path, moves)
+                if policy:
+                    container.add_policy_routes(target.path, policy)
+                if moves:
+                    container.set_default_routes(target.path, moves)
             except container.RouteRefused as e:
                 owner = next(asks[a.ifname] for a in new if a.ifname == e.ifname)
-                raise owner.error(
-                    f"default-route: {e}", "the gateway must be on the network's subnet", code=E_INVALID_CONFIG
-                ) from None
-        podasks.record_routes(new, moves)
+                what = "proutes" if owner.proutes and not owner.gateways else "default-route"
+                raise owner.error(f"{what}: {e}", "a gateway must be on the network's subnet") from None
+        if moves:
+            podasks.record_routes(new, moves)
 
     def save(self, entry: Entry) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""

@@ -27,7 +27,11 @@ from netcomp.names import DNS_LABEL_RE
 POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
-ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK)  # what the daemon keeps of a pod
+DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, before and after its 4.3 rename
+ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
+DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
+DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
+DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
 # Keys of a network selection element whose value is passed on as runtimeConfig (CNI "capabilities"): the
 # plugins that declare the capability get it, as libcni gives them (and Multus through it).
@@ -50,6 +54,7 @@ _BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class NoNetwork(DelegateError):
@@ -71,6 +76,11 @@ class Ask:
     cni_args: Mapping[str, Any] | None = None
     device_id: str | None = None
     capabilities: Mapping[str, Any] = field(default_factory=dict)  # runtimeConfig by capability name
+    # DANM's element: the kind it names; the address families to give an address of (`ip`/`ip6` dynamic or an
+    # address; None: every family the network has, as for Multus's pods); proutes(6) as (destination, gateway).
+    kind: str | None = None
+    families: frozenset[int] | None = None
+    proutes: tuple[tuple[IPNetwork, IPAddress], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -297,6 +307,85 @@ def check_together(asks: list[Ask]) -> None:
         )
 
 
+def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
+    """(key, value) of the pod's DANM interfaces annotation, if it has one."""
+    return next(((k, notes[k]) for k in DANM_INTERFACES if notes.get(k)), None)
+
+
+def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
+    """DANM's interfaces annotation: a JSON list of connections, each naming exactly one of a DanmNet (`network`)
+    or TenantNetwork of the pod's namespace or a ClusterNetwork, with `ip`/`ip6` (`dynamic`, `none`, or an address
+    in the network's CIDR; none given: no address of that family) and `proutes`/`proutes6`. Interface names are
+    the caller's (they depend on the networks' prefixes)."""
+    head = f"pod {pod}: annotation {annotation}"
+    try:
+        doc = json.loads(value)
+    except ValueError as e:
+        raise _problem(head, f"is not JSON: {e}") from None
+    if not isinstance(doc, list):
+        raise _problem(head, "must be a JSON list of connections")
+    return [_danm_element(item, i, head, pod) for i, item in enumerate(doc)]
+
+
+def _danm_element(item: Any, i: int, head: str, pod: PodRef) -> Ask:
+    where = f"{head}: connection {i}"
+    if not isinstance(item, dict):
+        raise _problem(where, "is not an object")
+    unknown = sorted(set(item) - set(DANM_KEYS))
+    if unknown:
+        raise _problem(where, f"{', '.join(map(repr, unknown))}: not a key of DANM's (it takes {', '.join(DANM_KEYS)})")
+    refs = [(k, v) for k, v in item.items() if k in DANM_REFS and v]
+    if len(refs) != 1:
+        raise _problem(where, "names a network in exactly one of network, tenantNetwork, clusterNetwork")
+    key, name = refs[0]
+    where += f" ({key} {str(name)[:60]!r})"
+    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+        raise _problem(where, f"{key} must be the network's name, a DNS-1123 label")
+    kind = DANM_REFS[key]
+    ask = Ask(name, pod.namespace if kind in DANM_NAMESPACED else "", where, kind=kind)
+    families: set[int] = set()
+    ips: list[IPInterface] = []
+    for field_, version in (("ip", 4), ("ip6", 6)):
+        v = item.get(field_)
+        if v in (None, "", "none"):
+            continue
+        if not isinstance(v, str):
+            raise ask.error(f"{field_} must be a string: dynamic, none or an address")
+        families.add(version)
+        if v == "dynamic":
+            continue
+        try:
+            addr = ipaddress.ip_interface(v).ip  # DANM drops a prefix length: the network's is used
+        except ValueError:
+            raise ask.error(f"{field_}: {v[:60]!r} is not dynamic, none or an IPv{version} address") from None
+        if addr.version != version:
+            raise ask.error(f"{field_}: {v} is not an IPv{version} address")
+        ips.append(ipaddress.ip_interface(addr))
+    routes: list[tuple[IPNetwork, IPAddress]] = []
+    for field_, version in (("proutes", 4), ("proutes6", 6)):
+        value = item.get(field_)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ask.error(f"{field_} must be an object of destination CIDR to gateway")
+        for dst, gw in value.items():
+            try:
+                d, g = ipaddress.ip_network(str(dst), strict=False), ipaddress.ip_address(str(gw))
+            except ValueError:
+                raise ask.error(f"{field_}: {str(dst)[:60]}: {str(gw)[:60]} is not a CIDR and a gateway") from None
+            if d.version != version or g.version != version:
+                raise ask.error(f"{field_}: {dst}: {gw} is not IPv{version}")
+            if version not in families:
+                raise ask.error(
+                    f"{field_}: the interface gets no IPv{version} address ({'ip' if version == 4 else 'ip6'} is "
+                    "none), so there is no source for the policy rule"
+                )
+            routes.append((d, g))
+    return replace(
+        ask, ips=tuple(ips), prefixed=(False,) * len(ips), families=frozenset(families), proutes=tuple(routes)
+    )
+
+
 @dataclass(frozen=True)
 class Policy:
     """Multus's namespace options (netcomp.yaml `kubernetes:`): with `isolation`, a pod may use the
@@ -315,8 +404,11 @@ def resolve(
     node-wide network of that name (netcomp's Network objects are cluster-wide, as a global namespace's would
     be). With isolation (and `isolated`), a definition of another namespace than the pod's and not global is
     refused naming both. DelegateError 7 when neither exists."""
+    if ask.kind is not None:
+        return _resolve_danm(ask, pod, nets)
     key = network_key(ask.namespace, ask.name)
     if key in nets:
+        _danm_tenancy(ask, pod, key, nets[key])
         if (
             isolated
             and policy.isolation
@@ -332,6 +424,7 @@ def resolve(
         return key
     conf = nets.get(ask.name)
     if conf is not None and namespace_of(conf) is None:
+        _danm_tenancy(ask, pod, ask.name, conf)
         return ask.name
     namespaced = sorted(display_name(k, c) for k, c in nets.items() if k.endswith(f".{ask.name}") and namespace_of(c))
     raise NoNetwork(
@@ -340,3 +433,61 @@ def resolve(
         f"{ask.name!r} is compiled on this node",
         f"definitions of that name: {', '.join(namespaced)}" if namespaced else "see `netcomp status`",
     )
+
+
+def _danm_kind(conf: Mapping[str, Any]) -> str | None:
+    kind = (conf.get("netcomp") or {}).get("danmKind")
+    return kind if isinstance(kind, str) else None
+
+
+def _danm_tenancy(ask: Ask, pod: PodRef, key: str, conf: Mapping[str, Any]) -> None:
+    """DANM's rules for its networks, whichever annotation names them: a DanmNet or TenantNetwork is for its own
+    namespace's pods; a ClusterNetwork with AllowedTenants for those namespaces' pods only."""
+    kind = _danm_kind(conf)
+    ns = namespace_of(conf)
+    if kind in DANM_NAMESPACED and ns is not None and ns != pod.namespace:
+        raise ask.error(
+            f"{kind} {ns}/{key[len(ns) + 1 :]} is in namespace {ns!r}, and pod {pod} is in namespace "
+            f"{pod.namespace!r}: a {kind} is for its own namespace's pods"
+        )
+    tenants = (conf.get("netcomp") or {}).get("allowedTenants") or []
+    if kind == "ClusterNetwork" and tenants and pod.namespace not in tenants:
+        raise ask.error(
+            f"ClusterNetwork {key} allows the pods of {', '.join(tenants)}; pod {pod} is in namespace "
+            f"{pod.namespace!r} (AllowedTenants)"
+        )
+
+
+def _resolve_danm(ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> str:
+    """A DANM connection's network: a DanmNet or TenantNetwork of the pod's namespace, or a ClusterNetwork."""
+    key = network_key(ask.namespace, ask.name) if ask.kind in DANM_NAMESPACED else ask.name
+    conf = nets.get(key)
+    if conf is not None and _danm_kind(conf) == ask.kind:
+        _danm_tenancy(ask, pod, key, conf)
+        return key
+    elsewhere = sorted(
+        namespace_of(c) or "" for k, c in nets.items() if _danm_kind(c) == ask.kind and k.endswith(f".{ask.name}")
+    )
+    what = f"{ask.kind} {ask.ref}" if ask.kind in DANM_NAMESPACED else f"ClusterNetwork {ask.name!r}"
+    raise NoNetwork(
+        E_INVALID_CONFIG,
+        f"{ask.where}: no {what} is compiled on this node",
+        f"a {ask.kind} {ask.name!r} is in namespace {', '.join(elsewhere)}, not the pod's ({pod.namespace!r}): a "
+        f"{ask.kind} is for its own namespace's pods"
+        if elsewhere and ask.kind in DANM_NAMESPACED
+        else "see `netcomp status`",
+    )
+
+
+def danm_default(pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> Ask | None:
+    """DANM's network for a pod that names none: a DanmNet, else a TenantNetwork, called `default` in the pod's
+    namespace, else the ClusterNetwork `default`; with `ip: dynamic` on the runtime's interface. None when no
+    DANM network is called that (the node's defaultNetwork then applies)."""
+    where = f"pod {pod}: DANM's default network (the pod names none)"
+    for kind in ("DanmNet", "TenantNetwork", "ClusterNetwork"):
+        ns = pod.namespace if kind in DANM_NAMESPACED else ""
+        key = network_key(ns, "default") if ns else "default"
+        conf = nets.get(key)
+        if conf is not None and _danm_kind(conf) == kind:
+            return Ask("default", ns, where, kind=kind, families=frozenset({4}))
+    return None

@@ -90,6 +90,46 @@ def set_default_routes(netns: str | int, routes: list[DefaultRoute]) -> None:
     inside(netns, work, "set the default routes")
 
 
+@dataclass(frozen=True)
+class PolicyRoutes:
+    """DANM's proutes of one interface: a rule sending what comes from `source` (the interface's address with
+    its network's prefix length) to `table`, and the routes in that table."""
+
+    ifname: str
+    table: int
+    source: str  # address/prefix
+    routes: tuple[tuple[str, str], ...]  # (destination CIDR, gateway)
+
+
+def add_policy_routes(netns: str | int, wanted: list[PolicyRoutes]) -> None:
+    """Add the rules and routes (a rule already there is kept). RouteRefused when the kernel will not have one."""
+
+    def work() -> None:
+        from pyroute2 import IPRoute, NetlinkError
+
+        with IPRoute() as ipr:
+            for w in wanted:
+                found = ipr.link_lookup(ifname=w.ifname)
+                if not found:
+                    raise RouteRefused(w.ifname, "-", "the interface is not there")
+                src = ipaddress.ip_interface(w.source)
+                fam = FAMILIES[src.version]
+                try:
+                    ipr.rule("add", family=fam, src=str(src.ip), src_len=src.network.prefixlen, table=w.table)
+                except NetlinkError as e:
+                    if e.code != 17:  # EEXIST: the same rule (a retried ADD in the same namespace)
+                        raise RouteRefused(
+                            w.ifname, "-", f"rule from {w.source} table {w.table}: {_strerror(e)}"
+                        ) from None
+                for dst, gw in w.routes:
+                    try:
+                        ipr.route("replace", family=fam, dst=dst, gateway=gw, oif=found[0], table=w.table)
+                    except NetlinkError as e:
+                        raise RouteRefused(w.ifname, gw, f"route to {dst} in table {w.table}: {_strerror(e)}") from None
+
+    inside(netns, work, "add policy routes")
+
+
 def _delete(ipr: Any, fam: int, r: Any) -> None:
     from pyroute2 import NetlinkError
 

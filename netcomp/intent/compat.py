@@ -85,6 +85,7 @@ def validate(
     fmt: str,
     inline: dict[str, Any] | None = None,
     namespace: str | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[Intent | None, list[Diagnostic]]:
     doc = c.doc
 
@@ -110,4 +111,4 @@ def validate(
         return None, [*c.diags, *pydantic_diagnostics(doc, e, translate)]
     if c.failed:
         return None, c.diags
-    return Intent(net, doc, fmt, fieldmap, inline, namespace), c.diags
+    return Intent(net, doc, fmt, fieldmap, inline, namespace, meta or {}), c.diags

@@ -10,8 +10,11 @@ from netcomp.errors import Diagnostic
 from netcomp.intent.compat import Collector, mapping, metadata, unknown_top, validate
 from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, PathKey
+from netcomp.names import DNS_LABEL_RE
 
 KINDS = ("DanmNet", "ClusterNetwork", "TenantNetwork")
+NAMESPACED = ("DanmNet", "TenantNetwork")  # for their own namespace's pods only; ClusterNetwork is cluster-wide
+API_VERSIONS = ("danm.k8s.io/v1", "danm.io/v1")  # DANM's group before and after its 4.3 rename
 DANM_DYNAMIC = ("ipvlan", "macvlan", "sriov")
 DANM_MAX_NID = 11  # DANM MaxNidLength: room for its VLAN/VxLAN host interface names
 DANM_MIN_V4_PREFIX = 8  # DANM MaxNetMaskLength
@@ -35,7 +38,6 @@ _DANM_OPTIONS = {
     "alloc6",
 }
 _DANM_IGNORED = {
-    "rt_tables": "netcomp installs routes in the main table; DANM's per-network policy tables are not supported",
     "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
     "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
 }
@@ -221,9 +223,44 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     native_spec["interfacePrefix"] = opts.get("container_prefix") or DANM_DEFAULT_PREFIX
     native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": meta.get("name")}}
     native["spec"] = native_spec
+    extra: dict[str, Any] = {"danmKind": kind}
+    table = _route_table(c, opts)
+    if table:
+        extra["routeTable"] = table  # where a pod's proutes go (the main table takes the network's routes)
+    tenants = _allowed_tenants(c, kind, spec)
+    if tenants:
+        extra["allowedTenants"] = tenants
+    namespace = meta.get("namespace") if kind in NAMESPACED else None
+    if namespace is not None and (not isinstance(namespace, str) or not DNS_LABEL_RE.fullmatch(namespace)):
+        c.error("metadata.namespace must be a namespace's name (a DNS-1123 label)", ("metadata", "namespace"))
     if c.failed:
         return None, c.diags
-    return validate(c, native, DANM_FIELDMAP, f"danm.k8s.io/v1 {kind}")
+    return validate(c, native, DANM_FIELDMAP, f"{data['apiVersion']} {kind}", None, namespace, extra)
+
+
+def _route_table(c: Collector, opts: dict[str, Any]) -> int | None:
+    """Options.rt_tables: the policy routing table of the network's proutes (DANM's CRD: 0-255; 0 is none)."""
+    table = opts.get("rt_tables")
+    if table is None:
+        return None
+    if not isinstance(table, int) or isinstance(table, bool) or not 0 <= table <= 255:
+        c.error(f"rt_tables: {table!r} is not a routing table (0-255)", (*BASE, "rt_tables"))
+        return None
+    return table or None
+
+
+def _allowed_tenants(c: Collector, kind: str, spec: dict[str, Any]) -> list[str]:
+    """ClusterNetwork's AllowedTenants: the namespaces whose pods may use it (absent or empty: every one)."""
+    tenants = spec.get("AllowedTenants")
+    if kind != "ClusterNetwork" or tenants is None:
+        return []
+    if not isinstance(tenants, list):
+        c.error("AllowedTenants must be a list of namespaces", ("spec", "AllowedTenants"))
+        return []
+    for i, t in enumerate(tenants):
+        if not isinstance(t, str) or not DNS_LABEL_RE.fullmatch(t):
+            c.error(f"AllowedTenants[{i}]: {t!r} is not a namespace's name", ("spec", "AllowedTenants", i))
+    return [t for t in tenants if isinstance(t, str)]
 
 
 def _options(c: Collector, spec: dict[str, Any]) -> dict[str, Any]:
@@ -246,8 +283,6 @@ def _webhook_rules(c: Collector, kind: str, spec: dict[str, Any], opts: dict[str
         c.error(
             "AllowedTenants attribute is only valid for the ClusterNetwork API!", ("spec", "AllowedTenants"), key=True
         )
-    elif "AllowedTenants" in spec:
-        c.warn("AllowedTenants: ignored: a host-only node has no tenants", ("spec", "AllowedTenants"))
     vlan, vxlan = opts.get("vlan") or 0, opts.get("vxlan") or 0
     if vlan and vxlan:
         c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", (*BASE, "vxlan"), key=True)

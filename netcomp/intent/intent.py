@@ -27,6 +27,8 @@ class Intent:
     # A NetworkAttachmentDefinition's namespace: the network is then `namespace.name` on the node (pods ask for
     # it as namespace/name, and it is a network of its own beside a definition of that name in another one).
     namespace: str | None = None
+    # What the source format adds to the compiled file's `netcomp` block (DANM's kind, AllowedTenants, rt_tables).
+    meta: Mapping[str, Any] = field(default_factory=dict)
     # Facts derived from the network (rules.py), computed once per Intent: an unchanged file keeps its Intent
     # objects across compiles, so the cross-intent rules cost a dict lookup per intent on a recompile.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

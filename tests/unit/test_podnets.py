@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from netcomp.cni.cache import Attachment
-from netcomp.delegate import asks, podnets
+from netcomp.delegate import asks, podnets, podplan
 from netcomp.delegate.podnets import Ask, Policy, parse_default, parse_networks, resolve
 from netcomp.delegate.select import PodRef, display_name, resolve_node
 from netcomp.errors import DelegateError
-from netcomp.host.container import DefaultRoute, LinkState
+from netcomp.host.container import DefaultRoute, LinkState, PolicyRoutes
 
 POD = PodRef("team-a", "web-0")
 HEAD = "pod team-a/web-0: annotation k8s.v1.cni.cncf.io/networks"
@@ -358,3 +358,129 @@ def test_an_empty_default_route_keeps_the_networks_own() -> None:
     bare = Attachment("n", "net1", HOST_LOCAL, {"routes": []})
     with pytest.raises(DelegateError, match=r"default-route \[\]: network n gave no default route of its own"):
         asks.routes([(bare, one({"name": "n", "default-route": []}))])
+
+
+# ------------------------------------------------------------------------------------------------ DANM
+
+DANM = "danm.k8s.io/interfaces"
+DHEAD = f"pod team-a/web-0: annotation {DANM}"
+DNETS: dict[str, dict[str, Any]] = {
+    "team-a.management": {"netcomp": {"type": "ipvlan", "danmKind": "DanmNet", "namespace": "team-a",
+                                      "interfacePrefix": "mgmt", "routeTable": 10,
+                                      "pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}}},
+    "team-b.management": {"netcomp": {"type": "ipvlan", "danmKind": "DanmNet", "namespace": "team-b"}},
+    "team-a.internal": {"netcomp": {"type": "macvlan", "danmKind": "TenantNetwork", "namespace": "team-a",
+                                    "interfacePrefix": "eth"}},
+    "external": {"netcomp": {"type": "ipvlan", "danmKind": "ClusterNetwork", "interfacePrefix": "ext",
+                             "allowedTenants": ["team-a"]}},
+    "closed": {"netcomp": {"type": "ipvlan", "danmKind": "ClusterNetwork", "allowedTenants": ["team-z"]}},
+    "storage": {"netcomp": {"type": "macvlan"}},
+}  # fmt: skip
+
+
+def danm(value: Any, nets: dict[str, dict[str, Any]] = DNETS, pod: PodRef = POD) -> podplan.PodNetworks:
+    return podplan.plan(pod, {DANM: json.dumps(value)}, nets, Policy(), "eth0")
+
+
+def test_danm_connections_and_their_names() -> None:
+    got = danm(
+        [
+            {"network": "management", "ip": "10.1.0.5/16", "proutes": {"10.20.0.0/16": "10.1.0.1"}},
+            {"clusterNetwork": "external", "ip": "dynamic", "ip6": "none"},
+            {"tenantNetwork": "internal"},
+            {"clusterNetwork": "external", "ip6": "dynamic"},
+        ]
+    )
+    # DANM's names: the first connection eth0 (the runtime's interface, in the node default's place), then the
+    # network's container_prefix (or eth) followed by the connection's index.
+    assert got.default == "team-a.management" and got.default_ask is not None
+    assert [(w.network, w.ifname) for w, _ in got.more] == [
+        ("external", "ext1"),
+        ("team-a.internal", "eth2"),
+        ("external", "ext3"),
+    ]
+    first = got.default_ask
+    assert first.ips == (ipaddress.ip_interface("10.1.0.5/32"),) and first.prefixed == (False,)  # DANM drops the prefix
+    assert first.families == {4} and first.proutes == (
+        (ipaddress.ip_network("10.20.0.0/16"), ipaddress.ip_address("10.1.0.1")),
+    )
+    assert [a.families for _, a in got.more] == [{4}, set(), {6}]
+    assert first.where == f"{DHEAD}: connection 0 (network 'management')"
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ([{"network": "management", "clusterNetwork": "external"}], "names a network in exactly one of"),
+        ([{"ip": "dynamic"}], "names a network in exactly one of"),
+        ([{"network": "management", "device": "x"}], "'device': not a key of DANM's"),
+        ([{"network": "management", "ip": "Dynamic"}], "ip: 'Dynamic' is not dynamic, none or an IPv4 address"),
+        ([{"network": "management", "ip": "fd00::5"}], "ip: fd00::5 is not an IPv4 address"),
+        ([{"network": "management", "proutes": {"10.20.0.0/16": "10.1.0.1"}}], "the interface gets no IPv4 address"),
+        ([{"network": "management", "ip": "dynamic", "proutes": {"x": "y"}}], "is not a CIDR and a gateway"),
+        ({"network": "management"}, "must be a JSON list of connections"),
+    ],
+)
+def test_a_bad_danm_connection_names_the_pod_and_the_connection(value: Any, why: str) -> None:
+    with pytest.raises(DelegateError) as e:
+        danm(value)
+    assert e.value.code == 7 and e.value.msg.startswith(DHEAD) and why in e.value.msg, e.value.msg
+
+
+def test_danm_tenancy_names_both_namespaces() -> None:
+    with pytest.raises(podnets.NoNetwork) as e:
+        danm([{"network": "management"}], pod=PodRef("team-c", "p"))
+    assert "no DanmNet team-c/management is compiled" in e.value.msg
+    assert "is in namespace team-a, team-b, not the pod's ('team-c')" in e.value.details
+    # Through Multus's annotation, naming the namespace: refused, whatever namespaceIsolation says.
+    with pytest.raises(DelegateError) as e:
+        podplan.plan(PodRef("team-c", "p"), {podnets.POD_NETWORKS: "team-a/management"}, DNETS, Policy(), "eth0")
+    assert (
+        "DanmNet team-a/management is in namespace 'team-a', and pod team-c/p is in namespace 'team-c'" in e.value.msg
+    )
+    # AllowedTenants, through either annotation.
+    with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z; pod team-a/web-0 is in"):
+        danm([{"clusterNetwork": "closed"}])
+    with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z"):
+        podplan.plan(POD, {podnets.POD_NETWORKS: "closed"}, DNETS, Policy(), "eth0")
+    # A connection's kind must be the network's: a TenantNetwork is not a DanmNet.
+    with pytest.raises(podnets.NoNetwork, match="no DanmNet team-a/internal"):
+        danm([{"network": "internal"}])
+
+
+def test_both_annotations_and_danms_default_network() -> None:
+    notes = {DANM: '[{"network": "management"}]', podnets.POD_NETWORKS: "storage"}
+    with pytest.raises(
+        DelegateError, match=re.escape("annotations danm.k8s.io/interfaces (DANM's) and k8s.v1.cni.cncf.io/networks")
+    ):
+        podplan.plan(POD, notes, DNETS, Policy(), "eth0")
+    with_default = {
+        **DNETS,
+        "team-a.default": {"netcomp": {"type": "ipvlan", "danmKind": "TenantNetwork", "namespace": "team-a"}},
+    }
+    got = podplan.plan(POD, {}, with_default, Policy(), "eth0")
+    assert got.default == "team-a.default" and got.default_ask is not None and got.default_ask.families == {4}
+    assert podplan.plan(POD, {}, DNETS, Policy(), "eth0").default is None  # no DANM default: the node's applies
+    assert danm([], with_default).default == "team-a.default"  # an empty list too, as in DANM
+
+
+def test_danm_asks_before_any_plugin() -> None:
+    l2 = Attachment("team-a.internal", "eth2", DNETS["team-a.internal"])
+    ((_, ask),) = danm([{"network": "management"}, {"tenantNetwork": "internal", "ip": "dynamic"}]).more
+    with pytest.raises(
+        DelegateError, match=re.escape("has no cidr or net6 (an L2 network): no address can be allocated")
+    ):
+        asks.prepare(l2, ask, [])
+    mgmt = Attachment("team-a.management", "eth0", DNETS["team-a.management"])
+    ask6 = danm([{"network": "management", "ip6": "dynamic"}]).default_ask
+    assert ask6 is not None
+    with pytest.raises(DelegateError, match="ip6: network team-a/management has no net6"):
+        asks.prepare(mgmt, ask6, [])
+    no_table = {"netcomp": {**DNETS["team-a.management"]["netcomp"], "routeTable": None}}
+    ask_pr = danm([{"network": "management", "ip": "dynamic", "proutes": {"10.9.0.0/16": "10.1.0.1"}}]).default_ask
+    assert ask_pr is not None
+    with pytest.raises(DelegateError, match="proutes: network team-a/management has no rt_tables"):
+        asks.prepare(Attachment("team-a.management", "eth0", no_table), ask_pr, [])
+    asks.prepare(Attachment("team-a.management", "eth0", DNETS["team-a.management"]), ask_pr, [])
+    policy = asks.policy_routes(mgmt, ask_pr, LinkState(None, ("10.1.0.9/24",)))
+    assert policy == [PolicyRoutes("eth0", 10, "10.1.0.9/24", (("10.9.0.0/16", "10.1.0.1"),))]

@@ -148,6 +148,7 @@ def meta(intent: Intent, **extra: Any) -> dict[str, Any]:
     if intent.network.spec.interfacePrefix is not None:
         out["interfacePrefix"] = intent.network.spec.interfacePrefix
     if intent.namespace is not None:
-        out["namespace"] = intent.namespace  # a NetworkAttachmentDefinition's: pods name it namespace/name
+        out["namespace"] = intent.namespace  # a namespaced object's (a NetworkAttachmentDefinition, a DanmNet)
+    out.update(intent.meta)
     out.update({k: v for k, v in extra.items() if v is not None})
     return out
