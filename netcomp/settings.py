@@ -47,6 +47,14 @@ class KubeSettings(BaseModel):
         default=False,
         description="Read the cluster's NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1, Multus's) as intents",
     )
+    danm: bool = Field(
+        default=False,
+        description="Read the cluster's DanmNets, TenantNetworks, ClusterNetworks and TenantConfigs (DANM's) as "
+        "intents",
+    )
+    danmGroup: Literal["danm.k8s.io", "danm.io"] = Field(
+        default="danm.k8s.io", description="DANM's API group: danm.k8s.io, or danm.io since DANM 4.3"
+    )
     podNetworks: bool = Field(
         default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
     )
@@ -166,7 +174,7 @@ class Settings(BaseModel):
         """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
         node's own dirs."""
         kube = self.kubernetes
-        if kube is not None and (kube.networks or kube.networkAttachmentDefinitions):
+        if kube is not None and (kube.networks or kube.networkAttachmentDefinitions or kube.danm):
             return [self.clusterIntentDir, *self.intentDirs]
         return list(self.intentDirs)
 

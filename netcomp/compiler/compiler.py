@@ -19,16 +19,23 @@ from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.render import missing_plugins, render
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.fsutil import is_racy
-from netcomp.intent import rules
+from netcomp.intent import danm, rules, tenancy
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import StaticSpec
 from netcomp.intent.parse import parse_document
-from netcomp.intent.source import load_documents
+from netcomp.intent.source import Document, load_documents
+from netcomp.intent.tenancy import Completion, TenantConfig
 from netcomp.settings import Settings
 
 INTENT_SUFFIXES = (".yaml", ".yml")
 STATIC_SUFFIXES = (".conflist", ".conf", ".json")
 StatKey = tuple[int, int, int, int]
+
+
+def _is_tenant_network(data: object) -> bool:
+    return (
+        isinstance(data, dict) and data.get("kind") == "TenantNetwork" and data.get("apiVersion") in danm.API_VERSIONS
+    )
 
 
 def _stat_key(st: os.stat_result) -> StatKey:
@@ -66,6 +73,9 @@ class _File:
     failed: bool  # the file could not be read or parsed, or one of its documents has an error
     # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
     racy: bytes | None = None
+    # DANM's TenantNetworks, parsed once the TenantConfig is known (_tenants), and the TenantConfigs.
+    tenant_docs: list[Document] = field(default_factory=list)
+    configs: list[tuple[TenantConfig, Document]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -89,6 +99,12 @@ class Compiler:
         self._names: list[str] = []
         self._rendered: dict[int, _Rendered] = {}
         self._statics: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
+        self._tenant_memo: dict[
+            tuple[str, int], tuple[Document, Completion | None, Intent | None, list[Diagnostic]]
+        ] = {}
+        # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
+        # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
+        self.claim_ids: tenancy.Claim | None = None
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again."""
@@ -121,12 +137,23 @@ class Compiler:
             return _File(_stat_key(st), [], e.diagnostics, True, digest)
         intents: list[Intent] = []
         diags: list[Diagnostic] = []
+        tenant_docs: list[Document] = []
+        configs: list[tuple[TenantConfig, Document]] = []
         for doc in docs:
+            if tenancy.is_tenant_config(doc.data):
+                config, ds = tenancy.parse_config(doc)
+                diags.extend(ds)
+                if config is not None:
+                    configs.append((config, doc))
+                continue
+            if _is_tenant_network(doc.data):
+                tenant_docs.append(doc)  # parsed by _tenants(), once the TenantConfig is known
+                continue
             intent, ds = parse_document(doc)
             diags.extend(ds)
             if intent is not None:
                 intents.append(intent)
-        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags), digest)
+        return _File(_stat_key(st), intents, diags, any(d.is_error for d in diags), digest, tenant_docs, configs)
 
     def _static(
         self, intent: Intent, listing: dict[str, set[str]]
@@ -238,6 +265,13 @@ class Compiler:
         intents = [it for e in self._files.values() for it in e.intents]
         plan.diagnostics = [d for e in self._files.values() if e.diagnostics for d in e.diagnostics]
         plan.failed_sources = {n for n, e in self._files.items() if e.failed}
+        # 1b. TenantNetworks, completed from the TenantConfig (its ids claimed once for the cluster).
+        tenant_intents, tenant_diags, tenants_changed = self._tenants()
+        intents += tenant_intents
+        plan.diagnostics += tenant_diags
+        plan.failed_sources |= {str(d.location.file) for d in tenant_diags if d.is_error and d.location}
+        if tenants_changed:
+            patch = False  # a TenantNetwork's intent changed with no edit of its file (its id, the config)
         # 2. Rules across intents.
         failing: set[int] = set()  # id() of intents with an error of their own
         for intent, diag in rules.check(intents):
@@ -267,6 +301,53 @@ class Compiler:
             a.filename: a for it, a in good if not failing or (it.name not in bad and id(it) not in failing)
         }
         return plan
+
+    def _tenants(self) -> tuple[list[Intent], list[Diagnostic], bool]:
+        """The TenantNetworks of every file, each completed from the TenantConfig in use (intent/tenancy.py) and
+        parsed; an unchanged document with an unchanged completion keeps its Intent (and so its rendering)."""
+        configs = [c for e in self._files.values() for c in e.configs]
+        config, diags = tenancy.pick_config(configs)
+        intents: list[Intent] = []
+        memo: dict[tuple[str, int], tuple[Document, Completion | None, Intent | None, list[Diagnostic]]] = {}
+        changed = False
+        for name, f in self._files.items():
+            for i, doc in enumerate(f.tenant_docs):
+                completion: Completion | None = None
+                ds: list[Diagnostic] = []
+                if config is not None:
+                    completion, ds = tenancy.complete(doc, config, self.claim_ids)
+                    for note in completion.notes if completion is not None else ():
+                        ds.append(doc.diagnostic(note, ("spec", "Options"), key=True, severity="warning"))
+                prev = self._tenant_memo.get((name, i))
+                if prev is not None and prev[0] is doc and prev[1] == completion and not ds:
+                    entry = prev
+                else:
+                    changed = True
+                    if ds and any(d.is_error for d in ds):
+                        entry = (doc, completion, None, ds)
+                    else:
+                        intent, pds = danm.parse(doc, completion)
+                        entry = (doc, completion, intent, [*ds, *pds])
+                memo[(name, i)] = entry
+                diags.extend(entry[3])
+                if entry[2] is not None:
+                    intents.append(entry[2])
+        changed = changed or len(memo) != len(self._tenant_memo)
+        self._tenant_memo = memo
+        return intents, diags, changed
+
+    def tenant_networks(self) -> dict[str, str] | None:
+        """Every TenantNetwork the last compile read (namespace/name -> the uid of its object, "" for a file
+        written by hand); None when a file could not be read or parsed (one might have held more)."""
+        out: dict[str, str] = {}
+        for f in self._files.values():
+            if f.failed and not f.intents and not f.tenant_docs:
+                return None
+            for doc in f.tenant_docs:
+                meta = doc.data.get("metadata")
+                if isinstance(meta, dict):
+                    out[f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"] = str(meta.get("uid") or "")
+        return out
 
     def _read_files(self, files: Sequence[Path], recheck: set[str] | None) -> bool:
         """Read the files (only those in `recheck` when the list of files is the one of the last run, which is

@@ -11,7 +11,7 @@ keeps the last good output of what failed (keep)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 from netcomp.compiler.compiler import Compiler, discover
@@ -33,6 +33,8 @@ class Pipeline:
         self.cache = PlanCache(self.output.directory / CACHE_NAME)
         self._fp: Fingerprint | None = None
         self._staged: Stager | None = None
+        # The state of the TenantConfig ids claimed (ipam.tenants), part of what a cached plan was made of.
+        self.claims_state: Callable[[], str] = lambda: ""
 
     def layers(self) -> list[Path]:
         return self.compiler.layers()
@@ -57,7 +59,7 @@ class Pipeline:
                 plan.diagnostics.extend(e.diagnostics)
                 return plan
             # Taken before compiling: an input edited meanwhile makes the next run compile again.
-            self._fp = fingerprint(self.settings, listed, offline=self.offline)
+            self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=self.claims_state())
             cached = self.cache.load(self._fp)
             if cached is not None:
                 return cached

@@ -28,6 +28,7 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
+from netcomp.daemon.tenants import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
@@ -125,6 +126,8 @@ class Daemon:
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
         )
+        self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
+        self._wire_pipeline()
         self.delegator = Delegator(
             self.runner,
             self.cache,
@@ -148,6 +151,15 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
         self._last_status = 0.0
+
+    def _wire_pipeline(self) -> None:
+        """The compiler claims TenantConfig ids through this daemon's store; the claims are part of the plan."""
+        self.pipeline.compiler.claim_ids = self.tenants.claim
+        self.pipeline.claims_state = self.tenants.state
+
+    def _release_tenant_ids(self) -> int:
+        exists = self.cluster.tenant_network_exists if self.cluster is not None else None
+        return self.tenants.release_gone(self.pipeline.compiler.tenant_networks(), exists)
 
     def _vf_pool(self, resource: str) -> list[str]:
         spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
@@ -263,6 +275,7 @@ class Daemon:
             )
         self.settings = new
         self.pipeline = Pipeline(new, offline=False)
+        self._wire_pipeline()
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
@@ -327,6 +340,7 @@ class Daemon:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
         left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on)."""
         self.addresses.start(self.stop_event)
+        self.tenants.start(self.stop_event)
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
@@ -369,6 +383,7 @@ class Daemon:
         tasks: list[tuple[float, Callable[[], object]]] = [
             (UNDO_RETRY_EVERY, retry_undo),
             (self.settings.ipamGrace, self.addresses.gc_own),
+            (self.settings.ipamGrace, self._release_tenant_ids),
         ]
         if self.settings.kubernetes is not None and self.settings.kubernetes.ipamGC:
             tasks.append((CLUSTER_GC_EVERY, self.addresses.gc_cluster))

@@ -37,39 +37,49 @@ MAX_BACKOFF = 30.0
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of cluster object followed into intent files."""
+    """A kind of cluster object followed into intent files, `<name><suffix>` (a namespaced one's
+    `<namespace>.<name><suffix>`) in the cluster dir: each kind's suffix is its own, so files never meet."""
 
     label: str
     group: str
     version: str
     plural: str
     namespaced: bool
+    suffix: str = ".yaml"
 
     def file_name(self, meta: dict[str, Any]) -> str | None:
-        """The object's file in the cluster dir, or None when its name cannot be one. Network objects are
-        `<name>.yaml` (a network name has no dots), NetworkAttachmentDefinitions `<namespace>.<name>.nad.yaml`
-        (a namespace has none), so the two never meet."""
+        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name has no
+        dots (so `<name>.yaml` is never another kind's file); a namespace has none (so the namespace and name of
+        a namespaced object are told apart)."""
         name, ns = meta.get("name"), meta.get("namespace")
         if not isinstance(name, str) or not _safe_name(name):
             return None
         if not self.namespaced:
-            return f"{name}.yaml" if "." not in name else None
-        return f"{ns}.{name}.nad.yaml" if isinstance(ns, str) and ns and "." not in ns and _safe_name(ns) else None
+            return f"{name}{self.suffix}" if self.suffix != ".yaml" or "." not in name else None
+        ok = isinstance(ns, str) and ns and "." not in ns and _safe_name(ns)
+        return f"{ns}.{name}{self.suffix}" if ok else None
 
     def owns(self, file_name: str) -> bool:
-        return file_name.endswith(".nad.yaml") == self.namespaced and file_name.endswith(".yaml")
+        if not file_name.endswith(self.suffix):
+            return False
+        return not any(len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS)
 
     def render(self, obj: dict[str, Any]) -> bytes:
-        """An object as an intent file: only what the compiler reads, and a header saying where it is from (no
-        resourceVersion: the file changes when the spec does, not when a label or the status does)."""
+        """An object as an intent file: what the compiler reads (everything but its status and the metadata the
+        API server keeps; the uid stays, it tells an object made again under its name from the old one), and a
+        header saying where it is from (no resourceVersion: the file changes when the object's content does, not
+        when a label or the status does)."""
         meta = obj.get("metadata") or {}
         keep: dict[str, Any] = {"name": meta.get("name")}
         if self.namespaced:
             keep["namespace"] = meta.get("namespace")
-            notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
-            if notes:
-                keep["annotations"] = notes  # so that the compiler can say it is not used
-        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep, "spec": obj.get("spec")}
+        if meta.get("uid"):
+            keep["uid"] = meta["uid"]
+        notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
+        if notes:
+            keep["annotations"] = notes  # so that the compiler can say it is not used
+        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
+        doc.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")})
         ref = f"{meta.get('namespace')}/{meta.get('name')}" if self.namespaced else repr(meta.get("name"))
         header = (
             f"# The cluster's {obj.get('kind')} {ref} ({self.plural}.{self.group}, generation "
@@ -79,8 +89,24 @@ class Kind:
 
 
 NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=False)
-NADS = Kind("NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", namespaced=True)
+NADS = Kind(
+    "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml"
+)
 RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
+
+
+def danm_kinds(group: str) -> list[Kind]:
+    """DANM's kinds, in its group (danm.k8s.io, or danm.io since DANM 4.3)."""
+    return [
+        Kind("DanmNets", group, "v1", "danmnets", True, ".danmnet.yaml"),
+        Kind("TenantNetworks", group, "v1", "tenantnetworks", True, ".tenantnetwork.yaml"),
+        Kind("ClusterNetworks", group, "v1", "clusternetworks", False, ".clusternetwork.yaml"),
+        Kind("TenantConfigs", group, "v1", "tenantconfigs", False, ".tenantconfig.yaml"),
+    ]
+
+
+ALL_KINDS = [NETWORKS, NADS, *danm_kinds("danm.k8s.io")]  # the suffixes, for owns()
+DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 
 class Cluster:
@@ -98,6 +124,7 @@ class Cluster:
         self.custom: Any = client.CustomObjectsApi(self.api_client)
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
+        kinds += danm_kinds(kube.danmGroup) if kube.danm else []
         self.followers = [_Follower(self, k) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain)
 
@@ -121,6 +148,23 @@ class Cluster:
         except FileNotFoundError:
             return []
 
+    def tenant_network_exists(self, claim: Any) -> bool:
+        """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
+        uid). True when the API server cannot say: a claim is never freed on a guess."""
+        from kubernetes.client.exceptions import ApiException
+
+        ns, _, name = str(claim.network).partition("/")
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                self.kube.danmGroup, "v1", ns, "tenantnetworks", name, _request_timeout=self.kube.timeout
+            )
+        except ApiException as e:
+            return bool(e.status != 404)
+        except Exception:
+            return True
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        return not claim.network_uid or not uid or uid == claim.network_uid
+
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
         errors = [f.last_error for f in self.followers if f.last_error]
@@ -128,6 +172,7 @@ class Cluster:
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
             "attachmentDefinitions": counts.get(NADS.plural, 0),
+            **({"danm": {k: counts.get(k, 0) for k in DANM_PLURALS}} if self.kube.danm else {}),
             "pods": self.pods.known() if self.kube.podNetworks else None,
             "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
             "lastError": errors[0] if errors else self.pods.last_error,

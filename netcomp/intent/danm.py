@@ -10,6 +10,7 @@ from netcomp.errors import Diagnostic
 from netcomp.intent.compat import Collector, mapping, metadata, unknown_top, validate
 from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, PathKey
+from netcomp.intent.tenancy import Completion
 from netcomp.names import DNS_LABEL_RE
 
 KINDS = ("DanmNet", "ClusterNetwork", "TenantNetwork")
@@ -190,8 +191,9 @@ _IPAM_OPTIONS = ("host_device", "cidr", "net6", "allocation_pool", "allocation_p
                  "vlan", "vxlan", "device_pool")  # fmt: skip
 
 
-def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
-    """DanmNet, ClusterNetwork, TenantNetwork (danm.k8s.io/v1) -> Network."""
+def parse(doc: Document, tenancy: Completion | None = None) -> tuple[Intent | None, list[Diagnostic]]:
+    """DanmNet, ClusterNetwork, TenantNetwork (danm.k8s.io/v1, danm.io/v1) -> Network. `tenancy`: what the
+    TenantConfig gives a TenantNetwork (intent/tenancy.py), put in after the checks of what the tenant wrote."""
     c = Collector(doc)
     data = doc.data
     kind = data["kind"]
@@ -202,6 +204,8 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         return None, c.diags
     opts = _options(c, spec)
     nid, ntype = spec.get("NetworkID"), spec.get("NetworkType") or "ipvlan"
+    if tenancy is not None and tenancy.network_id:
+        nid = tenancy.network_id  # the TenantConfig's networkIds override
     if not nid:
         c.error("Spec.NetworkID mandatory parameter is missing!", ("spec",), key=True)
         return None, c.diags
@@ -209,6 +213,8 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         c.error("NetworkID and NetworkType must be strings", ("spec",), key=True)
         return None, c.diags
     _webhook_rules(c, kind, spec, opts, nid, ntype)
+    if tenancy is not None:
+        opts = {**opts, **_given(tenancy)}
     v4net, v4range = _v4_range(c, opts, BASE)
     v6net, v6range = _v6_range(c, opts, BASE)
     routes = _routes(c, opts.get("routes"), (*BASE, "routes"), v4net)
@@ -224,6 +230,8 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": meta.get("name")}}
     native["spec"] = native_spec
     extra: dict[str, Any] = {"danmKind": kind}
+    if tenancy is not None:
+        extra["tenantConfig"] = {"name": tenancy.config, **_given(tenancy), "networkID": nid}
     table = _route_table(c, opts)
     if table:
         extra["routeTable"] = table  # where a pod's proutes go (the main table takes the network's routes)
@@ -236,6 +244,15 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     if c.failed:
         return None, c.diags
     return validate(c, native, DANM_FIELDMAP, f"{data['apiVersion']} {kind}", None, namespace, extra)
+
+
+def _given(t: Completion) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if t.host_device:
+        out["host_device"] = t.host_device
+    if t.vni_type and t.vni is not None:
+        out[t.vni_type] = t.vni
+    return out
 
 
 def _route_table(c: Collector, opts: dict[str, Any]) -> int | None:
