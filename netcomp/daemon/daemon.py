@@ -214,6 +214,8 @@ class Daemon:
                 log.error("cannot remove unused host links: %s", e)
             self.metrics.networks.set(len(snap.networks))
             self.metrics.degraded.set(1 if self.degraded else 0)
+            if self.cluster is not None:
+                self.cluster.report_problems(plan.diagnostics)  # events on the objects whose copy is broken
             self._runtime_config()
             log.info(
                 "generation %d: %d networks%s",

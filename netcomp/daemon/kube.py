@@ -26,7 +26,7 @@ import yaml
 
 from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.metrics import Metrics
-from netcomp.errors import HostError
+from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write
 from netcomp.settings import KubeSettings
 
@@ -46,6 +46,7 @@ class Kind:
     plural: str
     namespaced: bool
     suffix: str = ".yaml"
+    kind: str = "Network"  # the object's kind (events name it)
 
     def file_name(self, meta: dict[str, Any]) -> str | None:
         """The object's file in the cluster dir, or None when its name cannot be one. A Network's name has no
@@ -98,10 +99,10 @@ RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 def danm_kinds(group: str) -> list[Kind]:
     """DANM's kinds, in its group (danm.k8s.io, or danm.io since DANM 4.3)."""
     return [
-        Kind("DanmNets", group, "v1", "danmnets", True, ".danmnet.yaml"),
-        Kind("TenantNetworks", group, "v1", "tenantnetworks", True, ".tenantnetwork.yaml"),
-        Kind("ClusterNetworks", group, "v1", "clusternetworks", False, ".clusternetwork.yaml"),
-        Kind("TenantConfigs", group, "v1", "tenantconfigs", False, ".tenantconfig.yaml"),
+        Kind("DanmNets", group, "v1", "danmnets", True, ".danmnet.yaml", "DanmNet"),
+        Kind("TenantNetworks", group, "v1", "tenantnetworks", True, ".tenantnetwork.yaml", "TenantNetwork"),
+        Kind("ClusterNetworks", group, "v1", "clusternetworks", False, ".clusternetwork.yaml", "ClusterNetwork"),
+        Kind("TenantConfigs", group, "v1", "tenantconfigs", False, ".tenantconfig.yaml", "TenantConfig"),
     ]
 
 
@@ -127,6 +128,7 @@ class Cluster:
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
         self.followers = [_Follower(self, k) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain)
+        self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
@@ -147,6 +149,41 @@ class Cluster:
             return sorted(p for p in self.dir.iterdir() if p.suffix == ".yaml" and not p.name.startswith("."))
         except FileNotFoundError:
             return []
+
+    def report_problems(self, diagnostics: list[Diagnostic]) -> None:
+        """A Warning event (FailedCompile) on each object whose copy in the cluster dir has errors, once per
+        distinct message: `kubectl describe` shows why a node does not serve it (a TenantNetwork whose ranges
+        are exhausted, a misspelt key)."""
+        cdir = str(self.dir).rstrip("/") + "/"
+        now: dict[str, str] = {}
+        for d in diagnostics:
+            f = d.location.file if d.location is not None else None
+            if d.is_error and f and f.startswith(cdir) and f not in now:
+                now[f] = (
+                    f"{Path(f).name}:{d.location.line}:{d.location.column}: {d.message}" if d.location else d.message
+                )
+        for f, message in now.items():
+            if self._reported.get(f) == message:
+                continue
+            involved = self._object_of(Path(f).name)
+            if involved is not None:
+                self.pods.object_event(involved, "Warning", "FailedCompile", f"node {self.pods.node}: {message}")
+        self._reported = now
+
+    def _object_of(self, file_name: str) -> dict[str, Any] | None:
+        for f in self.followers:
+            if not f.kind.owns(file_name):
+                continue
+            stem = file_name[: -len(f.kind.suffix)]
+            ns, name = stem.split(".", 1) if f.kind.namespaced else ("", stem)
+            out: dict[str, Any] = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name}
+            if ns:
+                out["namespace"] = ns
+            uid = f.uids.get(file_name)
+            if uid:
+                out["uid"] = uid
+            return out
+        return None
 
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
@@ -207,6 +244,7 @@ class _Follower:
         self.synced = threading.Event()
         self.last_error: str | None = None
         self.objects = 0
+        self.uids: dict[str, str] = {}  # file name -> the uid of its object (events name it)
 
     def run(self, stop: threading.Event) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -297,6 +335,8 @@ class _Follower:
             return None
         data = self.kind.render(obj)
         path = self.cluster.dir / name
+        if meta.get("uid"):
+            self.uids[name] = str(meta["uid"])
         with contextlib.suppress(FileNotFoundError):
             if path.read_bytes() == data:
                 return name

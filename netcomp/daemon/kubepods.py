@@ -243,7 +243,12 @@ class PodWatch:
                 if item is not None:
                     self.quiet(QUIET, QUIET_LIMIT)  # not while the node's ADDs and DELs need the CPU
                     kind, pod, what = item
-                    self._write_status(pod, what) if kind == "status" else self._write_event(pod, *what)
+                    if kind == "status":
+                        self._write_status(pod, what)
+                    elif kind == "event":
+                        self._write_event(pod, *what)
+                    else:
+                        self._create_event(*what)
             finally:
                 self._writes.task_done()
 
@@ -269,15 +274,25 @@ class PodWatch:
             log.warning("cannot write %s of pod %s: %s", podnets.NETWORK_STATUS, pod, why)
 
     def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
         uid = self._uid(pod)
         if uid:
             involved["uid"] = uid
+        self._create_event(involved, kind, reason, message)
+
+    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
+        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
+        self._put(("object-event", PodRef(involved.get("namespace") or "default", str(involved["name"])),
+                   (involved, kind, reason, message)))  # fmt: skip
+
+    def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = involved.get("namespace") or "default"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
+            "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
             "message": message[:MAX_MESSAGE],
@@ -291,9 +306,9 @@ class PodWatch:
         }
         try:
             self.core.create_namespaced_event(
-                pod.namespace, body, _request_timeout=self.kube.timeout, _preload_content=False
+                namespace, body, _request_timeout=self.kube.timeout, _preload_content=False
             )
         except Exception as e:
             self.metrics.kube_errors.labels("event").inc()
             why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
-            log.warning("cannot record event %s on pod %s: %s", reason, pod, why)
+            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"], why)

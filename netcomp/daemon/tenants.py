@@ -78,14 +78,15 @@ class TenantIds:
     def release_gone(self, present: Mapping[str, str] | None, exists: Callable[[IdClaim], bool] | None) -> int:
         """Free the claims of TenantNetworks that are gone: not among `present` (namespace/name -> uid, every
         TenantNetwork document the compiler reads; None when some file could not be read, and then nothing is
-        freed), older than ipamGrace, and (with a cluster) confirmed gone by the API server (`exists`)."""
+        freed), and confirmed gone by the API server (`exists`) with a cluster, older than ipamGrace without one."""
         if present is None:
             return 0
         now = time.time()
 
         def gone(c: IdClaim) -> bool:
-            if c.created and now - c.created < self.settings.ipamGrace:
-                return False  # a network this node has not seen yet may be new
+            if exists is None and c.created and now - c.created < self.settings.ipamGrace:
+                # No one to ask: a claim this daemon's compile made for a file the list above missed is young.
+                return False
             uid = present.get(c.network)
             if uid is not None and (not uid or not c.network_uid or uid == c.network_uid):
                 return False
@@ -96,4 +97,6 @@ class TenantIds:
             for c in freed:
                 if self._used.get(c.network) == c.name:
                     del self._used[c.network]
+        if freed:  # a network whose ranges were exhausted may get one of these now
+            threading.Thread(target=self.recompile, name="tenant-recompile", daemon=True).start()
         return len(freed)

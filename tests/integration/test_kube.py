@@ -42,9 +42,13 @@ def admin(api: ApiServer) -> Any:
     return config.new_client_from_config(config_file=str(api.admin_kubeconfig))
 
 
-def kube_lab(base: Path, kubeconfig: Path, timeout: float = 10, **kube_settings: Any) -> Any:
+def kube_lab(
+    base: Path, kubeconfig: Path, timeout: float = 10, settings: dict[str, Any] | None = None, **kube_settings: Any
+) -> Any:
+    """A daemon lab following the cluster; `settings`: more of netcomp.yaml's, `kube_settings`: of kubernetes:."""
     kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout, **kube_settings)
-    return daemon_lab(base, extra={"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d")}, watch=True)
+    extra = {"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d"), **(settings or {})}
+    return daemon_lab(base, extra=extra, watch=True)
 
 
 def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
