@@ -307,6 +307,8 @@ class Compiler:
         parsed; an unchanged document with an unchanged completion keeps its Intent (and so its rendering)."""
         configs = [c for e in self._files.values() for c in e.configs]
         config, diags = tenancy.pick_config(configs)
+        claim = self.claim_ids or tenancy.dry_claims()
+        offline = "compiled away from the node: the id shown is not claimed (the daemon claims one)"
         intents: list[Intent] = []
         memo: dict[tuple[str, int], tuple[Document, Completion | None, Intent | None, list[Diagnostic]]] = {}
         changed = False
@@ -315,9 +317,9 @@ class Compiler:
                 completion: Completion | None = None
                 ds: list[Diagnostic] = []
                 if config is not None:
-                    completion, ds = tenancy.complete(doc, config, self.claim_ids)
-                    for note in completion.notes if completion is not None else ():
-                        ds.append(doc.diagnostic(note, ("spec", "Options"), key=True, severity="warning"))
+                    completion, ds = tenancy.complete(doc, config, claim)
+                    if self.claim_ids is None and completion is not None and completion.vni is not None:
+                        ds.append(doc.diagnostic(offline, ("spec", "Options"), key=True, severity="warning"))
                 prev = self._tenant_memo.get((name, i))
                 if prev is not None and prev[0] is doc and prev[1] == completion and not ds:
                     entry = prev

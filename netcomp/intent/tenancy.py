@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from netcomp.errors import Diagnostic
@@ -70,7 +70,6 @@ class Completion:
     vni_type: str | None = None
     vni: int | None = None
     network_id: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Exhausted(Exception):
@@ -199,9 +198,25 @@ def pick_config(configs: Sequence[tuple[TenantConfig, Document]]) -> tuple[Tenan
     )
 
 
-def complete(doc: Document, config: TenantConfig, claim: Claim | None) -> tuple[Completion | None, list[Diagnostic]]:
-    """What the TenantConfig gives a TenantNetwork (DANM's webhook mutation); `claim` None: compiling offline
-    (`netcomp validate`): the first candidate is shown, nothing claimed."""
+def dry_claims() -> Claim:
+    """A Claim for compiling away from the node (`netcomp validate`, `netcomp compile` without a daemon): ids
+    given in the order networks are compiled, distinct within the one compile, claimed nowhere."""
+    taken: dict[tuple[str, str, int], str] = {}
+
+    def claim(network: str, uid: str, profiles: Sequence[Profile]) -> tuple[Profile, int]:
+        for p in profiles:
+            for vni in p.ids():
+                holder = taken.setdefault((p.name, str(p.vni_type), vni), network)
+                if holder == network:
+                    return p, vni
+        raise Exhausted(network)
+
+    return claim
+
+
+def complete(doc: Document, config: TenantConfig, claim: Claim) -> tuple[Completion | None, list[Diagnostic]]:
+    """What the TenantConfig gives a TenantNetwork (DANM's webhook mutation), its id through `claim` (the
+    daemon's store, or dry_claims() away from the node)."""
     spec = _dict(doc.data.get("spec"))
     opts = _dict(spec.get("Options"))
     ntype = str(spec.get("NetworkType") or "ipvlan")
@@ -240,18 +255,13 @@ def complete(doc: Document, config: TenantConfig, claim: Claim | None) -> tuple[
             ]
         start = zlib.crc32(ref.encode()) % len(pool_free)
         candidates = pool_free[start:] + pool_free[:start]
-    notes: tuple[str, ...] = ()
     if candidates[0].vni_type is None:
         chosen, vni = candidates[0], None
     else:
         with_ids = [p for p in candidates if p.vni_type]
         uid = str(meta.get("uid") or "")
         try:
-            if claim is None:
-                chosen, vni = with_ids[0], with_ids[0].ids()[0]
-                notes = ("compiled offline: the id shown is the first of the range, not claimed",)
-            else:
-                chosen, vni = claim(ref, uid, with_ids)
+            chosen, vni = claim(ref, uid, with_ids)
         except Exhausted:
             tried = "; ".join(p.describe() for p in with_ids)
             return None, [
@@ -269,5 +279,4 @@ def complete(doc: Document, config: TenantConfig, claim: Claim | None) -> tuple[
         vni_type=chosen.vni_type if vni is not None else None,
         vni=vni,
         network_id=out.network_id,
-        notes=notes,
     ), []

@@ -50,7 +50,7 @@ def allocator(tmp_path: Path, node: str = "node-a") -> IdAllocator:
 
 def complete(text: str, alloc: IdAllocator | None) -> tuple[tenancy.Completion | None, list[str]]:
     (doc,) = load_documents("tnet.yaml", text.encode())
-    got, diags = tenancy.complete(doc, config(), alloc.claim if alloc else None)
+    got, diags = tenancy.complete(doc, config(), alloc.claim if alloc else tenancy.dry_claims())
     return got, [d.message for d in diags]
 
 
@@ -122,8 +122,10 @@ def test_sriov_needs_its_pool_and_network_ids_override(tmp_path: Path) -> None:
     assert got is not None and (got.host_device, got.vni) == (None, 500)
     got, diags = complete(tnet("fl", ntype="flannel"), a)
     assert got is not None and got.network_id == "flannel-conf" and got.vni is None and not diags
-    got, diags = complete(tnet("offline"), None)  # `netcomp validate`: shown, not claimed
-    assert got is not None and got.vni in (1000, 2000) and got.notes
+    dry = tenancy.dry_claims()  # `netcomp validate`: distinct ids within one compile, claimed nowhere
+    (d1,), (d2,) = load_documents("a.yaml", tnet("x1").encode()), load_documents("b.yaml", tnet("x2").encode())
+    c1, c2 = tenancy.complete(d1, config(), dry)[0], tenancy.complete(d2, config(), dry)[0]
+    assert c1 is not None and c2 is not None and (c1.host_device, c1.vni) != (c2.host_device, c2.vni)
 
 
 def test_a_tenant_network_compiles_with_its_device_and_vlan(tmp_path: Path) -> None:
