@@ -349,13 +349,18 @@ def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
         add = threading.Thread(target=lambda: answer.update(first=target.request("ADD", c)))
         add.start()
         try:
+            # The blocking delegate has done the macvlan's work, and the default network's delegate (run beside
+            # it) has finished: the unfinished ADD made real interfaces and took real leases.
             m.until(
-                "the delegate to block", lambda: m.run("test", "-s", f"{STATE}/ctr-k1.pid", check=False).returncode == 0
+                "the delegate to block, the other to finish",
+                lambda: (
+                    m.run("test", "-s", f"{STATE}/ctr-k1.pid", check=False).returncode == 0
+                    and all(namespace(target, "k1").get(i) for i in ("eth0", "net0"))
+                    and len(leases(m)) == 2
+                ),
             )
             blocked = m.text("cat", f"{STATE}/ctr-k1.pid")
             assert blocked in unit_processes(m)
-            assert {"eth0", "net0"} <= set(namespace(target, "k1"))  # the unfinished ADD made real interfaces
-            assert len(leases(m)) == 2
 
             main = m.show(UNIT, "MainPID")
             t0 = time.monotonic()
