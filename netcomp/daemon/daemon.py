@@ -133,7 +133,6 @@ class Daemon:
             self.cache,
             self.state.networks,
             lambda: self.settings.defaultNetwork,
-            netns.existing,
             host_link=lambda link: masters.ensure(link, link_netns),
             vf_pool=self._vf_pool,
             owned_links=lambda: masters.owned(link_netns),
@@ -141,6 +140,7 @@ class Daemon:
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
+            home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
         self.notifier = Notifier()

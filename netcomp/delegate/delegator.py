@@ -74,15 +74,15 @@ class Delegator:
     """Runs requests against the networks currently compiled on the node.
 
     `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
-    the node's default; `link_check` which interface names already exist in a netns (a path or an fd on it:
-    host.netns.existing); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
+    the node's default; `link_names` the interface names in a netns (a path or an fd on it:
+    host.container.link_names); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
     `crash` a test hook called at named points (daemon.faults)."""
 
     runner: Runner
     cache: Cache
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
-    link_check: Callable[[str | int, list[str]], set[str]] = nsutil.existing
+    link_names: Callable[[str | int], set[str]] = container.link_names
     # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
     # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
@@ -96,6 +96,8 @@ class Delegator:
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
     crash: Callable[[str], None] = lambda point: None
+    # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
+    home_netns: str = "/proc/self/ns/net"
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -242,7 +244,8 @@ class Delegator:
                     f"it was attached in {entry.netns or '?'}",
                 )
             names = [a.ifname for a in new]
-            present = ({a.ifname for a in entry.attachments} & set(names)) | self.link_check(fd, names)
+            everything = self.link_names(fd)
+            present = ({a.ifname for a in entry.attachments} | everything) & set(names)
             if present:
                 raise DelegateError(
                     E_INVALID_CONFIG,
@@ -252,6 +255,7 @@ class Delegator:
         finally:
             os.close(fd)
         entry.netns, entry.netns_id = netns_path, nid
+        entry.links_before = sorted(everything)  # what an undo leaves alone
         held = self.host.hold_links(new)
         try:
             vfs = self.host.take_vfs(new, asks)
@@ -309,7 +313,8 @@ class Delegator:
                     a.state = "adding"
         if first_error is not None:
             with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
-                self.detach(entry, new, target.path, why="rollback")
+                if not self.detach(entry, new, target.path, why="rollback"):
+                    self.sweep(entry, target)
             raise first_error
         self.crash("before-answer")
 
@@ -388,7 +393,10 @@ class Delegator:
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
                     entry.container_id,
                 )
+            unfinished = bool(entry.unfinished)
             self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
+            if unfinished:  # an ADD that never finished: what its killed plugins left goes too
+                self.sweep(entry, target)
 
     def detach(
         self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
@@ -434,6 +442,25 @@ class Delegator:
             raise errors[-1]
         return errors
 
+    def sweep(self, entry: Entry, target: nsutil.Target) -> None:
+        """After an undo: remove what the namespace has beyond what it had when the ADD began and what is still
+        attached: interfaces of a plugin killed half-way (a timeout, or the daemon killed with its delegates, as
+        systemd's KillMode=mixed does), which its DEL does not find under their temporary name. Best-effort."""
+        if entry.links_before is None or not target.found or not target.path:
+            return
+        try:
+            strays = self.link_names(target.path) - set(entry.links_before) - {a.ifname for a in entry.attachments}
+            strays.discard("lo")
+            if strays:
+                done = container.sweep(target.path, strays, self.home_netns)
+                log.warning(
+                    "container %s: interfaces a killed plugin left in its namespace: %s",
+                    entry.container_id,
+                    "; ".join(done),
+                )
+        except (HostError, DelegateError) as e:
+            log.error("container %s: cannot look for interfaces a killed plugin left: %s", entry.container_id, e)
+
     def undo_unfinished(self, entry: Entry) -> None:
         """DEL what an ADD left unfinished (or a rollback left undone) before anything else is done to the
         container; DelegateError when some of it cannot be undone yet."""
@@ -442,6 +469,8 @@ class Delegator:
             return
         with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
             errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
+            if not errors:
+                self.sweep(entry, target)
         if errors:
             raise DelegateError(
                 E_TRY_LATER,

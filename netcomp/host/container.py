@@ -6,11 +6,12 @@ pod's `default-route`, as Multus moves them). Each call enters the namespace on 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.host.netns import inside
+from netcomp.host.netns import inside, open_netns
 
 MAIN_TABLE = 254
 FAMILIES = {4: socket.AF_INET, 6: socket.AF_INET6}
@@ -151,3 +152,43 @@ def _delete(ipr: Any, fam: int, r: Any) -> None:
 def _strerror(e: Exception) -> str:
     """pyroute2's NetlinkError carries (code, strerror)."""
     return str(e.args[1]) if len(e.args) > 1 else str(e)
+
+
+def link_names(netns: str | int) -> set[str]:
+    """Every interface name in the namespace."""
+    return inside(netns, lambda: {name for _, name in socket.if_nameindex()}, "list links")
+
+
+def sweep(netns: str | int, names: set[str], home: str) -> list[str]:
+    """Remove interfaces a killed plugin left in a container's namespace: a virtual one (macvlan, ipvlan, veth,
+    vlan, ...) is deleted; a device (an SR-IOV VF, a host device: no link kind) is moved back to the namespace
+    at `home`, where the plugin took it from. Returns what was done, one line per interface."""
+    home_fd, _ = open_netns(home)
+
+    def work() -> list[str]:
+        from pyroute2 import IPRoute, NetlinkError
+
+        done = []
+        with IPRoute() as ipr:
+            for name in sorted(names):
+                found = ipr.link_lookup(ifname=name)
+                if not found:
+                    continue
+                info = ipr.get_links(found[0])[0].get("IFLA_LINKINFO")
+                kind = info.get("IFLA_INFO_KIND") if info is not None else None
+                try:
+                    if kind:
+                        ipr.link("del", index=found[0])
+                        done.append(f"{name} ({kind}) deleted")
+                    else:
+                        ipr.link("set", index=found[0], state="down")
+                        ipr.link("set", index=found[0], net_ns_fd=home_fd)
+                        done.append(f"{name} (a device) moved back")
+                except NetlinkError as e:
+                    done.append(f"{name}: {_strerror(e)}")
+        return done
+
+    try:
+        return inside(netns, work, "remove interfaces a plugin left")
+    finally:
+        os.close(home_fd)

@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import fcntl
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -131,12 +130,6 @@ def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
-
-
-def existing(netns: str | int, names: Iterable[str]) -> set[str]:
-    """Which of `names` already exist as links in the network namespace (a path, or an fd on it)."""
-    wanted = set(names)
-    return inside(netns, lambda: {name for _, name in socket.if_nameindex()} & wanted, "list links")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ of the unit), and systemd restarts it (Restart=on-failure). Afterwards every con
 would (again until it succeeds): zero interfaces in the container namespaces, zero host links of netcomp's, zero
 host-local leases, zero cache entries, no delegate left in the unit's cgroup; no ADD answered success with an
 interface or address missing, no address held twice; NRestarts equal to the kills; no traceback in the journal.
-One kind of interface is counted apart, not as a failure: the temporary name of a macvlan whose plugin systemd
-killed between creating and renaming it (TEMP_NAME below; a finding, docs/reliability.md "Under systemd").
+That includes the temporary name of a macvlan whose plugin systemd killed between creating and renaming it (its
+DEL does not find it; netcomp's undo removes it: docs/reliability.md "Under systemd").
 
 And KillMode=mixed shown doing what docs/reliability.md says: a delegate blocked on a FIFO (ignoring SIGTERM)
 when the main process is SIGKILLed is SIGKILLed by systemd at once, the daemon is restarted after RestartSec,
@@ -199,15 +199,6 @@ class SystemdKiller:
             self.storm.stop.set()
 
 
-# The macvlan plugin (and ipvlan, host-device) makes its link in the container's namespace under a temporary name
-# ("veth" and 8 hex digits) and renames it to CNI_IFNAME in a second step. SIGKILLed between the two (systemd
-# kills the unit's delegates the moment the main process dies: KillMode=mixed; or `systemctl kill`), the link
-# stays under that name, with no address (IPAM comes after), and the plugin's DEL, which looks for CNI_IFNAME,
-# never finds it; nor does netcomp's undo, which is that DEL. It goes when the container's namespace goes. Counted
-# apart ("pluginTempLinks") until netcomp removes such links itself (docs/reliability.md, "Under systemd").
-TEMP_NAME = re.compile(r"veth[0-9a-f]{8}")
-
-
 def storm_networks(m: Machine) -> dict[str, str]:
     """The chaos run's networks (tests/chaos): besides the default, two macvlans, a macvlan over a VXLAN host link
     netcomp makes, and the chaos plugin's faulty network."""
@@ -222,7 +213,7 @@ def storm_networks(m: Machine) -> dict[str, str]:
 
 def count_leftovers(m: Machine, containers: list[Container]) -> dict[str, list[str]]:
     """What the storm left once every container was DELeted: each a list, all to be empty."""
-    interfaces, temp = [], []
+    interfaces = []
     for c in containers:
         ifaces = namespace(MachineNode(m), c.name)
         kinds = {
@@ -232,9 +223,7 @@ def count_leftovers(m: Machine, containers: list[Container]) -> dict[str, list[s
         for name, addrs in ifaces.items():
             if name == "lo":
                 continue
-            what = f"{c.name}:{name} ({kinds.get(name)}, {addrs or 'no address'})"
-            plugin_temp = TEMP_NAME.fullmatch(name) and kinds.get(name) == "macvlan" and not addrs
-            (temp if plugin_temp else interfaces).append(what)
+            interfaces.append(f"{c.name}:{name} ({kinds.get(name)}, {addrs or 'no address'})")
     main = m.show(UNIT, "MainPID")
     return {
         "interfaces": interfaces,
@@ -242,7 +231,6 @@ def count_leftovers(m: Machine, containers: list[Container]) -> dict[str, list[s
         "leases": leases(m),
         "cacheEntries": cache_entries(m),
         "delegates": [p for p in unit_processes(m) if p != main],  # none left running in the unit's cgroup
-        "pluginTempLinks": temp,
     }
 
 
@@ -309,8 +297,7 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
     assert restarts == kills, "systemd restarted the daemon other than after the test's kills (a crash, the watchdog)"
     assert report.violations == [], report.violations
     assert report.requests["ADD ok"] > 0 and report.requests["DEL ok"] > 0, doc
-    left = {k: v for k, v in doc["leftovers"].items() if k != "pluginTempLinks"}
-    assert left == {"interfaces": 0, "hostLinks": 0, "leases": 0, "cacheEntries": 0, "delegates": 0}, doc
+    assert doc["leftovers"] == {"interfaces": 0, "hostLinks": 0, "leases": 0, "cacheEntries": 0, "delegates": 0}, doc
     assert "Traceback" not in log
     # systemd emptied the unit's cgroup before every restart (KillMode=mixed): the daemon never found one of its
     # predecessor's delegates still running (it would kill it, and say so).
