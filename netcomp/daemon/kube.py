@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from netcomp.daemon.kubepods import PodWatch
+from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write
@@ -32,7 +33,6 @@ from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 60  # a watch is renewed this often (from the last resourceVersion seen)
-MAX_BACKOFF = 30.0
 
 
 @dataclass(frozen=True)
@@ -247,33 +247,11 @@ class _Follower:
         self.uids: dict[str, str] = {}  # file name -> the uid of its object (events name it)
 
     def run(self, stop: threading.Event) -> None:
-        from kubernetes.client.exceptions import ApiException
+        def api_why(e: Any) -> str:
+            missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
+            return f"{e.status} {e.reason}{missing}"
 
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                    backoff = 1.0
-                rv = self._watch(rv, stop)
-            except ApiException as e:
-                rv = None
-                if e.status == 410:  # our resourceVersion is too old for a watch: list again, at once
-                    continue
-                why = f"{e.status} {e.reason}"
-                if e.status == 404:
-                    why += f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)"
-                self._failed(why)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
-                rv = None
-                if stop.is_set():  # the watch ended by the daemon stopping, not by a failure
-                    return
-                self._failed(explain(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+        keep_following(stop, self._relist, self._watch, self._failed, explain, api_why)
 
     def _list_args(self) -> tuple[str, str, str]:
         return self.kind.group, self.kind.version, self.kind.plural

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate import podnets
 from netcomp.delegate.select import PodRef
@@ -32,7 +33,6 @@ from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
-MAX_BACKOFF = 30.0
 QUEUE = 1024  # writes waiting; beyond, dropped and counted
 QUIET = 0.05  # a write waits until no CNI request has been served for this long...
 QUIET_LIMIT = 2.0  # ...but never longer than this
@@ -125,31 +125,8 @@ class PodWatch:
         return kept[1].annotations if kept else {}
 
     def _follow(self, stop: threading.Event) -> None:
-        """List the node's pods, then watch them; on any failure back off and list again (what is known stays)."""
-        from kubernetes.client.exceptions import ApiException
-
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                    backoff = 1.0
-                rv = self._watch(rv, stop)
-            except ApiException as e:
-                rv = None
-                if e.status == 410:  # too old a resourceVersion: list again, at once
-                    continue
-                self._failed(f"{e.status} {e.reason}")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:
-                rv = None
-                if stop.is_set():  # the watch ended by the daemon stopping, not by a failure
-                    return
-                self._failed(self.explain(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+        """List the node's pods, then watch them (kubewatch.keep_following); what is known stays meanwhile."""
+        keep_following(stop, self._relist, self._watch, self._failed, self.explain)
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node}"

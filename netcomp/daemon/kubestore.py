@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from netcomp.daemon.kube import Cluster, explain
+from netcomp.daemon.kubewatch import keep_following
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
 from netcomp.ipam.tenants import IdClaim
@@ -23,7 +24,6 @@ log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"
 LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
 WATCH_SECONDS = 60
-MAX_BACKOFF = 30.0
 
 
 def to_object(c: Claim) -> dict[str, Any]:
@@ -216,63 +216,56 @@ class KubeStore:
         return claims, str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
-        """List, then watch from the list's resourceVersion; list again after a 410 or any error (backing off)."""
+        """Every claim, then every change of one (kubewatch.keep_following), to on_change(name, claim or None)."""
         from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
 
         known: set[str] = set()
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
+
+        def relist() -> str:
+            nonlocal known
+            claims, rv = self._list()
+            names = {c.name for c in claims}
+            for gone in known - names:
+                on_change(gone, None)
+            for c in claims:
+                on_change(c.name, c)
+            known = names
+            return rv
+
+        def follow_from(rv: str, stop: threading.Event) -> str:
+            w = watch.Watch()
             try:
-                if rv is None:
-                    claims, rv = self._list()
-                    names = {c.name for c in claims}
-                    for gone in known - names:
-                        on_change(gone, None)
-                    for c in claims:
-                        on_change(c.name, c)
-                    known = names
-                    backoff = 1.0
-                w = watch.Watch()
-                try:
-                    for event in w.stream(
-                        self.custom.list_cluster_custom_object,
-                        GROUP,
-                        VERSION,
-                        self.codec.plural,
-                        resource_version=rv,
-                        timeout_seconds=WATCH_SECONDS,
-                        _request_timeout=WATCH_SECONDS + 10,
-                    ):
-                        if stop.is_set():
-                            break
-                        obj: dict[str, Any] = event.get("object") or {}
-                        meta = obj.get("metadata") or {}
-                        rv = str(meta.get("resourceVersion") or rv)
-                        name = str(meta.get("name", ""))
-                        if event.get("type") == "DELETED":
-                            known.discard(name)
-                            on_change(name, None)
-                        elif (claim := self.codec.from_object(obj)) is not None:
-                            known.add(name)
-                            on_change(name, claim)
-                finally:
-                    w.stop()
-            except ApiException as e:
-                rv = None
-                if e.status == 410 or stop.is_set():
-                    continue
-                log.warning("%s: %s", self.codec.what, self._unavailable(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:
-                rv = None
-                if stop.is_set():
-                    continue
-                log.warning("%s: the API server cannot be reached: %s", self.codec.what, explain(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                for event in w.stream(
+                    self.custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.codec.plural,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_SECONDS,
+                    _request_timeout=WATCH_SECONDS + 10,
+                ):
+                    if stop.is_set():
+                        break
+                    obj: dict[str, Any] = event.get("object") or {}
+                    meta = obj.get("metadata") or {}
+                    rv = str(meta.get("resourceVersion") or rv)
+                    name = str(meta.get("name", ""))
+                    if event.get("type") == "DELETED":
+                        known.discard(name)
+                        on_change(name, None)
+                    elif (claim := self.codec.from_object(obj)) is not None:
+                        known.add(name)
+                        on_change(name, claim)
+            finally:
+                w.stop()
+            return rv
+
+        def failed(why: str) -> None:
+            log.warning("%s: %s", self.codec.what, why)
+
+        keep_following(
+            stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)), lambda e: str(self._unavailable(e))
+        )
 
     # ------------------------------------------------------------------------------------------------ for GC
 

@@ -122,13 +122,18 @@ def _parse(value: str, pod: PodRef, annotation: str, default_ns: str) -> list[As
     if not any(c in text for c in '[{"'):  # Multus's test for the JSON form
         items = [item.strip() for item in text.split(",")]
         return [_short(item, i, head, default_ns) for i, item in enumerate(items) if item]
+    doc = _json_list(text, head, "network selection elements (or names separated by commas)")
+    return [_element(item, i, head, default_ns) for i, item in enumerate(doc)]
+
+
+def _json_list(text: str, head: str, of: str) -> list[Any]:
     try:
         doc = json.loads(text)
     except ValueError as e:
         raise _problem(head, f"is not JSON: {e}") from None
     if not isinstance(doc, list):
-        raise _problem(head, "must be a JSON list of network selection elements (or names separated by commas)")
-    return [_element(item, i, head, default_ns) for i, item in enumerate(doc)]
+        raise _problem(head, f"must be a JSON list of {of}")
+    return doc
 
 
 def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
@@ -318,13 +323,7 @@ def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
     in the network's CIDR; none given: no address of that family) and `proutes`/`proutes6`. Interface names are
     the caller's (they depend on the networks' prefixes)."""
     head = f"pod {pod}: annotation {annotation}"
-    try:
-        doc = json.loads(value)
-    except ValueError as e:
-        raise _problem(head, f"is not JSON: {e}") from None
-    if not isinstance(doc, list):
-        raise _problem(head, "must be a JSON list of connections")
-    return [_danm_element(item, i, head, pod) for i, item in enumerate(doc)]
+    return [_danm_element(item, i, head, pod) for i, item in enumerate(_json_list(value, head, "connections"))]
 
 
 def _danm_element(item: Any, i: int, head: str, pod: PodRef) -> Ask:

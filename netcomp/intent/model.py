@@ -189,13 +189,16 @@ class _RangedIPAM(Strict):
         return self
 
     def all_ranges(self) -> list[IPRange]:
+        """The range sets as ranges: the subnet form as one range (with `exclude` where the type has one)."""
         if self.subnet is not None:
+            extra = {"exclude": getattr(self, "exclude", [])}
             return [
                 IPRange(
                     subnet=self.subnet,
                     rangeStart=self.rangeStart,
                     rangeEnd=self.rangeEnd,
                     gateway=self.gateway,
+                    **extra,
                 )
             ]
         return list(self.ranges)
@@ -238,19 +241,6 @@ class ClusterIPAM(_RangedIPAM):
             if net is not None and (ex.version != net.version or not ex.subnet_of(net)):
                 raise ValueError(f"exclude {ex} is outside subnet {net}")
         return v
-
-    def all_ranges(self) -> list[IPRange]:
-        if self.subnet is not None:
-            return [
-                IPRange(
-                    subnet=self.subnet,
-                    rangeStart=self.rangeStart,
-                    rangeEnd=self.rangeEnd,
-                    gateway=self.gateway,
-                    exclude=self.exclude,
-                )
-            ]
-        return list(self.ranges)
 
 
 class StaticAddress(Strict):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 from netcomp.daemon.kubestore import GROUP, ID_PLURAL, VERSION
 from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer, api_server
+from tests.integration.kubeapi import ApiServer
 from tests.integration.netns import ip
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import attach, detach, events_of, nothing_left, pod, status_of
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.root
 DANM_API = "danm.k8s.io/v1"
 G = ("danm.k8s.io", "v1")
 DANM = "danm.k8s.io/interfaces"
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube-danm")) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")

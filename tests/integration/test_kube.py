@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -20,19 +19,11 @@ import pytest
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
 from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.kubeapi import NODE_TOKEN, ApiServer, api_server, free_port
+from tests.integration.kubeapi import NODE_TOKEN, ApiServer, free_port
 
 pytestmark = pytest.mark.root
 GVP = ("netcomp.io", "v1", "networks")
 STATUS = "k8s.v1.cni.cncf.io/network-status"
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube")) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer, api_server
+from tests.integration.kubeapi import ApiServer
 from tests.integration.netns import ip
 from tests.integration.test_kube import kube_lab, wait_for
 
@@ -28,14 +27,6 @@ NETS = ("netcomp.io", "v1", "networks")
 CLAIMS = ("netcomp.io", "v1", "addressclaims")
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 NAMESPACES = ("team-a", "team-b")
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube-multus")) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")

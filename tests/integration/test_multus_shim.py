@@ -27,7 +27,7 @@ import pytest
 
 from tests.integration import multusshim as ms
 from tests.integration.daemonlab import daemon_lab
-from tests.integration.kubeapi import ApiServer, api_server
+from tests.integration.kubeapi import ApiServer
 from tests.integration.netns import ip
 from tests.integration.procdaemon import ProcNode, proc_node
 from tests.integration.test_kube import STATUS, kube_lab, pod_asking, wait_for
@@ -431,14 +431,6 @@ def test_real_multus_shim_error_and_restart(node: ProcNode, tmp_path: Path) -> N
 
 
 # ------------------------------------------------------------------------------ a Multus node's pods
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube")) as a:
-        yield a
 
 
 def run_verb(client: str, daemon_socket_dir: Path, env: dict[str, str], stdin: bytes) -> tuple[int, Any]:
