@@ -18,6 +18,13 @@ from netcomp.paths import Root
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
+# What a pod may ask of an attachment besides which network and interface (Multus's network selection element).
+PodField = Literal[
+    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
+]
+POD_FIELDS: tuple[PodField, ...] = (
+    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
+)  # fmt: skip
 
 
 class SriovPool(BaseModel):
@@ -80,6 +87,11 @@ class KubeSettings(BaseModel):
         max_length=63,
         description="Where a pod's v1.multus-cni.io/default-network annotation finds a definition it names "
         "without a namespace (Multus's option of the same name)",
+    )
+    podFields: list[PodField] = Field(
+        default_factory=lambda: list(POD_FIELDS),
+        description="The fields of Multus's network selection element a pod may use on this node (name, "
+        "namespace and interface always); one left out is refused naming it",
     )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(

@@ -329,6 +329,12 @@ class Compiler:
                         entry = (doc, completion, None, ds)
                     else:
                         intent, pds = danm.parse(doc, completion)
+                        if intent is not None and config is None and intent.network.spec.type in tenancy.DYNAMIC:
+                            # A tenant does not choose a host's device: without the admin's TenantConfig there is
+                            # nothing to give it one (DANM refused such a TenantNetwork too).
+                            why = f"a TenantNetwork of type {intent.network.spec.type} takes its device from the "
+                            why += "TenantConfig, and none is in use"
+                            intent, pds = None, [*pds, doc.diagnostic(why, ("spec",), key=True)]
                         entry = (doc, completion, intent, [*ds, *pds])
                 memo[(name, i)] = entry
                 diags.extend(entry[3])

@@ -8,15 +8,16 @@
 - **Out: a queue, never the ADD's time.** network-status patches and events (AddedInterface per interface, a
   warning when an ADD fails) go to a bounded queue that one writer thread empties when no CNI request has been
   served for QUIET seconds (at most QUIET_LIMIT later: a write costs the API client's CPU, and on a small node the
-  API server's, which the next DEL would otherwise wait for); a full queue drops and counts. A patch carries the
-  pod's uid as a precondition, so a pod deleted and made again under its name is never given the old one's
-  status."""
+  API server's, which the next DEL would otherwise wait for), then writes all that waits. A pod's statuses
+  coalesce (the latest is written); events beyond QUEUE are dropped and counted. A patch carries the pod's uid,
+  when kubelet or the watch gives one, as a precondition, so a pod deleted and made again under its name is
+  never given the old one's status."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
-QUEUE = 1024  # writes waiting; beyond, dropped and counted
+QUEUE = 1024  # events waiting; beyond, dropped and counted (statuses: one per pod, never dropped)
 QUIET = 0.05  # a write waits until no CNI request has been served for this long...
 QUIET_LIMIT = 2.0  # ...but never longer than this
 MAX_MESSAGE = 1024  # an event's message, as the events API bounds it
@@ -67,13 +68,19 @@ class PodWatch:
         self.node = node
         self.metrics = metrics
         self.explain = explain
-        self.policy = podnets.Policy(kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace)
+        self.policy = podnets.Policy(
+            kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
+        )
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
         self.synced = threading.Event()
         self.last_error: str | None = None
-        self._writes: queue.Queue[tuple[str, PodRef, Any] | None] = queue.Queue(QUEUE)
+        # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
+        self._pending = threading.Condition()
+        self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
+        self._events: collections.deque[tuple[str, Any, str, str, str]] = collections.deque()
+        self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[float, float], object] = lambda settle, limit: True
 
@@ -122,6 +129,10 @@ class PodWatch:
             self.metrics.kube_errors.labels("read").inc()
             raise HostError(self.explain(e)) from None
         kept = _keep(doc)
+        if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
+            log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
+                        kept[1].uid, pod.uid)  # fmt: skip
+            return {}
         return kept[1].annotations if kept else {}
 
     def _follow(self, stop: threading.Event) -> None:
@@ -188,46 +199,70 @@ class PodWatch:
     # ------------------------------------------------------------------------------------------------ out
 
     def report(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
-        if self.kube.networkStatus:
-            self._put(("status", pod, status))
+        """Queue the pod's network-status; a pod whose status is still waiting gets only the latest written."""
+        if not self.kube.networkStatus:
+            return
+        with self._pending:
+            self._statuses[pod] = status  # the latest wins; one write per pod however many reports wait
+            self._pending.notify()
 
     def event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         if self.kube.events:
-            self._put(("event", pod, (kind, reason, message)))
+            self._put_event(("pod", pod, kind, reason, message))
 
-    def _put(self, item: tuple[str, PodRef, Any]) -> None:
-        try:
-            self._writes.put_nowait(item)
-        except queue.Full:
-            self.metrics.kube_errors.labels("dropped").inc()
-            log.warning("cluster: %d writes waiting; dropped the %s of pod %s", QUEUE, item[0], item[1])
+    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
+        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
+        self._put_event(("object", involved, kind, reason, message))
+
+    def _put_event(self, item: tuple[str, Any, str, str, str]) -> None:
+        with self._pending:
+            if len(self._events) >= QUEUE:  # events give way: statuses have a queue of their own
+                self.metrics.kube_errors.labels("dropped").inc()
+                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, item[3], item[4][:80])
+                return
+            self._events.append(item)
+            self._pending.notify()
 
     def flush(self, timeout: float) -> bool:
         """Until every queued write was tried (tests, and a stopping daemon); False on timeout."""
-        done = self._writes.all_tasks_done
-        with done:
-            return done.wait_for(lambda: not self._writes.unfinished_tasks, timeout)
+        with self._pending:
+            return self._pending.wait_for(lambda: not (self._statuses or self._events or self._writing), timeout)
 
     def _write_loop(self, stop: threading.Event) -> None:
-        while True:  # until stopped with nothing left to write
+        """Wait for something to write, then for a quiet moment (not while the node's ADDs and DELs need the
+        CPU), then write everything pending: every status, then the events, before waiting for quiet again."""
+        while True:
+            with self._pending:
+                if not self._pending.wait_for(lambda: self._statuses or self._events or stop.is_set(), 1.0):
+                    continue
+                if stop.is_set() and not (self._statuses or self._events):
+                    return  # stopped with nothing left to write
+                self._writing = True
             try:
-                item = self._writes.get(timeout=1.0)
-            except queue.Empty:
-                if stop.is_set():
-                    return
-                continue
-            try:
-                if item is not None:
-                    self.quiet(QUIET, QUIET_LIMIT)  # not while the node's ADDs and DELs need the CPU
-                    kind, pod, what = item
-                    if kind == "status":
-                        self._write_status(pod, what)
-                    elif kind == "event":
-                        self._write_event(pod, *what)
-                    else:
-                        self._create_event(*what)
+                self.quiet(QUIET, QUIET_LIMIT)
+                while True:
+                    with self._pending:
+                        if self._statuses:
+                            pod = next(iter(self._statuses))
+                            item: Any = ("status", pod, self._statuses.pop(pod))
+                        elif self._events:
+                            item = self._events.popleft()
+                        else:
+                            break
+                    self._write(item)
             finally:
-                self._writes.task_done()
+                with self._pending:
+                    self._writing = False
+                    self._pending.notify_all()
+
+    def _write(self, item: Any) -> None:
+        if item[0] == "status":
+            self._write_status(item[1], item[2])
+        elif item[0] == "pod":
+            self._write_event(*item[1:])
+        else:
+            self._create_event(*item[1:])
 
     def _uid(self, pod: PodRef) -> str:
         if pod.uid:
@@ -257,19 +292,13 @@ class PodWatch:
             involved["uid"] = uid
         self._create_event(involved, kind, reason, message)
 
-    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
-        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
-        self._put(("object-event", PodRef(involved.get("namespace") or "default", str(involved["name"])),
-                   (involved, kind, reason, message)))  # fmt: skip
-
     def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = involved.get("namespace") or "default"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
+            "metadata": {"name": f"{str(involved['name'])[:200]}.{time.time_ns():x}", "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
             "message": message[:MAX_MESSAGE],

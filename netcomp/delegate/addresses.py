@@ -41,12 +41,17 @@ def take(
             holder = Holder(container_id, a.ifname, pod, pod_uid)
             item = (asks or {}).get(a.ifname)
             wanted = [ip.ip for ip in item.ips] if item is not None else []
+            # Which families get an address: DANM's ip/ip6 say; Multus's `ips` asks for exactly those (as the
+            # static IPAM plugin Multus hands them to gives no other); else every family the pool has.
+            families = item.families if item is not None and item.families is not None else None
+            if families is None and wanted:
+                families = frozenset(w.version for w in wanted)
             claims = []
             for i, rs in enumerate(pool.sets):
                 family = rs[0].subnet.version if rs else 0
                 exact = next((w for w in wanted if w.version == family), None)
-                if exact is None and item is not None and item.families is not None and family not in item.families:
-                    continue  # DANM's ip/ip6 none (or not given): no address of that family
+                if exact is None and families is not None and family not in families:
+                    continue  # not asked for: no address of that family
                 try:
                     claims.append(alloc.claim(pool, i, holder, exact))
                 except DelegateError as e:

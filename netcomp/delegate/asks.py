@@ -33,6 +33,7 @@ from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyR
 from netcomp.ipam.pool import Pool
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+NETCOMP_ARGS = {"ips", "mac", "ip"}  # args.cni keys netcomp sets from the element's own fields
 
 
 def declared(conflist: Mapping[str, Any]) -> set[str]:
@@ -118,6 +119,13 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
         else:
             cni_args.append(("MAC", ask.mac))
     if ask.cni_args:
+        mine = sorted(k for k in ask.cni_args if str(k).lower() in NETCOMP_ARGS)
+        if mine:
+            # Plugins match keys without regard to case (Go's JSON): an `ips` here would replace the addresses
+            # netcomp claimed, past every check.
+            raise ask.error(
+                f"cni-args: {', '.join(map(repr, mine))} is netcomp's to give: ask with the element's ips and mac"
+            )
         for p in conf.get("plugins") or []:
             args = p.setdefault("args", {})
             if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):

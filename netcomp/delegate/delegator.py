@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ class Delegator:
         # (container, ifname) of entries with attachments to undo, and how many: kept as entries are written,
         # so that status and the periodic retry need not read every entry.
         self.unfinished: dict[tuple[str, str], int] = {}
+        self._asked: dict[tuple[str, ...], str] = {}  # (network, mac|ip, value) -> container, ADDs in flight
+        self._asked_lock = threading.Lock()
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -168,6 +171,31 @@ class Delegator:
             podasks.check_gateways(a, ask)
         return atts, asks
 
+    def _reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
+        """The MACs and addresses pods ask for, held for the ADD in flight (the cache shows only finished ones):
+        two pods asking for one at once cannot both pass. DelegateError 7 naming the item when one is held."""
+        keys: list[tuple[str, ...]] = []
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            keys += [(a.network, "mac", ask.mac)] if ask.mac else []
+            keys += [(a.network, "ip", str(ip.ip)) for ip in ask.ips]
+        with self._asked_lock:
+            for key in keys:
+                other = self._asked.get(key)
+                if other is not None and other != container_id:
+                    ask = next(asks[a.ifname] for a in atts if a.network == key[0] and a.ifname in asks)
+                    raise ask.error(f"{key[1]} {key[2]} on network {key[0]} is being given to another container now")
+            for key in keys:
+                self._asked[key] = container_id
+        return keys
+
+    def _unreserve(self, keys: list[tuple[str, ...]]) -> None:
+        with self._asked_lock:
+            for key in keys:
+                self._asked.pop(key, None)
+
     def _pod_annotations(self, req: Request) -> Mapping[str, str]:
         """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
         know); DelegateError 11 when the API server cannot say."""
@@ -197,8 +225,10 @@ class Delegator:
             )
         if entry is not None:
             self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
+        reserved: list[tuple[str, ...]] = []
         try:
             atts, asks = self.plan_attachments(req)
+            reserved = self._reserve(req.container_id, atts, asks)
             entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
             self.attach(entry, atts, req.netns, req.pod, asks)
         except DelegateError as e:
@@ -206,6 +236,8 @@ class Delegator:
                 reason = "NoNetworkFound" if isinstance(e, podnets.NoNetwork) else "FailedAddNetworks"
                 self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
             raise
+        finally:
+            self._unreserve(reserved)  # recorded in the cache entry by now, or given back
         if req.pod is not None and self.pods is not None:
             for a in atts:
                 r = a.result or {}
@@ -300,8 +332,8 @@ class Delegator:
         if first_error is None and asks:
             try:
                 self._fulfil(entry, new, asks)
-            except DelegateError as e:
-                first_error = e
+            except Exception as e:  # netlink trouble too: whatever it is, the ADD is rolled back
+                first_error = as_delegate_error(e, new[0].network)
         if first_error is None:
             for a in new:
                 a.state = "attached"
@@ -314,7 +346,7 @@ class Delegator:
         if first_error is not None:
             with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
                 if not self.detach(entry, new, target.path, why="rollback"):
-                    self.sweep(entry, target)
+                    self.sweep(entry, target, new)
             raise first_error
         self.crash("before-answer")
 
@@ -393,10 +425,10 @@ class Delegator:
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
                     entry.container_id,
                 )
-            unfinished = bool(entry.unfinished)
+            unfinished = entry.unfinished
             self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
             if unfinished:  # an ADD that never finished: what its killed plugins left goes too
-                self.sweep(entry, target)
+                self.sweep(entry, target, unfinished)
 
     def detach(
         self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
@@ -442,17 +474,25 @@ class Delegator:
             raise errors[-1]
         return errors
 
-    def sweep(self, entry: Entry, target: nsutil.Target) -> None:
-        """After an undo: remove what the namespace has beyond what it had when the ADD began and what is still
-        attached: interfaces of a plugin killed half-way (a timeout, or the daemon killed with its delegates, as
-        systemd's KillMode=mixed does), which its DEL does not find under their temporary name. Best-effort."""
-        if entry.links_before is None or not target.found or not target.path:
+    def sweep(self, entry: Entry, target: nsutil.Target, undone: list[Attachment]) -> None:
+        """After an undo of `undone`: what the namespace has beyond what it had when the ADD began and what is
+        still attached, and that a plugin killed half-way (a timeout, or the daemon killed with its delegates, as
+        systemd's KillMode=mixed does) leaves (container.sweep: a temporary-named link, a device it was given),
+        which its DEL does not find. Best-effort."""
+        if entry.links_before is None or not target.found or not target.path or not undone:
             return
         try:
             strays = self.link_names(target.path) - set(entry.links_before) - {a.ifname for a in entry.attachments}
             strays.discard("lo")
-            if strays:
-                done = container.sweep(target.path, strays, self.home_netns)
+            devices = {
+                str(v)
+                for a in undone
+                for p in a.conflist.get("plugins") or []
+                for k, v in p.items()
+                if k in ("device", "deviceID", "pciBusID") and isinstance(v, str)
+            }
+            done = container.sweep(target.path, strays, self.home_netns, devices) if strays else []
+            if done:
                 log.warning(
                     "container %s: interfaces a killed plugin left in its namespace: %s",
                     entry.container_id,
@@ -470,7 +510,7 @@ class Delegator:
         with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
             errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
             if not errors:
-                self.sweep(entry, target)
+                self.sweep(entry, target, todo)
         if errors:
             raise DelegateError(
                 E_TRY_LATER,

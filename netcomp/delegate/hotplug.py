@@ -8,10 +8,12 @@ from typing import Any
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment, Entry
+from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import select
 from netcomp.delegate.delegator import Delegator, prefixes
 from netcomp.delegate.request import check_container_id
+from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
 
 
@@ -29,8 +31,14 @@ def hotplug(
         if command == "DEL":
             if entry is None:
                 return {}
-            key = network.replace("/", ".")  # a definition's namespace/name is namespace.name on the node
-            gone = [a for a in entry.attachments if a.network == key and (not ifname or a.ifname == ifname)]
+            gone = [a for a in entry.attachments if _names(a, network) and (not ifname or a.ifname == ifname)]
+            if len({a.network for a in gone}) > 1:
+                raise DelegateError(
+                    E_INVALID_CONFIG,
+                    f"network {network!r} is ambiguous in container {container_id}: "
+                    + ", ".join(sorted({select.display_name(a.network, a.conflist) for a in gone})),
+                    "name it as namespace/name",
+                )
             if gone:
                 with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
@@ -47,3 +55,12 @@ def hotplug(
         d.attach(entry, [att], netns)
         assert att.result is not None
         return cniresult.convert(att.result, entry.cni_version)
+
+
+def _names(a: Attachment, ref: str) -> bool:
+    """Whether `ref` (as `netcomp detach` takes it: a network, namespace/name, or a definition's bare name)
+    names the attachment's network, as select.resolve_node resolves it for attach."""
+    ns = select.namespace_of(a.conflist)
+    if ref in (a.network, select.display_name(a.network, a.conflist)):
+        return True
+    return ns is not None and "/" not in ref and a.network == select.network_key(ns, ref)

@@ -50,6 +50,7 @@ KNOWN_KEYS = (
     "deviceID",
     "infiniband-guid",
 )
+_ALWAYS = ("name", "namespace", "interface", "interfaceRequest")
 _BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -98,23 +99,24 @@ def _problem(where: str, why: str) -> DelegateError:
     return DelegateError(E_INVALID_CONFIG, f"{where}: {why}")
 
 
-def parse_networks(value: str, pod: PodRef) -> list[Ask]:
-    """The networks annotation of a pod, every item checked; [] for an empty one."""
-    asks = _parse(value, pod, POD_NETWORKS, pod.namespace)
+def parse_networks(value: str, pod: PodRef, fields: frozenset[str] | None = None) -> list[Ask]:
+    """The networks annotation of a pod, every item checked; [] for an empty one. `fields`: those a pod may use
+    besides name, namespace and interface (None: all)."""
+    asks = _parse(value, pod, POD_NETWORKS, pod.namespace, fields)
     check_together(asks)
     return asks
 
 
-def parse_default(value: str, pod: PodRef, namespace: str) -> Ask:
+def parse_default(value: str, pod: PodRef, namespace: str, fields: frozenset[str] | None = None) -> Ask:
     """The default-network annotation: exactly one network (its namespace `namespace` unless it names one). It
     takes the runtime's interface: an `interface` other than that is refused by the caller, which knows it."""
-    asks = _parse(value, pod, DEFAULT_NETWORK, namespace)
+    asks = _parse(value, pod, DEFAULT_NETWORK, namespace, fields)
     if len(asks) != 1:
         raise _problem(f"pod {pod}: annotation {DEFAULT_NETWORK}", f"names {len(asks)} networks; it takes exactly one")
     return asks[0]
 
 
-def _parse(value: str, pod: PodRef, annotation: str, default_ns: str) -> list[Ask]:
+def _parse(value: str, pod: PodRef, annotation: str, default_ns: str, fields: frozenset[str] | None) -> list[Ask]:
     head = f"pod {pod}: annotation {annotation}"
     text = value.strip()
     if not text:
@@ -123,7 +125,7 @@ def _parse(value: str, pod: PodRef, annotation: str, default_ns: str) -> list[As
         items = [item.strip() for item in text.split(",")]
         return [_short(item, i, head, default_ns) for i, item in enumerate(items) if item]
     doc = _json_list(text, head, "network selection elements (or names separated by commas)")
-    return [_element(item, i, head, default_ns) for i, item in enumerate(doc)]
+    return [_element(item, i, head, default_ns, fields) for i, item in enumerate(doc)]
 
 
 def _json_list(text: str, head: str, of: str) -> list[Any]:
@@ -161,7 +163,7 @@ def _ifname(value: str, ask: Ask) -> str:
         raise ask.error(f"interface: {e.msg}", e.details) from None
 
 
-def _element(item: Any, i: int, head: str, default_ns: str) -> Ask:
+def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[str] | None) -> Ask:
     if not isinstance(item, dict):
         raise _problem(f"{head}: item {i}", "is not an object (a network selection element)")
     name = item.get("name")
@@ -174,6 +176,9 @@ def _element(item: Any, i: int, head: str, default_ns: str) -> Ask:
         )
     if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
         raise _problem(where, "name must be the network's name, a DNS-1123 label")
+    barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
+    if barred:
+        raise _problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
     ns = item.get("namespace") or default_ns
     if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns):
         raise _problem(where, f"namespace {ns!r} is not a namespace's name")
@@ -313,8 +318,14 @@ def check_together(asks: list[Ask]) -> None:
 
 
 def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
-    """(key, value) of the pod's DANM interfaces annotation, if it has one."""
-    return next(((k, notes[k]) for k in DANM_INTERFACES if notes.get(k)), None)
+    """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
+    refused (which would be meant?)."""
+    given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
+    if len(given) > 1:
+        raise DelegateError(
+            E_INVALID_CONFIG, f"annotations {given[0][0]} and {given[1][0]} both name networks; give one"
+        )
+    return given[0] if given else None
 
 
 def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
@@ -394,6 +405,7 @@ class Policy:
     isolation: bool = False
     global_namespaces: frozenset[str] = frozenset({"default"})
     default_namespace: str = "kube-system"
+    fields: frozenset[str] | None = None  # the selection element's fields a pod may use (None: every one)
 
 
 def resolve(

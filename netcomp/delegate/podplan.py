@@ -43,13 +43,14 @@ def plan(
         return _danm(pod, danm, nets, policy, runtime_ifname)
     out = PodNetworks()
     if notes.get(podnets.DEFAULT_NETWORK):
-        ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace)
+        ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
         if ask.ifname not in (None, runtime_ifname):
             raise ask.error(f"interface: the default network is on the runtime's {runtime_ifname}")
         out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy, isolated=False), ask
     elif not notes.get(podnets.POD_NETWORKS):
         _danm_default(out, pod, nets, policy)
-    asks = podnets.parse_networks(notes[podnets.POD_NETWORKS], pod) if notes.get(podnets.POD_NETWORKS) else []
+    value = notes.get(podnets.POD_NETWORKS)
+    asks = podnets.parse_networks(value, pod, policy.fields) if value else []
     podnets.check_together([*([out.default_ask] if out.default_ask else []), *asks])
     out.more = [(Want(podnets.resolve(a, pod, nets, policy), a.ifname), a) for a in asks]
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -159,10 +160,18 @@ def link_names(netns: str | int) -> set[str]:
     return inside(netns, lambda: {name for _, name in socket.if_nameindex()}, "list links")
 
 
-def sweep(netns: str | int, names: set[str], home: str) -> list[str]:
-    """Remove interfaces a killed plugin left in a container's namespace: a virtual one (macvlan, ipvlan, veth,
-    vlan, ...) is deleted; a device (an SR-IOV VF, a host device: no link kind) is moved back to the namespace
-    at `home`, where the plugin took it from. Returns what was done, one line per interface."""
+# What a plugin killed half-way can leave, and nothing else is: macvlan, ipvlan and vlan make their link in the
+# container's namespace under a temporary name (libcni's RandomVethName: veth and 8 hex digits) before renaming it.
+TEMP_NAME = re.compile(r"veth[0-9a-f]{8}")
+TEMP_KINDS = {"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"}
+
+
+def sweep(netns: str | int, names: set[str], home: str, devices: set[str]) -> list[str]:
+    """Remove what a killed plugin left in a container's namespace, among `names` (new since its ADD began):
+    a link under a plugin's temporary name, of a kind such plugins make, is deleted; a device (no link kind) is
+    moved back to the namespace at `home` only when it is one an undone plugin was given (`devices`: names and
+    PCI addresses from their configs: host-device's device, sriov's deviceID). Anything else is left alone (a
+    workload's own tun or VLAN). Returns what was done, one line per interface."""
     home_fd, _ = open_netns(home)
 
     def work() -> list[str]:
@@ -171,16 +180,17 @@ def sweep(netns: str | int, names: set[str], home: str) -> list[str]:
         done = []
         with IPRoute() as ipr:
             for name in sorted(names):
-                found = ipr.link_lookup(ifname=name)
-                if not found:
-                    continue
-                info = ipr.get_links(found[0])[0].get("IFLA_LINKINFO")
-                kind = info.get("IFLA_INFO_KIND") if info is not None else None
                 try:
-                    if kind:
+                    found = ipr.link_lookup(ifname=name)
+                    if not found:
+                        continue
+                    link = ipr.get_links(found[0])[0]
+                    info = link.get("IFLA_LINKINFO")
+                    kind = info.get("IFLA_INFO_KIND") if info is not None else None
+                    if kind in TEMP_KINDS and TEMP_NAME.fullmatch(name):
                         ipr.link("del", index=found[0])
                         done.append(f"{name} ({kind}) deleted")
-                    else:
+                    elif kind is None and {name, link.get("IFLA_PARENT_DEV_NAME")} & devices:
                         ipr.link("set", index=found[0], state="down")
                         ipr.link("set", index=found[0], net_ns_fd=home_fd)
                         done.append(f"{name} (a device) moved back")

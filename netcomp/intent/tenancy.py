@@ -21,7 +21,7 @@ Errors are on the TenantNetwork, at the key that decides them; an exhausted rang
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,10 @@ class Profile:
     vni_type: str | None = None  # vlan, vxlan
     ranges: tuple[tuple[int, int], ...] = ()  # inclusive
 
-    def ids(self) -> list[int]:
-        return [i for lo, hi in self.ranges for i in range(lo, hi + 1)]
+    def ids(self) -> Iterator[int]:
+        """The ids in order, one at a time (a VXLAN range may hold sixteen million)."""
+        for lo, hi in self.ranges:
+            yield from range(lo, hi + 1)
 
     def describe(self) -> str:
         spans = ",".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in self.ranges)

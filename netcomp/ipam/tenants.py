@@ -110,17 +110,16 @@ class IdAllocator:
 
     def _held_by(self, network: str, uid: str) -> list[IdClaim]:
         with self._lock:
-            return [
-                c
-                for c in self._view.values()
-                if c.network == network and (not uid or not c.network_uid or c.network_uid == uid)
-            ]
+            return [c for c in self._view.values() if _same(c, network, uid)]
 
     def claim(self, network: str, uid: str, profiles: Sequence[Profile]) -> tuple[Profile, int]:
         """The profile and id held for `network` (namespace/name; uid of its object, if any): the one it has, or
         the lowest free id of the first profile that has one. Exhausted; ClaimUnavailable."""
         self._ensure_listed()
-        mine = [c for c in self._held_by(network, uid) if _fits(profiles, c)]
+        held = self._held_by(network, uid)
+        for stale in (c for c in held if not _fits(profiles, c)):
+            self._free(stale, "no longer in the network's profiles")  # its device or the config changed
+        mine = [c for c in held if _fits(profiles, c)]
         if mine:
             mine.sort(key=lambda c: _order(profiles, c))
             for extra in mine[1:]:
@@ -134,19 +133,22 @@ class IdAllocator:
                 with self._lock:
                     holder = self._view.get(name)
                 if holder is not None:
-                    if holder.network == network:
+                    if _same(holder, network, uid):
                         return p, vni
                     continue
                 want = IdClaim(name, p.name, p.vni_type, vni, network, uid, self.node)
                 try:
                     got = self.store.create(want)
                 except Taken as t:
-                    held = t.holder if isinstance(t.holder, IdClaim) else None
-                    if held is not None:
-                        with self._lock:
-                            self._view[name] = held
-                        if held.network == network:
-                            return p, vni
+                    held_by = t.holder if isinstance(t.holder, IdClaim) else None
+                    if held_by is None:
+                        # Taken, but by whom the store could not say: going on would give this network a second
+                        # id if the holder is this network's (another node's claim): try again later instead.
+                        raise ClaimUnavailable(f"{name} is taken and its holder cannot be read now") from None
+                    with self._lock:
+                        self._view[name] = held_by
+                    if _same(held_by, network, uid):
+                        return p, vni
                     continue
                 except StoreUnavailable as e:
                     raise ClaimUnavailable(str(e)) from None
@@ -180,6 +182,12 @@ class IdAllocator:
     def networks(self) -> set[str]:
         with self._lock:
             return {c.network for c in self._view.values()}
+
+
+def _same(c: IdClaim, network: str, uid: str) -> bool:
+    """Whether the claim is this network's: the same namespace/name, and the same object when both know its uid
+    (a TenantNetwork deleted and made again under its name is another network, whose old claim is freed)."""
+    return c.network == network and (not uid or not c.network_uid or c.network_uid == uid)
 
 
 def _fits(profiles: Iterable[Profile], c: IdClaim) -> bool:

@@ -421,3 +421,22 @@ def test_pods_come_from_the_nodes_watch(admin: Any, node: DaemonLab) -> None:
         after = (lookups.labels("watch")._value.get(), lookups.labels("api")._value.get())
         assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
         detach(node, ctr, p)
+
+
+def test_a_failure_reading_the_pods_namespace_rolls_the_add_back(
+    admin: Any, node: DaemonLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Netlink trouble while checking what the pod asked for (made to happen: a kernel that refuses netlink on
+    demand does not exist here, so the read is replaced by one that fails as pyroute2 does): the ADD is rolled
+    back like any delegate's failure, a CNI error and nothing left."""
+    from netcomp.errors import HostError
+    from netcomp.host import container
+
+    def broken(netns: Any, ifname: str) -> Any:
+        raise HostError(f"cannot read interface {ifname} in {netns}: [Errno 105] No buffer space available")
+
+    monkeypatch.setattr(container, "link_state", broken)
+    with pod(admin, node, "netlink", **annotated([{"name": "storage", "mac": "02:00:00:00:00:71"}])) as p:
+        ctr, rc, res = attach(node, p)
+        assert rc == 1 and res["code"] == 5 and "No buffer space available" in res["msg"], res
+        nothing_left(node, ctr)

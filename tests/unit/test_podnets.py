@@ -484,3 +484,32 @@ def test_danm_asks_before_any_plugin() -> None:
     asks.prepare(Attachment("team-a.management", "eth0", DNETS["team-a.management"]), ask_pr, [])
     policy = asks.policy_routes(mgmt, ask_pr, LinkState(None, ("10.1.0.9/24",)))
     assert policy == [PolicyRoutes("eth0", 10, "10.1.0.9/24", (("10.9.0.0/16", "10.1.0.1"),))]
+
+
+def test_cni_args_cannot_set_what_netcomp_gives_and_fields_can_be_barred() -> None:
+    # Plugins read keys without regard to case: an "IPs" in cni-args would replace the addresses netcomp claimed.
+    with pytest.raises(DelegateError, match=re.escape("cni-args: 'IPs' is netcomp's to give")):
+        asks.prepare(att(HOST_LOCAL), one({"name": "n", "cni-args": {"IPs": ["10.10.0.99/24"], "x": 1}}), [])
+    barred = frozenset({"ips", "mac"})
+    value = json.dumps([{"name": "n", "ips": ["10.0.0.5"]}, {"name": "m", "portMappings": []}])
+    with pytest.raises(DelegateError, match=re.escape("item 1 ('m'): 'portMappings': not allowed on this node")):
+        parse_networks(value, POD, barred)
+    assert parse_networks('[{"name": "n", "interface": "x0", "ips": ["10.0.0.5"]}]', POD, barred)[0].ifname == "x0"
+
+
+def test_both_of_danms_annotation_keys_are_refused() -> None:
+    notes = {"danm.k8s.io/interfaces": "[]", "danm.io/interfaces": "[]"}
+    with pytest.raises(
+        DelegateError, match=re.escape("annotations danm.k8s.io/interfaces and danm.io/interfaces both")
+    ):
+        podplan.plan(POD, notes, DNETS, Policy(), "eth0")
+
+
+def test_detach_finds_a_definition_by_any_of_its_names() -> None:
+    from netcomp.delegate.hotplug import _names
+
+    a = Attachment("team-a.fast", "net1", {"netcomp": {"namespace": "team-a"}})
+    assert _names(a, "team-a/fast") and _names(a, "fast") and _names(a, "team-a.fast")
+    assert not _names(a, "team-b/fast") and not _names(a, "slow")
+    native = Attachment("storage", "stor0", {"netcomp": {}})
+    assert _names(native, "storage") and not _names(native, "x/storage")

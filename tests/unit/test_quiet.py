@@ -5,6 +5,7 @@ CNI requests need the CPU: a request in flight keeps it waiting until its limit;
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,11 @@ def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
             assert server.wait_quiet(0.01, 0.2) is False  # in flight for all of its 0.2 s limit
         finally:
             server.leave()
-        # Just finished: quiet only `settle` later. A thread waits; the main one takes and ends one more request
-        # meanwhile, which restarts the settle time; the waiter still returns True within its limit.
+        # A request in flight when the wait begins: the wait returns only once it ended and `settle` has passed
+        # since (a lower bound wait_quiet cannot beat, whatever the machine's speed).
         done = threading.Event()
         got: list[bool] = []
+        server.enter()
 
         def waiter() -> None:
             got.append(server.wait_quiet(0.05, 10.0))
@@ -35,7 +37,8 @@ def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
 
         t = threading.Thread(target=waiter)
         t.start()
-        server.enter()
+        left = time.monotonic()
         server.leave()
         assert done.wait(10.0) and got == [True]
+        assert time.monotonic() - left >= 0.05
         t.join()

@@ -158,3 +158,62 @@ def test_a_tenant_network_compiles_with_its_device_and_vlan(tmp_path: Path) -> N
     freed = alloc.release_gone(lambda cl: cl.network not in present)
     assert [cl.name for cl in freed] == [id_claim_name("ens4", "vlan", 1000)]
     assert LocalStore(tmp_path / "tenants", IdClaim).list() == []
+
+
+def test_two_nodes_racing_for_one_network_end_with_one_claim(tmp_path: Path) -> None:
+    """Eight allocators (eight nodes) on one store claim for the same TenantNetwork at once, released together by
+    a barrier: one claim is made, every one of them gets its id."""
+    import threading
+
+    barrier = threading.Barrier(8)
+    got: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    (doc,) = load_documents("t.yaml", tnet("raced", host_device="ens4").encode())
+
+    def node(i: int) -> None:
+        alloc = allocator(tmp_path, f"node-{i}")
+        barrier.wait()
+        c, _ = tenancy.complete(doc, config(), alloc.claim)
+        assert c is not None and c.vni is not None
+        with lock:
+            got.append((c.vni_type or "", c.vni))
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [("vlan", 1000)] * 8
+    assert [(c.network, c.vni) for c in LocalStore(tmp_path / "tenants", IdClaim).list()] == [("team-a/raced", 1000)]
+
+
+def test_a_network_made_again_under_its_name_is_another_network(tmp_path: Path) -> None:
+    a = allocator(tmp_path)
+    first, _ = complete(tnet("again", uid="u1", host_device="ens4"), a)
+    second, _ = complete(tnet("again", uid="u2", host_device="ens4"), a)
+    assert first is not None and second is not None and (first.vni, second.vni) == (1000, 1001)
+
+
+def test_a_taken_id_whose_holder_cannot_be_read_claims_nothing_more(tmp_path: Path) -> None:
+    """A store that says taken but cannot say by whom (the API server's GET failed: a fake store, since that
+    cannot be made to happen on demand): the claim is tried again later, never a second id."""
+    from netcomp.intent.tenancy import ClaimUnavailable
+    from netcomp.ipam.store import Taken
+
+    class Unreadable(LocalStore):
+        def create(self, claim: Any) -> Any:
+            raise Taken(None)
+
+    alloc = IdAllocator(Unreadable(tmp_path / "t", IdClaim), "node-a")
+    with pytest.raises(ClaimUnavailable, match="its holder cannot be read"):
+        alloc.claim("team-a/x", "", tuple(config().profiles[:1]))
+
+
+def test_a_tenant_network_without_a_tenant_config_gets_no_device(tmp_path: Path) -> None:
+    nets = tmp_path / "networks.d"
+    nets.mkdir()
+    (nets / "10-mine.yaml").write_text(tnet("mine", host_device="eth0"))
+    plan = Compiler(Settings(intentDirs=[str(nets)], outputDir=str(tmp_path / "out"), staticDirs=[], pluginDirs=[]))
+    got = plan.compile()
+    assert "team-a.mine.conflist" not in got.artifacts
+    assert any("takes its device from the TenantConfig, and none is in use" in d.message for d in got.diagnostics)
