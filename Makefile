@@ -21,8 +21,8 @@ KUBE_BINS ?= /var/cache/netcomp-test/kube
 TRIXIE_ROOT ?= /var/cache/netcomp-test/trixie
 export NETCOMP_TRIXIE_ROOT := $(TRIXIE_ROOT)/root
 
-.PHONY: all setup system-deps kube-bins trixie-root demo test lint typecheck unit integration golden schema bench chaos \
-	clean shim
+.PHONY: all setup system-deps kube-bins trixie-root demo test lint typecheck unit integration golden schema completion \
+	bench chaos clean shim
 
 all: test
 
@@ -35,8 +35,8 @@ system-deps:
 	    || ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
 	    || ! dpkg -s busybox-static >/dev/null 2>&1; then \
 	  echo "installing Debian packages: $(DEBS)"; \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $(DEBS) >/dev/null; \
 	fi
 
 $(STAMP): pyproject.toml
@@ -82,6 +82,10 @@ golden: $(STAMP)
 schema: $(STAMP)
 	$(VENV)/bin/netcomp schema network > schemas/network.schema.json
 	$(VENV)/bin/netcomp schema config > schemas/config.schema.json
+
+# The bash completion the package installs, generated from the argument parser (a test fails when it is stale).
+completion: $(STAMP)
+	$(PY) -m netcomp.cli.completion > packaging/netcomp.bash-completion
 
 bench: setup
 	$(PY) bench/compile.py

@@ -13,6 +13,10 @@ IFNAMSIZ = 15  # Linux interface names: 15 bytes plus NUL
 # (file names in the plugin dirs) to the same. Always matched whole (fullmatch: `$` would let "id\n" through).
 CNI_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
+# A DNS-1123 label: a Kubernetes namespace's name, a network's (Multus holds annotation names to it too).
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL_RE = re.compile(DNS_LABEL)
+
 # An interface name in an intent (hostDevice, a prefix): what the tools that make links accept without quoting.
 INTENT_IFNAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 

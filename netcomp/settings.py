@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket as _socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from netcomp import paths
+from netcomp import names, paths
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
 from netcomp.intent.source import load_documents
@@ -16,6 +16,14 @@ from netcomp.paths import Root
 
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
+# What a pod may ask of an attachment besides which network and interface (Multus's network selection element).
+PodField = Literal[
+    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
+]
+POD_FIELDS: tuple[PodField, ...] = (
+    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
+)  # fmt: skip
 
 
 class SriovPool(BaseModel):
@@ -45,11 +53,44 @@ class KubeSettings(BaseModel):
         default=False,
         description="Read the cluster's NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1, Multus's) as intents",
     )
+    danm: bool = Field(
+        default=False,
+        description="Read the cluster's DanmNets, TenantNetworks, ClusterNetworks and TenantConfigs (DANM's) as "
+        "intents",
+    )
+    danmGroup: Literal["danm.k8s.io", "danm.io"] = Field(
+        default="danm.k8s.io", description="DANM's API group: danm.k8s.io, or danm.io since DANM 4.3"
+    )
     podNetworks: bool = Field(
         default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
     )
     networkStatus: bool = Field(
         default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
+    )
+    events: bool = Field(
+        default=True,
+        description="Record events on pods as Multus does: AddedInterface per interface, a warning when an ADD fails",
+    )
+    namespaceIsolation: bool = Field(
+        default=False,
+        description="A pod may use only the NetworkAttachmentDefinitions of its own namespace and of "
+        "globalNamespaces (Multus's option of the same name)",
+    )
+    globalNamespaces: list[Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=63)]] = Field(
+        default_factory=lambda: ["default"],
+        description="With namespaceIsolation: namespaces whose definitions every pod may use",
+    )
+    multusNamespace: str = Field(
+        default="kube-system",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="Where a pod's v1.multus-cni.io/default-network annotation finds a definition it names "
+        "without a namespace (Multus's option of the same name)",
+    )
+    podFields: list[PodField] = Field(
+        default_factory=lambda: list(POD_FIELDS),
+        description="The fields of Multus's network selection element a pod may use on this node (name, "
+        "namespace and interface always); one left out is refused naming it",
     )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(
@@ -144,7 +185,7 @@ class Settings(BaseModel):
         """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
         node's own dirs."""
         kube = self.kubernetes
-        if kube is not None and (kube.networks or kube.networkAttachmentDefinitions):
+        if kube is not None and (kube.networks or kube.networkAttachmentDefinitions or kube.danm):
             return [self.clusterIntentDir, *self.intentDirs]
         return list(self.intentDirs)
 

@@ -18,8 +18,8 @@ main() {
         dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
     done
     if [ ${#need[@]} -gt 0 ]; then
-        apt-get update -qq
-        apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+        apt-get -o DPkg::Lock::Timeout=300 update -qq
+        apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${need[@]}" >/dev/null
     fi
     mkdir -p "$CACHE/bin"
     WORK=$(mktemp -d "$CACHE/build.XXXXXX")

@@ -1,15 +1,19 @@
 """The `netcomp` command: dispatch to the module of each command, and the last line of defence, where an
-internal error is reported without a traceback (unless --debug). Each command module is imported when its
-command runs, so that `netcomp --help` and the quick commands import nothing heavy."""
+internal error is reported without a traceback (unless --debug), and a reader that goes away (`netcomp status |
+head -1`) or a Ctrl-C ends the command quietly, with the status a shell gives a process killed by SIGPIPE (141)
+or SIGINT (130). Each command module is imported when its command runs, so that `netcomp --help` and the quick
+commands import nothing heavy."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TextIO, cast
 
-from netcomp.cli.exits import EX_SOFTWARE
+from netcomp.cli.exits import EX_INTERRUPTED, EX_PIPE, EX_SOFTWARE
 from netcomp.cli.parser import build_parser
 
 # The module that runs each command: run(args, out, err) -> exit code.
@@ -27,18 +31,79 @@ COMMANDS = {
 }
 
 
+class ReaderGone(BaseException):
+    """The reader of our stdout or stderr went away. A BaseException, as KeyboardInterrupt is: no command's
+    `except Exception` (or `except OSError`, which a broken pipe is) may take it for a failure of its own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__("the reader went away")
+        self.stream = stream
+
+
+class _Watched:
+    """A text stream whose broken pipe is told apart from any other (a socket's, a child's): ReaderGone."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise ReaderGone(self._stream) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise ReaderGone(self._stream) from None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def _watch(stream: TextIO) -> TextIO:
+    return cast(TextIO, _Watched(stream))
+
+
+def _silence(stream: TextIO) -> None:
+    """Point the stream's file descriptor at /dev/null: what is still buffered in it goes nowhere, and the flush
+    at interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError"). Python's own advice (the
+    `signal` module's note on SIGPIPE)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # a StringIO has no descriptor
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
+    out = _watch(stdout or sys.stdout)
+    err = _watch(stderr or sys.stderr)
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            return _run(argv, out, err)
+        finally:
+            # What is buffered goes now, where a reader that went away is noticed, not at interpreter exit.
+            out.flush()
+            err.flush()
+    except ReaderGone as gone:
+        _silence(gone.stream)
+        return EX_PIPE
+    except KeyboardInterrupt:
+        return EX_INTERRUPTED
+
+
+def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    try:
+        # argparse prints --help, --version and usage errors on sys.stdout and sys.stderr: these streams.
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     try:
         code: int = importlib.import_module(COMMANDS[args.command]).run(args, out, err)
         return code
-    except KeyboardInterrupt:
-        return 130
     except Exception as e:  # the last line of defence: a bug, reported without a traceback
         if getattr(args, "debug", False):
             raise

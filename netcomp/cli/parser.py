@@ -8,6 +8,7 @@ from typing import Any, get_args
 
 from netcomp import __version__
 from netcomp.cli.exits import EX_USAGE
+from netcomp.cli.schema import SCHEMAS
 from netcomp.settings import CniVersion
 
 
@@ -113,7 +114,7 @@ def _compile(sub: Any) -> None:
 
 def _schema(sub: Any) -> None:
     s = _command(sub, "schema", "print the JSON Schema of intents (or of netcomp.yaml)")
-    s.add_argument("which", nargs="?", choices=("network", "config"), default="network")
+    s.add_argument("which", nargs="?", choices=tuple(SCHEMAS), default="network", help="which schema (default network)")
 
 
 def _daemon(sub: Any) -> None:
@@ -172,10 +173,16 @@ def _install_shim(sub: Any) -> None:
         "Python shim (written into --shim-dir, byte-compiled for /usr/bin/python3, behind a launcher). Both do the "
         "same on the wire; the compiled one starts in well under a millisecond.",
     )
-    i.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="the runtime's CNI plugin dir (default %(default)s)")
+    i.add_argument(
+        "--cni-bin-dir",
+        default="/opt/cni/bin",
+        metavar="DIR",
+        help="the runtime's CNI plugin dir (default %(default)s)",
+    )
     i.add_argument(
         "--shim-dir",
         default="/usr/local/lib/netcomp/shim",
+        metavar="DIR",
         help="where the Python shim goes, when that is the one installed (default %(default)s)",
     )
     i.add_argument("--python", action="store_true", help="install the Python shim even where there is a C compiler")
@@ -188,12 +195,13 @@ def _attach(sub: Any) -> None:
     ):
         a = _command(sub, verb, text, text + " (through the daemon's /delegate endpoint)")
         _common(a)
-        a.add_argument("container", help="the container ID")
-        a.add_argument("netns", help="path of the container's network namespace (ignored by detach)")
-        a.add_argument("network", help="the network's name")
-        a.add_argument("--ifname", help="interface name (default: the network's prefix and an index)")
+        a.add_argument("container", metavar="CONTAINER", help="the container ID")
+        a.add_argument("netns", metavar="NETNS", help="path of the container's network namespace (ignored by detach)")
+        a.add_argument("network", metavar="NETWORK", help="the network's name")
+        a.add_argument("--ifname", metavar="NAME", help="interface name (default: the network's prefix and an index)")
         a.add_argument(
             "--runtime-ifname",
             default="eth0",
+            metavar="NAME",
             help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
         )

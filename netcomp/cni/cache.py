@@ -106,6 +106,9 @@ class Entry:
     netns_id: NetnsId | None = None  # None only in entries of version 0
     request: str = ""  # digest of the ADD request, to answer a repeated one from the record
     version: int = 1
+    # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
+    # ones was left by a plugin killed half-way (a macvlan under its temporary name) and is removed.
+    links_before: list[str] | None = None
 
     @property
     def attached(self) -> list[Attachment]:
@@ -117,7 +120,7 @@ class Entry:
         return [a for a in self.attachments if a.state != "attached"]
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "kind": KIND,
             "containerID": self.container_id,
             "ifname": self.ifname,
@@ -127,6 +130,8 @@ class Entry:
             "request": self.request,
             "attachments": [a.to_doc() for a in self.attachments],
         }
+        if self.links_before is not None:
+            doc["linksBefore"] = self.links_before
         # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
         try:
             return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
@@ -155,6 +160,7 @@ class Entry:
             attachments=[Attachment.from_doc(a) for a in atts],
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
             request=str(d.get("request") or ""),
+            links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
         )
 
 

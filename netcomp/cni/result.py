@@ -11,7 +11,9 @@ from netcomp.cni.codes import E_INCOMPATIBLE
 from netcomp.cni.spec import SUPPORTED_VERSIONS
 from netcomp.errors import DelegateError
 
-_OLD = ("0.3.0", "0.3.1", "0.4.0")
+# The versions whose results carry `version` on each IP (the shape before 1.0.0), and the first without it.
+IP_VERSIONED = ("0.3.0", "0.3.1", "0.4.0")
+FIRST_UNVERSIONED = next(v for v in SUPPORTED_VERSIONS if v not in IP_VERSIONED)
 
 
 def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
@@ -27,7 +29,7 @@ def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
     for ip in out.get("ips") or []:
         if not isinstance(ip, dict):
             continue
-        if version in _OLD:
+        if version in IP_VERSIONED:
             addr = str(ip.get("address", ""))
             ip.setdefault("version", "6" if ":" in addr else "4")
         else:

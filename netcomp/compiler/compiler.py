@@ -8,7 +8,11 @@ rendered, and then *released* before the next file is read: a released Intent ke
 Document that has dropped its data and text (read again from the file, if it still holds the same bytes, when a
 diagnostic needs a position); the pydantic model and the YAML data live only while their file is compiled. A
 file is read again when it changes, or when the static file one of its intents names changes; new templates
-mean every file is read again."""
+mean every file is read again.
+
+DANM's TenantNetworks are the exception: completed from the TenantConfig in use (which may be in any file, and
+whose ids are claimed for the whole cluster), they are parsed after every file is read, and kept whole (there
+are few)."""
 
 from __future__ import annotations
 
@@ -29,15 +33,22 @@ from netcomp.compiler.render import missing_plugins, render
 from netcomp.compiler.statics import StaticFiles
 from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
 from netcomp.fsutil import is_racy
-from netcomp.intent import rules
+from netcomp.intent import danm, rules, tenancy
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import Network, StaticSpec
 from netcomp.intent.parse import parse_document
-from netcomp.intent.source import forget_scalars, load_documents
+from netcomp.intent.source import Document, forget_scalars, load_documents
+from netcomp.intent.tenancy import Completion, TenantConfig
 from netcomp.settings import Settings
 
 __all__ = ["INTENT_SUFFIXES", "STATIC_SUFFIXES", "Compiler", "discover"]
 _NO_FIELDS: Mapping[Any, Any] = {}  # the field map of every released native intent (never written to)
+
+
+def _is_tenant_network(data: object) -> bool:
+    return (
+        isinstance(data, dict) and data.get("kind") == "TenantNetwork" and data.get("apiVersion") in danm.API_VERSIONS
+    )
 
 
 class _Released:
@@ -62,8 +73,10 @@ def _release(intent: Intent, digest: bytes) -> Intent:
     """What stays of a compiled intent (see the module's docstring); `digest`: its file's bytes'."""
     intent.doc.release()
     intent.doc.source.release(digest)
-    network = cast(Network, _Released(intent.name))
-    return Intent(network, intent.doc, intent.format, intent.fieldmap or _NO_FIELDS, None, intent.memo)
+    network = cast(Network, _Released(intent.network.metadata.name))
+    fieldmap = intent.fieldmap or _NO_FIELDS
+    meta = intent.meta or _NO_FIELDS
+    return Intent(network, intent.doc, intent.format, fieldmap, None, intent.namespace, meta, intent.memo)
 
 
 @dataclass(slots=True)
@@ -84,6 +97,14 @@ class _File:
     # The content's digest when the file was racily clean (fsutil.RACY_NS): its stat alone cannot be trusted.
     racy: bytes | None = None
     statics: bool = False  # one of its intents is a static file's (looked at again when static dirs change)
+    # DANM's TenantNetworks (whole: parsed by _tenants once the TenantConfig is known), and the TenantConfigs.
+    tenant_docs: tuple[Document, ...] = ()
+    configs: tuple[tuple[TenantConfig, Document], ...] = ()
+
+
+# A TenantNetwork's last compile: its document, the completion it was parsed with, its rendering (None: it did
+# not parse), its diagnostics.
+_TenantEntry = tuple[Document, Completion | None, _Rendered | None, list[Diagnostic]]
 
 
 @dataclass(slots=True)
@@ -107,6 +128,10 @@ class Compiler:
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
         self._statics = StaticFiles(settings.staticDirs)
+        self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
+        # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
+        # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
+        self.claim_ids: tenancy.Claim | None = None
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again (every file is read
@@ -114,6 +139,7 @@ class Compiler:
         tdir = Path(self.settings.templateDir)
         self.templates = Templates(tdir if tdir.is_dir() else None)
         self._files, self._names = {}, []
+        self._tenant_memo = {}
 
     def layers(self) -> list[Path]:
         return [Path(d) for d in self.settings.intent_layers()]
@@ -155,7 +181,18 @@ class Compiler:
         renders: list[_Rendered] = []
         diags: list[Diagnostic] = []
         statics = False
+        tenant_docs: list[Document] = []
+        configs: list[tuple[TenantConfig, Document]] = []
         for doc in docs:
+            if tenancy.is_tenant_config(doc.data):
+                config, ds = tenancy.parse_config(doc)
+                diags.extend(ds)
+                if config is not None:
+                    configs.append((config, doc))
+                continue
+            if _is_tenant_network(doc.data):
+                tenant_docs.append(doc)  # parsed by _tenants(), once the TenantConfig is known
+                continue
             intent, ds = parse_document(doc)
             diags.extend(ds)
             if intent is None:
@@ -165,20 +202,23 @@ class Compiler:
             done.intent = _release(intent, digest)
             statics = statics or done.static_id is not None
             renders.append(done)
-        return _File(key, tuple(renders), tuple(diags), any(d.is_error for d in diags), racy, statics)
+        failed = any(d.is_error for d in diags)
+        return _File(key, tuple(renders), tuple(diags), failed, racy, statics, tuple(tenant_docs), tuple(configs))
 
     def _moved(self, known: _File, run: _Run) -> bool:
         """Whether a static file one of the file's intents names is not the one it was rendered with."""
-        for done in known.renders:
-            if done.static_id is not None:
-                path = self._statics.find(done.static_id, run.listing)
-                try:
-                    skey = stat_key(os.stat(path)) if path is not None else None
-                except OSError:
-                    skey = None
-                if skey != done.static_key:
-                    return True
-        return False
+        return any(self._stale(done, run) for done in known.renders)
+
+    def _stale(self, done: _Rendered, run: _Run) -> bool:
+        """Whether the static file a rendering's intent names is not the one it was rendered with."""
+        if done.static_id is None:
+            return False
+        path = self._statics.find(done.static_id, run.listing)
+        try:
+            skey = stat_key(os.stat(path)) if path is not None else None
+        except OSError:
+            skey = None
+        return skey != done.static_key
 
     def _render(self, intent: Intent, run: _Run) -> _Rendered:
         """One intent (not yet released) to its artifact, offered to run.on_artifact (an Output's Stager starts
@@ -246,11 +286,18 @@ class Compiler:
             c.startswith(d) or c + "/" == d for c in recheck for d in static_dirs
         )
         # 1. Files: read what changed (all of them without a hint; stat decides), render and release them.
-        self._read_files(files, recheck, _Run(on_artifact, statics_unchanged))
+        run = _Run(on_artifact, statics_unchanged)
+        self._read_files(files, recheck, run)
         renders = [r for e in self._files.values() for r in e.renders]
-        intents = [r.intent for r in renders]
         plan.diagnostics = [d for e in self._files.values() if e.diagnostics for d in e.diagnostics]
         plan.failed_sources = {n for n, e in self._files.items() if e.failed}
+        # 1b. TenantNetworks, completed from the TenantConfig (its ids claimed once for the cluster), rendered.
+        tenant_renders, tenant_diags = self._tenants(run)
+        renders += tenant_renders
+        plan.diagnostics += tenant_diags
+        plan.failed_sources |= {str(d.location.file) for d in tenant_diags if d.is_error and d.location}
+        plan.tenant_networks = self.tenant_networks()
+        intents = [r.intent for r in renders]
         # 2. Rules across intents, on the facts each intent memoized.
         failing: set[int] = set()  # id() of intents with an error of their own
         for intent, diag in rules.check(intents):
@@ -284,6 +331,69 @@ class Compiler:
             a.filename: a for it, a in good if not failing or (it.name not in bad and id(it) not in failing)
         }
         return plan
+
+    def _tenants(self, run: _Run) -> tuple[list[_Rendered], list[Diagnostic]]:
+        """The TenantNetworks of every file, each completed from the TenantConfig in use (intent/tenancy.py),
+        parsed and rendered; an unchanged document with an unchanged completion keeps its rendering (unless the
+        static file it names changed)."""
+        configs = [c for e in self._files.values() for c in e.configs]
+        config, diags = tenancy.pick_config(configs)
+        claim = self.claim_ids or tenancy.dry_claims()
+        offline = "compiled away from the node: the id shown is not claimed (the daemon claims one)"
+        renders: list[_Rendered] = []
+        memo: dict[tuple[str, int], _TenantEntry] = {}
+        for name, f in self._files.items():
+            for i, doc in enumerate(f.tenant_docs):
+                completion: Completion | None = None
+                ds: list[Diagnostic] = []
+                if config is not None:
+                    completion, ds = tenancy.complete(doc, config, claim)
+                    if self.claim_ids is None and completion is not None and completion.vni is not None:
+                        ds.append(doc.diagnostic(offline, ("spec", "Options"), key=True, severity="warning"))
+                prev = self._tenant_memo.get((name, i))
+                entry: _TenantEntry
+                if (
+                    prev is not None
+                    and prev[0] is doc
+                    and prev[1] == completion
+                    and not ds
+                    and (prev[2] is None or not self._stale(prev[2], run))
+                ):
+                    entry = prev
+                elif ds and any(d.is_error for d in ds):
+                    entry = (doc, completion, None, ds)
+                else:
+                    intent, pds = danm.parse(doc, completion)
+                    if intent is not None and config is None and intent.network.spec.type in tenancy.DYNAMIC:
+                        # A tenant does not choose a host's device: without the admin's TenantConfig there is
+                        # nothing to give it one (DANM refused such a TenantNetwork too).
+                        why = f"a TenantNetwork of type {intent.network.spec.type} takes its device from the "
+                        why += "TenantConfig, and none is in use"
+                        intent, pds = None, [*pds, doc.diagnostic(why, ("spec",), key=True)]
+                    done = None
+                    if intent is not None:
+                        rules.check([intent])  # the facts the rules across intents use, memoized
+                        done = self._render(intent, run)
+                    entry = (doc, completion, done, [*ds, *pds])
+                memo[(name, i)] = entry
+                diags.extend(entry[3])
+                if entry[2] is not None:
+                    renders.append(entry[2])
+        self._tenant_memo = memo
+        return renders, diags
+
+    def tenant_networks(self) -> dict[str, str] | None:
+        """Every TenantNetwork the last compile read (namespace/name -> the uid of its object, "" for a file
+        written by hand); None when a file could not be read or parsed (one might have held more)."""
+        out: dict[str, str] = {}
+        for f in self._files.values():
+            if f.failed and not f.renders and not f.tenant_docs:
+                return None
+            for doc in f.tenant_docs:
+                meta = doc.data.get("metadata")
+                if isinstance(meta, dict):
+                    out[f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"] = str(meta.get("uid") or "")
+        return out
 
     def _read_files(self, files: Sequence[Path], recheck: set[str] | None, run: _Run) -> None:
         """Read the files (only those in `recheck` when the list of files is the one of the last run, and those

@@ -13,7 +13,7 @@ import pickle
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from netcomp.compiler.compiler import Compiler, _File, _Released, _Rendered
 from netcomp.compiler.output import Output, Stager
@@ -24,8 +24,10 @@ from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, SourceText
 
 
-def _intent(network: Any, doc: Document, fmt: str, fieldmap: Any, memo: dict[str, Any]) -> Intent:
-    return Intent(network, doc, fmt, fieldmap, None, memo)
+def _intent(
+    network: Any, doc: Document, fmt: str, fieldmap: Any, namespace: str | None, meta: Any, memo: dict[str, Any]
+) -> Intent:
+    return Intent(network, doc, fmt, fieldmap, None, namespace, meta, memo)
 
 
 def _source(name: str, digest: bytes | None) -> SourceText:
@@ -36,7 +38,7 @@ def _source(name: str, digest: bytes | None) -> SourceText:
 
 _TABLE: dict[type, Any] = {
     **copyreg.dispatch_table,
-    Intent: lambda i: (_intent, (i.network, i.doc, i.format, i.fieldmap, i.memo)),
+    Intent: lambda i: (_intent, (i.network, i.doc, i.format, i.fieldmap, i.namespace, i.meta, i.memo)),
     Document: lambda d: (Document, (None, d.source, d.index)),  # released: its data is not kept
     SourceText: lambda s: (_source, (s.name, s._digest)),
     _Released: lambda r: (_Released, (r.name,)),
@@ -88,9 +90,18 @@ def adopt(compiler: Compiler, state: bytes, artifacts: Mapping[str, Artifact]) -
     compiler._files, compiler._names = _Unpickler(state, artifacts).load()
 
 
+class InDaemon(Exception):
+    """The compile must be done in the daemon (a TenantConfig id to claim)."""
+
+
+def _claim_in_daemon(network: str, uid: str, profiles: Any) -> NoReturn:
+    raise InDaemon(network)
+
+
 def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequence[Path], stage: bool) -> bytes:
     """The child's work: compile `files` (staging the artifacts' temp files), and say so: b"K" and the pickled
-    (plan, what was staged, the temp files written, export()), or b"E" and what went wrong."""
+    (plan, what was staged, the temp files written, export()); b"D" when it must be done in the daemon
+    (TenantNetworks); or b"E" and what went wrong."""
     try:
         # The daemon's signal handlers stay: they only set flags, here in a copy nobody reads. A SIGTERM that
         # reaches both (systemd signals the whole unit) lets the compile finish, as it did in the daemon.
@@ -101,7 +112,17 @@ def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequenc
             except HostError:
                 staged = None  # Output.apply reports it
         compiler = make_compiler()
-        plan = compiler.compile(files, on_artifact=staged.offer if staged is not None else None)
+        compiler.claim_ids = _claim_in_daemon
+        try:
+            plan = compiler.compile(files, on_artifact=staged.offer if staged is not None else None)
+        except InDaemon:
+            plan = None
+        if plan is None or any(f.tenant_docs or f.configs for f in compiler._files.values()):
+            # DANM's TenantNetworks: their ids are claimed through the daemon's store, and their documents kept
+            # whole, which the hand-over does not carry. The daemon compiles them itself.
+            if staged is not None:
+                staged.discard()
+            return b"D"
         written: dict[str, str] = {}
         if staged is not None:
             staged.wait()

@@ -11,7 +11,7 @@ keeps the last good output of what failed (keep)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from netcomp.settings import Settings
 
 if TYPE_CHECKING:
     from netcomp.compiler.compiler import Compiler
+    from netcomp.intent.tenancy import Claim
 
 
 class Pipeline:
@@ -40,6 +41,10 @@ class Pipeline:
         self.cache = PlanCache(self.output.directory / CACHE_NAME)
         self._fp: Fingerprint | None = None
         self._staged: Stager | None = None
+        # The state of the TenantConfig ids claimed (ipam.tenants), part of what a cached plan was made of, and
+        # the claim the compiler makes them with (Compiler.claim_ids; None away from the node).
+        self.claims_state: Callable[[], str] = lambda: ""
+        self.claim_ids: Claim | None = None
 
     @property
     def compiler(self) -> Compiler:
@@ -54,6 +59,7 @@ class Pipeline:
 
                 handover.adopt(self._compiler, *self._handed)
                 self._handed = None
+        self._compiler.claim_ids = self.claim_ids
         return self._compiler
 
     def layers(self) -> list[Path]:
@@ -79,7 +85,7 @@ class Pipeline:
                 plan.diagnostics.extend(e.diagnostics)
                 return plan
             # Taken before compiling: an input edited meanwhile makes the next run compile again.
-            self._fp = fingerprint(self.settings, listed, offline=self.offline)
+            self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=self.claims_state())
             cached = self.cache.load(self._fp)
             if cached is not None:
                 return cached

@@ -28,6 +28,9 @@ class Plan:
     # Networks (by name) and source files whose intents failed: a daemon keeps their last good output.
     failed_networks: set[str] = field(default_factory=set)
     failed_sources: set[str] = field(default_factory=set)
+    # Every TenantNetwork read (namespace/name -> its object's uid; Compiler.tenant_networks); None: not known (a
+    # plan from the plan cache, or a file that could not be read).
+    tenant_networks: dict[str, str] | None = None
 
     @property
     def errors(self) -> list[Diagnostic]:

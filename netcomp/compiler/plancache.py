@@ -76,11 +76,12 @@ def _content(path: str) -> str | None:
         return None
 
 
-def fingerprint(settings: Settings, files: Sequence[Path], *, offline: bool) -> Fingerprint | None:
+def fingerprint(settings: Settings, files: Sequence[Path], *, offline: bool, extra: str = "") -> Fingerprint | None:
     """None when an input cannot be read (then there is nothing safe to reuse). Take it before compiling: an
-    input changed meanwhile then makes the next run compile again."""
+    input changed meanwhile then makes the next run compile again. `extra`: state compiling reads that is not a
+    file (the ids claimed for TenantNetworks)."""
     hs = _Hasher()
-    hs.h.update(f"{__version__}\0{offline}\0{settings.model_dump_json()}\n".encode())
+    hs.h.update(f"{__version__}\0{offline}\0{settings.model_dump_json()}\0{extra}\n".encode())
     for f in files:
         if not hs.stat(str(f)):
             return None

@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_INVALID_ENV, E_IO, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.daemon import protocol
@@ -73,7 +74,8 @@ def _error(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSIO
 
 
 def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Answer:
-    """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}."""
+    """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
+    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it."""
     t = time.perf_counter()
     verb, cid, version, outcome, nets = "?", "?", DEFAULT_VERSION, "error", "-"
     try:
@@ -86,6 +88,8 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
         log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, (time.perf_counter() - t) * 1000)
         if bare:
             return 200, compact(result) if result else b""
+        if verb == "ADD":
+            result = cniresult.convert(result, protocol.wrapped_version(version))
         return 200, compact({"Result": result or None})
     except ProtocolError as e:
         log.warning("CNI request refused: code %d: %s", e.code, printable(e.msg, 300))

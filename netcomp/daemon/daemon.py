@@ -29,6 +29,7 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
+from netcomp.daemon.tenants import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
@@ -134,23 +135,27 @@ class Daemon:
         if self.settings.kubernetes is not None:
             from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
 
-            self.cluster = Cluster(self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics)
+            self.cluster = Cluster(
+                self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics, self.settings.nodeName
+            )
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
         )
+        self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
+        self._wire_pipeline()
         self.delegator = Delegator(
             self.runner,
             self.cache,
             self.state.networks,
             lambda: self.settings.defaultNetwork,
-            netns.existing,
             host_link=lambda link: masters.ensure(link, link_netns),
             vf_pool=self._vf_pool,
             owned_links=lambda: masters.owned(link_netns),
             remove_link=lambda name: masters.remove(name, link_netns),
-            pods=self.cluster,
+            pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
+            home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
         self.notifier = Notifier()
@@ -162,6 +167,17 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
         self._last_status = 0.0
+        # The TenantNetworks the last compile read (Plan.tenant_networks): None until one read every file.
+        self._tenant_networks: dict[str, str] | None = None
+
+    def _wire_pipeline(self) -> None:
+        """The compiler claims TenantConfig ids through this daemon's store; the claims are part of the plan."""
+        self.pipeline.claim_ids = self.tenants.claim
+        self.pipeline.claims_state = self.tenants.state
+
+    def _release_tenant_ids(self) -> int:
+        exists = self.cluster.tenant_network_exists if self.cluster is not None else None
+        return self.tenants.release_gone(self._tenant_networks, exists)
 
     def _vf_pool(self, resource: str) -> list[str]:
         spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
@@ -189,6 +205,7 @@ class Daemon:
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.compiler.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
+            self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
             try:
@@ -216,6 +233,8 @@ class Daemon:
                 log.error("cannot remove unused host links: %s", e)
             self.metrics.networks.set(len(snap.networks))
             self.metrics.degraded.set(1 if self.degraded else 0)
+            if self.cluster is not None:
+                self.cluster.report_problems(plan.diagnostics)  # events on the objects whose copy is broken
             self._runtime_config()
             log.info(
                 "generation %d: %d networks%s",
@@ -278,6 +297,7 @@ class Daemon:
             )
         self.settings = new
         self.pipeline = Pipeline(new, offline=False, fork=True)
+        self._wire_pipeline()
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
@@ -342,6 +362,7 @@ class Daemon:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
         left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on)."""
         self.addresses.start(self.stop_event)
+        self.tenants.start(self.stop_event)
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
@@ -362,6 +383,8 @@ class Daemon:
             sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
         )
         self.server.on_tick = self._tick
+        if self.cluster is not None:
+            self.cluster.pods.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec
         self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
@@ -382,6 +405,7 @@ class Daemon:
         tasks: list[tuple[float, Callable[[], object]]] = [
             (UNDO_RETRY_EVERY, retry_undo),
             (self.settings.ipamGrace, self.addresses.gc_own),
+            (self.settings.ipamGrace, self._release_tenant_ids),
         ]
         if self.settings.kubernetes is not None and self.settings.kubernetes.ipamGC:
             tasks.append((CLUSTER_GC_EVERY, self.addresses.gc_cluster))
@@ -403,12 +427,13 @@ class Daemon:
             self.notifier.status(self.status_line())
 
     def start_cluster(self) -> None:
-        """Follow the cluster's Network objects (a thread), waiting a bounded time for the first list so that the
-        first compile has them; a cluster that does not answer is retried in the background."""
-        if self.cluster is None or self.settings.kubernetes is None or not self.cluster.followers:
+        """Follow the cluster's Network objects and this node's pods (threads), waiting a bounded time for the
+        first list of objects so that the first compile has them; a cluster that does not answer is retried in
+        the background."""
+        if self.cluster is None or self.settings.kubernetes is None:
             return
         self.cluster.start(self.stop_event)
-        if not self.cluster.wait_synced(self.settings.kubernetes.timeout):
+        if self.cluster.followers and not self.cluster.wait_synced(self.settings.kubernetes.timeout):
             log.warning(
                 "cluster: no list of objects within %gs; starting with the %d known",
                 self.settings.kubernetes.timeout,
@@ -445,4 +470,6 @@ class Daemon:
                 with contextlib.suppress(FileNotFoundError):
                     Path(self.settings.socket).unlink()
         self.delegator.close()
+        if self.cluster is not None and self.settings.kubernetes is not None:
+            self.cluster.pods.flush(self.settings.kubernetes.timeout)  # the last ADDs' statuses and events
         return done

@@ -8,14 +8,12 @@ loaded when the daemon starts with a cluster configured (its import alone costs 
   server is away the files stay: the node keeps serving the networks it knew. With
   `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
   `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
-- **Pods.** On ADD, a pod named in CNI_ARGS (kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME) is read for its
-  `k8s.v1.cni.cncf.io/networks` annotation; after ADD its `k8s.v1.cni.cncf.io/network-status` annotation is
-  written (best-effort, after the answer)."""
+- **Pods** (kubepods.py): the node's pods followed for the annotations they ask for networks with; their
+  network-status and events written after the answer."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -26,52 +24,63 @@ from typing import Any
 
 import yaml
 
+from netcomp.daemon.kubepods import PodWatch
+from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
-from netcomp.delegate.select import NETWORK_STATUS, POD_NETWORKS, PodRef
-from netcomp.errors import HostError
+from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 60  # a watch is renewed this often (from the last resourceVersion seen)
-MAX_BACKOFF = 30.0
 
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of cluster object followed into intent files."""
+    """A kind of cluster object followed into intent files, `<name><suffix>` (a namespaced one's
+    `<namespace>.<name><suffix>`) in the cluster dir: each kind's suffix is its own, so files never meet."""
 
     label: str
     group: str
     version: str
     plural: str
     namespaced: bool
+    suffix: str = ".yaml"
+    kind: str = "Network"  # the object's kind (events name it)
 
     def file_name(self, meta: dict[str, Any]) -> str | None:
-        """The object's file in the cluster dir, or None when its name cannot be one. Network objects are
-        `<name>.yaml` (a network name has no dots), NetworkAttachmentDefinitions `<namespace>.<name>.nad.yaml`
-        (a namespace has none), so the two never meet."""
+        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name has no
+        dots (so `<name>.yaml` is never another kind's file); a namespace has none (so the namespace and name of
+        a namespaced object are told apart)."""
         name, ns = meta.get("name"), meta.get("namespace")
         if not isinstance(name, str) or not _safe_name(name):
             return None
         if not self.namespaced:
-            return f"{name}.yaml" if "." not in name else None
-        return f"{ns}.{name}.nad.yaml" if isinstance(ns, str) and ns and "." not in ns and _safe_name(ns) else None
+            return f"{name}{self.suffix}" if self.suffix != ".yaml" or "." not in name else None
+        ok = isinstance(ns, str) and ns and "." not in ns and _safe_name(ns)
+        return f"{ns}.{name}{self.suffix}" if ok else None
 
     def owns(self, file_name: str) -> bool:
-        return file_name.endswith(".nad.yaml") == self.namespaced and file_name.endswith(".yaml")
+        if not file_name.endswith(self.suffix):
+            return False
+        return not any(len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS)
 
     def render(self, obj: dict[str, Any]) -> bytes:
-        """An object as an intent file: only what the compiler reads, and a header saying where it is from (no
-        resourceVersion: the file changes when the spec does, not when a label or the status does)."""
+        """An object as an intent file: what the compiler reads (everything but its status and the metadata the
+        API server keeps; the uid stays, it tells an object made again under its name from the old one), and a
+        header saying where it is from (no resourceVersion: the file changes when the object's content does, not
+        when a label or the status does)."""
         meta = obj.get("metadata") or {}
         keep: dict[str, Any] = {"name": meta.get("name")}
         if self.namespaced:
             keep["namespace"] = meta.get("namespace")
-            notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
-            if notes:
-                keep["annotations"] = notes  # so that the compiler can say it is not used
-        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep, "spec": obj.get("spec")}
+        if meta.get("uid"):
+            keep["uid"] = meta["uid"]
+        notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
+        if notes:
+            keep["annotations"] = notes  # so that the compiler can say it is not used
+        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
+        doc.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")})
         ref = f"{meta.get('namespace')}/{meta.get('name')}" if self.namespaced else repr(meta.get("name"))
         header = (
             f"# The cluster's {obj.get('kind')} {ref} ({self.plural}.{self.group}, generation "
@@ -81,12 +90,28 @@ class Kind:
 
 
 NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=False)
-NADS = Kind("NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", namespaced=True)
+NADS = Kind(
+    "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml"
+)
 RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
 
 
+def danm_kinds(group: str) -> list[Kind]:
+    """DANM's kinds, in its group (danm.k8s.io, or danm.io since DANM 4.3)."""
+    return [
+        Kind("DanmNets", group, "v1", "danmnets", True, ".danmnet.yaml", "DanmNet"),
+        Kind("TenantNetworks", group, "v1", "tenantnetworks", True, ".tenantnetwork.yaml", "TenantNetwork"),
+        Kind("ClusterNetworks", group, "v1", "clusternetworks", False, ".clusternetwork.yaml", "ClusterNetwork"),
+        Kind("TenantConfigs", group, "v1", "tenantconfigs", False, ".tenantconfig.yaml", "TenantConfig"),
+    ]
+
+
+ALL_KINDS = [NETWORKS, NADS, *danm_kinds("danm.k8s.io")]  # the suffixes, for owns()
+DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
+
+
 class Cluster:
-    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics) -> None:
+    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str) -> None:
         from kubernetes import client, config  # lazily: see the module docstring
 
         self.kube = kube
@@ -100,9 +125,13 @@ class Cluster:
         self.custom: Any = client.CustomObjectsApi(self.api_client)
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
+        kinds += danm_kinds(kube.danmGroup) if kube.danm else []
         self.followers = [_Follower(self, k) for k in kinds]
+        self.pods = PodWatch(self.core, kube, node, metrics, explain)
+        self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
+        self.pods.start(stop)
         for f in self.followers:
             threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
@@ -121,6 +150,58 @@ class Cluster:
         except FileNotFoundError:
             return []
 
+    def report_problems(self, diagnostics: list[Diagnostic]) -> None:
+        """A Warning event (FailedCompile) on each object whose copy in the cluster dir has errors, once per
+        distinct message: `kubectl describe` shows why a node does not serve it (a TenantNetwork whose ranges
+        are exhausted, a misspelt key)."""
+        cdir = str(self.dir).rstrip("/") + "/"
+        now: dict[str, str] = {}
+        for d in diagnostics:
+            f = d.location.file if d.location is not None else None
+            if d.is_error and f and f.startswith(cdir) and f not in now:
+                now[f] = (
+                    f"{Path(f).name}:{d.location.line}:{d.location.column}: {d.message}" if d.location else d.message
+                )
+        for f, message in now.items():
+            if self._reported.get(f) == message:
+                continue
+            involved = self._object_of(Path(f).name)
+            if involved is not None:
+                self.pods.object_event(involved, "Warning", "FailedCompile", f"node {self.pods.node}: {message}")
+        self._reported = now
+
+    def _object_of(self, file_name: str) -> dict[str, Any] | None:
+        for f in self.followers:
+            if not f.kind.owns(file_name):
+                continue
+            stem = file_name[: -len(f.kind.suffix)]
+            ns, name = stem.split(".", 1) if f.kind.namespaced else ("", stem)
+            out: dict[str, Any] = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name}
+            if ns:
+                out["namespace"] = ns
+            uid = f.uids.get(file_name)
+            if uid:
+                out["uid"] = uid
+            return out
+        return None
+
+    def tenant_network_exists(self, claim: Any) -> bool:
+        """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
+        uid). True when the API server cannot say: a claim is never freed on a guess."""
+        from kubernetes.client.exceptions import ApiException
+
+        ns, _, name = str(claim.network).partition("/")
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                self.kube.danmGroup, "v1", ns, "tenantnetworks", name, _request_timeout=self.kube.timeout
+            )
+        except ApiException as e:
+            return bool(e.status != 404)
+        except Exception:
+            return True
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        return not claim.network_uid or not uid or uid == claim.network_uid
+
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
         errors = [f.last_error for f in self.followers if f.last_error]
@@ -128,46 +209,11 @@ class Cluster:
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
             "attachmentDefinitions": counts.get(NADS.plural, 0),
-            "lastError": errors[0] if errors else None,
+            **({"danm": {k: counts.get(k, 0) for k in DANM_PLURALS}} if self.kube.danm else {}),
+            "pods": self.pods.known() if self.kube.podNetworks else None,
+            "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
+            "lastError": errors[0] if errors else self.pods.last_error,
         }
-
-    # ------------------------------------------------------------------------------------------------ pods
-
-    def networks_annotation(self, pod: PodRef) -> str | None:
-        if not self.kube.podNetworks:
-            return None
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            # Raw JSON: the client's model classes would cost milliseconds per pod on the ADD path.
-            resp: Any = self.core.read_namespaced_pod(
-                pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
-            )
-            status = int(getattr(resp, "status", 200))
-            if not 200 <= status < 300:
-                raise ApiException(status=status, reason=str(getattr(resp, "reason", "")))
-            doc = json.loads(resp.data)
-        except ApiException as e:
-            if e.status == 404:
-                log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
-                return None
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(f"{e.status} {e.reason}") from None
-        except Exception as e:
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(explain(e)) from None
-        value = ((doc.get("metadata") or {}).get("annotations") or {}).get(POD_NETWORKS)
-        return value if isinstance(value, str) else None
-
-    def report(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
-        if not self.kube.networkStatus:
-            return
-        body = {"metadata": {"annotations": {NETWORK_STATUS: json.dumps(status, indent=2)}}}
-        try:
-            self.core.patch_namespaced_pod(pod.name, pod.namespace, body, _request_timeout=self.kube.timeout)
-        except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
-            self.metrics.kube_errors.labels("patch").inc()
-            log.warning("cannot write %s of pod %s: %s", NETWORK_STATUS, pod, getattr(e, "reason", None) or e)
 
 
 def explain(e: Exception) -> str:
@@ -198,33 +244,14 @@ class _Follower:
         self.synced = threading.Event()
         self.last_error: str | None = None
         self.objects = 0
+        self.uids: dict[str, str] = {}  # file name -> the uid of its object (events name it)
 
     def run(self, stop: threading.Event) -> None:
-        from kubernetes.client.exceptions import ApiException
+        def api_why(e: Any) -> str:
+            missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
+            return f"{e.status} {e.reason}{missing}"
 
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                    backoff = 1.0
-                rv = self._watch(rv, stop)
-            except ApiException as e:
-                rv = None
-                if e.status == 410:  # our resourceVersion is too old for a watch: list again, at once
-                    continue
-                why = f"{e.status} {e.reason}"
-                if e.status == 404:
-                    why += f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)"
-                self._failed(why)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:  # the API server away (connection refused, timeouts, TLS): try again later
-                rv = None
-                self._failed(explain(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+        keep_following(stop, self._relist, self._watch, self._failed, explain, api_why)
 
     def _list_args(self) -> tuple[str, str, str]:
         return self.kind.group, self.kind.version, self.kind.plural
@@ -286,6 +313,8 @@ class _Follower:
             return None
         data = self.kind.render(obj)
         path = self.cluster.dir / name
+        if meta.get("uid"):
+            self.uids[name] = str(meta["uid"])
         with contextlib.suppress(FileNotFoundError):
             if path.read_bytes() == data:
                 return name

@@ -10,18 +10,20 @@ import builtins
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from netcomp.daemon.kube import Cluster, explain
+from netcomp.daemon.kubewatch import keep_following
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
+from netcomp.ipam.tenants import IdClaim
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"
 LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
 WATCH_SECONDS = 60
-MAX_BACKOFF = 30.0
 
 
 def to_object(c: Claim) -> dict[str, Any]:
@@ -51,12 +53,6 @@ def from_object(obj: dict[str, Any]) -> Claim | None:
     if obj.get("kind") != KIND or not isinstance(spec.get("network"), str) or not isinstance(spec.get("address"), str):
         return None
     pod = spec.get("pod") or {}
-    created = 0.0
-    if isinstance(meta.get("creationTimestamp"), str):
-        try:
-            created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            created = 0.0
     return Claim(
         name=str(meta.get("name", "")),
         network=spec["network"],
@@ -68,15 +64,78 @@ def from_object(obj: dict[str, Any]) -> Claim | None:
         pod_uid=str(pod.get("uid", "")),
         node_in_cluster=bool(spec.get("nodeInCluster", False)),
         uid=str(meta.get("uid", "")),
-        created=created,
+        created=_created(meta),
     )
 
 
+@dataclass(frozen=True)
+class Codec:
+    """A kind of claim object: its plural and kind, how a claim becomes an object and back, and whether an object
+    found at a claim's name holds it (`same`: the holder; anything else is foreign and never touched)."""
+
+    plural: str
+    kind: str
+    to_object: Callable[[Any], dict[str, Any]]
+    from_object: Callable[[dict[str, Any]], Any]
+    same: Callable[[Any, Any], bool]
+    what: str  # for messages: "address claims"
+
+
+ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.network == want.network,
+                  "address claims")  # fmt: skip
+
+
+def _created(meta: dict[str, Any]) -> float:
+    if isinstance(meta.get("creationTimestamp"), str):
+        try:
+            return datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def id_to_object(c: IdClaim) -> dict[str, Any]:
+    ns, _, name = c.network.partition("/")
+    spec: dict[str, Any] = {
+        "profile": c.profile,
+        "vniType": c.vni_type,
+        "vni": c.vni,
+        "network": {"namespace": ns, "name": name, **({"uid": c.network_uid} if c.network_uid else {})},
+        "node": c.node,
+    }
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": ID_KIND, "metadata": {"name": c.name}, "spec": spec}
+
+
+def id_from_object(obj: dict[str, Any]) -> IdClaim | None:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    net = spec.get("network") or {}
+    if obj.get("kind") != ID_KIND or not isinstance(spec.get("vni"), int) or not isinstance(net, dict):
+        return None
+    return IdClaim(
+        name=str(meta.get("name", "")),
+        profile=str(spec.get("profile", "")),
+        vni_type=str(spec.get("vniType", "")),
+        vni=spec["vni"],
+        network=f"{net.get('namespace', '')}/{net.get('name', '')}",
+        network_uid=str(net.get("uid", "")),
+        node=str(spec.get("node", "")),
+        uid=str(meta.get("uid", "")),
+        created=_created(meta),
+    )
+
+
+ID_PLURAL, ID_KIND = "tenantclaims", "TenantClaim"
+IDS = Codec(ID_PLURAL, ID_KIND, id_to_object, id_from_object, lambda held, want: True, "TenantConfig id claims")
+
+
 class KubeStore:
+    """Claims of one kind (`codec`) as cluster-scoped objects of the API server."""
+
     kind = "Kubernetes"
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, codec: Codec = ADDRESSES) -> None:
         self.cluster = cluster
+        self.codec = codec
         self.custom: Any = cluster.custom
         self.timeout = cluster.kube.timeout
 
@@ -86,18 +145,18 @@ class KubeStore:
         if isinstance(e, ApiException):
             why = f"{e.status} {e.reason}"
             if e.status == 404:
-                why += f" (is the {PLURAL}.{GROUP} CRD installed?)"
+                why += f" (is the {self.codec.plural}.{GROUP} CRD installed?)"
             if e.status == 403:
-                why += " (the node's ClusterRole must allow addressclaims: packaging/kubernetes/rbac.yaml)"
+                why += f" (the node's ClusterRole must allow {self.codec.plural}: packaging/kubernetes/rbac.yaml)"
             return StoreUnavailable(f"the API server answered {why}")
         return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
 
-    def create(self, claim: Claim) -> Claim:
+    def create(self, claim: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
-                GROUP, VERSION, PLURAL, to_object(claim), _request_timeout=self.timeout
+                GROUP, VERSION, self.codec.plural, self.codec.to_object(claim), _request_timeout=self.timeout
             )
         except ApiException as e:
             if e.status != 409:
@@ -105,27 +164,27 @@ class KubeStore:
             raise Taken(*self._holder(claim)) from None
         except Exception as e:
             raise self._unavailable(e) from None
-        got = from_object(obj)
+        got = self.codec.from_object(obj)
         assert got is not None, "the API server returns what it stored"
         return got
 
-    def _holder(self, claim: Claim) -> tuple[Claim | None, str]:
+    def _holder(self, claim: Any) -> tuple[Any, str]:
         """Who holds a name that was taken: the claim, or what else the object is."""
         try:
             obj = self.custom.get_cluster_custom_object(
-                GROUP, VERSION, PLURAL, claim.name, _request_timeout=self.timeout
+                GROUP, VERSION, self.codec.plural, claim.name, _request_timeout=self.timeout
             )
         except Exception:
             return None, ""  # gone meanwhile, or the server away: taken all the same, holder unknown
-        held = from_object(obj)
-        if held is None or held.network != claim.network:
-            what = f"object {PLURAL}/{claim.name}" + (
+        held = self.codec.from_object(obj)
+        if held is None or not self.codec.same(held, claim):
+            what = f"object {self.codec.plural}/{claim.name}" + (
                 f" of network {held.network!r}" if held else " not written by netcomp"
             )
             return None, what
         return held, ""
 
-    def delete(self, claim: Claim) -> bool:
+    def delete(self, claim: Any) -> bool:
         from kubernetes.client.exceptions import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
@@ -133,7 +192,7 @@ class KubeStore:
             body["preconditions"] = {"uid": claim.uid}  # type: ignore[assignment]
         try:
             self.custom.delete_cluster_custom_object(
-                GROUP, VERSION, PLURAL, claim.name, body=body, _request_timeout=self.timeout
+                GROUP, VERSION, self.codec.plural, claim.name, body=body, _request_timeout=self.timeout
             )
         except ApiException as e:
             if e.status in (404, 409):  # gone, or another claim of that name now: not ours to remove
@@ -143,77 +202,70 @@ class KubeStore:
             raise self._unavailable(e) from None
         return True
 
-    def list(self) -> list[Claim]:
+    def list(self) -> list[Any]:
         return self._list()[0]
 
-    def _list(self) -> tuple[builtins.list[Claim], str]:
+    def _list(self) -> tuple[builtins.list[Any], str]:
         try:
             doc: dict[str, Any] = self.custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, _request_timeout=max(self.timeout, 30)
+                GROUP, VERSION, self.codec.plural, _request_timeout=max(self.timeout, 30)
             )
         except Exception as e:
             raise self._unavailable(e) from None
-        claims = [c for c in (from_object(o) for o in doc.get("items") or []) if c is not None]
+        claims = [c for c in (self.codec.from_object(o) for o in doc.get("items") or []) if c is not None]
         return claims, str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
-    def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
-        """List, then watch from the list's resourceVersion; list again after a 410 or any error (backing off)."""
+    def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
+        """Every claim, then every change of one (kubewatch.keep_following), to on_change(name, claim or None)."""
         from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
 
         known: set[str] = set()
-        rv: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
+
+        def relist() -> str:
+            nonlocal known
+            claims, rv = self._list()
+            names = {c.name for c in claims}
+            for gone in known - names:
+                on_change(gone, None)
+            for c in claims:
+                on_change(c.name, c)
+            known = names
+            return rv
+
+        def follow_from(rv: str, stop: threading.Event) -> str:
+            w = watch.Watch()
             try:
-                if rv is None:
-                    claims, rv = self._list()
-                    names = {c.name for c in claims}
-                    for gone in known - names:
-                        on_change(gone, None)
-                    for c in claims:
-                        on_change(c.name, c)
-                    known = names
-                    backoff = 1.0
-                w = watch.Watch()
-                try:
-                    for event in w.stream(
-                        self.custom.list_cluster_custom_object,
-                        GROUP,
-                        VERSION,
-                        PLURAL,
-                        resource_version=rv,
-                        timeout_seconds=WATCH_SECONDS,
-                        _request_timeout=WATCH_SECONDS + 10,
-                    ):
-                        if stop.is_set():
-                            break
-                        obj: dict[str, Any] = event.get("object") or {}
-                        meta = obj.get("metadata") or {}
-                        rv = str(meta.get("resourceVersion") or rv)
-                        name = str(meta.get("name", ""))
-                        if event.get("type") == "DELETED":
-                            known.discard(name)
-                            on_change(name, None)
-                        elif (claim := from_object(obj)) is not None:
-                            known.add(name)
-                            on_change(name, claim)
-                finally:
-                    w.stop()
-            except ApiException as e:
-                rv = None
-                if e.status == 410 or stop.is_set():
-                    continue
-                log.warning("address claims: %s", self._unavailable(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-            except Exception as e:
-                rv = None
-                if stop.is_set():
-                    continue
-                log.warning("address claims: the API server cannot be reached: %s", explain(e))
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                for event in w.stream(
+                    self.custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.codec.plural,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_SECONDS,
+                    _request_timeout=WATCH_SECONDS + 10,
+                ):
+                    if stop.is_set():
+                        break
+                    obj: dict[str, Any] = event.get("object") or {}
+                    meta = obj.get("metadata") or {}
+                    rv = str(meta.get("resourceVersion") or rv)
+                    name = str(meta.get("name", ""))
+                    if event.get("type") == "DELETED":
+                        known.discard(name)
+                        on_change(name, None)
+                    elif (claim := self.codec.from_object(obj)) is not None:
+                        known.add(name)
+                        on_change(name, claim)
+            finally:
+                w.stop()
+            return rv
+
+        def failed(why: str) -> None:
+            log.warning("%s: %s", self.codec.what, why)
+
+        keep_following(
+            stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)), lambda e: str(self._unavailable(e))
+        )
 
     # ------------------------------------------------------------------------------------------------ for GC
 

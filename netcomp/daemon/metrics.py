@@ -106,6 +106,11 @@ class _Family:
                     self._children[key] = child
         return child  # type: ignore[return-value]
 
+    def value(self) -> float:
+        """The series' number now (a counter's count, a gauge's value, a histogram's sum)."""
+        with self._lock:
+            return self._one().value
+
     def pairs(self, values: tuple[str, ...]) -> list[tuple[str, str]]:
         return list(zip(self.labelnames, values, strict=True))
 
@@ -257,10 +262,23 @@ class Metrics:
         self.kube_errors = r.add(
             Counter(
                 "netcomp_kubernetes_errors",
-                "Kubernetes API calls that failed (watch: Network objects; read/patch: pods)",
+                "Kubernetes API calls that failed (watch: objects and pods; read, patch: pods; event; dropped: "
+                "writes the full queue could not take)",
                 ["op"],
             )
         )
+        self.pod_lookups = r.add(
+            Counter(
+                "netcomp_pod_lookups",
+                "Pods an ADD looked up, by where they came from: watch (the node's pods, no API call) or api (a "
+                "GET: a pod the watch had not delivered yet)",
+                ["source"],
+            )
+        )
+        for source in ("watch", "api"):
+            self.pod_lookups.labels(source)  # shown at 0 before the first ADD
+        for op in ("watch", "read", "patch", "event", "dropped"):
+            self.kube_errors.labels(op)
 
     def wrap(self, inner: Exec) -> Exec:
         def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:

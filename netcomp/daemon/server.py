@@ -13,7 +13,8 @@ What the loop enforces, before any work:
   request whose client hung up while it waited is not started.
 Every answer, to anything (non-HTTP bytes, unknown methods and paths included), is a CNI error object in JSON.
 A client that asks with `X-Netcomp-Shim: 1` gets "102 Processing" as its request is started: the netcomp shim
-then knows the daemon took it.
+then knows the daemon took it. `POST /healthz` (Multus's shim's readiness check) says whether a CNI request would
+be taken now; `GET /healthz` only that the daemon is alive.
 The HTTP itself is http.py's."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +86,7 @@ class Server:
         self.tick_every = 0.5
         self.served = 0
         self._busy = 0
+        self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
         self.changed = threading.Condition()
         self._pool = ThreadPoolExecutor(limits.max_in_flight, thread_name_prefix="request")
@@ -146,6 +149,7 @@ class Server:
     def enter(self) -> None:
         with self.changed:
             self._busy += 1
+            self._last_change = time.monotonic()
             self.changed.notify_all()
         self.metrics.in_flight.inc()
 
@@ -154,7 +158,25 @@ class Server:
         with self.changed:
             self._busy -= 1
             self.served += 1
+            self._last_change = time.monotonic()
             self.changed.notify_all()
+
+    def wait_quiet(self, settle: float, limit: float) -> bool:
+        """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
+        for work that must not compete with requests for the CPU, such as the cluster's writes."""
+        deadline = time.monotonic() + limit
+        with self.changed:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    return False
+                if self._busy or self._waiting:
+                    self.changed.wait(deadline - now)
+                    continue
+                quiet_for = now - self._last_change
+                if quiet_for >= settle:
+                    return True
+                self.changed.wait(min(settle - quiet_for, deadline - now))
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Until predicate() (about in_flight, queued, served) holds, or timeout."""
@@ -284,7 +306,7 @@ class Server:
             await self._write(writer, 200, json.dumps(doc, indent=2).encode())
         elif method == "POST" and path in _POST:
             if path == protocol.HEALTHZ_PATH:
-                await self._write(writer, 200, b'{"ok":true}')
+                await self._readiness(writer)
             else:
                 await self._post(writer, sock, path, body, headers.get(protocol.SHIM_HEADER.lower()) == "1")
         elif path in _GET or path in _POST or path in self.views or path in self.actions:
@@ -295,6 +317,17 @@ class Server:
             )
         else:
             await self._write(writer, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
+
+    async def _readiness(self, writer: asyncio.StreamWriter) -> None:
+        """POST /healthz: Multus's shim asks it before every ADD and CHECK (polling every 100 ms for up to 60 s
+        while the answer is not 200) and once before a DEL. It answers whether a CNI request would be taken now,
+        so that the shim waits out a daemon that is stopping (its connection then waits in the socket unit's
+        backlog for the next one) instead of sending a request that is refused. GET /healthz stays liveness."""
+        if self.ready.is_set() and not self.draining.is_set():
+            await self._write(writer, 200, b'{"ok":true}')
+        else:
+            what = "stopping" if self.draining.is_set() else "starting"
+            await self._write(writer, 503, protocol.error_body(E_TRY_LATER, f"netcomp is {what}; try again later"))
 
     async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if "transfer-encoding" in headers:

@@ -11,6 +11,7 @@ from typing import Any
 
 from netcomp.cni.cache import Attachment
 from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Allocator, Holder
 from netcomp.ipam.pool import Pool
@@ -23,11 +24,12 @@ def take(
     container_id: str,
     pod: str = "",
     pod_uid: str = "",
-    exact: Mapping[str, list[str]] | None = None,
+    asks: Mapping[str, Ask] | None = None,
 ) -> list[Claim]:
-    """Claim an address of each address family for every attachment whose network has a pool (`exact`: the
-    addresses asked for, by network), record them on the attachment and in its conflist. On any failure what was
-    claimed here is given back and the DelegateError raised."""
+    """Claim an address of each address family for every attachment whose network has a pool (exactly the
+    addresses its pod asks for, if any: `asks` by interface), record them on the attachment and in its conflist.
+    On any failure what was claimed here is given back and the DelegateError raised (naming the pod's item when
+    it was about an address it asked for)."""
     taken: list[Claim] = []
     try:
         for a in atts:
@@ -37,11 +39,23 @@ def take(
             if alloc is None:
                 raise DelegateError(E_INVALID_CONFIG, "this daemon has no address store", network=a.network)
             holder = Holder(container_id, a.ifname, pod, pod_uid)
-            wanted = [ipaddress.ip_address(x) for x in (exact or {}).get(a.network, [])]
+            item = (asks or {}).get(a.ifname)
+            wanted = [ip.ip for ip in item.ips] if item is not None else []
+            # Which families get an address: DANM's ip/ip6 say; Multus's `ips` asks for exactly those (as the
+            # static IPAM plugin Multus hands them to gives no other); else every family the pool has.
+            families = item.families if item is not None and item.families is not None else None
+            if families is None and wanted:
+                families = frozenset(w.version for w in wanted)
             claims = []
             for i, rs in enumerate(pool.sets):
-                ask = next((w for w in wanted if w.version == rs[0].subnet.version), None) if rs else None
-                claims.append(alloc.claim(pool, i, holder, ask))
+                family = rs[0].subnet.version if rs else 0
+                exact = next((w for w in wanted if w.version == family), None)
+                if exact is None and families is not None and family not in families:
+                    continue  # not asked for: no address of that family
+                try:
+                    claims.append(alloc.claim(pool, i, holder, exact))
+                except DelegateError as e:
+                    raise item.wrap(e) if item is not None and exact is not None else e from None
                 taken.append(claims[-1])
             a.claims = [c.to_doc() for c in claims]
             a.conflist = with_addresses(a.conflist, pool, claims)
@@ -58,7 +72,7 @@ def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim])
     addresses = []
     for c in claims:
         addr = ipaddress.ip_address(c.address)
-        r = pool.range_of(addr)
+        r = pool.range_for(addr)
         assert r is not None, "a claim is of its pool"
         entry: dict[str, Any] = {"address": f"{addr}/{r.subnet.prefixlen}"}
         if r.gateway is not None:
@@ -68,7 +82,10 @@ def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim])
     for p in conf.get("plugins") or []:
         ipam = p.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type") == "static":
-            ipam["addresses"] = addresses
+            if addresses:
+                ipam["addresses"] = addresses
+            else:
+                del p["ipam"]  # no address asked for (DANM's ip: none): an L2 attachment
             break
     return conf
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -36,12 +37,15 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import addresses, select
+from netcomp.delegate import addresses, podnets, podplan, select
+from netcomp.delegate import asks as podasks
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
+from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import Pods, network_status
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
+from netcomp.host import container
 from netcomp.host import netns as nsutil
 from netcomp.ipam.allocator import Allocator
 
@@ -71,15 +75,15 @@ class Delegator:
     """Runs requests against the networks currently compiled on the node.
 
     `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
-    the node's default; `link_check` which interface names already exist in a netns (a path or an fd on it:
-    host.netns.existing); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
+    the node's default; `link_names` the interface names in a netns (a path or an fd on it:
+    host.container.link_names); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
     `crash` a test hook called at named points (daemon.faults)."""
 
     runner: Runner
     cache: Cache
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
-    link_check: Callable[[str | int, list[str]], set[str]] = nsutil.existing
+    link_names: Callable[[str | int], set[str]] = container.link_names
     # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
     # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
@@ -93,6 +97,8 @@ class Delegator:
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
     crash: Callable[[str], None] = lambda point: None
+    # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
+    home_netns: str = "/proc/self/ns/net"
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -101,6 +107,8 @@ class Delegator:
         # (container, ifname) of entries with attachments to undo, and how many: kept as entries are written,
         # so that status and the periodic retry need not read every entry.
         self.unfinished: dict[tuple[str, str], int] = {}
+        self._asked: dict[tuple[str, ...], str] = {}  # (network, mac|ip, value) -> container, ADDs in flight
+        self._asked_lock = threading.Lock()
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -126,38 +134,81 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- ADD
 
-    def plan_attachments(self, req: Request) -> list[Attachment]:
+    def plan_attachments(self, req: Request) -> tuple[list[Attachment], dict[str, Ask]]:
+        """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
+        already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
-        wants = [*req.wants, *self._pod_wants(req)]
+        pod, notes = req.pod, self._pod_annotations(req)
+        policy = self.pods.policy if self.pods is not None else podnets.Policy()
         default = self.default_network()
+        if default is not None:
+            default = select.resolve_node(default, nets)
+        wants = [select.Want(select.resolve_node(w.network, nets), w.ifname) for w in req.wants]
+        asked = podplan.plan(pod, notes, nets, policy, req.ifname) if pod is not None else podplan.PodNetworks()
+        if asked.default is not None:
+            default = asked.default  # the pod's choice, in the node default's place
+        wants += [w for w, _ in asked.more]
+        default_ask, pod_asks = asked.default_ask, [a for _, a in asked.more]
         if default is None and not wants:
             raise DelegateError(
                 E_INVALID_CONFIG,
                 "no networks to join: no defaultNetwork is configured and none "
                 f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
             )
-        for name in [default, *(w.network for w in wants)]:
-            if name is not None and name not in nets:
-                raise DelegateError(
-                    E_INVALID_CONFIG, f"network {name!r} is not compiled on this node", "see `netcomp status`"
-                )
         named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
-        return [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
+        asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
+        held: list[Attachment] | None = None
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            if held is None and (ask.ips or ask.mac):
+                held = podasks.held_by_others(self.cache.entries(), req.container_id)
+            podasks.prepare(a, ask, held or [])
+            podasks.check_gateways(a, ask)
+        return atts, asks
 
-    def _pod_wants(self, req: Request) -> list[select.Want]:
-        pod = req.pod if self.pods is not None else None
-        if pod is None or self.pods is None:
-            return []
+    def _reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
+        """The MACs and addresses pods ask for, held for the ADD in flight (the cache shows only finished ones):
+        two pods asking for one at once cannot both pass. DelegateError 7 naming the item when one is held."""
+        keys: list[tuple[str, ...]] = []
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            keys += [(a.network, "mac", ask.mac)] if ask.mac else []
+            keys += [(a.network, "ip", str(ip.ip)) for ip in ask.ips]
+        with self._asked_lock:
+            for key in keys:
+                other = self._asked.get(key)
+                if other is not None and other != container_id:
+                    ask = next(asks[a.ifname] for a in atts if a.network == key[0] and a.ifname in asks)
+                    raise ask.error(f"{key[1]} {key[2]} on network {key[0]} is being given to another container now")
+            for key in keys:
+                self._asked[key] = container_id
+        return keys
+
+    def _unreserve(self, keys: list[tuple[str, ...]]) -> None:
+        with self._asked_lock:
+            for key in keys:
+                self._asked.pop(key, None)
+
+    def _pod_annotations(self, req: Request) -> Mapping[str, str]:
+        """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
+        know); DelegateError 11 when the API server cannot say."""
+        if req.pod is None or self.pods is None:
+            return {}
         try:
-            value = self.pods.networks_annotation(pod)
+            return self.pods.annotations(req.pod)
         except HostError as e:
             raise DelegateError(
                 E_TRY_LATER,
-                f"cannot read pod {pod} from the Kubernetes API server: {e}",
-                f"the networks it asks for are in its {select.POD_NETWORKS} annotation; no plugin was run",
+                f"cannot read pod {req.pod} from the Kubernetes API server: {e}",
+                "the networks it asks for are in its annotations; no plugin was run",
             ) from None
-        return select.from_pod_annotation(value, pod) if value else []
 
     def add(self, req: Request) -> dict[str, Any]:
         entry = self.cache.load(req.container_id, req.ifname)
@@ -174,12 +225,27 @@ class Delegator:
             )
         if entry is not None:
             self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
-        atts = self.plan_attachments(req)
-        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
-        self.attach(entry, atts, req.netns, req.pod)
+        reserved: list[tuple[str, ...]] = []
+        try:
+            atts, asks = self.plan_attachments(req)
+            reserved = self._reserve(req.container_id, atts, asks)
+            entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+            self.attach(entry, atts, req.netns, req.pod, asks)
+        except DelegateError as e:
+            if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
+                reason = "NoNetworkFound" if isinstance(e, podnets.NoNetwork) else "FailedAddNetworks"
+                self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
+            raise
+        finally:
+            self._unreserve(reserved)  # recorded in the cache entry by now, or given back
         if req.pod is not None and self.pods is not None:
-            status = network_status(atts, req.ifname)
-            self.pool.submit(self.pods.report, req.pod, status)  # after the answer; the ADD does not wait for it
+            for a in atts:
+                r = a.result or {}
+                if r.get("interfaces") or r.get("ips"):
+                    ips = " ".join(str(ip.get("address")) for ip in r.get("ips") or [])
+                    name = select.display_name(a.network, a.conflist)
+                    self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
+            self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
         return self.answer(req.ifname, req.cni_version, atts)
 
     def attach(
@@ -188,12 +254,13 @@ class Delegator:
         new: list[Attachment],
         netns_path: str,
         pod: select.PodRef | None = None,
-        exact: Mapping[str, list[str]] | None = None,
+        asks: Mapping[str, Ask] | None = None,
     ) -> None:
         """The one ADD path: check the namespace and the names, take host links, VFs and addresses, record the new
-        attachments (write-ahead), run their delegates side by side, and record the outcome; on any failure
-        DEL the new attachments again (which gives back what they took) and raise the first error. `exact`:
-        addresses asked for, by network."""
+        attachments (write-ahead), run their delegates side by side, check what the pod asked for and move its
+        default routes, and record the outcome; on any failure DEL the new attachments again (which gives back
+        what they took) and raise the first error. `asks`: what a pod asks of each attachment, by interface."""
+        asks = asks or {}
         fd, nid = nsutil.open_netns(netns_path)
         try:
             if nid in self.host_netns:
@@ -209,7 +276,8 @@ class Delegator:
                     f"it was attached in {entry.netns or '?'}",
                 )
             names = [a.ifname for a in new]
-            present = ({a.ifname for a in entry.attachments} & set(names)) | self.link_check(fd, names)
+            everything = self.link_names(fd)
+            present = ({a.ifname for a in entry.attachments} | everything) & set(names)
             if present:
                 raise DelegateError(
                     E_INVALID_CONFIG,
@@ -219,12 +287,13 @@ class Delegator:
         finally:
             os.close(fd)
         entry.netns, entry.netns_id = netns_path, nid
+        entry.links_before = sorted(everything)  # what an undo leaves alone
         held = self.host.hold_links(new)
         try:
-            vfs = self.host.take_vfs(new)
+            vfs = self.host.take_vfs(new, asks)
             try:
                 who = (str(pod), pod.uid) if pod is not None else ("", "")
-                claims = addresses.take(self.addresses, new, entry.container_id, *who, exact=exact)
+                claims = addresses.take(self.addresses, new, entry.container_id, *who, asks=asks)
                 self.crash("after-claim")
                 entry.attachments.extend(new)
                 try:
@@ -239,13 +308,13 @@ class Delegator:
                 if claims and self.addresses is not None:
                     self.addresses.settle(claims)  # recorded now: no longer only in flight
                 self.crash("after-write-ahead")
-                self._run_add(entry, new)
+                self._run_add(entry, new, asks)
             finally:
                 self.host.release_vfs(vfs)  # in the cache (or rolled back) by now: no longer needs a reservation
         finally:
             self.host.release_links(held)
 
-    def _run_add(self, entry: Entry, new: list[Attachment]) -> None:
+    def _run_add(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
         def one(a: Attachment) -> dict[str, Any]:
             return self.runner.add(a.conflist, self.runtime_conf(entry, a, entry.netns))
 
@@ -260,6 +329,11 @@ class Delegator:
                 a.result = fut.result()
             except Exception as e:
                 first_error = first_error or as_delegate_error(e, a.network)
+        if first_error is None and asks:
+            try:
+                self._fulfil(entry, new, asks)
+            except Exception as e:  # netlink trouble too: whatever it is, the ADD is rolled back
+                first_error = as_delegate_error(e, new[0].network)
         if first_error is None:
             for a in new:
                 a.state = "attached"
@@ -271,9 +345,38 @@ class Delegator:
                     a.state = "adding"
         if first_error is not None:
             with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
-                self.detach(entry, new, target.path, why="rollback")
+                if not self.detach(entry, new, target.path, why="rollback"):
+                    self.sweep(entry, target, new)
             raise first_error
         self.crash("before-answer")
+
+    def _fulfil(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
+        default routes are where the pod's default-route puts them (recorded in the results)."""
+        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            policy: list[container.PolicyRoutes] = []
+            for a in new:
+                ask = asks.get(a.ifname)
+                if ask is None:
+                    continue
+                state = None
+                if ask.mac is not None or ask.ips or ask.proutes:
+                    state = container.link_state(target.path, a.ifname)
+                    podasks.check(a, ask, state)
+                if ask.proutes:
+                    policy += podasks.policy_routes(a, ask, state)
+            moves = podasks.routes([(a, asks.get(a.ifname)) for a in new])
+            try:
+                if policy:
+                    container.add_policy_routes(target.path, policy)
+                if moves:
+                    container.set_default_routes(target.path, moves)
+            except container.RouteRefused as e:
+                owner = next(asks[a.ifname] for a in new if a.ifname == e.ifname)
+                what = "proutes" if owner.proutes and not owner.gateways else "default-route"
+                raise owner.error(f"{what}: {e}", "a gateway must be on the network's subnet") from None
+        if moves:
+            podasks.record_routes(new, moves)
 
     def save(self, entry: Entry) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""
@@ -322,7 +425,10 @@ class Delegator:
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
                     entry.container_id,
                 )
+            unfinished = entry.unfinished
             self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
+            if unfinished:  # an ADD that never finished: what its killed plugins left goes too
+                self.sweep(entry, target, unfinished)
 
     def detach(
         self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
@@ -368,6 +474,33 @@ class Delegator:
             raise errors[-1]
         return errors
 
+    def sweep(self, entry: Entry, target: nsutil.Target, undone: list[Attachment]) -> None:
+        """After an undo of `undone`: what the namespace has beyond what it had when the ADD began and what is
+        still attached, and that a plugin killed half-way (a timeout, or the daemon killed with its delegates, as
+        systemd's KillMode=mixed does) leaves (container.sweep: a temporary-named link, a device it was given),
+        which its DEL does not find. Best-effort."""
+        if entry.links_before is None or not target.found or not target.path or not undone:
+            return
+        try:
+            strays = self.link_names(target.path) - set(entry.links_before) - {a.ifname for a in entry.attachments}
+            strays.discard("lo")
+            devices = {
+                str(v)
+                for a in undone
+                for p in a.conflist.get("plugins") or []
+                for k, v in p.items()
+                if k in ("device", "deviceID", "pciBusID") and isinstance(v, str)
+            }
+            done = container.sweep(target.path, strays, self.home_netns, devices) if strays else []
+            if done:
+                log.warning(
+                    "container %s: interfaces a killed plugin left in its namespace: %s",
+                    entry.container_id,
+                    "; ".join(done),
+                )
+        except (HostError, DelegateError) as e:
+            log.error("container %s: cannot look for interfaces a killed plugin left: %s", entry.container_id, e)
+
     def undo_unfinished(self, entry: Entry) -> None:
         """DEL what an ADD left unfinished (or a rollback left undone) before anything else is done to the
         container; DelegateError when some of it cannot be undone yet."""
@@ -376,6 +509,8 @@ class Delegator:
             return
         with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
             errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
+            if not errors:
+                self.sweep(entry, target, todo)
         if errors:
             raise DelegateError(
                 E_TRY_LATER,

@@ -17,6 +17,7 @@ from typing import Any
 
 from netcomp.cni.cache import Attachment, Cache
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
+from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError, HostError, LinkMismatch
 
 log = logging.getLogger("netcomp.delegate")
@@ -46,9 +47,18 @@ class HostResources:
         self._links_lock = threading.Lock()
         self._links_busy: Counter[str] = Counter()  # host links of ADDs in flight, not yet in the cache
 
-    def take_vfs(self, atts: list[Attachment]) -> list[str]:
-        """Give each sriov attachment with a resourceName the first free VF of its pool, as deviceID."""
+    def take_vfs(self, atts: list[Attachment], asks: Mapping[str, Ask] | None = None) -> list[str]:
+        """Give each sriov attachment with a resourceName the first free VF of its pool as deviceID, or the VF
+        its pod asks for (`asks`: by interface) when that one is of the pool and free."""
         taken: list[str] = []
+        asks = asks or {}
+        for a in atts:
+            ask = asks.get(a.ifname)
+            meta = a.conflist.get("netcomp") or {}
+            if ask is not None and ask.device_id is not None and meta.get("type") == "sriov":
+                fixed = [p.get("deviceID") for p in a.conflist.get("plugins", []) if p.get("type") == "sriov"]
+                if not meta.get("resourceName") and ask.device_id not in fixed:
+                    raise ask.error(f"deviceID {ask.device_id}: network {a.network} is the one VF {fixed[0]}")
         wanted = [a for a in atts if (a.conflist.get("netcomp") or {}).get("resourceName")]
         if not wanted:
             return taken
@@ -69,7 +79,18 @@ class HostResources:
                         f"resourceName {name!r} has no pool in netcomp.yaml (sriovPools)",
                         network=a.network,
                     ) from None
-                free = [vf for vf in members if vf not in in_use]
+                ask = asks.get(a.ifname)
+                if ask is not None and ask.device_id is not None:
+                    if ask.device_id not in members:
+                        raise ask.error(
+                            f"deviceID {ask.device_id} is not a VF of pool {name!r} of network {a.network}",
+                            f"its VFs: {', '.join(members) or 'none'}",
+                        )
+                    if ask.device_id in in_use:
+                        raise ask.error(f"deviceID {ask.device_id} is in use by another container")
+                    free = [ask.device_id]
+                else:
+                    free = [vf for vf in members if vf not in in_use]
                 if not free:
                     raise DelegateError(
                         E_TRY_LATER, f"no free VF in pool {name!r} ({len(members)} VFs, all in use)", network=a.network

@@ -31,7 +31,14 @@ def hotplug(
         if command == "DEL":
             if entry is None:
                 return {}
-            gone = [a for a in entry.attachments if a.network == network and (not ifname or a.ifname == ifname)]
+            gone = [a for a in entry.attachments if _names(a, network) and (not ifname or a.ifname == ifname)]
+            if len({a.network for a in gone}) > 1:
+                raise DelegateError(
+                    E_INVALID_CONFIG,
+                    f"network {network!r} is ambiguous in container {container_id}: "
+                    + ", ".join(sorted({select.display_name(a.network, a.conflist) for a in gone})),
+                    "name it as namespace/name",
+                )
             if gone:
                 with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
@@ -41,11 +48,19 @@ def hotplug(
         else:
             d.undo_unfinished(entry)
         nets = d.networks()
-        if network not in nets:
-            raise DelegateError(E_INVALID_CONFIG, f"network {network!r} is not compiled on this node")
+        network = select.resolve_node(network, nets)
         wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
         named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes(nets))
         att = Attachment(network, named[-1][1], nets[network])
         d.attach(entry, [att], netns)
         assert att.result is not None
         return cniresult.convert(att.result, entry.cni_version)
+
+
+def _names(a: Attachment, ref: str) -> bool:
+    """Whether `ref` (as `netcomp detach` takes it: a network, namespace/name, or a definition's bare name)
+    names the attachment's network, as select.resolve_node resolves it for attach."""
+    ns = select.namespace_of(a.conflist)
+    if ref in (a.network, select.display_name(a.network, a.conflist)):
+        return True
+    return ns is not None and "/" not in ref and a.network == select.network_key(ns, ref)

@@ -1,40 +1,48 @@
-"""A pod's side of an attachment, when the node has a cluster: the networks its annotation asks for (read through
-`Pods`, which daemon.kube.Cluster implements) and the k8s.v1.cni.cncf.io/network-status written back."""
+"""A pod's side of an attachment, when the node has a cluster: its annotations in (read through `Pods`, which
+daemon.kubepods.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
+Multus records on a pod (AddedInterface per interface, a warning when an ADD fails)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.cache import Attachment
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import select
+from netcomp.delegate import asks, podnets, select
 
 
 class Pods(Protocol):
-    """The cluster's side of a pod (daemon.kube.Cluster): the networks its annotation asks for, and where its
-    network status is written back."""
+    """The cluster's side of a pod (daemon.kubepods.PodWatch)."""
 
-    def networks_annotation(self, pod: select.PodRef) -> str | None:
-        """The pod's k8s.v1.cni.cncf.io/networks annotation; None when it has none. HostError when the API
-        server cannot answer."""
+    policy: podnets.Policy
+
+    def annotations(self, pod: select.PodRef) -> Mapping[str, str]:
+        """The pod's annotations netcomp reads (podnets.ANNOTATIONS); {} for a pod the API server does not know.
+        HostError when the API server cannot answer."""
         ...
 
     def report(self, pod: select.PodRef, status: list[dict[str, Any]]) -> None:
-        """Write k8s.v1.cni.cncf.io/network-status (best-effort; errors are logged, never raised)."""
+        """Write k8s.v1.cni.cncf.io/network-status, later (queued; errors are logged and counted, never raised)."""
+        ...
+
+    def event(self, pod: select.PodRef, kind: str, reason: str, message: str) -> None:
+        """Record an event on the pod, later (queued, best-effort)."""
         ...
 
 
 def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str, Any]]:
-    """Multus's k8s.v1.cni.cncf.io/network-status entries: per attachment its network, interface, addresses,
-    MAC and DNS, the one on the runtime's interface marked default."""
+    """Multus's k8s.v1.cni.cncf.io/network-status entries: per attachment its network (namespace/name for a
+    definition), interface, addresses, MAC, default gateways and DNS, the one on the runtime's interface marked
+    default; as the container has them (after a default-route moved them)."""
     out: list[dict[str, Any]] = []
     for a in atts:
         r = cniresult.convert(a.result or {"cniVersion": DEFAULT_VERSION}, DEFAULT_VERSION)
         ifaces = r.get("interfaces") or []
         idx = next((i for i, f in enumerate(ifaces) if f.get("name") == a.ifname and f.get("sandbox")), None)
         entry: dict[str, Any] = {
-            "name": a.network,
+            "name": select.display_name(a.network, a.conflist),
             "interface": a.ifname,
             "ips": [
                 str(ip["address"]).split("/")[0]
@@ -48,5 +56,8 @@ def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str
             entry["default"] = True
         if r.get("dns"):
             entry["dns"] = r["dns"]
+        gateways = asks.gateways_of(a)
+        if gateways:
+            entry["gateway"] = gateways
         out.append(entry)
     return out

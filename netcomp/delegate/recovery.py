@@ -54,6 +54,8 @@ def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
             todo = fresh.unfinished
             with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
                 errors = d.detach(fresh, todo, target.path, why=why)
+                if not errors:
+                    d.sweep(fresh, target, todo)
             return len(todo) - len(errors), len(errors)
 
     undone = failed = 0

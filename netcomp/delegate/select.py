@@ -2,14 +2,12 @@
 
 The node's default network gets the runtime's CNI_IFNAME. More networks come from CNI_ARGS
 (`NETCOMP_NETWORKS=a,b@ifname`), from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
-at the top of `args` or under `args.cni`), and with Kubernetes from the pod's `k8s.v1.cni.cncf.io/networks`
-annotation (Multus's format: `a,ns/b@ifname`, or a JSON list of `{"name", "namespace", "interface"}`).
+at the top of `args` or under `args.cni`), and with Kubernetes from the pod's annotations (podnets.py).
 Names: an explicit `@ifname`, else the network's interfacePrefix plus an index counted per prefix (stor0,
 stor1), else `net<index>`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,15 +36,58 @@ def check_ifname(name: str) -> str:
 
 
 def parse_list(text: str) -> list[Want]:
+    """`a,b@ifname,ns/c`: networks by name (a NetworkAttachmentDefinition's as namespace/name), checked."""
     out = []
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         net, _, ifname = item.partition("@")
-        if not is_cni_name(net):
+        if not all(is_cni_name(part) for part in net.split("/")) or net.count("/") > 1:
             raise DelegateError(E_INVALID_CONFIG, f"invalid network name {net!r} in the list of networks")
         out.append(Want(net, check_ifname(ifname) if ifname else None))
     return out
+
+
+def namespace_of(conf: Mapping[str, Any]) -> str | None:
+    """The namespace of a compiled network (a NetworkAttachmentDefinition's); None for a node-wide one."""
+    ns = (conf.get("netcomp") or {}).get("namespace")
+    return ns if isinstance(ns, str) else None
+
+
+def network_key(namespace: str, name: str) -> str:
+    """A namespaced network's name on the node (its conflist's and files' name): namespace.name. A namespace
+    has no dots and a native network's name neither, so no node-wide network is ever called that."""
+    return f"{namespace}.{name}"
+
+
+def display_name(network: str, conf: Mapping[str, Any] | None) -> str:
+    """How Multus names a network to people (network-status, events): namespace/name for a namespaced one."""
+    ns = namespace_of(conf or {})
+    return f"{ns}/{network[len(ns) + 1 :]}" if ns and network.startswith(f"{ns}.") else network
+
+
+def resolve_node(ref: str, nets: Mapping[str, Mapping[str, Any]]) -> str:
+    """The network a node-level reference means (defaultNetwork, CNI_ARGS, a runtime's args): a network's name,
+    `namespace/name` for a NetworkAttachmentDefinition, or a definition's bare name when only one namespace has
+    one of that name. DelegateError 7 naming what is compiled when none is."""
+    ns, slash, name = ref.rpartition("/")
+    if slash:
+        key = network_key(ns, name)
+        if key in nets:
+            return key
+    elif ref in nets:
+        return ref
+    else:
+        found = sorted(k for k, c in nets.items() if (n := namespace_of(c)) and k == network_key(n, ref))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"network {ref!r} is ambiguous: " + ", ".join(display_name(k, nets[k]) for k in found),
+                "name it as namespace/name",
+            )
+    raise DelegateError(E_INVALID_CONFIG, f"network {ref!r} is not compiled on this node", "see `netcomp status`")
 
 
 def split_cni_args(cni_args: str) -> tuple[list[Want], str]:
@@ -60,11 +101,6 @@ def split_cni_args(cni_args: str) -> tuple[list[Want], str]:
         elif pair:
             rest.append(pair)
     return wants, ";".join(rest)
-
-
-POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
-NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
-_POD_ITEM_KEYS = {"name", "namespace", "interface"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,42 +118,6 @@ def pod_ref(cni_args: str) -> PodRef | None:
     pairs = dict(p.partition("=")[::2] for p in cni_args.split(";") if p) if cni_args else {}
     ns, name = pairs.get("K8S_POD_NAMESPACE", ""), pairs.get("K8S_POD_NAME", "")
     return PodRef(ns, name, pairs.get("K8S_POD_UID", "")) if ns and name else None
-
-
-def from_pod_annotation(value: str, pod: PodRef) -> list[Want]:
-    """The networks a pod asks for. netcomp's networks are the node's (one name space), so a namespace in a
-    reference (`default/storage`) is accepted, as Multus users write it, and does not change the network."""
-
-    def bad(why: str) -> DelegateError:
-        return DelegateError(E_INVALID_CONFIG, f"pod {pod}: annotation {POD_NETWORKS} is not valid: {why}")
-
-    text = value.strip()
-    if not text.startswith("["):
-        items = [i.strip() for i in text.split(",") if i.strip()]
-        try:
-            return parse_list(",".join(i.rpartition("/")[2] if "/" in i.partition("@")[0] else i for i in items))
-        except DelegateError as e:
-            raise bad(e.msg) from None
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise bad(f"not JSON: {e}") from None
-    wants = []
-    for i, item in enumerate(doc if isinstance(doc, list) else [None]):
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise bad(f"item {i} is not an object with a name")
-        extra = set(item) - _POD_ITEM_KEYS
-        if extra:
-            raise bad(f"item {i} asks for {', '.join(sorted(extra))}, which netcomp does not do (it takes "
-                      f"{', '.join(sorted(_POD_ITEM_KEYS))}); the network's own IPAM decides addresses")  # fmt: skip
-        ifname = item.get("interface")
-        if ifname is not None and not isinstance(ifname, str):
-            raise bad(f"item {i}: interface is not a string")
-        try:
-            wants.extend(parse_list(item["name"] + (f"@{ifname}" if ifname else "")))
-        except DelegateError as e:
-            raise bad(f"item {i}: {e.msg}") from None
-    return wants
 
 
 def from_runtime_args(config: Mapping[str, Any]) -> list[Want]:

@@ -150,6 +150,8 @@ def owned(netns: str | None = None) -> set[str]:
     """The names of the links netcomp made that exist now (one rtnetlink dump: host/rtnl.py)."""
     try:
         return {name for name, alias in rtnl.links(netns) if alias == OWNER_ALIAS}
+    except HostError:
+        raise
     except (OSError, DelegateError) as e:
         raise HostError(f"cannot list host links: {e}") from None
 

@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import fcntl
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -91,10 +90,10 @@ def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
     return out
 
 
-def inside(netns: str | int, fn: Callable[[], T]) -> T:
-    """fn() run in the network namespace (a path, or an fd on it), on a fresh thread that entered it with setns(2)
-    and is discarded after. DelegateError (4) when it is not a network namespace; fn's exceptions are raised
-    here."""
+def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
+    """work() run on a fresh thread that has entered the network namespace (a path, or an fd on it) and leaves it
+    after; its exceptions are raised here. DelegateError (4) when netns is not a network namespace; an OSError of
+    work (netlink trouble) is the host's: HostError, saying `what` was being done."""
     if isinstance(netns, int):
         fd, label, own_fd = netns, f"fd {netns}", False
     else:
@@ -102,7 +101,7 @@ def inside(netns: str | int, fn: Callable[[], T]) -> T:
         label, own_fd = netns, True
     box: dict[str, Any] = {}
 
-    def work() -> None:
+    def run() -> None:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             try:
@@ -111,8 +110,10 @@ def inside(netns: str | int, fn: Callable[[], T]) -> T:
                 box["error"] = DelegateError(E_INVALID_ENV, f"{label} is not a network namespace: {e.strerror}")
                 return
             try:
-                box["value"] = fn()
-            except BaseException as e:  # raised again on the caller's thread
+                box["value"] = work()
+            except OSError as e:  # netlink trouble is the host's, not the request's
+                box["error"] = HostError(f"cannot {what} in {label}: {e}")
+            except Exception as e:
                 box["error"] = e
             finally:
                 _setns(own)  # if this fails the thread ends here, never serving again
@@ -120,7 +121,7 @@ def inside(netns: str | int, fn: Callable[[], T]) -> T:
             os.close(own)
 
     try:
-        t = threading.Thread(target=work, name="netns", daemon=True)
+        t = threading.Thread(target=run, name="netns", daemon=True)
         t.start()
         t.join()
     finally:
@@ -129,20 +130,6 @@ def inside(netns: str | int, fn: Callable[[], T]) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
-
-
-def existing(netns: str | int, names: Iterable[str]) -> set[str]:
-    """Which of `names` already exist as links in the network namespace (a path, or an fd on it)."""
-    wanted = set(names)
-    label = f"fd {netns}" if isinstance(netns, int) else netns
-
-    def listed() -> set[str]:
-        try:
-            return {name for _, name in socket.if_nameindex()} & wanted
-        except OSError as e:  # netlink trouble is the host's, not the request's
-            raise HostError(f"cannot list links in {label}: {e}") from None
-
-    return inside(netns, listed)
 
 
 @dataclass(frozen=True, slots=True)

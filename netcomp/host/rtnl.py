@@ -78,7 +78,8 @@ def _dump() -> list[tuple[str, str | None]]:
 
 def links(netns: str | None = None) -> list[tuple[str, str | None]]:
     """(name, alias) of every link in the named network namespace (/var/run/netns/NAME), or the daemon's own.
-    OSError when netlink answers an error; DelegateError when the name is not a network namespace."""
+    OSError (HostError in a named namespace) when netlink answers an error; DelegateError when the name is not a
+    network namespace."""
     if netns is None:
         return _dump()
-    return nsutil.inside(f"/var/run/netns/{netns}", _dump)
+    return nsutil.inside(f"/var/run/netns/{netns}", _dump, "list links")

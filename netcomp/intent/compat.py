@@ -84,6 +84,8 @@ def validate(
     fieldmap: dict[PathKey, PathKey],
     fmt: str,
     inline: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[Intent | None, list[Diagnostic]]:
     doc = c.doc
 
@@ -109,4 +111,4 @@ def validate(
         return None, [*c.diags, *pydantic_diagnostics(doc, e, translate)]
     if c.failed:
         return None, c.diags
-    return Intent(net, doc, fmt, fieldmap, inline), c.diags
+    return Intent(net, doc, fmt, fieldmap, inline, namespace, meta or {}), c.diags

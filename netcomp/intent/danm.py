@@ -10,8 +10,12 @@ from netcomp.errors import Diagnostic
 from netcomp.intent.compat import Collector, mapping, metadata, unknown_top, validate
 from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, PathKey
+from netcomp.intent.tenancy import Completion
+from netcomp.names import DNS_LABEL_RE
 
 KINDS = ("DanmNet", "ClusterNetwork", "TenantNetwork")
+NAMESPACED = ("DanmNet", "TenantNetwork")  # for their own namespace's pods only; ClusterNetwork is cluster-wide
+API_VERSIONS = ("danm.k8s.io/v1", "danm.io/v1")  # DANM's group before and after its 4.3 rename
 DANM_DYNAMIC = ("ipvlan", "macvlan", "sriov")
 DANM_MAX_NID = 11  # DANM MaxNidLength: room for its VLAN/VxLAN host interface names
 DANM_MIN_V4_PREFIX = 8  # DANM MaxNetMaskLength
@@ -35,7 +39,6 @@ _DANM_OPTIONS = {
     "alloc6",
 }
 _DANM_IGNORED = {
-    "rt_tables": "netcomp installs routes in the main table; DANM's per-network policy tables are not supported",
     "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
     "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
 }
@@ -111,22 +114,39 @@ def _v4_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, d
     if not isinstance(pool, dict):
         c.error("allocation_pool: must be a mapping with start and end", ploc)
         return net, None
-    # DANM's defaults: the whole subnet minus network and broadcast address.
-    start = _ip(c, pool["start"], (*ploc, "start")) if pool.get("start") else net.network_address + 1
-    end = _ip(c, pool["end"], (*ploc, "end")) if pool.get("end") else net.broadcast_address - 1
-    if start is None or end is None:
+    bounds = _bounds(
+        c,
+        pool,
+        ploc,
+        (net, (*base, "cidr")),
+        "Allocation pool is outside of defined CIDR",
+        "Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
+    )
+    if bounds is None:
         return net, None
-    if start not in net or end not in net:
-        c.error("Allocation pool is outside of defined CIDR", ploc, key=True)
-        return net, None
+    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
+
+
+def _bounds(
+    c: Collector, pool: dict[str, Any], ploc: PathKey, within: tuple[Any, PathKey], outside: str, reverse: str
+) -> tuple[Any, Any] | None:
+    """An allocation pool's start and end, inside `within` (a network, and where it is written) and in order. The
+    defaults are DANM's: the whole network minus its first and last address. Each error is at the bound that
+    breaks the rule (at the network, when that bound is a default)."""
+    net, net_loc = within
+    given = {k: _ip(c, pool[k], (*ploc, k)) for k in ("start", "end") if pool.get(k)}
+    if None in given.values():
+        return None
+    start = given.get("start") or net.network_address + 1
+    end = given.get("end") or net.broadcast_address - 1
+    for k, addr in (("start", start), ("end", end)):
+        if addr not in net:
+            c.error(outside, (*ploc, k) if k in given else net_loc)
+            return None
     if int(end) <= int(start):
-        c.error(
-            f"Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
-            ploc,
-            key=True,
-        )
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
+        c.error(reverse.format(start=start, end=end), (*ploc, "end" if "end" in given else "start"))
+        return None
+    return start, end
 
 
 def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, dict[str, Any] | None]:
@@ -149,20 +169,21 @@ def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, d
         if not pnet.subnet_of(net):  # type: ignore[arg-type]
             c.error(f"allocation_pool_v6 cidr {pnet} is outside net6 {net}", (*ploc, "cidr"))
             return net, None
+        pnet_loc = (*ploc, "cidr")
     else:
         plen = max(net.prefixlen, DANM_V6_POOL_PREFIX)
-        pnet = ipaddress.ip_network(f"{net.network_address}/{plen}")
-    start = _ip(c, pool["start"], (*ploc, "start")) if pool.get("start") else pnet.network_address + 1
-    end = _ip(c, pool["end"], (*ploc, "end")) if pool.get("end") else pnet.broadcast_address - 1
-    if start is None or end is None:
+        pnet, pnet_loc = ipaddress.ip_network(f"{net.network_address}/{plen}"), (*base, "net6")
+    bounds = _bounds(
+        c,
+        pool,
+        ploc,
+        (pnet, pnet_loc),
+        f"allocation_pool_v6 is outside of its cidr {pnet}",
+        "allocation_pool_v6 start:{start} is bigger than or equal to end:{end}",
+    )
+    if bounds is None:
         return net, None
-    if start not in pnet or end not in pnet:
-        c.error("allocation_pool_v6 is outside of its cidr", ploc, key=True)
-        return net, None
-    if int(end) <= int(start):
-        c.error(f"allocation_pool_v6 start:{start} is bigger than or equal to end:{end}", ploc, key=True)
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(start), "rangeEnd": str(end)}
+    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
 
 
 BASE: PathKey = ("spec", "Options")
@@ -170,8 +191,9 @@ _IPAM_OPTIONS = ("host_device", "cidr", "net6", "allocation_pool", "allocation_p
                  "vlan", "vxlan", "device_pool")  # fmt: skip
 
 
-def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
-    """DanmNet, ClusterNetwork, TenantNetwork (danm.k8s.io/v1) -> Network."""
+def parse(doc: Document, tenancy: Completion | None = None) -> tuple[Intent | None, list[Diagnostic]]:
+    """DanmNet, ClusterNetwork, TenantNetwork (danm.k8s.io/v1, danm.io/v1) -> Network. `tenancy`: what the
+    TenantConfig gives a TenantNetwork (intent/tenancy.py), put in after the checks of what the tenant wrote."""
     c = Collector(doc)
     data = doc.data
     kind = data["kind"]
@@ -182,6 +204,8 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         return None, c.diags
     opts = _options(c, spec)
     nid, ntype = spec.get("NetworkID"), spec.get("NetworkType") or "ipvlan"
+    if tenancy is not None and tenancy.network_id:
+        nid = tenancy.network_id  # the TenantConfig's networkIds override
     if not nid:
         c.error("Spec.NetworkID mandatory parameter is missing!", ("spec",), key=True)
         return None, c.diags
@@ -189,6 +213,8 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         c.error("NetworkID and NetworkType must be strings", ("spec",), key=True)
         return None, c.diags
     _webhook_rules(c, kind, spec, opts, nid, ntype)
+    if tenancy is not None:
+        opts = {**opts, **_given(tenancy)}
     v4net, v4range = _v4_range(c, opts, BASE)
     v6net, v6range = _v6_range(c, opts, BASE)
     routes = _routes(c, opts.get("routes"), (*BASE, "routes"), v4net)
@@ -203,9 +229,55 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     native_spec["interfacePrefix"] = opts.get("container_prefix") or DANM_DEFAULT_PREFIX
     native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": meta.get("name")}}
     native["spec"] = native_spec
+    extra: dict[str, Any] = {"danmKind": kind}
+    if tenancy is not None:
+        extra["tenantConfig"] = {"name": tenancy.config, **_given(tenancy), "networkID": nid}
+    table = _route_table(c, opts)
+    if table:
+        extra["routeTable"] = table  # where a pod's proutes go (the main table takes the network's routes)
+    tenants = _allowed_tenants(c, kind, spec)
+    if tenants:
+        extra["allowedTenants"] = tenants
+    namespace = meta.get("namespace") if kind in NAMESPACED else None
+    if namespace is not None and (not isinstance(namespace, str) or not DNS_LABEL_RE.fullmatch(namespace)):
+        c.error("metadata.namespace must be a namespace's name (a DNS-1123 label)", ("metadata", "namespace"))
     if c.failed:
         return None, c.diags
-    return validate(c, native, DANM_FIELDMAP, f"danm.k8s.io/v1 {kind}")
+    return validate(c, native, DANM_FIELDMAP, f"{data['apiVersion']} {kind}", None, namespace, extra)
+
+
+def _given(t: Completion) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if t.host_device:
+        out["host_device"] = t.host_device
+    if t.vni_type and t.vni is not None:
+        out[t.vni_type] = t.vni
+    return out
+
+
+def _route_table(c: Collector, opts: dict[str, Any]) -> int | None:
+    """Options.rt_tables: the policy routing table of the network's proutes (DANM's CRD: 0-255; 0 is none)."""
+    table = opts.get("rt_tables")
+    if table is None:
+        return None
+    if not isinstance(table, int) or isinstance(table, bool) or not 0 <= table <= 255:
+        c.error(f"rt_tables: {table!r} is not a routing table (0-255)", (*BASE, "rt_tables"))
+        return None
+    return table or None
+
+
+def _allowed_tenants(c: Collector, kind: str, spec: dict[str, Any]) -> list[str]:
+    """ClusterNetwork's AllowedTenants: the namespaces whose pods may use it (absent or empty: every one)."""
+    tenants = spec.get("AllowedTenants")
+    if kind != "ClusterNetwork" or tenants is None:
+        return []
+    if not isinstance(tenants, list):
+        c.error("AllowedTenants must be a list of namespaces", ("spec", "AllowedTenants"))
+        return []
+    for i, t in enumerate(tenants):
+        if not isinstance(t, str) or not DNS_LABEL_RE.fullmatch(t):
+            c.error(f"AllowedTenants[{i}]: {t!r} is not a namespace's name", ("spec", "AllowedTenants", i))
+    return [t for t in tenants if isinstance(t, str)]
 
 
 def _options(c: Collector, spec: dict[str, Any]) -> dict[str, Any]:
@@ -228,11 +300,9 @@ def _webhook_rules(c: Collector, kind: str, spec: dict[str, Any], opts: dict[str
         c.error(
             "AllowedTenants attribute is only valid for the ClusterNetwork API!", ("spec", "AllowedTenants"), key=True
         )
-    elif "AllowedTenants" in spec:
-        c.warn("AllowedTenants: ignored: a host-only node has no tenants", ("spec", "AllowedTenants"))
     vlan, vxlan = opts.get("vlan") or 0, opts.get("vxlan") or 0
     if vlan and vxlan:
-        c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", BASE, key=True)
+        c.error("VLAN ID and VxLAN ID parameters are mutually exclusive", (*BASE, "vxlan"), key=True)
     if kind == "TenantNetwork" and (vlan or vxlan):
         c.error(
             "Manually configuring Spec.Options.vlan, or Spec.Options.vxlan attributes is not allowed for "
@@ -250,11 +320,15 @@ def _webhook_rules(c: Collector, kind: str, spec: dict[str, Any], opts: dict[str
     if ntype == "sriov" and (not pool or host):
         c.error(
             "Spec.Options.device_pool must, and Spec.Options.host_device cannot be provided for SR-IOV networks!",
-            BASE,
+            (*BASE, "host_device") if host else BASE,  # a host_device is there to remove; else device_pool is missing
             key=True,
         )
     elif ntype != "sriov" and host and pool:
-        c.error("Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!", BASE, key=True)
+        c.error(
+            "Spec.Options.device_pool and Spec.Options.host_device cannot be provided together!",
+            (*BASE, "device_pool"),
+            key=True,
+        )
 
 
 def _static(c: Collector, opts: dict[str, Any], nid: str, ntype: str) -> dict[str, Any]:

@@ -24,13 +24,19 @@ class Intent:
     format: str
     fieldmap: Mapping[PathKey, PathKey] = field(default_factory=dict)
     inline_config: Mapping[str, Any] | None = None  # NetworkAttachmentDefinition spec.config, parsed
+    # A NetworkAttachmentDefinition's namespace: the network is then `namespace.name` on the node (pods ask for
+    # it as namespace/name, and it is a network of its own beside a definition of that name in another one).
+    namespace: str | None = None
+    # What the source format adds to the compiled file's `netcomp` block (DANM's kind, AllowedTenants, rt_tables).
+    meta: Mapping[str, Any] = field(default_factory=dict)
     # Facts derived from the network (rules.py), computed once per Intent: an unchanged file keeps its Intent
     # objects across compiles, so the cross-intent rules cost a dict lookup per intent on a recompile.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     name: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "name", self.network.metadata.name)
+        name = self.network.metadata.name
+        object.__setattr__(self, "name", f"{self.namespace}.{name}" if self.namespace else name)
 
     def source_loc(self, loc: Sequence[Any]) -> PathKey:
         loc = tuple(loc)

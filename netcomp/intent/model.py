@@ -3,6 +3,10 @@
 Every model forbids unknown keys; backends are a discriminated union on `spec.type`, IPAM on `spec.ipam.type`.
 Per-intent rules live here as validators (they get positions from the pydantic error `loc`); rules that need
 more than one intent live in rules.py.
+
+A rule across fields is reported at the key (or value) that breaks it, never at the mapping that holds it: its
+validator raises `BrokenAt(at, message)`, and validation.py extends pydantic's `loc` (the validator's own place)
+with `at`. The message names the other key. A test (test_malformed.py) keeps every model validator to that.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ IPInterface: TypeAlias = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
 
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_LABEL = f"^{names.DNS_LABEL}$"
 IFNAME = f"^{names.INTENT_IFNAME}$"
 NETWORK_ID = r"^[-A-Za-z0-9_.]+$"  # a file-name stem: no '/', never '..' alone
 PCI_ADDRESS = f"^{names.PCI_ADDRESS}$"
@@ -40,6 +44,18 @@ Name = Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]
 IfName = Annotated[str, StringConstraints(pattern=IFNAME, max_length=IFNAMSIZ)]
 IfPrefix = Annotated[str, StringConstraints(pattern=IFNAME, min_length=1, max_length=PREFIX_MAX)]
 Mac = Annotated[str, StringConstraints(pattern=MAC)]
+
+
+class BrokenAt(ValueError):
+    """A rule broken at `at`: a path under the place of the validator that raises it (a model validator's model,
+    a field validator's field), `()` for that place itself (a key that is missing). `key`: point at the key (the
+    key's presence is wrong: two that exclude each other) rather than at its value (the value is wrong). pydantic
+    keeps the exception in its error's context, where validation.py finds it; anywhere else it is a ValueError."""
+
+    def __init__(self, at: str | tuple[str | int, ...], message: str, *, key: bool = False) -> None:
+        super().__init__(message)
+        self.at: tuple[str | int, ...] = (at,) if isinstance(at, str) else at
+        self.key = key
 
 
 class Strict(BaseModel):
@@ -94,7 +110,7 @@ class Route(Strict):
     @model_validator(mode="after")
     def _same_family(self) -> Route:
         if self.gw is not None and self.gw.version != self.dst.version:
-            raise ValueError(f"route to {self.dst} has an IPv{self.gw.version} gw {self.gw}")
+            raise BrokenAt("gw", f"IPv{self.gw.version} gw {self.gw} for the IPv{self.dst.version} dst {self.dst}")
         return self
 
 
@@ -129,9 +145,9 @@ class IPRange(Strict):
     @classmethod
     def _excl_inside(cls, v: list[IPNetwork], info: ValidationInfo) -> list[IPNetwork]:
         net = info.data.get("subnet")
-        for ex in v:
+        for i, ex in enumerate(v):
             if net is not None and (ex.version != net.version or not ex.subnet_of(net)):
-                raise ValueError(f"exclude {ex} is outside subnet {net}")
+                raise BrokenAt((i,), f"exclude {ex} is outside subnet {net}")
         return v
 
     @property
@@ -156,29 +172,33 @@ class _RangedIPAM(Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> Any:
-        short = self.subnet is not None or any(
-            getattr(self, f) is not None for f in ("rangeStart", "rangeEnd", "gateway")
-        )
-        if short and self.ranges:
-            raise ValueError("give either subnet (with rangeStart/rangeEnd/gateway) or ranges, not both")
-        if short and self.subnet is None:
-            raise ValueError("rangeStart, rangeEnd and gateway need a subnet")
-        if not short and not self.ranges:
-            raise ValueError("needs a subnet (or ranges)")
+        given = [f for f in ("subnet", "rangeStart", "rangeEnd", "gateway") if getattr(self, f) is not None]
+        if given and self.ranges:
+            raise BrokenAt(
+                "ranges", "give either subnet (with rangeStart/rangeEnd/gateway) or ranges, not both", key=True
+            )
+        if given and self.subnet is None:
+            raise BrokenAt(given[0], f"{given[0]} needs a subnet", key=True)
+        if not given and not self.ranges:
+            raise BrokenAt((), "needs a subnet (or ranges)")
         rs = self.all_ranges()
         for i, route in enumerate(self.routes):
             if route.gw is None and not any(r.subnet.version == route.dst.version for r in rs):
-                raise ValueError(f"routes[{i}]: no IPv{route.dst.version} range to take a gw from; give gw")
+                v = route.dst.version
+                raise BrokenAt(("routes", i, "dst"), f"dst {route.dst} has no gw, and no IPv{v} subnet gives one")
         return self
 
     def all_ranges(self) -> list[IPRange]:
+        """The range sets as ranges: the subnet form as one range (with `exclude` where the type has one)."""
         if self.subnet is not None:
+            extra = {"exclude": getattr(self, "exclude", [])}
             return [
                 IPRange(
                     subnet=self.subnet,
                     rangeStart=self.rangeStart,
                     rangeEnd=self.rangeEnd,
                     gateway=self.gateway,
+                    **extra,
                 )
             ]
         return list(self.ranges)
@@ -222,19 +242,6 @@ class ClusterIPAM(_RangedIPAM):
                 raise ValueError(f"exclude {ex} is outside subnet {net}")
         return v
 
-    def all_ranges(self) -> list[IPRange]:
-        if self.subnet is not None:
-            return [
-                IPRange(
-                    subnet=self.subnet,
-                    rangeStart=self.rangeStart,
-                    rangeEnd=self.rangeEnd,
-                    gateway=self.gateway,
-                    exclude=self.exclude,
-                )
-            ]
-        return list(self.ranges)
-
 
 class StaticAddress(Strict):
     address: IPInterface
@@ -259,7 +266,7 @@ class StaticAddress(Strict):
     def _inside(cls, v: IPAddress | None, info: ValidationInfo) -> IPAddress | None:
         addr = info.data.get("address")
         if v is not None and addr is not None and (v.version != addr.version or v not in addr.network):
-            raise ValueError(f"gateway {v} is outside {addr.network}")
+            raise ValueError(f"gateway {v} is outside {addr.network}, the network of address {addr}")
         return v
 
 
@@ -276,7 +283,8 @@ class StaticIPAM(Strict):
             if route.gw is None and not any(
                 a.gateway is not None and a.gateway.version == route.dst.version for a in self.addresses
             ):
-                raise ValueError(f"routes[{i}]: no IPv{route.dst.version} address with a gateway; give gw")
+                v = route.dst.version
+                raise BrokenAt(("routes", i, "dst"), f"dst {route.dst} has no gw, and no IPv{v} address has a gateway")
         return self
 
 
@@ -311,9 +319,9 @@ class VXLAN(Strict):
     @model_validator(mode="after")
     def _one(self) -> VXLAN:
         if self.group is not None and self.remote is not None:
-            raise ValueError("give group (multicast) or remote (unicast), not both")
+            raise BrokenAt("remote", "give group (multicast) or remote (unicast), not both", key=True)
         if self.group is not None and not self.group.is_multicast:
-            raise ValueError(f"group {self.group} is not a multicast address")
+            raise BrokenAt("group", f"group {self.group} is not a multicast address (for unicast, give remote)")
         return self
 
 
@@ -334,7 +342,7 @@ class _LinkSpec(_SpecBase):
     @model_validator(mode="after")
     def _vids(self) -> Any:
         if self.vlan is not None and self.vxlan is not None:
-            raise ValueError("vlan and vxlan are mutually exclusive")
+            raise BrokenAt("vxlan", "vlan and vxlan are mutually exclusive", key=True)
         return self
 
 
@@ -370,12 +378,16 @@ class SriovSpec(_SpecBase):
 
     @model_validator(mode="after")
     def _device(self) -> SriovSpec:
-        if (self.resourceName is None) == (self.pciAddress is None):
-            raise ValueError("give exactly one of resourceName (a VF pool) or pciAddress (one VF)")
+        if self.resourceName is not None and self.pciAddress is not None:
+            raise BrokenAt(
+                "pciAddress", "give either resourceName (a VF pool) or pciAddress (one VF), not both", key=True
+            )
+        if self.resourceName is None and self.pciAddress is None:
+            raise BrokenAt((), "give exactly one of resourceName (a VF pool) or pciAddress (one VF)")
         if self.vlanQoS is not None and not self.vlan:
-            raise ValueError("vlanQoS needs a non-zero vlan")
+            raise BrokenAt("vlanQoS", "vlanQoS needs a non-zero vlan", key=True)
         if self.minTxRate and self.maxTxRate and self.minTxRate > self.maxTxRate:
-            raise ValueError(f"minTxRate {self.minTxRate} is above maxTxRate {self.maxTxRate}")
+            raise BrokenAt("maxTxRate", f"maxTxRate {self.maxTxRate} is below minTxRate {self.minTxRate}")
         return self
 
 

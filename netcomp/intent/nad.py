@@ -1,5 +1,6 @@
 """Multus's NetworkAttachmentDefinition (k8s.cni.cncf.io/v1): spec.config is inline CNI JSON, used as a static
-network whose name becomes metadata.name."""
+network named after the object: `namespace.name` for a definition in a namespace (as every one from a cluster
+is), so that two namespaces' definitions of one name are two networks; plain `name` for one written without."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from netcomp.errors import Diagnostic
 from netcomp.intent.compat import Collector, mapping, metadata, unknown_top, validate
 from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, PathKey
+from netcomp.names import DNS_LABEL_RE
 
 NAD_FIELDMAP: dict[PathKey, PathKey] = {
     ("metadata",): ("metadata",),
@@ -17,8 +19,7 @@ NAD_FIELDMAP: dict[PathKey, PathKey] = {
 
 
 def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
-    """NetworkAttachmentDefinition (k8s.cni.cncf.io/v1): spec.config is inline CNI JSON, used as a static
-    network whose name becomes metadata.name."""
+    """A NetworkAttachmentDefinition as a static network (see the module's docstring)."""
     c = Collector(doc)
     data = doc.data
     unknown_top(c, data)
@@ -41,7 +42,7 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         c.error(
             "spec.config is empty: netcomp needs the CNI configuration inline (Multus's lookup of a file by "
             "network name is not supported; use a static Network with networkID)",
-            ("spec",),
+            ("spec", "config") if "config" in spec else ("spec",),  # the empty value, or where it is missing
             key=True,
         )
         return None, c.diags
@@ -58,6 +59,12 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     for prob in problems:
         c.error(f"spec.config: {prob}", ("spec", "config"))
     name = meta.get("name")
+    namespace = meta.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not DNS_LABEL_RE.fullmatch(namespace)):
+        c.error(
+            "metadata.namespace must be a namespace's name (a DNS-1123 label: lower case letters, digits and '-')",
+            ("metadata", "namespace"),
+        )
     native = {
         "apiVersion": "netcomp.io/v1",
         "kind": "Network",
@@ -66,4 +73,4 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
     }
     if c.failed:
         return None, c.diags
-    return validate(c, native, NAD_FIELDMAP, "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition", conflist)
+    return validate(c, native, NAD_FIELDMAP, "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition", conflist, namespace)

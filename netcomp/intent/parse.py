@@ -23,7 +23,7 @@ def _native(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
 # The parser of each (apiVersion, kind): a table, not an if-chain.
 _PARSERS: dict[tuple[str, str], Parser] = {
     ("netcomp.io/v1", "Network"): _native,
-    **{("danm.k8s.io/v1", kind): danm.parse for kind in danm.KINDS},
+    **{(group, kind): danm.parse for group in danm.API_VERSIONS for kind in danm.KINDS},
     ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition"): nad.parse,
 }
 

@@ -89,12 +89,16 @@ def _links(intents: Sequence[Intent]) -> list[tuple[Intent, _Link]]:
 LinkRule = Callable[[Sequence[tuple[Intent, _Link]]], list[Finding]]
 
 
-def _taken(out: list[Finding], seen: dict[Any, Intent], key: Any, it: Intent, what: str, field: str) -> bool:
+# Where a network's host link id is written: the VLAN id, or the VNI inside the vxlan mapping.
+_VLAN_AT: tuple[str, ...] = ("spec", "vlan")
+_VNI_AT: tuple[str, ...] = ("spec", "vxlan", "vni")
+
+
+def _taken(out: list[Finding], seen: dict[Any, Intent], key: Any, it: Intent, what: str, loc: Sequence[Any]) -> bool:
     """Whether `key` was taken by an earlier network (the finding added to out): the first one keeps it."""
     other = seen.setdefault(key, it)
     if other is it:
         return False
-    loc = ("spec", field)
     out.append((it, it.diagnostic(f"{what} is already used by network {other.name!r} ({_where(other, loc)})", loc)))
     return True
 
@@ -107,9 +111,9 @@ def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
     vnis: dict[int, Intent] = {}
     owners: dict[str, tuple[Intent, dict[str, Any]]] = {}
     for it, f in links:
-        if f.vlan is not None and _taken(out, vlans, (f.device, f.vlan), it, f"VLAN {f.vlan} on {f.device}", "vlan"):
+        if f.vlan is not None and _taken(out, vlans, (f.device, f.vlan), it, f"VLAN {f.vlan} on {f.device}", _VLAN_AT):
             continue
-        if f.vni is not None and _taken(out, vnis, f.vni, it, f"VXLAN VNI {f.vni}", "vxlan"):
+        if f.vni is not None and _taken(out, vnis, f.vni, it, f"VXLAN VNI {f.vni}", _VNI_AT):
             continue
         if f.link is not None:
             prev = owners.setdefault(f.link["name"], (it, f.link))
@@ -120,7 +124,7 @@ def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
                         it.diagnostic(
                             f"host link name {f.link['name']!r} (cut to 15 characters) is also the link of network "
                             f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id",
-                            ("spec", "vlan" if f.vlan is not None else "vxlan"),
+                            _VLAN_AT if f.vlan is not None else _VNI_AT,
                         ),
                     )
                 )

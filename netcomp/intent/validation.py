@@ -1,5 +1,9 @@
 """pydantic's errors as the author's diagnostics: each error's `loc` walked through the document (and a format's
-field map) to the key or value it is about, with a message that names what was expected."""
+field map) to the key or value it is about, with a message that names what was expected.
+
+A validator's error lands where the validator runs (a model validator: its whole mapping). A rule across fields
+raises `BrokenAt` (model.py) instead, naming the key that breaks it: its path is appended to the error's `loc`
+here, before the walk, so the caret lands on that key (or its value) in every input format alike."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from netcomp.errors import Diagnostic
-from netcomp.intent.model import DNS1123_LABEL, IFNAME, MAC, NETWORK_ID, PCI_ADDRESS, Network
+from netcomp.intent.model import DNS1123_LABEL, IFNAME, MAC, NETWORK_ID, PCI_ADDRESS, BrokenAt, Network
 from netcomp.intent.source import Document, PathKey
 
 _PATTERN_TEXT = {
@@ -59,12 +63,14 @@ def pydantic_diagnostics(
     """Turn pydantic's errors into positioned diagnostics; `translate` maps native paths to source paths."""
     out: list[Diagnostic] = []
     for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        src_loc = translate(loc) if translate else loc
-        path, _ = doc.resolve(src_loc)
         etype = err["type"]
         ctx = err.get("ctx") or {}
-        key = False
+        broken = ctx.get("error")
+        at = broken if isinstance(broken, BrokenAt) else None
+        loc = tuple(err["loc"]) + (at.at if at else ())
+        src_loc = translate(loc) if translate else loc
+        path, _ = doc.resolve(src_loc)
+        key = at.key if at else False
         notes: list[str] = []
         where = _dotted(path)
         if etype == "extra_forbidden":

@@ -116,10 +116,12 @@ class Allocator:
         until settle(). DelegateError: 11 when the pool is exhausted, the store is away or `exact` is held by
         another; 7 when `exact` is not in the pool."""
         if exact is not None:
-            if pool.range_of(exact) is None:
+            why = pool.reservable(exact)
+            if why is not None:
                 raise DelegateError(
                     E_INVALID_CONFIG,
-                    f"address {exact} is not one network {pool.network!r} hands out ({pool.describe(family_set)})",
+                    f"address {exact} cannot be claimed on network {pool.network!r}: {why} "
+                    f"({pool.describe(family_set)})",
                 )
             return self._create(pool, exact, holder, exact=True)  # type: ignore[return-value]
         seed = f"{self.node}/{holder.container_id}/{holder.ifname}"

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from netcomp.fsutil import TMP_SUFFIX, fsync_dir
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
@@ -21,16 +22,20 @@ SUFFIX = ".claim"
 
 
 class LocalStore:
+    """A directory of claims; `cls` the claim type (Claim, or tenants.IdClaim: anything with a `name`, `uid`,
+    `created`, to_doc() and from_doc())."""
+
     kind = "node-local"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, cls: Any = Claim) -> None:
         self.directory = directory
+        self.cls = cls
 
     def _path(self, name: str) -> Path:
         return self.directory / f"{name}{SUFFIX}"
 
-    def create(self, claim: Claim) -> Claim:
-        stored = Claim(**{**claim.to_doc(), "uid": uuid.uuid4().hex, "created": time.time()})
+    def create(self, claim: Any) -> Any:
+        stored = self.cls(**{**claim.to_doc(), "uid": uuid.uuid4().hex, "created": time.time()})
         path = self._path(claim.name)
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -52,7 +57,7 @@ class LocalStore:
                 os.unlink(tmp)
         return stored
 
-    def delete(self, claim: Claim) -> bool:
+    def delete(self, claim: Any) -> bool:
         path = self._path(claim.name)
         current = self._read(path)
         if current is None or (claim.uid and current.uid != claim.uid):
@@ -67,15 +72,15 @@ class LocalStore:
             fsync_dir(self.directory)
         return True
 
-    def _read(self, path: Path) -> Claim | None:
+    def _read(self, path: Path) -> Any:
         try:
-            return Claim.from_doc(json.loads(path.read_bytes()))
+            return self.cls.from_doc(json.loads(path.read_bytes()))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, KeyError) as e:
             raise StoreUnavailable(f"cannot read the claim {path}: {e}") from None
 
-    def list(self) -> list[Claim]:
+    def list(self) -> list[Any]:
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
@@ -90,5 +95,5 @@ class LocalStore:
                     out.append(c)
         return out
 
-    def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
+    def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
         return  # only this daemon writes here: the allocator updates its view itself

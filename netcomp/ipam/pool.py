@@ -67,7 +67,7 @@ class Range:
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    network: str  # the network's key: its name (a namespaced one: namespace/name)
+    network: str  # the network's name on the node (a namespaced one's: namespace.name)
     sets: tuple[tuple[Range, ...], ...]  # one per address family
 
     @staticmethod
@@ -104,10 +104,33 @@ class Pool:
                 pos -= span
 
     def range_of(self, address: IPAddress) -> Range | None:
+        """The range that hands `address` out (inside its rangeStart..rangeEnd, not its gateway, not excluded)."""
         for rs in self.sets:
             for r in rs:
                 if address in r.subnet and r.usable(int(address)):
                     return r
+        return None
+
+    def range_for(self, address: IPAddress) -> Range | None:
+        """The range whose subnet holds `address` (its prefix length and gateway)."""
+        return next((r for rs in self.sets for r in rs if address in r.subnet), None)
+
+    def reservable(self, address: IPAddress) -> str | None:
+        """Why `address` cannot be claimed exactly (None: it can): a pod may ask for any host address of the
+        network's subnet, inside the range handed out or not (DANM's static addresses, Multus's `ips` outside a
+        dynamic range), except the subnet's own network and broadcast address, the gateway and what is excluded."""
+        r = self.range_for(address)
+        if r is None:
+            return "outside its subnets"
+        net = r.subnet
+        if net.prefixlen < net.max_prefixlen - 1 and (
+            address == net.network_address or (net.version == 4 and address == net.broadcast_address)
+        ):
+            return f"the {'network' if address == net.network_address else 'broadcast'} address of {net}"
+        if r.gateway is not None and address == r.gateway:
+            return "its gateway"
+        if any(address in e for e in r.exclude):
+            return "excluded from it"
         return None
 
 

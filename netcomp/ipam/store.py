@@ -46,8 +46,9 @@ class Taken(Exception):
     network at all (`foreign`: another network's object, or one netcomp did not write); either way it is never
     touched."""
 
-    def __init__(self, holder: Claim | None, foreign: str = "") -> None:
-        super().__init__(foreign or (holder.holder() if holder else "taken"))
+    def __init__(self, holder: Any, foreign: str = "") -> None:
+        """`holder`: the claim that has the name (a Claim, or the IdClaim of a store of ids), or None."""
+        super().__init__(foreign or (holder.holder() if isinstance(holder, Claim) else "taken"))
         self.holder = holder
         self.foreign = foreign
 

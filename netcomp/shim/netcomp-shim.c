@@ -764,8 +764,10 @@ static void post(int fd, const unsigned char *path, size_t path_len, const unsig
         if (e != NULL) {
             size_t end = (size_t)(e - raw);
             long status, length;
+            /* A head that is not HTTP is shown alone: what came after it depends on timing. */
+            size_t shown = end + 4 < DETAILS ? end + 4 : DETAILS;
             if (parse_head(raw, end, &status, &length) != 0) {
-                answer(o, 0, raw, len < DETAILS ? len : DETAILS);
+                answer(o, 0, raw, shown);
                 return;
             }
             if (status >= 100 && status < 200) { /* taken: from now on the daemon bounds the work */
@@ -780,7 +782,7 @@ static void post(int fd, const unsigned char *path, size_t path_len, const unsig
                 return;
             }
             if (length < 0) {
-                answer(o, 0, raw, len < DETAILS ? len : DETAILS);
+                answer(o, 0, raw, shown);
                 return;
             }
             if (length > NC_MAX_ANSWER) {

@@ -190,10 +190,11 @@ def post(path: str, body: bytes, ready_deadline: float) -> "tuple[int, bytes]":
         while True:
             end = raw.find(b"\r\n\r\n")
             if end >= 0:
+                shown = raw[: end + 4][:300]  # a head that is not HTTP is shown alone: what follows depends on timing
                 try:
                     status, length = _head(raw, end)
                 except ValueError:
-                    return 0, raw[:300]
+                    return 0, shown
                 if 100 <= status < 200:
                     raw = raw[end + 4 :]  # "taken": from now on the daemon bounds the work
                     taken = True
@@ -202,7 +203,7 @@ def post(path: str, body: bytes, ready_deadline: float) -> "tuple[int, bytes]":
                 if status in RETRY_STATUS:
                     raise _Retry("the daemon is starting" if status == 503 else "the daemon is busy")
                 if length is None:
-                    return 0, raw[:300]
+                    return 0, shown
                 if length > MAX_ANSWER:
                     return -1, b""
                 if len(raw) >= end + 4 + length:

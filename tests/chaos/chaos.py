@@ -26,10 +26,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from netcomp.daemon.faults import POINTS
 from tests.integration.daemonlab import intent
@@ -103,6 +103,34 @@ class Report:
         }
 
 
+class Node(Protocol):
+    """What a storm needs of the node it runs against: a CNI request through the shim as a runtime makes it, and
+    `ip` where the container namespaces are (a process daemon's lab here, a booted machine in tests/system)."""
+
+    def request(self, verb: str, c: Container) -> tuple[int, Any]: ...
+
+    def ip(self, *args: str) -> str: ...
+
+
+def namespace(node: Node, netns: str) -> dict[str, list[str]]:
+    """The interfaces of a container namespace, each with its IPv4 addresses."""
+    doc = json.loads(node.ip("-j", "-n", netns, "addr", "show") or "[]")
+    return {i["ifname"]: [a["local"] for a in i.get("addr_info", []) if a.get("family") == "inet"] for i in doc}
+
+
+@dataclass
+class ProcTarget:
+    """A ProcNode as a storm's Node: the shim exec'd here, `ip` of this machine."""
+
+    node: ProcNode
+
+    def request(self, verb: str, c: Container) -> tuple[int, Any]:
+        return self.node.shim(verb, c.name, args=c.args if verb == "ADD" else "", ready_timeout=60)
+
+    def ip(self, *args: str) -> str:
+        return ip(*args)
+
+
 def _setup(base: Path, lb: Lab) -> None:
     plugins = base / "chaos-plugins"
     state = base / "chaos-state"
@@ -135,8 +163,12 @@ def _setup(base: Path, lb: Lab) -> None:
 
 
 class Storm:
-    def __init__(self, node: ProcNode, containers: list[Container], rng: random.Random, report: Report) -> None:
-        self.node = node
+    """The runtime's side of a storm: workers ADDing and DELing their own containers through the shim, every ADD
+    that answers success checked at once, and the final DEL of everything. What kills the daemon is the caller's
+    (ProcStorm below; tests/system/test_storm_systemd.py under systemd)."""
+
+    def __init__(self, target: Node, containers: list[Container], rng: random.Random, report: Report) -> None:
+        self.target = target
         self.containers = containers
         self.rng = rng
         self.report = report
@@ -148,7 +180,7 @@ class Storm:
     # --------------------------------------------------------------------------------------------- workers
 
     def _request(self, verb: str, c: Container) -> tuple[int, Any]:
-        rc, res = self.node.shim(verb, c.name, args=c.args if verb == "ADD" else "", ready_timeout=60)
+        rc, res = self.target.request(verb, c)
         outcome = "ok" if rc == 0 else f"code {res.get('code') if isinstance(res, dict) else '?'}"
         with self.lock:
             self.report.requests[f"{verb} {outcome}"] += 1
@@ -157,29 +189,29 @@ class Storm:
                 self.report.errors[f"{verb} {outcome}: {msg[:120]}"] += 1
         return rc, res
 
-    def _addresses(self, c: Container) -> list[str]:
-        out = ip("-o", "addr", "show", netns=c.name)
-        return [f.split()[3].split("/")[0] for f in out.splitlines() if " inet " in f]
-
     def _check_attached(self, c: Container, res: Any) -> None:
         want = {"eth0", EXPECTED_IF[c.network]}
-        have = set(self.node.lab.links(c.name))
+        ifaces = namespace(self.target, c.name)
+        have = set(ifaces)
         if not want <= have:
             self.report.violations.append(f"{c.name}: ADD ok but interfaces {sorted(have)}, wanted {sorted(want)}")
         got = [ip["address"].split("/")[0] for ip in res.get("ips", [])] if isinstance(res, dict) else []
-        addrs = self._addresses(c)
+        addrs = [a for found in ifaces.values() for a in found]
         if not got or not set(got) <= set(addrs):
             self.report.violations.append(f"{c.name}: ADD answered {got}, the namespace has {addrs}")
         with self.lock:
-            for a in addrs:
-                other = self.holders.setdefault(a, c.name)
-                if other != c.name:
-                    self.report.violations.append(f"address {a} held by {c.name} and {other}")
+            twice = [(a, other) for a in addrs if (other := self.holders.setdefault(a, c.name)) != c.name]
+        for a, other in twice:
+            still = a in self._addresses(other)
+            self.report.violations.append(f"address {a} held by {c.name} and {other} (on {other}'s now: {still})")
 
-    def _release(self, c: Container) -> None:
+    def _addresses(self, netns: str) -> set[str]:
+        return {a for found in namespace(self.target, netns).values() for a in found}
+
+    def _release(self, c: Container, keep: Collection[str] = ()) -> None:
         with self.lock:
             for a, holder in list(self.holders.items()):
-                if holder == c.name:
+                if holder == c.name and a not in keep:
                     del self.holders[a]
 
     def worker(self, mine: list[Container], seed: int) -> None:
@@ -195,6 +227,9 @@ class Storm:
                     attached[c.name] = dirty[c.name] = False
                 else:
                     dirty[c.name] = True
+                    # DEL is best-effort: the attachments it did remove before one failed are gone, and their
+                    # addresses are anyone's again; c still holds what is still on its interfaces.
+                    self._release(c, keep=self._addresses(c.name))
             else:
                 rc, res = self._request("ADD", c)
                 if rc == 0:
@@ -204,6 +239,43 @@ class Storm:
                     attached[c.name] = True
                 else:
                     dirty[c.name] = True  # as a runtime does: DEL after a failed ADD
+
+    def start_workers(self, workers: int, seed: int) -> list[threading.Thread]:
+        """`workers` threads, each with its share of the containers and a seed of its own."""
+        threads = [
+            threading.Thread(target=self._worker, args=(self.containers[i::workers], seed * 1000 + i))
+            for i in range(workers)
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _worker(self, mine: list[Container], seed: int) -> None:
+        try:
+            self.worker(mine, seed)
+        except Exception as e:  # a worker that dies is a failed run, not a quieter storm
+            with self.lock:
+                self.report.violations.append(f"a worker died: {e!r}")
+
+    def delete_all(self, tries: int = 10) -> None:
+        """After the storm: every container DELeted as a runtime would, again until it succeeds."""
+        for c in self.containers:
+            for _ in range(tries):
+                rc, _ = self._request("DEL", c)
+                if rc == 0:
+                    self._release(c)
+                    break
+            else:
+                self.report.violations.append(f"{c.name}: DEL did not succeed in {tries} tries")
+
+
+class ProcStorm(Storm):
+    """The daemon's side, for a daemon process of its own: a supervisor that restarts it, a killer, a filler of
+    the cache's disk."""
+
+    def __init__(self, node: ProcNode, containers: list[Container], rng: random.Random, report: Report) -> None:
+        super().__init__(ProcTarget(node), containers, rng, report)
+        self.node = node
 
     # --------------------------------------------------------------------------------------------- faults
 
@@ -261,9 +333,21 @@ class Storm:
                 path.unlink()
 
 
+def make_containers(n: int, netns: Callable[[str], str]) -> list[Container]:
+    """n containers: one in three joins the faulty network, its name (and so its container ID) ending in the fault
+    the chaos plugin acts; the others join one of NETWORKS in turn. `netns(suffix)` makes a namespace, its name
+    ending in suffix, and returns the name."""
+    ctrs = []
+    for i in range(n):
+        fault = FAULTS[(i // 3) % len(FAULTS)] if i % 3 == 2 else ""
+        name = netns(f"-{fault}" if fault else "")
+        ctrs.append(Container(name, "faulty" if fault else NETWORKS[i % len(NETWORKS)], fault))
+    return ctrs
+
+
 def _leftovers(node: ProcNode, containers: list[Container]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {
-        "interfaces": [f"{c.name}:{i}" for c in containers for i in node.lab.links(c.name) if i != "lo"],
+        "interfaces": [f"{c.name}:{i}" for c in containers for i in namespace(ProcTarget(node), c.name) if i != "lo"],
         "hostLinks": node.owned_host_links(),
         "leases": node.leases(),
         "cacheEntries": node.cache_files(),
@@ -278,38 +362,25 @@ def run(base: Path, *, containers: int, kills: int, seed: int, workers: int = 8)
     extra = {"pluginDirs": [str(base / "chaos-plugins"), PLUGIN_DIR], "pluginTimeout": 3, "maxInFlight": 16}
     with _unmounting(base / "cache"), proc_node(base, extra=extra, setup=_setup) as node:
         report.starts = 1
-        ctrs = []
-        for i in range(containers):
-            # One in three joins the faulty network; its container ID names the fault the chaos plugin acts.
-            fault = FAULTS[(i // 3) % len(FAULTS)] if i % 3 == 2 else ""
-            name = node.lab.container(suffix=f"-{fault}" if fault else "")
-            ctrs.append(Container(name, "faulty" if fault else NETWORKS[i % len(NETWORKS)], fault))
-        storm = Storm(node, ctrs, rng, report)
-        threads = [
-            threading.Thread(target=storm.worker, args=(ctrs[i::workers], seed * 1000 + i)) for i in range(workers)
-        ]
-        threads += [threading.Thread(target=storm.supervisor), threading.Thread(target=storm.filler)]
+        ctrs = make_containers(containers, lambda suffix: node.lab.container(suffix=suffix))
+        storm = ProcStorm(node, ctrs, rng, report)
+        helpers = [threading.Thread(target=storm.supervisor), threading.Thread(target=storm.filler)]
         killer = threading.Thread(target=storm.killer, args=(kills,))
-        for t in [*threads, killer]:
+        for t in [*helpers, killer]:
             t.start()
+        threads = storm.start_workers(workers, seed)
         killer.join()
         storm.stop.set()
-        for t in threads[:workers]:
+        for t in threads:
             t.join()
         storm.done.set()
-        for t in threads[workers:]:
+        for t in helpers:
             t.join()
         # The storm is over: one clean daemon, then every container DELeted as a runtime would, until done.
         node.kill()
         node.start()
         report.starts += 1
-        for c in ctrs:
-            for _ in range(10):
-                rc, _ = storm._request("DEL", c)
-                if rc == 0:
-                    break
-            else:
-                report.violations.append(f"{c.name}: DEL did not succeed in 10 tries")
+        storm.delete_all()
         (base / "networks.d" / "60-tunnel.yaml").unlink()  # its host link goes once no network names it
         node.reload()
         report.leftovers = _leftovers(node, ctrs)

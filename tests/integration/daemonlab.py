@@ -20,6 +20,40 @@ SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
+def run_shim(
+    conf: dict[str, Any],
+    command: str,
+    container: str,
+    *,
+    ifname: str = "eth0",
+    args: str = "",
+    netns: str | None = None,
+    timeout: float = 120,
+    shim: list[str] | None = None,
+) -> tuple[int, Any]:
+    """Exec the shim as a runtime would (the Python one unless `shim` says another): the CNI environment for
+    `container` (its netns /var/run/netns/<container>), `conf` on stdin (name and type added). (exit code, the
+    JSON it printed or None)."""
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": f"ctr-{container}",
+        "CNI_IFNAME": ifname,
+        "CNI_NETNS": netns if netns is not None else f"/var/run/netns/{container}",
+        "CNI_ARGS": args,
+        "CNI_PATH": PLUGIN_DIR,
+    }
+    p = subprocess.run(
+        shim or [PYTHON, "-I", "-S", str(SHIM)],
+        input=json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", **conf}).encode(),
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    out = p.stdout.decode()
+    return p.returncode, json.loads(out) if out.strip() else None
+
+
 def intent(name: str, spec: str) -> str:
     return f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 
@@ -46,32 +80,8 @@ class DaemonLab:
         extra: dict[str, Any] | None = None,
         ready_timeout: float = 2,
     ) -> tuple[int, Any]:
-        conf = {
-            "cniVersion": version,
-            "name": "netcomp",
-            "type": "netcomp",
-            "socket": self.sock,
-            "readyTimeout": ready_timeout,
-        }
-        conf.update(extra or {})
-        env = {
-            "CNI_COMMAND": command,
-            "CNI_CONTAINERID": f"ctr-{container}",
-            "CNI_IFNAME": ifname,
-            "CNI_NETNS": netns if netns is not None else f"/var/run/netns/{container}",
-            "CNI_ARGS": args,
-            "CNI_PATH": PLUGIN_DIR,
-        }
-        p = subprocess.run(
-            [PYTHON, "-I", "-S", str(SHIM)],
-            input=json.dumps(conf).encode(),
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        out = p.stdout.decode()
-        return p.returncode, json.loads(out) if out.strip() else None
+        conf = {"cniVersion": version, "socket": self.sock, "readyTimeout": ready_timeout, **(extra or {})}
+        return run_shim(conf, command, container, ifname=ifname, args=args, netns=netns, timeout=120)
 
     def leases(self) -> list[str]:
         return sorted(

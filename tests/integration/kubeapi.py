@@ -189,8 +189,11 @@ def _install_manifests(api: ApiServer) -> None:
     )
     ext = client.ApiextensionsV1Api(c)
     ext.create_custom_resource_definition(NAD_CRD)
+    for crd in DANM_CRDS:
+        ext.create_custom_resource_definition(crd)
     deadline = time.monotonic() + 30
-    for name in ("networks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"):
+    names = ["networks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"]
+    for name in [*names, *(crd["metadata"]["name"] for crd in DANM_CRDS)]:
         while True:
             crd = ext.read_custom_resource_definition(name)
             if any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions or []):
@@ -234,6 +237,41 @@ NAD_CRD = {
         ],
     },
 }
+
+
+def _danm_crd(plural: str, kind: str, scope: str) -> dict[str, Any]:
+    """DANM's kinds as DANM's own manifests name them (danm.k8s.io/v1); the schema keeps every field, as DANM's
+    production CRDs declare them (TenantConfig's fields are at the top, beside metadata)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        # A *.k8s.io group is protected: a CRD of one must say whether the Kubernetes API review approved it.
+        "metadata": {
+            "name": f"{plural}.danm.k8s.io",
+            "annotations": {"api-approved.kubernetes.io": "unapproved, DANM's own group"},
+        },
+        "spec": {
+            "group": "danm.k8s.io",
+            "scope": scope,
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+DANM_CRDS = [
+    _danm_crd("danmnets", "DanmNet", "Namespaced"),
+    _danm_crd("tenantnetworks", "TenantNetwork", "Namespaced"),
+    _danm_crd("clusternetworks", "ClusterNetwork", "Cluster"),
+    _danm_crd("tenantconfigs", "TenantConfig", "Cluster"),
+]
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ would. Everything is removed on exit, even on failure: the daemon, the delegates
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tests.integration.daemonlab import PYTHON, SHIM, write_networks
+from tests.integration.daemonlab import PYTHON, run_shim, write_networks
 from tests.integration.netns import IP, PLUGIN_DIR, Lab, ip, lab
 
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
@@ -161,31 +160,8 @@ class ProcNode:
         timeout: float = 180,
         shim: list[str] | None = None,
     ) -> tuple[int, Any]:
-        conf = {
-            "cniVersion": "1.0.0",
-            "name": "netcomp",
-            "type": "netcomp",
-            "socket": self.sock,
-            "readyTimeout": ready_timeout,
-        }
-        env = {
-            "CNI_COMMAND": command,
-            "CNI_CONTAINERID": f"ctr-{container}",
-            "CNI_IFNAME": ifname,
-            "CNI_NETNS": netns if netns is not None else f"/var/run/netns/{container}",
-            "CNI_ARGS": args,
-            "CNI_PATH": PLUGIN_DIR,
-        }
-        p = subprocess.run(
-            shim or [PYTHON, "-I", "-S", str(SHIM)],
-            input=json.dumps(conf).encode(),
-            env=env,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-        out = p.stdout.decode()
-        return p.returncode, json.loads(out) if out.strip() else None
+        conf = {"socket": self.sock, "readyTimeout": ready_timeout}
+        return run_shim(conf, command, container, ifname=ifname, args=args, netns=netns, timeout=timeout, shim=shim)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

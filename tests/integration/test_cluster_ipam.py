@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ipaddress
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -22,19 +21,11 @@ import pytest
 from netcomp.daemon.kubestore import GROUP, PLURAL, VERSION
 from netcomp.settings import KubeSettings
 from tests.integration.daemonlab import DaemonLab, daemon_lab
-from tests.integration.kubeapi import ApiServer, api_server
+from tests.integration.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NETS = ("netcomp.io", "v1", "networks")
 CLAIMS = (GROUP, VERSION, PLURAL)
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube-ipam")) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -20,19 +19,11 @@ import pytest
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
 from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.kubeapi import NODE_TOKEN, ApiServer, api_server, free_port
+from tests.integration.kubeapi import NODE_TOKEN, ApiServer, free_port
 
 pytestmark = pytest.mark.root
 GVP = ("netcomp.io", "v1", "networks")
 STATUS = "k8s.v1.cni.cncf.io/network-status"
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, the API server's binaries)")
-    with api_server(tmp_path_factory.mktemp("kube")) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +33,13 @@ def admin(api: ApiServer) -> Any:
     return config.new_client_from_config(config_file=str(api.admin_kubeconfig))
 
 
-def kube_lab(base: Path, kubeconfig: Path, timeout: float = 10, **kube_settings: Any) -> Any:
+def kube_lab(
+    base: Path, kubeconfig: Path, timeout: float = 10, settings: dict[str, Any] | None = None, **kube_settings: Any
+) -> Any:
+    """A daemon lab following the cluster; `settings`: more of netcomp.yaml's, `kube_settings`: of kubernetes:."""
     kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout, **kube_settings)
-    return daemon_lab(base, extra={"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d")}, watch=True)
+    extra = {"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d"), **(settings or {})}
+    return daemon_lab(base, extra=extra, watch=True)
 
 
 def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -177,7 +172,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
         custom.create_namespaced_custom_object(*nad_gvp, nad)
         core.create_namespaced_pod("default", pod_asking("p2", "default/nad-br"))
         try:
-            wait_for(dl, lambda: "nad-br" in dl.daemon.state.networks(), "the NetworkAttachmentDefinition compiled")
+            wait_for(dl, lambda: "default.nad-br" in dl.daemon.state.networks(), "the definition compiled")
             assert (dl.base / "cluster.d" / "default.nad-br.nad.yaml").exists()
             assert dl.daemon.status()["kubernetes"]["attachmentDefinitions"] == 1
             ctr = dl.lab.container()
@@ -186,7 +181,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
             assert dl.lab.addrs(ctr, "net0")[0].startswith("10.95.0.")
             assert dl.shim("DEL", ctr, args=args)[0] == 0
             custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
-            wait_for(dl, lambda: "nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
+            wait_for(dl, lambda: "default.nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
         finally:
             core.delete_namespaced_pod("p2", "default", grace_period_seconds=0)
             with _absent():

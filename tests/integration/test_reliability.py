@@ -107,6 +107,78 @@ def test_daemon_killed_while_a_delegate_runs(tmp_path: Path) -> None:
         nothing_left(node, [ctr])
 
 
+def halfway_plugin(base: Path, master: str) -> tuple[Path, Path]:
+    """A plugin dir with `halfway`, which on ADD does the first half of what macvlan does (the link made in the
+    container's namespace under a temporary name, as macvlan's `veth` + 8 hex digits), says so on the `arrived`
+    FIFO, and never does the second half (it blocks until killed); its DEL, and any later ADD, are the real
+    macvlan's, whose DEL looks for the final name only."""
+    d = base / "plugins"
+    d.mkdir()
+    arrived = base / "arrived.fifo"
+    os.mkfifo(arrived)
+    never = base / "never.fifo"
+    os.mkfifo(never)
+    script = d / "halfway"
+    once = base / "halfway.done"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$CNI_COMMAND" = ADD ] && [ ! -e {once} ]; then\n'
+        f"  touch {once}\n"
+        f"  ip link add vethc0ffee01 link {master} type macvlan mode bridge\n"
+        '  ip link set vethc0ffee01 netns "$(basename "$CNI_NETNS")"\n'
+        f"  echo here > {arrived}; read -r line < {never}; exit 1\n"
+        "fi\n"
+        f"exec {PLUGIN_DIR}/macvlan\n"
+    )
+    script.chmod(0o755)
+    (base / "static.d" / "halfway.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "halfway", "plugins": [{"type": "halfway", "master": master}]})
+    )
+    (base / "networks.d" / "90-halfway.yaml").write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: halfway}\n"
+        "spec: {type: static, networkID: halfway}\n"
+    )
+    return d, arrived
+
+
+def test_a_plugin_killed_half_way_leaves_no_interface_on_timeout(tmp_path: Path) -> None:
+    """A delegate killed by pluginTimeout after making its link under a temporary name: its DEL does not find
+    it; the rollback removes it (it is new since the ADD began and no attachment's)."""
+    with daemon_lab(tmp_path, extra={"pluginTimeout": 3.0, "defaultNetwork": None}) as dl:
+        plugins, arrived = halfway_plugin(tmp_path, dl.lab.master)
+        dl.settings = dl.settings.model_copy(update={"pluginDirs": [str(plugins), PLUGIN_DIR]})
+        dl.restart()
+        ctr = dl.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            add = pool.submit(dl.shim, "ADD", ctr, args="NETCOMP_NETWORKS=halfway")
+            wait_line(arrived)
+            assert "vethc0ffee01" in dl.lab.links(ctr)  # the first half is done
+            rc, res = add.result(timeout=120)
+        assert rc == 1 and "timed out" in res["msg"], res
+        assert dl.lab.links(ctr) == ["lo"]
+        assert dl.cache_files() == []
+
+
+def test_a_plugin_killed_half_way_with_the_daemon_leaves_no_interface(tmp_path: Path) -> None:
+    """As systemd's KillMode=mixed does, or the next daemon's start: the delegates killed along with the
+    daemon while one has made its link under a temporary name. The next daemon undoes the ADD and removes the
+    link."""
+    extra = {"defaultNetwork": None, "pluginDirs": [str(tmp_path / "plugins"), PLUGIN_DIR]}
+    with proc_node(tmp_path, extra=extra, setup=lambda base, lb: halfway_plugin(base, lb.master)) as node:
+        ctr = node.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            add = pool.submit(node.shim, "ADD", ctr, args="NETCOMP_NETWORKS=halfway")
+            wait_line(tmp_path / "arrived.fifo")
+            node.kill()
+            node.start()  # kills the delegate the killed daemon left, then recovers
+            rc, res = add.result(timeout=120)  # the shim posted it again: the real macvlan this time
+        assert rc == 0, (res, node.logs())
+        assert sorted(node.lab.links(ctr)) == ["lo", "net0"], node.logs()  # and no vethc0ffee01
+        assert "interfaces a killed plugin left in its namespace: vethc0ffee01 (macvlan) deleted" in node.logs()
+        assert node.shim("DEL", ctr)[0] == 0
+        assert node.lab.links(ctr) == ["lo"] and node.cache_files() == []
+
+
 @pytest.mark.parametrize("point", ["after-write-ahead", "between-delegates", "before-answer"])
 def test_daemon_killed_at_each_point_of_an_add(tmp_path: Path, point: str) -> None:
     """NETCOMP_CRASH_AT kills the daemon exactly there, in an ADD of two networks; a new daemon starts, as

@@ -59,7 +59,15 @@ def installed(deb: Path) -> Iterator[None]:
     cni_state = Path("/var/lib/cni")  # made by the package's tmpfiles; CNI's, so purge leaves it
     cni_state_existed = cni_state.exists()
     p = run(
-        "apt-get", "install", "-y", "-q", str(deb), check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        "apt-get",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        "install",
+        "-y",
+        "-q",
+        str(deb),
+        check=False,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
     )
     assert p.returncode == 0, p.stdout + p.stderr
     try:

@@ -59,7 +59,16 @@ def test_install_use_remove_purge(installed: None) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.write_text('{"cniVersion": "1.0.0", "name": "netcomp", "plugins": [{"type": "netcomp"}]}\n')
     Path("/var/lib/netcomp/cache").mkdir(parents=True, exist_ok=True)
-    run("apt-get", "remove", "-y", "-q", "netcomp", env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    run(
+        "apt-get",
+        "-o",
+        "DPkg::Lock::Timeout=300",
+        "remove",
+        "-y",
+        "-q",
+        "netcomp",
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
     assert not entry.exists()
     assert not Path("/usr/bin/netcomp").exists() and not Path("/usr/lib/cni/netcomp").exists()
     assert Path("/etc/netcomp/netcomp.yaml").exists()  # a conffile stays until purge

@@ -98,6 +98,63 @@ def test_a_cold_compile_in_a_child_is_the_same_compile(tmp_path: Path, plugin_di
     assert "shared 11 of 12" in out  # n0 is defined twice; the edited one is new, the others the child's
 
 
+TENANT_SCENARIO = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from netcomp.compiler.pipeline import Pipeline
+    from netcomp.settings import Settings
+
+    base, plugins = Path(sys.argv[1]), sys.argv[2]
+    settings = Settings(intentDirs=[str(base / "intents")], pluginDirs=[plugins], staticDirs=[],
+                        outputDir=str(base / "out"), templateDir=str(base / "none"))
+    claims = []
+
+    def claim(network, uid, profiles):
+        claims.append((network, os.getpid()))
+        return profiles[0], 1000
+
+    p = Pipeline(settings, offline=True, fork=True)
+    p.claim_ids = claim
+    plan = p.compile(stage=True)
+    p.write(plan)
+    print("forked", p._handed is not None, "claims", claims == [("team-a/internal", os.getpid())])
+    print("tenants", plan.tenant_networks, sorted(plan.artifacts))
+    """
+)
+
+
+def test_tenant_networks_are_compiled_in_the_daemon(tmp_path: Path, plugin_dir: Path) -> None:
+    """A TenantNetwork's id is claimed through the daemon's store and its document kept whole: the child hands
+    the first compile back to the daemon, which claims once, in its own process."""
+    intents = tmp_path / "intents"
+    intents.mkdir()
+    (intents / "00-tconf.yaml").write_text(
+        "apiVersion: danm.k8s.io/v1\nkind: TenantConfig\nmetadata: {name: tconf}\n"
+        'hostDevices:\n- {name: ens4, vniType: vlan, vniRange: "1000-1001"}\n'
+    )
+    (intents / "10-internal.yaml").write_text(
+        "apiVersion: danm.k8s.io/v1\nkind: TenantNetwork\nmetadata: {name: internal, namespace: team-a}\n"
+        "spec: {NetworkID: internal, NetworkType: ipvlan, Options: {host_device: ens4, cidr: 10.5.0.0/24}}\n"
+    )
+    script = tmp_path / "scenario.py"
+    script.write_text(TENANT_SCENARIO)
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(plugin_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "forked False claims True" in p.stdout
+    assert "tenants {'team-a/internal': ''} ['team-a.internal.conflist']" in p.stdout
+    assert "failed" not in p.stderr  # handed back, not a failure
+    assert sorted(f.name for f in (tmp_path / "out").iterdir() if not f.name.startswith(".")) == [
+        "team-a.internal.conflist"
+    ]
+
+
 def test_a_child_that_fails_means_a_compile_in_process(tmp_path: Path, plugin_dir: Path) -> None:
     _setup(tmp_path)
     out = _run(tmp_path, plugin_dir, "fail")

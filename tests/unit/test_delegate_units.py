@@ -189,7 +189,7 @@ def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) 
         Cache(tmp_path / "cache"),
         lambda: nets,
         lambda: None,
-        lambda n, i: set(),
+        lambda netns: set(),
         **kw,
     )
 

@@ -85,7 +85,24 @@ def test_exhaustion_and_exact_claims_name_what_is_wrong(tmp_path: Path) -> None:
     )
     with pytest.raises(DelegateError) as e:
         a.claim(p, 0, Holder("c4", "net0"), ipaddress.ip_address("10.9.9.9"))
-    assert e.value.code == 7 and "10.9.9.9 is not one network 'n' hands out" in e.value.msg
+    assert e.value.code == 7 and "address 10.9.9.9 cannot be claimed on network 'n': outside its subnets" in e.value.msg
+    for addr, why in (("10.0.0.0", "the network address"), ("10.0.0.3", "the broadcast"), ("10.0.0.1", "gateway")):
+        with pytest.raises(DelegateError, match=why):
+            a.claim(p, 0, Holder("c5", "net0"), ipaddress.ip_address(addr))
+
+
+def test_an_exact_address_may_be_outside_the_range_handed_out(tmp_path: Path) -> None:
+    """DANM's static addresses (anywhere in the CIDR) and Multus's ips outside a dynamic range: claimed exactly,
+    never handed out dynamically."""
+    p = pool(
+        {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.100", "rangeEnd": "10.0.0.101", "exclude": ["10.0.0.8/29"]}
+    )
+    a = allocator(tmp_path)
+    got = a.claim(p, 0, Holder("c1", "net0"), ipaddress.ip_address("10.0.0.7"))
+    assert got.address == "10.0.0.7"
+    with pytest.raises(DelegateError, match="excluded from it"):
+        a.claim(p, 0, Holder("c2", "net0"), ipaddress.ip_address("10.0.0.9"))
+    assert {a.claim(p, 0, Holder(f"d{i}", "net0")).address for i in range(2)} == {"10.0.0.100", "10.0.0.101"}
 
 
 def test_release_is_only_of_the_same_claim(tmp_path: Path) -> None:

@@ -1,18 +1,16 @@
-"""The Kubernetes pieces that need no API server: the pod annotation's formats, the network-status entries, a
-Network object as an intent file, and the cluster's intent layer. The API server itself is in
-tests/integration/test_kube.py."""
+"""The Kubernetes pieces that need no API server: the pod kubelet names, the network-status entries, a Network
+object as an intent file, and the cluster's intent layer (the pod annotations: test_podnets.py). The API server
+itself is in tests/integration/test_kube.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 from netcomp.cni.cache import Attachment
 from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.select import PodRef, Want, from_pod_annotation, pod_ref
-from netcomp.errors import DelegateError
+from netcomp.delegate.select import PodRef, pod_ref
 from netcomp.settings import KubeSettings, Settings
 
 POD = PodRef("default", "p1")
@@ -21,34 +19,6 @@ POD = PodRef("default", "p1")
 def test_pod_is_named_by_kubelets_cni_args() -> None:
     assert pod_ref("IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=u") == PodRef("ns", "web-0")
     assert pod_ref("K8S_POD_NAME=web-0") is None and pod_ref("") is None
-
-
-def test_annotation_in_both_of_multus_formats() -> None:
-    assert from_pod_annotation("storage, default/backup@bk0 ,", POD) == [Want("storage"), Want("backup", "bk0")]
-    text = '[{"name": "storage", "interface": "s9"}, {"name": "backup", "namespace": "other"}]'
-    assert from_pod_annotation(text, POD) == [Want("storage", "s9"), Want("backup")]
-    assert from_pod_annotation("  ", POD) == []
-
-
-@pytest.mark.parametrize(
-    ("value", "why"),
-    [
-        ('[{"name": "a", "ips": ["10.0.0.5/24"]}]', "item 0 asks for ips, which netcomp does not do"),
-        ('[{"name": "a", "mac": "x", "default-route": ["1.1.1.1"]}]', "item 0 asks for default-route, mac,"),
-        ("[1]", "item 0 is not an object with a name"),
-        ('{"name": "a"}', "invalid network name"),
-        ("[{", "not JSON"),
-        ('[{"name": "a", "interface": 5}]', "item 0: interface is not a string"),
-        ("a@eth/1", "invalid interface name 'eth/1'"),
-        ("a b", "invalid network name 'a b'"),
-    ],
-)
-def test_bad_annotations_are_clear_cni_errors(value: str, why: str) -> None:
-    with pytest.raises(DelegateError) as e:
-        from_pod_annotation(value, POD)
-    assert e.value.code == 7
-    assert e.value.msg.startswith("pod default/p1: annotation k8s.v1.cni.cncf.io/networks is not valid: ")
-    assert why in e.value.msg
 
 
 def test_network_status_entries() -> None:
@@ -60,7 +30,9 @@ def test_network_status_entries() -> None:
         "dns": {"nameservers": ["10.1.0.1"]},
     }  # fmt: skip
     r100 = {"cniVersion": "1.0.0", "ips": [{"address": "fd00::5/64"}]}
-    atts = [Attachment("mgmt", "eth0", {}, r040), Attachment("storage", "stor0", {}, r100)]
+    r100["routes"] = [{"dst": "::/0", "gw": "fd00::1"}, {"dst": "fd01::/64"}]
+    nad = {"netcomp": {"namespace": "team-a"}}
+    atts = [Attachment("mgmt", "eth0", {}, r040), Attachment("team-a.storage", "stor0", nad, r100)]
     assert network_status(atts, "eth0") == [
         {
             "name": "mgmt",
@@ -70,7 +42,7 @@ def test_network_status_entries() -> None:
             "default": True,
             "dns": {"nameservers": ["10.1.0.1"]},
         },
-        {"name": "storage", "interface": "stor0", "ips": ["fd00::5"]},
+        {"name": "team-a/storage", "interface": "stor0", "ips": ["fd00::5"], "gateway": ["fd00::1"]},
     ]
 
 

@@ -1,16 +1,21 @@
 """The corpus of malformed intents: each file in malformed/ ends with `# expect:` lines, the exact diagnostics
 (line:col: severity: message) the compiler must give for it, all of them and nothing else.
 
-Regenerate after an intended change of wording with `make golden`, and review the diff like code."""
+Regenerate after an intended change of wording with `make golden`, and review the diff like code.
+
+A rule across fields is reported at the key (or value) that breaks it (model.py's BrokenAt): a file per rule here
+shows where, and a test keeps every model validator to it."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
 
 from netcomp.compiler.compiler import Compiler
+from netcomp.intent import model
 from netcomp.settings import Settings
 from tests.conftest import UPDATE_GOLDEN
 
@@ -53,3 +58,27 @@ def test_malformed(path: Path, plugin_dir: Path) -> None:
     assert any(": error: " in g for g in got) or path.stem.startswith(
         ("danm-ignored", "nad-resource", "static-missing-plugin")
     )
+
+
+def _unplaced_raises(source: str) -> list[str]:
+    """`raise`s in model validators that do not say where the rule breaks (anything but `raise BrokenAt(...)`):
+    their error would land on the whole mapping."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef) or not any(
+            isinstance(d, ast.Call) and getattr(d.func, "id", None) == "model_validator" for d in fn.decorator_list
+        ):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Raise) and not (
+                isinstance(node.exc, ast.Call) and getattr(node.exc.func, "id", None) == "BrokenAt"
+            ):
+                out.append(f"{fn.name}:{node.lineno}")
+    return out
+
+
+def test_model_validators_say_where_a_rule_breaks() -> None:
+    assert _unplaced_raises(Path(model.__file__).read_text()) == []
+    # ... and the check finds one that does not.
+    bad = "@model_validator(mode='after')\ndef _r(self):\n    raise ValueError('x')\n"
+    assert _unplaced_raises(bad) == ["_r:3"]

@@ -29,6 +29,8 @@ def _reference() -> tuple[Any, dict[str, Any]]:
             made[name] = prom.Gauge(fam.name, fam.documentation, labels, registry=r)
         else:
             made[name] = prom.Histogram(fam.name, fam.documentation, labels, buckets=ours.BUCKETS, registry=r)
+        for values in fam._series if labels else ():
+            made[name].labels(*values)  # the series Metrics shows at 0 from the start
     return r, made
 
 
@@ -63,6 +65,8 @@ def test_labels_are_checked() -> None:
     with pytest.raises(ValueError):
         m.in_flight.labels("x")
     assert m.requests.labels("ADD", "ok") is m.requests.labels("ADD", "ok")
+    m.requests.labels("ADD", "ok").inc(2)
+    assert (m.requests.labels("ADD", "ok").value(), m.requests.labels("DEL", "ok").value()) == (2, 0)
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ def delegator(tmp_path: Path, sysfs: Path) -> tuple[Delegator, list[dict[str, An
         Cache(tmp_path / "cache"),
         lambda: {"dataplane": VF_NET},
         lambda: None,
-        lambda netns, names: set(),
+        lambda netns: set(),
         vf_pool=lambda rn: sriov.pool(sysfs, settings.sriovPools[rn].pfNames, settings.sriovPools[rn].drivers),
     )
     return d, seen

@@ -147,5 +147,8 @@ def meta(intent: Intent, **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"generated": True, "type": intent.network.spec.type}
     if intent.network.spec.interfacePrefix is not None:
         out["interfacePrefix"] = intent.network.spec.interfacePrefix
+    if intent.namespace is not None:
+        out["namespace"] = intent.namespace  # a namespaced object's (a NetworkAttachmentDefinition, a DanmNet)
+    out.update(intent.meta)
     out.update({k: v for k, v in extra.items() if v is not None})
     return out

@@ -1,0 +1,320 @@
+"""The pods of this node, as the ADD path needs them (delegate.podstatus.Pods), with the cluster's API server.
+
+- **In: a watch, not a GET per ADD.** The pods bound to this node (fieldSelector `spec.nodeName=<nodeName>`) are
+  listed, then watched from the list's resourceVersion; of each, only its uid and the annotations netcomp reads
+  are kept. An ADD for a pod the watch has (with the uid kubelet gives, when it gives one) reads nothing from the
+  API server; a pod the watch has not delivered yet (an ADD that raced the binding, a pod with no node, the
+  watch away) is read with one GET, as raw JSON: the client's model objects would cost milliseconds.
+- **Out: a queue, never the ADD's time.** network-status patches and events (AddedInterface per interface, a
+  warning when an ADD fails) go to a bounded queue that one writer thread empties when no CNI request has been
+  served for QUIET seconds (at most QUIET_LIMIT later: a write costs the API client's CPU, and on a small node the
+  API server's, which the next DEL would otherwise wait for), then writes all that waits. A pod's statuses
+  coalesce (the latest is written); events beyond QUEUE are dropped and counted. A patch carries the pod's uid,
+  when kubelet or the watch gives one, as a precondition, so a pod deleted and made again under its name is
+  never given the old one's status."""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from netcomp.daemon.kubewatch import keep_following
+from netcomp.daemon.metrics import Metrics
+from netcomp.delegate import podnets
+from netcomp.delegate.select import PodRef
+from netcomp.errors import HostError
+from netcomp.settings import KubeSettings
+
+log = logging.getLogger("netcomp.kube")
+WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
+QUEUE = 1024  # events waiting; beyond, dropped and counted (statuses: one per pod, never dropped)
+QUIET = 0.05  # a write waits until no CNI request has been served for this long...
+QUIET_LIMIT = 2.0  # ...but never longer than this
+MAX_MESSAGE = 1024  # an event's message, as the events API bounds it
+
+
+@dataclass(frozen=True)
+class _Pod:
+    uid: str
+    annotations: Mapping[str, str]
+
+
+def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
+    meta = doc.get("metadata") or {}
+    ns, name = meta.get("namespace"), meta.get("name")
+    if not isinstance(ns, str) or not isinstance(name, str):
+        return None
+    notes = meta.get("annotations") or {}
+    kept = {k: v for k in podnets.ANNOTATIONS if isinstance(v := notes.get(k), str)}
+    return (ns, name), _Pod(str(meta.get("uid") or ""), kept)
+
+
+class PodWatch:
+    """delegate.podstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `explain` words a failed
+    call (kube.explain)."""
+
+    def __init__(
+        self, core: Any, kube: KubeSettings, node: str, metrics: Metrics, explain: Callable[[Exception], str]
+    ) -> None:
+        self.core = core
+        self.kube = kube
+        self.node = node
+        self.metrics = metrics
+        self.explain = explain
+        self.policy = podnets.Policy(
+            kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
+        )
+        self._pods: dict[tuple[str, str], _Pod] = {}
+        self._lock = threading.Lock()
+        self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
+        self.synced = threading.Event()
+        self.last_error: str | None = None
+        # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
+        self._pending = threading.Condition()
+        self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
+        self._events: collections.deque[tuple[str, Any, str, str, str]] = collections.deque()
+        self._writing = False
+        # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
+        self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+
+    def start(self, stop: threading.Event) -> None:
+        if self.kube.podNetworks:
+            threading.Thread(target=self._follow, args=(stop,), name="kube-pods", daemon=True).start()
+        if self.kube.networkStatus or self.kube.events:
+            threading.Thread(target=self._write_loop, args=(stop,), name="kube-writes", daemon=True).start()
+
+    def known(self) -> int:
+        with self._lock:
+            return len(self._pods)
+
+    def has(self, namespace: str, name: str) -> bool:
+        """Whether the watch has delivered the pod (call with `changed` held to wait for it)."""
+        return (namespace, name) in self._pods
+
+    # ------------------------------------------------------------------------------------------------ in
+
+    def annotations(self, pod: PodRef) -> Mapping[str, str]:
+        if not self.kube.podNetworks:
+            return {}
+        with self._lock:
+            got = self._pods.get((pod.namespace, pod.name))
+        if got is not None and (not pod.uid or got.uid == pod.uid):
+            self.metrics.pod_lookups.labels("watch").inc()
+            return got.annotations
+        self.metrics.pod_lookups.labels("api").inc()
+        return self._read(pod)
+
+    def _read(self, pod: PodRef) -> Mapping[str, str]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp: Any = self.core.read_namespaced_pod(
+                pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
+            )
+            doc = json.loads(resp.data)
+        except ApiException as e:
+            if e.status == 404:
+                log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
+                return {}
+            self.metrics.kube_errors.labels("read").inc()
+            raise HostError(f"{e.status} {e.reason}") from None
+        except Exception as e:
+            self.metrics.kube_errors.labels("read").inc()
+            raise HostError(self.explain(e)) from None
+        kept = _keep(doc)
+        if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
+            log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
+                        kept[1].uid, pod.uid)  # fmt: skip
+            return {}
+        return kept[1].annotations if kept else {}
+
+    def _follow(self, stop: threading.Event) -> None:
+        """List the node's pods, then watch them (kubewatch.keep_following); what is known stays meanwhile."""
+        keep_following(stop, self._relist, self._watch, self._failed, self.explain)
+
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node}"
+
+    def _relist(self) -> str:
+        resp: Any = self.core.list_pod_for_all_namespaces(
+            field_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
+        )
+        doc = json.loads(resp.data)
+        pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
+        with self._lock:
+            self._pods = pods
+            self.changed.notify_all()
+        self.last_error = None
+        self.synced.set()
+        log.info("cluster: %d pods on node %s", len(pods), self.node)
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str, stop: threading.Event) -> str:
+        from kubernetes import watch
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self.core.list_pod_for_all_namespaces,
+                field_selector=self._selector(),
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                _request_timeout=WATCH_SECONDS + 10,
+                deserialize=False,
+            ):
+                if stop.is_set():
+                    break
+                obj = event.get("object") or {}
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                kind = event.get("type")
+                kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+                if kept is None:
+                    continue
+                with self._lock:
+                    if kind == "DELETED":
+                        self._pods.pop(kept[0], None)
+                    else:
+                        self._pods[kept[0]] = kept[1]
+                    self.changed.notify_all()
+        finally:
+            w.stop()
+        return rv
+
+    def _failed(self, why: str) -> None:
+        self.metrics.kube_errors.labels("watch").inc()
+        if why != self.last_error:
+            log.error(
+                "cluster: cannot follow the pods of node %s: %s (reading pods one by one meanwhile)", self.node, why
+            )
+        self.last_error = why
+
+    # ------------------------------------------------------------------------------------------------ out
+
+    def report(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
+        """Queue the pod's network-status; a pod whose status is still waiting gets only the latest written."""
+        if not self.kube.networkStatus:
+            return
+        with self._pending:
+            self._statuses[pod] = status  # the latest wins; one write per pod however many reports wait
+            self._pending.notify()
+
+    def event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
+        if self.kube.events:
+            self._put_event(("pod", pod, kind, reason, message))
+
+    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
+        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
+        self._put_event(("object", involved, kind, reason, message))
+
+    def _put_event(self, item: tuple[str, Any, str, str, str]) -> None:
+        with self._pending:
+            if len(self._events) >= QUEUE:  # events give way: statuses have a queue of their own
+                self.metrics.kube_errors.labels("dropped").inc()
+                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, item[3], item[4][:80])
+                return
+            self._events.append(item)
+            self._pending.notify()
+
+    def flush(self, timeout: float) -> bool:
+        """Until every queued write was tried (tests, and a stopping daemon); False on timeout."""
+        with self._pending:
+            return self._pending.wait_for(lambda: not (self._statuses or self._events or self._writing), timeout)
+
+    def _write_loop(self, stop: threading.Event) -> None:
+        """Wait for something to write, then for a quiet moment (not while the node's ADDs and DELs need the
+        CPU), then write everything pending: every status, then the events, before waiting for quiet again."""
+        while True:
+            with self._pending:
+                if not self._pending.wait_for(lambda: self._statuses or self._events or stop.is_set(), 1.0):
+                    continue
+                if stop.is_set() and not (self._statuses or self._events):
+                    return  # stopped with nothing left to write
+                self._writing = True
+            try:
+                self.quiet(QUIET, QUIET_LIMIT)
+                while True:
+                    with self._pending:
+                        if self._statuses:
+                            pod = next(iter(self._statuses))
+                            item: Any = ("status", pod, self._statuses.pop(pod))
+                        elif self._events:
+                            item = self._events.popleft()
+                        else:
+                            break
+                    self._write(item)
+            finally:
+                with self._pending:
+                    self._writing = False
+                    self._pending.notify_all()
+
+    def _write(self, item: Any) -> None:
+        if item[0] == "status":
+            self._write_status(item[1], item[2])
+        elif item[0] == "pod":
+            self._write_event(*item[1:])
+        else:
+            self._create_event(*item[1:])
+
+    def _uid(self, pod: PodRef) -> str:
+        if pod.uid:
+            return pod.uid
+        with self._lock:
+            got = self._pods.get((pod.namespace, pod.name))
+        return got.uid if got is not None else ""
+
+    def _write_status(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
+        meta: dict[str, Any] = {"annotations": {podnets.NETWORK_STATUS: json.dumps(status, indent=2)}}
+        uid = self._uid(pod)
+        if uid:
+            meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
+        try:
+            self.core.patch_namespaced_pod(
+                pod.name, pod.namespace, {"metadata": meta}, _request_timeout=self.kube.timeout, _preload_content=False
+            )
+        except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
+            self.metrics.kube_errors.labels("patch").inc()
+            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
+            log.warning("cannot write %s of pod %s: %s", podnets.NETWORK_STATUS, pod, why)
+
+    def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
+        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
+        uid = self._uid(pod)
+        if uid:
+            involved["uid"] = uid
+        self._create_event(involved, kind, reason, message)
+
+    def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = involved.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{str(involved['name'])[:200]}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:MAX_MESSAGE],
+            "type": kind,
+            "source": {"component": "netcomp", "host": self.node},
+            "reportingComponent": "netcomp",
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(
+                namespace, body, _request_timeout=self.kube.timeout, _preload_content=False
+            )
+        except Exception as e:
+            self.metrics.kube_errors.labels("event").inc()
+            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
+            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"], why)

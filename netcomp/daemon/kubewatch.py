@@ -1,0 +1,49 @@
+"""Following a kind of object on the API server, the one way every follower here does it: list, then watch from
+the list's resourceVersion; after a 410 (a resourceVersion too old to watch from) list again at once; after any
+other failure say why, back off (1 s, doubling up to MAX_BACKOFF) and list again; until stopped, a watch the
+stop ended being no failure. What the follower knows stays meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+MAX_BACKOFF = 30.0
+
+
+def keep_following(
+    stop: threading.Event,
+    relist: Callable[[], str],
+    watch: Callable[[str, threading.Event], str],
+    failed: Callable[[str], None],
+    explain: Callable[[Exception], str],
+    api_why: Callable[[Any], str] = lambda e: f"{e.status} {e.reason}",
+) -> None:
+    """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
+    returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
+    `explain` anything else: the API server away, TLS, a timeout)."""
+    from kubernetes.client.exceptions import ApiException
+
+    rv: str | None = None
+    backoff = 1.0
+    while not stop.is_set():
+        try:
+            if rv is None:
+                rv = relist()
+                backoff = 1.0
+            rv = watch(rv, stop)
+        except ApiException as e:
+            rv = None
+            if e.status == 410 or stop.is_set():
+                continue
+            failed(api_why(e))
+        except Exception as e:
+            rv = None
+            if stop.is_set():
+                return
+            failed(explain(e))
+        else:
+            continue
+        stop.wait(backoff)
+        backoff = min(backoff * 2, MAX_BACKOFF)

@@ -1,0 +1,504 @@
+"""What a pod asks for, read as Multus reads it (docs/kubernetes.md, "Moving over from Multus").
+
+- `k8s.v1.cni.cncf.io/networks`: the networks to join, either `name`, `namespace/name`, `name@ifname` items
+  separated by commas, or a JSON list of Multus's network selection elements: `name`, `namespace`, `interface`,
+  `ips`, `mac`, `default-route`, `cni-args`, `portMappings`, `bandwidth`, `deviceID`, `infiniband-guid`.
+- `v1.multus-cni.io/default-network`: one network that replaces the node's default for this pod (on the
+  runtime's interface), its namespace by default the `multusNamespace` setting, as Multus has it.
+
+Everything is checked here, before any plugin runs: a key netcomp does not know, a value of the wrong type, an
+address or MAC that is not one, the same MAC twice, two default routes of one address family. Each is a CNI
+error 7 that names the pod, the annotation and the item. Which network a reference means, and whether the pod
+may use it, is resolve()'s: it needs the networks compiled now and the namespace policy."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.delegate.select import PodRef, check_ifname, display_name, namespace_of, network_key
+from netcomp.errors import DelegateError
+from netcomp.names import DNS_LABEL_RE
+
+POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
+NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, before and after its 4.3 rename
+ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
+DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
+DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
+DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
+
+# Keys of a network selection element whose value is passed on as runtimeConfig (CNI "capabilities"): the
+# plugins that declare the capability get it, as libcni gives them (and Multus through it).
+CAPABILITY_KEYS = {"portMappings": "portMappings", "bandwidth": "bandwidth", "infiniband-guid": "infinibandGUID"}
+KNOWN_KEYS = (
+    "name",
+    "namespace",
+    "interface",
+    "interfaceRequest",  # Multus's name for `interface` before 3.2, still read by it
+    "ips",
+    "mac",
+    "default-route",
+    "cni-args",
+    "portMappings",
+    "bandwidth",
+    "deviceID",
+    "infiniband-guid",
+)
+_ALWAYS = ("name", "namespace", "interface", "interfaceRequest")
+_BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
+_PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class NoNetwork(DelegateError):
+    """A network a pod names that this node does not have (Multus's NoNetworkFound)."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One network a pod asks for, and what it asks of that attachment."""
+
+    name: str
+    namespace: str
+    where: str  # "pod ns/p: annotation k8s.v1.cni.cncf.io/networks: item 1 (storage)", for errors
+    ifname: str | None = None
+    ips: tuple[IPInterface, ...] = ()  # as written: a bare address has the full prefix length
+    prefixed: tuple[bool, ...] = ()  # whether each of ips was written with a prefix length
+    mac: str | None = None  # lower case, colon separated
+    gateways: tuple[IPAddress, ...] | None = None  # default-route: None when not asked; () for "this network's"
+    cni_args: Mapping[str, Any] | None = None
+    device_id: str | None = None
+    capabilities: Mapping[str, Any] = field(default_factory=dict)  # runtimeConfig by capability name
+    # DANM's element: the kind it names; the address families to give an address of (`ip`/`ip6` dynamic or an
+    # address; None: every family the network has, as for Multus's pods); proutes(6) as (destination, gateway).
+    kind: str | None = None
+    families: frozenset[int] | None = None
+    proutes: tuple[tuple[IPNetwork, IPAddress], ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def error(self, why: str, details: str = "", code: int = E_INVALID_CONFIG) -> DelegateError:
+        return DelegateError(code, f"{self.where}: {why}", details)
+
+    def wrap(self, e: DelegateError) -> DelegateError:
+        """An error met for this item (an allocator's, the kernel's) with the pod, annotation and item named."""
+        return DelegateError(e.code, f"{self.where}: {e.full_msg}", e.details)
+
+
+def _problem(where: str, why: str) -> DelegateError:
+    return DelegateError(E_INVALID_CONFIG, f"{where}: {why}")
+
+
+def parse_networks(value: str, pod: PodRef, fields: frozenset[str] | None = None) -> list[Ask]:
+    """The networks annotation of a pod, every item checked; [] for an empty one. `fields`: those a pod may use
+    besides name, namespace and interface (None: all)."""
+    asks = _parse(value, pod, POD_NETWORKS, pod.namespace, fields)
+    check_together(asks)
+    return asks
+
+
+def parse_default(value: str, pod: PodRef, namespace: str, fields: frozenset[str] | None = None) -> Ask:
+    """The default-network annotation: exactly one network (its namespace `namespace` unless it names one). It
+    takes the runtime's interface: an `interface` other than that is refused by the caller, which knows it."""
+    asks = _parse(value, pod, DEFAULT_NETWORK, namespace, fields)
+    if len(asks) != 1:
+        raise _problem(f"pod {pod}: annotation {DEFAULT_NETWORK}", f"names {len(asks)} networks; it takes exactly one")
+    return asks[0]
+
+
+def _parse(value: str, pod: PodRef, annotation: str, default_ns: str, fields: frozenset[str] | None) -> list[Ask]:
+    head = f"pod {pod}: annotation {annotation}"
+    text = value.strip()
+    if not text:
+        return []
+    if not any(c in text for c in '[{"'):  # Multus's test for the JSON form
+        items = [item.strip() for item in text.split(",")]
+        return [_short(item, i, head, default_ns) for i, item in enumerate(items) if item]
+    doc = _json_list(text, head, "network selection elements (or names separated by commas)")
+    return [_element(item, i, head, default_ns, fields) for i, item in enumerate(doc)]
+
+
+def _json_list(text: str, head: str, of: str) -> list[Any]:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise _problem(head, f"is not JSON: {e}") from None
+    if not isinstance(doc, list):
+        raise _problem(head, f"must be a JSON list of {of}")
+    return doc
+
+
+def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
+    """`[namespace/]name[@ifname]`, as Multus's parsePodNetworkObjectName reads it."""
+    where = f"{head}: item {i} ({item[:60]!r})"
+    ref, at, ifname = item.partition("@")
+    ns, slash, name = ref.strip().rpartition("/")
+    if not slash:
+        ns = default_ns
+    if ref.count("/") > 1 or "@" in ifname:
+        raise _problem(where, "is not [namespace/]name[@interface]")
+    for what, v in (("namespace", ns), ("network name", name)):
+        if not DNS_LABEL_RE.fullmatch(v.strip()):
+            raise _problem(where, f"{what} {v!r} is not a DNS-1123 label (lower case letters, digits and '-')")
+    ask = Ask(name.strip(), ns.strip(), where)
+    if at:
+        return replace(ask, ifname=_ifname(ifname.strip(), ask))
+    return ask
+
+
+def _ifname(value: str, ask: Ask) -> str:
+    try:
+        return check_ifname(value)
+    except DelegateError as e:
+        raise ask.error(f"interface: {e.msg}", e.details) from None
+
+
+def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[str] | None) -> Ask:
+    if not isinstance(item, dict):
+        raise _problem(f"{head}: item {i}", "is not an object (a network selection element)")
+    name = item.get("name")
+    where = f"{head}: item {i}" + (f" ({name[:60]!r})" if isinstance(name, str) else "")
+    unknown = sorted(set(item) - set(KNOWN_KEYS))
+    if unknown:
+        raise _problem(
+            where,
+            f"{', '.join(map(repr, unknown))}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
+        )
+    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+        raise _problem(where, "name must be the network's name, a DNS-1123 label")
+    barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
+    if barred:
+        raise _problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
+    ns = item.get("namespace") or default_ns
+    if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns):
+        raise _problem(where, f"namespace {ns!r} is not a namespace's name")
+    ask = Ask(name, ns, where)
+    changes: dict[str, Any] = {}
+    ifname = item.get("interface") or item.get("interfaceRequest")
+    if ifname is not None:
+        if not isinstance(ifname, str):
+            raise ask.error("interface must be a string")
+        changes["ifname"] = _ifname(ifname, ask)
+    if "ips" in item:
+        changes["ips"], changes["prefixed"] = _ips(item["ips"], ask)
+    if item.get("mac") is not None:
+        changes["mac"] = _mac(item["mac"], ask)
+    if "default-route" in item:
+        changes["gateways"] = _gateways(item["default-route"], ask)
+    if item.get("cni-args") is not None:
+        if not isinstance(item["cni-args"], dict):
+            raise ask.error("cni-args must be an object (it becomes the delegates' args.cni)")
+        changes["cni_args"] = item["cni-args"]
+    if item.get("deviceID") is not None:
+        if not isinstance(item["deviceID"], str) or not item["deviceID"]:
+            raise ask.error("deviceID must be a non-empty string (a PCI address for an SR-IOV VF)")
+        changes["device_id"] = item["deviceID"]
+    caps: dict[str, Any] = {}
+    if item.get("portMappings") is not None:
+        caps["portMappings"] = _port_mappings(item["portMappings"], ask)
+    if item.get("bandwidth") is not None:
+        caps["bandwidth"] = _bandwidth(item["bandwidth"], ask)
+    if item.get("infiniband-guid") is not None:
+        guid = item["infiniband-guid"]
+        if not isinstance(guid, str) or len(guid.replace("-", ":").split(":")) not in (8, 20):
+            raise ask.error(f"infiniband-guid {str(guid)[:60]!r} is not a GUID (8 bytes, colon separated)")
+        caps["infinibandGUID"] = guid
+    if caps:
+        changes["capabilities"] = caps
+    return replace(ask, **changes) if changes else ask
+
+
+def _ips(value: Any, ask: Ask) -> tuple[tuple[IPInterface, ...], tuple[bool, ...]]:
+    if not isinstance(value, list) or not value:
+        raise ask.error("ips must be a non-empty list of addresses")
+    out, prefixed = [], []
+    for j, v in enumerate(value):
+        try:
+            if not isinstance(v, str):
+                raise ValueError
+            out.append(ipaddress.ip_interface(v))
+            prefixed.append("/" in v)
+        except ValueError:
+            raise ask.error(f"ips[{j}]: {str(v)[:60]!r} is not an IP address (or address/prefix)") from None
+    families = [a.version for a in out]
+    if len(set(families)) != len(families):
+        raise ask.error("ips: at most one address of each family (IPv4, IPv6) per network")
+    return tuple(out), tuple(prefixed)
+
+
+def _mac(value: Any, ask: Ask) -> str:
+    text = value.replace("-", ":").lower() if isinstance(value, str) else ""
+    parts = text.split(":")
+    if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts):
+        raise ask.error(f"mac {str(value)[:60]!r} is not a MAC address (six bytes, as 02:00:00:00:00:01)")
+    if int(parts[0], 16) & 1:
+        raise ask.error(f"mac {value!r} is a multicast address; an interface needs a unicast one")
+    if text == "00:00:00:00:00:00":
+        raise ask.error("mac 00:00:00:00:00:00 is not an address an interface can have")
+    return text
+
+
+def _gateways(value: Any, ask: Ask) -> tuple[IPAddress, ...]:
+    if not isinstance(value, list):
+        raise ask.error("default-route must be a list of gateway addresses (empty: this network's own gateway)")
+    out = []
+    for j, v in enumerate(value):
+        try:
+            if not isinstance(v, str):
+                raise ValueError
+            out.append(ipaddress.ip_address(v))
+        except ValueError:
+            raise ask.error(f"default-route[{j}]: {str(v)[:60]!r} is not an IP address") from None
+    return tuple(out)
+
+
+def _port_mappings(value: Any, ask: Ask) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ask.error("portMappings must be a list of {hostPort, containerPort, protocol, hostIP}")
+    out = []
+    for j, pm in enumerate(value):
+        if not isinstance(pm, dict) or set(pm) - set(_PORT_KEYS):
+            raise ask.error(f"portMappings[{j}]: an object of {', '.join(_PORT_KEYS)} only")
+        for k, t in _PORT_KEYS.items():
+            v = pm.get(k)
+            if v is None and k in ("hostPort", "containerPort"):
+                raise ask.error(f"portMappings[{j}]: {k} is required")
+            if v is not None and (not isinstance(v, t) or isinstance(v, bool)):
+                raise ask.error(f"portMappings[{j}].{k} must be a {t.__name__}")
+            if isinstance(v, int) and not 0 < v < 65536:
+                raise ask.error(f"portMappings[{j}].{k} {v} is not a port (1-65535)")
+        out.append(dict(pm))
+    return out
+
+
+def _bandwidth(value: Any, ask: Ask) -> dict[str, int]:
+    if not isinstance(value, dict) or set(value) - set(_BANDWIDTH):
+        raise ask.error(f"bandwidth must be an object of {', '.join(_BANDWIDTH)}")
+    for k, v in value.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ask.error(f"bandwidth.{k} must be a whole number of bits per second (or bits), not {v!r}")
+    return dict(value)
+
+
+def check_together(asks: list[Ask]) -> None:
+    """What no item shows alone (the default network's and the others' together): the same MAC twice, two
+    default routes of one family."""
+    macs: dict[str, Ask] = {}
+    gateways: dict[int, Ask] = {}
+    for a in asks:
+        if a.mac is not None:
+            if a.mac in macs:
+                raise a.error(f"mac {a.mac} is asked for twice (also by {macs[a.mac].where.rpartition(': ')[2]})")
+            macs[a.mac] = a
+        for gw in a.gateways or ():
+            if gw.version in gateways:
+                other = gateways[gw.version].where.rpartition(": ")[2]
+                raise a.error(
+                    f"default-route: a second IPv{gw.version} default route (also {other}); a pod has one per "
+                    "address family"
+                )
+            gateways[gw.version] = a
+    defaults = [a for a in asks if a.gateways is not None]
+    if len(defaults) > 1 and any(not a.gateways for a in defaults):
+        empty = next(a for a in defaults if not a.gateways)
+        raise empty.error(
+            "default-route [] (this network's own gateway) with another item's default-route: a pod has one "
+            "default route per address family"
+        )
+
+
+def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
+    """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
+    refused (which would be meant?)."""
+    given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
+    if len(given) > 1:
+        raise DelegateError(
+            E_INVALID_CONFIG, f"annotations {given[0][0]} and {given[1][0]} both name networks; give one"
+        )
+    return given[0] if given else None
+
+
+def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
+    """DANM's interfaces annotation: a JSON list of connections, each naming exactly one of a DanmNet (`network`)
+    or TenantNetwork of the pod's namespace or a ClusterNetwork, with `ip`/`ip6` (`dynamic`, `none`, or an address
+    in the network's CIDR; none given: no address of that family) and `proutes`/`proutes6`. Interface names are
+    the caller's (they depend on the networks' prefixes)."""
+    head = f"pod {pod}: annotation {annotation}"
+    return [_danm_element(item, i, head, pod) for i, item in enumerate(_json_list(value, head, "connections"))]
+
+
+def _danm_element(item: Any, i: int, head: str, pod: PodRef) -> Ask:
+    where = f"{head}: connection {i}"
+    if not isinstance(item, dict):
+        raise _problem(where, "is not an object")
+    unknown = sorted(set(item) - set(DANM_KEYS))
+    if unknown:
+        raise _problem(where, f"{', '.join(map(repr, unknown))}: not a key of DANM's (it takes {', '.join(DANM_KEYS)})")
+    refs = [(k, v) for k, v in item.items() if k in DANM_REFS and v]
+    if len(refs) != 1:
+        raise _problem(where, "names a network in exactly one of network, tenantNetwork, clusterNetwork")
+    key, name = refs[0]
+    where += f" ({key} {str(name)[:60]!r})"
+    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+        raise _problem(where, f"{key} must be the network's name, a DNS-1123 label")
+    kind = DANM_REFS[key]
+    ask = Ask(name, pod.namespace if kind in DANM_NAMESPACED else "", where, kind=kind)
+    families: set[int] = set()
+    ips: list[IPInterface] = []
+    for field_, version in (("ip", 4), ("ip6", 6)):
+        v = item.get(field_)
+        if v in (None, "", "none"):
+            continue
+        if not isinstance(v, str):
+            raise ask.error(f"{field_} must be a string: dynamic, none or an address")
+        families.add(version)
+        if v == "dynamic":
+            continue
+        try:
+            addr = ipaddress.ip_interface(v).ip  # DANM drops a prefix length: the network's is used
+        except ValueError:
+            raise ask.error(f"{field_}: {v[:60]!r} is not dynamic, none or an IPv{version} address") from None
+        if addr.version != version:
+            raise ask.error(f"{field_}: {v} is not an IPv{version} address")
+        ips.append(ipaddress.ip_interface(addr))
+    routes: list[tuple[IPNetwork, IPAddress]] = []
+    for field_, version in (("proutes", 4), ("proutes6", 6)):
+        value = item.get(field_)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ask.error(f"{field_} must be an object of destination CIDR to gateway")
+        for dst, gw in value.items():
+            try:
+                d, g = ipaddress.ip_network(str(dst), strict=False), ipaddress.ip_address(str(gw))
+            except ValueError:
+                raise ask.error(f"{field_}: {str(dst)[:60]}: {str(gw)[:60]} is not a CIDR and a gateway") from None
+            if d.version != version or g.version != version:
+                raise ask.error(f"{field_}: {dst}: {gw} is not IPv{version}")
+            if version not in families:
+                raise ask.error(
+                    f"{field_}: the interface gets no IPv{version} address ({'ip' if version == 4 else 'ip6'} is "
+                    "none), so there is no source for the policy rule"
+                )
+            routes.append((d, g))
+    return replace(
+        ask, ips=tuple(ips), prefixed=(False,) * len(ips), families=frozenset(families), proutes=tuple(routes)
+    )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Multus's namespace options (netcomp.yaml `kubernetes:`): with `isolation`, a pod may use the
+    NetworkAttachmentDefinitions of its own namespace and of `global_namespaces` only; `default_namespace` is
+    where a default-network annotation's definition is when it names none."""
+
+    isolation: bool = False
+    global_namespaces: frozenset[str] = frozenset({"default"})
+    default_namespace: str = "kube-system"
+    fields: frozenset[str] | None = None  # the selection element's fields a pod may use (None: every one)
+
+
+def resolve(
+    ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]], policy: Policy, *, isolated: bool = True
+) -> str:
+    """The network an item means: the NetworkAttachmentDefinition namespace/name when there is one, else the
+    node-wide network of that name (netcomp's Network objects are cluster-wide, as a global namespace's would
+    be). With isolation (and `isolated`), a definition of another namespace than the pod's and not global is
+    refused naming both. DelegateError 7 when neither exists."""
+    if ask.kind is not None:
+        return _resolve_danm(ask, pod, nets)
+    key = network_key(ask.namespace, ask.name)
+    if key in nets:
+        _danm_tenancy(ask, pod, key, nets[key])
+        if (
+            isolated
+            and policy.isolation
+            and ask.namespace != pod.namespace
+            and ask.namespace not in policy.global_namespaces
+        ):
+            raise ask.error(
+                f"namespace isolation: pod {pod} is in namespace {pod.namespace!r} and may not use "
+                f"{ask.ref} of namespace {ask.namespace!r}",
+                "namespaceIsolation is on: a pod uses its own namespace's definitions and those of "
+                + (", ".join(sorted(policy.global_namespaces)) or "no other namespace"),
+            )
+        return key
+    conf = nets.get(ask.name)
+    if conf is not None and namespace_of(conf) is None:
+        _danm_tenancy(ask, pod, ask.name, conf)
+        return ask.name
+    namespaced = sorted(display_name(k, c) for k, c in nets.items() if k.endswith(f".{ask.name}") and namespace_of(c))
+    raise NoNetwork(
+        E_INVALID_CONFIG,
+        f"{ask.where}: no network {ask.ref}: no NetworkAttachmentDefinition {ask.ref} and no Network "
+        f"{ask.name!r} is compiled on this node",
+        f"definitions of that name: {', '.join(namespaced)}" if namespaced else "see `netcomp status`",
+    )
+
+
+def _danm_kind(conf: Mapping[str, Any]) -> str | None:
+    kind = (conf.get("netcomp") or {}).get("danmKind")
+    return kind if isinstance(kind, str) else None
+
+
+def _danm_tenancy(ask: Ask, pod: PodRef, key: str, conf: Mapping[str, Any]) -> None:
+    """DANM's rules for its networks, whichever annotation names them: a DanmNet or TenantNetwork is for its own
+    namespace's pods; a ClusterNetwork with AllowedTenants for those namespaces' pods only."""
+    kind = _danm_kind(conf)
+    ns = namespace_of(conf)
+    if kind in DANM_NAMESPACED and ns is not None and ns != pod.namespace:
+        raise ask.error(
+            f"{kind} {ns}/{key[len(ns) + 1 :]} is in namespace {ns!r}, and pod {pod} is in namespace "
+            f"{pod.namespace!r}: a {kind} is for its own namespace's pods"
+        )
+    tenants = (conf.get("netcomp") or {}).get("allowedTenants") or []
+    if kind == "ClusterNetwork" and tenants and pod.namespace not in tenants:
+        raise ask.error(
+            f"ClusterNetwork {key} allows the pods of {', '.join(tenants)}; pod {pod} is in namespace "
+            f"{pod.namespace!r} (AllowedTenants)"
+        )
+
+
+def _resolve_danm(ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> str:
+    """A DANM connection's network: a DanmNet or TenantNetwork of the pod's namespace, or a ClusterNetwork."""
+    key = network_key(ask.namespace, ask.name) if ask.kind in DANM_NAMESPACED else ask.name
+    conf = nets.get(key)
+    if conf is not None and _danm_kind(conf) == ask.kind:
+        _danm_tenancy(ask, pod, key, conf)
+        return key
+    elsewhere = sorted(
+        namespace_of(c) or "" for k, c in nets.items() if _danm_kind(c) == ask.kind and k.endswith(f".{ask.name}")
+    )
+    what = f"{ask.kind} {ask.ref}" if ask.kind in DANM_NAMESPACED else f"ClusterNetwork {ask.name!r}"
+    raise NoNetwork(
+        E_INVALID_CONFIG,
+        f"{ask.where}: no {what} is compiled on this node",
+        f"a {ask.kind} {ask.name!r} is in namespace {', '.join(elsewhere)}, not the pod's ({pod.namespace!r}): a "
+        f"{ask.kind} is for its own namespace's pods"
+        if elsewhere and ask.kind in DANM_NAMESPACED
+        else "see `netcomp status`",
+    )
+
+
+def danm_default(pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> Ask | None:
+    """DANM's network for a pod that names none: a DanmNet, else a TenantNetwork, called `default` in the pod's
+    namespace, else the ClusterNetwork `default`; with `ip: dynamic` on the runtime's interface. None when no
+    DANM network is called that (the node's defaultNetwork then applies)."""
+    where = f"pod {pod}: DANM's default network (the pod names none)"
+    for kind in ("DanmNet", "TenantNetwork", "ClusterNetwork"):
+        ns = pod.namespace if kind in DANM_NAMESPACED else ""
+        key = network_key(ns, "default") if ns else "default"
+        conf = nets.get(key)
+        if conf is not None and _danm_kind(conf) == kind:
+            return Ask("default", ns, where, kind=kind, families=frozenset({4}))
+    return None

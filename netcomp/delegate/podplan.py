@@ -1,0 +1,90 @@
+"""Which networks a pod joins, from its annotations (podnets.py reads them): Multus's networks and
+default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none. The
+networks are resolved against those compiled now (which also says whether the pod may use each); the caller
+names the interfaces and puts each item's asks into its attachment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.delegate import podnets
+from netcomp.delegate.podnets import Ask, Policy
+from netcomp.delegate.select import PodRef, Want, check_ifname
+from netcomp.errors import DelegateError
+
+DANM_PREFIX = "eth"  # DANM's name for a connection of a network without container_prefix: eth<index>
+
+
+@dataclass
+class PodNetworks:
+    """What a pod's annotations ask for: a network in the node default's place (on the runtime's interface),
+    with what its item asks of it, and more networks, each with its item."""
+
+    default: str | None = None
+    default_ask: Ask | None = None
+    more: list[tuple[Want, Ask]] = field(default_factory=list)
+
+
+def plan(
+    pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], policy: Policy, runtime_ifname: str
+) -> PodNetworks:
+    danm = podnets.danm_annotation(notes)
+    if danm is not None:
+        both = [k for k in (podnets.POD_NETWORKS, podnets.DEFAULT_NETWORK) if notes.get(k)]
+        if both:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"pod {pod}: annotations {danm[0]} (DANM's) and {both[0]} (Multus's) both say which networks it "
+                "joins; give one of them",
+            )
+        return _danm(pod, danm, nets, policy, runtime_ifname)
+    out = PodNetworks()
+    if notes.get(podnets.DEFAULT_NETWORK):
+        ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
+        if ask.ifname not in (None, runtime_ifname):
+            raise ask.error(f"interface: the default network is on the runtime's {runtime_ifname}")
+        out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy, isolated=False), ask
+    elif not notes.get(podnets.POD_NETWORKS):
+        _danm_default(out, pod, nets, policy)
+    value = notes.get(podnets.POD_NETWORKS)
+    asks = podnets.parse_networks(value, pod, policy.fields) if value else []
+    podnets.check_together([*([out.default_ask] if out.default_ask else []), *asks])
+    out.more = [(Want(podnets.resolve(a, pod, nets, policy), a.ifname), a) for a in asks]
+    return out
+
+
+def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str, Any]], policy: Policy) -> None:
+    ask = podnets.danm_default(pod, nets)
+    if ask is not None:
+        out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy), ask
+
+
+def _danm(
+    pod: PodRef,
+    danm: tuple[str, str],
+    nets: Mapping[str, Mapping[str, Any]],
+    policy: Policy,
+    runtime_ifname: str,
+) -> PodNetworks:
+    """DANM's connections: the first on the runtime's interface (DANM's eth0) in the node default's place, each
+    other one named <container_prefix><index> (eth<index> without a prefix), the index its place in the
+    annotation; an empty list is DANM's default network (else the node's)."""
+    out = PodNetworks()
+    conns = podnets.parse_danm(danm[1], pod, danm[0])
+    if not conns:
+        _danm_default(out, pod, nets, policy)
+        return out
+    keys = [podnets.resolve(a, pod, nets, policy) for a in conns]
+    out.default, out.default_ask = keys[0], conns[0]
+    for i, (key, ask) in enumerate(zip(keys[1:], conns[1:], strict=True), start=1):
+        prefix = (nets[key].get("netcomp") or {}).get("interfacePrefix") or DANM_PREFIX
+        name = f"{prefix}{i}"
+        try:
+            check_ifname(name)
+        except DelegateError as e:
+            raise ask.error(f"its interface would be {name!r}: {e.msg}", "container_prefix is too long") from None
+        out.more.append((Want(key, name), ask))
+    return out

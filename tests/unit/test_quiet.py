@@ -1,0 +1,44 @@
+"""The daemon's wait for a quiet moment (server.Server.wait_quiet), which holds the cluster's writes back while
+CNI requests need the CPU: a request in flight keeps it waiting until its limit; once none has been served for
+`settle` seconds it returns at once. On a real daemon in process (tests/unit/minidaemon.py), its own counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.minidaemon import mini_daemon
+
+
+def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with mini_daemon(tmp_path, tmp_path_factory.mktemp("s", numbered=True)) as d:
+        server = d.daemon.server
+        assert server is not None
+        assert server.wait_quiet(0.0, 1.0) is True
+        server.enter()
+        try:
+            assert server.wait_quiet(0.01, 0.2) is False  # in flight for all of its 0.2 s limit
+        finally:
+            server.leave()
+        # A request in flight when the wait begins: the wait returns only once it ended and `settle` has passed
+        # since (a lower bound wait_quiet cannot beat, whatever the machine's speed).
+        done = threading.Event()
+        got: list[bool] = []
+        server.enter()
+
+        def waiter() -> None:
+            got.append(server.wait_quiet(0.05, 10.0))
+            done.set()
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        left = time.monotonic()
+        server.leave()
+        assert done.wait(10.0) and got == [True]
+        assert time.monotonic() - left >= 0.05
+        t.join()
