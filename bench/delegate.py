@@ -46,34 +46,56 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
+def veth_up(name: str, peer: str) -> None:
+    """A veth pair, both ends and lo up (in the benchmark's own network namespace): the macvlan master."""
+    sh("ip", "link", "add", name, "type", "veth", "peer", "name", peer)
+    for dev in ("lo", name, peer):
+        sh("ip", "link", "set", dev, "up")
+
+
+class Netnses:
+    """Network namespaces made on demand (`ns()` names a new one), all deleted by delete()."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.names: list[str] = []
+
+    def __call__(self) -> str:
+        name = f"{self.prefix}-{os.getpid()}-{len(self.names)}"
+        sh("ip", "netns", "add", name)
+        self.names.append(name)
+        return name
+
+    def delete(self) -> None:
+        for ns in self.names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def setup(base: Path) -> None:
+def default_bridge(base: Path, bridge: str, subnet: str) -> Path:
+    """A node root under `base` whose default network `mgmt` is a static bridge file (`bridge`, host-local over
+    `subnet`); the intent dir is returned (bench/memory.py makes its node the same way)."""
     nets, static = base / "etc/netcomp/networks.d", base / "etc/netcomp/static.d"
     nets.mkdir(parents=True)
     static.mkdir(parents=True)
-    ipam = {"type": "host-local", "dataDir": f"{base}/ipam"}
-    (static / "br.conflist").write_text(
-        json.dumps(
-            {
-                "cniVersion": "1.0.0",
-                "name": "br",
-                "plugins": [
-                    {
-                        "type": "bridge",
-                        "bridge": "ncbench0",
-                        "isGateway": True,
-                        **{"ipam": {**ipam, "subnet": "10.140.0.0/16"}},
-                    }
-                ],
-            }
-        )
-    )
+    ipam = {"type": "host-local", "dataDir": f"{base}/ipam", "subnet": subnet}
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "br",
+        "plugins": [{"type": "bridge", "bridge": bridge, "isGateway": True, "ipam": ipam}],
+    }
+    (static / "br.conflist").write_text(json.dumps(conf))
     (nets / "mgmt.yaml").write_text(
         "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\nspec: {type: static, networkID: br}\n"
     )
+    return nets
+
+
+def setup(base: Path) -> None:
+    nets = default_bridge(base, "ncbench0", "10.140.0.0/16")
     for name, subnet in (("storage", "10.141.0.0/16"), ("backup", "10.142.0.0/16")):
         (nets / f"{name}.yaml").write_text(
             f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {{type: macvlan, "
@@ -96,19 +118,11 @@ def inner(runs: int) -> None:
     (base / "cni").mkdir()
     shimlaunch.build(Path(exes["C"]), shimlaunch.find_cc() or "cc")
     shimlaunch.install(Path(exes["Python"]), base / "shim")
-    sh("ip", "link", "add", "bench0", "type", "veth", "peer", "name", "bench0p")
-    for dev in ("lo", "bench0", "bench0p"):
-        sh("ip", "link", "set", dev, "up")
+    veth_up("bench0", "bench0p")
     daemon = subprocess.Popen([NC, "daemon", "--root", str(base), "--log-level", "error"])
     sock = f"{base}/run/netcomp/netcomp.sock"
     shimconf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": sock}).encode()
-    nss: list[str] = []
-
-    def netns() -> str:
-        name = f"ncb-{os.getpid()}-{len(nss)}"
-        sh("ip", "netns", "add", name)
-        nss.append(name)
-        return name
+    netns = Netnses("ncb")
 
     def execute(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[bytes]]:
         """Exec as a runtime execs a plugin (config on stdin, stdout read): the shims and their baselines alike."""
@@ -146,7 +160,7 @@ def inner(runs: int) -> None:
     try:
         for exe in exes.values():
             shim(exe, "ADD", netns())  # warm up: waits until the daemon serves
-            shim(exe, "DEL", nss[-1])
+            shim(exe, "DEL", netns.names[-1])
         for n in ("mgmt", "storage", "backup"):
             compiled[n] = json.loads((base / f"run/netcomp/networks/{n}.conflist").read_text())
         runner = Runner([PLUGINS])
@@ -231,8 +245,7 @@ def inner(runs: int) -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
-        for ns in nss:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        netns.delete()
         shutil.rmtree(base, ignore_errors=True)
 
     def row(label: str, ours: list[float], base_: list[float], goal: float | None = None, note: str = "") -> None:

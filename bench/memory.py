@@ -49,10 +49,13 @@ _spec = importlib.util.spec_from_file_location("bench_compile", Path(__file__).w
 assert _spec is not None and _spec.loader is not None
 bench_compile = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_compile)
+_spec = importlib.util.spec_from_file_location("bench_delegate", Path(__file__).with_name("delegate.py"))
+assert _spec is not None and _spec.loader is not None
+bench_delegate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_delegate)
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+sh = bench_delegate.sh
 
 
 def status(pid: int, key: str) -> float:
@@ -134,28 +137,7 @@ class Daemon:
 
 
 def two_networks(base: Path) -> None:
-    nets, static = base / "etc/netcomp/networks.d", base / "etc/netcomp/static.d"
-    nets.mkdir(parents=True)
-    static.mkdir(parents=True)
-    (static / "br.conflist").write_text(
-        json.dumps(
-            {
-                "cniVersion": "1.0.0",
-                "name": "br",
-                "plugins": [
-                    {
-                        "type": "bridge",
-                        "bridge": "ncmem0",
-                        "isGateway": True,
-                        "ipam": {"type": "host-local", "dataDir": f"{base}/ipam", "subnet": "10.150.0.0/16"},
-                    }
-                ],
-            }
-        )
-    )
-    (nets / "mgmt.yaml").write_text(
-        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: mgmt}\nspec: {type: static, networkID: br}\n"
-    )
+    nets = bench_delegate.default_bridge(base, "ncmem0", "10.150.0.0/16")
     (nets / "storage.yaml").write_text(
         "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: storage}\nspec: {type: macvlan, "
         f"hostDevice: ncmem0v, ipam: {{type: host-local, dataDir: {base}/ipam, subnet: 10.151.0.0/16}}}}\n"
@@ -245,21 +227,13 @@ def inner(args: argparse.Namespace) -> None:
     from netcomp.shim import install as shimlaunch
 
     top = Path(tempfile.mkdtemp(prefix="netcomp-bench-mem-", dir="/var/tmp"))
-    nss: list[str] = []
-
-    def netns() -> str:
-        name = f"ncm-{os.getpid()}-{len(nss)}"
-        sh("ip", "netns", "add", name)
-        nss.append(name)
-        return name
+    netns = bench_delegate.Netnses("ncm")
 
     out: dict[str, object] = {}
     try:
         exe = str(top / "netcomp-c")
         shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
-        sh("ip", "link", "add", "ncmem0v", "type", "veth", "peer", "name", "ncmem0p")
-        for dev in ("lo", "ncmem0v", "ncmem0p"):
-            sh("ip", "link", "set", dev, "up")
+        bench_delegate.veth_up("ncmem0v", "ncmem0p")
 
         # (m1) and (m4): two networks.
         small = top / "small"
@@ -339,8 +313,7 @@ def inner(args: argparse.Namespace) -> None:
             print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-40:]), sep="\n")
         raise
     finally:
-        for ns in nss:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        netns.delete()
         subprocess.run(["ip", "link", "del", "ncmem0v"], capture_output=True)
         shutil.rmtree(top, ignore_errors=True)
     report(args, out)

@@ -14,10 +14,15 @@ The child's side, and the pickling of what it hands over, are handover.py's: onl
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import pickle
+import select
+import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from netcomp.compiler.output import Output, Stager
 from netcomp.compiler.plan import Plan
+from netcomp.fsutil import remove_stale_tmp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,6 +38,36 @@ if TYPE_CHECKING:
     from netcomp.compiler.compiler import Compiler
 
 log = logging.getLogger("netcomp.compiler")
+# A child that has not answered by then is stuck (a cold compile of 10,000 intents takes seconds): it is killed
+# and the daemon compiles, well inside the unit's start timeout.
+CHILD_TIMEOUT = 120.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover - the child's
+    """The child is killed when the daemon dies (under any supervisor, not only systemd's KillMode=mixed): an
+    orphan would go on writing the output dir's temp files beside the next daemon's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+        os._exit(1)  # the daemon died before the prctl took: nobody to answer
+
+
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    """Everything written to the pipe until its writer closed it; None when the deadline passed first."""
+    parts: list[bytes] = []
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -47,12 +83,15 @@ def compile_forked(
     files: Sequence[Path],
     *,
     stage: bool,
+    timeout: float | None = None,
 ) -> Handover | None:
     """A full compile of `files` in a child (see the module's docstring); None when it could not be done
     there."""
     if threading.active_count() > 1:
         return None
+    timeout = CHILD_TIMEOUT if timeout is None else timeout
     r, w = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
     try:
         pid = os.fork()
     except OSError as e:
@@ -64,6 +103,7 @@ def compile_forked(
         code = 1
         try:
             os.close(r)
+            _die_with(parent)
             from netcomp.compiler import handover
 
             data = handover.answer(make_compiler, output, files, stage)
@@ -73,16 +113,23 @@ def compile_forked(
         finally:
             os._exit(code)
     os.close(w)
-    with open(r, "rb") as f:
-        data = f.read()
+    got = _read_all(r, time.monotonic() + timeout)
+    if got is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if data == b"D":
+    if got is None:
+        log.warning("compiling in a child process took over %.0f s: killed it, compiling in the daemon", timeout)
+        if stage:
+            remove_stale_tmp(output.directory)  # what it staged
+        return None
+    if got == b"D":
         log.debug("the first compile reads TenantNetworks: compiling in the daemon")
         return None
-    if status != 0 or not data.startswith(b"K"):
-        why = data[1:].decode(errors="replace") if data else f"it ended with wait status {status} and no answer"
+    if status != 0 or not got.startswith(b"K"):
+        why = got[1:].decode(errors="replace") if got else f"it ended with wait status {status} and no answer"
         log.warning("compiling in a child process failed, compiling in the daemon: %s", why)
         return None
-    plan, staged, written, state = pickle.loads(data[1:])  # from our own child, through a pipe
+    plan, staged, written, state = pickle.loads(memoryview(got)[1:])  # from our own child, through a pipe
     stager = Stager.handed(output, staged, {name: Path(p) for name, p in written.items()}) if stage else None
     return Handover(plan, stager, state)

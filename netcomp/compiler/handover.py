@@ -7,6 +7,7 @@ named, not copied: the taker has them (its plan), and so shares their bytes."""
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import io
 import pickle
@@ -102,10 +103,10 @@ def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequenc
     """The child's work: compile `files` (staging the artifacts' temp files), and say so: b"K" and the pickled
     (plan, what was staged, the temp files written, export()); b"D" when it must be done in the daemon
     (TenantNetworks); or b"E" and what went wrong."""
+    staged: Stager | None = None
     try:
         # The daemon's signal handlers stay: they only set flags, here in a copy nobody reads. A SIGTERM that
         # reaches both (systemd signals the whole unit) lets the compile finish, as it did in the daemon.
-        staged: Stager | None = None
         if stage:
             try:
                 staged = output.stager()
@@ -130,4 +131,7 @@ def answer(make_compiler: Callable[[], Compiler], output: Output, files: Sequenc
         offered = staged.staged if staged is not None else {}
         return b"K" + _dumps((plan, offered, written, export(compiler, plan)), {})
     except BaseException:
+        if staged is not None:
+            with contextlib.suppress(Exception):
+                staged.discard()  # the daemon compiles again and stages its own
         return b"E" + traceback.format_exc(limit=8).encode()

@@ -11,6 +11,7 @@ keeps the last good output of what failed (keep)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,8 @@ from netcomp.settings import Settings
 if TYPE_CHECKING:
     from netcomp.compiler.compiler import Compiler
     from netcomp.intent.tenancy import Claim
+
+log = logging.getLogger("netcomp.compiler")
 
 
 class Pipeline:
@@ -53,14 +56,27 @@ class Pipeline:
         if self._compiler is None:
             from netcomp.compiler.compiler import Compiler
 
-            self._compiler = Compiler(self.settings, offline=self.offline)
-            if self._handed is not None:
-                from netcomp.compiler import handover
+            compiler = Compiler(self.settings, offline=self.offline)
+            handed, self._handed = self._handed, None
+            if handed is not None:
+                try:
+                    from netcomp.compiler import handover
 
-                handover.adopt(self._compiler, *self._handed)
-                self._handed = None
+                    handover.adopt(compiler, *handed)
+                except Exception as e:
+                    # Say, the package was upgraded on disk since the child pickled it. A fresh compiler reads
+                    # every file on its first compile: slower, nothing lost.
+                    log.warning("cannot take over the first compile's memory (%s): compiling everything", e)
+                    compiler = Compiler(self.settings, offline=self.offline)
+            self._compiler = compiler
         self._compiler.claim_ids = self.claim_ids
         return self._compiler
+
+    def reset_templates(self) -> None:
+        """Templates changed (or may have): the next compile renders everything with them afresh."""
+        self._handed = None  # what the first compile rendered with the old ones
+        if self._compiler is not None:
+            self._compiler.reset_templates()
 
     def layers(self) -> list[Path]:
         return [Path(d) for d in self.settings.intent_layers()]

@@ -203,7 +203,7 @@ class Daemon:
                         self._adopt(new)
             tdir = self.settings.templateDir.rstrip("/") + "/"
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
-                self.pipeline.compiler.reset_templates()
+                self.pipeline.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
@@ -446,9 +446,17 @@ class Daemon:
         start_watching(), so that the first compile runs while the daemon has one thread (it may then fork:
         compiler/coldstart.py)."""
         dirs = [*self.settings.intent_layers(), *self.settings.staticDirs, self.settings.templateDir]
-        self.watcher = Watcher(dirs, lambda changed: self.reload(changed=changed))
+        self.watcher = Watcher(dirs, self._watched)
         if start:
             self.start_watching()
+
+    def _watched(self, changed: set[str] | None) -> None:
+        """The watcher's report: the paths that changed, or None when its events overflowed (anything may have
+        changed, templates too: everything is read and rendered again)."""
+        if changed is None:
+            with self._reload_lock:
+                self.pipeline.reset_templates()
+        self.reload(changed=changed)
 
     def start_watching(self) -> None:
         if self.watcher is not None and self._watch_thread is None:

@@ -30,10 +30,18 @@ MASK = (
 
 class Watcher:
     def __init__(
-        self, dirs: Iterable[str], on_change: Callable[[set[str]], object], *, quiet: float = 0.1, longest: float = 1.0
+        self,
+        dirs: Iterable[str],
+        on_change: Callable[[set[str] | None], object],
+        *,
+        quiet: float = 0.1,
+        longest: float = 1.0,
     ) -> None:
         self.dirs = [os.path.abspath(d) for d in dirs]
+        # Called with the paths that changed, or None when the kernel's event queue overflowed (events were lost:
+        # everything is to be looked at again).
         self.on_change = on_change
+        self._overflowed = False
         self.quiet, self.longest = quiet, longest
         self.ino = INotify()
         self.wds: dict[int, str] = {}
@@ -63,6 +71,10 @@ class Watcher:
     def _collect(self, timeout_ms: int) -> set[str]:
         out = set()
         for ev in self.ino.read(timeout=timeout_ms):
+            if ev.mask & flags.Q_OVERFLOW:
+                self._overflowed = True
+                out.add("")  # something happened; what is lost
+                continue
             base = self.wds.get(ev.wd)
             if base is None:
                 continue
@@ -86,23 +98,33 @@ class Watcher:
                 if not more:
                     break
                 changed |= more
-            watched = set(self.wds.values())
-            self.sync()
-            # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters
-            # only when a watched dir under it was there before or is there now: only then can inputs have come
-            # or gone. Recompiling for it cost a fresh node's start a second compile (issue 14).
-            present = {d for d in self.dirs if d in watched or os.path.isdir(d)}
-            relevant = {
-                p
-                for p in changed
-                if any(p == d or p.startswith(d + "/") for d in self.dirs)
-                or any(d.startswith(p + "/") for d in present)
-            }
-            if relevant:
+            for paths in self.batch(changed):
                 try:
-                    self.on_change(relevant)
+                    self.on_change(paths)
                 except Exception:
                     log.exception("recompiling after a change failed")
+
+    def batch(self, changed: set[str]) -> list[set[str] | None]:
+        """What to tell on_change of the events collected (and the watches made anew for dirs that appeared):
+        nothing, the paths that matter, or None after an overflow."""
+        watched = set(self.wds.values())
+        self.sync()
+        if self._overflowed:
+            # More events than the kernel's queue holds (fs.inotify.max_queued_events) came while nobody read them
+            # (a start's first compile, a storm of edits): some are lost, so every file is looked at again.
+            self._overflowed = False
+            log.warning("inotify's event queue overflowed: compiling everything again")
+            return [None]
+        # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters only
+        # when a watched dir under it was there before or is there now: only then can inputs have come or gone.
+        # Recompiling for it cost a fresh node's start a second compile (issue 14).
+        present = {d for d in self.dirs if d in watched or os.path.exists(d)}  # a layer may be a plain file
+        relevant = {
+            p
+            for p in changed
+            if any(p == d or p.startswith(d + "/") for d in self.dirs) or any(d.startswith(p + "/") for d in present)
+        }
+        return [relevant] if relevant else []
 
     def close(self) -> None:
         self.ino.close()

@@ -8,6 +8,7 @@ rtnetlink(7): each message is a struct nlmsghdr, then for RTM_NEWLINK a struct i
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -18,7 +19,8 @@ from netcomp.host import netns as nsutil
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLM_F_REQUEST, NLM_F_DUMP, NLM_F_DUMP_INTR = 0x1, 0x300, 0x10
+DUMP_TRIES = 3  # a dump the kernel marks interrupted (links changed during it) is taken again
 IFLA_IFNAME, IFLA_IFALIAS = 3, 20
 NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 _NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port
@@ -44,25 +46,32 @@ def _text(value: memoryview) -> str:
     return bytes(value).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _dump() -> list[tuple[str, str | None]]:
+def _dump_once() -> tuple[list[tuple[str, str | None]], bool]:
+    """The links, and whether the kernel said the dump was interrupted (it may miss or repeat a link)."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE) as s:
         s.bind((0, 0))
         seq = 1
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
         s.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
         out: list[tuple[str, str | None]] = []
+        intr = False
         buf = bytearray(BUFFER)
         while True:
             n = s.recv_into(buf)
             data = memoryview(buf)[:n]
             offset = 0
             while offset + _NLMSGHDR.size <= n:
-                length, kind, _, mseq, _ = _NLMSGHDR.unpack_from(data, offset)
+                length, kind, mflags, mseq, _ = _NLMSGHDR.unpack_from(data, offset)
                 if length < _NLMSGHDR.size or offset + length > n:
                     raise OSError("rtnetlink: malformed message")
                 if mseq == seq:
+                    intr = intr or bool(mflags & NLM_F_DUMP_INTR)
                     if kind == NLMSG_DONE:
-                        return out
+                        if length >= _NLMSGHDR.size + 4:
+                            (code,) = struct.unpack_from("=i", data, offset + _NLMSGHDR.size)
+                            if code < 0:  # the dump failed part way
+                                raise OSError(-code, os.strerror(-code))
+                        return out, intr
                     if kind == NLMSG_ERROR:
                         (code,) = struct.unpack_from("=i", data, offset + _NLMSGHDR.size)
                         if code:
@@ -74,6 +83,14 @@ def _dump() -> list[tuple[str, str | None]]:
                             alias = found.get(IFLA_IFALIAS)
                             out.append((_text(found[IFLA_IFNAME]), _text(alias) if alias is not None else None))
                 offset += _align(length)
+
+
+def _dump() -> list[tuple[str, str | None]]:
+    for _ in range(DUMP_TRIES):
+        out, intr = _dump_once()
+        if not intr:
+            return out
+    raise OSError(errno.EINTR, f"rtnetlink: the link dump was interrupted {DUMP_TRIES} times (links changing)")
 
 
 def links(netns: str | None = None) -> list[tuple[str, str | None]]:

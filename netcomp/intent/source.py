@@ -93,27 +93,39 @@ class SourceText:
 
     @property
     def text(self) -> str:
+        """The text; "" when released and the file no longer holds those bytes (see `lost`)."""
         if self._text is None:
-            self._text = self._reread()
+            text = self._reread()
+            if text is None:
+                return ""  # not kept: a later diagnostic tries again
+            self._text = text
         return self._text
+
+    @property
+    def lost(self) -> bool:
+        """Released, and its text cannot be had again: positions in it are unknown."""
+        return self._text is None and self._reread() is None
 
     def release(self, digest: bytes) -> None:
         """Forget the text; `digest`: sha256 of the file's bytes it was decoded from."""
         self._text, self._lines, self._digest = None, None, digest
 
-    def _reread(self) -> str:
+    def _reread(self) -> str | None:
         try:
             with open(self.name, "rb") as f:
                 raw = f.read(MAX_BYTES + 1)
             if hashlib.sha256(raw).digest() != self._digest:
-                return ""
+                return None
             return decode(self.name, raw).text
         except (OSError, IntentError):
-            return ""
+            return None
 
     def line(self, n: int) -> str | None:
         if self._lines is None:
-            self._lines = self.text.splitlines()
+            text = self.text
+            if self._text is None:
+                return None  # lost
+            self._lines = text.splitlines()
         return self._lines[n - 1] if 0 < n <= len(self._lines) else None
 
     def diagnostic(
@@ -146,7 +158,10 @@ class Document:
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            self._data = self._rebuild()
+            data = self._rebuild()
+            if self.source.lost:
+                return data  # {}: not kept, the file may hold its bytes again later
+            self._data = data
         return self._data
 
     def release(self) -> None:
@@ -174,7 +189,8 @@ class Document:
     def _maps(self) -> tuple[dict[PathKey, Pos], dict[PathKey, Pos]]:
         if self._values is None or self._keys is None:
             self._index()
-        assert self._values is not None and self._keys is not None
+            if self._values is None or self._keys is None:
+                return {}, {}  # the source is lost: no positions
         return self._values, self._keys
 
     def _index(self) -> None:
@@ -184,11 +200,18 @@ class Document:
             if i == self.index and node is not None:
                 _index_node(node, (), values, keys)
                 break
+        if not values and self.source.lost:
+            self._values, self._keys = None, None
+            return
         self._values, self._keys = values, keys
 
     @property
     def start(self) -> Pos:
-        return self.values.get((), (1, 1))
+        """Where the document starts; (0, 0), no position, when its released source is lost."""
+        values = self.values
+        if () in values:
+            return values[()]
+        return (0, 0) if self.source.lost else (1, 1)
 
     def resolve(self, loc: Sequence[Any]) -> tuple[PathKey, bool]:
         """Walk `loc` through the data; components that are not there (a pydantic union tag, a missing key) are

@@ -28,10 +28,17 @@ SCENARIO = textwrap.dedent(
                         outputDir=str(base / "out"), templateDir=str(base / "none"))
     if mode == "fail":
         handover.answer = lambda *a: b"Eno: a failure made for the test"
+    if mode == "hang":
+        import time
+        from netcomp.compiler import coldstart
+        coldstart.CHILD_TIMEOUT = 1.0
+        handover.answer = lambda *a: time.sleep(3600)
     p = Pipeline(settings, offline=True, fork=True)
     plan = p.compile(stage=True)
     forked = p._compiler is None and p._handed is not None
     print("forked", forked, "threads", threading.active_count())
+    if mode == "badstate":  # what an upgrade of the package under a running daemon could do to the hand-over
+        p._handed = (b"not a pickle", p._handed[1])
     p.write(plan)
     fresh = Compiler(settings).compile(files)
     assert {k: a.data for k, a in plan.artifacts.items()} == {k: a.data for k, a in fresh.artifacts.items()}
@@ -153,6 +160,20 @@ def test_tenant_networks_are_compiled_in_the_daemon(tmp_path: Path, plugin_dir: 
     assert sorted(f.name for f in (tmp_path / "out").iterdir() if not f.name.startswith(".")) == [
         "team-a.internal.conflist"
     ]
+
+
+def test_a_child_that_hangs_is_killed_and_the_compile_done_in_process(tmp_path: Path, plugin_dir: Path) -> None:
+    _setup(tmp_path)
+    out = _run(tmp_path, plugin_dir, "hang")
+    assert "forked False" in out
+    assert "compiling in a child process took over 1 s: killed it, compiling in the daemon" in out
+
+
+def test_a_hand_over_that_cannot_be_taken_means_a_full_compile(tmp_path: Path, plugin_dir: Path) -> None:
+    _setup(tmp_path)
+    out = _run(tmp_path, plugin_dir, "badstate")  # the scenario checks the edit's plan against a fresh compile
+    assert "forked True" in out
+    assert "cannot take over the first compile's memory" in out and "compiling everything" in out
 
 
 def test_a_child_that_fails_means_a_compile_in_process(tmp_path: Path, plugin_dir: Path) -> None:

@@ -185,3 +185,5 @@ def test_a_released_file_changed_behind_the_compilers_back_loses_only_the_quote(
     clash = [d for d in plan.diagnostics if "VLAN 7" in d.message]
     assert clash and clash[0].location is not None and clash[0].location.file == str(b)
     assert clash[0].source_line is None
+    assert (clash[0].location.line, clash[0].location.column) == (0, 0)  # not a made-up 1:1
+    assert f"{b}:1:1" not in " ".join(d.message for d in plan.diagnostics)
