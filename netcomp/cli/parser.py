@@ -114,7 +114,7 @@ def _compile(sub: Any) -> None:
 
 def _schema(sub: Any) -> None:
     s = _command(sub, "schema", "print the JSON Schema of intents (or of netcomp.yaml)")
-    s.add_argument("which", nargs="?", choices=tuple(SCHEMAS), default="network", help="which schema (default network)")
+    s.add_argument("which", nargs="?", choices=SCHEMAS, default="network", help="which schema (default network)")
 
 
 def _daemon(sub: Any) -> None:

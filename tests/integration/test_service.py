@@ -293,3 +293,31 @@ def test_sighup_rereads_netcomp_yaml(node: dict[str, Path]) -> None:
     finally:
         assert stop(p) == 0
     assert "netcomp.yaml is broken; keeping the running settings" in (p.stderr.read().decode() if p.stderr else "")
+
+
+# What an idle daemon must not carry (issue 14): each costs megabytes of resident memory it would never use.
+NOT_IN_A_DAEMON = ("netcomp.intent.model", "netcomp.compiler.compiler", "jinja2", "pyroute2", "kubernetes")
+
+
+def test_a_start_from_the_plan_cache_imports_no_compiler(node: dict[str, Path]) -> None:
+    """Started again with its inputs as they were, the daemon reads its plan back and serves without the intent
+    models, the compiler, jinja2, pyroute2 or the kubernetes client (observed with -X importtime in the real
+    process: the CLI's parser must not pull them in either)."""
+    notify = Notify(node["tmp"] / "notify.sock")
+    p = start(node, notify)
+    try:
+        notify.wait_for("READY", "1")
+    finally:
+        assert stop(p) == 0
+    log = node["tmp"] / "imports.log"
+    with log.open("wb") as err:
+        e = {**os.environ, "NOTIFY_SOCKET": str(notify.path), "PYTHONPROFILEIMPORTTIME": "1"}
+        again = subprocess.Popen([NETCOMP, "daemon", "--root", str(node["root"])], env=e, stderr=err)
+        try:
+            notify.wait_for("READY", "1")
+        finally:
+            assert stop(again) == 0
+    imported = {line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines() if "import time:" in line}
+    assert "netcomp.daemon.daemon" in imported  # the log is the daemon's
+    assert "netcomp.compiler.plancache" in imported
+    assert sorted(m for m in imported if m.startswith(NOT_IN_A_DAEMON)) == []
