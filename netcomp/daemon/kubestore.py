@@ -269,34 +269,31 @@ class KubeStore:
 
     # ------------------------------------------------------------------------------------------------ for GC
 
-    def node_exists(self, name: str) -> bool:
+    def _read(self, call: Any, *args: str) -> Any | None:
+        """The raw answer of one GET (no model objects); None when the object does not exist."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.cluster.core.read_node(name, _request_timeout=self.timeout, _preload_content=False)
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise self._unavailable(e) from None
-        except Exception as e:
-            raise self._unavailable(e) from None
-        return True
-
-    def pod(self, ref: str) -> PodState | None:
-        import json
-
-        from kubernetes.client.exceptions import ApiException
-
-        ns, _, name = ref.partition("/")
-        try:
-            resp: Any = self.cluster.core.read_namespaced_pod(
-                name, ns, _request_timeout=self.timeout, _preload_content=False
-            )
-            doc = json.loads(resp.data)
+            return call(*args, _request_timeout=self.timeout, _preload_content=False)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise self._unavailable(e) from None
+        except Exception as e:
+            raise self._unavailable(e) from None
+
+    def node_exists(self, name: str) -> bool:
+        return self._read(self.cluster.core.read_node, name) is not None
+
+    def pod(self, ref: str) -> PodState | None:
+        import json
+
+        ns, _, name = ref.partition("/")
+        resp = self._read(self.cluster.core.read_namespaced_pod, name, ns)
+        if resp is None:
+            return None
+        try:
+            doc = json.loads(resp.data)
         except Exception as e:
             raise self._unavailable(e) from None
         return PodState(
