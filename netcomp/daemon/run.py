@@ -5,6 +5,7 @@ and every few minutes what rollbacks could not undo is tried again."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import resource
 import signal
@@ -44,6 +45,9 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
         hup.set()
         wake.set()
 
+    # A hung daemon, killed by systemd's watchdog (SIGABRT, WatchdogSec=) or by an operator's kill -ABRT, leaves
+    # every thread's traceback in the journal, and so does a crash in an extension module.
+    faulthandler.enable(all_threads=True)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)

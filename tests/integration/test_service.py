@@ -85,6 +85,11 @@ def stop(p: subprocess.Popen[bytes]) -> int:
         p.send_signal(signal.SIGTERM)
     try:
         return p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)  # the daemon's faulthandler prints where every thread is
+        p.wait(timeout=10)
+        dump = p.stderr.read().decode(errors="replace") if p.stderr else ""
+        raise AssertionError(f"the daemon did not stop within 30 s of SIGTERM; its stderr:\n{dump}") from None
     finally:
         if p.poll() is None:
             p.kill()
@@ -270,6 +275,22 @@ def test_under_systemd_socket_activate(node: dict[str, Path]) -> None:
     finally:
         code = stop(p)
         assert code == 0, p.stderr.read().decode() if p.stderr else ""
+
+
+def test_a_hung_daemon_killed_by_the_watchdog_says_where_it_was(node: dict[str, Path]) -> None:
+    """systemd's watchdog kills a daemon that stopped answering with SIGABRT: the journal then holds every
+    thread's traceback (faulthandler), the one thing an operator needs to report the hang."""
+    notify = Notify(node["tmp"] / "notify.sock")
+    p = start(node, notify)
+    try:
+        notify.wait_for("READY", "1")
+        p.send_signal(signal.SIGABRT)
+        assert p.wait(timeout=20) == -signal.SIGABRT
+    finally:
+        stop(p)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    assert "Fatal Python error: Aborted" in err
+    assert "Thread 0x" in err and "netcomp/daemon/run.py" in err  # the main thread, waiting in its loop
 
 
 def test_sighup_rereads_netcomp_yaml(node: dict[str, Path]) -> None:
