@@ -246,8 +246,12 @@ class Cache:
 
     def save(self, entry: Entry) -> None:
         """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry."""
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.path(entry.container_id, entry.ifname), entry.to_json(), mode=0o600, durable=False)
+        path, data = self.path(entry.container_id, entry.ifname), entry.to_json()
+        try:
+            atomic_write(path, data, mode=0o600, durable=False)
+        except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write(path, data, mode=0o600, durable=False)
 
     def remove(self, container_id: str, ifname: str) -> None:
         with contextlib.suppress(FileNotFoundError):

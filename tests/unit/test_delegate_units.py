@@ -248,6 +248,12 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
     assert sorted(e.container_id for e in cache.entries()) == ["c0", "c1"]
     loaded = cache.load("c1", "eth0")
     assert loaded is not None and loaded.attachments[0].result == big
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700  # made when first needed, root's only
+    import shutil
+
+    shutil.rmtree(tmp_path / "cache")  # removed behind the daemon's back: made again by the next save
+    cache.save(Entry("c2", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, {})]))
+    assert cache.count() == 1 and (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
 def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-untyped-def]
