@@ -254,7 +254,8 @@ class Server:
         self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
     ) -> None:
         writer.write(http.response(status, body, ctype))
-        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+        if writer.transport.get_write_buffer_size():  # most answers went out whole in write(): no wait, no task
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r: http.Refuse) -> None:
         await self._write(writer, r.status, protocol.error_body(r.code, r.msg, r.details))

@@ -6,27 +6,32 @@ A namespace is known by identity, the (device, inode) of its nsfs file, never by
 another container. ADD records the identity; DEL and CHECK act only on a namespace of that identity, reached
 through a descriptor the daemon holds (`/proc/<daemon>/fd/<n>`), so the path cannot be swapped underneath them.
 
-Listing interface names: a fresh thread enters the namespace with setns(2) (a per-thread operation for network
-namespaces), lists the interfaces and goes back; the thread is used once and discarded, so a failure to return
-can never leave a serving thread in a container's namespace. Measured per check here: pyroute2's NetNS 13.5 ms
-(it forks a helper); pyroute2's IPRoute opened in the thread 2.3 ms; libc's if_nameindex() through
-socket.if_nameindex() 0.4 ms, thread included. This is the hot path of every ADD, so it uses the last."""
+Work in a container's namespace (`inside`) is done by a thread of a small crew kept for it, never by a thread that
+serves requests: it enters the namespace with setns(2) (a per-thread operation for network namespaces), does the
+work and goes back; a thread that cannot go back ends there and is never used again, so a failure to return
+can never leave a serving thread, or a later piece of work, in a container's namespace. Listing interface names
+is on the path of every ADD. Measured per check here: pyroute2's NetNS 13.5 ms (it forks a helper); pyroute2's
+IPRoute opened in the thread 2.3 ms; libc's if_nameindex() through socket.if_nameindex() 0.4 ms on a thread
+started for it, of which the thread's start and end were most: on a kept thread it is a hand-off."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import fcntl
+import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from netcomp.cni.cache import NetnsId
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.errors import DelegateError, HostError
 
+log = logging.getLogger("netcomp.netns")
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -91,7 +96,7 @@ def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
 
 
 def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
-    """work() run on a fresh thread that has entered the network namespace (a path, or an fd on it) and leaves it
+    """work() run on a crew thread that has entered the network namespace (a path, or an fd on it) and leaves it
     after; its exceptions are raised here. DelegateError (4) when netns is not a network namespace; an OSError of
     work (netlink trouble) is the host's: HostError, saying `what` was being done."""
     if isinstance(netns, int):
@@ -99,37 +104,108 @@ def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
     else:
         fd, _ = open_netns(netns)
         label, own_fd = netns, True
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            try:
-                _setns(fd)
-            except OSError as e:
-                box["error"] = DelegateError(E_INVALID_ENV, f"{label} is not a network namespace: {e.strerror}")
-                return
-            try:
-                box["value"] = work()
-            except OSError as e:  # netlink trouble is the host's, not the request's
-                box["error"] = HostError(f"cannot {what} in {label}: {e}")
-            except Exception as e:
-                box["error"] = e
-            finally:
-                _setns(own)  # if this fails the thread ends here, never serving again
-        finally:
-            os.close(own)
-
     try:
-        t = threading.Thread(target=run, name="netns", daemon=True)
-        t.start()
-        t.join()
+        error, value = _CREW.run(_Job(fd, label, work, what))
     finally:
         if own_fd:
             os.close(fd)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    if error is not None:
+        raise error
+    return value  # type: ignore[no-any-return]
+
+
+@dataclass(slots=True)
+class _Job:
+    fd: int
+    label: str
+    work: Callable[[], Any]
+    what: str
+    reply: queue.SimpleQueue[tuple[BaseException | None, Any]] = field(default_factory=queue.SimpleQueue)
+
+
+class _Crew:
+    """The threads that do `inside`'s work: one per piece of work at a time, kept idle between them (at most
+    KEEP idle; more are started when all are busy, and end when they would be one too many idle)."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Hand] = []
+
+    def run(self, job: _Job) -> tuple[BaseException | None, Any]:
+        with self._lock:
+            hand = self._idle.pop() if self._idle else None
+        if hand is None:
+            hand = _Hand(self)
+        hand.jobs.put(job)
+        return job.reply.get()
+
+    def back(self, hand: _Hand) -> bool:
+        """Take an idle hand back; False when enough are idle (the hand then ends)."""
+        with self._lock:
+            if len(self._idle) >= self.KEEP:
+                return False
+            self._idle.append(hand)
+            return True
+
+    def reset(self) -> None:
+        """In a forked child: the parent's threads are not there."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+class _Hand:
+    def __init__(self, crew: _Crew) -> None:
+        self.crew = crew
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # Made by a serving thread, which is in the daemon's own namespace: the new thread's home. Opened here so
+        # that a failure (out of fds) is the caller's error, not a thread that never answers.
+        self.home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.thread = threading.Thread(target=self._serve, name="netns", daemon=True)
+            self.thread.start()
+        except BaseException:
+            os.close(self.home)
+            raise
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                job = self.jobs.get()
+                error, value, at_home = _do(job, self.home)
+                kept = at_home and self.crew.back(self)  # back in the crew before the answer: reused at once
+                job.reply.put((error, value))
+                if not kept:
+                    return  # if going home failed, the thread ends here, never working again
+        finally:
+            os.close(self.home)
+
+
+def _do(job: _Job, home: int) -> tuple[BaseException | None, Any, bool]:
+    """(error, value, whether the thread is back home)."""
+    try:
+        _setns(job.fd)
+    except OSError as e:
+        return DelegateError(E_INVALID_ENV, f"{job.label} is not a network namespace: {e.strerror}"), None, True
+    error: BaseException | None = None
+    value: Any = None
+    try:
+        value = job.work()
+    except OSError as e:  # netlink trouble is the host's, not the request's
+        error = HostError(f"cannot {job.what} in {job.label}: {e}")
+    except BaseException as e:  # raised to the caller, whatever it is
+        error = e
+    try:
+        _setns(home)
+    except OSError as e:
+        log.critical("a thread could not leave the network namespace %s (%s); it is discarded", job.label, e)
+        return error, value, False
+    return error, value, True
+
+
+_CREW = _Crew()
+os.register_at_fork(after_in_child=_CREW.reset)
 
 
 @dataclass(frozen=True, slots=True)
