@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from netcomp.daemon import kubewatch
 from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
@@ -275,32 +276,17 @@ class _Follower:
         return str(doc.get("metadata", {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        from kubernetes import watch
-
-        w = watch.Watch()
-        try:
-            for event in w.stream(
-                self.cluster.custom.list_cluster_custom_object,
-                *self._list_args(),
-                resource_version=rv,
-                timeout_seconds=WATCH_SECONDS,
-                _request_timeout=WATCH_SECONDS + 10,
-            ):
-                if stop.is_set():
-                    break
-                obj: dict[str, Any] = event.get("object") or {}
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                kind = event.get("type")
-                if kind in ("ADDED", "MODIFIED"):
-                    self._write(obj)
-                elif kind == "DELETED":
-                    name = self.kind.file_name(obj.get("metadata") or {})
-                    if name:
-                        self._remove(name)
-                self.objects = len(self._files())
-        finally:
-            w.stop()
-        return rv
+        call = self.cluster.custom.list_cluster_custom_object
+        events = kubewatch.Events(call, *self._list_args(), rv=rv, stop=stop, seconds=WATCH_SECONDS)
+        for kind, obj in events:
+            if kind in ("ADDED", "MODIFIED"):
+                self._write(obj)
+            elif kind == "DELETED":
+                name = self.kind.file_name(obj.get("metadata") or {})
+                if name:
+                    self._remove(name)
+            self.objects = len(self._files())
+        return events.rv
 
     def _files(self) -> list[Path]:
         return [p for p in self.cluster.files() if self.kind.owns(p.name)]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from netcomp.daemon import kubewatch
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate import podnets
@@ -157,36 +158,26 @@ class PodWatch:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        from kubernetes import watch
-
-        w = watch.Watch()
-        try:
-            for event in w.stream(
-                self.core.list_pod_for_all_namespaces,
-                field_selector=self._selector(),
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_SECONDS,
-                _request_timeout=WATCH_SECONDS + 10,
-                deserialize=False,
-            ):
-                if stop.is_set():
-                    break
-                obj = event.get("object") or {}
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                kind = event.get("type")
-                kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
-                if kept is None:
-                    continue
-                with self._lock:
-                    if kind == "DELETED":
-                        self._pods.pop(kept[0], None)
-                    else:
-                        self._pods[kept[0]] = kept[1]
-                    self.changed.notify_all()
-        finally:
-            w.stop()
-        return rv
+        events = kubewatch.Events(
+            self.core.list_pod_for_all_namespaces,
+            rv=rv,
+            stop=stop,
+            seconds=WATCH_SECONDS,
+            field_selector=self._selector(),
+            allow_watch_bookmarks=True,
+            deserialize=False,
+        )
+        for kind, obj in events:
+            kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+            if kept is None:
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._pods.pop(kept[0], None)
+                else:
+                    self._pods[kept[0]] = kept[1]
+                self.changed.notify_all()
+        return events.rv
 
     def _failed(self, why: str) -> None:
         self.metrics.kube_errors.labels("watch").inc()

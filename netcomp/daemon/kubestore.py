@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from netcomp.daemon import kubewatch
 from netcomp.daemon.kube import Cluster, explain
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.ipam.allocator import PodState
@@ -217,8 +218,6 @@ class KubeStore:
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
         """Every claim, then every change of one (kubewatch.keep_following), to on_change(name, claim or None)."""
-        from kubernetes import watch
-
         known: set[str] = set()
 
         def relist() -> str:
@@ -233,32 +232,17 @@ class KubeStore:
             return rv
 
         def follow_from(rv: str, stop: threading.Event) -> str:
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    self.custom.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.codec.plural,
-                    resource_version=rv,
-                    timeout_seconds=WATCH_SECONDS,
-                    _request_timeout=WATCH_SECONDS + 10,
-                ):
-                    if stop.is_set():
-                        break
-                    obj: dict[str, Any] = event.get("object") or {}
-                    meta = obj.get("metadata") or {}
-                    rv = str(meta.get("resourceVersion") or rv)
-                    name = str(meta.get("name", ""))
-                    if event.get("type") == "DELETED":
-                        known.discard(name)
-                        on_change(name, None)
-                    elif (claim := self.codec.from_object(obj)) is not None:
-                        known.add(name)
-                        on_change(name, claim)
-            finally:
-                w.stop()
-            return rv
+            call = self.custom.list_cluster_custom_object
+            events = kubewatch.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS)
+            for kind, obj in events:
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                if kind == "DELETED":
+                    known.discard(name)
+                    on_change(name, None)
+                elif (claim := self.codec.from_object(obj)) is not None:
+                    known.add(name)
+                    on_change(name, claim)
+            return events.rv
 
         def failed(why: str) -> None:
             log.warning("%s: %s", self.codec.what, why)

@@ -6,7 +6,7 @@ stop ended being no failure. What the follower knows stays meanwhile."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_BACKOFF = 30.0
@@ -47,3 +47,38 @@ def keep_following(
             continue
         stop.wait(backoff)
         backoff = min(backoff * 2, MAX_BACKOFF)
+
+
+class Events:
+    """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, renewed by the server after `seconds`:
+    iterated, each event as (its type, its object as a dict) until the server ends the watch or `stop` is set;
+    `rv` is then the resourceVersion to watch from next (the last one seen)."""
+
+    def __init__(
+        self, list_call: Callable[..., Any], *args: Any, rv: str, stop: threading.Event, seconds: int, **kwargs: Any
+    ) -> None:
+        self.call, self.args, self.kwargs = list_call, args, kwargs
+        self.rv, self.stop, self.seconds = rv, stop, seconds
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        from kubernetes import watch
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self.call,
+                *self.args,
+                resource_version=self.rv,
+                timeout_seconds=self.seconds,
+                _request_timeout=self.seconds + 10,
+                **self.kwargs,
+            ):
+                if self.stop.is_set():
+                    return
+                obj = event.get("object")
+                if not isinstance(obj, dict):
+                    obj = {}
+                self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
+                yield str(event.get("type") or ""), obj
+        finally:
+            w.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ class SourceText:
     _text: str | None
     _lines: list[str] | None = None
     _digest: bytes | None = None
+    _miss: tuple[int, int, int] | None = None  # the file's (inode, size, mtime) when a read back last failed
 
     @property
     def text(self) -> str:
@@ -104,17 +106,26 @@ class SourceText:
     @property
     def lost(self) -> bool:
         """Released, and its text cannot be had again: positions in it are unknown."""
-        return self._text is None and self._reread() is None
+        if self._text is None:
+            _ = self.text  # read back, and kept, when the file still holds those bytes
+        return self._text is None
 
     def release(self, digest: bytes) -> None:
         """Forget the text; `digest`: sha256 of the file's bytes it was decoded from."""
         self._text, self._lines, self._digest = None, None, digest
 
     def _reread(self) -> str | None:
+        """The text read back, if the file holds the bytes it was compiled from. A file that did not is read
+        again only once it changed (a stat per ask, not a read and a hash per diagnostic)."""
         try:
             with open(self.name, "rb") as f:
+                st = os.fstat(f.fileno())
+                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if key == self._miss:
+                    return None
                 raw = f.read(MAX_BYTES + 1)
             if hashlib.sha256(raw).digest() != self._digest:
+                self._miss = key
                 return None
             return decode(self.name, raw).text
         except (OSError, IntentError):

@@ -187,3 +187,37 @@ def test_a_released_file_changed_behind_the_compilers_back_loses_only_the_quote(
     assert clash[0].source_line is None
     assert (clash[0].location.line, clash[0].location.column) == (0, 0)  # not a made-up 1:1
     assert f"{b}:1:1" not in " ".join(d.message for d in plan.diagnostics)
+
+
+def test_a_released_text_is_read_back_only_when_its_file_changed(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A released text whose file no longer holds its bytes is lost: asked again, the file is not read and hashed
+    again until it changes; restored to those bytes, the text is back."""
+    import hashlib
+    import types
+
+    from netcomp.intent import source
+
+    f = tmp_path / "a.yaml"
+    raw = b"name: a\nvlan: 6\n"
+    f.write_bytes(raw)
+    st = source.SourceText(str(f), raw.decode())
+    st.release(hashlib.sha256(raw).digest())
+    assert st.line(2) == "vlan: 6"  # read back: the file holds the same bytes
+    st.release(hashlib.sha256(raw).digest())
+    f.write_bytes(b"name: a\nvlan: 7\n")
+    hashed: list[bytes] = []
+
+    def sha256(data: bytes) -> object:
+        hashed.append(data)
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(source, "hashlib", types.SimpleNamespace(sha256=sha256))
+    assert st.lost and st.line(2) is None
+    assert st.lost and st.text == ""
+    assert len(hashed) == 1  # once, not per ask
+    f.write_bytes(raw)
+    import os
+
+    os.utime(f, ns=(1, 1))  # a restore is a change of the file too, whatever the clock's tick
+    assert not st.lost and st.line(2) == "vlan: 6"
+    assert len(hashed) == 2
