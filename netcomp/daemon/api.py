@@ -16,7 +16,7 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.request import parse_request
+from netcomp.delegate.request import Request, parse_request
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
@@ -77,15 +77,19 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
     ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it."""
     t = time.perf_counter()
-    verb, cid, version, outcome, nets = "?", "?", DEFAULT_VERSION, "error", "-"
+    verb, cid, version, outcome = "?", "?", DEFAULT_VERSION, "error"
+    req: Request | None = None
+
+    def nets() -> str:  # after the request ran: DEL and CHECK name what the container's record held
+        return delegator.describe(req) if req is not None else "-"
+
     try:
         env, config, raw = protocol.decode_request(body)
         req = parse_request(env, config, raw)
         verb, cid, version = req.command, req.container_id or "-", req.cni_version
-        nets = delegator.describe(req)
         result = dispatch.handle(delegator, req)
         outcome = "ok"
-        log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets, (time.perf_counter() - t) * 1000)
+        log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets(), (time.perf_counter() - t) * 1000)
         if bare:
             return 200, compact(result) if result else b""
         if verb == "ADD":
@@ -99,7 +103,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
             "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
             verb,
             cid,
-            nets,
+            nets(),
             (time.perf_counter() - t) * 1000,
             e.code,
             printable(e.full_msg),
@@ -107,7 +111,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> A
         )
         return _error(e.code, e.full_msg, e.details, version)
     except HostError as e:
-        log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets, printable(str(e)))
+        log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets(), printable(str(e)))
         return _error(E_IO, str(e), version=version)
     except Exception as e:  # a bug: answer, log, keep serving
         log.exception("CNI %s container=%s internal error", verb, cid)

@@ -120,13 +120,9 @@ class Delegator:
 
     def describe(self, req: Request) -> str:
         """The networks a request is about, for the log line (cheap, never fails): for DEL and CHECK what the
-        cache says the container has, for ADD what is asked for."""
-        if req.command in ("DEL", "CHECK") and req.container_id:
-            with contextlib.suppress(HostError):
-                entry = self.cache.load(req.container_id, req.ifname)
-                if entry is not None:
-                    return ",".join(a.network for a in entry.attachments) or "-"
-            return "-"
+        cache says the container has (once they read it: `req.seen`), for ADD what is asked for."""
+        if req.command in ("DEL", "CHECK"):
+            return ",".join(req.seen) or "-"
         names = [n for n in [self.default_network(), *(w.network for w in req.wants)] if n]
         if self.pods is not None and req.pod is not None:
             names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
@@ -419,6 +415,7 @@ class Delegator:
         entry = self.cache.load(req.container_id, req.ifname)
         if entry is None:
             return  # nothing of ours (DEL is idempotent)
+        req.seen[:] = [a.network for a in entry.attachments]
         with nsutil.recorded(entry.netns_id, req.netns, entry.netns, pin=True) as target:
             if not target.found and entry.attached:
                 log.info(

@@ -21,6 +21,7 @@ def check(d: Delegator, req: Request) -> None:
             f"container {req.container_id} on {req.ifname} is not known",
             "no ADD was cached for it",
         )
+    req.seen[:] = [a.network for a in entry.attachments]
     if entry.unfinished:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,

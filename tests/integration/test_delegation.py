@@ -4,6 +4,7 @@ network namespaces the tests make. Nothing may be left behind: interfaces, host-
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import re
 from pathlib import Path
 
@@ -21,7 +22,8 @@ def dl(tmp_path: Path) -> DaemonLab:  # type: ignore[misc]
         yield d
 
 
-def test_default_bridge_and_macvlan_at_once(dl: DaemonLab) -> None:
+def test_default_bridge_and_macvlan_at_once(dl: DaemonLab, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="netcomp.server")
     ctr = dl.lab.container()
     rc, res = dl.shim("ADD", ctr, args="IgnoreUnknown=1;NETCOMP_NETWORKS=storage,backup", version="0.4.0")
     assert rc == 0, res
@@ -39,6 +41,15 @@ def test_default_bridge_and_macvlan_at_once(dl: DaemonLab) -> None:
     assert dl.lab.links(ctr) == ["lo"]
     assert dl.leases() == [] and dl.cache_files() == []
     assert dl.shim("DEL", ctr)[0] == 0  # DEL again: fine
+    # The log names the networks DEL and CHECK found in the container's record (read once, by the verb itself).
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CNI ")]
+    check, del1, del2 = (
+        next(m for m in lines if m.startswith("CNI CHECK")),
+        *[m for m in lines if m.startswith("CNI DEL")],
+    )
+    assert all(n in check.split(" networks=")[1].split()[0].split(",") for n in ("storage", "backup")), check
+    assert del1.split(" networks=")[1].split()[0] == check.split(" networks=")[1].split()[0], del1
+    assert " networks=- ok" in del2  # nothing recorded any more
     status = dl.daemon.status()
     assert status["ready"] and not status["degraded"] and status["requests"]["served"] >= 4
 
