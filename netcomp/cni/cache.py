@@ -14,7 +14,7 @@ Entries name their format (`"kind": "netcompCacheV1"`, as libcni's cache says `c
 before the format had a name (netcomp 0.1.0 before the write-ahead) are read as version 0: every attachment
 attached, no namespace identity. An entry of a kind this version does not know is reported by name and kept.
 
-Writes are atomic (temp file and rename) but not fsync'd: they must survive the daemon's death (OOM, watchdog,
+Writes are atomic (a temp file, swapped in by name: fsutil.publish_over) but not fsync'd: they must survive the daemon's death (OOM, watchdog,
 kill -9), which the page cache does, not the machine's. A machine that loses power loses every container, netns
 and interface with it; what outlives it on disk (host-local's leases, themselves written without fsync) is what
 the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each of the two writes of every ADD.
@@ -35,7 +35,7 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import publish_over, remove_stale_tmp, write_tmp
 
 log = logging.getLogger("netcomp.cache")
 
@@ -248,10 +248,15 @@ class Cache:
         """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry."""
         path, data = self.path(entry.container_id, entry.ifname), entry.to_json()
         try:
-            atomic_write(path, data, mode=0o600, durable=False)
+            tmp = write_tmp(path, data, mode=0o600, durable=False)
         except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic_write(path, data, mode=0o600, durable=False)
+            tmp = write_tmp(path, data, mode=0o600, durable=False)
+        publish_over(tmp, path)  # an entry is replaced once per ADD and removed at DEL (fsutil.publish_over)
+
+    def remove_temp_files(self) -> None:
+        """Temp files a daemon killed mid-save left (never read as entries): at start-up, before serving."""
+        remove_stale_tmp(self.directory)
 
     def remove(self, container_id: str, ifname: str) -> None:
         with contextlib.suppress(FileNotFoundError):

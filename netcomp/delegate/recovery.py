@@ -19,6 +19,7 @@ log = logging.getLogger("netcomp.delegate")
 def recover(d: Delegator) -> tuple[int, int]:
     """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
     rollbacks that failed). Returns (attachments undone, attachments still failing)."""
+    d.cache.remove_temp_files()
     entries = [e for e in d.cache.entries() if e.unfinished]
     undone, failed = _undo_all(d, entries, "recovery")
     if entries:

@@ -256,6 +256,82 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
     assert cache.count() == 1 and (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
+def test_a_cache_entry_replaced_is_swapped_in_and_its_old_version_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second save of an entry (the ADD's outcome over its write-ahead) swaps the new file in by name
+    (renameat2 RENAME_EXCHANGE, on this filesystem; what it spares is ext4's, see fsutil.publish_over) and
+    removes the old; no temp file is left, and a reader sees the old or the new entry, whole. The swap is
+    watched through a wrapper around the real one."""
+    from netcomp import fsutil
+    from netcomp.cni.cache import Attachment, Cache, Entry
+
+    swapped: list[bool] = []
+    real = fsutil._exchange
+
+    def watched(a: Path, b: Path) -> None:
+        try:
+            real(a, b)
+        except OSError:
+            swapped.append(False)
+            raise
+        swapped.append(True)
+
+    monkeypatch.setattr(fsutil, "_exchange", watched)
+    cache = Cache(tmp_path / "cache")
+    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
+    cache.save(entry)  # the write-ahead: nothing to replace yet
+    path = cache.path("c1", "eth0")
+    first = path.stat().st_ino
+    entry.attachments[0].state, entry.attachments[0].result = "attached", {"cniVersion": "1.0.0", "ips": []}
+    cache.save(entry)
+    assert path.stat().st_ino != first
+    assert swapped == [False, True]  # nothing to swap with at first (a rename), then a swap
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [path.name]  # the old version went with the swap
+    loaded = cache.load("c1", "eth0")
+    assert loaded is not None and loaded.attachments[0].state == "attached"
+
+
+def test_where_names_cannot_be_swapped_a_save_replaces_by_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem or kernel without RENAME_EXCHANGE (EINVAL) is stood in for by a _exchange that refuses: the
+    save falls back to the rename, with the same outcome."""
+    import errno
+
+    from netcomp import fsutil
+    from netcomp.cni.cache import Attachment, Cache, Entry
+
+    def refuse(a: Path, b: Path) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(fsutil, "_exchange", refuse)
+    cache = Cache(tmp_path / "cache")
+    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
+    cache.save(entry)
+    entry.attachments[0].state = "attached"
+    cache.save(entry)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.path("c1", "eth0").name]
+    loaded = cache.load("c1", "eth0")
+    assert loaded is not None and loaded.attachments[0].state == "attached"
+
+
+def test_start_up_removes_the_temp_files_a_killed_save_left(tmp_path: Path) -> None:
+    from netcomp.delegate import recovery
+
+    d = _delegator(tmp_path, {}, lambda *a: None)
+    try:
+        d.cache.directory.mkdir(parents=True, exist_ok=True)
+        stray = d.cache.directory / ".0123.json.netcomp-tmp"  # killed between the swap and the removal
+        stray.write_text('{"kind": "netcompCacheV1"}')
+        kept = d.cache.directory / "notes.txt"  # not ours: left alone
+        kept.write_text("x")
+        assert recovery.recover(d) == (0, 0)
+        assert not stray.exists() and kept.exists()
+    finally:
+        d.close()
+
+
 def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-untyped-def]
     nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
     d = _delegator(tmp_path, nets, fake_exec)
