@@ -14,10 +14,11 @@ Entries name their format (`"kind": "netcompCacheV1"`, as libcni's cache says `c
 before the format had a name (netcomp 0.1.0 before the write-ahead) are read as version 0: every attachment
 attached, no namespace identity. An entry of a kind this version does not know is reported by name and kept.
 
-Writes are atomic (a temp file, swapped in by name: fsutil.publish_over) but not fsync'd: they must survive the daemon's death (OOM, watchdog,
-kill -9), which the page cache does, not the machine's. A machine that loses power loses every container, netns
-and interface with it; what outlives it on disk (host-local's leases, themselves written without fsync) is what
-the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each of the two writes of every ADD.
+Writes are atomic (a temp file, swapped in by name: fsutil.publish_over) but not fsync'd: they must survive the
+daemon's death (OOM, watchdog, kill -9), which the page cache does, not the machine's. A machine that loses power
+loses every container, netns and interface with it; what outlives it on disk (host-local's leases, themselves
+written without fsync) is what the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each
+of the two writes of every ADD. An entry the power cut left empty is removed when read (`_torn`).
 """
 
 from __future__ import annotations
@@ -214,6 +215,26 @@ def _dict(d: Any, key: str) -> dict[str, Any]:
 _READ_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
+def _torn(path: Path, data: bytes) -> bool:
+    """An entry with nothing in it (empty, or only NUL bytes): netcomp never writes one, and a daemon killed
+    mid-write leaves the old entry or the new one (Cache.save); only the machine going down in the seconds after a
+    write (entries are not fsync'd: the module docstring) leaves one. It records nothing that can be undone, so it
+    is removed, said in the log, and read as no entry: the runtime's DEL after the reboot succeeds instead of
+    failing on it for ever."""
+    if data.strip(b"\0"):
+        return False
+    log.warning(
+        "attachment cache entry %s is empty (%d bytes): the machine went down while it was being written; what "
+        "it recorded cannot be known and nothing is undone for it (host-local leases it held stay until freed by "
+        "hand); removed",
+        path,
+        len(data),
+    )
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return True
+
+
 class Cache:
     """The cache dir (0700). File names are a hash of the container ID and the runtime's ifname, so no ID can
     name a path (CNI: a container is identified by CNI_CONTAINERID plus CNI_IFNAME)."""
@@ -235,6 +256,8 @@ class Cache:
             return None
         except OSError as e:
             raise HostError(f"cannot read the attachment cache entry {path}: {e.strerror}") from None
+        if _torn(path, data):
+            return None
         try:
             return Entry.from_json(data)
         except _READ_ERRORS as e:
@@ -288,7 +311,9 @@ class Cache:
             if name.endswith(".json") and not name.startswith("."):
                 path = self.directory / name
                 try:
-                    out.append(Entry.from_json(path.read_bytes()))
+                    data = path.read_bytes()
+                    if not _torn(path, data):
+                        out.append(Entry.from_json(data))
                 except FileNotFoundError:  # removed by a DEL meanwhile
                     continue
                 except UnknownKind as e:
