@@ -37,7 +37,7 @@ def retry_unfinished(d: Delegator) -> tuple[int, int]:
     container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go."""
     entries = []
     for cid, ifname in list(d.unfinished):
-        with contextlib.suppress(HostError):
+        with contextlib.suppress(HostError), d.locks.hold(cid):  # every load holds the container's lock
             e = d.cache.load(cid, ifname)
             if e is not None and e.unfinished:
                 entries.append(e)

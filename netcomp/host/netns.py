@@ -173,9 +173,15 @@ class _Hand:
         try:
             while True:
                 job = self.jobs.get()
-                error, value, at_home = _do(job, self.home)
+                try:
+                    error, value, at_home = _do(job, self.home)
+                except BaseException as e:  # a bug around the work (the work's own errors are in `error`)
+                    # Where the thread is now is not known: it answers, and ends, never working again.
+                    job.reply.put((e, None))
+                    return
                 kept = at_home and self.crew.back(self)  # back in the crew before the answer: reused at once
                 job.reply.put((error, value))
+                del job, error, value  # an idle thread holds nothing of the last work
                 if not kept:
                     return  # if going home failed, the thread ends here, never working again
         finally:

@@ -91,7 +91,7 @@ class SourceText:
     _text: str | None
     _lines: list[str] | None = None
     _digest: bytes | None = None
-    _miss: tuple[int, int, int] | None = None  # the file's (inode, size, mtime) when a read back last failed
+    _miss: tuple[int, ...] | None = None  # the file's stat (device, inode, size, mtime, ctime) when a read back failed
 
     @property
     def text(self) -> str:
@@ -112,7 +112,7 @@ class SourceText:
 
     def release(self, digest: bytes) -> None:
         """Forget the text; `digest`: sha256 of the file's bytes it was decoded from."""
-        self._text, self._lines, self._digest = None, None, digest
+        self._text, self._lines, self._digest, self._miss = None, None, digest, None
 
     def _reread(self) -> str | None:
         """The text read back, if the file holds the bytes it was compiled from. A file that did not is read
@@ -120,7 +120,7 @@ class SourceText:
         try:
             with open(self.name, "rb") as f:
                 st = os.fstat(f.fileno())
-                key = (st.st_ino, st.st_size, st.st_mtime_ns)
+                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 if key == self._miss:
                     return None
                 raw = f.read(MAX_BYTES + 1)

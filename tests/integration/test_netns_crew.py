@@ -90,6 +90,8 @@ def test_what_is_not_a_network_namespace_is_the_requests_error() -> None:
     finally:
         os.close(r)
         os.close(w)
+    tid = nsutil.inside("/proc/self/ns/net", threading.get_native_id, "look")
+    assert _ns_of(tid) == os.stat("/proc/thread-self/ns/net").st_ino
 
 
 def test_side_by_side_each_gets_its_own_namespace(two: tuple[Lab, str, str]) -> None:
@@ -135,3 +137,22 @@ def test_a_thread_that_cannot_go_home_is_never_used_again(
     after = nsutil.inside(a, threading.get_native_id, "look")
     assert after != stuck  # ...but that thread works no more: another does
     assert all(h.thread.native_id != stuck for h in nsutil._CREW._idle)
+
+
+def test_a_bug_around_the_work_is_raised_and_never_hangs_the_caller(
+    two: tuple[Lab, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure outside the work itself (stood in for by a _do that raises) reaches the caller, and the thread,
+    whose whereabouts are then unknown, is not used again."""
+    _, a, _ = two
+    before = nsutil.inside(a, threading.get_native_id, "look")
+
+    def broken(job: object, home: int) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(nsutil, "_do", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        nsutil.inside(a, threading.get_native_id, "look")
+    monkeypatch.undo()
+    assert nsutil.inside(a, threading.get_native_id, "look") != before
+    assert all(h.thread.native_id != before for h in nsutil._CREW._idle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from netcomp.cni import result
 from netcomp.delegate import dispatch, select
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import parse_request
-from netcomp.errors import DelegateError
+from netcomp.errors import DelegateError, HostError
 
 # The test process's own network namespace stands in for a container's: a real namespace any user can open, so
 # the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.
@@ -256,64 +257,33 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
     assert cache.count() == 1 and (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
-def test_a_cache_entry_replaced_is_swapped_in_and_its_old_version_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_an_empty_entry_is_reported_by_a_scan_and_removed_only_by_a_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The second save of an entry (the ADD's outcome over its write-ahead) swaps the new file in by name
-    (renameat2 RENAME_EXCHANGE, on this filesystem; what it spares is ext4's, see fsutil.publish_over) and
-    removes the old; no temp file is left, and a reader sees the old or the new entry, whole. The swap is
-    watched through a wrapper around the real one."""
-    from netcomp import fsutil
-    from netcomp.cni.cache import Attachment, Cache, Entry
+    """An entry a power cut left empty (zero bytes, or zeros): a scan (listing, GC, start-up; no container lock)
+    reports it and leaves it; a load (always under the container's lock) removes it, says so, and reads it as no
+    entry. A half-written entry is not empty: it stays an error, kept for the operator."""
+    from netcomp.cni.cache import Cache
 
-    swapped: list[bool] = []
-    real = fsutil._exchange
-
-    def watched(a: Path, b: Path) -> None:
-        try:
-            real(a, b)
-        except OSError:
-            swapped.append(False)
-            raise
-        swapped.append(True)
-
-    monkeypatch.setattr(fsutil, "_exchange", watched)
     cache = Cache(tmp_path / "cache")
-    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
-    cache.save(entry)  # the write-ahead: nothing to replace yet
-    path = cache.path("c1", "eth0")
-    first = path.stat().st_ino
-    entry.attachments[0].state, entry.attachments[0].result = "attached", {"cniVersion": "1.0.0", "ips": []}
-    cache.save(entry)
-    assert path.stat().st_ino != first
-    assert swapped == [False, True]  # nothing to swap with at first (a rename), then a swap
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [path.name]  # the old version went with the swap
-    loaded = cache.load("c1", "eth0")
-    assert loaded is not None and loaded.attachments[0].state == "attached"
-
-
-def test_where_names_cannot_be_swapped_a_save_replaces_by_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A filesystem or kernel without RENAME_EXCHANGE (EINVAL) is stood in for by a _exchange that refuses: the
-    save falls back to the rename, with the same outcome."""
-    import errno
-
-    from netcomp import fsutil
-    from netcomp.cni.cache import Attachment, Cache, Entry
-
-    def refuse(a: Path, b: Path) -> None:
-        raise OSError(errno.EINVAL, "Invalid argument")
-
-    monkeypatch.setattr(fsutil, "_exchange", refuse)
-    cache = Cache(tmp_path / "cache")
-    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
-    cache.save(entry)
-    entry.attachments[0].state = "attached"
-    cache.save(entry)
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.path("c1", "eth0").name]
-    loaded = cache.load("c1", "eth0")
-    assert loaded is not None and loaded.attachments[0].state == "attached"
+    cache.directory.mkdir()
+    empty, zeros, half = (cache.path(c, "eth0") for c in ("c1", "c2", "c3"))
+    empty.write_bytes(b"")
+    zeros.write_bytes(b"\0" * 600)
+    half.write_bytes(b'{"kind": "netcompCacheV1", "contai')
+    entries, broken = cache.scan()
+    assert entries == []
+    assert sorted((p.name, why.split(" (")[0]) for p, why in broken if "empty" in why) == sorted(
+        [(empty.name, "empty"), (zeros.name, "empty")]
+    )
+    assert empty.exists() and zeros.exists()
+    with caplog.at_level(logging.WARNING, logger="netcomp.cache"):
+        assert cache.load("c1", "eth0") is None and cache.load("c2", "eth0") is None
+    assert not empty.exists() and not zeros.exists()
+    assert sum("the machine went down" in r.getMessage() for r in caplog.records) == 2
+    with pytest.raises(HostError, match="cannot be read"):
+        cache.load("c3", "eth0")
+    assert half.exists()
 
 
 def test_start_up_removes_the_temp_files_a_killed_save_left(tmp_path: Path) -> None:
