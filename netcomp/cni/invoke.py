@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from netcomp.cni import spawn
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.errors import DelegateError, printable
@@ -48,21 +49,24 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
 
     posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
     per plugin exec, this costs the daemon 0.3 ms of CPU instead of 0.6 and answers 0.7-0.9 ms sooner
-    (bench/spawn.py). What subprocess does for us is done here too: the child gets only fds 0-2 (every fd the
-    daemon opens is close-on-exec, PEP 446, and `seal_fds` makes those it inherited so), the signals Python
-    ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty signal mask, and no deadlock however much it
-    reads or writes."""
+    (bench/spawn.py); spawned with the GIL released (spawn.py says why). What subprocess does for us is done
+    here too: the child gets only fds 0-2 (every fd the daemon opens is close-on-exec, PEP 446, and `seal_fds`
+    makes those it inherited so), the signals Python ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty
+    signal mask, and no deadlock however much it reads or writes. Its stdin is in the pipe before it starts (as
+    much as the pipe holds: a config is a few KiB, a pipe 64): the plugin never waits for the daemon to write."""
     if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
         raise DelegateError(E_OTHER, f"cannot execute {argv[0]!r}: not an absolute path")
     deadline = time.monotonic() + timeout
-    in_r, in_w = os.pipe2(os.O_CLOEXEC)
+    in_r, in_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        pid = os.posix_spawn(
+        os.set_blocking(in_r, True)  # the plugin's end: a plain blocking stdin
+        left = _prefill(in_w, stdin)
+        pid = spawn.posix_spawn(
             argv[0],
-            list(argv),
-            dict(env),
+            argv,
+            env,
             file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((in_r, out_w, err_w))],
             setsigdef=_SIGDEF,
             setsigmask=(),
@@ -75,7 +79,7 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     try:
-        out, err = _communicate(in_w, out_r, err_r, stdin, deadline)
+        out, err = _communicate(in_w, out_r, err_r, left, deadline)
     except TimeoutError:
         _kill(pid)
         raise DelegateError(E_OTHER, f"timed out after {timeout:g}s") from None
@@ -87,6 +91,17 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
         raise
     _, status = os.waitpid(pid, 0)
     return ExecResult(os.waitstatus_to_exitcode(status), out, err)
+
+
+def _prefill(fd: int, data: bytes) -> memoryview:
+    """Write what the (non-blocking) pipe takes of data now; what is left."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view[:65536]) :]
+    except BlockingIOError:
+        pass
+    return view
 
 
 def _kill(pid: int) -> None:
@@ -109,19 +124,22 @@ class _TooMuch(Exception):
 _SIGDEF = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
 
 
-def _communicate(in_w: int, out_r: int, err_r: int, data: bytes, deadline: float) -> tuple[bytes, bytes]:
-    """Feed `data` to the child and read its stdout and stderr until both close; closes all three fds.
-    TimeoutError when the deadline passes first, _TooMuch when stdout passes MAX_STDOUT."""
+def _communicate(in_w: int, out_r: int, err_r: int, view: memoryview, deadline: float) -> tuple[bytes, bytes]:
+    """Feed what is left of the child's stdin (`in_w` non-blocking) and read its stdout and stderr until both
+    close; closes all three fds. TimeoutError when the deadline passes first, _TooMuch when stdout passes
+    MAX_STDOUT."""
     got: dict[int, list[bytes]] = {out_r: [], err_r: []}
     size = {out_r: 0, err_r: 0}
     reading = {out_r, err_r}
-    writing = {in_w}
-    view = memoryview(data)
+    writing: set[int] = set()
     poller = select.poll()
     for fd in reading:
         poller.register(fd, select.POLLIN)
-    os.set_blocking(in_w, False)
-    poller.register(in_w, select.POLLOUT)
+    if view:
+        writing.add(in_w)
+        poller.register(in_w, select.POLLOUT)
+    else:
+        os.close(in_w)  # all of it is in the pipe: the child reads it, then EOF
     try:
         while reading or writing:
             left = deadline - time.monotonic()

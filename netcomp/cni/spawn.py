@@ -1,0 +1,155 @@
+"""posix_spawn(3) with the GIL released: `os.posix_spawn`'s interface, libc's function called through ctypes.
+
+CPython's `os.posix_spawn` holds the GIL for the whole call, and the call lasts until the child has exec'd
+(glibc spawns with CLONE_VFORK). Measured in the daemon (`perf sched` tracepoints, issue 14): the kernel wakes
+the parent on the CPU the child has just moved to and started its plugin on, so the parent waits for that CPU,
+1-1.3 ms per exec, while the other CPU idles; the benchmark's own process spawning the same plugin waited
+0.14 ms. All that time the GIL is held: no other request, no other delegate of the same ADD, not even the
+serving loop can run. Through ctypes the GIL is released while libc spawns (ctypes releases it around every
+foreign call of a CDLL), so the wait costs only the thread that asked. CPython 3.12 made the same change for
+subprocess's vfork (gh-104372).
+
+Safe to run beside other threads: glibc's posix_spawn is made for multithreaded callers (the child runs on a
+stack of its own, with every signal blocked, and touches nothing but what it was given before it execs), and
+every argument it reads is built here and kept alive until it returns. Where libc cannot be loaded this way,
+`os.posix_spawn` is used (the GIL is then held, as before)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# glibc's and musl's values (spawn.h).
+SETPGROUP, SETSIGDEF, SETSIGMASK = 0x02, 0x04, 0x08
+# Room for each of libc's opaque structs: glibc's are 80 bytes (file actions), 336 (attributes), 128 (sigset_t).
+_OPAQUE = 1024
+
+
+def _load() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fns = {
+            "posix_spawn": (
+                ctypes.c_int,
+                [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
+                + [ctypes.POINTER(ctypes.c_char_p)] * 2,
+            ),
+            "posix_spawn_file_actions_init": (ctypes.c_int, [ctypes.c_void_p]),
+            "posix_spawn_file_actions_destroy": (ctypes.c_int, [ctypes.c_void_p]),
+            "posix_spawn_file_actions_adddup2": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
+            "posix_spawn_file_actions_addclose": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+            "posix_spawn_file_actions_addopen": (
+                ctypes.c_int,
+                [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint],
+            ),
+            "posix_spawnattr_init": (ctypes.c_int, [ctypes.c_void_p]),
+            "posix_spawnattr_destroy": (ctypes.c_int, [ctypes.c_void_p]),
+            "posix_spawnattr_setflags": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_short]),
+            "posix_spawnattr_setpgroup": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+            "posix_spawnattr_setsigdefault": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+            "posix_spawnattr_setsigmask": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+            "sigemptyset": (ctypes.c_int, [ctypes.c_void_p]),
+            "sigaddset": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+        }
+        for name, (restype, argtypes) in fns.items():
+            fn = getattr(libc, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        return libc
+    except (OSError, AttributeError):  # no libc to load, or one without these: os.posix_spawn
+        return None
+
+
+_LIBC = _load()
+AVAILABLE = _LIBC is not None
+
+
+def _check(err: int, what: str) -> None:
+    if err != 0:
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _sigset(signals: Iterable[int]) -> ctypes.Array[ctypes.c_char]:
+    s = ctypes.create_string_buffer(_OPAQUE)
+    _LIBC.sigemptyset(s)
+    for sig in signals:
+        if _LIBC.sigaddset(s, int(sig)) != 0:
+            raise ValueError(f"signal number out of range: {sig}")
+    return s
+
+
+def _strings(items: Iterable[bytes]) -> ctypes.Array[ctypes.c_char_p]:
+    values: list[bytes | None] = [*items, None]
+    return (ctypes.c_char_p * len(values))(*values)
+
+
+def posix_spawn(
+    path: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    file_actions: Sequence[tuple[Any, ...]] = (),
+    setpgroup: int | None = None,
+    setsigmask: Iterable[int] | None = None,
+    setsigdef: Iterable[int] = (),
+) -> int:
+    """`os.posix_spawn(path, argv, env, file_actions=..., setpgroup=..., setsigmask=..., setsigdef=...)`, the GIL
+    released while libc spawns; the child's pid. file_actions as os.posix_spawn takes them
+    (os.POSIX_SPAWN_DUP2, _CLOSE, _OPEN tuples). OSError as os.posix_spawn raises it (the exec's own failure
+    included: glibc reports it from the child)."""
+    if _LIBC is None:
+        kw: dict[str, Any] = {"setsigdef": tuple(setsigdef)}
+        if setpgroup is not None:
+            kw["setpgroup"] = setpgroup
+        if setsigmask is not None:
+            kw["setsigmask"] = tuple(setsigmask)
+        return os.posix_spawn(path, list(argv), dict(env), file_actions=list(file_actions), **kw)
+    libc = _LIBC
+    fa = ctypes.create_string_buffer(_OPAQUE)
+    attr = ctypes.create_string_buffer(_OPAQUE)
+    _check(libc.posix_spawn_file_actions_init(fa), "posix_spawn_file_actions_init")
+    try:
+        _check(libc.posix_spawnattr_init(attr), "posix_spawnattr_init")
+        try:
+            keep: list[object] = []  # what libc was given a pointer to, alive until the spawn is done
+            for action in file_actions:
+                kind = action[0]
+                if kind == os.POSIX_SPAWN_DUP2:
+                    err = libc.posix_spawn_file_actions_adddup2(fa, action[1], action[2])
+                elif kind == os.POSIX_SPAWN_CLOSE:
+                    err = libc.posix_spawn_file_actions_addclose(fa, action[1])
+                elif kind == os.POSIX_SPAWN_OPEN:
+                    name = os.fsencode(action[2])
+                    keep.append(name)
+                    err = libc.posix_spawn_file_actions_addopen(fa, action[1], name, action[3], action[4])
+                else:
+                    raise ValueError(f"unknown file action {kind!r}")
+                _check(err, "posix_spawn file action")
+            flags = 0
+            if setpgroup is not None:
+                flags |= SETPGROUP
+                _check(libc.posix_spawnattr_setpgroup(attr, setpgroup), "posix_spawnattr_setpgroup")
+            sigdef = list(setsigdef)
+            if sigdef:
+                flags |= SETSIGDEF
+                default = _sigset(sigdef)
+                keep.append(default)
+                _check(libc.posix_spawnattr_setsigdefault(attr, default), "posix_spawnattr_setsigdefault")
+            if setsigmask is not None:
+                flags |= SETSIGMASK
+                mask = _sigset(setsigmask)
+                keep.append(mask)
+                _check(libc.posix_spawnattr_setsigmask(attr, mask), "posix_spawnattr_setsigmask")
+            _check(libc.posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags")
+            args = _strings(os.fsencode(a) for a in argv)
+            envp = _strings(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())
+            pid = ctypes.c_int(0)
+            err = libc.posix_spawn(ctypes.byref(pid), os.fsencode(path), fa, attr, args, envp)
+            if err != 0:
+                raise OSError(err, os.strerror(err), path)
+            return pid.value
+        finally:
+            libc.posix_spawnattr_destroy(attr)
+    finally:
+        libc.posix_spawn_file_actions_destroy(fa)
