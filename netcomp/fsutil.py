@@ -8,10 +8,17 @@ empty; libcni and netplan write-then-rename, as we do.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import os
+import queue
+import threading
 from pathlib import Path
 
+log = logging.getLogger("netcomp.fsutil")
 TMP_SUFFIX = ".netcomp-tmp"
+# A file discard() took out of its directory's view, waiting for its storage to be freed.
+GONE_SUFFIX = ".netcomp-gone"
 
 
 def _tmp_for(path: Path) -> Path:
@@ -81,9 +88,92 @@ def is_racy(st: os.stat_result, now_ns: int) -> bool:
 
 
 def remove_stale_tmp(directory: Path) -> None:
-    """Remove temp files a crash left behind (they are never loaded, but they are clutter)."""
+    """Remove temp files and discarded ones a crash left behind (they are never loaded, but they are clutter)."""
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
-            if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX):
+            if entry.name.startswith(".") and entry.name.endswith((TMP_SUFFIX, GONE_SUFFIX)):
                 with contextlib.suppress(OSError):  # gone meanwhile, or not a file: clutter, never an error
                     os.unlink(entry.path)
+
+
+def discard(path: Path) -> bool:
+    """Remove path as every reader of its directory sees it, at once: it is renamed to a hidden name (atomic; a
+    crash leaves it there for remove_stale_tmp), and a thread of its own unlinks it. False when there was no
+    such file.
+
+    Why not unlink here: on ext4, unlinking a file whose blocks are on disk (a file renamed over another is
+    written out at once, auto_da_alloc) frees its blocks in the unlink, 0.35-0.5 ms here, mostly waiting, on
+    the path of every DEL; the rename costs 0.05 ms."""
+    trash = path.with_name(f".{path.name}.{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return False
+    _JANITOR.put(str(trash))
+    return True
+
+
+def settle(timeout: float) -> bool:
+    """Until every file discard() took is unlinked, or timeout (False)."""
+    return _JANITOR.settle(timeout)
+
+
+class _Janitor:
+    """Unlinks what discard() renamed, on a thread of its own, started when first needed."""
+
+    _lock: threading.Lock
+    _idle: threading.Condition
+    _queue: queue.SimpleQueue[str]
+    _pending: int
+    _thread: threading.Thread | None
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def put(self, path: str) -> None:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="janitor", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had: the caller waits for the unlink instead
+                    _unlink(path)
+                    return
+                self._thread = thread
+            self._pending += 1
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            _unlink(path)
+            with self._lock:
+                self._pending -= 1
+                if not self._pending:
+                    self._idle.notify_all()
+
+    def settle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending, timeout)
+
+    def reset(self) -> None:
+        """Made anew; in a forked child too, where the parent's thread is not (its queue is the parent's)."""
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._queue = queue.SimpleQueue()
+        self._pending = 0
+        self._thread = None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:  # left for the next start's sweep
+        log.warning("cannot remove %s: %s", path, e.strerror)
+
+
+_serial = itertools.count()
+_JANITOR = _Janitor()
+os.register_at_fork(after_in_child=_JANITOR.reset)

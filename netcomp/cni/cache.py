@@ -40,7 +40,7 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, remove_stale_tmp
+from netcomp.fsutil import atomic_write, discard, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
@@ -286,16 +286,17 @@ class Cache:
             atomic_write(path, data, mode=0o600, durable=False)
 
     def remove_temp_files(self) -> None:
-        """Temp files a daemon killed mid-save left (never read as entries): at start-up, before serving. A dir
-        that cannot be listed is said in the log and left: the clutter is harmless, a start that fails is not."""
+        """Temp files a daemon killed mid-save left, and removed entries it had not unlinked yet (never read as
+        entries): at start-up, before serving. A dir that cannot be listed is said in the log and left: the
+        clutter is harmless, a start that fails is not."""
         try:
             remove_stale_tmp(self.directory)
         except OSError as e:
             log.warning("cannot look for temp files left in the attachment cache %s: %s", self.directory, e)
 
     def remove(self, container_id: str, ifname: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(container_id, ifname).unlink()
+        """The entry is gone for every reader when this returns; its file is unlinked after (fsutil.discard)."""
+        discard(self.path(container_id, ifname))
 
     def count(self) -> int:
         """How many containers have an entry: the files, not read (status asks this every few seconds)."""

@@ -1,0 +1,55 @@
+"""fsutil.discard: a file gone for every reader of its directory at once, unlinked after by a thread of its own;
+what a crash leaves between the two is swept at the next start. Real files, no mocks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from netcomp import fsutil
+from netcomp.cni.cache import Cache, Entry
+
+
+def test_a_discarded_file_is_gone_at_once_and_unlinked_after(tmp_path: Path) -> None:
+    f = tmp_path / "a.json"
+    f.write_bytes(b"{}")
+    os.sync()  # its blocks on disk: the unlink that frees them is the slow one
+    held = os.open(f, os.O_RDONLY)  # the inode, to see it go
+    try:
+        assert fsutil.discard(f)
+        assert not f.exists() and [p.name for p in tmp_path.glob("*.json")] == []
+        assert fsutil.settle(30)
+        assert os.listdir(tmp_path) == []
+        assert os.fstat(held).st_nlink == 0
+    finally:
+        os.close(held)
+    assert not fsutil.discard(f)  # nothing there: False, nothing done
+
+
+def test_what_a_crash_left_discarded_is_swept_with_the_temp_files(tmp_path: Path) -> None:
+    stale = [tmp_path / f".a.json.123-4{fsutil.GONE_SUFFIX}", tmp_path / f".b.json{fsutil.TMP_SUFFIX}"]
+    kept = [tmp_path / "c.json", tmp_path / ".hidden", tmp_path / f"d{fsutil.GONE_SUFFIX}"]
+    for p in stale + kept:
+        p.write_bytes(b"x")
+    fsutil.remove_stale_tmp(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in kept)
+
+
+def test_a_removed_cache_entry_reads_as_none_at_once(tmp_path: Path) -> None:
+    """The entry's removal (DEL's last step) is a rename: load, count and the scans see no entry from then on,
+    and a new ADD of the same container writes a new one beside the one being unlinked."""
+    cache = Cache(tmp_path / "cache")
+    e = Entry("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
+    e.attachments = []
+    cache.save(e)
+    assert cache.count() == 1
+    cache.remove("c1", "eth0")
+    assert cache.load("c1", "eth0") is None and cache.count() == 0 and cache.scan() == ([], [])
+    cache.save(e)
+    assert cache.load("c1", "eth0") is not None
+    assert fsutil.settle(30)
+    assert cache.count() == 1
+    cache.remove("c1", "eth0")
+    cache.remove("c1", "eth0")  # again: nothing there, no error
+    assert fsutil.settle(30)
+    assert os.listdir(tmp_path / "cache") == []
