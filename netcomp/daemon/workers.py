@@ -1,0 +1,64 @@
+"""A pool of threads for the server's work: started when needed (up to a limit), kept idle after.
+
+Leaner than concurrent.futures' ThreadPoolExecutor on the path of every request: the work is a plain callable
+put on a C queue (no Future, no work item, no semaphore), and whoever submits it does not wait for it (the
+worker answers the client itself, server.py)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("netcomp.server")
+
+
+class Workers:
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, work: Callable[[], object]) -> None:
+        """Run work() on a worker; a new one is started when none is idle and the limit allows, otherwise it
+        waits for the next one to be free. Its exceptions are logged (a bug: work answers for itself)."""
+        with self._lock:
+            start = self._idle == 0 and self._threads < self.limit
+            if start:
+                self._threads += 1
+                self._idle += 1  # counted before it runs, so that the next submit does not start another
+        if start:
+            try:
+                threading.Thread(target=self._run, name=f"{self.name}_{self._threads}", daemon=True).start()
+            except RuntimeError:  # no thread to be had now: an idle one, or the next to finish, takes it
+                with self._lock:
+                    self._threads -= 1
+                    self._idle -= 1
+        self._queue.put(work)
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            if work is None:
+                return
+            try:
+                work()
+            except Exception:
+                log.exception("bug in a %s worker", self.name)
+            del work  # an idle worker holds nothing of its last work
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self) -> None:
+        """Each worker ends once it is free (what is queued before this still runs)."""
+        with self._lock:
+            n = self._threads
+            self._threads = self.limit  # no new ones
+        for _ in range(n):
+            self._queue.put(None)
