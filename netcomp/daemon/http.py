@@ -10,8 +10,9 @@ import select
 import socket
 import struct
 
-from netcomp.cni.codes import E_DECODE
+from netcomp.cni.codes import E_DECODE, E_TOO_LARGE
 
+MAX_HEAD = 64 * 1024
 _PEERCRED = struct.Struct("3i")
 REASONS = {
     102: "Processing",
@@ -51,6 +52,51 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
         headers[name.decode().lower()] = value.strip().decode("latin-1")
     path = parts[1].split(b"?", 1)[0].decode("latin-1")
     return parts[0].decode(), path, headers
+
+
+def content_length(headers: dict[str, str], max_body: int) -> int:
+    """The body's length a request head declares; Refuse when it declares none, a chunked one, or one too long."""
+    if "transfer-encoding" in headers:
+        raise Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
+    length = headers.get("content-length")
+    if length is None or not length.isdigit() or len(length) > 12:
+        raise Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
+    n = int(length)
+    if n > max_body:
+        raise Refuse(413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {max_body}", linger=True)
+    return n
+
+
+class Incoming:
+    """A request as its bytes arrive: the head, parsed once it is all there (within MAX_HEAD), then a POST's body
+    of the length it declares."""
+
+    __slots__ = ("body", "buf", "head", "need")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.head: tuple[str, str, dict[str, str]] | None = None
+        self.need = 0
+        self.body = b""
+
+    def feed(self, data: bytes, max_body: int) -> bool:
+        """Whether the request is complete with data; Refuse when it is not one to serve."""
+        self.buf += data
+        if self.head is None:
+            end = self.buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+            if end < 0:
+                if len(self.buf) > MAX_HEAD:
+                    raise Refuse(431, E_DECODE, "request head over 64 KiB", linger=True)
+                return False
+            self.head = parse_head(bytes(self.buf[: end + 4]))
+            del self.buf[: end + 4]
+            if self.head[0] == "POST":
+                self.need = content_length(self.head[2], max_body)
+        if len(self.buf) < self.need:
+            return False
+        self.body = bytes(self.buf[: self.need])
+        self.buf = bytearray()
+        return True
 
 
 def response(status: int, body: bytes, ctype: str = "application/json") -> bytes:

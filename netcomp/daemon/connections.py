@@ -1,0 +1,327 @@
+"""The connections of the daemon's socket, the loop half of the server (server.py routes what they ask).
+
+One loop, on a thread of its own, accepts and reads every connection (a selector over non-blocking sockets), so
+that an idle or slow connection costs a file descriptor and a little memory, never a thread. Before any work it
+enforces:
+- the peer's uid (SO_PEERCRED) must be allowed;
+- at most `maxConnections` connections, and `maxConnectionsPerPeer` from one process (a client holding many
+  connections open cannot starve the runtime's shims, which are one process per request);
+- the request's head and body must arrive within `headerTimeout`, the head within 64 KiB, the body within
+  `maxRequestBytes` and declared by Content-Length (http.Incoming).
+A refusal is a CNI error object in JSON; when the body was not read, the writing half is closed and what the
+client still sends is read and dropped (bounded), so that it reads the answer instead of failing on a reset. A
+complete request goes to `_route` (the server's), which answers it at once, queues it, or hands it to a worker;
+a worker that has a connection writes the answer and closes it itself (`_release`, `_closed`). A connection whose
+request is whole when it is accepted (the usual: a shim sends it as it connects) is routed there and then, never
+registered with the selector. The loop also calls `on_tick` every `tick_every` seconds: a loop that is stuck
+stops feeding the watchdog.
+
+Issue 14 measured the asyncio loop this replaced at 1.35 ms of CPU per ADD+DEL (a task, a stream reader and
+writer per connection, the worker's answer chained back to the loop through its self-pipe), this one at 0.45."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
+from netcomp.daemon import http, protocol
+from netcomp.daemon.metrics import Metrics
+
+log = logging.getLogger("netcomp.server")
+LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
+WRITE_TIMEOUT = 30.0
+READING, QUEUED, LINGER = "reading", "queued", "linger"
+TOO_MANY = "too many connections; try again later"
+
+
+@dataclass
+class Limits:
+    allowed_uids: set[int] = field(default_factory=lambda: {0})
+    max_in_flight: int = 64
+    max_queued: int = 1024
+    queue_timeout: float = 30.0
+    max_connections: int = 1024
+    max_per_peer: int = 64
+    header_timeout: float = 5.0
+    max_body: int = 1024 * 1024
+
+
+@dataclass(eq=False, slots=True)
+class Conn:
+    """A connection while the loop has it: being read, waiting in the server's queue, or lingering."""
+
+    sock: socket.socket
+    pid: int
+    req: http.Incoming = field(default_factory=http.Incoming)
+    state: str = READING
+    deadline: float = 0.0
+    left: int = 0  # bytes a lingering connection may still send
+    mine: bool = True  # the loop's; False once closed or a worker has it (the worker answers and closes)
+    registered: bool = False  # with the selector
+
+
+class Connections:
+    """The loop. A subclass routes complete requests (`_route`) and keeps a queue of them (`_left_queue`,
+    `_queue_expired`, `_after_events`, `_queued_now`)."""
+
+    def __init__(self, sock: socket.socket, metrics: Metrics, limits: Limits) -> None:
+        self.sock = sock
+        self.metrics = metrics
+        self.limits = limits
+        self.on_tick: Callable[[], None] = lambda: None
+        self.tick_every = 0.5
+        self._count_lock = threading.Lock()  # workers close connections too
+        self._conns = 0
+        self._per_peer: Counter[int] = Counter()
+        self._sel = selectors.DefaultSelector()
+        self._timers: list[tuple[float, int, Conn]] = []  # (deadline, seq, conn): a heap; stale ones skipped
+        self._seq = 0
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_lock = threading.Lock()  # nobody writes to the pipe once the loop closed it
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # hooks of the server
+    def _route(self, c: Conn) -> None:
+        raise NotImplementedError
+
+    def _left_queue(self, c: Conn) -> None:
+        """A queued request's client hung up: it is taken out of the queue (the loop closes it)."""
+
+    def _queue_expired(self, c: Conn) -> None:
+        """A queued request waited queueTimeout: it is taken out of the queue (the loop answers it)."""
+
+    def _after_events(self) -> None:
+        """After each round of the loop (start what waits in the queue)."""
+
+    def _queued_now(self) -> list[Conn]:
+        """What waits in the queue, to be closed when the loop stops."""
+        return []
+
+    # ---------------------------------------------------------------------------------------------- the loop
+
+    def start_loop(self) -> None:
+        """Serve on a thread of its own; the socket is being served when this returns."""
+        self.sock.setblocking(False)
+        self._sel.register(self.sock, selectors.EVENT_READ, None)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, self)
+        self._thread = threading.Thread(target=self._run, name="serve", daemon=True)
+        self._thread.start()
+
+    def stop_loop(self) -> None:
+        """Stop the loop; every connection it still has is closed without an answer."""
+        self._stop = True
+        self.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        """Run a round of the loop soon (from any thread)."""
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                with contextlib.suppress(BlockingIOError):  # full: the loop is being woken already
+                    os.write(self._wake_w, b"\0")
+
+    def _run(self) -> None:
+        next_tick = time.monotonic()
+        try:
+            while not self._stop:
+                now = time.monotonic()
+                if now >= next_tick:
+                    try:
+                        self.on_tick()
+                    except Exception:
+                        log.exception("tick failed")
+                    next_tick = now + self.tick_every
+                due = min(next_tick, self._timers[0][0]) if self._timers else next_tick
+                for key, _ in self._sel.select(max(0.0, due - time.monotonic())):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is self:
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(self._wake_r, 4096)
+                    else:
+                        self._read(key.data)
+                self._expire(time.monotonic())
+                self._after_events()
+        finally:
+            for key in list(self._sel.get_map().values()):
+                if isinstance(key.data, Conn):
+                    self._close(key.data)
+            for c in self._queued_now():
+                self._close(c)
+            self._sel.close()
+            with self._wake_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _accept(self) -> None:
+        lim = self.limits
+        while True:
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # out of fds, say: what is waiting stays in the backlog
+                log.error("cannot accept a connection: %s", e)
+                return
+            pid, uid = http.peer(sock)
+            with self._count_lock:
+                conns = self._conns
+                full = conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer
+                if not full:
+                    conns = self._conns = conns + 1
+                    self._per_peer[pid] += 1
+            if full:
+                self.metrics.rejected.labels("connections").inc()
+                with contextlib.suppress(OSError):
+                    sock.send(http.response(503, protocol.error_body(E_TRY_LATER, TOO_MANY)))
+                sock.close()
+                continue
+            self.metrics.connections.set(conns)
+            sock.setblocking(False)
+            c = Conn(sock, pid)
+            if uid not in lim.allowed_uids:
+                self.metrics.rejected.labels("peer").inc()
+                msg = f"peer uid {uid} may not use the netcomp socket"
+                self.refuse(c, http.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
+                continue
+            self._read(c)  # the request may be whole already
+            if c.mine and c.state == READING and not c.registered:
+                self._sel.register(sock, selectors.EVENT_READ, c)
+                c.registered = True
+                self.timer(c, time.monotonic() + lim.header_timeout)
+
+    def timer(self, c: Conn, deadline: float) -> None:
+        c.deadline = deadline
+        self._seq += 1
+        heapq.heappush(self._timers, (deadline, self._seq, c))
+
+    def _expire(self, now: float) -> None:
+        while self._timers and self._timers[0][0] <= now:
+            deadline, _, c = heapq.heappop(self._timers)
+            if c.deadline != deadline or not c.mine:
+                continue  # rescheduled, closed, or a worker's since
+            if c.state == READING:
+                self.metrics.rejected.labels("timeout").inc()
+                msg = f"request not complete within {self.limits.header_timeout:g}s"
+                self.refuse(c, http.Refuse(408, E_DECODE, msg))
+            elif c.state == QUEUED:
+                self._queue_expired(c)
+            else:
+                self._close(c)
+
+    def _read(self, c: Conn) -> None:
+        try:
+            self._readable(c)
+        except Exception:
+            log.exception("bug while serving a connection")
+            if c.mine:
+                self.answer_now(c, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp"))
+
+    def _readable(self, c: Conn) -> None:
+        try:
+            data: bytes | None = c.sock.recv(1 << 20 if c.state == LINGER else 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            log.debug("client went away: %s", type(e).__name__)
+            data = None
+        if c.state == LINGER:
+            c.left -= len(data or b"")
+            if not data or c.left <= 0:
+                self._close(c)
+        elif c.state == QUEUED:
+            if not data and http.hung_up(c.sock):  # left the queue; a half-close alone still waits its answer
+                log.info("a client hung up while its request waited; not started")
+                self._left_queue(c)
+                self._close(c)
+            elif not data:
+                self._unregister(c)  # half-closed: nothing more to read; checked again at its start
+        elif not data:
+            log.debug("client went away before its request was complete")
+            self._close(c)
+        else:
+            try:
+                complete = c.req.feed(data, self.limits.max_body)
+            except http.Refuse as r:
+                if r.status == 413:
+                    self.metrics.rejected.labels("size").inc()
+                self.refuse(c, r)
+                return
+            if complete:
+                self._route(c)
+
+    # ---------------------------------------------------------------------------------------------- answers
+
+    def release(self, c: Conn) -> None:
+        """The loop lets go of the connection (a worker has it now, to write the answer and close): its timers
+        are stale, and its writes block, up to WRITE_TIMEOUT."""
+        self._unregister(c)
+        c.mine = False
+        c.sock.settimeout(WRITE_TIMEOUT)
+
+    def answer_now(self, c: Conn, status: int, body: bytes) -> None:
+        """A short answer from the loop, then close: it fits in the socket's buffer, or the client is not reading
+        (and then gets nothing more)."""
+        with contextlib.suppress(OSError):
+            c.sock.send(http.response(status, body))
+        self._close(c)
+
+    def refuse(self, c: Conn, r: http.Refuse) -> None:
+        """The error; with `linger` (the body was not read) the writing half closed and what the client still
+        sends read and dropped (bounded), so that it reads the answer instead of failing on a reset."""
+        body = protocol.error_body(r.code, r.msg, r.details)
+        if not r.linger:
+            self.answer_now(c, r.status, body)
+            return
+        try:
+            c.sock.send(http.response(r.status, body))
+            c.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(c)
+            return
+        c.state, c.left = LINGER, LINGER_BYTES
+        self.watch(c)
+        self.timer(c, time.monotonic() + LINGER_SECONDS)
+
+    def watch(self, c: Conn) -> None:
+        """Keep reading the connection (a queued one: to see its client hang up)."""
+        if not c.registered:
+            self._sel.register(c.sock, selectors.EVENT_READ, c)
+            c.registered = True
+
+    def _unregister(self, c: Conn) -> None:
+        if c.registered:
+            c.registered = False
+            self._sel.unregister(c.sock)
+
+    def _close(self, c: Conn) -> None:
+        """The loop closes a connection of its own."""
+        if not c.mine:
+            return
+        self._unregister(c)
+        c.mine = False
+        self.closed(c)
+
+    def closed(self, c: Conn) -> None:
+        """Close the connection and count it gone (the loop's or a worker's)."""
+        c.sock.close()
+        with self._count_lock:
+            self._conns -= 1
+            self._per_peer[c.pid] -= 1
+            if not self._per_peer[c.pid]:
+                del self._per_peer[c.pid]
+            conns = self._conns
+        self.metrics.connections.set(conns)
