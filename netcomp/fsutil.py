@@ -14,6 +14,7 @@ import os
 import queue
 import threading
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger("netcomp.fsutil")
 TMP_SUFFIX = ".netcomp-tmp"
@@ -21,8 +22,20 @@ TMP_SUFFIX = ".netcomp-tmp"
 GONE_SUFFIX = ".netcomp-gone"
 
 
-def _tmp_for(path: Path) -> Path:
-    return path.with_name(f".{path.name}{TMP_SUFFIX}")
+# Paths as the caller gives them: str on the path of every CNI request (pathlib's arithmetic cost more there than
+# the syscalls, issue 14), Path elsewhere.
+P = TypeVar("P", str, Path)
+
+
+def _beside(path: str, suffix: str) -> str:
+    """A hidden name beside path: the same directory (so a rename is atomic), an ending no runtime loads."""
+    d, name = os.path.split(path)
+    return os.path.join(d, f".{name}{suffix}")
+
+
+def _tmp_for(path: P) -> P:
+    tmp = _beside(os.fspath(path), TMP_SUFFIX)
+    return tmp if isinstance(path, str) else Path(tmp)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -33,7 +46,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_tmp(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> Path:
+def write_tmp(path: P, data: bytes, *, mode: int = 0o644, durable: bool = True) -> P:
     """The first half of an atomic write: data in path's temp file, on disk (fsync). Nothing is visible under
     path until publish(). On failure the temp file is removed."""
     tmp = _tmp_for(path)
@@ -56,7 +69,7 @@ def write_tmp(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = Tru
     return tmp
 
 
-def publish(tmp: Path, path: Path) -> None:
+def publish(tmp: str | Path, path: str | Path) -> None:
     """The second half: the temp file replaces path in one step (readers see old or new, never a mix)."""
     try:
         os.replace(tmp, path)
@@ -66,15 +79,17 @@ def publish(tmp: Path, path: Path) -> None:
         raise
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True, durable: bool = True) -> None:
+def atomic_write(
+    path: str | Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True, durable: bool = True
+) -> None:
     """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
 
     Batch writers pass sync_dir=False and call fsync_dir once at the end. durable=False skips both fsyncs: the
     file is still replaced atomically (a crash of the writer never leaves it half written), but a power loss may
     lose the last writes."""
-    publish(write_tmp(path, data, mode=mode, durable=durable), path)
+    publish(write_tmp(os.fspath(path), data, mode=mode, durable=durable), path)
     if sync_dir and durable:
-        fsync_dir(path.parent)
+        fsync_dir(Path(path).parent)
 
 
 # A file modified this recently may be modified again within the same filesystem timestamp tick (coarse clocks,
@@ -96,7 +111,7 @@ def remove_stale_tmp(directory: Path) -> None:
                     os.unlink(entry.path)
 
 
-def discard(path: Path) -> bool:
+def discard(path: str | Path) -> bool:
     """Remove path as every reader of its directory sees it, at once: it is renamed to a hidden name (atomic; a
     crash leaves it there for remove_stale_tmp), and a thread of its own unlinks it. False when there was no
     such file.
@@ -104,12 +119,12 @@ def discard(path: Path) -> bool:
     Why not unlink here: on ext4, unlinking a file whose blocks are on disk (a file renamed over another is
     written out at once, auto_da_alloc) frees its blocks in the unlink, 0.35-0.5 ms here, mostly waiting, on
     the path of every DEL; the rename costs 0.05 ms."""
-    trash = path.with_name(f".{path.name}.{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
+    trash = _beside(os.fspath(path), f".{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
     try:
         os.rename(path, trash)
     except FileNotFoundError:
         return False
-    _JANITOR.put(str(trash))
+    _JANITOR.put(trash)
     return True
 
 

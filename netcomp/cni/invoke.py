@@ -8,7 +8,6 @@ calls); tests that need the real thing use the real plugins."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
@@ -21,7 +20,7 @@ from typing import Any, Protocol
 
 from netcomp.cni import spawn
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER
-from netcomp.cni.spec import DEFAULT_VERSION, compact
+from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
 from netcomp.errors import DelegateError, printable
 from netcomp.names import is_cni_name
 
@@ -256,13 +255,13 @@ class RuntimeConf:
     capability_args: Mapping[str, Any] = field(default_factory=dict)
 
 
-def find_plugin(name: str, dirs: Sequence[str | Path]) -> Path:
+def find_plugin(name: str, dirs: Sequence[str | Path]) -> str:
     """The plugin's path: a plain file name looked up in the plugin dirs, never a path."""
     if not is_cni_name(name):  # a plain file name: no '/', and '.'/'..' cannot match
         raise DelegateError(E_INVALID_CONFIG, f"plugin type {name!r} is not a plain plugin name")
     for d in dirs:
-        p = Path(d) / name
-        if p.is_file() and os.access(p, os.X_OK):
+        p = os.path.join(d, name)  # str, not Path: on the path of every exec
+        if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
     raise DelegateError(E_INVALID_CONFIG, f"failed to find plugin {name!r} in path {list(map(str, dirs))}")
 
@@ -301,7 +300,7 @@ class Runner:
         ptype = str(plugin.get("type", ""))
         try:
             path = find_plugin(ptype, self.plugin_dirs)
-            res = self.exec([str(path)], self.env(command, rt), compact(plugin), self.timeout)
+            res = self.exec([path], self.env(command, rt), compact(plugin), self.timeout)
         except DelegateError as e:
             raise DelegateError(e.code, e.msg, e.details, network=network, plugin=ptype) from None
         if res.stderr:
@@ -320,7 +319,7 @@ class Runner:
         if not res.stdout.strip():
             return None
         try:
-            out = json.loads(res.stdout)
+            out = loads(res.stdout)
         except ValueError:
             raise DelegateError(
                 E_OTHER,
@@ -390,7 +389,7 @@ class Runner:
 def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
     """The plugin's own CNI error, verbatim, or one made from its exit status and stderr."""
     try:
-        err = json.loads(res.stdout)
+        err = loads(res.stdout)
     except ValueError:
         err = None
     if isinstance(err, dict) and "code" in err:

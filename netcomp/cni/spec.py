@@ -7,6 +7,7 @@ the spec and libcni require, and serialize deterministically.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import orjson
@@ -127,6 +128,29 @@ def dumps(conf: dict[str, Any]) -> bytes:
     """Deterministic bytes: the key order given, two-space indent, trailing newline (the layout of
     json.dumps(indent=2); orjson because the stdlib's indenting encoder is pure Python and 40x slower)."""
     return orjson.dumps(conf, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+# A run of 19 digits or more: the only way to write an integer that may not fit in 64 bits.
+_LONG_DIGITS, _LONG_DIGITS_TEXT = re.compile(rb"[0-9]{19}"), re.compile(r"[0-9]{19}")
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON from a peer or a plugin, on the path of every request: orjson (fast, and it refuses nesting deeper
+    than 1024), or the stdlib for what orjson refuses but JSON allows, and for text with an integer that may not
+    fit in 64 bits (orjson reads those as floats, silently inexact); ValueError for anything that is not JSON,
+    nesting too deep for either included (the stdlib would raise RecursionError)."""
+    first: Exception | None = None
+    if not (_LONG_DIGITS_TEXT.search(data) if isinstance(data, str) else _LONG_DIGITS.search(data)):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            first = e
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(str(first or e)) from None
 
 
 def compact(obj: Any) -> bytes:

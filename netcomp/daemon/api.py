@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_INVALID_ENV, E_IO, E_OTHER
-from netcomp.cni.spec import DEFAULT_VERSION, compact
+from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
 from netcomp.daemon import protocol
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
@@ -38,7 +38,7 @@ class Hotplug:
 
 def parse_hotplug(body: bytes) -> Hotplug:
     try:
-        doc = protocol.loads(body)
+        doc = loads(body)
     except ValueError as e:
         raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
     if not isinstance(doc, dict):

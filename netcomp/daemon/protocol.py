@@ -14,11 +14,9 @@ import binascii
 import json
 from typing import Any
 
-import orjson
-
 from netcomp.cni.codes import E_DECODE, E_INVALID_ENV
 from netcomp.cni.result import FIRST_UNVERSIONED, IP_VERSIONED
-from netcomp.cni.spec import DEFAULT_VERSION
+from netcomp.cni.spec import DEFAULT_VERSION, loads
 
 CNI_PATH = "/cni"
 DELEGATE_PATH = "/delegate"
@@ -51,22 +49,6 @@ class ProtocolError(ValueError):
 def encode_request(env: dict[str, str], config: bytes) -> bytes:
     body = {"env": {k: env[k] for k in ENV_KEYS if k in env}, "config": base64.b64encode(config).decode()}
     return json.dumps(body).encode()
-
-
-def loads(data: bytes | str) -> Any:
-    """JSON from a peer: orjson (fast, and it refuses nesting deeper than 1024), or the stdlib for what orjson
-    refuses but JSON allows (integers over 64 bits); ValueError for anything that is not JSON, nesting too deep
-    for either included (the stdlib would raise RecursionError)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        first = e
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError(str(first)) from None
 
 
 def decode_request(body: bytes) -> tuple[dict[str, str], Any, bytes]:
