@@ -146,7 +146,10 @@ class Entry:
 
     @staticmethod
     def from_json(data: bytes) -> Entry:
-        d = loads(data)
+        try:
+            d = loads(data)
+        except ValueError as e:
+            raise NotJSON(f"not JSON: {e}") from None
         if not isinstance(d, dict):
             raise ValueError("not a JSON object")
         kind = d.get("kind")
@@ -168,6 +171,10 @@ class Entry:
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
         )
+
+
+class NotJSON(ValueError):
+    """An entry whose text is not JSON (a file cut short, or overwritten by hand)."""
 
 
 class UnknownKind(ValueError):
@@ -281,7 +288,7 @@ class Cache:
         try:
             return Entry.from_json(data)
         except _READ_ERRORS as e:
-            why = str(e) if isinstance(e, UnknownKind) else f"{type(e).__name__}: {e}"
+            why = str(e) if isinstance(e, (UnknownKind, NotJSON)) else f"{type(e).__name__}: {e}"
             raise HostError(
                 f"the attachment cache entry {path} of container {container_id} on {ifname} cannot be read "
                 f"({why}); it is left as it is: restore it, or undo what it records by hand and remove it"
@@ -342,7 +349,7 @@ class Cache:
                     out.append(Entry.from_json(data))
                 except FileNotFoundError:  # removed by a DEL meanwhile
                     continue
-                except UnknownKind as e:
+                except (UnknownKind, NotJSON) as e:
                     broken.append((path, str(e)))
                 except (OSError, *_READ_ERRORS) as e:
                     broken.append((path, f"{type(e).__name__}: {e}"))
