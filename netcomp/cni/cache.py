@@ -252,7 +252,7 @@ def _torn(path: str, data: bytes) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=64)  # a request asks for its entry 2-3 times; nothing longer-lived
 def _entry_name(container_id: str, ifname: str) -> str:
     return hashlib.sha256(f"{container_id}\0{ifname}".encode()).hexdigest()[:32] + ".json"
 

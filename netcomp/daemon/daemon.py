@@ -13,7 +13,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from netcomp.host import masters, netns, sriov
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
+    from netcomp.compiler.output import Change
     from netcomp.daemon.kube import Cluster
 
 log = logging.getLogger("netcomp.daemon")
@@ -88,6 +90,23 @@ def _limits(s: Settings) -> Limits:
         header_timeout=s.headerTimeout,
         max_body=s.maxRequestBytes,
     )
+
+
+# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a cold start
+# with 10,000 networks wrote 10,000 lines to the journal, 0.3 s of a 7 s start). Every file at debug level.
+LOG_EACH_FILE = 20
+
+
+def _log_changes(changes: Sequence[Change], out_dir: str) -> None:
+    verbs = {"add": "wrote", "change": "updated", "remove": "removed"}
+    each = logging.INFO if len(changes) <= LOG_EACH_FILE else logging.DEBUG
+    if log.isEnabledFor(each):
+        for ch in changes:
+            log.log(each, "%s %s", verbs[ch.kind], os.path.join(out_dir, ch.filename))
+    if each != logging.INFO:
+        counts: Counter[str] = Counter(ch.kind for ch in changes)
+        done = ", ".join(f"{verbs[k]} {counts[k]}" for k in verbs if counts[k])
+        log.info("compiled networks in %s: %s (each file at debug level)", out_dir, done)
 
 
 class Daemon:
@@ -213,12 +232,7 @@ class Daemon:
             except HostError as e:
                 log.error("cannot write compiled networks: %s", e)
                 changes = []
-            for ch in changes:
-                log.info(
-                    "%s %s",
-                    {"add": "wrote", "change": "updated", "remove": "removed"}[ch.kind],
-                    Path(self.settings.outputDir) / ch.filename,
-                )
+            _log_changes(changes, self.settings.outputDir)
             self._write_kept(snap)
             if self.state_file is not None:
                 self.state_file.save(self.settings, snap)
