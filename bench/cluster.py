@@ -111,8 +111,8 @@ def main() -> int:
                     times["plain"].append(t_plain)
             watch.flush(30)
             m = cl.daemon.metrics
-            lookups = {s: m.pod_lookups.labels(s)._value.get() for s in ("watch", "api")}
-            errors = {op: m.kube_errors.labels(op)._value.get() for op in ("read", "patch", "event", "dropped")}
+            lookups = {s: m.pod_lookups.labels(s).value() for s in ("watch", "api")}
+            errors = {op: m.kube_errors.labels(op).value() for op in ("read", "patch", "event", "dropped")}
             statuses = sum(
                 1
                 for name in pods

@@ -263,7 +263,16 @@ class Cache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._dir = os.fspath(directory)
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @directory.setter
+    def directory(self, value: Path) -> None:
+        """Set again when netcomp.yaml's cacheDir changes (SIGHUP): every record goes there from then on."""
+        self._directory = Path(value)
+        self._dir = os.fspath(value)
 
     def path(self, container_id: str, ifname: str) -> Path:
         return Path(self._file(container_id, ifname))

@@ -71,10 +71,10 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
             setsigmask=(),
             setpgroup=0,  # its own process group: a timeout kills what it started too (bridge's IPAM plugin)
         )
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or the environment
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
             os.close(fd)
-        raise DelegateError(E_OTHER, f"cannot execute: {e.strerror}") from None
+        raise DelegateError(E_OTHER, f"cannot execute: {getattr(e, 'strerror', None) or e}") from None
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     try:

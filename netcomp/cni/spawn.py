@@ -84,6 +84,21 @@ def _strings(items: Iterable[bytes]) -> ctypes.Array[ctypes.c_char_p]:
     return (ctypes.c_char_p * len(values))(*values)
 
 
+def _c_string(value: str) -> bytes:
+    """As os.posix_spawn takes a string: ValueError for a NUL byte, which C would cut the string at."""
+    b = os.fsencode(value)
+    if b"\0" in b:
+        raise ValueError("embedded null byte")
+    return b
+
+
+def _env_entry(key: str, value: str) -> bytes:
+    k = _c_string(key)
+    if not k or b"=" in k:
+        raise ValueError("illegal environment variable name")
+    return k + b"=" + _c_string(value)
+
+
 def posix_spawn(
     path: str,
     argv: Sequence[str],
@@ -97,7 +112,8 @@ def posix_spawn(
     """`os.posix_spawn(path, argv, env, file_actions=..., setpgroup=..., setsigmask=..., setsigdef=...)`, the GIL
     released while libc spawns; the child's pid. file_actions as os.posix_spawn takes them
     (os.POSIX_SPAWN_DUP2, _CLOSE, _OPEN tuples). OSError as os.posix_spawn raises it (the exec's own failure
-    included: glibc reports it from the child)."""
+    included: glibc reports it from the child); ValueError for a string C cannot take (a NUL byte in it, or an
+    environment name with '=')."""
     if _LIBC is None:
         kw: dict[str, Any] = {"setsigdef": tuple(setsigdef)}
         if setpgroup is not None:
@@ -142,8 +158,8 @@ def posix_spawn(
                 keep.append(mask)
                 _check(libc.posix_spawnattr_setsigmask(attr, mask), "posix_spawnattr_setsigmask")
             _check(libc.posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags")
-            args = _strings(os.fsencode(a) for a in argv)
-            envp = _strings(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())
+            args = _strings(_c_string(a) for a in argv)
+            envp = _strings(_env_entry(k, v) for k, v in env.items())
             pid = ctypes.c_int(0)
             err = libc.posix_spawn(ctypes.byref(pid), os.fsencode(path), fa, attr, args, envp)
             if err != 0:

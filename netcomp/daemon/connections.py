@@ -42,6 +42,10 @@ LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
 READING, QUEUED, LINGER = "reading", "queued", "linger"
 TOO_MANY = "too many connections; try again later"
+# accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
+# than being woken for the same connection again at once; asyncio did the same.
+ACCEPT_PAUSE = 1.0
+_SPENT = http.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
 
 
 @dataclass
@@ -90,6 +94,7 @@ class Connections:
         self._wake_lock = threading.Lock()  # nobody writes to the pipe once the loop closed it
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._accept_paused_until = 0.0
 
     # hooks of the server
     def _route(self, c: Conn) -> None:
@@ -105,7 +110,7 @@ class Connections:
         """After each round of the loop (start what waits in the queue)."""
 
     def _queued_now(self) -> list[Conn]:
-        """What waits in the queue, to be closed when the loop stops."""
+        """What waits in the queue, taken out of it: closed as the loop stops."""
         return []
 
     # ---------------------------------------------------------------------------------------------- the loop
@@ -138,22 +143,25 @@ class Connections:
             while not self._stop:
                 now = time.monotonic()
                 if now >= next_tick:
-                    try:
-                        self.on_tick()
-                    except Exception:
-                        log.exception("tick failed")
+                    self._guarded(self.on_tick, "tick failed")
                     next_tick = now + self.tick_every
+                if self._accept_paused_until and now >= self._accept_paused_until:
+                    self._accept_paused_until = 0.0
+                    self._guarded(lambda: self._sel.register(self.sock, selectors.EVENT_READ, None), "a bug")
                 due = min(next_tick, self._timers[0][0]) if self._timers else next_tick
+                if self._accept_paused_until:
+                    due = min(due, self._accept_paused_until)
                 for key, _ in self._sel.select(max(0.0, due - time.monotonic())):
                     if key.data is None:
-                        self._accept()
+                        self._guarded(self._accept, "bug while accepting a connection")
                     elif key.data is self:
                         with contextlib.suppress(BlockingIOError):
                             os.read(self._wake_r, 4096)
                     else:
                         self._read(key.data)
-                self._expire(time.monotonic())
-                self._after_events()
+                # A bug in one of these must not end the serving: every connection would wait for nothing.
+                self._guarded(lambda: self._expire(time.monotonic()), "bug while expiring timers")
+                self._guarded(self._after_events, "bug while starting queued requests")
         finally:
             for key in list(self._sel.get_map().values()):
                 if isinstance(key.data, Conn):
@@ -161,10 +169,18 @@ class Connections:
             for c in self._queued_now():
                 self._close(c)
             self._sel.close()
+            self.sock.close()  # what still waits in the backlog is refused (a shim tries again), not left hanging
             with self._wake_lock:
                 os.close(self._wake_r)
                 os.close(self._wake_w)
                 self._wake_r = self._wake_w = -1
+
+    @staticmethod
+    def _guarded(fn: Callable[[], object], what: str) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception(what)
 
     def _accept(self) -> None:
         lim = self.limits
@@ -173,23 +189,24 @@ class Connections:
                 sock, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as e:  # out of fds, say: what is waiting stays in the backlog
-                log.error("cannot accept a connection: %s", e)
+            except OSError as e:  # out of fds, say: what is waiting stays in the backlog, accepted once there is room
+                log.error("cannot accept a connection: %s; accepting again in %g s", e, ACCEPT_PAUSE)
+                self._sel.unregister(self.sock)
+                self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
                 return
             pid, uid = http.peer(sock)
             with self._count_lock:
-                conns = self._conns
-                full = conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer
+                full = self._conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer
                 if not full:
-                    conns = self._conns = conns + 1
+                    self._conns += 1
                     self._per_peer[pid] += 1
+                    self.metrics.connections.set(self._conns)
             if full:
                 self.metrics.rejected.labels("connections").inc()
                 with contextlib.suppress(OSError):
                     sock.send(http.response(503, protocol.error_body(E_TRY_LATER, TOO_MANY)))
                 sock.close()
                 continue
-            self.metrics.connections.set(conns)
             sock.setblocking(False)
             c = Conn(sock, pid)
             if uid not in lim.allowed_uids:
@@ -228,7 +245,10 @@ class Connections:
         except Exception:
             log.exception("bug while serving a connection")
             if c.mine:
-                self.answer_now(c, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp"))
+                if c.state == QUEUED:
+                    self._left_queue(c)
+                with contextlib.suppress(Exception):
+                    self.answer_now(c, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp"))
 
     def _readable(self, c: Conn) -> None:
         try:
@@ -270,6 +290,7 @@ class Connections:
         are stale, and its writes block, up to WRITE_TIMEOUT."""
         self._unregister(c)
         c.mine = False
+        c.req = _SPENT  # its timers hold it until their deadline; the worker has what it needs of the request
         c.sock.settimeout(WRITE_TIMEOUT)
 
     def answer_now(self, c: Conn, status: int, body: bytes) -> None:
@@ -313,6 +334,7 @@ class Connections:
             return
         self._unregister(c)
         c.mine = False
+        c.req = _SPENT
         self.closed(c)
 
     def closed(self, c: Conn) -> None:
@@ -323,5 +345,4 @@ class Connections:
             self._per_peer[c.pid] -= 1
             if not self._per_peer[c.pid]:
                 del self._per_peer[c.pid]
-            conns = self._conns
-        self.metrics.connections.set(conns)
+            self.metrics.connections.set(self._conns)

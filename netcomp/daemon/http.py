@@ -81,9 +81,10 @@ class Incoming:
 
     def feed(self, data: bytes, max_body: int) -> bool:
         """Whether the request is complete with data; Refuse when it is not one to serve."""
+        start = max(0, len(self.buf) - 3)  # the end of the head may straddle what came before: no rescan
         self.buf += data
         if self.head is None:
-            end = self.buf.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+            end = self.buf.find(b"\r\n\r\n", start, MAX_HEAD + 4)
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     raise Refuse(431, E_DECODE, "request head over 64 KiB", linger=True)

@@ -78,12 +78,17 @@ class Server(Connections):
         """Start serving on a thread of its own; the socket is being served when this returns."""
         self.start_loop()
 
-    def enter(self) -> None:
+    def enter(self) -> bool:
+        """A request taken in flight, under the lock drain() waits on (a drain never misses it); False, and
+        nothing taken, once the daemon is draining."""
         with self.changed:
+            if self.draining.is_set():
+                return False
             self._busy += 1
             self._last_change = time.monotonic()
             self.changed.notify_all()
         self.metrics.in_flight.inc()
+        return True
 
     def leave(self, *, counted: bool = False) -> None:
         """A request is done. `counted`: served was counted already (before its answer went out)."""
@@ -219,7 +224,10 @@ class Server(Connections):
         self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
 
     def _queued_now(self) -> list[Conn]:
-        return list(self._queue)
+        left, self._queue = list(self._queue), deque()
+        if left:
+            self._queue_changed(-len(left))
+        return left
 
     def _queue_changed(self, delta: int) -> None:
         with self.changed:
@@ -230,23 +238,24 @@ class Server(Connections):
     # ---------------------------------------------------------------------------------------------- workers
 
     def _start(self, c: Conn, *, waited: bool) -> None:
-        """Hand the request to a worker, which serves it and answers. `waited`: it was queued, and is not
-        started if its client hung up meanwhile."""
-        if self.draining.is_set():
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is stopping; try again later"))
+        """Hand the request to a worker, which serves it and answers. A request whose client hung up (while it
+        waited in the queue, say: `waited`) is not started."""
+        if not c.mine:  # closed meanwhile (a bug's answer)
             return
-        if waited and http.hung_up(c.sock):
-            log.info("a client hung up while its request waited; not started")
+        if http.hung_up(c.sock):
+            log.info("a client hung up %s; not started", "while its request waited" if waited else "at once")
             self._close(c)
             return
         assert c.req.head is not None
         shim = c.req.head[2].get(protocol.SHIM_HEADER.lower()) == "1"
         path, body = c.req.head[1], c.req.body
+        if not self.enter():
+            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is stopping; try again later"))
+            return
         if shim:
             with contextlib.suppress(OSError):  # not blocking yet; a client that left: its request still runs
                 c.sock.send(_PROCESSING)
         self.release(c)
-        self.enter()
 
         def serve() -> None:
             counted = False

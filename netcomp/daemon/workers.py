@@ -21,39 +21,39 @@ class Workers:
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        self._idle = 0
+        # Workers with nothing to do, less the work queued that none has taken yet: below 0, work is waiting.
+        self._spare = 0
 
     def submit(self, work: Callable[[], object]) -> None:
-        """Run work() on a worker; a new one is started when none is idle and the limit allows, otherwise it
-        waits for the next one to be free. Its exceptions are logged (a bug: work answers for itself)."""
+        """Run work() on a worker: a spare one, or a new one while fewer than the limit run, or else the next to
+        be free. Its exceptions are logged (a bug: work answers for itself)."""
         with self._lock:
-            start = self._idle == 0 and self._threads < self.limit
+            self._spare -= 1
+            start = self._spare < 0 and self._threads < self.limit
             if start:
                 self._threads += 1
-                self._idle += 1  # counted before it runs, so that the next submit does not start another
+                self._spare += 1  # the new worker is this work's
         if start:
             try:
                 threading.Thread(target=self._run, name=f"{self.name}_{self._threads}", daemon=True).start()
-            except RuntimeError:  # no thread to be had now: an idle one, or the next to finish, takes it
+            except RuntimeError:  # no thread to be had now: the next worker to be free takes it
                 with self._lock:
                     self._threads -= 1
-                    self._idle -= 1
+                    self._spare -= 1
         self._queue.put(work)
 
     def _run(self) -> None:
         while True:
             work = self._queue.get()
-            with self._lock:
-                self._idle -= 1
             if work is None:
                 return
             try:
                 work()
             except Exception:
                 log.exception("bug in a %s worker", self.name)
-            del work  # an idle worker holds nothing of its last work
+            del work  # a spare worker holds nothing of its last work
             with self._lock:
-                self._idle += 1
+                self._spare += 1
 
     def shutdown(self) -> None:
         """Each worker ends once it is free (what is queued before this still runs)."""

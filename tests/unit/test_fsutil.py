@@ -53,3 +53,18 @@ def test_a_removed_cache_entry_reads_as_none_at_once(tmp_path: Path) -> None:
     cache.remove("c1", "eth0")  # again: nothing there, no error
     assert fsutil.settle(30)
     assert os.listdir(tmp_path / "cache") == []
+
+
+def test_a_cache_moved_by_a_reload_writes_every_entry_in_its_new_dir(tmp_path: Path) -> None:
+    """A SIGHUP that changes netcomp.yaml's cacheDir sets Cache.directory: saves, loads and removals follow it
+    (the str the request path uses was once left pointing at the old dir)."""
+    cache = Cache(tmp_path / "old")
+    e = Entry("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
+    e.attachments = []
+    cache.directory = tmp_path / "new"
+    cache.save(e)
+    assert os.listdir(tmp_path / "new") == [cache.path("c1", "eth0").name]
+    assert not (tmp_path / "old").exists()
+    assert cache.path("c1", "eth0").parent == tmp_path / "new" and cache.load("c1", "eth0") is not None
+    cache.remove("c1", "eth0")
+    assert cache.load("c1", "eth0") is None and cache.count() == 0

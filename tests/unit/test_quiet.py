@@ -20,7 +20,7 @@ def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
         server = d.daemon.server
         assert server is not None
         assert server.wait_quiet(0.0, 1.0) is True
-        server.enter()
+        assert server.enter()
         try:
             assert server.wait_quiet(0.01, 0.2) is False  # in flight for all of its 0.2 s limit
         finally:
@@ -29,7 +29,7 @@ def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
         # since (a lower bound wait_quiet cannot beat, whatever the machine's speed).
         done = threading.Event()
         got: list[bool] = []
-        server.enter()
+        assert server.enter()
 
         def waiter() -> None:
             got.append(server.wait_quiet(0.05, 10.0))

@@ -129,3 +129,20 @@ def test_stdin_is_in_the_pipe_before_the_plugin_starts() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_a_string_c_cannot_take_is_a_cni_error(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    """A NUL byte would end the C string early (the plugin would see another argument or value than the one
+    given); an environment name with '=' would set another variable. Both are refused before anything runs, with
+    or without libc, and real_exec reports them as a CNI error, closing every pipe it opened."""
+    if fallback:
+        monkeypatch.setattr(spawn, "_LIBC", None)
+    for argv, env in ((["/bin/true", "a\0b"], {}), (["/bin/true"], {"X": "a\0b"}), (["/bin/true"], {"A=B": "c"})):
+        with pytest.raises(ValueError):
+            spawn.posix_spawn("/bin/true", argv, env)
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(invoke.DelegateError) as e:
+            invoke.real_exec(argv, env, b"", 30)
+        assert e.value.code == invoke.E_OTHER and str(e.value.msg).startswith("cannot execute: ")
+        assert len(os.listdir("/proc/self/fd")) == before

@@ -1,0 +1,164 @@
+"""The serving loop (daemon/connections.py, server.py) and its workers (workers.py), with real unix sockets and
+threads: what the hostile tests cannot reach from outside (a failing accept(2), a bug in routing, a burst on a cold
+pool). No CNI request is served here: /healthz and /readyz need no delegator."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netcomp.daemon import http
+from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.server import Limits, Server, listen
+from netcomp.daemon.workers import Workers
+
+
+def ask(path: str, request: bytes = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") -> bytes:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    try:
+        s.connect(path)
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        return data
+    finally:
+        s.close()
+
+
+def serve(sock: socket.socket) -> Server:
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]
+    server.ready.set()
+    server.start()
+    return server
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[str]:
+    yield str(tmp_path / "run" / "netcomp.sock")
+
+
+class _FailingAccept(socket.socket):
+    """A listening socket whose accept(2) fails with EMFILE (out of fds), as a daemon at its limit sees it, for
+    half a second from its first try; counts every try."""
+
+    tries = 0
+    first = 0.0
+
+    def accept(self) -> tuple[socket.socket, object]:
+        cls = type(self)
+        cls.tries += 1
+        cls.first = cls.first or time.monotonic()
+        if time.monotonic() - cls.first < 0.5:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().accept()
+
+
+def test_a_failing_accept_pauses_instead_of_spinning(sock_path: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The connection that could not be accepted waits in the backlog and is served once accepting resumes. The
+    loop tried three times: once failing, once after the pause (1 s, past the half second of failures), once
+    finding the backlog empty; a loop that tried again at once would have tried thousands of times."""
+    caplog.set_level(logging.ERROR, "netcomp.server")
+    base, _ = listen(sock_path)
+    sock = _FailingAccept(fileno=base.detach())
+    server = serve(sock)
+    try:
+        assert ask(sock_path).startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+    assert _FailingAccept.tries == 3, _FailingAccept.tries
+    assert [r.getMessage() for r in caplog.records if "accept" in r.getMessage()] == [
+        "cannot accept a connection: [Errno 24] Too many open files; accepting again in 1 s"
+    ]
+
+
+def test_a_bug_in_routing_answers_500_and_the_loop_serves_on(
+    sock_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sock, _ = listen(sock_path)
+    server = serve(sock)
+    real = Server._route
+    calls: list[int] = []
+
+    def route(self: Server, c: object) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        real(self, c)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Server, "_route", route)
+    try:
+        first = ask(sock_path)
+        assert first.startswith(b"HTTP/1.1 500") and b'"code": 999' in first
+        assert ask(sock_path).startswith(b"HTTP/1.1 200")
+        assert ask(sock_path, b"GET /readyz HTTP/1.1\r\n\r\n").endswith(b'{"ready": true}')
+    finally:
+        server.shutdown()
+    assert "bug while serving a connection" in caplog.text
+
+
+def test_shutdown_closes_the_listening_socket(sock_path: str) -> None:
+    """A client connecting after the daemon stopped serving is refused (a shim then tries again until the next
+    daemon takes it), never left hanging in a backlog nobody reads."""
+    sock, _ = listen(sock_path)
+    server = serve(sock)
+    assert ask(sock_path).startswith(b"HTTP/1.1 200")
+    server.shutdown()
+    assert sock.fileno() == -1
+    with pytest.raises(ConnectionRefusedError):
+        ask(sock_path)
+
+
+def test_a_request_fed_a_byte_at_a_time() -> None:
+    req = b"POST /cni HTTP/1.1\r\nContent-Length: 5\r\nX-Netcomp-Shim: 1\r\n\r\nhello"
+    inc = http.Incoming()
+    done = [inc.feed(req[i : i + 1], 100) for i in range(len(req))]
+    assert done == [False] * (len(req) - 1) + [True]
+    assert inc.head == ("POST", "/cni", {"content-length": "5", "x-netcomp-shim": "1"}) and inc.body == b"hello"
+
+
+def test_a_burst_on_a_cold_pool_runs_at_once() -> None:
+    """Three works submitted before any worker has started all run at the same time (a barrier of three that
+    times out otherwise); a fourth, over the limit, runs once one is free."""
+    pool = Workers("t", 3)
+    barrier = threading.Barrier(3, timeout=30)
+    done = threading.Semaphore(0)
+    broken: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError as e:
+            broken.append(e)
+        done.release()
+
+    for _ in range(3):
+        pool.submit(work)
+    pool.submit(done.release)
+    for _ in range(4):
+        assert done.acquire(timeout=30)
+    assert not broken
+    pool.shutdown()
+
+
+def test_a_drain_takes_nothing_in_flight_after_it_began(sock_path: str) -> None:
+    """enter() and drain() meet under one lock: once a drain began, no request is taken in flight (a CNI request
+    is then told 'try again later'), and the drain's wait for zero in flight is never fooled by one taken late."""
+    sock, _ = listen(sock_path)
+    server = serve(sock)
+    try:
+        assert server.enter()
+        assert not server.drain(0.0)  # one in flight
+        assert server.enter() is False and server.in_flight == 1
+        server.leave()
+        assert server.drain(0.0) and server.in_flight == 0
+    finally:
+        server.shutdown()
