@@ -45,6 +45,11 @@ TOO_MANY = "too many connections; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
 # than being woken for the same connection again at once; asyncio did the same.
 ACCEPT_PAUSE = 1.0
+# Connections accepted per round of the loop at most: a flood of connects that keeps the backlog full must not
+# hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio took its backlog's size).
+ACCEPT_BATCH = 64
+# While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile).
+ACCEPT_LOG_EVERY = 60.0
 _SPENT = http.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
 
 
@@ -95,6 +100,8 @@ class Connections:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._accept_paused_until = 0.0
+        self._accept_failed = 0  # failures not logged yet
+        self._accept_logged = -ACCEPT_LOG_EVERY
 
     # hooks of the server
     def _route(self, c: Conn) -> None:
@@ -184,15 +191,13 @@ class Connections:
 
     def _accept(self) -> None:
         lim = self.limits
-        while True:
+        for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # out of fds, say: what is waiting stays in the backlog, accepted once there is room
-                log.error("cannot accept a connection: %s; accepting again in %g s", e, ACCEPT_PAUSE)
-                self._sel.unregister(self.sock)
-                self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+                self._accept_error(e)
                 return
             pid, uid = http.peer(sock)
             with self._count_lock:
@@ -220,6 +225,16 @@ class Connections:
                 c.registered = True
                 self.timer(c, time.monotonic() + lim.header_timeout)
 
+    def _accept_error(self, e: OSError) -> None:
+        self._sel.unregister(self.sock)
+        now = time.monotonic()
+        self._accept_paused_until = now + ACCEPT_PAUSE
+        self._accept_failed += 1
+        if now - self._accept_logged >= ACCEPT_LOG_EVERY:
+            more = f" ({self._accept_failed - 1} more times since it was last said)" if self._accept_failed > 1 else ""
+            log.error("cannot accept a connection: %s; accepting again in %g s%s", e, ACCEPT_PAUSE, more)
+            self._accept_logged, self._accept_failed = now, 0
+
     def timer(self, c: Conn, deadline: float) -> None:
         c.deadline = deadline
         self._seq += 1
@@ -233,7 +248,7 @@ class Connections:
             if c.state == READING:
                 self.metrics.rejected.labels("timeout").inc()
                 msg = f"request not complete within {self.limits.header_timeout:g}s"
-                self.refuse(c, http.Refuse(408, E_DECODE, msg))
+                self.refuse(c, http.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
             elif c.state == QUEUED:
                 self._queue_expired(c)
             else:

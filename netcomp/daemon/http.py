@@ -43,13 +43,16 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":
-        raise Refuse(400, E_DECODE, "not an HTTP/1.1 request")
+        raise Refuse(400, E_DECODE, "not an HTTP/1.1 request", linger=True)
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip() or not name.isascii():
-            raise Refuse(400, E_DECODE, "malformed header line")
-        headers[name.decode().lower()] = value.strip().decode("latin-1")
+            raise Refuse(400, E_DECODE, "malformed header line", linger=True)
+        key, text = name.decode().lower(), value.strip().decode("latin-1")
+        if key == "content-length" and headers.get(key, text) != text:  # which one frames the body? (smuggling)
+            raise Refuse(400, E_DECODE, "conflicting Content-Length headers", linger=True)
+        headers[key] = text
     path = parts[1].split(b"?", 1)[0].decode("latin-1")
     return parts[0].decode(), path, headers
 
@@ -59,7 +62,7 @@ def content_length(headers: dict[str, str], max_body: int) -> int:
     if "transfer-encoding" in headers:
         raise Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
     length = headers.get("content-length")
-    if length is None or not length.isdigit() or len(length) > 12:
+    if length is None or not (length.isascii() and length.isdigit()) or len(length) > 12:  # not '²'; int() fails
         raise Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
     n = int(length)
     if n > max_body:
@@ -68,8 +71,9 @@ def content_length(headers: dict[str, str], max_body: int) -> int:
 
 
 class Incoming:
-    """A request as its bytes arrive: the head, parsed once it is all there (within MAX_HEAD), then a POST's body
-    of the length it declares."""
+    """A request as its bytes arrive: the head, parsed once it is all there (within MAX_HEAD), then its body of the
+    length it declares: a POST must declare one; another method's body, if it has one, is read and ignored (left
+    unread, closing the connection could reset it before the client read its answer)."""
 
     __slots__ = ("body", "buf", "head", "need")
 
@@ -91,8 +95,9 @@ class Incoming:
                 return False
             self.head = parse_head(bytes(self.buf[: end + 4]))
             del self.buf[: end + 4]
-            if self.head[0] == "POST":
-                self.need = content_length(self.head[2], max_body)
+            method, _, headers = self.head
+            if method == "POST" or "content-length" in headers or "transfer-encoding" in headers:
+                self.need = content_length(headers, max_body)
         if len(self.buf) < self.need:
             return False
         self.body = bytes(self.buf[: self.need])

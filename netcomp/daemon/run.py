@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import logging
+import os
 import resource
+import select
 import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,28 +31,63 @@ def _raise_nofile() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
+class Signals:
+    """SIGTERM, SIGINT and SIGHUP as the main loop sees them, whichever of the daemon's threads the kernel gave
+    them to. A signal sent to the process goes to any thread that does not block it, and CPython only notes it
+    there: its Python handler runs later, in the main thread, once that thread runs Python again. A main thread
+    asleep on a lock would sleep on (a SIGTERM lost until systemd's SIGKILL, with requests in flight). So the
+    handler's C part also writes the signal's number to a pipe (signal.set_wakeup_fd), from whichever thread
+    took it, and the main loop sleeps reading that pipe."""
+
+    WATCHED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.term = False
+        self.hup = False
+        self._r = self._w = -1
+
+    def install(self) -> None:
+        """The handlers: first thing, so that a SIGTERM at any moment of the start is kept."""
+        for signum in self.WATCHED:
+            signal.signal(signum, self._handler)
+
+    def attach(self) -> None:
+        """The pipe, once fds 0-2 are sure to be open (seal_fds), so that it gets none of them."""
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+
+    def _handler(self, signum: int, _: Any) -> None:
+        self._note(signum)
+
+    def _note(self, signum: int) -> None:
+        if signum == signal.SIGHUP:
+            self.hup = True
+        elif signum in self.WATCHED:
+            self.term = True
+
+    def wait(self) -> None:
+        """Until a watched signal came; at once when one came since the last wait and was not taken yet."""
+        while not (self.term or self.hup):
+            select.select([self._r], [], [])
+            with contextlib.suppress(BlockingIOError):
+                for signum in os.read(self._r, 512):
+                    self._note(signum)
+
+    def take_hup(self) -> bool:
+        hup, self.hup = self.hup, False
+        return hup
+
+
 def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state_path: Path | None = None) -> int:
     """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
     # Signals first: systemd may send SIGTERM at any moment, even before READY=1.
-    wake = threading.Event()
-    hup = threading.Event()
-    term = threading.Event()
-
-    def on_term(signum: int, _: Any) -> None:
-        term.set()
-        wake.set()
-
-    def on_hup(signum: int, _: Any) -> None:
-        hup.set()
-        wake.set()
-
+    signals = Signals()
     # A hung daemon, killed by systemd's watchdog (SIGABRT, WatchdogSec=) or by an operator's kill -ABRT, leaves
     # every thread's traceback in the journal, and so does a crash in an extension module.
     faulthandler.enable(all_threads=True)
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    signal.signal(signal.SIGHUP, on_hup)
+    signals.install()
     seal_fds()  # no fd we were started with reaches a plugin
+    signals.attach()
     _raise_nofile()
     d = Daemon(load_settings, exec_=exec_, state_path=state_path)
     # Watch before the first compile: an edit made at any moment after this is seen (one made while the compile
@@ -65,11 +101,11 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
-    while not term.is_set():
-        wake.wait()
-        wake.clear()
-        if hup.is_set() and not term.is_set():
-            hup.clear()
+    while True:
+        signals.wait()
+        if signals.term:
+            break
+        if signals.take_hup():
             log.info("reloading (SIGHUP)")
             d.notifier.reloading()
             d.reload(reread_config=True)

@@ -38,7 +38,8 @@ log = logging.getLogger("netcomp.server")
 _GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.METRICS_PATH)
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
 _PROCESSING = b"HTTP/1.1 102 Processing\r\n\r\n"
-BUSY = "netcomp is busy or stopping; try again later"
+BUSY = "netcomp is busy; try again later"
+STOPPING = "netcomp is stopping; try again later"
 
 
 class Server(Connections):
@@ -189,6 +190,9 @@ class Server(Connections):
         if not self.ready.is_set():
             self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
             return
+        if self.draining.is_set():
+            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
+            return
         with self.changed:
             free = self._busy < self.limits.max_in_flight and not self._queue
             room = self._waiting < self.limits.max_queued and not self.draining.is_set()
@@ -250,7 +254,7 @@ class Server(Connections):
         shim = c.req.head[2].get(protocol.SHIM_HEADER.lower()) == "1"
         path, body = c.req.head[1], c.req.body
         if not self.enter():
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is stopping; try again later"))
+            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
             return
         if shim:
             with contextlib.suppress(OSError):  # not blocking yet; a client that left: its request still runs
