@@ -40,7 +40,7 @@ from netcomp.daemon.metrics import Metrics
 log = logging.getLogger("netcomp.server")
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
-READING, QUEUED, LINGER = "reading", "queued", "linger"
+READING, QUEUED, LINGER, WRITING = "reading", "queued", "linger", "writing"
 TOO_MANY = "too many connections; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
 # than being woken for the same connection again at once; asyncio did the same.
@@ -67,7 +67,8 @@ class Limits:
 
 @dataclass(eq=False, slots=True)
 class Conn:
-    """A connection while the loop has it: being read, waiting in the server's queue, or lingering."""
+    """A connection while the loop has it: being read, waiting in the server's queue, lingering, or having the
+    rest of an answer written as its client reads."""
 
     sock: socket.socket
     pid: int
@@ -77,6 +78,7 @@ class Conn:
     left: int = 0  # bytes a lingering connection may still send
     mine: bool = True  # the loop's; False once closed or a worker has it (the worker answers and closes)
     registered: bool = False  # with the selector
+    out: memoryview | None = None  # what is left to write (WRITING)
 
 
 class Connections:
@@ -89,7 +91,8 @@ class Connections:
         self.limits = limits
         self.on_tick: Callable[[], None] = lambda: None
         self.tick_every = 0.5
-        self._count_lock = threading.Lock()  # workers close connections too
+        # Workers close connections too; notified at each close (wait_connections).
+        self._count_lock = threading.Condition(threading.Lock())
         self._conns = 0
         self._per_peer: Counter[int] = Counter()
         self._sel = selectors.DefaultSelector()
@@ -102,6 +105,7 @@ class Connections:
         self._accept_paused_until = 0.0
         self._accept_failed = 0  # failures not logged yet
         self._accept_logged = -ACCEPT_LOG_EVERY
+        self._handed_back: list[tuple[Conn, memoryview]] = []  # answers' rests from workers, for the loop to write
 
     # hooks of the server
     def _route(self, c: Conn) -> None:
@@ -164,15 +168,23 @@ class Connections:
                     elif key.data is self:
                         with contextlib.suppress(BlockingIOError):
                             os.read(self._wake_r, 4096)
+                    elif key.data.state == WRITING:
+                        self._write(key.data)
                     else:
                         self._read(key.data)
                 # A bug in one of these must not end the serving: every connection would wait for nothing.
                 self._guarded(lambda: self._expire(time.monotonic()), "bug while expiring timers")
                 self._guarded(self._after_events, "bug while starting queued requests")
+                if self._handed_back:
+                    self._guarded(self._take_back, "bug while taking back an answer to write")
         finally:
             for key in list(self._sel.get_map().values()):
                 if isinstance(key.data, Conn):
                     self._close(key.data)
+            with self._wake_lock:
+                left, self._handed_back = self._handed_back, []
+            for c, _ in left:
+                self.closed(c)
             for c in self._queued_now():
                 self._close(c)
             self._sel.close()
@@ -251,7 +263,7 @@ class Connections:
                 self.refuse(c, http.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
             elif c.state == QUEUED:
                 self._queue_expired(c)
-            else:
+            else:  # lingering, or a client that did not read its answer within WRITE_TIMEOUT
                 self._close(c)
 
     def _read(self, c: Conn) -> None:
@@ -300,13 +312,63 @@ class Connections:
 
     # ---------------------------------------------------------------------------------------------- answers
 
-    def release(self, c: Conn) -> None:
+    def release(self, c: Conn, *, blocking: bool = True) -> None:
         """The loop lets go of the connection (a worker has it now, to write the answer and close): its timers
-        are stale, and its writes block, up to WRITE_TIMEOUT."""
+        are stale, and its writes block, up to WRITE_TIMEOUT (blocking), or not at all (for send_answer)."""
         self._unregister(c)
         c.mine = False
         c.req = _SPENT  # its timers hold it until their deadline; the worker has what it needs of the request
-        c.sock.settimeout(WRITE_TIMEOUT)
+        if blocking:
+            c.sock.settimeout(WRITE_TIMEOUT)
+
+    def send_answer(self, c: Conn, data: bytes) -> None:
+        """From a worker that has the connection (released with blocking=False): the answer written now as far as
+        the socket takes it, the rest handed back to the loop, which writes it as the client reads (up to
+        WRITE_TIMEOUT) and closes. A client that does not read holds a connection, never a worker."""
+        try:
+            n = c.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError as e:  # the client left: nobody to tell
+            log.debug("answer not sent: %s", type(e).__name__)
+            n = len(data)
+        if n >= len(data):
+            self.closed(c)
+            return
+        with self._wake_lock:
+            if self._wake_w < 0:  # the loop is gone: nobody to write the rest
+                stopped = True
+            else:
+                stopped = False
+                self._handed_back.append((c, memoryview(data)[n:]))
+        if stopped:
+            self.closed(c)
+        else:
+            self.wake()
+
+    def _take_back(self) -> None:
+        with self._wake_lock:
+            items, self._handed_back = self._handed_back, []
+        deadline = time.monotonic() + WRITE_TIMEOUT
+        for c, rest in items:
+            c.mine, c.state, c.out = True, WRITING, rest
+            self._sel.register(c.sock, selectors.EVENT_WRITE, c)
+            c.registered = True
+            self.timer(c, deadline)
+
+    def _write(self, c: Conn) -> None:
+        assert c.out is not None
+        try:
+            n = c.sock.send(c.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            log.debug("answer not sent: %s", type(e).__name__)
+            self._close(c)
+            return
+        c.out = c.out[n:]
+        if not c.out:
+            self._close(c)
 
     def answer_now(self, c: Conn, status: int, body: bytes) -> None:
         """A short answer from the loop, then close: it fits in the socket's buffer, or the client is not reading
@@ -349,7 +411,7 @@ class Connections:
             return
         self._unregister(c)
         c.mine = False
-        c.req = _SPENT
+        c.req, c.out = _SPENT, None
         self.closed(c)
 
     def closed(self, c: Conn) -> None:
@@ -361,3 +423,9 @@ class Connections:
             if not self._per_peer[c.pid]:
                 del self._per_peer[c.pid]
             self.metrics.connections.set(self._conns)
+            self._count_lock.notify_all()
+
+    def wait_connections(self, predicate: Callable[[int], bool], timeout: float) -> bool:
+        """Until predicate(connections open) holds after a close, or timeout (for tests and tools)."""
+        with self._count_lock:
+            return self._count_lock.wait_for(lambda: predicate(self._conns), timeout)

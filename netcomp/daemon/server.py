@@ -279,14 +279,18 @@ class Server(Connections):
         self._requests.submit(serve)
 
     def _hand_over(self, c: Conn, workers: Workers, answer: Callable[[], tuple[int, bytes, str]]) -> None:
-        self.release(c)
+        """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
+        /status or /metrics) is written by the loop, so that clients that do not read never hold the workers
+        that /metrics needs."""
+        self.release(c, blocking=False)
 
         def serve() -> None:
+            data = b""
             try:
                 status, body, ctype = answer()
-                _send(c.sock, http.response(status, body, ctype))
+                data = http.response(status, body, ctype)
             finally:
-                self.closed(c)
+                self.send_answer(c, data)
 
         workers.submit(serve)
 

@@ -5,6 +5,7 @@ pool). No CNI request is served here: /healthz and /readyz need no delegator."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import socket
 import threading
@@ -20,9 +21,9 @@ from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.workers import Workers
 
 
-def ask(path: str, request: bytes = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") -> bytes:
+def ask(path: str, request: bytes = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout: float = 30) -> bytes:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
+    s.settimeout(timeout)
     try:
         s.connect(path)
         s.sendall(request)
@@ -224,3 +225,36 @@ def test_accepting_takes_a_batch_per_round(sock_path: str) -> None:
             c.close()
         server.start()
         server.shutdown()
+
+
+def test_clients_that_do_not_read_hold_no_worker(sock_path: str) -> None:
+    """Eight clients ask for a 4 MB /status and never read it (twice the operator endpoints' four workers): the
+    loop writes what the socket does not take at once, so /metrics is still answered, and each of those answers
+    is whole for a client that reads it late. Then they hang up: their connections are counted gone."""
+    sock, _ = listen(sock_path)
+    big = {"x": "a" * 4_000_000}
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={"/status": lambda: big})  # type: ignore[arg-type]
+    server.ready.set()
+    server.start()
+    stuck: list[socket.socket] = []
+    try:
+        for _ in range(8):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(sock_path)
+            s.sendall(b"GET /status HTTP/1.1\r\n\r\n")
+            stuck.append(s)
+        # Under WRITE_TIMEOUT (30 s): a worker held by a client that does not read would make this time out.
+        metrics = ask(sock_path, b"GET /metrics HTTP/1.1\r\n\r\n", timeout=10)
+        assert metrics.startswith(b"HTTP/1.1 200") and b"netcomp_connections" in metrics
+        late = b""
+        while chunk := stuck[0].recv(1 << 20):
+            late += chunk
+        head, _, body = late.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and len(body) == len(json.dumps(big, indent=2))
+    finally:
+        for s in stuck:
+            s.close()
+        gone = server.wait_connections(lambda n: n == 0, 30)
+        server.shutdown()
+    assert gone
