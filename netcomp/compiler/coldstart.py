@@ -104,6 +104,11 @@ def compile_forked(
         try:
             os.close(r)
             _die_with(parent)
+            # The daemon's signal pipe and handlers are the daemon's (run.Signals): a signal sent to this child
+            # must not read as one sent to the daemon. Here they do what they do to any process.
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
             from netcomp.compiler import handover
 
             data = handover.answer(make_compiler, output, files, stage)

@@ -157,8 +157,7 @@ class Connections:
                     self._guarded(self.on_tick, "tick failed")
                     next_tick = now + self.tick_every
                 if self._accept_paused_until and now >= self._accept_paused_until:
-                    self._accept_paused_until = 0.0
-                    self._guarded(lambda: self._sel.register(self.sock, selectors.EVENT_READ, None), "a bug")
+                    self._guarded(self._resume_accepting, "bug while accepting again")
                 due = min(next_tick, self._timers[0][0]) if self._timers else next_tick
                 if self._accept_paused_until:
                     due = min(due, self._accept_paused_until)
@@ -233,9 +232,17 @@ class Connections:
                 continue
             self._read(c)  # the request may be whole already
             if c.mine and c.state == READING and not c.registered:
-                self._sel.register(sock, selectors.EVENT_READ, c)
-                c.registered = True
+                self.watch(c)
                 self.timer(c, time.monotonic() + lim.header_timeout)
+
+    def _resume_accepting(self) -> None:
+        try:
+            self._sel.register(self.sock, selectors.EVENT_READ, None)
+        except OSError as e:  # epoll out of memory too: tried again after another pause, never given up
+            log.error("cannot watch the listening socket again: %s; trying again in %g s", e, ACCEPT_PAUSE)
+            self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+            return
+        self._accept_paused_until = 0.0
 
     def _accept_error(self, e: OSError) -> None:
         self._sel.unregister(self.sock)
@@ -352,7 +359,12 @@ class Connections:
         deadline = time.monotonic() + WRITE_TIMEOUT
         for c, rest in items:
             c.mine, c.state, c.out = True, WRITING, rest
-            self._sel.register(c.sock, selectors.EVENT_WRITE, c)
+            try:
+                self._sel.register(c.sock, selectors.EVENT_WRITE, c)
+            except OSError as e:  # epoll out of memory: this answer is lost, the connection not kept
+                log.error("cannot watch a connection to write its answer: %s; closing it", e)
+                self._close(c)
+                continue
             c.registered = True
             self.timer(c, deadline)
 
@@ -397,7 +409,12 @@ class Connections:
     def watch(self, c: Conn) -> None:
         """Keep reading the connection (a queued one: to see its client hang up)."""
         if not c.registered:
-            self._sel.register(c.sock, selectors.EVENT_READ, c)
+            try:
+                self._sel.register(c.sock, selectors.EVENT_READ, c)
+            except OSError as e:  # epoll out of memory: the connection closed, not kept counted and unwatched
+                log.error("cannot watch a connection: %s; closing it", e)
+                self._close(c)
+                return
             c.registered = True
 
     def _unregister(self, c: Conn) -> None:

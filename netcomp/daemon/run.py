@@ -11,6 +11,7 @@ import os
 import resource
 import select
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ class Signals:
     there: its Python handler runs later, in the main thread, once that thread runs Python again. A main thread
     asleep on a lock would sleep on (a SIGTERM lost until systemd's SIGKILL, with requests in flight). So the
     handler's C part also writes the signal's number to a pipe (signal.set_wakeup_fd), from whichever thread
-    took it, and the main loop sleeps reading that pipe."""
+    took it, and the main loop sleeps reading that pipe. Once the pipe is there, its bytes are the only record
+    of a signal (the Python handler notes nothing more): one signal is one byte, read once, never taken twice."""
 
     WATCHED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -57,7 +59,8 @@ class Signals:
         signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
 
     def _handler(self, signum: int, _: Any) -> None:
-        self._note(signum)
+        if self._w < 0:  # before the pipe: the handler is the record
+            self._note(signum)
 
     def _note(self, signum: int) -> None:
         if signum == signal.SIGHUP:
@@ -65,13 +68,26 @@ class Signals:
         elif signum in self.WATCHED:
             self.term = True
 
-    def wait(self) -> None:
-        """Until a watched signal came; at once when one came since the last wait and was not taken yet."""
-        while not (self.term or self.hup):
-            select.select([self._r], [], [])
-            with contextlib.suppress(BlockingIOError):
-                for signum in os.read(self._r, 512):
-                    self._note(signum)
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._r, 512)
+            except BlockingIOError:
+                return
+            for signum in data:
+                self._note(signum)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until a watched signal came (True), or timeout; at once when one came since it was last taken."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._drain()
+            if self.term or self.hup:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            select.select([self._r], [], [], left)
 
     def take_hup(self) -> bool:
         hup, self.hup = self.hup, False

@@ -276,7 +276,13 @@ class Server(Connections):
                 self.leave(counted=counted)
                 self.closed(c)
 
-        self._requests.submit(serve)
+        try:
+            self._requests.submit(serve)
+        except RuntimeError as e:  # stopped meanwhile, or no thread to be had: told to try again, not left waiting
+            log.error("cannot hand a request to a worker: %s", e)
+            _send(c.sock, http.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
+            self.leave(counted=True)
+            self.closed(c)
 
     def _hand_over(self, c: Conn, workers: Workers, answer: Callable[[], tuple[int, bytes, str]]) -> None:
         """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
@@ -292,7 +298,11 @@ class Server(Connections):
             finally:
                 self.send_answer(c, data)
 
-        workers.submit(serve)
+        try:
+            workers.submit(serve)
+        except RuntimeError as e:
+            log.error("cannot hand a request to a worker: %s", e)
+            self.send_answer(c, http.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
 
 
 def _document(fn: Callable[[], Any], ctype: str) -> tuple[int, bytes, str]:

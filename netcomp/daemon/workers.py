@@ -23,11 +23,15 @@ class Workers:
         self._threads = 0
         # Workers with nothing to do, less the work queued that none has taken yet: below 0, work is waiting.
         self._spare = 0
+        self._down = False
 
     def submit(self, work: Callable[[], object]) -> None:
         """Run work() on a worker: a spare one, or a new one while fewer than the limit run, or else the next to
-        be free. Its exceptions are logged (a bug: work answers for itself)."""
+        be free. Its exceptions are logged (a bug: work answers for itself). RuntimeError, and work() never
+        runs, once shut down or when no worker runs and none can be started."""
         with self._lock:
+            if self._down:
+                raise RuntimeError(f"the {self.name} workers are shut down")
             self._spare -= 1
             start = self._spare < 0 and self._threads < self.limit
             if start:
@@ -36,9 +40,12 @@ class Workers:
         if start:
             try:
                 threading.Thread(target=self._run, name=f"{self.name}_{self._threads}", daemon=True).start()
-            except RuntimeError:  # no thread to be had now: the next worker to be free takes it
+            except RuntimeError:  # no thread to be had now: the next worker to be free takes it, if any runs
                 with self._lock:
                     self._threads -= 1
+                    if not self._threads:
+                        self._spare = 0
+                        raise
                     self._spare -= 1
         self._queue.put(work)
 
@@ -60,5 +67,6 @@ class Workers:
         with self._lock:
             n = self._threads
             self._threads = self.limit  # no new ones
+            self._down = True
         for _ in range(n):
             self._queue.put(None)

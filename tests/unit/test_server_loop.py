@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -68,6 +69,7 @@ def test_a_failing_accept_pauses_instead_of_spinning(sock_path: str, caplog: pyt
     loop tried three times: once failing, once after the pause (1 s, past the half second of failures), once
     finding the backlog empty; a loop that tried again at once would have tried thousands of times."""
     caplog.set_level(logging.ERROR, "netcomp.server")
+    _FailingAccept.tries, _FailingAccept.first = 0, 0.0
     base, _ = listen(sock_path)
     sock = _FailingAccept(fileno=base.detach())
     server = serve(sock)
@@ -214,6 +216,7 @@ def test_accepting_takes_a_batch_per_round(sock_path: str) -> None:
     try:
         for _ in range(connections.ACCEPT_BATCH + 36):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(10)  # a backlog shorter than this test's (somaxconn): a failure, not a hang
             c.connect(sock_path)
             clients.append(c)
         server._accept()
@@ -258,3 +261,102 @@ def test_clients_that_do_not_read_hold_no_worker(sock_path: str) -> None:
         gone = server.wait_connections(lambda n: n == 0, 30)
         server.shutdown()
     assert gone
+
+
+def test_a_listening_socket_that_cannot_be_watched_again_is_tried_again(
+    sock_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pause after a failing accept ends with the listening socket watched again; when that fails too (epoll
+    out of memory, as the accept was), it is tried again after another pause, never left unwatched while the
+    tick keeps telling systemd all is well."""
+    caplog.set_level(logging.ERROR, "netcomp.server")
+    _FailingAccept.tries, _FailingAccept.first = 0, 0.0
+    base, _ = listen(sock_path)
+    sock = _FailingAccept(fileno=base.detach())
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]
+    server.ready.set()
+    real = server._sel.register
+    refused: list[int] = []
+
+    def register(fileobj: object, events: int, data: object = None) -> object:
+        if fileobj is sock and _FailingAccept.tries and not refused:
+            refused.append(1)
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return real(fileobj, events, data)
+
+    server._sel.register = register  # type: ignore[method-assign]
+    server.start()
+    try:
+        assert ask(sock_path).startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+    assert refused == [1]
+    assert "cannot watch the listening socket again: [Errno 12] Cannot allocate memory" in caplog.text
+
+
+def test_a_bug_in_the_loops_own_steps_is_logged_and_serving_goes_on(
+    sock_path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tick (the watchdog's keep-alive) and the start of queued requests run in every round: a bug in either
+    is logged, and the loop serves on (were it to end, the socket would be closed and every client refused)."""
+    sock, _ = listen(sock_path)
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]
+    server.ready.set()
+
+    def bug() -> None:
+        raise RuntimeError("a bug")
+
+    server.on_tick = bug
+    monkeypatch.setattr(Server, "_after_events", lambda self: bug())
+    server.start()
+    try:
+        assert ask(sock_path).startswith(b"HTTP/1.1 200")
+        assert ask(sock_path).startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+    assert "tick failed" in caplog.text and "bug while starting queued requests" in caplog.text
+
+
+def test_the_header_timeout_lingers_for_a_client_still_sending(sock_path: str) -> None:
+    """A client that sent half its body when the header timeout came: the 408 is sent and the daemon reads on
+    (bounded), so the rest of the body goes out without a broken pipe and the client reads its 408."""
+    sock, _ = listen(sock_path)
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}, header_timeout=0.2), views={})  # type: ignore[arg-type]
+    server.ready.set()
+    server.start()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(30)
+    try:
+        c.connect(sock_path)
+        c.sendall(b"POST /cni HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1000)
+        select.select([c], [], [], 30)  # the 408 is there to read
+        c.sendall(b"x" * 900_000)  # a BrokenPipeError here: the daemon had closed the connection
+        answer = b""
+        while chunk := c.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408")
+    finally:
+        c.close()
+        server.shutdown()
+
+
+def test_a_cni_request_while_draining_is_told_the_daemon_is_stopping(sock_path: str) -> None:
+    sock, _ = listen(sock_path)
+    server = serve(sock)
+    try:
+        assert server.drain(0.0)
+        got = ask(sock_path, b"POST /cni HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        assert got.startswith(b"HTTP/1.1 503") and b"netcomp is stopping; try again later" in got
+        assert b'"code": 11' in got
+    finally:
+        server.shutdown()
+
+
+def test_work_submitted_after_shutdown_is_refused_not_lost() -> None:
+    pool = Workers("t", 2)
+    ran = threading.Event()
+    pool.submit(ran.set)
+    assert ran.wait(30)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(ran.set)

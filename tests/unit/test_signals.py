@@ -42,3 +42,31 @@ def test_a_signal_taken_by_another_thread_wakes_the_main_loop() -> None:
         raise AssertionError(f"the main loop never heard the signal: {e.stdout!r}") from None
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["hup True False", "term False True"]
+
+
+ONCE = textwrap.dedent(
+    f"""
+    import signal, sys
+    sys.path[:0] = [{str(ROOT)!r}]
+    from netcomp.daemon.run import Signals
+
+    s = Signals()
+    s.install()
+    signal.raise_signal(signal.SIGTERM)  # before the pipe: the handler keeps it
+    s.attach()
+    print(s.wait(0), s.term, flush=True)
+    s.term = False
+    signal.raise_signal(signal.SIGHUP)  # its handler has run when this returns, and its byte is in the pipe
+    print(s.wait(5), s.take_hup(), flush=True)
+    print(s.wait(0.2), s.hup, s.term, flush=True)  # nothing left: the one SIGHUP was taken once
+    """
+)
+
+
+def test_one_signal_is_taken_once() -> None:
+    """A SIGHUP is one reload: no byte left in the pipe to read as a second SIGHUP at the next wait (a reload
+    nobody asked for, or a SIGTERM's wait that returns on the stale SIGHUP). A signal that came before the pipe
+    was there is kept."""
+    p = subprocess.run([sys.executable, "-c", ONCE], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["True True", "True True", "False False False"]
