@@ -105,10 +105,11 @@ def compile_forked(
             os.close(r)
             _die_with(parent)
             # The daemon's signal pipe and handlers are the daemon's (run.Signals): a signal sent to this child
-            # must not read as one sent to the daemon. Here they do what they do to any process.
+            # must not read as one sent to the daemon. The child ignores them and finishes its compile: a stop
+            # signals the whole unit, the daemon hears it itself, and the child dies with the daemon anyway.
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_DFL)
+                signal.signal(signum, signal.SIG_IGN)
             from netcomp.compiler import handover
 
             data = handover.answer(make_compiler, output, files, stage)

@@ -22,6 +22,7 @@ writer per connection, the worker's answer chained back to the loop through its 
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import logging
 import os
@@ -168,7 +169,7 @@ class Connections:
                         with contextlib.suppress(BlockingIOError):
                             os.read(self._wake_r, 4096)
                     elif key.data.state == WRITING:
-                        self._write(key.data)
+                        self._guarded(functools.partial(self._write, key.data), "bug while writing an answer")
                     else:
                         self._read(key.data)
                 # A bug in one of these must not end the serving: every connection would wait for nothing.
@@ -180,18 +181,19 @@ class Connections:
             for key in list(self._sel.get_map().values()):
                 if isinstance(key.data, Conn):
                     self._close(key.data)
-            with self._wake_lock:
-                left, self._handed_back = self._handed_back, []
-            for c, _ in left:
-                self.closed(c)
             for c in self._queued_now():
                 self._close(c)
             self._sel.close()
             self.sock.close()  # what still waits in the backlog is refused (a shim tries again), not left hanging
+            # In one section: a worker's answer handed back before it is taken here; after it, send_answer sees
+            # the loop gone and closes the connection itself. None is left open and counted.
             with self._wake_lock:
+                left, self._handed_back = self._handed_back, []
                 os.close(self._wake_r)
                 os.close(self._wake_w)
                 self._wake_r = self._wake_w = -1
+            for c, _ in left:
+                self.closed(c)
 
     @staticmethod
     def _guarded(fn: Callable[[], object], what: str) -> None:

@@ -54,9 +54,16 @@ class Signals:
             signal.signal(signum, self._handler)
 
     def attach(self) -> None:
-        """The pipe, once fds 0-2 are sure to be open (seal_fds), so that it gets none of them."""
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        """The pipe, once fds 0-2 are sure to be open (seal_fds), so that it gets none of them. The signals are
+        held meanwhile (the only thread is this one): one that came between the pipe's taking over and the
+        handler's knowing it would be recorded by neither; held, it is delivered once the pipe is in place."""
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, self.WATCHED)
+        try:
+            r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            self._r, self._w = r, w
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _handler(self, signum: int, _: Any) -> None:
         if self._w < 0:  # before the pipe: the handler is the record

@@ -29,6 +29,7 @@ class Workers:
         """Run work() on a worker: a spare one, or a new one while fewer than the limit run, or else the next to
         be free. Its exceptions are logged (a bug: work answers for itself). RuntimeError, and work() never
         runs, once shut down or when no worker runs and none can be started."""
+        # One thread submits (the server's loop): the accounting below relies on it where a thread cannot be had.
         with self._lock:
             if self._down:
                 raise RuntimeError(f"the {self.name} workers are shut down")

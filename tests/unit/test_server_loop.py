@@ -360,3 +360,35 @@ def test_work_submitted_after_shutdown_is_refused_not_lost() -> None:
     pool.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(ran.set)
+
+
+def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> None:
+    """A worker hands the rest of a large answer back to the loop just as the loop cleans up to stop: the
+    connection is still closed and counted gone (its client sees the end), not left open in a list nobody
+    reads."""
+    from netcomp.daemon.connections import Conn
+
+    sock, _ = listen(sock_path)
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setblocking(False)
+    c = Conn(ours, -5, mine=False)  # as a worker has it
+    with server._count_lock:
+        server._conns += 1
+        server._per_peer[-5] += 1
+    real = server._queued_now
+
+    def queued_now() -> list[Conn]:
+        server.send_answer(c, b"x" * 4_000_000)  # more than the socket takes: handed back
+        return real()
+
+    server._queued_now = queued_now  # type: ignore[method-assign]
+    server.start()
+    server.shutdown()
+    theirs.settimeout(30)
+    try:
+        while theirs.recv(1 << 20):  # a timeout here: the connection was left open
+            pass
+    finally:
+        theirs.close()
+    assert server._conns == 0 and not server._per_peer

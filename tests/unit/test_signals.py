@@ -57,6 +57,7 @@ ONCE = textwrap.dedent(
     print(s.wait(0), s.term, flush=True)
     s.term = False
     signal.raise_signal(signal.SIGHUP)  # its handler has run when this returns, and its byte is in the pipe
+    assert not s.hup  # the byte is its only record: never taken twice
     print(s.wait(5), s.take_hup(), flush=True)
     print(s.wait(0.2), s.hup, s.term, flush=True)  # nothing left: the one SIGHUP was taken once
     """
@@ -70,3 +71,30 @@ def test_one_signal_is_taken_once() -> None:
     p = subprocess.run([sys.executable, "-c", ONCE], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["True True", "True True", "False False False"]
+
+
+WINDOW = textwrap.dedent(
+    f"""
+    import signal, sys
+    sys.path[:0] = [{str(ROOT)!r}]
+    from netcomp.daemon.run import Signals
+
+    s = Signals()
+    s.install()
+    real = signal.set_wakeup_fd
+
+    def set_wakeup_fd(fd, **kw):  # a SIGTERM at the worst moment of attach: before the pipe takes over
+        signal.raise_signal(signal.SIGTERM)
+        return real(fd, **kw)
+
+    signal.set_wakeup_fd = set_wakeup_fd
+    s.attach()
+    print(s.wait(5), s.term, flush=True)
+    """
+)
+
+
+def test_a_signal_while_the_pipe_is_attached_is_kept() -> None:
+    p = subprocess.run([sys.executable, "-c", WINDOW], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["True True"]
