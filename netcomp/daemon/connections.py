@@ -345,15 +345,13 @@ class Connections:
             self.closed(c)
             return
         with self._wake_lock:
-            if self._wake_w < 0:  # the loop is gone: nobody to write the rest
-                stopped = True
-            else:
-                stopped = False
+            handed = self._wake_w >= 0  # else the loop is gone: nobody to write the rest
+            if handed:
                 self._handed_back.append((c, memoryview(data)[n:]))
-        if stopped:
-            self.closed(c)
-        else:
+        if handed:
             self.wake()
+        else:
+            self.closed(c)
 
     def _take_back(self) -> None:
         with self._wake_lock:
@@ -361,14 +359,8 @@ class Connections:
         deadline = time.monotonic() + WRITE_TIMEOUT
         for c, rest in items:
             c.mine, c.state, c.out = True, WRITING, rest
-            try:
-                self._sel.register(c.sock, selectors.EVENT_WRITE, c)
-            except OSError as e:  # epoll out of memory: this answer is lost, the connection not kept
-                log.error("cannot watch a connection to write its answer: %s; closing it", e)
-                self._close(c)
-                continue
-            c.registered = True
-            self.timer(c, deadline)
+            if self.watch(c, selectors.EVENT_WRITE):
+                self.timer(c, deadline)
 
     def _write(self, c: Conn) -> None:
         assert c.out is not None
@@ -408,16 +400,18 @@ class Connections:
         self.watch(c)
         self.timer(c, time.monotonic() + LINGER_SECONDS)
 
-    def watch(self, c: Conn) -> None:
-        """Keep reading the connection (a queued one: to see its client hang up)."""
+    def watch(self, c: Conn, events: int = selectors.EVENT_READ) -> bool:
+        """Keep reading the connection (a queued one: to see its client hang up), or writing it (EVENT_WRITE).
+        False when epoll cannot take it (out of memory): the connection is closed, not kept counted unwatched."""
         if not c.registered:
             try:
-                self._sel.register(c.sock, selectors.EVENT_READ, c)
-            except OSError as e:  # epoll out of memory: the connection closed, not kept counted and unwatched
+                self._sel.register(c.sock, events, c)
+            except OSError as e:
                 log.error("cannot watch a connection: %s; closing it", e)
                 self._close(c)
-                return
+                return False
             c.registered = True
+        return True
 
     def _unregister(self, c: Conn) -> None:
         if c.registered:
