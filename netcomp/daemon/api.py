@@ -1,11 +1,13 @@
 """The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible) and
-`/delegate` (hot-plug), each a function from the body to (HTTP status, answer bytes) that logs one line per
-request and counts it. The server (server.py) only moves bytes; it runs these on its worker threads."""
+`/delegate` (hot-plug), each a function from the body to (HTTP status, answer bytes) that counts the request
+and logs one line about it (`/cni`: once its answer is out). The server (server.py) only moves bytes; it runs
+these on its worker threads."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from netcomp.cni import result as cniresult
@@ -16,7 +18,7 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.request import Request, parse_request
+from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
@@ -73,53 +75,70 @@ def _error(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSIO
     return 400, protocol.error_body(code, msg, details, version)
 
 
-def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Answer:
+_TOOK = object()  # in a logged line's arguments: the request's time in ms, filled in by note()
+
+
+def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> tuple[int, bytes, Callable[[], None]]:
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
-    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it."""
+    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it.
+
+    (status, answer, note): `note()` logs the request's line, for the server to call once the answer is out.
+    Under systemd the line is a write to journald's socket, which wakes journald: on a two-core node that sat
+    on the path of every answer. A bug's traceback is logged at once."""
     t = time.perf_counter()
-    verb, cid, version, outcome = "?", "?", DEFAULT_VERSION, "error"
-    req: Request | None = None
+    verb, outcome = "?", "error"
+    said: tuple[int, str, tuple[object, ...]] | None = None  # the log line: level, message, arguments
 
-    def nets() -> str:  # after the request ran: DEL and CHECK name what the container's record held
-        return delegator.describe(req) if req is not None else "-"
+    def answer() -> Answer:
+        nonlocal verb, outcome, said
+        cid, version, req = "?", DEFAULT_VERSION, None
+        try:
+            env, config, raw = protocol.decode_request(body)
+            req = parse_request(env, config, raw)
+            verb, cid, version = req.command, req.container_id or "-", req.cni_version
+            result = dispatch.handle(delegator, req)
+            outcome = "ok"  # the networks: for DEL and CHECK what the container's record held
+            said = (
+                logging.INFO,
+                "CNI %s container=%s networks=%s ok in %.1f ms",
+                (verb, cid, delegator.describe(req), _TOOK),
+            )
+            if bare:
+                return 200, compact(result) if result else b""
+            if verb == "ADD":
+                result = cniresult.convert(result, protocol.wrapped_version(version))
+            return 200, compact({"Result": result or None})
+        except ProtocolError as e:
+            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, 300))
+            return _error(e.code, e.msg, e.details)
+        except DelegateError as e:
+            nets = delegator.describe(req) if req is not None else "-"
+            why = printable(e.full_msg) + (f" ({printable(e.details)})" if e.details else "")
+            said = (
+                logging.WARNING,
+                "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s",
+                (verb, cid, nets, _TOOK, e.code, why),
+            )
+            return _error(e.code, e.full_msg, e.details, version)
+        except HostError as e:
+            nets = delegator.describe(req) if req is not None else "-"
+            said = logging.ERROR, "CNI %s container=%s networks=%s host error: %s", (verb, cid, nets, printable(str(e)))
+            return _error(E_IO, str(e), version=version)
+        except Exception as e:  # a bug: answer, log, keep serving
+            log.exception("CNI %s container=%s internal error", verb, cid)
+            return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
 
-    try:
-        env, config, raw = protocol.decode_request(body)
-        req = parse_request(env, config, raw)
-        verb, cid, version = req.command, req.container_id or "-", req.cni_version
-        result = dispatch.handle(delegator, req)
-        outcome = "ok"
-        log.info("CNI %s container=%s networks=%s ok in %.1f ms", verb, cid, nets(), (time.perf_counter() - t) * 1000)
-        if bare:
-            return 200, compact(result) if result else b""
-        if verb == "ADD":
-            result = cniresult.convert(result, protocol.wrapped_version(version))
-        return 200, compact({"Result": result or None})
-    except ProtocolError as e:
-        log.warning("CNI request refused: code %d: %s", e.code, printable(e.msg, 300))
-        return _error(e.code, e.msg, e.details)
-    except DelegateError as e:
-        log.warning(
-            "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s%s",
-            verb,
-            cid,
-            nets(),
-            (time.perf_counter() - t) * 1000,
-            e.code,
-            printable(e.full_msg),
-            f" ({printable(e.details)})" if e.details else "",
-        )
-        return _error(e.code, e.full_msg, e.details, version)
-    except HostError as e:
-        log.error("CNI %s container=%s networks=%s host error: %s", verb, cid, nets(), printable(str(e)))
-        return _error(E_IO, str(e), version=version)
-    except Exception as e:  # a bug: answer, log, keep serving
-        log.exception("CNI %s container=%s internal error", verb, cid)
-        return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
-    finally:
-        took = time.perf_counter() - t
-        metrics.requests.labels(verb, outcome).inc()
-        metrics.latency.labels(verb).observe(took)
+    status, data = answer()
+    took = time.perf_counter() - t
+    metrics.requests.labels(verb, outcome).inc()  # counted before the answer: /metrics agrees with the client
+    metrics.latency.labels(verb).observe(took)
+
+    def note() -> None:
+        if said is not None:
+            level, msg, args = said
+            log.log(level, msg, *(took * 1000 if a is _TOOK else a for a in args))
+
+    return status, data, note
 
 
 def delegate(delegator: Delegator, body: bytes) -> Answer:

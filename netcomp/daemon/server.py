@@ -263,18 +263,23 @@ class Server(Connections):
 
         def serve() -> None:
             counted = False
+            note: Callable[[], None] | None = None
             try:
                 if path == protocol.DELEGATE_PATH:
                     status, answer = api.delegate(self.delegator, body)
                 else:
-                    status, answer = api.cni(self.delegator, self.metrics, body, bare=shim)
+                    status, answer, note = api.cni(self.delegator, self.metrics, body, bare=shim)
                 with self.changed:  # served before the client can read its answer; in flight until it is out,
                     self.served += 1  # so that a drain that ends has answered everything
                     counted = True
                 _send(c.sock, http.response(status, answer))
             finally:
-                self.leave(counted=counted)
-                self.closed(c)
+                self.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
+                try:
+                    if note is not None:  # its log line: off the answer's path, before the request leaves flight
+                        note()
+                finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
+                    self.leave(counted=counted)
 
         try:
             self._requests.submit(serve)

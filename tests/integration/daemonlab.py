@@ -83,6 +83,12 @@ class DaemonLab:
         conf = {"cniVersion": version, "socket": self.sock, "readyTimeout": ready_timeout, **(extra or {})}
         return run_shim(conf, command, container, ifname=ifname, args=args, netns=netns, timeout=120)
 
+    def settled(self, timeout: float = 30) -> None:
+        """Until no request is in flight: a request's log line is written after its answer is out (api.cni), and
+        before it leaves flight."""
+        server = self.daemon.server
+        assert server is not None and server.wait_for(lambda: server.in_flight == 0, timeout)
+
     def leases(self) -> list[str]:
         return sorted(
             str(p.relative_to(self.base / "ipam"))

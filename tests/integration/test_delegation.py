@@ -42,6 +42,7 @@ def test_default_bridge_and_macvlan_at_once(dl: DaemonLab, caplog: pytest.LogCap
     assert dl.leases() == [] and dl.cache_files() == []
     assert dl.shim("DEL", ctr)[0] == 0  # DEL again: fine
     # The log names the networks DEL and CHECK found in the container's record (read once, by the verb itself).
+    dl.settled()  # each line is written once its answer is out
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CNI ")]
     check, del1, del2 = (
         next(m for m in lines if m.startswith("CNI CHECK")),

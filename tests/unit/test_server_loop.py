@@ -392,3 +392,46 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
     finally:
         theirs.close()
     assert server._conns == 0 and not server._per_peer
+
+
+class _Held(logging.Handler):
+    """A log handler that holds the thread logging "CNI request refused" until released: a journal that is slow
+    to take a line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+        self.go = threading.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("CNI request refused"):
+            self.reached.set()
+            self.go.wait(30)
+            self.lines.append(record.getMessage())
+
+
+def test_a_cni_requests_log_line_is_written_after_its_answer(sock_path: str) -> None:
+    """The answer is out before the request's log line is written: a journal slow to take the line does not
+    hold the runtime. The request leaves flight (what a drain waits for) only once its line is written."""
+    server = serve(listen(sock_path)[0])
+    held = _Held()
+    logger = logging.getLogger("netcomp.server")
+    logger.addHandler(held)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        body = b"{not json"
+        request = b"POST /cni HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        answer = ask(sock_path, request, timeout=10)  # the line is held: this would time out if it came first
+        assert answer.startswith(b"HTTP/1.1 400 ") and b'"code":6' in answer.replace(b" ", b""), answer
+        assert held.reached.wait(10) and held.lines == []
+        assert server.in_flight == 1  # still writing its line
+        held.go.set()
+        assert server.wait_for(lambda: server.in_flight == 0, 10)
+        assert held.lines and "code 6" in held.lines[0]
+    finally:
+        held.go.set()
+        logger.removeHandler(held)
+        logger.setLevel(old_level)
+        server.shutdown()
