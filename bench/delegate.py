@@ -133,7 +133,11 @@ def inner(runs: int) -> None:
     shimlaunch.build(Path(exes["C"]), shimlaunch.find_cc() or "cc")
     shimlaunch.install(Path(exes["Python"]), base / "shim")
     veth_up("bench0", "bench0p")
-    daemon = subprocess.Popen([NC, "daemon", "--root", str(base), "--log-level", "error"])
+    # At its default log level (info: a line per request, as under systemd), the log kept in a file and shown if
+    # the benchmark fails.
+    daemon_log = base / "daemon.log"
+    with daemon_log.open("wb") as log_file:
+        daemon = subprocess.Popen([NC, "daemon", "--root", str(base)], stderr=log_file)
     sock = f"{base}/run/netcomp/netcomp.sock"
     shimconf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": sock}).encode()
     netns = Netnses("ncb")
@@ -271,6 +275,9 @@ def inner(runs: int) -> None:
             for name, exe in exes.items():
                 m[name]["d"].append(at_once(exe))
                 m[name]["d0"].append(at_once(exe, floor=True))
+    except BaseException:
+        sys.stderr.write("the daemon's log, its end:\n" + "".join(daemon_log.read_text().splitlines(True)[-30:]))
+        raise
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)

@@ -435,3 +435,38 @@ def test_a_cni_requests_log_line_is_written_after_its_answer(sock_path: str) -> 
         logger.removeHandler(held)
         logger.setLevel(old_level)
         server.shutdown()
+
+
+def test_a_connection_with_nothing_to_read_yet_gives_up_the_cpu_once_per_round(
+    sock_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop, woken by a connect before the client wrote, yields the CPU once (the client may be the one it
+    took it from) and reads again; once per accept round however many such connections it takes, so that a
+    flood of silent connects cannot make it give up a busy CPU's slices one after another."""
+    import os
+
+    yields: list[int] = []
+    rounds: list[int] = []
+    monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
+    accept = Server._accept
+
+    def counted(self: Server) -> None:
+        rounds.append(1)
+        accept(self)
+
+    monkeypatch.setattr(Server, "_accept", counted)
+    listening = listen(sock_path)[0]
+    silent = []
+    for _ in range(20):  # in the backlog before the loop starts: its first round takes all twenty
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(sock_path)
+        silent.append(s)
+    server = serve(listening)
+    try:
+        # Accepted after the twenty (the backlog is first come, first served): all were taken by its answer.
+        assert ask(sock_path).startswith(b"HTTP/1.1 200 ")
+        assert 1 <= len(yields) <= len(rounds) and len(yields) <= 2, (len(yields), len(rounds))
+    finally:
+        for s in silent:
+            s.close()
+        server.shutdown()
