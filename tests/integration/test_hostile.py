@@ -195,7 +195,8 @@ def test_requests_over_max_in_flight_wait_their_turn(tmp_path: Path) -> None:
         assert first.result(timeout=60)[0] == 0
         _open_gate(gate)
         assert second.result(timeout=60)[0] == 0
-        assert server.queued == 0 and server.in_flight == 0
+        # In flight until its log line is written, after the answer.
+        assert server.wait_for(lambda: server.queued == 0 and server.in_flight == 0, 30)
         for ctr in (a, b):
             assert dl.shim("DEL", ctr)[0] == 0
         assert dl.cache_files() == []
