@@ -276,7 +276,9 @@ def inner(runs: int) -> None:
                 m[name]["d"].append(at_once(exe))
                 m[name]["d0"].append(at_once(exe, floor=True))
     except BaseException:
-        sys.stderr.write("the daemon's log, its end:\n" + "".join(daemon_log.read_text().splitlines(True)[-30:]))
+        sys.stderr.write(
+            "the daemon's log, its end:\n" + "".join(daemon_log.read_text(errors="replace").splitlines(True)[-30:])
+        )
         raise
     finally:
         daemon.terminate()

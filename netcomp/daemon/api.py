@@ -126,6 +126,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
             return _error(E_IO, str(e), version=version)
         except Exception as e:  # a bug: answer, log, keep serving
             log.exception("CNI %s container=%s internal error", verb, cid)
+            outcome, said = "error", None  # a bug after the request ran (its answer's making) is not "ok"
             return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
 
     status, data = answer()

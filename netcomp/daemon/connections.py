@@ -240,7 +240,14 @@ class Connections:
                 self.refuse(c, http.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
                 continue
             self._read(c)  # the request may be whole already
-            if yield_once and c.mine and c.state == READING and not c.registered and not c.req.buf:
+            if (
+                yield_once
+                and c.mine
+                and c.state == READING
+                and not c.registered
+                and c.req.head is None
+                and not c.req.buf
+            ):
                 yield_once = False
                 os.sched_yield()  # see YIELD_FOR_REQUEST
                 self._read(c)

@@ -274,8 +274,8 @@ class Server(Connections):
                     counted = True
                 _send(c.sock, http.response(status, answer))
             finally:
-                self.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
                 try:
+                    self.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
                     if note is not None:  # its log line: off the answer's path, before the request leaves flight
                         note()
                 finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
