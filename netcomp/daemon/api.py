@@ -75,9 +75,6 @@ def _error(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSIO
     return 400, protocol.error_body(code, msg, details, version)
 
 
-_TOOK = object()  # in a logged line's arguments: the request's time in ms, filled in by note()
-
-
 def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> tuple[int, bytes, Callable[[], None]]:
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
     ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it.
@@ -97,12 +94,9 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
             req = parse_request(env, config, raw)
             verb, cid, version = req.command, req.container_id or "-", req.cni_version
             result = dispatch.handle(delegator, req)
-            outcome = "ok"  # the networks: for DEL and CHECK what the container's record held
-            said = (
-                logging.INFO,
-                "CNI %s container=%s networks=%s ok in %.1f ms",
-                (verb, cid, delegator.describe(req), _TOOK),
-            )
+            outcome, ms = "ok", (time.perf_counter() - t) * 1000
+            nets = delegator.describe(req)  # for DEL and CHECK: what the container's record held
+            said = logging.INFO, "CNI %s container=%s networks=%s ok in %.1f ms", (verb, cid, nets, ms)
             if bare:
                 return 200, compact(result) if result else b""
             if verb == "ADD":
@@ -112,12 +106,12 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
             said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, 300))
             return _error(e.code, e.msg, e.details)
         except DelegateError as e:
-            nets = delegator.describe(req) if req is not None else "-"
+            ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
             why = printable(e.full_msg) + (f" ({printable(e.details)})" if e.details else "")
             said = (
                 logging.WARNING,
                 "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s",
-                (verb, cid, nets, _TOOK, e.code, why),
+                (verb, cid, nets, ms, e.code, why),
             )
             return _error(e.code, e.full_msg, e.details, version)
         except HostError as e:
@@ -130,14 +124,13 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
             return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
 
     status, data = answer()
-    took = time.perf_counter() - t
     metrics.requests.labels(verb, outcome).inc()  # counted before the answer: /metrics agrees with the client
-    metrics.latency.labels(verb).observe(took)
+    metrics.latency.labels(verb).observe(time.perf_counter() - t)
 
     def note() -> None:
         if said is not None:
             level, msg, args = said
-            log.log(level, msg, *(took * 1000 if a is _TOOK else a for a in args))
+            log.log(level, msg, *args)
 
     return status, data, note
 

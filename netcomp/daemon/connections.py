@@ -49,12 +49,6 @@ ACCEPT_PAUSE = 1.0
 # Connections accepted per round of the loop at most: a flood of connects that keeps the backlog full must not
 # hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio took its backlog's size).
 ACCEPT_BATCH = 64
-# A client's connect wakes the loop, which often runs at once on the client's CPU, before the client has written
-# its request: the loop found nothing to read, went back to epoll and was woken again (55 of 100 shim requests
-# here, about 0.09 ms each). Once per round, a connection with nothing to read yet gives up the CPU once
-# (sched_yield) and is read again: then none of 140 needed a second wake. Once per round, not per connection: a
-# yield can cost a busy CPU's time slice.
-YIELD_FOR_REQUEST = True
 # While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile).
 ACCEPT_LOG_EVERY = 60.0
 _SPENT = http.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
@@ -210,7 +204,7 @@ class Connections:
 
     def _accept(self) -> None:
         lim = self.limits
-        yield_once = YIELD_FOR_REQUEST
+        yielded = False
         for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self.sock.accept()
@@ -240,16 +234,14 @@ class Connections:
                 self.refuse(c, http.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
                 continue
             self._read(c)  # the request may be whole already
-            if (
-                yield_once
-                and c.mine
-                and c.state == READING
-                and not c.registered
-                and c.req.head is None
-                and not c.req.buf
-            ):
-                yield_once = False
-                os.sched_yield()  # see YIELD_FOR_REQUEST
+            # A client's connect wakes the loop, which often runs at once on the client's CPU before the client
+            # has written: the loop found nothing, went back to epoll and was woken again (55 of 100 shim requests
+            # here, about 0.09 ms each). Giving up the CPU once (sched_yield) and reading again, none of 140 were.
+            # Once per round, not per connection: a yield can cost a busy CPU's time slice.
+            nothing_yet = c.mine and c.state == READING and not c.registered and c.req.head is None and not c.req.buf
+            if nothing_yet and not yielded:
+                yielded = True
+                os.sched_yield()
                 self._read(c)
             if c.mine and c.state == READING and not c.registered:
                 self.watch(c)

@@ -456,17 +456,21 @@ def test_a_connection_with_nothing_to_read_yet_gives_up_the_cpu_once_per_round(
 
     monkeypatch.setattr(Server, "_accept", counted)
     listening = listen(sock_path)[0]
-    silent = []
-    for _ in range(20):  # in the backlog before the loop starts: its first round takes all twenty
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(sock_path)
-        silent.append(s)
-    server = serve(listening)
+    silent: list[socket.socket] = []
+    server = None
     try:
+        for _ in range(20):  # in the backlog before the loop starts: its first round takes all twenty
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            silent.append(s)
+            s.connect(sock_path)
+        server = serve(listening)
         # Accepted after the twenty (the backlog is first come, first served): all were taken by its answer.
         assert ask(sock_path).startswith(b"HTTP/1.1 200 ")
         assert 1 <= len(yields) <= len(rounds) and len(yields) <= 2, (len(yields), len(rounds))
     finally:
         for s in silent:
             s.close()
-        server.shutdown()
+        if server is not None:
+            server.shutdown()
+        else:
+            listening.close()
