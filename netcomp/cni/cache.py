@@ -10,19 +10,25 @@ Each attachment has a state:
 - `undo`: it must be DELeted (its ADD failed, or was rolled back) and that DEL failed; `error` says why. It stays
   until a DEL completes it.
 
-Entries name their format (`"kind": "netcompCacheV1"`, as libcni's cache says `cniCacheV1`). Entries written
-before the format had a name (netcomp 0.1.0 before the write-ahead) are read as version 0: every attachment
-attached, no namespace identity. An entry of a kind this version does not know is reported by name and kept.
+Entries name their format (`"kind": "netcompCacheV2"`, as libcni's cache says `cniCacheV1`). Version 2 is
+version 1's document followed by any number of outcome records, each an RFC 7464 JSON text (an RS byte, one
+object, a newline): an ADD writes its write-ahead as a whole file, then appends the outcome, the attachments now
+attached and their results, rather than writing the whole entry again. Version 1 entries (no records) are read as
+they are. Entries written before the format had a name (netcomp 0.1.0 before the write-ahead) are read as version
+0: every attachment attached, no namespace identity. An entry of a kind this version does not know is reported by
+name and kept.
 
-Writes are atomic (a temp file and a rename) but not fsync'd: they must survive the
-daemon's death (OOM, watchdog, kill -9), which the page cache does, not the machine's. A machine that loses power
-loses every container, netns and interface with it; what outlives it on disk (host-local's leases, themselves
-written without fsync) is what the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each
-of the two writes of every ADD. The rename over the write-ahead keeps ext4's guard for the ADD's outcome: a file
-renamed over another is written out at once (auto_da_alloc), so the entry a DEL after a power cut needs is on
-disk within a journal commit (swapping the names with renameat2's RENAME_EXCHANGE instead was measured: 0.3 ms
-less per ADD+DEL when DEL follows ADD within milliseconds, but ext4 does not guard a swap, and it was left out).
-An entry the power cut left empty is removed by the DEL that reads it (`_torn`).
+Whole writes are atomic (a temp file and a rename), appends are a single write of one record; none is fsync'd.
+They must survive the daemon's death (OOM, watchdog, kill -9), which the page cache does, not the machine's. A
+daemon killed in the middle of an append leaves a record without its newline, which a reader ignores: its
+attachments stay `adding`, and are undone, as the runtime was never told they were attached. A machine that loses
+power loses every container, netns and interface with it; what outlives it on disk (host-local's leases, written
+as new files without fsync at the same moment as the entry, and so written out by the same periodic writeback) is
+what the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each write of every ADD. The
+outcome was renamed over the write-ahead until issue 14's last round; ext4 then writes the new file out at once
+(auto_da_alloc), which put its block allocation on the answer's path and the freeing of those blocks (a discard
+on this machine) on every DEL: 0.45 ms of the daemon's CPU per ADD with 16 at once. An entry whose file the power
+cut left empty is removed by the DEL that reads it (`_torn`); an appended record it left as NUL bytes is ignored.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,8 +52,9 @@ from netcomp.fsutil import atomic_write, discard, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
-KIND = "netcompCacheV1"
-KNOWN_KINDS = (KIND,)
+KIND = "netcompCacheV2"
+KNOWN_KINDS = ("netcompCacheV1", KIND)
+RS = b"\x1e"  # RFC 7464: what begins each outcome record appended to an entry
 State = Literal["adding", "attached", "undo"]
 STATES: tuple[State, ...] = ("adding", "attached", "undo")
 
@@ -144,8 +152,48 @@ class Entry:
         except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
             return (json.dumps(doc, indent=2) + "\n").encode()
 
+    def outcome(self, atts: list[Attachment]) -> bytes:
+        """The record appended once `atts` (attachments of this entry, attached now) have their results: one RFC
+        7464 JSON text, ended by its newline (a record without one was cut short and is ignored)."""
+        doc = {"attached": [{"ifname": a.ifname, "network": a.network, "result": a.result} for a in atts]}
+        try:
+            return RS + orjson.dumps(doc) + b"\n"
+        except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
+            return RS + json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
     @staticmethod
     def from_json(data: bytes) -> Entry:
+        """The entry the file's text records: its document, then each of its outcome records applied in turn. A
+        record cut short (no newline, not JSON, or NUL bytes a power cut left) is ignored."""
+        head, sep, tail = data.partition(RS)
+        entry = Entry._document(head.rstrip(b"\0"))
+        if entry.version == 0 and sep:
+            raise ValueError("outcome records after an entry of version 0")
+        for record in tail.split(RS) if sep else ():
+            entry._apply(record)
+        return entry
+
+    def _apply(self, record: bytes) -> None:
+        if not record.endswith(b"\n"):
+            return  # cut short: the daemon died in its write, before it answered
+        try:
+            doc = loads(record)
+        except ValueError:
+            return
+        attached = doc.get("attached") if isinstance(doc, dict) else None
+        if not isinstance(attached, list):
+            raise ValueError("an outcome record without its list of attachments")
+        by_name = {a.ifname: a for a in self.attachments}
+        for one in attached:
+            a = by_name.get(_str(one, "ifname"))
+            if a is None or a.state != "adding" or a.network != _str(one, "network"):
+                name = one.get("ifname")
+                raise ValueError(f"an outcome record names an attachment the entry has not begun: {name!r}")
+            result = one.get("result")
+            a.state, a.result = "attached", result if isinstance(result, dict) else None
+
+    @staticmethod
+    def _document(data: bytes) -> Entry:
         try:
             d = loads(data)
         except ValueError as e:
@@ -311,6 +359,24 @@ class Cache:
         except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write(path, data, mode=0o600, durable=False)
+
+    def append_outcome(self, entry: Entry, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
+        """Record that `atts` are attached, with their results: one record appended to the entry save() wrote
+        (its write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written
+        before the error has no newline and is ignored by readers, and the caller rolls the ADD back, which
+        writes the entry whole again. `halfway`: a test hook (daemon.faults, mid-outcome), called with half of
+        the record written."""
+        data = entry.outcome(atts)
+        fd = os.open(self._file(entry.container_id, entry.ifname), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            view = memoryview(data)
+            if halfway is not None:
+                view = view[os.write(fd, view[: len(view) // 2]) :]
+                halfway()
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
     def remove_temp_files(self) -> None:
         """Temp files a daemon killed mid-save left, and removed entries it had not unlinked yet (never read as

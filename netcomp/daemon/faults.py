@@ -2,7 +2,8 @@
 makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to show that a daemon
 dying exactly there loses nothing. Points: `after-claim` (addresses claimed, nothing recorded yet),
 `after-write-ahead` (an ADD's record is on disk, no delegate ran),
-`between-delegates` (one network of an ADD finished, others may still run), `before-answer` (the ADD is recorded
+`between-delegates` (one network of an ADD finished, others may still run), `mid-outcome` (half of the
+record that an ADD's networks are attached written, cni/cache.py), `before-answer` (the ADD is recorded
 as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated). Unset on
 a node, where a point costs one call that does nothing."""
 
@@ -15,28 +16,33 @@ import threading
 from collections.abc import Callable, Mapping
 
 ENV = "NETCOMP_CRASH_AT"
-POINTS = ("after-claim", "after-write-ahead", "between-delegates", "before-answer", "after-del")
+POINTS = ("after-claim", "after-write-ahead", "between-delegates", "mid-outcome", "before-answer", "after-del")
 log = logging.getLogger("netcomp.daemon")
+
+
+class Crash:
+    """crash(point): SIGKILL when `point` is the one armed (`at`), the n-th time; nothing otherwise. A point that
+    must do something to be reached (mid-outcome: write half a record) asks `at` first."""
+
+    def __init__(self, at: str | None = None, spec: str = "", nth: int = 1) -> None:
+        self.at, self._spec, self._left, self._lock = at, spec, nth, threading.Lock()
+
+    def __call__(self, at: str) -> None:
+        if at != self.at:
+            return
+        with self._lock:
+            self._left -= 1
+            if self._left != 0:
+                return
+        log.warning("%s=%s: killing the daemon at %s", ENV, self._spec, at)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def from_env(environ: Mapping[str, str]) -> Callable[[str], None]:
     spec = environ.get(ENV, "")
     if not spec:
-        return lambda point: None
+        return Crash()
     point, _, nth = spec.partition(":")
     if point not in POINTS or (nth and not nth.isdigit()):
         raise ValueError(f"{ENV}={spec!r}: expected one of {', '.join(POINTS)}, optionally :N")
-    left = [int(nth or 1)]
-    lock = threading.Lock()
-
-    def crash(at: str) -> None:
-        if at != point:
-            return
-        with lock:
-            left[0] -= 1
-            if left[0] != 0:
-                return
-        log.warning("%s=%s: killing the daemon at %s", ENV, spec, at)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    return crash
+    return Crash(point, spec, int(nth or 1))

@@ -179,16 +179,21 @@ def test_a_plugin_killed_half_way_with_the_daemon_leaves_no_interface(tmp_path: 
         assert node.lab.links(ctr) == ["lo"] and node.cache_files() == []
 
 
-@pytest.mark.parametrize("point", ["after-write-ahead", "between-delegates", "before-answer"])
+@pytest.mark.parametrize("point", ["after-write-ahead", "between-delegates", "mid-outcome", "before-answer"])
 def test_daemon_killed_at_each_point_of_an_add(tmp_path: Path, point: str) -> None:
-    """NETCOMP_CRASH_AT kills the daemon exactly there, in an ADD of two networks; a new daemon starts, as
-    systemd's Restart= would, and the shim's retry gets a complete ADD: both interfaces, one address each."""
+    """NETCOMP_CRASH_AT kills the daemon exactly there, in an ADD of two networks (mid-outcome: with half of the
+    record of their outcome appended); a new daemon starts, as systemd's Restart= would, and the shim's retry
+    gets a complete ADD: both interfaces, one address each."""
     with proc_node(tmp_path, env={"NETCOMP_CRASH_AT": point}) as node:
         ctr = node.lab.container()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             add = pool.submit(node.shim, "ADD", ctr, args="NETCOMP_NETWORKS=storage")
             assert node.proc is not None
             assert node.proc.wait(timeout=60) == -9, node.logs()  # it died at the point
+            if point == "mid-outcome":  # the entry ends in half a record, which the next daemon ignores
+                [entry] = node.cache_files()
+                data = (node.cache_dir / entry).read_bytes()
+                assert data.count(b"\x1e") == 1 and not data.endswith(b"\n"), data[-80:]
             node.env.pop("NETCOMP_CRASH_AT", None)
             node.start(wait=False)
             rc, res = add.result(timeout=120)
@@ -361,18 +366,28 @@ def test_an_entry_written_before_the_format_had_a_version_is_deleted(tmp_path: P
 
 
 def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl_plain: DaemonLab) -> None:
+    """A kind this netcomp does not read is named (CNI error 5) and the file kept; an entry of version 1 (the
+    whole document, written by netcomp before outcome records) is read and DELeted."""
+    from netcomp.cni.cache import Entry
+
     dl = dl_plain
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr)[0] == 0
     [entry] = list(Path(dl.settings.cacheDir).glob("*.json"))
-    doc = json.loads(entry.read_text())
+    written = entry.read_bytes()
+    head, sep, records = written.partition(b"\x1e")
+    assert sep and records.endswith(b"\n")  # the write-ahead, then the ADD's outcome appended
+    doc = json.loads(head)
+    assert doc["kind"] == "netcompCacheV2" and {a["state"] for a in doc["attachments"]} == {"adding"}
     doc["kind"] = "netcompCacheV9"
-    entry.write_text(json.dumps(doc))
+    entry.write_bytes(json.dumps(doc).encode() + sep + records)
     rc, err = dl.shim("DEL", ctr)
     assert rc == 1 and err["code"] == 5 and "'netcompCacheV9' is not one this netcomp reads" in err["msg"]
-    assert entry.exists() and json.loads(entry.read_text())["kind"] == "netcompCacheV9"
-    doc["kind"] = "netcompCacheV1"
-    entry.write_text(json.dumps(doc))
+    assert entry.exists() and json.loads(entry.read_bytes().partition(b"\x1e")[0])["kind"] == "netcompCacheV9"
+    v1 = json.loads(Entry.from_json(written).to_json())
+    assert {a["state"] for a in v1["attachments"]} == {"attached"}
+    v1["kind"] = "netcompCacheV1"
+    entry.write_text(json.dumps(v1))
     assert dl.shim("DEL", ctr)[0] == 0
     nothing_left(dl, [ctr])
 

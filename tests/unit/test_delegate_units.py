@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -348,3 +349,107 @@ def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> N
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]
     finally:
         d.close()
+
+
+def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Path) -> None:
+    """The write-ahead is the whole entry, its attachment `adding`, on disk before the plugin runs; the outcome is
+    one RFC 7464 record appended to that same file (its inode kept: no second file made), which a reader applies."""
+    from netcomp.cni.cache import RS, Entry
+    from netcomp.cni.invoke import ExecResult
+
+    res = b'{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}'
+    seen: list[tuple[int, bytes]] = []
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "ADD":
+            path = d.cache.path("c1", "eth0")
+            seen.append((path.stat().st_ino, path.read_bytes()))
+        return ExecResult(0, res, b"")
+
+    nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}
+    d = _delegator(tmp_path, nets, fake_exec)
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
+    try:
+        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        [(ino, ahead)] = seen
+        assert RS not in ahead and [a.state for a in Entry.from_json(ahead).attachments] == ["adding"]
+        path = d.cache.path("c1", "eth0")
+        data = path.read_bytes()
+        assert path.stat().st_ino == ino and data.startswith(ahead) and data.count(RS) == 1 and data.endswith(b"\n")
+        entry = d.cache.load("c1", "eth0")
+        assert entry is not None and [(a.state, a.result) for a in entry.attachments] == [
+            ("attached", {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]})
+        ]
+        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
+        assert d.cache.count() == 0
+    finally:
+        d.close()
+
+
+def test_an_outcome_record_cut_short_is_ignored_and_one_that_names_no_attachment_is_an_error(tmp_path: Path) -> None:
+    """A daemon killed in its append leaves a record without its newline, a power cut NUL bytes: the attachment
+    stays `adding` (its ADD was never answered) and is undone. A whole record naming what the entry has not begun
+    is no truncation: the entry cannot be read, and is kept for the operator."""
+    from netcomp.cni.cache import RS, Attachment, Cache, Entry
+
+    cache = Cache(tmp_path / "cache")
+    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
+    cache.save(entry)
+    path = cache.path("c1", "eth0")
+    head = path.read_bytes()
+    entry.attachments[0].result = {"cniVersion": "1.0.0", "dns": {"search": ["x" * 50] * 100}}  # over a page
+    record = entry.outcome(entry.attachments)
+    assert record.startswith(RS) and record.endswith(b"\n") and len(record) > 4096
+    for tail in (record[:-1], record[: len(record) // 2], RS, b"\0" * len(record), RS + b"\0" * 10):
+        path.write_bytes(head + tail)
+        loaded = cache.load("c1", "eth0")
+        assert loaded is not None and [(a.state, a.result) for a in loaded.attachments] == [("adding", None)], tail[:9]
+    path.write_bytes(head + record + record[:7])  # a later record cut short does not undo an earlier whole one
+    loaded = cache.load("c1", "eth0")
+    assert loaded is not None and loaded.attachments[0].state == "attached"
+    assert loaded.attachments[0].result == entry.attachments[0].result
+    other = Entry("c1", "", "eth0", "1.0.0", [Attachment("n", "net9", {}, {"cniVersion": "1.0.0"})])
+    path.write_bytes(head + other.outcome(other.attachments))
+    with pytest.raises(HostError, match=r"cannot be read.*net9"):
+        cache.load("c1", "eth0")
+    assert path.read_bytes() == head + other.outcome(other.attachments)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs to fill")
+def test_an_outcome_refused_on_a_full_disk_rolls_the_add_back(tmp_path: Path) -> None:
+    """ENOSPC on the outcome's append (the plugin filled the disk while it ran): the ADD fails with code 5, its
+    delegate is DELeted again, and the entry goes; nothing is answered as attached."""
+    import subprocess
+
+    from netcomp.cni.invoke import ExecResult
+
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(cache_dir)], check=True, timeout=30)
+    calls: list[str] = []
+    big = b'{"cniVersion": "1.0.0", "dns": {"search": ["' + b"x" * 6000 + b'"]}}'  # its record needs a page more
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        calls.append(env["CNI_COMMAND"])
+        if env["CNI_COMMAND"] == "ADD":
+            fd = os.open(cache_dir / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                with pytest.raises(OSError):
+                    while True:
+                        os.write(fd, b"\0" * 4096)
+            finally:
+                os.close(fd)
+            return ExecResult(0, big, b"")
+        return ExecResult(0, b"", b"")
+
+    nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}
+    d = _delegator(tmp_path, nets, fake_exec)
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
+    try:
+        with pytest.raises(DelegateError) as e:
+            dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        assert e.value.code == 5 and "cannot write the attachment cache" in e.value.full_msg
+        assert calls == ["ADD", "DEL"] and d.cache.load("c1", "eth0") is None and d.cache.count() == 0
+    finally:
+        d.close()
+        subprocess.run(["umount", str(cache_dir)], check=False, timeout=30)
