@@ -19,6 +19,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     # The journal stamps each line itself; anywhere else (a terminal, a file) the line carries its time.
     stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
+    # A line per CNI request: what the format does not print is not gathered (the logging HOWTO's
+    # "Optimization": the caller's frame, thread and process), a quarter of each line's cost.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,

@@ -87,7 +87,9 @@ def test_result_conversion_between_versions() -> None:
     assert old["cniVersion"] == "0.4.0" and [ip["version"] for ip in old["ips"]] == ["4", "6"]
     back = result.convert(old, "1.1.0")
     assert back["cniVersion"] == "1.1.0" and all("version" not in ip for ip in back["ips"])
-    assert "version" not in RES["ips"][0]  # the input is not changed
+    assert "version" not in RES["ips"][0] and RES["cniVersion"] == "1.0.0"  # the input is not changed
+    assert all("version" in ip for ip in old["ips"])  # nor the result it was converted from
+    assert result.convert({"cniVersion": "1.0.0", "ips": None}, "0.4.0") == {"cniVersion": "0.4.0", "ips": None}
     with pytest.raises(DelegateError) as ei:
         result.convert(RES, "0.2.0")
     assert ei.value.code == 1
