@@ -367,7 +367,8 @@ class Cache:
         writes the entry whole again. `halfway`: a test hook (daemon.faults, mid-outcome), called with half of
         the record written."""
         data = entry.outcome(atts)
-        fd = os.open(self._file(entry.container_id, entry.ifname), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(self._file(entry.container_id, entry.ifname), flags)
         try:
             view = memoryview(data)
             if halfway is not None:
