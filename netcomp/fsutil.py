@@ -116,9 +116,9 @@ def discard(path: str | Path) -> bool:
     crash leaves it there for remove_stale_tmp), and a thread of its own unlinks it. False when there was no
     such file.
 
-    Why not unlink here: on ext4, unlinking a file whose blocks are on disk (a file renamed over another is
-    written out at once, auto_da_alloc) frees its blocks in the unlink, 0.35-0.5 ms here, mostly waiting, on
-    the path of every DEL; the rename costs 0.05 ms."""
+    Why not unlink here: on ext4, unlinking a file whose blocks are on disk (one that lived past the kernel's
+    writeback, or one renamed over another, which is written out at once: auto_da_alloc) frees its blocks in the
+    unlink, 0.35-0.5 ms here, mostly waiting, on the path of a DEL; the rename costs 0.05 ms."""
     trash = _beside(os.fspath(path), f".{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
     try:
         os.rename(path, trash)

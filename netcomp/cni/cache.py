@@ -23,12 +23,14 @@ They must survive the daemon's death (OOM, watchdog, kill -9), which the page ca
 daemon killed in the middle of an append leaves a record without its newline, which a reader ignores: its
 attachments stay `adding`, and are undone, as the runtime was never told they were attached. A machine that loses
 power loses every container, netns and interface with it; what outlives it on disk (host-local's leases, written
-as new files without fsync at the same moment as the entry, and so written out by the same periodic writeback) is
-what the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on each write of every ADD. The
-outcome was renamed over the write-ahead until issue 14's last round; ext4 then writes the new file out at once
-(auto_da_alloc), which put its block allocation on the answer's path and the freeing of those blocks (a discard
-on this machine) on every DEL: 0.45 ms of the daemon's CPU per ADD with 16 at once. An entry whose file the power
-cut left empty is removed by the DEL that reads it (`_torn`); an appended record it left as NUL bytes is ignored.
+as new files without fsync in the same milliseconds as the entry, and so usually written out by the same periodic
+writeback, about 30 s later) is what the runtime's DEL after the reboot frees. An fsync would put about 1.5 ms on
+each write of every ADD. The outcome was renamed over the write-ahead until issue 14's last round; ext4 then
+writes the new file out at once (auto_da_alloc), which had the entry on disk within a journal commit but put its
+block allocation on the answer's path and the freeing of those blocks (a discard on this machine) on every DEL:
+0.45 ms of the daemon's CPU per ADD with 16 at once. An entry whose file the power cut left empty is removed by
+the DEL that reads it (`_torn`); an appended record it left as NUL bytes is ignored. A whole record that is not
+what netcomp writes is an entry that cannot be read (reported, and kept).
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ class Entry:
     # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
     # ones was left by a plugin killed half-way (a macvlan under its temporary name) and is removed.
     links_before: list[str] | None = None
+    # Not recorded: the file this entry was last written to (Cache.save), which its outcome is appended to.
+    file: str = field(default="", compare=False, repr=False)
 
     @property
     def attached(self) -> list[Attachment]:
@@ -150,7 +154,7 @@ class Entry:
         try:
             return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
-            return (json.dumps(doc, indent=2) + "\n").encode()
+            return _stdlib_json(doc, 2) + b"\n"
 
     def outcome(self, atts: list[Attachment]) -> bytes:
         """The record appended once `atts` (attachments of this entry, attached now) have their results: one RFC
@@ -159,7 +163,7 @@ class Entry:
         try:
             return RS + orjson.dumps(doc) + b"\n"
         except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
-            return RS + json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+            return RS + _stdlib_json(doc, None) + b"\n"
 
     @staticmethod
     def from_json(data: bytes) -> Entry:
@@ -174,12 +178,13 @@ class Entry:
         return entry
 
     def _apply(self, record: bytes) -> None:
-        if not record.endswith(b"\n"):
-            return  # cut short: the daemon died in its write, before it answered
+        record = record.rstrip(b"\0")  # what a power cut left of what came after it
+        if not record.endswith(b"\n") or b"\0" in record:
+            return  # cut short: the daemon died in its write, before it answered (or the machine went down)
         try:
             doc = loads(record)
-        except ValueError:
-            return
+        except ValueError as e:  # whole, but not what netcomp wrote: a disk fault or a hand edit, never a kill
+            raise ValueError(f"an outcome record is not JSON: {e}") from None
         attached = doc.get("attached") if isinstance(doc, dict) else None
         if not isinstance(attached, list):
             raise ValueError("an outcome record without its list of attachments")
@@ -219,6 +224,15 @@ class Entry:
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
         )
+
+
+def _stdlib_json(doc: dict[str, Any], indent: int | None) -> bytes:
+    """What orjson refuses, by the stdlib's encoder; ValueError for what neither can write (a plugin's result
+    nested too deeply), which the caller reports as it reports a full disk."""
+    try:
+        return json.dumps(doc, indent=indent, separators=None if indent else (",", ":")).encode()
+    except (RecursionError, ValueError) as e:
+        raise ValueError(f"cannot write a record of it: {type(e).__name__}: {e}") from None
 
 
 class NotJSON(ValueError):
@@ -352,8 +366,10 @@ class Cache:
             ) from None
 
     def save(self, entry: Entry) -> None:
-        """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry."""
+        """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry; so does
+        ValueError, for an entry that cannot be written as JSON."""
         path, data = self._file(entry.container_id, entry.ifname), entry.to_json()
+        entry.file = path
         try:
             atomic_write(path, data, mode=0o600, durable=False)
         except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
@@ -361,14 +377,19 @@ class Cache:
             atomic_write(path, data, mode=0o600, durable=False)
 
     def append_outcome(self, entry: Entry, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
-        """Record that `atts` are attached, with their results: one record appended to the entry save() wrote
-        (its write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written
-        before the error has no newline and is ignored by readers, and the caller rolls the ADD back, which
-        writes the entry whole again. `halfway`: a test hook (daemon.faults, mid-outcome), called with half of
-        the record written."""
+        """Record that `atts` are attached, with their results: one record appended to the file save() wrote
+        (the write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written before
+        the error has no newline and is ignored by readers, and the caller rolls the ADD back, which writes the
+        entry whole again; ValueError, written nothing, for a result that cannot be written as JSON. `halfway`: a
+        test hook (daemon.faults, mid-outcome), called with half of the record written."""
+        path = self._file(entry.container_id, entry.ifname)
+        if entry.file and entry.file != path:  # cacheDir changed (SIGHUP) while the delegates ran: the entry
+            moved, entry.file = entry.file, path  # goes there whole, as every record does from then on
+            self.save(entry)
+            discard(moved)
+            return
         data = entry.outcome(atts)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(self._file(entry.container_id, entry.ifname), flags)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             view = memoryview(data)
             if halfway is not None:

@@ -266,6 +266,24 @@ def find_plugin(name: str, dirs: Sequence[str | Path]) -> str:
     raise DelegateError(E_INVALID_CONFIG, f"failed to find plugin {name!r} in path {list(map(str, dirs))}")
 
 
+# A result is written again (the next plugin's prevResult, the cache, the answer): orjson writes 255 levels at
+# most and the stdlib's encoder about 990, and a CNI result has 4. Deeper is refused as the plugin's error, before
+# anything records it.
+MAX_RESULT_DEPTH = 64
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether value nests containers deeper than limit (the top level is 1)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, dict | list):
+            if depth > limit:
+                return True
+            todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
 class Runner:
     """Runs plugins and conflists for one set of plugin dirs."""
 
@@ -330,6 +348,14 @@ class Runner:
             ) from None
         if not isinstance(out, dict):
             raise DelegateError(E_OTHER, "plugin result is not a JSON object", network=network, plugin=ptype)
+        # Counting brackets is C-fast and bounds the depth: only a result with many is walked.
+        if res.stdout.count(b"[") + res.stdout.count(b"{") > MAX_RESULT_DEPTH and _deeper(out, MAX_RESULT_DEPTH):
+            raise DelegateError(
+                E_OTHER,
+                f"plugin result is nested deeper than {MAX_RESULT_DEPTH} levels",
+                network=network,
+                plugin=ptype,
+            )
         return out
 
     @staticmethod

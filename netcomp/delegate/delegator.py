@@ -62,6 +62,11 @@ def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return fut
 
 
+def _why(e: OSError | ValueError) -> str:
+    """Why the cache could not be written: the disk's error, or a result that cannot be written as JSON."""
+    return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+
+
 def as_delegate_error(e: Exception, network: str) -> DelegateError:
     if isinstance(e, DelegateError):
         return e
@@ -294,12 +299,12 @@ class Delegator:
                 entry.attachments.extend(new)
                 try:
                     self.save(entry)  # the write-ahead: nothing runs before this is on disk
-                except OSError as e:
+                except (OSError, ValueError) as e:
                     entry.attachments = [a for a in entry.attachments if all(a is not n for n in new)]
                     if claims and self.addresses is not None:
                         self.addresses.release(claims, "rollback")
                     raise DelegateError(
-                        E_IO, f"cannot write the attachment cache: {e.strerror}", "no plugin was run"
+                        E_IO, f"cannot write the attachment cache: {_why(e)}", "no plugin was run"
                     ) from None
                 if claims and self.addresses is not None:
                     self.addresses.settle(claims)  # recorded now: no longer only in flight
@@ -337,8 +342,8 @@ class Delegator:
                 # One write appended to the write-ahead (cni/cache.py); the chaos hook kills the daemon halfway.
                 armed = getattr(self.crash, "at", None) == "mid-outcome"
                 self.cache.append_outcome(entry, new, (lambda: self.crash("mid-outcome")) if armed else None)
-            except OSError as e:
-                first_error = DelegateError(E_IO, f"cannot write the attachment cache: {e.strerror}")
+            except (OSError, ValueError) as e:
+                first_error = DelegateError(E_IO, f"cannot write the attachment cache: {_why(e)}")
                 for a in new:
                     a.state = "adding"
         if first_error is not None:
@@ -464,9 +469,9 @@ class Delegator:
         entry.attachments = [a for a in entry.attachments if all(a is not d for d in done)]
         try:
             self.save(entry)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             # The entry on disk still names everything this DEL tried: a later DEL tries it again.
-            log.error("cannot record the DEL of container %s: %s", entry.container_id, e.strerror)
+            log.error("cannot record the DEL of container %s: %s", entry.container_id, _why(e))
         self.host.after_detach(done)
         if errors and raise_errors:
             # The error of the last network, as a DEL in reverse order would have met it first.

@@ -126,12 +126,13 @@ def test_an_unreadable_cache_entry_is_reported_and_kept(dl: DaemonLab) -> None:
     [name] = dl.cache_files()
     path = Path(dl.settings.cacheDir) / name
     good = path.read_bytes()
-    path.write_bytes(good[: len(good) // 2])
+    cut = good[: len(good.partition(b"\x1e")[0]) // 2]  # cut inside the document: its records follow it
+    path.write_bytes(cut)
     for verb in ("DEL", "ADD"):
         rc, err = dl.shim(verb, ctr)
         assert rc == 1 and err["code"] == 5, err
         assert f"the attachment cache entry {path} of container ctr-{ctr} on eth0 cannot be read" in err["msg"]
-    assert path.read_bytes() == good[: len(good) // 2] and len(dl.leases()) == 2
+    assert path.read_bytes() == cut and len(dl.leases()) == 2
     path.write_bytes(good)  # restored: DEL does what it records
     assert dl.shim("DEL", ctr)[0] == 0
     assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []

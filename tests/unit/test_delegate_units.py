@@ -388,10 +388,11 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
         d.close()
 
 
-def test_an_outcome_record_cut_short_is_ignored_and_one_that_names_no_attachment_is_an_error(tmp_path: Path) -> None:
+def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is_an_error(tmp_path: Path) -> None:
     """A daemon killed in its append leaves a record without its newline, a power cut NUL bytes: the attachment
-    stays `adding` (its ADD was never answered) and is undone. A whole record naming what the entry has not begun
-    is no truncation: the entry cannot be read, and is kept for the operator."""
+    stays `adding` (its ADD was never answered) and is undone. A whole record that is not JSON, or names what the
+    entry has not begun, is no truncation (a disk fault, a hand edit): the entry cannot be read, and is kept for the
+    operator."""
     from netcomp.cni.cache import RS, Attachment, Cache, Entry
 
     cache = Cache(tmp_path / "cache")
@@ -406,10 +407,14 @@ def test_an_outcome_record_cut_short_is_ignored_and_one_that_names_no_attachment
         path.write_bytes(head + tail)
         loaded = cache.load("c1", "eth0")
         assert loaded is not None and [(a.state, a.result) for a in loaded.attachments] == [("adding", None)], tail[:9]
-    path.write_bytes(head + record + record[:7])  # a later record cut short does not undo an earlier whole one
-    loaded = cache.load("c1", "eth0")
-    assert loaded is not None and loaded.attachments[0].state == "attached"
-    assert loaded.attachments[0].result == entry.attachments[0].result
+    for tail in (record + record[:7], record + b"\0" * 300):  # what follows a whole record does not undo it
+        path.write_bytes(head + tail)
+        loaded = cache.load("c1", "eth0")
+        assert loaded is not None and loaded.attachments[0].state == "attached"
+        assert loaded.attachments[0].result == entry.attachments[0].result
+    path.write_bytes(head + RS + b'{"attached": [{"ifname": "eth0", "netw\n')  # whole, not JSON: not a kill's
+    with pytest.raises(HostError, match="not JSON"):
+        cache.load("c1", "eth0")
     other = Entry("c1", "", "eth0", "1.0.0", [Attachment("n", "net9", {}, {"cniVersion": "1.0.0"})])
     path.write_bytes(head + other.outcome(other.attachments))
     with pytest.raises(HostError, match=r"cannot be read.*net9"):
@@ -455,3 +460,64 @@ def test_an_outcome_refused_on_a_full_disk_rolls_the_add_back(tmp_path: Path) ->
     finally:
         d.close()
         subprocess.run(["umount", str(cache_dir)], check=False, timeout=30)
+
+
+def test_an_outcome_follows_the_cache_moved_while_the_delegates_ran(tmp_path: Path) -> None:
+    """A SIGHUP that changes cacheDir while an ADD's plugin runs: the ADD succeeds and its entry is written whole
+    in the new dir, where DEL looks for it; the write-ahead in the old dir goes."""
+    from netcomp import fsutil
+    from netcomp.cni.invoke import ExecResult
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "ADD":
+            d.cache.directory = tmp_path / "moved"
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}
+    d = _delegator(tmp_path, nets, fake_exec)
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
+    try:
+        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        entry = d.cache.load("c1", "eth0")
+        assert entry is not None and [a.state for a in entry.attachments] == ["attached"]
+        assert fsutil.settle(10) and os.listdir(tmp_path / "cache") == []
+        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
+        assert d.cache.count() == 0
+    finally:
+        d.close()
+
+
+def test_a_result_nested_too_deep_is_the_plugins_error_and_rolled_back(tmp_path: Path) -> None:
+    """A plugin's result nested deeper than netcomp could write again (the cache, a prevResult, the answer): the
+    runner refuses it as the plugin's error, so the ADD is rolled back, its DEL run without that result, and
+    nothing is recorded. 64 levels are taken, 65 refused."""
+    from netcomp.cni.codes import E_OTHER
+    from netcomp.cni.invoke import ExecResult
+
+    def nested(levels: int) -> bytes:  # the result object itself is the first level
+        return b'{"cniVersion": "1.0.0", "x": ' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
+
+    out = {"ADD": nested(1000)}
+    calls: list[tuple[str, bytes]] = []
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        calls.append((env["CNI_COMMAND"], stdin))
+        return ExecResult(0, out.get(env["CNI_COMMAND"], b""), b"")
+
+    nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}
+    d = _delegator(tmp_path, nets, fake_exec)
+    env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
+    try:
+        for levels in (1000, 65):
+            out["ADD"], calls[:] = nested(levels), []
+            with pytest.raises(DelegateError) as e:
+                dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+            assert e.value.code == E_OTHER and "nested deeper than 64 levels" in e.value.full_msg, e.value.full_msg
+            assert [c for c, _ in calls] == ["ADD", "DEL"] and b"prevResult" not in calls[1][1]
+            assert d.cache.count() == 0
+        out["ADD"] = nested(64)
+        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        entry = d.cache.load("c1", "eth0")
+        assert entry is not None and entry.attachments[0].state == "attached"
+    finally:
+        d.close()
