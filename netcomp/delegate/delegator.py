@@ -395,10 +395,11 @@ class Delegator:
             self.unfinished.pop(key, None)
 
     def side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
-        """fn(a) for each attachment, in the pool side by side; a lone one runs here (no hand-off)."""
-        if len(atts) == 1:
-            return [_now(fn, atts[0])]
-        return [self.pool.submit(fn, a) for a in atts]
+        """fn(a) for each attachment side by side, in atts' order: all but the first handed to the pool, then the
+        first run here, by the request's own thread, which would only wait otherwise (a lone one is no hand-off
+        at all)."""
+        rest = [self.pool.submit(fn, a) for a in atts[1:]]
+        return [_now(fn, atts[0]), *rest] if atts else []
 
     def gc_host_links(self) -> list[str]:
         """Remove the host links netcomp made that nothing needs any more (HostResources.gc_links)."""
