@@ -168,7 +168,8 @@ class Entry:
     @staticmethod
     def from_json(data: bytes) -> Entry:
         """The entry the file's text records: its document, then each of its outcome records applied in turn. A
-        record cut short (no newline, not JSON, or NUL bytes a power cut left) is ignored."""
+        record cut short (no newline, or NUL bytes a power cut left) is ignored; a whole one that is not what
+        netcomp writes is a ValueError."""
         head, sep, tail = data.partition(RS)
         entry = Entry._document(head.rstrip(b"\0"))
         if entry.version == 0 and sep:
@@ -384,7 +385,7 @@ class Cache:
         test hook (daemon.faults, mid-outcome), called with half of the record written."""
         path = self._file(entry.container_id, entry.ifname)
         if entry.file and entry.file != path:  # cacheDir changed (SIGHUP) while the delegates ran: the entry
-            moved, entry.file = entry.file, path  # goes there whole, as every record does from then on
+            moved = entry.file  # goes there whole, as every record does from then on
             self.save(entry)
             discard(moved)
             return

@@ -114,6 +114,10 @@ class Delegator:
         self.unfinished: dict[tuple[str, str], int] = {}
         self._asked: dict[tuple[str, ...], str] = {}  # (network, mac|ip, value) -> container, ADDs in flight
         self._asked_lock = threading.Lock()
+        # The chaos hook's mid-outcome point (daemon.faults): the outcome's record is written in two halves and the
+        # daemon killed between them; None (one write) unless that point is armed.
+        armed = getattr(self.crash, "at", None) == "mid-outcome"
+        self._halfway: Callable[[], None] | None = (lambda: self.crash("mid-outcome")) if armed else None
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -339,9 +343,7 @@ class Delegator:
             for a in new:
                 a.state = "attached"
             try:
-                # One write appended to the write-ahead (cni/cache.py); the chaos hook kills the daemon halfway.
-                armed = getattr(self.crash, "at", None) == "mid-outcome"
-                self.cache.append_outcome(entry, new, (lambda: self.crash("mid-outcome")) if armed else None)
+                self.cache.append_outcome(entry, new, self._halfway)  # one write appended to the write-ahead
             except (OSError, ValueError) as e:
                 first_error = DelegateError(E_IO, f"cannot write the attachment cache: {_why(e)}")
                 for a in new:

@@ -428,11 +428,18 @@ def test_an_outcome_refused_on_a_full_disk_rolls_the_add_back(tmp_path: Path) ->
     delegate is DELeted again, and the entry goes; nothing is answered as attached."""
     import subprocess
 
-    from netcomp.cni.invoke import ExecResult
-
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(cache_dir)], check=True, timeout=30)
+    try:
+        _full_disk_add(tmp_path, cache_dir)
+    finally:
+        subprocess.run(["umount", str(cache_dir)], check=False, timeout=30)
+
+
+def _full_disk_add(tmp_path: Path, cache_dir: Path) -> None:
+    from netcomp.cni.invoke import ExecResult
+
     calls: list[str] = []
     big = b'{"cniVersion": "1.0.0", "dns": {"search": ["' + b"x" * 6000 + b'"]}}'  # its record needs a page more
 
@@ -459,7 +466,6 @@ def test_an_outcome_refused_on_a_full_disk_rolls_the_add_back(tmp_path: Path) ->
         assert calls == ["ADD", "DEL"] and d.cache.load("c1", "eth0") is None and d.cache.count() == 0
     finally:
         d.close()
-        subprocess.run(["umount", str(cache_dir)], check=False, timeout=30)
 
 
 def test_an_outcome_follows_the_cache_moved_while_the_delegates_ran(tmp_path: Path) -> None:
