@@ -176,8 +176,23 @@ class Storm:
         self.stop = threading.Event()  # the storm is over: workers finish what they are doing
         self.done = threading.Event()  # the workers have finished: the daemon need not be kept alive
         self.holders: dict[str, str] = {}  # address -> container holding it
+        # Containers whose DEL is in flight: its delegate frees their addresses before the DEL is answered (long
+        # before, when the daemon is killed in between and the shim waits for the next one), and another
+        # container may be given one of them meanwhile.
+        self.deleting: set[str] = set()
 
     # --------------------------------------------------------------------------------------------- workers
+
+    @contextlib.contextmanager
+    def _deleting(self, c: Container) -> Iterator[None]:
+        """c's DEL in flight, until what it freed is released here too."""
+        with self.lock:
+            self.deleting.add(c.name)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.deleting.discard(c.name)
 
     def _request(self, verb: str, c: Container) -> tuple[int, Any]:
         rc, res = self.target.request(verb, c)
@@ -203,6 +218,10 @@ class Storm:
             twice = [(a, other) for a in addrs if (other := self.holders.setdefault(a, c.name)) != c.name]
         for a, other in twice:
             still = a in self._addresses(other)
+            with self.lock:
+                if not still and other in self.deleting:  # freed by other's DEL, which is not answered yet
+                    self.holders[a] = c.name
+                    continue
             self.report.violations.append(f"address {a} held by {c.name} and {other} (on {other}'s now: {still})")
 
     def _addresses(self, netns: str) -> set[str]:
@@ -221,15 +240,16 @@ class Storm:
         while not self.stop.is_set():
             c = rng.choice(mine)
             if attached[c.name] or dirty[c.name]:
-                rc, _ = self._request("DEL", c)
-                if rc == 0:
-                    self._release(c)
-                    attached[c.name] = dirty[c.name] = False
-                else:
-                    dirty[c.name] = True
-                    # DEL is best-effort: the attachments it did remove before one failed are gone, and their
-                    # addresses are anyone's again; c still holds what is still on its interfaces.
-                    self._release(c, keep=self._addresses(c.name))
+                with self._deleting(c):
+                    rc, _ = self._request("DEL", c)
+                    if rc == 0:
+                        self._release(c)
+                        attached[c.name] = dirty[c.name] = False
+                    else:
+                        dirty[c.name] = True
+                        # DEL is best-effort: the attachments it did remove before one failed are gone, and their
+                        # addresses are anyone's again; c still holds what is still on its interfaces.
+                        self._release(c, keep=self._addresses(c.name))
             else:
                 rc, res = self._request("ADD", c)
                 if rc == 0:
@@ -261,10 +281,11 @@ class Storm:
         """After the storm: every container DELeted as a runtime would, again until it succeeds."""
         for c in self.containers:
             for _ in range(tries):
-                rc, _ = self._request("DEL", c)
-                if rc == 0:
-                    self._release(c)
-                    break
+                with self._deleting(c):
+                    rc, _ = self._request("DEL", c)
+                    if rc == 0:
+                        self._release(c)
+                        break
             else:
                 self.report.violations.append(f"{c.name}: DEL did not succeed in {tries} tries")
 
