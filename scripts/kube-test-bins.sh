@@ -1,20 +1,22 @@
 #!/bin/bash
-# Builds the real Kubernetes API server the Kubernetes tests run against, from Debian's own `kubernetes` source
-# package (1.20.2, vendor/ included; no binary is packaged), and unpacks Debian's etcd-server beside it.
+# Builds the real Kubernetes API server and kubelet the Kubernetes tests run against, from Debian's own `kubernetes`
+# source package (1.20.2, vendor/ included; no binary is packaged), the static `pause` binary of the same tree (a
+# pod sandbox's image), and unpacks Debian's etcd-server beside them.
 # Everything goes to a cache dir outside the checkout (default /var/cache/netcomp-test/kube); a second run with
 # the binaries present does nothing. /etc/apt is never touched: a private deb-src list and lists dir are used.
-# Usage: scripts/kube-test-bins.sh [CACHE_DIR]     (root; ~6 min and ~1.3 GB RAM the first time)
+# Usage: scripts/kube-test-bins.sh [CACHE_DIR]     (root; ~12 min and ~1.3 GB RAM the first time)
 set -euo pipefail
 
 # All in a function: bash reads it whole before running it, so editing this file meanwhile is harmless.
 main() {
     CACHE=${1:-/var/cache/netcomp-test/kube}
-    if [ -x "$CACHE/bin/kube-apiserver" ] && [ -x "$CACHE/bin/etcd" ]; then
+    if [ -x "$CACHE/bin/kube-apiserver" ] && [ -x "$CACHE/bin/etcd" ] && [ -x "$CACHE/bin/kubelet" ] \
+        && [ -x "$CACHE/bin/pause" ]; then
         exit 0
     fi
     export DEBIAN_FRONTEND=noninteractive
     need=()
-    for pkg in golang-go rsync make openssl dpkg-dev; do
+    for pkg in golang-go rsync make openssl dpkg-dev gcc libc6-dev; do
         dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
     done
     if [ ${#need[@]} -gt 0 ]; then
@@ -42,18 +44,25 @@ main() {
     rm -rf kubernetes-1.20.2/vendor/github.com/modern-go/reflect2
     cp -r reflect2/usr/share/gocode/src/github.com/modern-go/reflect2 kubernetes-1.20.2/vendor/github.com/modern-go/reflect2
 
-    (cd kubernetes-1.20.2 && GOPROXY=off CGO_ENABLED=0 make WHAT=cmd/kube-apiserver >build.log 2>&1) || {
-        tail -30 kubernetes-1.20.2/build.log >&2
-        exit 1
-    }
-    install -m 0755 kubernetes-1.20.2/_output/bin/kube-apiserver "$CACHE/bin/kube-apiserver.new"
+    # One binary per make: kubelet 1.20 builds in GOPATH mode only (`go build` in the tree wants go.mod updates).
+    for what in kube-apiserver kubelet; do
+        [ -x "$CACHE/bin/$what" ] && continue
+        (cd kubernetes-1.20.2 && GOPROXY=off CGO_ENABLED=0 make WHAT=cmd/$what >build.log 2>&1) || {
+            tail -30 kubernetes-1.20.2/build.log >&2
+            exit 1
+        }
+        install -m 0755 kubernetes-1.20.2/_output/bin/$what "$CACHE/bin/$what.new"
+        mv "$CACHE/bin/$what.new" "$CACHE/bin/$what"
+    done
+    # The sandbox image's only binary: static, so the image needs no libc.
+    gcc -Os -static -o "$CACHE/bin/pause.new" kubernetes-1.20.2/build/pause/linux/pause.c
+    mv "$CACHE/bin/pause.new" "$CACHE/bin/pause"
 
     # etcd: unpacked, not installed (installing would start a service on :2379).
     apt-get download -q etcd-server >/dev/null
     dpkg -x etcd-server_*.deb etcd
     install -m 0755 etcd/usr/bin/etcd "$CACHE/bin/etcd"
-    mv "$CACHE/bin/kube-apiserver.new" "$CACHE/bin/kube-apiserver"
-    echo "built $CACHE/bin/kube-apiserver and $CACHE/bin/etcd"
+    echo "built kube-apiserver, kubelet and pause in $CACHE/bin, etcd unpacked there"
 }
 
 main "$@"
