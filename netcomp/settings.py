@@ -40,6 +40,21 @@ def _hostname() -> str:
     return _socket.gethostname().lower()
 
 
+class KubeletSettings(BaseModel):
+    """Where the kubelet says which devices its device plugins gave a pod (networks of a device-plugin resource)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    podResourcesSocket: str = Field(
+        default=paths.POD_RESOURCES_SOCKET, description="The kubelet's PodResources API (v1) socket"
+    )
+    checkpoint: str = Field(
+        default=paths.KUBELET_CHECKPOINT,
+        description="The kubelet device manager's checkpoint file: read when the PodResources API cannot answer",
+    )
+    timeout: float = Field(default=2.0, gt=0, description="Seconds the PodResources API may take to answer")
+
+
 class KubeSettings(BaseModel):
     """The cluster as a source of intents and of the networks pods ask for. Absent: a node with no cluster."""
 
@@ -155,6 +170,16 @@ class Settings(BaseModel):
         default_factory=dict, description="VF pools by resourceName (what sriov networks ask for)"
     )
     sysfsRoot: str = Field(default="/sys", description="Where sysfs is (VF discovery)")
+    kubelet: KubeletSettings = Field(
+        default_factory=KubeletSettings,
+        description="The kubelet's record of the devices it gave pods: networks whose resourceName is not one of "
+        "sriovPools take their device from it",
+    )
+    deviceInfoDir: str = Field(
+        default=paths.DEVICE_INFO_DIR,
+        description="The device-info files of the device-info spec: device plugins' in dp/, netcomp's copy per "
+        "attachment in cni/",
+    )
     # Addresses (ipam: {type: cluster})
     nodeName: str = Field(
         default_factory=_hostname,

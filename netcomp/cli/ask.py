@@ -54,6 +54,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "ifname": args.ifname,
                 "runtimeIfname": args.runtime_ifname,
             }
+            if args.pod:
+                ns, _, name = args.pod.partition("/")
+                body.update(podNamespace=ns, podName=name)
             status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
     except OSError as e:
         print(

@@ -205,3 +205,9 @@ def _attach(sub: Any) -> None:
             metavar="NAME",
             help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
         )
+        a.add_argument(
+            "--pod",
+            metavar="NAMESPACE/NAME",
+            help="the container's pod: a network of a device plugin's resource takes one of the devices the kubelet "
+            "gave it that no attachment uses",
+        )

@@ -74,6 +74,9 @@ class Attachment:
     state: State = "adding"
     error: str = ""  # why an `undo` attachment's DEL failed
     claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
+    # The device a device plugin gave the pod for it (delegate/devices.py): resource, id, the device-info read
+    # from the device plugin, and the file its CNI copy is written to (named here before it is written).
+    device: dict[str, Any] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -89,6 +92,8 @@ class Attachment:
             doc["error"] = self.error
         if self.claims:
             doc["claims"] = self.claims
+        if self.device:
+            doc["device"] = self.device
         return doc
 
     @staticmethod
@@ -106,6 +111,7 @@ class Attachment:
             state=state,
             error=str(d.get("error") or ""),
             claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
+            device=d["device"] if isinstance(d.get("device"), dict) else None,
         )
 
 

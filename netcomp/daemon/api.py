@@ -19,6 +19,7 @@ from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
+from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
@@ -28,7 +29,8 @@ Answer = tuple[int, bytes]
 @dataclass(frozen=True, slots=True)
 class Hotplug:
     """A `/delegate` request: `{"command": "ADD"|"DEL", "containerID", "netns", "network", "ifname"?,
-    "runtimeIfname"?}` (what `netcomp attach|detach` sends)."""
+    "runtimeIfname"?, "podNamespace"?, "podName"?, "podUID"?}` (what `netcomp attach|detach` sends; the pod for
+    a network of a device plugin's resource)."""
 
     command: str
     container_id: str
@@ -36,6 +38,7 @@ class Hotplug:
     network: str
     ifname: str | None
     runtime_ifname: str
+    pod: PodRef | None = None
 
 
 def parse_hotplug(body: bytes) -> Hotplug:
@@ -61,6 +64,10 @@ def parse_hotplug(body: bytes) -> Hotplug:
         raise ProtocolError(E_INVALID_CONFIG, "runtimeIfname must be a string")
     if command == "ADD" and not values["netns"]:
         raise ProtocolError(E_INVALID_ENV, "netns is required to attach")
+    pod_keys = ("podNamespace", "podName", "podUID")
+    ns, name, uid = (doc.get(k) or "" for k in pod_keys)
+    if not all(isinstance(v, str) for v in (ns, name, uid)) or bool(ns) != bool(name):
+        raise ProtocolError(E_INVALID_CONFIG, "podNamespace and podName must be given together, as strings")
     return Hotplug(
         command,
         values["containerID"] or "",
@@ -68,6 +75,7 @@ def parse_hotplug(body: bytes) -> Hotplug:
         values["network"] or "",
         values["ifname"],
         runtime_ifname,
+        PodRef(ns, name, uid) if ns else None,
     )
 
 
@@ -141,7 +149,7 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
     try:
         hp = parse_hotplug(body)
         result = hotplug.hotplug(
-            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname
+            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
         )
         log.info("hot-plug %s container=%s network=%s ok", hp.command, hp.container_id, hp.network)
         return 200, compact({"Result": result or None})

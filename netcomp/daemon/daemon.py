@@ -34,9 +34,11 @@ from netcomp.daemon.tenants import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.devices import Devices
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
 from netcomp.host import masters, netns, sriov
+from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
@@ -173,6 +175,7 @@ class Daemon:
             remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
+            devices=self._devices(self.settings),
             host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
@@ -197,6 +200,28 @@ class Daemon:
     def _release_tenant_ids(self) -> int:
         exists = self.cluster.tenant_network_exists if self.cluster is not None else None
         return self.tenants.release_gone(self._tenant_networks, exists)
+
+    def _devices(self, settings: Settings) -> Devices:
+        """The devices device plugins give pods (a kubelet client that connects on first use)."""
+        k = settings.kubelet
+        return Devices(
+            Kubelet(k.podResourcesSocket, k.checkpoint, k.timeout),
+            lambda: set(self.settings.sriovPools),
+            settings.deviceInfoDir,
+        )
+
+    def _check_pools(self) -> None:
+        """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
+        ADDs are refused (devices.py); said once here, at start and on reload."""
+        assert self.delegator.devices is not None
+        both = set(self.settings.sriovPools) & self.delegator.devices.kubelet.registered()
+        for name in sorted(both):
+            log.error(
+                "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
+                "refused until the pool is removed from netcomp.yaml",
+                name,
+                self.settings.kubelet.checkpoint,
+            )
 
     def _vf_pool(self, resource: str) -> list[str]:
         spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
@@ -309,13 +334,18 @@ class Daemon:
             new = new.model_copy(
                 update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
             )
-        self.settings = new
+        old, self.settings = self.settings, new
         self.pipeline = Pipeline(new, offline=False, fork=True)
         self._wire_pipeline()
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
         self.runner.marker = _marker(new.cacheDir)
+        if (new.kubelet, new.deviceInfoDir) != (old.kubelet, old.deviceInfoDir):
+            assert self.delegator.devices is not None
+            self.delegator.devices.kubelet.close()
+            self.delegator.devices = self._devices(new)
+        self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
             limits = _limits(new)
@@ -380,6 +410,7 @@ class Daemon:
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
+        self._check_pools()
         undone, failed = recovery.recover(self.delegator)
         self.metrics.recovered.labels("undone").inc(undone)
         self.metrics.recovered.labels("failed").inc(failed)

@@ -30,6 +30,7 @@ from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write
+from netcomp.intent import nad
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -79,7 +80,7 @@ class Kind:
             keep["uid"] = meta["uid"]
         notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
         if notes:
-            keep["annotations"] = notes  # so that the compiler can say it is not used
+            keep["annotations"] = notes  # the device plugin resource its plugins take a device of
         doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
         doc.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")})
         ref = f"{meta.get('namespace')}/{meta.get('name')}" if self.namespaced else repr(meta.get("name"))
@@ -94,7 +95,7 @@ NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=Fa
 NADS = Kind(
     "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml"
 )
-RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
+RESOURCE_NAME = nad.RESOURCE_NAME
 
 
 def danm_kinds(group: str) -> list[Kind]:

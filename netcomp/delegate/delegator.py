@@ -39,6 +39,7 @@ from netcomp.cni.codes import (
 from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.delegate import addresses, podnets, podplan, select
 from netcomp.delegate import asks as podasks
+from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podnets import Ask
@@ -101,6 +102,9 @@ class Delegator:
     host_netns: set[NetnsId] = field(default_factory=set)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
+    # The devices device plugins gave pods, for networks of a device-plugin resource (None: such a network is
+    # refused as having no pool).
+    devices: Devices | None = None
     crash: Callable[[str], None] = lambda point: None
     # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
     home_netns: str = "/proc/self/ns/net"
@@ -291,6 +295,8 @@ class Delegator:
                 )
         finally:
             os.close(fd)
+        if self.devices is not None:  # before anything is made: the kubelet's answer may be "try again"
+            self.devices.assign(pod, entry.container_id, new, entry.attachments, asks)
         entry.netns, entry.netns_id = netns_path, nid
         entry.links_before = sorted(everything)  # what an undo leaves alone
         held = self.host.hold_links(new)
@@ -312,6 +318,8 @@ class Delegator:
                     ) from None
                 if claims and self.addresses is not None:
                     self.addresses.settle(claims)  # recorded now: no longer only in flight
+                if self.devices is not None:
+                    self.devices.write_info(new)  # named by the write-ahead: a DEL or an undo removes it
                 self.crash("after-write-ahead")
                 self._run_add(entry, new, asks)
             finally:
@@ -448,6 +456,11 @@ class Delegator:
         def one(a: Attachment) -> None:
             self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
             addresses.give_back(self.addresses, a)  # only once its delegate has let go of them
+            if a.device:
+                try:
+                    Devices.remove_info(a)
+                except HostError as e:  # the device itself is let go of; start-up's sweep tries again
+                    log.error("%s of container %s: %s", why, entry.container_id, e)
 
         futures = self.side_by_side(one, atts)
         errors: list[DelegateError] = []

@@ -59,5 +59,7 @@ def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str
         gateways = asks.gateways_of(a)
         if gateways:
             entry["gateway"] = gateways
+        if a.device and isinstance(a.device.get("info"), dict):
+            entry["device-info"] = a.device["info"]  # the device-info spec's record of the device it was given
         out.append(entry)
     return out

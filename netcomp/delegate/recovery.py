@@ -22,6 +22,8 @@ def recover(d: Delegator) -> tuple[int, int]:
     d.cache.remove_temp_files()
     entries = [e for e in d.cache.entries() if e.unfinished]
     undone, failed = _undo_all(d, entries, "recovery")
+    if d.devices is not None:
+        d.devices.sweep(d.cache.entries(), d.networks())
     if entries:
         log.warning(
             "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
