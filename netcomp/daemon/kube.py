@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from netcomp.daemon import kubewatch
+from netcomp.daemon.kubenode import NodeWatch
 from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
@@ -130,10 +131,12 @@ class Cluster:
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
         self.followers = [_Follower(self, k) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain)
+        self.node = NodeWatch(self.core, node, explain)
         self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
+        self.node.start(stop)
         for f in self.followers:
             threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
