@@ -50,6 +50,9 @@ class ProcNode:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     starts: int = 0
+    # Run between `ip netns exec` and the daemon (it must exec what follows it): a step in the daemon's own mount
+    # namespace, which its delegates inherit.
+    wrap: list[str] = field(default_factory=list)
 
     @property
     def sock(self) -> str:
@@ -75,6 +78,7 @@ class ProcNode:
             "netns",
             "exec",
             self.lab.host,
+            *self.wrap,
             NETCOMP,
             "daemon",
             "--config",
@@ -201,9 +205,10 @@ def proc_node(
     extra: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     setup: Callable[[Path, Lab], object] | None = None,
+    wrap: list[str] | None = None,
 ) -> Iterator[ProcNode]:
     """A lab, the networks of daemonlab.write_networks (and what `setup` adds), and a daemon process serving
-    them (started)."""
+    them (started); `wrap`: ProcNode.wrap."""
     with lab() as lb:
         write_networks(base, lb.master)
         if setup is not None:
@@ -229,7 +234,7 @@ def proc_node(
         listener.listen(4096)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(str(base / "notify.sock"))
-        node = ProcNode(lb, base, config, settings, listener, notify, dict(env or {}))
+        node = ProcNode(lb, base, config, settings, listener, notify, dict(env or {}), wrap=list(wrap or []))
         try:
             node.start()
             yield node
