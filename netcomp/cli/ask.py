@@ -81,12 +81,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _print_attachments(doc: dict[str, Any], out: TextIO) -> None:
-    """One line per container, then one per network: interface, addresses, MAC, network."""
+    """One line per container, then one per network: interface, addresses, MAC, network, device."""
     for c in doc["containers"]:
         out.write(f"{c['containerID']} ({c['ifname']}) in {c['netns'] or '-'}\n")
         for n in c["networks"]:
             addrs = ",".join(n["ips"]) or "-"
             mark = " (default)" if n.get("default") else ""
+            dev = n.get("device")
+            mark += f" [{dev['resource']} {dev['id']}]" if dev else ""
             out.write(f"  {n['interface']:15s} {addrs:31s} {n.get('mac') or '-':17s} {n['name']}{mark}\n")
     for u in doc["unreadable"]:
         out.write(f"UNREADABLE {u['file']}: {u['error']}\n")

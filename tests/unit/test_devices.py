@@ -284,6 +284,10 @@ def test_a_definition_gets_the_device_in_every_plugin_and_as_capabilities(node: 
         "version": "1.1.0",
         "pci": {"pci-address": "0000:3b:02.0", "pf-pci-address": "0000:3b:00.0"},
     }
+    from netcomp.delegate import listing
+
+    shown = listing.attachments(node.d)["containers"][0]["networks"][0]
+    assert shown["device"] == {"resource": RES, "id": "0000:3b:02.0"} and shown["device-info"]["type"] == "pci"
     dispatch.handle(node.d, req("DEL", "a"))
     assert not os.path.exists(copy)
 
