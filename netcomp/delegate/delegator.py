@@ -164,6 +164,7 @@ class Delegator:
                 "no networks to join: no defaultNetwork is configured and none "
                 f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
             )
+        podnets.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
         named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]

@@ -317,6 +317,22 @@ def check_together(asks: list[Ask]) -> None:
         )
 
 
+def check_interfaces(named: list[tuple[str, Ask]], runtime_ifname: str, has_default: bool) -> None:
+    """The interface names of a pod's items together, before any plugin runs: one asked twice, or the runtime's
+    own (which the pod's default network takes), is refused naming the pod and both items."""
+    seen: dict[str, Ask] = {}
+    for ifname, ask in named:
+        if has_default and ifname == runtime_ifname:
+            raise ask.error(
+                f"interface {ifname!r} is the runtime's interface, which the pod's default network takes",
+                "name the interface otherwise, or leave `interface` out",
+            )
+        if ifname in seen:
+            other = seen[ifname].where.rpartition(": ")[2]
+            raise ask.error(f"interface {ifname!r} is also {other}'s", "each network needs an interface of its own")
+        seen[ifname] = ask
+
+
 def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
     """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
     refused (which would be meant?)."""

@@ -332,7 +332,7 @@ def test_a_pod_may_choose_one_of_its_devices(node: Node, api: PodResourcesServer
         "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:02.1"}, {"name": "vf-b"}])
     }
     dispatch.handle(node.d, req("ADD", "a"))
-    assert node.adds() == [("net0", "0000:3b:02.1"), ("net1", "0000:3b:02.0")]
+    assert node.adds() == [("net1", "0000:3b:02.1"), ("net2", "0000:3b:02.0")]  # Multus's names: by position
     node.pods.notes[POD] = {"k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:09.9"}])}
     with pytest.raises(DelegateError) as ei:
         dispatch.handle(node.d, req("ADD", "b"))
