@@ -79,6 +79,11 @@ class KubeSettings(BaseModel):
     podNetworks: bool = Field(
         default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
     )
+    hotplug: bool = Field(
+        default=True,
+        description="Follow edits of a running pod's network annotations: attach what an edit adds, detach what "
+        "it removes (as Multus's dynamic networks controller does); needs podNetworks",
+    )
     networkStatus: bool = Field(
         default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
     )

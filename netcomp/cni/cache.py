@@ -77,6 +77,9 @@ class Attachment:
     # The device a device plugin gave the pod for it (delegate/devices.py): resource, id, the device-info read
     # from the device plugin, and the file its CNI copy is written to (named here before it is written).
     device: dict[str, Any] | None = None
+    # The pod annotation's element it was attached for (delegate/podsync.py: its identity), "" for the runtime's
+    # own networks (the default network, CNI_ARGS): an edit of the annotation detaches what it no longer names.
+    element: str = ""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -94,6 +97,8 @@ class Attachment:
             doc["claims"] = self.claims
         if self.device:
             doc["device"] = self.device
+        if self.element:
+            doc["element"] = self.element
         return doc
 
     @staticmethod
@@ -112,6 +117,7 @@ class Attachment:
             error=str(d.get("error") or ""),
             claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
             device=d["device"] if isinstance(d.get("device"), dict) else None,
+            element=str(d.get("element") or ""),
         )
 
 
@@ -131,6 +137,10 @@ class Entry:
     # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
     # ones was left by a plugin killed half-way (a macvlan under its temporary name) and is removed.
     links_before: list[str] | None = None
+    # The pod (namespace, name, uid) and the CNI_ARGS its delegates get, for a hot-plug that follows an edit of
+    # the pod's annotation (delegate/podsync.py); None and "" when the runtime named no pod.
+    pod: dict[str, str] | None = None
+    args: str = ""
     # Not recorded: the file this entry was last written to (Cache.save), which its outcome is appended to.
     file: str = field(default="", compare=False, repr=False)
 
@@ -156,6 +166,10 @@ class Entry:
         }
         if self.links_before is not None:
             doc["linksBefore"] = self.links_before
+        if self.pod:
+            doc["pod"] = self.pod
+        if self.args:
+            doc["args"] = self.args
         # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
         try:
             return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
@@ -230,6 +244,8 @@ class Entry:
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
+            pod={str(k): str(v) for k, v in d["pod"].items()} if isinstance(d.get("pod"), dict) else None,
+            args=str(d.get("args") or ""),
         )
 
 

@@ -35,6 +35,7 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.devices import Devices
+from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write
 from netcomp.host import masters, netns, sriov
@@ -182,6 +183,7 @@ class Daemon:
         )
         self.notifier = Notifier()
         self.server: Server | None = None
+        self.podsync: PodSync | None = None
         self.activated = False
         self.watcher: Watcher | None = None
         self._watch_thread: threading.Thread | None = None
@@ -417,6 +419,7 @@ class Daemon:
 
     def start(self) -> Server:
         self.recover()
+        self._start_podsync()
         sock, self.activated = listen(self.settings.socket)
         views: dict[str, Callable[[], Any]] = {
             protocol.STATUS_PATH: self.status,
@@ -470,6 +473,17 @@ class Daemon:
         if now - self._last_status >= STATUS_EVERY:
             self._last_status = now
             self.notifier.status(self.status_line())
+
+    def _start_podsync(self) -> None:
+        """Hot-plug by editing the pod (delegate/podsync.py): the pod watch queues a pod whose annotations
+        changed; every recorded pod is compared once at start (a daemon killed mid-hot-plug finishes it)."""
+        kube = self.settings.kubernetes
+        if self.cluster is None or kube is None or not (kube.hotplug and kube.podNetworks):
+            return
+        self.podsync = PodSync(self.delegator)
+        self.cluster.pods.on_change = self.podsync.changed
+        self.podsync.all_recorded()
+        threading.Thread(target=self.podsync.run, args=(self.stop_event,), name="pod-sync", daemon=True).start()
 
     def start_cluster(self) -> None:
         """Follow the cluster's Network objects and this node's pods (threads), waiting a bounded time for the

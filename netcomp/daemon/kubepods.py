@@ -84,6 +84,8 @@ class PodWatch:
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+        # Told of a pod whose network annotations changed (delegate.podsync.PodSync.changed), once serving.
+        self.on_change: Callable[[PodRef], object] = lambda pod: None
 
     def start(self, stop: threading.Event) -> None:
         if self.kube.podNetworks:
@@ -111,6 +113,11 @@ class PodWatch:
             return got.annotations
         self.metrics.pod_lookups.labels("api").inc()
         return self._read(pod)
+
+    def latest(self, pod: PodRef) -> Mapping[str, str] | None:
+        with self._lock:
+            got = self._pods.get((pod.namespace, pod.name))
+        return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
         from kubernetes.client.exceptions import ApiException
@@ -150,8 +157,12 @@ class PodWatch:
         doc = json.loads(resp.data)
         pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
         with self._lock:
-            self._pods = pods
+            old, self._pods = self._pods, pods
             self.changed.notify_all()
+        for key, got in pods.items():  # what a watch that ended missed
+            before = old.get(key)
+            if before is not None and before.uid == got.uid and before.annotations != got.annotations:
+                self.on_change(PodRef(key[0], key[1], got.uid))
         self.last_error = None
         self.synced.set()
         log.info("cluster: %d pods on node %s", len(pods), self.node)
@@ -172,11 +183,14 @@ class PodWatch:
             if kept is None:
                 continue
             with self._lock:
+                before = self._pods.get(kept[0])
                 if kind == "DELETED":
                     self._pods.pop(kept[0], None)
                 else:
                     self._pods[kept[0]] = kept[1]
                 self.changed.notify_all()
+            if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
+                self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
         return events.rv
 
     def _failed(self, why: str) -> None:

@@ -168,20 +168,27 @@ class Delegator:
         named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        for a, element in zip(atts[len(atts) - len(pod_asks) :], pod_asks, strict=True):
+            a.element = podnets.element_key(a.network, a.ifname, element)  # an annotation edit may detach it
         in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
         asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
+        self.prepare_asks(req.container_id, atts, asks)
+        return atts, asks
+
+    def prepare_asks(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        """Put what the pod asks of each attachment into it (asks.prepare), checked against what the node's other
+        containers hold."""
         held: list[Attachment] | None = None
         for a in atts:
             ask = asks.get(a.ifname)
             if ask is None:
                 continue
             if held is None and (ask.ips or ask.mac):
-                held = podasks.held_by_others(self.cache.entries(), req.container_id)
+                held = podasks.held_by_others(self.cache.entries(), container_id)
             podasks.prepare(a, ask, held or [])
             podasks.check_gateways(a, ask)
-        return atts, asks
 
-    def _reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
+    def reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
         """The MACs and addresses pods ask for, held for the ADD in flight (the cache shows only finished ones):
         two pods asking for one at once cannot both pass. DelegateError 7 naming the item when one is held."""
         keys: list[tuple[str, ...]] = []
@@ -201,7 +208,7 @@ class Delegator:
                 self._asked[key] = container_id
         return keys
 
-    def _unreserve(self, keys: list[tuple[str, ...]]) -> None:
+    def unreserve(self, keys: list[tuple[str, ...]]) -> None:
         with self._asked_lock:
             for key in keys:
                 self._asked.pop(key, None)
@@ -238,8 +245,11 @@ class Delegator:
         reserved: list[tuple[str, ...]] = []
         try:
             atts, asks = self.plan_attachments(req)
-            reserved = self._reserve(req.container_id, atts, asks)
+            reserved = self.reserve(req.container_id, atts, asks)
             entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+            if req.pod is not None:
+                entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
+                entry.args = req.rest_args
             self.attach(entry, atts, req.netns, req.pod, asks)
         except DelegateError as e:
             if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
@@ -247,7 +257,7 @@ class Delegator:
                 self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
             raise
         finally:
-            self._unreserve(reserved)  # recorded in the cache entry by now, or given back
+            self.unreserve(reserved)  # recorded in the cache entry by now, or given back
         if req.pod is not None and self.pods is not None:
             for a in atts:
                 r = a.result or {}

@@ -13,10 +13,11 @@ may use it, is resolve()'s: it needs the networks compiled now and the namespace
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
@@ -93,6 +94,18 @@ class Ask:
     def wrap(self, e: DelegateError) -> DelegateError:
         """An error met for this item (an allocator's, the kernel's) with the pod, annotation and item named."""
         return DelegateError(e.code, f"{self.where}: {e.full_msg}", e.details)
+
+
+def element_key(network: str, ifname: str, ask: Ask) -> str:
+    """An annotation element's identity as attached: its network, its interface and everything it asks (not its
+    place in the annotation). An edit that changes any of them is a detach and an attach."""
+
+    def plain(o: Any) -> Any:
+        return sorted(map(str, o)) if isinstance(o, set | frozenset) else str(o)
+
+    fields = {k: v for k, v in asdict(ask).items() if k != "where"}
+    fields.update(network=network, ifname=ifname)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
 def _problem(where: str, why: str) -> DelegateError:
