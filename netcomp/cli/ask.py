@@ -126,6 +126,13 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
         if doc.get("error"):
             out.write(f"stopped: {doc['error']}\n")
         out.write(f"{len(doc['freed'])} claims of other nodes freed, {doc.get('freedOwn', 0)} of this node\n")
+        slices = doc.get("endpointSlices")
+        if slices is not None:
+            for r in slices["removed"]:
+                out.write(f"removed EndpointSlice {r['namespace']}/{r['name']} of node {r['node']}\n")
+            if slices.get("error"):
+                out.write(f"EndpointSlices: stopped: {slices['error']}\n")
+            out.write(f"{len(slices['removed'])} EndpointSlices of other nodes removed, {slices['kept']} kept\n")
         return
     if not doc["networks"]:
         out.write("no network gives cluster addresses (ipam: {type: cluster})\n")
