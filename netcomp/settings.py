@@ -121,8 +121,9 @@ class KubeSettings(BaseModel):
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(
         default=False,
-        description="This node frees other nodes' address claims whose node or pod is gone (one node of the "
-        "cluster is enough; `netcomp ipam gc` does it once anywhere)",
+        description="This node frees other nodes' address claims whose node or pod is gone, and removes their "
+        "EndpointSlices whose Node or pods are gone (one node of the cluster is enough; `netcomp ipam gc` does it "
+        "once anywhere)",
     )
 
 

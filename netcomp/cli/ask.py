@@ -108,6 +108,13 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         synced = "synced" if kube["synced"] else "NOT SYNCED"
         why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
         out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
+        es = kube.get("endpointSlices")
+        if es:
+            state = "" if es["synced"] else ", NOT SYNCED"
+            out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
+                      f"this node{state}\n")  # fmt: skip
+            for ref, why in es["refused"].items():
+                out.write(f"    Service {ref}: {why}\n")
     default = doc.get("defaultNetwork")
     for n in doc["networks"]:
         mark = " (default)" if n["name"] == default else ""

@@ -19,6 +19,7 @@ each carries), and only the difference is written.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -135,7 +136,8 @@ class ServiceSlices:
                     self._records.pop(key, None)
 
     def _follow_services(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist_services, self._watch_services, self._failed, self.explain)
+        failed = functools.partial(self._failed, "the Services")
+        keep_following(stop, self._relist_services, self._watch_services, failed, self.explain, _api_why)
 
     def _selector(self) -> dict[str, str]:
         return {"label_selector": self.kube.serviceLabelSelector} if self.kube.serviceLabelSelector else {}
@@ -191,7 +193,8 @@ class ServiceSlices:
             self._said[key] = got.why
 
     def _follow_slices(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist_slices, self._watch_slices, self._failed, self.explain)
+        failed = functools.partial(self._failed, "this node's EndpointSlices")
+        keep_following(stop, self._relist_slices, self._watch_slices, failed, self.explain, _api_why)
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""
@@ -243,10 +246,11 @@ class ServiceSlices:
                     self._touch()
         return events.rv
 
-    def _failed(self, why: str) -> None:
+    def _failed(self, what: str, why: str) -> None:
         self.metrics.kube_errors.labels("watch").inc()
+        why = f"cannot follow {what}: {why}"
         if why != self.last_error:
-            log.error("EndpointSlices: cannot follow the cluster: %s (writing nothing until it answers)", why)
+            log.error("EndpointSlices: %s (their slices stay as they are until it answers)", why)
         self.last_error = why
 
     # ------------------------------------------------------------------------------------------------ out
@@ -418,13 +422,19 @@ def _key(doc: dict[str, Any]) -> Key:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def _api_why(e: Exception) -> str:
+def _api_why(e: Any) -> str:
+    """An API error in a line (the server's message when it says one); what to do about a 403."""
     status, reason = getattr(e, "status", None), getattr(e, "reason", None)
     if status is None:
         return ""
-    body = getattr(e, "body", b"") or b""
+    text = f"{status} {reason}"
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        message = json.loads(body).get("message")
+        message = json.loads(getattr(e, "body", b"") or b"").get("message")
         if message:
-            return f"{status} {reason}: {message}"
-    return f"{status} {reason}"
+            text += f": {message}"
+    if status == 403:
+        text += (
+            " (the node's ClusterRole must allow list and watch on services and list, watch, create, update and "
+            "delete on endpointslices: packaging/kubernetes/rbac.yaml; or set kubernetes.services: false)"
+        )
+    return text

@@ -44,7 +44,9 @@ from netcomp.daemon.slices import (
         ("  app = web  ", {"app": "web"}, {}),
     ],
 )
-def test_a_selector_reads_as_kubectl_reads_it(text: str, matching: dict[str, str], not_matching: dict[str, str]) -> None:
+def test_a_selector_reads_as_kubectl_reads_it(
+    text: str, matching: dict[str, str], not_matching: dict[str, str]
+) -> None:
     sel = labels.parse(text)
     assert sel.matches(matching) and not sel.matches(not_matching)
 
@@ -61,7 +63,7 @@ def test_a_selector_reads_as_kubectl_reads_it(text: str, matching: dict[str, str
     ],
 )
 def test_a_selector_that_is_not_one_says_why(text: str, says: str) -> None:
-    with pytest.raises(ValueError, match=".*") as e:
+    with pytest.raises(ValueError) as e:
         labels.parse(text)
     assert says in str(e.value)
 
@@ -90,7 +92,9 @@ def test_danms_spelling_as_its_svcwatcher_reads_it() -> None:
         assert got.selector.matches({"app": "loadbalancer"}) and got.headless
         assert got.ports == (Port("sip", "TCP", 5060),)
     both = read_service(
-        service({"danm.k8s.io/selector": '{"a":"b"}', "danm.k8s.io/tenantNetwork": "t", "danm.k8s.io/clusterNetwork": "c"})
+        service(
+            {"danm.k8s.io/selector": '{"a":"b"}', "danm.k8s.io/tenantNetwork": "t", "danm.k8s.io/clusterNetwork": "c"}
+        )
     )
     assert isinstance(both, ServiceSpec)
     assert both.networks == (NetworkRef("TenantNetwork", "t"), NetworkRef("ClusterNetwork", "c"))
