@@ -117,7 +117,8 @@ class ServiceSlices:
         """The attachments of the cache entries named (of every entry when None)."""
         got: dict[tuple[str, str], tuple[Attached, ...] | None] = {}
         if keys is None:
-            got = {(e.container_id, e.ifname): slices.attached(e) for e in self.cache.entries()}
+            entries = self.cache.scan()[0]  # an unreadable one is start-up recovery's to report
+            got = {(e.container_id, e.ifname): slices.attached(e) for e in entries}
         for key in keys or ():
             try:
                 entry = self.cache.load(*key)
