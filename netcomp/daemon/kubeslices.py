@@ -94,19 +94,19 @@ class ServiceSlices:
         self._cond.notify_all()
 
     def _pods_seen(self, kind: str, docs: list[dict[str, Any]]) -> None:
-        infos = [p for d in docs if (p := slices.read_pod(d)) is not None]
+        infos = {(p.namespace, p.name): p for d in docs if (p := slices.read_pod(d)) is not None}
         with self._cond:
-            before = dict(self._pods)
             if kind == "LISTED":
-                self._pods = {(p.namespace, p.name): p for p in infos}
+                self._pods = infos
                 self._listed.add("pods")
-            for p in infos if kind != "LISTED" else ():
-                if kind == "DELETED":
-                    self._pods.pop((p.namespace, p.name), None)
-                else:
-                    self._pods[(p.namespace, p.name)] = p
-            if self._pods != before or kind == "LISTED":
                 self._touch()
+                return
+            for key, p in infos.items():
+                was = self._pods.pop(key, None) if kind == "DELETED" else self._pods.get(key)
+                if kind != "DELETED":
+                    self._pods[key] = p
+                if was != self._pods.get(key):  # a change of what the slices hold, not any change of the pod
+                    self._touch()
 
     def _record_changed(self, container_id: str, ifname: str) -> None:
         with self._cond:  # on the ADD's path: noted only, read by the loop

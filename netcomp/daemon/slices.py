@@ -20,11 +20,12 @@ EndpointSlice controller sets them (pkg/controller/endpointslice/utils.go podToE
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from netcomp.cni.cache import Entry
 from netcomp.daemon import labels as labelsel
@@ -321,7 +322,7 @@ def desired(
             )
             for r, a in ranked:
                 for ip in a.ips if r == best else ():
-                    family: int = ipaddress.ip_address(ip).version
+                    family = 6 if ":" in ip else 4  # a result's address, as the plugin gave it
                     eps = groups.setdefault((family, ports), {})
                     eps[(pod.namespace, pod.name, a.ifname, ip)] = _endpoint(svc, pod, ip, node, version)
         named = any(p.target for p in svc.ports)
@@ -376,7 +377,7 @@ def _slice(
         "endpoints": endpoints,
         "ports": [{"name": n, "protocol": proto, "port": num} for n, proto, num in ports],
     }
-    body["metadata"]["annotations"][DIGEST] = _hash(json.dumps(body, sort_keys=True))
+    body["metadata"]["annotations"][DIGEST] = _hash(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
     return body
 
 
@@ -394,5 +395,5 @@ def stale(doc: Mapping[str, Any], node_exists: bool, pods_there: set[str]) -> bo
     return not (uids & pods_there)
 
 
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _hash(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:16]
