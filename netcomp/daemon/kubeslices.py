@@ -388,15 +388,19 @@ class ServiceSlices:
                         continue
                     meta = doc.get("metadata") or {}
                     body = {"preconditions": {"resourceVersion": meta.get("resourceVersion")}}
-                    with contextlib.suppress(ApiException):  # 404, 409: gone, or written again since
+                    try:
                         self.custom.delete_namespaced_custom_object(
                             GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body,
                             _request_timeout=self.kube.timeout, _preload_content=False,
                         )  # fmt: skip
-                        removed.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "node": node})
-                        why = "its Node is gone" if not exists else "none of its pods is there"
-                        log.info("EndpointSlice %s/%s of node %s removed: %s", meta.get("namespace"),
-                                 meta.get("name"), node, why)  # fmt: skip
+                    except ApiException as e:
+                        if e.status in (404, 409):  # gone, or written again since it was read
+                            continue
+                        raise
+                    removed.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "node": node})
+                    why = "its Node is gone" if not exists else "none of its pods is there"
+                    log.info("EndpointSlice %s/%s of node %s removed: %s", meta.get("namespace"),
+                             meta.get("name"), node, why)  # fmt: skip
         except Exception as e:
             return {"removed": removed, "kept": kept, "error": _api_why(e) or self.explain(e)}
         return {"removed": removed, "kept": kept}
