@@ -112,11 +112,23 @@ class KubeSettings(BaseModel):
         description="The fields of Multus's network selection element a pod may use on this node (name, "
         "namespace and interface always); one left out is refused naming it",
     )
+    services: bool = Field(
+        default=True,
+        description="Write an EndpointSlice per Service on a secondary network (DANM's danm.k8s.io/selector and "
+        "network annotations, or netcomp.io/selector and netcomp.io/network) with this node's pods' addresses on it",
+    )
+    serviceLabelSelector: str = Field(
+        default="",
+        max_length=1024,
+        description="With services: follow only the Services with these labels (a label selector, as kubectl -l "
+        "takes it; the API server filters them); empty: every Service of the cluster",
+    )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(
         default=False,
-        description="This node frees other nodes' address claims whose node or pod is gone (one node of the "
-        "cluster is enough; `netcomp ipam gc` does it once anywhere)",
+        description="This node frees other nodes' address claims whose node or pod is gone, and removes their "
+        "EndpointSlices whose Node or pods are gone (one node of the cluster is enough; `netcomp ipam gc` does it "
+        "once anywhere)",
     )
 
 

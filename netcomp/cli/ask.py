@@ -108,6 +108,13 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         synced = "synced" if kube["synced"] else "NOT SYNCED"
         why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
         out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
+        es = kube.get("endpointSlices")
+        if es:
+            state = "" if es["synced"] else ", NOT SYNCED"
+            out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
+                      f"this node{state}\n")  # fmt: skip
+            for ref, why in es["refused"].items():
+                out.write(f"    Service {ref}: {why}\n")
     default = doc.get("defaultNetwork")
     for n in doc["networks"]:
         mark = " (default)" if n["name"] == default else ""
@@ -126,6 +133,13 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
         if doc.get("error"):
             out.write(f"stopped: {doc['error']}\n")
         out.write(f"{len(doc['freed'])} claims of other nodes freed, {doc.get('freedOwn', 0)} of this node\n")
+        slices = doc.get("endpointSlices")
+        if slices is not None:
+            for r in slices["removed"]:
+                out.write(f"removed EndpointSlice {r['namespace']}/{r['name']} of node {r['node']}\n")
+            if slices.get("error"):
+                out.write(f"EndpointSlices: stopped: {slices['error']}\n")
+            out.write(f"{len(slices['removed'])} EndpointSlices of other nodes removed, {slices['kept']} kept\n")
         return
     if not doc["networks"]:
         out.write("no network gives cluster addresses (ipam: {type: cluster})\n")

@@ -155,7 +155,8 @@ def _ipam(sub: Any) -> None:
         "who holds which address of the networks netcomp gives addresses to",
         "show: per network with `ipam: {type: cluster}` its pool, how many addresses are claimed and free, and every "
         "claim (address, node, pod or container, interface). gc: free now the claims of other nodes whose node or "
-        "pod is gone (a pod that still exists on its node keeps its address).",
+        "pod is gone (a pod that still exists on its node keeps its address), and remove the EndpointSlices of "
+        "other nodes whose Node or pods are gone.",
     )
     _common(i)
     _state(i)

@@ -348,6 +348,13 @@ class Cache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
+        # the records (daemon/kubeslices.py) reads the entry again later, so a listener must only take note.
+        self.listeners: list[Callable[[str, str], None]] = []
+
+    def _changed(self, container_id: str, ifname: str) -> None:
+        for fn in self.listeners:
+            fn(container_id, ifname)
 
     @property
     def directory(self) -> Path:
@@ -398,6 +405,7 @@ class Cache:
         except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write(path, data, mode=0o600, durable=False)
+        self._changed(entry.container_id, entry.ifname)
 
     def append_outcome(self, entry: Entry, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
         """Record that `atts` are attached, with their results: one record appended to the file save() wrote
@@ -422,6 +430,7 @@ class Cache:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
+        self._changed(entry.container_id, entry.ifname)
 
     def remove_temp_files(self) -> None:
         """Temp files a daemon killed mid-save left, and removed entries it had not unlinked yet (never read as
@@ -435,6 +444,7 @@ class Cache:
     def remove(self, container_id: str, ifname: str) -> None:
         """The entry is gone for every reader when this returns; its file is unlinked after (fsutil.discard)."""
         discard(self._file(container_id, ifname))
+        self._changed(container_id, ifname)
 
     def count(self) -> int:
         """How many containers have an entry: the files, not read (status asks this every few seconds)."""

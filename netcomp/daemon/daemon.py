@@ -158,7 +158,11 @@ class Daemon:
             from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
 
             self.cluster = Cluster(
-                self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics, self.settings.nodeName
+                self.settings.kubernetes,
+                Path(self.settings.clusterIntentDir),
+                self.metrics,
+                self.settings.nodeName,
+                self.cache,
             )
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
@@ -426,7 +430,7 @@ class Daemon:
             protocol.ATTACHMENTS_PATH: functools.partial(listing.attachments, self.delegator),
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
-        actions = {protocol.IPAM_GC_PATH: self.addresses.gc_cluster}
+        actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
         self.server = Server(
             sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
         )
@@ -456,7 +460,7 @@ class Daemon:
             (self.settings.ipamGrace, self._release_tenant_ids),
         ]
         if self.settings.kubernetes is not None and self.settings.kubernetes.ipamGC:
-            tasks.append((CLUSTER_GC_EVERY, self.addresses.gc_cluster))
+            tasks.append((CLUSTER_GC_EVERY, self._gc_cluster))
         due = [time.monotonic() + period for period, _ in tasks]
         while not self.stop_event.wait(max(0.0, min(due) - time.monotonic())):
             for i, (period, task) in enumerate(tasks):
@@ -466,6 +470,15 @@ class Daemon:
                         task()
                     except Exception:
                         log.exception("%s failed", getattr(task, "__name__", "maintenance"))
+
+    def _gc_cluster(self) -> dict[str, Any]:
+        """What other nodes left that is provably stale: address claims, and EndpointSlices (POST /ipam/gc,
+        `netcomp ipam gc`, and every few minutes with kubernetes.ipamGC)."""
+        doc = self.addresses.gc_cluster()
+        slices = self.cluster.slices if self.cluster is not None else None
+        if slices is not None:
+            doc["endpointSlices"] = slices.gc()
+        return doc
 
     def _tick(self) -> None:
         self.notifier.tick()

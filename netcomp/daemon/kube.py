@@ -9,7 +9,9 @@ loaded when the daemon starts with a cluster configured (its import alone costs 
   `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
   `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
 - **Pods** (kubepods.py): the node's pods followed for the annotations they ask for networks with; their
-  network-status and events written after the answer."""
+  network-status and events written after the answer.
+- **Services on secondary networks** (kubeslices.py): an EndpointSlice per such Service with the addresses of
+  this node's pods on its network."""
 
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from typing import Any
 
 import yaml
 
+from netcomp.cni.cache import Cache
 from netcomp.daemon import kubewatch
 from netcomp.daemon.kubenode import NodeWatch
 from netcomp.daemon.kubepods import PodWatch
+from netcomp.daemon.kubeslices import ServiceSlices
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.errors import Diagnostic, HostError
@@ -114,7 +118,11 @@ DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 
 class Cluster:
-    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str) -> None:
+    def __init__(
+        self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
+    ) -> None:
+        """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
+        (kubeslices.py; with kube.services)."""
         from kubernetes import client, config  # lazily: see the module docstring
 
         self.kube = kube
@@ -132,9 +140,14 @@ class Cluster:
         self.followers = [_Follower(self, k) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain)
         self.node = NodeWatch(self.core, node, explain)
+        self.slices: ServiceSlices | None = None
+        if kube.services and cache is not None:
+            self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache)
         self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
+        if self.slices is not None:
+            self.slices.start(stop)  # first: it listens to the pods' follower
         self.pods.start(stop)
         self.node.start(stop)
         for f in self.followers:
@@ -218,6 +231,7 @@ class Cluster:
             "pods": self.pods.known() if self.kube.podNetworks else None,
             "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
             "lastError": errors[0] if errors else self.pods.last_error,
+            "endpointSlices": self.slices.status() if self.slices is not None else None,
         }
 
 

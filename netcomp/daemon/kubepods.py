@@ -77,6 +77,9 @@ class PodWatch:
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
         self.synced = threading.Event()
         self.last_error: str | None = None
+        # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
+        # or (the watch event's type, [the pod]). Listeners only take note (kubeslices.py).
+        self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
         self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
@@ -88,7 +91,7 @@ class PodWatch:
         self.on_change: Callable[[PodRef], object] = lambda pod: None
 
     def start(self, stop: threading.Event) -> None:
-        if self.kube.podNetworks:
+        if self.kube.podNetworks or self.listeners:
             threading.Thread(target=self._follow, args=(stop,), name="kube-pods", daemon=True).start()
         if self.kube.networkStatus or self.kube.events:
             threading.Thread(target=self._write_loop, args=(stop,), name="kube-writes", daemon=True).start()
@@ -156,6 +159,8 @@ class PodWatch:
         )
         doc = json.loads(resp.data)
         pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
+        for fn in self.listeners:
+            fn("LISTED", doc.get("items") or [])
         with self._lock:
             old, self._pods = self._pods, pods
             self.changed.notify_all()
@@ -182,6 +187,8 @@ class PodWatch:
             kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
             if kept is None:
                 continue
+            for fn in self.listeners:
+                fn(kind, [obj])
             with self._lock:
                 before = self._pods.get(kept[0])
                 if kind == "DELETED":
