@@ -50,12 +50,14 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, discard, remove_stale_tmp
+from netcomp.fsutil import atomic_write, discard, read_bounded, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
 KIND = "netcompCacheV2"
 KNOWN_KINDS = ("netcompCacheV1", KIND)
+# An entry is a few KiB (a plugin result may be up to 16 MiB: cni.invoke.MAX_STDOUT); more is not netcomp's.
+MAX_ENTRY_BYTES = 64 << 20
 RS = b"\x1e"  # RFC 7464: what begins each outcome record appended to an entry
 State = Literal["adding", "attached", "undo"]
 STATES: tuple[State, ...] = ("adding", "attached", "undo")
@@ -349,8 +351,7 @@ class Cache:
         (HostError naming the file), never a reason to forget it: it stays for the operator to look at."""
         path = self._file(container_id, ifname)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -440,7 +441,7 @@ class Cache:
             if name.endswith(".json") and not name.startswith("."):
                 path = self.directory / name
                 try:
-                    data = path.read_bytes()
+                    data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
                     if _is_torn(data):  # left here: only a load under the container's lock removes it
                         broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                         continue

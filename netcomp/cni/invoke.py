@@ -22,6 +22,7 @@ from netcomp.cni import spawn
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
 from netcomp.errors import DelegateError, printable
+from netcomp.fsutil import read_bounded
 from netcomp.names import is_cni_name
 
 log = logging.getLogger("netcomp.cni")
@@ -212,9 +213,8 @@ def kill_marked(marker: str, *, rounds: int = 20) -> int:
             if not name.isdigit() or int(name) == me:
                 continue
             try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    env = f.read(1 << 20)
-            except OSError:  # gone, a kernel thread, or not ours to read
+                env = read_bounded(f"/proc/{name}/environ", 1 << 20)
+            except OSError:  # gone, a kernel thread, not ours to read, or not what a delegate's is
                 continue
             if needle in env.split(b"\0"):
                 found.append(int(name))
@@ -237,8 +237,7 @@ def kill_marked(marker: str, *, rounds: int = 20) -> int:
 def _alive(pid: int) -> bool:
     """Not yet dead or a zombie."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
+        state = read_bounded(f"/proc/{pid}/stat", 1 << 16).rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
     return state not in (b"Z", b"X")

@@ -32,12 +32,12 @@ from netcomp.compiler.plan import Artifact, Plan
 from netcomp.compiler.render import missing_plugins, render
 from netcomp.compiler.statics import StaticFiles
 from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
-from netcomp.fsutil import is_racy
+from netcomp.fsutil import is_racy, read_bounded
 from netcomp.intent import danm, rules, tenancy
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import Network, StaticSpec
 from netcomp.intent.parse import parse_document
-from netcomp.intent.source import Document, forget_scalars, load_documents
+from netcomp.intent.source import MAX_BYTES, Document, forget_scalars, load_documents
 from netcomp.intent.tenancy import Completion, TenantConfig
 from netcomp.settings import Settings
 
@@ -152,7 +152,7 @@ class Compiler:
             st = os.stat(path)
             key = stat_key(st)
             same = known is not None and known.key == key
-            raw = None if same and known is not None and known.racy is None else path.read_bytes()
+            raw = None if same and known is not None and known.racy is None else read_bounded(path, MAX_BYTES)
         except OSError as e:
             return _File(NO_KEY, (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
         racy = hashlib.sha256(raw).digest() if raw is not None and is_racy(st, time.time_ns()) else None
@@ -165,7 +165,7 @@ class Compiler:
             return known
         if raw is None:  # as it was, but a static file one of its intents names changed: read and render again
             try:
-                raw = path.read_bytes()
+                raw = read_bounded(path, MAX_BYTES)
             except OSError as e:
                 diag = Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
                 return _File(NO_KEY, (), (diag,), True)

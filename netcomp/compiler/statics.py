@@ -11,8 +11,10 @@ from netcomp.cni import spec as cnispec
 from netcomp.compiler.backends.backend import StaticConfig
 from netcomp.compiler.inputs import STATIC_SUFFIXES, StatKey, stat_key
 from netcomp.errors import Diagnostic, SourceLocation
+from netcomp.fsutil import read_bounded
 from netcomp.intent.intent import Intent
 
+MAX_STATIC_BYTES = 4 << 20  # a CNI file is a few KiB; the shim takes a config of up to 4 MiB too
 Listing = dict[str, set[str]]  # a static dir's file names, listed once per compile
 
 
@@ -78,7 +80,7 @@ class StaticFiles:
     def _parse(path: Path) -> StaticConfig | Diagnostic:
         name = str(path)
         try:
-            conf = cnispec.to_conflist(cnispec.parse_json(path.read_bytes()))
+            conf = cnispec.to_conflist(cnispec.parse_json(read_bounded(path, MAX_STATIC_BYTES)))
         except OSError as e:
             return Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
         except cnispec.ConfigProblem as p:

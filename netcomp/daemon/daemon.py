@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
 from netcomp.errors import Diagnostic, HostError, IntentError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.host import masters, netns, sriov
 from netcomp.settings import Settings
 
@@ -178,6 +179,13 @@ class Daemon:
             crash=faults.from_env(environ),
         )
         self.notifier = Notifier()
+        self.stall = faults.stall_from_env(environ)
+        # The compiles under way (a reload waiting for another's lock included), by token: when each began. One
+        # that does not finish within compileTimeout makes the daemon not ready (stuck()).
+        self._compiling: dict[int, float] = {}
+        self._compiling_lock = threading.Lock()
+        self._tokens = itertools.count()
+        self.compile_error: Diagnostic | None = None  # the last compile failed as no input explains (a bug)
         self.server: Server | None = None
         self.activated = False
         self.watcher: Watcher | None = None
@@ -206,8 +214,42 @@ class Daemon:
 
     def reload(self, *, reread_config: bool = False, changed: set[str] | None = None) -> Snapshot:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
-        edit keeps the last good output of what it touched."""
+        edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
+        everything as it was and makes the daemon degraded until one succeeds."""
+        token = next(self._tokens)
+        with self._compiling_lock:
+            self._compiling[token] = time.monotonic()
+        try:
+            return self._reload(reread_config, changed)
+        except Exception as e:
+            log.exception("compiling failed; serving the last good networks")
+            self.compile_error = Diagnostic(f"the last compile failed: {type(e).__name__}: {e}"[:500])
+            self.metrics.degraded.set(1)
+            self.notifier.status(self.status_line())
+            return self.state.current
+        finally:
+            with self._compiling_lock:
+                del self._compiling[token]
+
+    @property
+    def compiling(self) -> bool:
+        with self._compiling_lock:
+            return bool(self._compiling)
+
+    def stuck(self) -> str | None:
+        """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
+        that has run longer than compileTimeout, which may never finish (a file that never answers)."""
+        with self._compiling_lock:
+            since = min(self._compiling.values(), default=None)
+        took = time.monotonic() - since if since is not None else 0.0
+        if since is None or took < self.settings.compileTimeout:
+            return None
+        return f"a compile has not finished in {took:.0f}s (compileTimeout {self.settings.compileTimeout:g}s)"
+
+    def _reload(self, reread_config: bool, changed: set[str] | None) -> Snapshot:
         with self._reload_lock:
+            if self.server is not None:
+                self.stall("compile")
             if reread_config:
                 try:
                     new = self.load_settings()
@@ -224,6 +266,7 @@ class Daemon:
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
+            self.compile_error = None
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
@@ -277,8 +320,12 @@ class Daemon:
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
-        """What is wrong now: netcomp.yaml's errors (while the last good settings run), then the intents'."""
-        return [*self.settings_diagnostics, *self.state.current.diagnostics]
+        """What is wrong now: netcomp.yaml's errors (while the last good settings run), a compile that failed or
+        does not finish, then the intents'."""
+        stuck = self.stuck()
+        now = [self.compile_error] if self.compile_error is not None else []
+        now += [Diagnostic(stuck)] if stuck is not None else []
+        return [*self.settings_diagnostics, *now, *self.state.current.diagnostics]
 
     @property
     def degraded(self) -> bool:
@@ -328,7 +375,7 @@ class Daemon:
             return
         data = runtime_config(self.settings)
         try:
-            if not path.exists() or path.read_bytes() != data:
+            if not path.exists() or read_bounded(path, 1 << 20) != data:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, data)
                 log.info("wrote %s", path)
@@ -348,7 +395,7 @@ class Daemon:
         return {
             "version": __version__,
             "generation": snap.generation,
-            "ready": bool(server and server.ready.is_set()),
+            "ready": bool(server and server.ready.is_set()) and self.stuck() is None,
             "degraded": self.degraded,
             "defaultNetwork": self.settings.defaultNetwork,
             "networks": [
@@ -397,6 +444,7 @@ class Daemon:
             sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
         )
         self.server.on_tick = self._tick
+        self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec

@@ -50,6 +50,8 @@ class ProcNode:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     starts: int = 0
+    # A command the daemon is exec'd through (prlimit, setpriv): it must exec, keeping the pid.
+    wrap: list[str] = field(default_factory=list)
 
     @property
     def sock(self) -> str:
@@ -67,6 +69,7 @@ class ProcNode:
         self.starts += 1
         self.log = self.base / f"daemon-{self.starts}.log"
         argv = [
+            *self.wrap,
             PYTHON,
             "-c",
             _ACTIVATE,
@@ -201,6 +204,7 @@ def proc_node(
     extra: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     setup: Callable[[Path, Lab], object] | None = None,
+    wrap: list[str] | None = None,
 ) -> Iterator[ProcNode]:
     """A lab, the networks of daemonlab.write_networks (and what `setup` adds), and a daemon process serving
     them (started)."""
@@ -229,7 +233,7 @@ def proc_node(
         listener.listen(4096)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(str(base / "notify.sock"))
-        node = ProcNode(lb, base, config, settings, listener, notify, dict(env or {}))
+        node = ProcNode(lb, base, config, settings, listener, notify, dict(env or {}), wrap=list(wrap or []))
         try:
             node.start()
             yield node
