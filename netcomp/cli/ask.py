@@ -85,6 +85,9 @@ def _print_attachments(doc: dict[str, Any], out: TextIO) -> None:
             addrs = ",".join(n["ips"]) or "-"
             mark = " (default)" if n.get("default") else ""
             out.write(f"  {n['interface']:15s} {addrs:31s} {n.get('mac') or '-':17s} {n['name']}{mark}\n")
+            if n.get("state"):
+                why = " (no retry can change it)" if n.get("permanent") else ""
+                out.write(f"    {n['state'].upper()}{why}: {n.get('error') or '-'}\n")
     for u in doc["unreadable"]:
         out.write(f"UNREADABLE {u['file']}: {u['error']}\n")
     if not doc["containers"] and not doc["unreadable"]:

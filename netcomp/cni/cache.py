@@ -75,6 +75,7 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     state: State = "adding"
     error: str = ""  # why an `undo` attachment's DEL failed
+    permanent: bool = False  # that DEL fails the same way however often it is tried (DelegateError.permanent)
     claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
 
     def to_doc(self) -> dict[str, Any]:
@@ -89,6 +90,8 @@ class Attachment:
         }
         if self.error:
             doc["error"] = self.error
+        if self.permanent:
+            doc["permanent"] = True
         if self.claims:
             doc["claims"] = self.claims
         return doc
@@ -107,6 +110,7 @@ class Attachment:
             capability_args=d.get("capabilityArgs") or {},
             state=state,
             error=str(d.get("error") or ""),
+            permanent=d.get("permanent") is True,
             claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
         )
 
@@ -122,6 +126,7 @@ class Entry:
     cni_version: str
     attachments: list[Attachment] = field(default_factory=list)
     netns_id: NetnsId | None = None  # None only in entries of version 0
+    netns_cookie: int | None = None  # the namespace's cookie (host.netns.cookie): its inode number is reused
     request: str = ""  # digest of the ADD request, to answer a repeated one from the record
     version: int = 1
     # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
@@ -146,6 +151,7 @@ class Entry:
             "ifname": self.ifname,
             "netns": self.netns,
             "netnsID": list(self.netns_id) if self.netns_id else None,
+            "netnsCookie": self.netns_cookie,
             "cniVersion": self.cni_version,
             "request": self.request,
             "attachments": [a.to_doc() for a in self.attachments],
@@ -224,6 +230,7 @@ class Entry:
             cni_version=str(d.get("cniVersion") or DEFAULT_VERSION),
             attachments=[Attachment.from_doc(a) for a in atts],
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
+            netns_cookie=d["netnsCookie"] if type(d.get("netnsCookie")) is int else None,
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
         )

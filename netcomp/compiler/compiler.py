@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
+from netcomp.cni.invoke import Runner
 from netcomp.compiler.backends.backend import RenderInput
 from netcomp.compiler.inputs import INTENT_SUFFIXES, NO_KEY, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
@@ -42,6 +43,7 @@ from netcomp.intent.tenancy import Completion, TenantConfig
 from netcomp.settings import Settings
 
 __all__ = ["INTENT_SUFFIXES", "STATIC_SUFFIXES", "Compiler", "discover"]
+VERSION_TIMEOUT = 10.0  # seconds a plugin's VERSION may take at compile time
 _NO_FIELDS: Mapping[Any, Any] = {}  # the field map of every released native intent (never written to)
 
 
@@ -128,6 +130,8 @@ class Compiler:
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
         self._statics = StaticFiles(settings.staticDirs)
+        # What the installed plugins say they speak (VERSION), for static files' cniVersion.
+        self._plugins = Runner(settings.pluginDirs, timeout=VERSION_TIMEOUT)
         self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
         # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
@@ -237,6 +241,9 @@ class Compiler:
         except IntentError as e:
             out.diagnostics = tuple(e.diagnostics)
             return out
+        if static_id is not None and static is not None:
+            versions = self._statics.version_warning(intent, static_id, static, self._plugins.supported_versions)
+            warnings += [versions] if versions is not None else []
         out.artifact, out.diagnostics = art, tuple(warnings)
         if run.on_artifact is not None:
             run.on_artifact(art)  # the disk can start on it now
