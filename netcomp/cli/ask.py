@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from netcomp import report
 from netcomp.cli.common import settings as load
 from netcomp.cli.common import state_path
-from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE
+from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE
 from netcomp.daemon import protocol
 from netcomp.errors import IntentError
 from netcomp.paths import Root
@@ -55,6 +55,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "runtimeIfname": args.runtime_ifname,
             }
             status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
+    except PermissionError:  # the daemon may well be up: its socket is not for this user
+        print(
+            f"netcomp: {settings.socket} is root-only: run `netcomp {args.command}` as root "
+            "(the daemon may be up; this user may not use its socket)",
+            file=err,
+        )
+        return EX_NOPERM
     except OSError as e:
         print(
             f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"

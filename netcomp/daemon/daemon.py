@@ -163,6 +163,9 @@ class Daemon:
         )
         self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
         self._wire_pipeline()
+        host_netns, host_unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+        if host_unsure:
+            log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", host_unsure)
         self.delegator = Delegator(
             self.runner,
             self.cache,
@@ -174,7 +177,8 @@ class Daemon:
             remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
-            host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
+            host_netns=host_netns,
+            host_unsure=host_unsure,
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )

@@ -204,6 +204,7 @@ class Server(Connections):
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
+            self.refused(c, 429, BUSY)
             self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
         else:
             c.state = QUEUED
@@ -229,6 +230,7 @@ class Server(Connections):
     def _queue_expired(self, c: Conn) -> None:
         self._left_queue(c)
         self.metrics.rejected.labels("busy").inc()
+        self.refused(c, 429, BUSY)
         self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
 
     def _queued_now(self) -> list[Conn]:

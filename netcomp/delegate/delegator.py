@@ -99,6 +99,7 @@ class Delegator:
     # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
+    host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
     crash: Callable[[str], None] = lambda point: None
@@ -277,6 +278,8 @@ class Delegator:
                     f"{netns_path} is the host's network namespace, not a container's",
                     "netcomp never attaches networks to the host; no plugin was run",
                 )
+            if self.host_unsure:  # whether it is the host's cannot be told: never let through
+                raise DelegateError(E_IO, f"cannot tell whether {netns_path} is the host's: {self.host_unsure}")
             same = entry.netns_id == nid and entry.netns_cookie in (None, ck)
             if entry.netns_id is not None and entry.attachments and not same:
                 raise DelegateError(

@@ -106,17 +106,31 @@ def identity(path: str) -> NetnsId | None:
     return nid
 
 
-def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
-    """The namespaces no container may be given: PID 1's, the daemon's own, and `extra` (the named netns the
-    delegates run in, when that is not the daemon's own)."""
-    out = set()
-    for p in ("/proc/1/ns/net", "/proc/self/ns/net", *extra):
+def host_namespaces(extra: Iterable[str] = ()) -> tuple[set[NetnsId], str]:
+    """The namespaces no container may be given: the daemon's own, `extra` (the named netns the delegates run
+    in, when that is not the daemon's own), and the host's: PID 1's, or, where PID 1's cannot be read (a PID 1
+    that is not dumpable, a daemon without CAP_SYS_PTRACE), kthreadd's, which is always in the initial
+    namespaces (PID 2 of the initial PID namespace). With the (set, why the host's is not known, "" when it is):
+    an ADD is refused while it is not, rather than let through."""
+    out, problems = set(), []
+    for p in ("/proc/self/ns/net", *extra):
         try:
             st = os.stat(p)
-        except OSError:
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror}")
             continue
         out.add((st.st_dev, st.st_ino))
-    return out
+    for p, comm in (("/proc/1/ns/net", None), ("/proc/2/ns/net", b"kthreadd\n")):
+        try:
+            if comm is not None and read_bounded("/proc/2/comm", 64) != comm:
+                continue
+            st = os.stat(p)
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror}")
+            continue
+        out.add((st.st_dev, st.st_ino))
+        return out, ""
+    return out, "cannot read the host's network namespace (" + "; ".join(problems) + ")"
 
 
 def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
