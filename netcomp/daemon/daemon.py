@@ -110,6 +110,40 @@ def _log_changes(changes: Sequence[Change], out_dir: str) -> None:
         log.info("compiled networks in %s: %s (each file at debug level)", out_dir, done)
 
 
+def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
+    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
+    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if unsure:
+        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
+    return found, unsure
+
+
+class _Compiles:
+    """The compiles under way (a reload waiting for another's lock included): when each began; the last one's
+    failure that no input explains (a bug, memory); `stall`, the test hook for one that never ends."""
+
+    def __init__(self, stall: Callable[[str], None]) -> None:
+        self.stall = stall
+        self.error: Diagnostic | None = None
+        self._lock = threading.Lock()
+        self._began: dict[int, float] = {}
+        self._tokens = itertools.count()
+
+    def begin(self) -> int:
+        token = next(self._tokens)
+        with self._lock:
+            self._began[token] = time.monotonic()
+        return token
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            del self._began[token]
+
+    def oldest(self) -> float | None:
+        with self._lock:
+            return min(self._began.values(), default=None)
+
+
 class Daemon:
     def __init__(
         self,
@@ -163,9 +197,6 @@ class Daemon:
         )
         self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
         self._wire_pipeline()
-        host_netns, host_unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
-        if host_unsure:
-            log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", host_unsure)
         self.delegator = Delegator(
             self.runner,
             self.cache,
@@ -177,19 +208,12 @@ class Daemon:
             remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
-            host_netns=host_netns,
-            host_unsure=host_unsure,
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
+        self.delegator.host_netns, self.delegator.host_unsure = _host_namespaces(link_netns)
         self.notifier = Notifier()
-        self.stall = faults.stall_from_env(environ)
-        # The compiles under way (a reload waiting for another's lock included), by token: when each began. One
-        # that does not finish within compileTimeout makes the daemon not ready (stuck()).
-        self._compiling: dict[int, float] = {}
-        self._compiling_lock = threading.Lock()
-        self._tokens = itertools.count()
-        self.compile_error: Diagnostic | None = None  # the last compile failed as no input explains (a bug)
+        self._compiles = _Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None
         self.activated = False
         self.watcher: Watcher | None = None
@@ -220,31 +244,26 @@ class Daemon:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
         edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
         everything as it was and makes the daemon degraded until one succeeds."""
-        token = next(self._tokens)
-        with self._compiling_lock:
-            self._compiling[token] = time.monotonic()
+        token = self._compiles.begin()
         try:
             return self._reload(reread_config, changed)
         except Exception as e:
             log.exception("compiling failed; serving the last good networks")
-            self.compile_error = Diagnostic(f"the last compile failed: {type(e).__name__}: {e}"[:500])
+            self._compiles.error = Diagnostic(f"the last compile failed: {type(e).__name__}: {e}"[:500])
             self.metrics.degraded.set(1)
             self.notifier.status(self.status_line())
             return self.state.current
         finally:
-            with self._compiling_lock:
-                del self._compiling[token]
+            self._compiles.end(token)
 
     @property
     def compiling(self) -> bool:
-        with self._compiling_lock:
-            return bool(self._compiling)
+        return self._compiles.oldest() is not None
 
     def stuck(self) -> str | None:
         """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
         that has run longer than compileTimeout, which may never finish (a file that never answers)."""
-        with self._compiling_lock:
-            since = min(self._compiling.values(), default=None)
+        since = self._compiles.oldest()
         took = time.monotonic() - since if since is not None else 0.0
         if since is None or took < self.settings.compileTimeout:
             return None
@@ -253,7 +272,7 @@ class Daemon:
     def _reload(self, reread_config: bool, changed: set[str] | None) -> Snapshot:
         with self._reload_lock:
             if self.server is not None:
-                self.stall("compile")
+                self._compiles.stall("compile")
             if reread_config:
                 try:
                     new = self.load_settings()
@@ -270,7 +289,7 @@ class Daemon:
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
-            self.compile_error = None
+            self._compiles.error = None
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
@@ -327,7 +346,7 @@ class Daemon:
         """What is wrong now: netcomp.yaml's errors (while the last good settings run), a compile that failed or
         does not finish, then the intents'."""
         stuck = self.stuck()
-        now = [self.compile_error] if self.compile_error is not None else []
+        now = [self._compiles.error] if self._compiles.error is not None else []
         now += [Diagnostic(stuck)] if stuck is not None else []
         return [*self.settings_diagnostics, *now, *self.state.current.diagnostics]
 

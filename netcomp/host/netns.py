@@ -13,9 +13,8 @@ Work in a container's namespace (`inside`) is done by a thread of a small crew k
 serves requests: it enters the namespace with setns(2) (a per-thread operation for network namespaces), does the
 work and goes back; a thread that cannot go back ends there and is never used again, so a failure to return
 can never leave a serving thread, or a later piece of work, in a container's namespace. Listing interface names
-is on the path of every ADD. Measured per check here: pyroute2's NetNS 13.5 ms (it forks a helper); pyroute2's
-IPRoute opened in the thread 2.3 ms; libc's if_nameindex() through socket.if_nameindex() 0.4 ms on a thread
-started for it, of which the thread's start and end were most: on a kept thread it is a hand-off."""
+is on the path of every ADD: libc's if_nameindex() on a kept thread is a hand-off (docs/benchmarks.md has what
+pyroute2's NetNS and IPRoute cost instead)."""
 
 from __future__ import annotations
 
