@@ -24,6 +24,9 @@ from typing import TypeVar
 
 log = logging.getLogger("netcomp.fsutil")
 TMP_SUFFIX = ".netcomp-tmp"
+# How netcomp opens a file of its own to write: a FIFO or a symlink planted at the name fails (ENXIO, ELOOP)
+# instead of blocking, or writing through the link.
+WRITE_FLAGS = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 # A file discard() took out of its directory's view, waiting for its storage to be freed.
 GONE_SUFFIX = ".netcomp-gone"
 
@@ -126,7 +129,7 @@ def write_tmp(path: P, data: bytes, *, mode: int = 0o644, durable: bool = True) 
     path until publish(). On failure the temp file is removed."""
     tmp = _tmp_for(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        fd = os.open(tmp, WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, mode)
         try:
             view = memoryview(data)
             while view:

@@ -50,7 +50,7 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, discard, read_bounded, remove_stale_tmp
+from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
@@ -398,7 +398,7 @@ class Cache:
             discard(moved)
             return
         data = entry.outcome(atts)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, WRITE_FLAGS | os.O_APPEND)
         try:
             view = memoryview(data)
             if halfway is not None:

@@ -24,7 +24,7 @@ from netcomp import __version__
 from netcomp.compiler.jinja import BUILTIN_DIR
 from netcomp.compiler.plan import Artifact, Plan
 from netcomp.errors import Diagnostic, SourceLocation
-from netcomp.fsutil import TMP_SUFFIX, fsync_dir, is_racy, publish, read_bounded
+from netcomp.fsutil import TMP_SUFFIX, WRITE_FLAGS, fsync_dir, is_racy, publish, read_bounded
 from netcomp.settings import Settings
 
 CACHE_NAME = ".netcomp-plan.cache"
@@ -154,7 +154,7 @@ class PlanCache:
     def _write(self, pieces: Iterator[bytes]) -> None:
         """As fsutil.atomic_write (temp file, fsync, rename, fsync the dir), written piece by piece."""
         tmp = self.path.with_name(f".{self.path.name}{TMP_SUFFIX}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(tmp, WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb", buffering=1 << 16, closefd=False) as f:
                 for piece in pieces:

@@ -92,3 +92,20 @@ def test_no_module_reads_a_file_but_through_the_bounded_reader() -> None:
             if _READS.search(code) and not re.search(r"open\([^)]*\"wb?\"", code) and '"""' not in line:
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert found == [], "read these through netcomp.fsutil.read_bounded:\n" + "\n".join(found)
+
+
+def test_a_fifo_or_symlink_at_a_temp_name_fails_a_write_without_blocking(tmp_path: Path) -> None:
+    """What netcomp writes goes through a temp name beside the target: a FIFO planted there fails the write
+    (ENXIO) instead of blocking it, a symlink (ELOOP) instead of being written through. In a child interpreter,
+    for the same reason as above."""
+    os.mkfifo(tmp_path / ".a.netcomp-tmp")
+    (tmp_path / ".b.netcomp-tmp").symlink_to(tmp_path / "elsewhere")
+    code = (
+        "import sys\nfrom netcomp.fsutil import atomic_write\n"
+        "for name in ('a', 'b'):\n"
+        "    try:\n        atomic_write(sys.argv[1] + '/' + name, b'x')\n"
+        "    except OSError as e:\n        print(name, e.errno)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split("\n")[:2] == ["a 6", "b 40"], p.stdout + p.stderr
+    assert not (tmp_path / "elsewhere").exists()
