@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from netcomp import names, paths
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.fsutil import read_bounded
 from netcomp.intent.source import load_documents
 from netcomp.paths import Root
 
+MAX_SETTINGS_BYTES = 1 << 20  # netcomp.yaml is a few hundred bytes
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
@@ -181,6 +183,11 @@ class Settings(BaseModel):
     )
     allowedUids: list[int] = Field(default_factory=lambda: [0], description="Peer uids allowed on the socket")
     pluginTimeout: float = Field(default=60.0, gt=0, description="Seconds a delegate plugin may run")
+    compileTimeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a compile (a reload, an edit) may run before the daemon reports itself not ready",
+    )
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")
     # SR-IOV
     sriovPools: dict[str, SriovPool] = Field(
@@ -253,7 +260,7 @@ def load_settings(path: str | Path | None, root: Root | None = None, *, required
     explicit = path is not None
     p = Path(path) if path is not None else (root or Root())(paths.CONFIG_FILE)
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         if explicit or required:
             raise IntentError([Diagnostic("config file not found", SourceLocation(str(p)))]) from None

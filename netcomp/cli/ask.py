@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from netcomp import report
 from netcomp.cli.common import settings as load
 from netcomp.cli.common import state_path
-from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE
+from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE
 from netcomp.daemon import protocol
 from netcomp.errors import IntentError
 from netcomp.paths import Root
@@ -58,6 +58,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 ns, _, name = args.pod.partition("/")
                 body.update(podNamespace=ns, podName=name)
             status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
+    except PermissionError:  # the daemon may well be up: its socket is not for this user
+        print(
+            f"netcomp: {settings.socket} is root-only: run `netcomp {args.command}` as root "
+            "(the daemon may be up; this user may not use its socket)",
+            file=err,
+        )
+        return EX_NOPERM
     except OSError as e:
         print(
             f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"
@@ -90,6 +97,9 @@ def _print_attachments(doc: dict[str, Any], out: TextIO) -> None:
             dev = n.get("device")
             mark += f" [{dev['resource']} {dev['id']}]" if dev else ""
             out.write(f"  {n['interface']:15s} {addrs:31s} {n.get('mac') or '-':17s} {n['name']}{mark}\n")
+            if n.get("state"):
+                why = " (no retry can change it)" if n.get("permanent") else ""
+                out.write(f"    {n['state'].upper()}{why}: {n.get('error') or '-'}\n")
     for u in doc["unreadable"]:
         out.write(f"UNREADABLE {u['file']}: {u['error']}\n")
     if not doc["containers"] and not doc["unreadable"]:

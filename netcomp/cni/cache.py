@@ -50,12 +50,14 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, discard, remove_stale_tmp
+from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
 KIND = "netcompCacheV2"
 KNOWN_KINDS = ("netcompCacheV1", KIND)
+# An entry is a few KiB (a plugin result may be up to 16 MiB: cni.invoke.MAX_STDOUT); more is not netcomp's.
+MAX_ENTRY_BYTES = 64 << 20
 RS = b"\x1e"  # RFC 7464: what begins each outcome record appended to an entry
 State = Literal["adding", "attached", "undo"]
 STATES: tuple[State, ...] = ("adding", "attached", "undo")
@@ -73,6 +75,7 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     state: State = "adding"
     error: str = ""  # why an `undo` attachment's DEL failed
+    permanent: bool = False  # that DEL fails the same way however often it is tried (DelegateError.permanent)
     claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
     # The device a device plugin gave the pod for it (delegate/devices.py): resource, id, the device-info read
     # from the device plugin, and the file its CNI copy is written to (named here before it is written).
@@ -93,6 +96,8 @@ class Attachment:
         }
         if self.error:
             doc["error"] = self.error
+        if self.permanent:
+            doc["permanent"] = True
         if self.claims:
             doc["claims"] = self.claims
         if self.device:
@@ -115,6 +120,7 @@ class Attachment:
             capability_args=d.get("capabilityArgs") or {},
             state=state,
             error=str(d.get("error") or ""),
+            permanent=d.get("permanent") is True,
             claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
             device=d["device"] if isinstance(d.get("device"), dict) else None,
             element=str(d.get("element") or ""),
@@ -132,6 +138,7 @@ class Entry:
     cni_version: str
     attachments: list[Attachment] = field(default_factory=list)
     netns_id: NetnsId | None = None  # None only in entries of version 0
+    netns_cookie: int | None = None  # the namespace's cookie (host.netns.cookie): its inode number is reused
     request: str = ""  # digest of the ADD request, to answer a repeated one from the record
     version: int = 1
     # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
@@ -160,6 +167,7 @@ class Entry:
             "ifname": self.ifname,
             "netns": self.netns,
             "netnsID": list(self.netns_id) if self.netns_id else None,
+            "netnsCookie": self.netns_cookie,
             "cniVersion": self.cni_version,
             "request": self.request,
             "attachments": [a.to_doc() for a in self.attachments],
@@ -242,6 +250,7 @@ class Entry:
             cni_version=str(d.get("cniVersion") or DEFAULT_VERSION),
             attachments=[Attachment.from_doc(a) for a in atts],
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
+            netns_cookie=d["netnsCookie"] if type(d.get("netnsCookie")) is int else None,
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
             pod={str(k): str(v) for k, v in d["pod"].items()} if isinstance(d.get("pod"), dict) else None,
@@ -378,8 +387,7 @@ class Cache:
         (HostError naming the file), never a reason to forget it: it stays for the operator to look at."""
         path = self._file(container_id, ifname)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -420,7 +428,7 @@ class Cache:
             discard(moved)
             return
         data = entry.outcome(atts)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, WRITE_FLAGS | os.O_APPEND)
         try:
             view = memoryview(data)
             if halfway is not None:
@@ -472,7 +480,7 @@ class Cache:
             if name.endswith(".json") and not name.startswith("."):
                 path = self.directory / name
                 try:
-                    data = path.read_bytes()
+                    data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
                     if _is_torn(data):  # left here: only a load under the container's lock removes it
                         broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                         continue

@@ -24,6 +24,7 @@ from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
 Answer = tuple[int, bytes]
+FIELD = 200  # characters of a peer's value (an ID, a network's name) a log line carries at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
         try:
             env, config, raw = protocol.decode_request(body)
             req = parse_request(env, config, raw)
-            verb, cid, version = req.command, req.container_id or "-", req.cni_version
+            verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
             result = dispatch.handle(delegator, req)
             outcome, ms = "ok", (time.perf_counter() - t) * 1000
             nets = delegator.describe(req)  # for DEL and CHECK: what the container's record held
@@ -111,7 +112,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
                 result = cniresult.convert(result, protocol.wrapped_version(version))
             return 200, compact({"Result": result or None})
         except ProtocolError as e:
-            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, 300))
+            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, FIELD))
             return _error(e.code, e.msg, e.details)
         except DelegateError as e:
             ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
@@ -151,7 +152,7 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
         result = hotplug.hotplug(
             delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
         )
-        log.info("hot-plug %s container=%s network=%s ok", hp.command, hp.container_id, hp.network)
+        log.info("hot-plug %s ok", _what(hp))
         return 200, compact({"Result": result or None})
     except ProtocolError as e:
         return _error(e.code, e.msg, e.details)
@@ -167,4 +168,7 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
 
 
 def _what(hp: Hotplug | None) -> str:
-    return f"{hp.command} container={hp.container_id} network={hp.network}" if hp else "?"
+    """The request in a log line: every value a peer chose escaped and cut to FIELD characters."""
+    if hp is None:
+        return "?"
+    return f"{hp.command} container={printable(hp.container_id, FIELD)} network={printable(hp.network, FIELD)}"

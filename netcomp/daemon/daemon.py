@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError, IntentError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.host import masters, netns, sriov
 from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
@@ -112,6 +113,40 @@ def _log_changes(changes: Sequence[Change], out_dir: str) -> None:
         log.info("compiled networks in %s: %s (each file at debug level)", out_dir, done)
 
 
+def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
+    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
+    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if unsure:
+        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
+    return found, unsure
+
+
+class _Compiles:
+    """The compiles under way (a reload waiting for another's lock included): when each began; the last one's
+    failure that no input explains (a bug, memory); `stall`, the test hook for one that never ends."""
+
+    def __init__(self, stall: Callable[[str], None]) -> None:
+        self.stall = stall
+        self.error: Diagnostic | None = None
+        self._lock = threading.Lock()
+        self._began: dict[int, float] = {}
+        self._tokens = itertools.count()
+
+    def begin(self) -> int:
+        token = next(self._tokens)
+        with self._lock:
+            self._began[token] = time.monotonic()
+        return token
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            del self._began[token]
+
+    def oldest(self) -> float | None:
+        with self._lock:
+            return min(self._began.values(), default=None)
+
+
 class Daemon:
     def __init__(
         self,
@@ -181,11 +216,12 @@ class Daemon:
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
             devices=self._devices(self.settings),
-            host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
+        self.delegator.host_netns, self.delegator.host_unsure = _host_namespaces(link_netns)
         self.notifier = Notifier()
+        self._compiles = _Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None
         self.podsync: PodSync | None = None
         self.activated = False
@@ -237,8 +273,37 @@ class Daemon:
 
     def reload(self, *, reread_config: bool = False, changed: set[str] | None = None) -> Snapshot:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
-        edit keeps the last good output of what it touched."""
+        edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
+        everything as it was and makes the daemon degraded until one succeeds."""
+        token = self._compiles.begin()
+        try:
+            return self._reload(reread_config, changed)
+        except Exception as e:
+            log.exception("compiling failed; serving the last good networks")
+            self._compiles.error = Diagnostic(f"the last compile failed: {type(e).__name__}: {e}"[:500])
+            self.metrics.degraded.set(1)
+            self.notifier.status(self.status_line())
+            return self.state.current
+        finally:
+            self._compiles.end(token)
+
+    @property
+    def compiling(self) -> bool:
+        return self._compiles.oldest() is not None
+
+    def stuck(self) -> str | None:
+        """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
+        that has run longer than compileTimeout, which may never finish (a file that never answers)."""
+        since = self._compiles.oldest()
+        took = time.monotonic() - since if since is not None else 0.0
+        if since is None or took < self.settings.compileTimeout:
+            return None
+        return f"a compile has not finished in {took:.0f}s (compileTimeout {self.settings.compileTimeout:g}s)"
+
+    def _reload(self, reread_config: bool, changed: set[str] | None) -> Snapshot:
         with self._reload_lock:
+            if self.server is not None:
+                self._compiles.stall("compile")
             if reread_config:
                 try:
                     new = self.load_settings()
@@ -255,6 +320,7 @@ class Daemon:
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
+            self._compiles.error = None
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
@@ -308,8 +374,12 @@ class Daemon:
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
-        """What is wrong now: netcomp.yaml's errors (while the last good settings run), then the intents'."""
-        return [*self.settings_diagnostics, *self.state.current.diagnostics]
+        """What is wrong now: netcomp.yaml's errors (while the last good settings run), a compile that failed or
+        does not finish, then the intents'."""
+        stuck = self.stuck()
+        now = [self._compiles.error] if self._compiles.error is not None else []
+        now += [Diagnostic(stuck)] if stuck is not None else []
+        return [*self.settings_diagnostics, *now, *self.state.current.diagnostics]
 
     @property
     def degraded(self) -> bool:
@@ -364,7 +434,7 @@ class Daemon:
             return
         data = runtime_config(self.settings)
         try:
-            if not path.exists() or path.read_bytes() != data:
+            if not path.exists() or read_bounded(path, 1 << 20) != data:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, data)
                 log.info("wrote %s", path)
@@ -384,7 +454,7 @@ class Daemon:
         return {
             "version": __version__,
             "generation": snap.generation,
-            "ready": bool(server and server.ready.is_set()),
+            "ready": bool(server and server.ready.is_set()) and self.stuck() is None,
             "degraded": self.degraded,
             "defaultNetwork": self.settings.defaultNetwork,
             "networks": [
@@ -435,6 +505,7 @@ class Daemon:
             sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
         )
         self.server.on_tick = self._tick
+        self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec

@@ -34,8 +34,9 @@ from netcomp.daemon.kubeslices import ServiceSlices
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.errors import Diagnostic, HostError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
+from netcomp.intent.source import MAX_BYTES
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -117,6 +118,29 @@ ALL_KINDS = [NETWORKS, NADS, *danm_kinds("danm.k8s.io")]  # the suffixes, for ow
 DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 
+MAX_KUBECONFIG_BYTES = 4 << 20
+
+
+def _client(path: str) -> Any:
+    """An API client from the kubeconfig at path, read as every file netcomp reads (fsutil.read_bounded) rather
+    than by the client library, which reads whatever the path names whole; relative file names in it are
+    relative to its directory, as kubectl takes them."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.config import kube_config
+
+    try:
+        doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG_BYTES))
+    except yaml.YAMLError as e:
+        raise ValueError(f"not YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a kubeconfig (a YAML mapping)")
+    conf = client.Configuration()
+    loader = kube_config.KubeConfigLoader(config_dict=doc, config_base_path=os.path.dirname(os.path.abspath(path)))
+    loader.load_and_set(conf)
+    return client.ApiClient(configuration=conf)
+
+
 class Cluster:
     def __init__(
         self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
@@ -129,8 +153,8 @@ class Cluster:
         self.dir = cluster_dir
         self.metrics = metrics
         try:
-            self.api_client = config.new_client_from_config(config_file=kube.kubeconfig)
-        except (OSError, config.ConfigException, ValueError, TypeError, KeyError) as e:
+            self.api_client = _client(kube.kubeconfig)
+        except (OSError, config.ConfigException, ValueError, TypeError, KeyError, AttributeError) as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = client.CoreV1Api(self.api_client)
         self.custom: Any = client.CustomObjectsApi(self.api_client)
@@ -320,7 +344,7 @@ class _Follower:
         if meta.get("uid"):
             self.uids[name] = str(meta["uid"])
         with contextlib.suppress(FileNotFoundError):
-            if path.read_bytes() == data:
+            if read_bounded(path, MAX_BYTES, follow=False) == data:
                 return name
         self.cluster.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         atomic_write(path, data, mode=0o644)

@@ -62,6 +62,8 @@ class Server(Connections):
         self.views = dict(views)
         self.actions = dict(actions)
         self.ready = threading.Event()
+        # Why the daemon is not ready although it serves (a compile that does not finish: Daemon.stuck), or None.
+        self.stuck: Callable[[], str | None] = lambda: None
         self.draining = threading.Event()
         self.served = 0
         self._busy = 0
@@ -153,8 +155,10 @@ class Server(Connections):
         if method == "GET" and path == protocol.HEALTHZ_PATH:
             self.answer_now(c, 200, b'{"ok":true}')
         elif method == "GET" and path == protocol.READYZ_PATH:
-            ready = self.ready.is_set() and not self.draining.is_set()
-            self.answer_now(c, 200 if ready else 503, json.dumps({"ready": ready}).encode())
+            stuck = self.stuck()
+            ready = self.ready.is_set() and not self.draining.is_set() and stuck is None
+            doc = {"ready": ready, **({"why": stuck} if stuck else {})}
+            self.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
         elif method == "GET" and (path == protocol.METRICS_PATH or path in self.views):
             view = self.metrics.render if path == protocol.METRICS_PATH else self.views[path]
             ctype = "text/plain; version=0.0.4" if path == protocol.METRICS_PATH else "application/json"
@@ -200,6 +204,7 @@ class Server(Connections):
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
+            self.refused(c, 429, BUSY)
             self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
         else:
             c.state = QUEUED
@@ -225,6 +230,7 @@ class Server(Connections):
     def _queue_expired(self, c: Conn) -> None:
         self._left_queue(c)
         self.metrics.rejected.labels("busy").inc()
+        self.refused(c, 429, BUSY)
         self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
 
     def _queued_now(self) -> list[Conn]:

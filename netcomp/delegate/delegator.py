@@ -100,6 +100,7 @@ class Delegator:
     # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
+    host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
     # The devices device plugins gave pods, for networks of a device-plugin resource (None: such a network is
@@ -281,15 +282,21 @@ class Delegator:
         default routes, and record the outcome; on any failure DEL the new attachments again (which gives back
         what they took) and raise the first error. `asks`: what a pod asks of each attachment, by interface."""
         asks = asks or {}
+        for a in new:  # what no plugin could ever run with is refused, not recorded and rolled back
+            self.runner.preflight(a.conflist, self.runtime_conf(entry, a, netns_path))
         fd, nid = nsutil.open_netns(netns_path)
         try:
+            ck = nsutil.cookie(fd)
             if nid in self.host_netns:
                 raise DelegateError(
                     E_INVALID_ENV,
                     f"{netns_path} is the host's network namespace, not a container's",
                     "netcomp never attaches networks to the host; no plugin was run",
                 )
-            if entry.netns_id is not None and entry.attachments and entry.netns_id != nid:
+            if self.host_unsure:  # whether it is the host's cannot be told: never let through
+                raise DelegateError(E_IO, f"cannot tell whether {netns_path} is the host's: {self.host_unsure}")
+            same = entry.netns_id == nid and entry.netns_cookie in (None, ck)
+            if entry.netns_id is not None and entry.attachments and not same:
                 raise DelegateError(
                     E_INVALID_ENV,
                     f"{netns_path} is not the network namespace container {entry.container_id} was attached in",
@@ -308,7 +315,7 @@ class Delegator:
             os.close(fd)
         if self.devices is not None:  # before anything is made: the kubelet's answer may be "try again"
             self.devices.assign(pod, entry.container_id, new, entry.attachments, asks)
-        entry.netns, entry.netns_id = netns_path, nid
+        entry.netns, entry.netns_id, entry.netns_cookie = netns_path, nid, ck
         entry.links_before = sorted(everything)  # what an undo leaves alone
         held = self.host.hold_links(new)
         try:
@@ -368,7 +375,7 @@ class Delegator:
                 for a in new:
                     a.state = "adding"
         if first_error is not None:
-            with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            with nsutil.recorded(entry, entry.netns, pin=True) as target:
                 if not self.detach(entry, new, target.path, why="rollback"):
                     self.sweep(entry, target, new)
             raise first_error
@@ -377,7 +384,7 @@ class Delegator:
     def _fulfil(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
         """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
         default routes are where the pod's default-route puts them (recorded in the results)."""
-        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, entry.netns, pin=True) as target:
             policy: list[container.PolicyRoutes] = []
             for a in new:
                 ask = asks.get(a.ifname)
@@ -445,7 +452,7 @@ class Delegator:
         if entry is None:
             return  # nothing of ours (DEL is idempotent)
         req.seen[:] = [a.network for a in entry.attachments]
-        with nsutil.recorded(entry.netns_id, req.netns, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, req.netns, entry.netns, pin=True) as target:
             if not target.found and entry.attached:
                 log.info(
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
@@ -482,14 +489,19 @@ class Delegator:
                 done.append(a)
             except Exception as e:
                 err = as_delegate_error(e, a.network)
+                if err.permanent and self._nothing_left(a, netns, why, entry.container_id, err):
+                    done.append(a)
+                    continue
                 errors.append(err)
                 a.state, a.error = "undo", err.full_msg + (f" ({err.details})" if err.details else "")
+                a.permanent = err.permanent
                 log.error(
-                    "%s of container %s: DEL of network %s on %s failed, kept for a later DEL: %s",
+                    "%s of container %s: DEL of network %s on %s failed, kept for a later DEL%s: %s",
                     why,
                     entry.container_id,
                     a.network,
                     a.ifname,
+                    " (no retry can change this: it goes once its interface is gone)" if a.permanent else "",
                     a.error,
                 )
         self.crash("after-del")
@@ -504,6 +516,29 @@ class Delegator:
             # The error of the last network, as a DEL in reverse order would have met it first.
             raise errors[-1]
         return errors
+
+    def _nothing_left(self, a: Attachment, netns: str, why: str, cid: str, err: DelegateError) -> bool:
+        """After a DEL of `a` failed for a reason no retry changes (its plugin refuses the config's version, its
+        arguments cannot be exec'd): whether nothing of it is left, so that it can be forgotten rather than kept
+        for ever. Nothing is left when its namespace is gone (`netns` "": recorded() found it nowhere) or has
+        no interface of its name; what netcomp gave it (addresses) is given back then."""
+        try:
+            left = bool(netns) and a.ifname in self.link_names(netns)
+        except (HostError, DelegateError):
+            return False
+        if left:
+            return False
+        addresses.give_back(self.addresses, a)
+        log.warning(
+            "%s of container %s: DEL of network %s on %s cannot succeed (%s); nothing of it is left in its "
+            "namespace: forgotten",
+            why,
+            cid,
+            a.network,
+            a.ifname,
+            err.full_msg,
+        )
+        return True
 
     def sweep(self, entry: Entry, target: nsutil.Target, undone: list[Attachment]) -> None:
         """After an undo of `undone`: what the namespace has beyond what it had when the ADD began and what is
@@ -538,7 +573,7 @@ class Delegator:
         todo = entry.unfinished
         if not todo:
             return
-        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, entry.netns, pin=True) as target:
             errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
             if not errors:
                 self.sweep(entry, target, todo)

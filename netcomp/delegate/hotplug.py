@@ -48,7 +48,7 @@ def hotplug(
                     "name it as namespace/name",
                 )
             if gone:
-                with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
+                with nsutil.recorded(entry, netns, entry.netns, pin=True) as target:
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
             return {}
         if entry is None:

@@ -23,6 +23,8 @@ def attachments(d: Delegator) -> dict[str, Any]:
                 n["state"] = a.state
                 if a.error:
                     n["error"] = a.error
+                if a.permanent:
+                    n["permanent"] = True
         out.append(
             {
                 "containerID": e.container_id,

@@ -71,7 +71,7 @@ def sync(d: Delegator, container_id: str, ifname: str) -> Outcome | None:
         try:
             _attach(d, entry, pod, free, out)
             if removed:
-                with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+                with nsutil.recorded(entry, entry.netns, pin=True) as target:
                     errors = d.detach(entry, removed, target.path, why="hot-plug detach")
                 out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
                 if errors:

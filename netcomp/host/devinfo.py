@@ -8,12 +8,11 @@ import contextlib
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.names import PCI
 
 log = logging.getLogger("netcomp.host")
@@ -58,16 +57,7 @@ def read_dp(root: str, resource: str, device_id: str) -> dict[str, Any] | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        data = os.read(fd, MAX_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE:
-        raise ValueError(f"larger than {MAX_FILE} bytes")
-    doc = json.loads(data)
+    doc = json.loads(read_bounded(path, MAX_FILE, follow=False))
     if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
         raise ValueError("not a device-info object (no type)")
     return doc

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.errors import HostError
+from netcomp.fsutil import read_bounded
 from netcomp.host.protomsg import messages
 
 # The field numbers are the wire format: k8s.io/kubelet/pkg/apis/podresources/v1/api.proto.
@@ -144,21 +145,11 @@ class Kubelet:
 
     def _read_checkpoint(self) -> dict[str, Any]:
         try:
-            fd = os.open(self.checkpoint, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            data = read_bounded(self.checkpoint, MAX_CHECKPOINT)
         except FileNotFoundError:
             raise HostError(f"no kubelet checkpoint {self.checkpoint}") from None
         except OSError as e:
             raise HostError(f"cannot read the kubelet checkpoint {self.checkpoint}: {e.strerror}") from None
-        try:
-            import stat
-
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HostError(f"the kubelet checkpoint {self.checkpoint} is not a regular file")
-            data = os.read(fd, MAX_CHECKPOINT + 1)
-        finally:
-            os.close(fd)
-        if len(data) > MAX_CHECKPOINT:
-            raise HostError(f"the kubelet checkpoint {self.checkpoint} is larger than {MAX_CHECKPOINT} bytes")
         try:
             doc = json.loads(data)
         except ValueError as e:

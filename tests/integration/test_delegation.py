@@ -245,7 +245,7 @@ def test_check_finds_damage_and_gc_removes_stale_attachments(dl: DaemonLab) -> N
     rc, err = dl.shim("CHECK", "never-added")
     assert rc == 1 and err["code"] == 3
     valid = [{"containerID": f"ctr-{keep}", "ifname": "eth0"}]
-    rc, out = dl.shim("GC", "", extra={"cni.dev/valid-attachments": valid})
+    rc, out = dl.shim("GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": valid})
     assert rc == 0, out
     assert dl.lab.links(stale) == ["lo"]  # the stale container's attachments were deleted
     assert len(dl.cache_files()) == 1

@@ -65,7 +65,7 @@ def node(base: Path) -> Any:
         "deviceInfoDir": str(base / "devinfo"),
     }  # fmt: skip
     bind = ["/bin/sh", "-c", 'mount --bind "$0" /sys/bus/pci/devices && exec "$@"', str(tree)]
-    return proc_node(base, extra=settings, setup=setup, wrap=bind)
+    return proc_node(base, extra=settings, setup=setup, inner=bind)
 
 
 def mac(netns: str, dev: str) -> str:

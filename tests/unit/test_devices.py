@@ -90,6 +90,8 @@ class Node:
         self.d = self.delegator()
 
     def plugin(self, argv: Any, env: Any, stdin: bytes, timeout: float) -> ExecResult:
+        if env["CNI_COMMAND"] == "VERSION":  # asked once per plugin, before its first ADD
+            return ExecResult(0, json.dumps({"cniVersion": "1.0.0", "supportedVersions": ["1.0.0"]}).encode(), b"")
         conf = json.loads(stdin)
         self.seen.append({"command": env["CNI_COMMAND"], "ifname": env["CNI_IFNAME"], "conf": conf})
         if env["CNI_COMMAND"] != "ADD":
