@@ -489,7 +489,11 @@ class Delegator:
                 done.append(a)
             except Exception as e:
                 err = as_delegate_error(e, a.network)
-                if err.permanent and self._nothing_left(a, netns, why, entry.container_id, err):
+                # A plugin's DEL of what its ADD never made may fail (host-device's "failed to find" the interface
+                # it never moved): an attachment with no result was never made whole, and when its interface is
+                # not in the namespace there is nothing of it to DEL.
+                never_made = a.result is None
+                if (err.permanent or never_made) and self._nothing_left(a, netns, why, entry.container_id, err):
                     done.append(a)
                     continue
                 errors.append(err)
@@ -519,9 +523,10 @@ class Delegator:
 
     def _nothing_left(self, a: Attachment, netns: str, why: str, cid: str, err: DelegateError) -> bool:
         """After a DEL of `a` failed for a reason no retry changes (its plugin refuses the config's version, its
-        arguments cannot be exec'd): whether nothing of it is left, so that it can be forgotten rather than kept
-        for ever. Nothing is left when its namespace is gone (`netns` "": recorded() found it nowhere) or has
-        no interface of its name; what netcomp gave it (addresses) is given back then."""
+        arguments cannot be exec'd), or of an attachment its ADD never made whole: whether nothing of it is left,
+        so that it can be forgotten rather than kept for ever. Nothing is left when its namespace is gone (`netns`
+        "": recorded() found it nowhere) or has no interface of its name; what netcomp gave it (addresses, a
+        device-info copy) is given back then."""
         try:
             left = bool(netns) and a.ifname in self.link_names(netns)
         except (HostError, DelegateError):
@@ -529,9 +534,14 @@ class Delegator:
         if left:
             return False
         addresses.give_back(self.addresses, a)
+        if a.device:
+            try:
+                Devices.remove_info(a)
+            except HostError as e:  # start-up's sweep tries again
+                log.error("%s of container %s: %s", why, cid, e)
         log.warning(
-            "%s of container %s: DEL of network %s on %s cannot succeed (%s); nothing of it is left in its "
-            "namespace: forgotten",
+            "%s of container %s: DEL of network %s on %s failed (%s); nothing of it is left in its namespace: "
+            "forgotten",
             why,
             cid,
             a.network,

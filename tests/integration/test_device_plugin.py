@@ -149,3 +149,25 @@ def test_killed_before_the_outcome_is_recorded_the_restart_undoes_it(tmp_path: P
         assert copies(tmp_path) == [f"vf-a-ctr-{ctr}_net0", f"vf-b-ctr-{ctr}_net1"]
         assert n.shim("DEL", ctr, ifname="net0")[0] == 0
         assert host_links(n) == set(VFS.values()) and copies(tmp_path) == []
+
+
+def test_killed_after_the_write_ahead_the_undo_of_what_never_ran_completes(
+    tmp_path: Path, api: PodResourcesServer
+) -> None:
+    """SIGKILL once the record and the device-info copies are written, before any plugin ran. host-device's DEL of
+    an interface it never moved fails ("failed to find net0"): the undo still completes, as nothing of those
+    attachments is in the namespace, and the copies go; the runtime's retried ADD then succeeds."""
+    with node(tmp_path) as n:
+        ctr = n.lab.container()
+        n.restart(NETCOMP_CRASH_AT="after-write-ahead")
+        args = f"{POD_ARGS};NETCOMP_NETWORKS=vf-a,vf-b"
+        code, out = n.shim("ADD", ctr, args=args, ifname="net0", ready_timeout=2)
+        assert code == 1 and out["code"] == 11
+        assert len(copies(tmp_path)) == 2 and len(n.cache_files()) == 1 and host_links(n) == set(VFS.values())
+        n.start()
+        assert copies(tmp_path) == [] and n.cache_files() == [] and host_links(n) == set(VFS.values())
+        assert "failed to find" in n.logs() and "forgotten" in n.logs()
+        code, out = n.shim("ADD", ctr, args=args, ifname="net0")
+        assert code == 0, out
+        assert n.shim("DEL", ctr, ifname="net0")[0] == 0
+        assert host_links(n) == set(VFS.values()) and copies(tmp_path) == [] and n.cache_files() == []
