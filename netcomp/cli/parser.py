@@ -258,8 +258,8 @@ the fix):
 
 exit status:
   0   every check passed (warnings allowed): usable as a readiness gate
-  1   a check failed
-  65  netcomp.yaml is broken
+  1   a check failed (a broken netcomp.yaml too: the config line says where,
+      and the daemon's last good settings are checked)
 
 examples:
   netcomp doctor
