@@ -7,11 +7,9 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from netcomp.cli.common import settings as load
-from netcomp.cli.exits import EX_DATAERR, EX_FAIL, EX_OK, EX_UNAVAILABLE, EX_USAGE
+from netcomp.cli.common import running_settings
+from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from netcomp.daemon import protocol
-from netcomp.errors import IntentError
-from netcomp.report import format_all
 
 
 def _body(args: argparse.Namespace) -> dict[str, str]:
@@ -26,11 +24,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.pod is not None and "/" not in args.pod:
         print(f"netcomp: --pod takes NAMESPACE/NAME, not {args.pod!r}", file=err)
         return EX_USAGE
-    try:
-        settings = load(args)
-    except IntentError as e:
-        print(format_all(e.diagnostics), file=err)
-        return EX_DATAERR
+    settings = running_settings(args, err)
     from netcomp.daemon.client import call
 
     try:

@@ -329,6 +329,7 @@ def _explain(sub: Any) -> None:
         EXPLAIN_EPILOG,
     )
     _common(e)
+    _state(e)
     which = e.add_mutually_exclusive_group(required=True)
     which.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod (attached on this node or not yet)")
     which.add_argument("--container", metavar="ID", help="a container attached on this node (its sandbox ID)")

@@ -133,7 +133,7 @@ def kernel(nets: Sequence[Network]) -> list[Check]:
             out.append(
                 fail(
                     f"kernel:{k}",
-                    f"the kernel refuses a {k} link: {got[k]} ({users} need it)",
+                    f"the kernel cannot make {k} links: {got[k]} ({users} need them)",
                     f"load the module (`modprobe {k}`) or run a kernel built with {KERNEL_CONFIG[k]}",
                 )
             )
