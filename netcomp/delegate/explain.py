@@ -68,7 +68,8 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
         atts, asks = [], {}
     doc["annotations"] = dict(notes) if notes is not None and pod is not None else None
     reasons = _reasons(d, req, atts, asks)
-    doc["networks"] = [_network(d, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)]
+    cid = req.container_id
+    doc["networks"] = [_network(d, cid, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)]
     if entry is not None:
         doc["record"] = _record(entry)
         doc["changes"] = _changes(d, entry, pod, notes, hotplug)
@@ -135,7 +136,9 @@ def _reasons(d: Delegator, req: Request, atts: list[Attachment], asks: Mapping[s
     default network (on the runtime's interface), what CNI_ARGS and the runtime's args ask, then the pod's
     annotation items, in their order."""
     out: list[tuple[str, str]] = []
-    if atts and atts[0].ifname == req.ifname:
+    if not atts:  # refused
+        return out
+    if atts[0].ifname == req.ifname:
         ask = asks.get(req.ifname)
         why = ask.where if ask is not None else f"the node's defaultNetwork ({d.default_network()}, netcomp.yaml)"
         out.append((why, f"the runtime's interface (CNI_IFNAME {req.ifname})"))
@@ -144,9 +147,9 @@ def _reasons(d: Delegator, req: Request, atts: list[Attachment], asks: Mapping[s
         a = atts[len(out)]
         source = f"CNI_ARGS {select.ARGS_KEY}" if k < from_args else f"the runtime's args ({select.RUNTIME_ARGS_KEY})"
         out.append((f"{source}: {want.network}", _want_name(want, a)))
-    for position, a in enumerate(atts[len(out) :], start=1):
+    for place, a in enumerate(atts[len(out) :], start=1):
         ask = asks[a.ifname]
-        out.append((ask.where, _item_name(ask, a, position)))
+        out.append((ask.where, _item_name(ask, a, place)))
     return out
 
 
@@ -164,23 +167,29 @@ def _want_name(want: select.Want, a: Attachment) -> str:
     return f"{select.DEFAULT_PREFIX!r} (the network has no interfacePrefix) and the next index free"
 
 
-def _item_name(ask: Ask, a: Attachment, position: int) -> str:
+def _item_name(ask: Ask, a: Attachment, place: int) -> str:
+    """`place`: the item's place among the annotation's items that are not on the runtime's interface, from 1 (as
+    podplan names them: Multus counts the cluster default network as net0, DANM its first connection as eth0)."""
     if ask.ifname:
         return "the item's own interface"
     if ask.kind is not None:  # DANM's: podplan._danm
         prefix = _prefix(a)
-        head = f"DANM: the network's container_prefix {prefix!r}" if prefix else f"DANM: {podplan.DANM_PREFIX!r}"
-        return f"{head} and the connection's position {position} in the annotation"
+        why = (
+            f"the network's container_prefix {prefix!r}" if prefix else f"{podplan.DANM_PREFIX!r}: no container_prefix"
+        )
+        return f"DANM: connection {place} of the annotation is {prefix or podplan.DANM_PREFIX}{place} ({why})"
     return (
-        f"Multus: {podplan.MULTUS_PREFIX!r} and the item's position {position} in the annotation (the cluster "
-        "default network is 0), whatever the network's interfacePrefix"
+        f"Multus: item {place - 1} of the annotation is {podplan.MULTUS_PREFIX}{place} (the cluster default "
+        f"network is {podplan.MULTUS_PREFIX}0), whatever the network's interfacePrefix"
     )
 
 
 # ------------------------------------------------------------------------------------------------ what
 
 
-def _network(d: Delegator, a: Attachment, ask: Ask | None, why: str, name_why: str) -> dict[str, Any]:
+def _network(
+    d: Delegator, container_id: str, a: Attachment, ask: Ask | None, why: str, name_why: str
+) -> dict[str, Any]:
     meta = a.conflist.get("netcomp") or {}
     link = host_link_of(a.conflist)
     out: dict[str, Any] = {
@@ -189,7 +198,7 @@ def _network(d: Delegator, a: Attachment, ask: Ask | None, why: str, name_why: s
         "type": meta.get("type"),
         "why": why,
         "nameWhy": name_why,
-        "addresses": _addresses(d, a, ask),
+        "addresses": _addresses(d, a, ask, container_id),
         "device": {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None,
         "hostLink": None,
     }
@@ -200,8 +209,8 @@ def _network(d: Delegator, a: Attachment, ask: Ask | None, why: str, name_why: s
     return out
 
 
-def _addresses(d: Delegator, a: Attachment, ask: Ask | None) -> dict[str, Any]:
-    """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, who holds an
+def _addresses(d: Delegator, a: Attachment, ask: Ask | None, container_id: str) -> dict[str, Any]:
+    """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, who else holds an
     address the pod asks for), or the IPAM plugin of its conflist; and what its item asks."""
     out: dict[str, Any] = {"asked": [str(ip) for ip in ask.ips] if ask is not None else []}
     pool = Pool.of(a.network, a.conflist)
@@ -215,7 +224,7 @@ def _addresses(d: Delegator, a: Attachment, ask: Ask | None) -> dict[str, Any]:
     pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []  # type: ignore[assignment]
     free = [f"{p['ranges']} ({p['free']} of {p['size']} free)" for p in pools]
     out["from"] = "netcomp's cluster pool: " + "; ".join(free)
-    holders = {c.address: c for c in d.addresses.claims(a.network)}
+    holders = {c.address: c for c in d.addresses.claims(a.network) if c.container_id != container_id}
     held = []
     for ip in ask.ips if ask is not None else ():
         c = holders.get(str(ip.ip))

@@ -22,13 +22,20 @@ from netcomp.settings import Settings
 # (ocicni) sort the names and take the first one as the node's network.
 CONF_SUFFIXES = (".conf", ".conflist", ".json")
 MAX_SHOWN = 3  # degraded intents named on the daemon's line
+ANSWER_SECONDS = 10.0
 
 
 def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
     """The daemon's /status, and its line: generation, networks, degraded intents with their positions."""
     name = "daemon"
     try:
-        status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
+        status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=ANSWER_SECONDS)
+    except TimeoutError:
+        return fail(
+            name,
+            f"no answer on {settings.socket} within {ANSWER_SECONDS:g} s (starting, or hung)",
+            "`systemctl status netcomp`; `journalctl -u netcomp` says what it is doing",
+        ), None
     except OSError as e:
         return fail(
             name,

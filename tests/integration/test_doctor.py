@@ -244,5 +244,6 @@ def test_a_daemon_that_does_not_answer(node: ProcNode) -> None:
         node.start()
     assert rc == 1, text
     assert failing(checks) == ["daemon"]
-    assert checks["daemon"]["found"].startswith(f"not answering on {node.sock}")
+    # The socket stays (systemd's socket unit holds it, here the test): a connection waits for a daemon.
+    assert checks["daemon"]["found"] == f"no answer on {node.sock} within 10 s (starting, or hung)"
     assert checks["plugin:macvlan"]["status"] == "ok"
