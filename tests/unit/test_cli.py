@@ -66,7 +66,8 @@ def test_what_only_a_node_has_is_a_warning_unless_strict(tree: dict[str, Path], 
     at copies."""
     intents = tree["intents"]
     (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24", dev="nc-absent0"))
-    static = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: legacy}\nspec: {type: static, networkID: old}\n"
+    static = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: legacy}\n"
+    static += "spec: {type: static, networkID: old}\n"
     (intents / "c.yaml").write_text(static)
     code, _, err = run("validate", str(intents), "--plugin-dir", str(tree["plugins"]))
     node_only = "compiled away from the node: --strict makes this an error"
@@ -132,7 +133,8 @@ def test_error_writes_nothing_and_keeps_old_output(tree: dict[str, Path]) -> Non
     run(*compile_args(tree))
     snapshot = {p.name: p.read_bytes() for p in tree["out"].iterdir()}
     (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/33", dev=DEVICE))
-    (tree["intents"] / "c.yaml").write_text(GOOD.format(name="gamma", subnet="10.3.0.0/24", dev=DEVICE))  # would be staged
+    gamma = GOOD.format(name="gamma", subnet="10.3.0.0/24", dev=DEVICE)
+    (tree["intents"] / "c.yaml").write_text(gamma)  # would be staged
     code, _, err = run(*compile_args(tree))
     assert code == 65 and "nothing written" in err
     assert {p.name: p.read_bytes() for p in tree["out"].iterdir()} == snapshot  # no temp file left either
