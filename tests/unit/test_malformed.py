@@ -55,9 +55,7 @@ def test_malformed(path: Path, plugin_dir: Path) -> None:
         return
     assert expected, f"{path.name} has no '# expect:' lines"
     assert got == expected
-    assert any(": error: " in g for g in got) or path.stem.startswith(
-        ("danm-ignored", "nad-resource")
-    )
+    assert any(": error: " in g for g in got) or path.stem.startswith(("danm-ignored", "nad-resource"))
 
 
 def _unplaced_raises(source: str) -> list[str]:
