@@ -47,18 +47,25 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     why, the refusal it would meet, and for a container attached here its record beside what its pod asks now
     (`hotplug`: whether the daemon follows edits of a running pod's annotations)."""
     entry = _find(d, subject)
-    pod = pod_of(entry) if entry is not None else subject.pod
+    if entry is not None:
+        pod = pod_of(entry)
+    else:
+        pod = subject.pod or (select.pod_ref(subject.cni_args) if subject.cni_args else None)
+    doc = _doc(subject, entry, pod)
     if subject.container is not None and entry is None:
         why = f"container {subject.container} has no record on this node: it was never attached here, or it was deleted"
-        return _doc(
-            subject, None, pod, refusal=_refusal(DelegateError(E_INVALID_ENV, why, "see `netcomp attachments`"))
-        )
-    req = _request(subject, entry, pod)
-    doc = _doc(subject, entry, pod)
+        doc["refusal"] = _refusal(DelegateError(E_INVALID_ENV, why, "see `netcomp attachments`"))
+        return doc
+    if entry is not None:
+        doc["record"] = _record(entry)
+        if pod is None:  # what its runtime asked for (CNI_ARGS) is not recorded: only the record says
+            doc["changes"] = _changes(d, entry, None, None, hotplug)
+            return doc
     notes: Mapping[str, str] | None = None
     atts: list[Attachment] = []
     asks: dict[str, Ask] = {}
     try:
+        req = _request(subject, entry, pod)
         notes = d._pod_annotations(req)  # the ADD's own words when the API server cannot say
         atts, asks = d.plan_attachments(req)
         if d.devices is not None:
@@ -67,11 +74,11 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
         doc["refusal"] = _refusal(e)
         atts, asks = [], {}
     doc["annotations"] = dict(notes) if notes is not None and pod is not None else None
-    reasons = _reasons(d, req, atts, asks)
-    cid = req.container_id
-    doc["networks"] = [_network(d, cid, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)]
+    if atts:
+        reasons = _reasons(d, req, atts, asks)
+        cid = req.container_id
+        doc["networks"] = [_network(d, cid, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)]
     if entry is not None:
-        doc["record"] = _record(entry)
         doc["changes"] = _changes(d, entry, pod, notes, hotplug)
     return doc
 
@@ -136,8 +143,6 @@ def _reasons(d: Delegator, req: Request, atts: list[Attachment], asks: Mapping[s
     default network (on the runtime's interface), what CNI_ARGS and the runtime's args ask, then the pod's
     annotation items, in their order."""
     out: list[tuple[str, str]] = []
-    if not atts:  # refused
-        return out
     if atts[0].ifname == req.ifname:
         ask = asks.get(req.ifname)
         why = ask.where if ask is not None else f"the node's defaultNetwork ({d.default_network()}, netcomp.yaml)"

@@ -13,6 +13,7 @@ from typing import Any
 from netcomp.cni import spec as cnispec
 from netcomp.cni.invoke import Runner, find_plugin
 from netcomp.compiler.output import is_owned
+from netcomp.compiler.render import host_devices
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import probe
@@ -29,8 +30,6 @@ KERNEL_CONFIG = {
     "vxlan": "CONFIG_VXLAN",
     "bridge": "CONFIG_BRIDGE",
 }
-# Plugin keys that name a host device: the master of a macvlan, ipvlan or vlan link, host-device's device.
-DEVICE_KEYS = {"macvlan": "master", "ipvlan": "master", "vlan": "master", "host-device": "device"}
 
 
 @dataclass(frozen=True)
@@ -66,16 +65,9 @@ class Network:
         return need
 
     def devices(self) -> set[str]:
-        """The host devices it names: a host link's parent, each plugin's master or device (not a host link
-        netcomp makes: that one is hostlink's check)."""
-        link = self.host_link
-        out = {str(link["link"])} if link is not None and link.get("link") else set()
-        for p in self.conflist.get("plugins") or []:
-            key = DEVICE_KEYS.get(str(p.get("type"))) if isinstance(p, dict) else None
-            value = p.get(key) if key else None
-            if isinstance(value, str) and value and (link is None or value != link["name"]):
-                out.add(value)
-        return out
+        """The host devices it names (a host link's parent, each plugin's master or device: render.host_devices;
+        the host link itself is hostlink's check)."""
+        return host_devices(self.conflist)
 
 
 def served(settings: Settings) -> tuple[list[Network], Check]:

@@ -183,6 +183,14 @@ def test_a_runtime_without_kubernetes(node: DaemonLab) -> None:
     rc, res = node.shim("ADD", ctr, args=args)
     assert rc == 0, res
     assert sorted(node.lab.links(ctr)) == ["bk0", "eth0", "lo", "stor0"]
+    rc, doc = explain(node, "--container", f"ctr-{ctr}")
+    assert rc == 0 and doc["pod"] is None and doc["networks"] == []  # CNI_ARGS are not recorded: the record says
+    assert [(r["interface"], r["name"]) for r in doc["record"]] == [
+        ("eth0", "mgmt"),
+        ("stor0", "storage"),
+        ("bk0", "backup"),
+    ]
+    assert doc["changes"]["why"] == "not a pod's container: only its runtime changes its networks"
     assert node.shim("DEL", ctr, args=args)[0] == 0
     rc, doc = explain(node, "--cni-args", "NETCOMP_NETWORKS=storage@eth0")
     assert rc == 1 and doc["refusal"]["msg"] == "interface name 'eth0' is asked for twice"

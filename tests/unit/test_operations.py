@@ -181,11 +181,14 @@ def test_explain_a_runtimes_request_and_what_it_cannot(tmp_path: Path, sockdir: 
             ({}, "give exactly one of pod, container and cniArgs"),
             ({"pod": "web"}, "pod must be namespace/name, not 'web'"),
             ({"container": "a b"}, "invalid container id 'a b'"),
-            ({"cniArgs": "", "ifname": "x" * 16}, "invalid interface name"),
         ):
             status, answer = _post(d.sock, protocol.EXPLAIN_PATH, body)
             assert status == 400 and answer["msg"].startswith(msg), (body, answer)
         assert call(d.sock, "GET", protocol.EXPLAIN_PATH)[0] == 405
+        # What the ADD would refuse of a runtime's request is a refusal, in the ADD's words (code 4).
+        status, answer = call(d.sock, "POST", protocol.EXPLAIN_PATH, {"cniArgs": "", "ifname": "x" * 16})
+        assert status == 200 and answer["refusal"]["code"] == 4
+        assert answer["refusal"]["msg"] == f"invalid interface name {'x' * 16!r}"
 
 
 def _post(sock: str, path: str, body: Any) -> tuple[int, Any]:
