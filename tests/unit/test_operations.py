@@ -204,3 +204,67 @@ def _post(sock: str, path: str, body: Any) -> tuple[int, Any]:
             data += chunk
     head, _, answer = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(answer)
+
+
+# ------------------------------------------------------------------------------------------------ SR-IOV, devices
+
+
+VF = (
+    "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {{type: sriov, resourceName: {res}}}\n"
+)
+
+
+def test_sriov_resources_and_the_devices_explain_hands_out(tmp_path: Path, sockdir: Path) -> None:
+    """A device plugin's resource: doctor wants the kubelet's PodResources socket and the resource registered;
+    explain hands the pod the device the kubelet's checkpoint says it holds (no PodResources answers here: the
+    ADD's fallback), or refuses in the ADD's words. A pool of sriovPools: its VFs in sysfs."""
+    from tests.unit.test_sriov import make_sysfs
+
+    checkpoint = tmp_path / "kubelet_internal_checkpoint"
+    entries = [
+        {"PodUID": "u1", "ContainerName": "c", "ResourceName": "intel.com/vf", "DeviceIDs": {"0": ["0000:3b:02.1"]}}
+    ]
+    checkpoint.write_text(
+        json.dumps({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {"intel.com/vf": []}}})
+    )
+    sysfs = tmp_path / "sys"
+    make_sysfs(sysfs, "ens1f0", "0000:3b:00.0", {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.2", "vfio-pci")})
+    kubelet = {"podResourcesSocket": str(sockdir / "pr.sock"), "checkpoint": str(checkpoint)}
+    pools = {"own.io/vf": {"pfNames": ["ens1f0"], "drivers": ["iavf"]}, "none.io/vf": {"pfNames": ["ens9"]}}
+    with mini_daemon(tmp_path, sockdir, kubelet=kubelet, sriovPools=pools, sysfsRoot=str(sysfs)) as d:
+        for name, res in (("vf", "intel.com/vf"), ("own", "own.io/vf"), ("none", "none.io/vf"), ("gone", "gone.io/x")):
+            (tmp_path / "networks.d" / f"20-{name}.yaml").write_text(VF.format(name=name, res=res))
+        d.daemon.reload()
+        _, out, _ = run("doctor", "-c", str(d.config), "-o", "json")
+        checks = {c["name"]: c for c in json.loads(out)["checks"]}
+        assert checks["sriov:own.io/vf"]["found"] == "sriovPools: 1 VFs on ens1f0 (networks own)"
+        assert checks["sriov:none.io/vf"]["found"] == "sriovPools: no VFs on ens9 (networks none)"
+        assert checks["sriov:intel.com/vf"]["found"].startswith("a device plugin's resource, and the kubelet's ")
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(sockdir / "pr.sock"))  # the kubelet's socket is there (it is not asked)
+            _, out, _ = run("doctor", "-c", str(d.config), "-o", "json")
+        checks = {c["name"]: c for c in json.loads(out)["checks"]}
+        assert checks["sriov:intel.com/vf"]["status"] == "ok"
+        gone = checks["sriov:gone.io/x"]
+        assert gone["status"] == "fail" and gone["found"].startswith("no device plugin registered gone.io/x")
+        args = "K8S_POD_NAMESPACE=a;K8S_POD_NAME=p;K8S_POD_UID=u1;NETCOMP_NETWORKS=vf"
+        code, out, _ = run("explain", "-c", str(d.config), "--cni-args", args, "-o", "json")
+        doc = json.loads(out)
+        assert code == 0 and doc["pod"] == "a/p", doc
+        assert doc["networks"][1]["device"] == {"resource": "intel.com/vf", "id": "0000:3b:02.1"}
+        code, out, _ = run("explain", "-c", str(d.config), "--cni-args", args.replace("u1", "u2"), "-o", "json")
+        refusal = json.loads(out)["refusal"]
+        assert code == 1 and refusal["code"] == 11
+        assert refusal["msg"].startswith("pod a/p: cannot learn the devices the kubelet gave it: ")
+
+
+def test_doctor_names_a_degraded_daemons_errors_at_their_positions(tmp_path: Path, sockdir: Path) -> None:
+    with mini_daemon(tmp_path, sockdir) as d:
+        broken = tmp_path / "networks.d" / "30-bad.yaml"
+        broken.write_text("apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: bad}\nspec: {type: macvlan}\n")
+        d.daemon.reload()
+        code, out, _ = run("doctor", "-c", str(d.config))
+    line = next(x for x in out.splitlines() if " daemon " in x)
+    assert code == 1
+    assert line.startswith("FAIL  daemon         DEGRADED, generation 2, 1 networks, 1 errors: ")
+    assert f"{broken}:4:1: spec: missing required key 'hostDevice'; fix: fix the intents at those positions" in line
