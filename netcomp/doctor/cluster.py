@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from netcomp.doctor.checks import Check, fail, ok, skip
+from netcomp.fsutil import read_bounded
 from netcomp.settings import KubeSettings, Settings
 
 # Where the packaged ClusterRole is: the Debian package's copy, else the source tree's (a checkout).
@@ -21,6 +22,7 @@ RBAC_FILES = (
     Path(__file__).resolve().parents[2] / "packaging" / "kubernetes" / "rbac.yaml",
 )
 DANM_GROUPS = ("danm.k8s.io", "danm.io")
+MAX_MANIFEST_BYTES = 1 << 20  # the packaged one is a few KiB
 # The objects netcomp reads only with a setting on (rbac.yaml's comments say the same); every other rule of the
 # ClusterRole is needed always.
 NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
@@ -97,7 +99,7 @@ def needed(rules: list[dict[str, Any]], kube: KubeSettings) -> list[Verb]:
 
 def cluster_role(path: Path) -> list[dict[str, Any]]:
     """The rules of the ClusterRole in a manifest (the first of its documents of that kind)."""
-    for doc in yaml.safe_load_all(path.read_text()):
+    for doc in yaml.safe_load_all(read_bounded(path, MAX_MANIFEST_BYTES)):
         if isinstance(doc, dict) and doc.get("kind") == "ClusterRole":
             return list(doc.get("rules") or [])
     raise ValueError(f"{path} holds no ClusterRole")

@@ -14,6 +14,7 @@ from netcomp.daemon.client import call
 from netcomp.daemon.daemon import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.doctor.node import Network
+from netcomp.fsutil import read_bounded
 from netcomp.host import sriov
 from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
@@ -156,7 +157,7 @@ def runtime(settings: Settings) -> Check:
             f"remove {', '.join(before)} from {conf_dir} (or give it a name that sorts after {RUNTIME_CONF})",
         )
     try:
-        same = ours.read_bytes() == runtime_config(settings)
+        same = read_bounded(ours, 1 << 20) == runtime_config(settings)  # as the daemon compares it
     except OSError as e:
         return fail(name, f"cannot read {ours}: {e.strerror}", "check the file's permissions")
     if not same:

@@ -12,10 +12,11 @@ from typing import Any
 
 from netcomp.cni import spec as cnispec
 from netcomp.cni.invoke import Runner, find_plugin
-from netcomp.compiler.output import is_owned
+from netcomp.compiler.output import MAX_BYTES, is_owned
 from netcomp.compiler.render import host_devices
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.errors import DelegateError, HostError
+from netcomp.fsutil import read_bounded
 from netcomp.host import probe
 from netcomp.settings import Settings
 
@@ -82,7 +83,7 @@ def served(settings: Settings) -> tuple[list[Network], Check]:
     nets = []
     for name in names:
         try:
-            data = (out_dir / name).read_bytes()
+            data = read_bounded(out_dir / name, MAX_BYTES)
             if is_owned(data):
                 nets.append(Network(name[: -len(".conflist")], cnispec.loads(data)))
         except (OSError, ValueError):
