@@ -28,6 +28,8 @@ MAX_MANIFEST_BYTES = 1 << 20  # the packaged one is a few KiB
 NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
     ("netcomp.io", "networks"): lambda k: k.networks,
     ("k8s.cni.cncf.io", "network-attachment-definitions"): lambda k: k.networkAttachmentDefinitions,
+    ("", "services"): lambda k: k.services,
+    ("discovery.k8s.io", "endpointslices"): lambda k: k.services,
 }
 Verb = tuple[str, str, str]  # (API group, resource, verb)
 

@@ -107,6 +107,9 @@ def test_the_verbs_these_settings_need_of_the_packaged_cluster_role() -> None:
     assert ("k8s.cni.cncf.io", "network-attachment-definitions", "list") in more
     assert ("danm.k8s.io", "danmnets", "watch") in more and not any(g == "danm.io" for g, _, _ in more)
     assert not any(r == "networks" for _, r, _ in more)
+    assert ("discovery.k8s.io", "endpointslices", "create") in plain
+    quiet = set(cluster.needed(rules, KubeSettings(services=False)))
+    assert not any(r in ("services", "endpointslices") for _, r, _ in quiet)
     # Every rule of the manifest is one some setting needs: a rule nothing needs would never be checked.
     every = cluster.needed(rules, KubeSettings(networkAttachmentDefinitions=True, danm=True))
     every += cluster.needed(rules, KubeSettings(danm=True, danmGroup="danm.io"))
