@@ -30,7 +30,7 @@ from netcomp.compiler.backends.backend import RenderInput
 from netcomp.compiler.inputs import INTENT_SUFFIXES, NO_KEY, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, Plan
-from netcomp.compiler.render import missing_plugins, render
+from netcomp.compiler.render import missing_devices, missing_plugins, render
 from netcomp.compiler.statics import StaticFiles
 from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
 from netcomp.fsutil import is_racy, read_bounded
@@ -136,6 +136,8 @@ class Compiler:
         # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
         self.claim_ids: tenancy.Claim | None = None
+        # Whether a host device is on this machine; None: not checked.
+        self.device_present: Callable[[str], bool] | None = None
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again (every file is read
@@ -232,7 +234,7 @@ class Compiler:
         static = None
         skey: object = None
         if static_id is not None:
-            skey, static, problem = self._statics.load(intent, static_id, run.listing)
+            skey, static, problem = self._statics.load(intent, static_id, run.listing, offline=self.offline)
             if problem is not None:
                 return _Rendered(intent, static_id, skey, None, (problem,))
         out = _Rendered(intent, static_id, skey, None)
@@ -330,6 +332,15 @@ class Compiler:
                 plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
+        # 4b. Host devices there (only when asked: `netcomp validate` and `compile`; the daemon leaves it to
+        # `netcomp doctor` and the ADD).
+        if self.device_present is not None:
+            for intent, diag in missing_devices(good, self.device_present, offline=self.offline):
+                if id(diag) not in listed:
+                    listed.add(id(diag))
+                    plan.diagnostics.append(diag)
+                if diag.is_error:
+                    failing.add(id(intent))
         # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
         # last good output rather than guess which definition was meant.
         plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()

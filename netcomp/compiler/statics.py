@@ -11,6 +11,7 @@ from netcomp.cni import spec as cnispec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.backends.backend import StaticConfig
 from netcomp.compiler.inputs import STATIC_SUFFIXES, StatKey, stat_key
+from netcomp.compiler.render import NODE_ONLY
 from netcomp.errors import Diagnostic, SourceLocation
 from netcomp.fsutil import read_bounded
 from netcomp.intent.intent import Intent
@@ -59,10 +60,11 @@ class StaticFiles:
         return None
 
     def load(
-        self, intent: Intent, network_id: str, listing: Listing
+        self, intent: Intent, network_id: str, listing: Listing, *, offline: bool = False
     ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         """The intent's static file: (its stat key, the config, None), or what is wrong with it (the key None
-        when there is no readable file)."""
+        when there is no readable file). `offline`: away from the node (CI), a file that is not there is a
+        warning (the network is left out): the node's static dirs are not here."""
         path = self.find(network_id, listing)
         if path is None:
             dirs = ", ".join(self.dirs)
@@ -70,8 +72,10 @@ class StaticFiles:
                 None,
                 None,
                 intent.diagnostic(
-                    f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}",
+                    f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}"
+                    + (f" (left out: {NODE_ONLY})" if offline else ""),
                     ("spec", "networkID"),
+                    severity="warning" if offline else "error",
                 ),
             )
         name = str(path)

@@ -1,7 +1,7 @@
-"""The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible) and
-`/delegate` (hot-plug), each a function from the body to (HTTP status, answer bytes) that counts the request
-and logs one line about it (`/cni`: once its answer is out). The server (server.py) only moves bytes; it runs
-these on its worker threads."""
+"""The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible),
+`/delegate` (hot-plug) and `/explain` (what an ADD would do, read-only), each a function from the body to its
+answer; `/cni` and `/delegate` count the request and log one line about it (`/cni`: once its answer is out).
+The server (server.py) only moves bytes; it runs these on its worker threads."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.explain import Subject
+from netcomp.delegate.explain import explain as explain_subject
 from netcomp.delegate.request import parse_request
 from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError, HostError, printable
@@ -172,3 +174,38 @@ def _what(hp: Hotplug | None) -> str:
     if hp is None:
         return "?"
     return f"{hp.command} container={printable(hp.container_id, FIELD)} network={printable(hp.network, FIELD)}"
+
+
+def parse_explain(body: bytes) -> Subject:
+    """A `/explain` request: `{"pod": "namespace/name"}`, `{"container": ID}` or `{"cniArgs": "...", "ifname"?}`
+    (what `netcomp explain` sends). ProtocolError when it is none of them."""
+    try:
+        doc = loads(body)
+    except ValueError as e:
+        raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(doc.get(k, ""), str) for k in ("pod", "container", "cniArgs", "ifname")
+    ):
+        raise ProtocolError(E_DECODE, "request must be a JSON object of strings")
+    given = [k for k in ("pod", "container", "cniArgs") if k in doc]
+    if len(given) != 1:
+        raise ProtocolError(E_INVALID_CONFIG, "give exactly one of pod, container and cniArgs")
+    ns, _, name = str(doc.get("pod") or "").partition("/")
+    if "pod" in doc and not (ns and name):
+        raise ProtocolError(E_INVALID_CONFIG, f"pod must be namespace/name, not {str(doc['pod'])[:80]!r}")
+    return Subject(
+        pod=PodRef(ns, name) if "pod" in doc else None,
+        container=doc.get("container"),
+        cni_args=doc.get("cniArgs"),
+        ifname=doc.get("ifname") or "eth0",
+    )
+
+
+def explain(delegator: Delegator, body: bytes, *, hotplug: bool) -> dict[str, object]:
+    """POST /explain: what an ADD of the subject would do now, and why; nothing is changed. A subject the ADD
+    would refuse outright (a container ID or interface name that is not one) is a 400, in the ADD's words."""
+    subject = parse_explain(body)
+    try:
+        return explain_subject(delegator, subject, hotplug=hotplug)
+    except DelegateError as e:
+        raise ProtocolError(e.code, e.full_msg, e.details) from None

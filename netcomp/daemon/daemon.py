@@ -25,7 +25,7 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults, protocol
+from netcomp.daemon import api, faults, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -501,8 +501,16 @@ class Daemon:
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
         actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
+        hotplug = self.podsync is not None
+        queries = {protocol.EXPLAIN_PATH: lambda body: api.explain(self.delegator, body, hotplug=hotplug)}
         self.server = Server(
-            sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
+            sock,
+            self.delegator,
+            self.metrics,
+            limits=_limits(self.settings),
+            views=views,
+            actions=actions,
+            queries=queries,
         )
         self.server.on_tick = self._tick
         self.server.stuck = self.stuck
