@@ -148,7 +148,7 @@ class Delegator:
         """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
         already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
-        pod, notes = req.pod, self._pod_annotations(req)
+        pod, notes = req.pod, self.pod_annotations(req)
         policy = self.pods.policy if self.pods is not None else podnets.Policy()
         default = self.default_network()
         if default is not None:
@@ -214,7 +214,7 @@ class Delegator:
             for key in keys:
                 self._asked.pop(key, None)
 
-    def _pod_annotations(self, req: Request) -> Mapping[str, str]:
+    def pod_annotations(self, req: Request) -> Mapping[str, str]:
         """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
         know); DelegateError 11 when the API server cannot say."""
         if req.pod is None or self.pods is None:

@@ -20,7 +20,7 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.podsync import _diff as hotplug_diff
+from netcomp.delegate.podsync import diff as hotplug_diff
 from netcomp.delegate.podsync import pod_of
 from netcomp.delegate.request import Request, check_container_id
 from netcomp.errors import DelegateError
@@ -66,7 +66,7 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     asks: dict[str, Ask] = {}
     try:
         req = _request(subject, entry, pod)
-        notes = d._pod_annotations(req)  # the ADD's own words when the API server cannot say
+        notes = d.pod_annotations(req)  # the ADD's own words when the API server cannot say
         atts, asks = d.plan_attachments(req)
         if d.devices is not None:
             d.devices.assign(req.pod, req.container_id, atts, [], asks)

@@ -59,7 +59,7 @@ def sync(d: Delegator, container_id: str, ifname: str) -> Outcome | None:
         if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
             return None
         try:
-            added, removed = _diff(d, entry, pod, notes)
+            added, removed = diff(d, entry, pod, notes)
         except DelegateError as e:
             return _refused(d, pod, Outcome(error=e))
         if not added and not removed:
@@ -83,7 +83,7 @@ def sync(d: Delegator, container_id: str, ifname: str) -> Outcome | None:
         return out
 
 
-def _diff(
+def diff(
     d: Delegator, entry: Entry, pod: PodRef, notes: Mapping[str, str]
 ) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
     """What the annotation asks now and the record does not have (new attachments, with their asks), and what
