@@ -1,5 +1,5 @@
-"""The cluster, when the node has one (netcomp.yaml `kubernetes:`). The only importer of `kubernetes`, which is
-loaded when the daemon starts with a cluster configured (its import alone costs about 0.4 s).
+"""The cluster, when the node has one (netcomp.yaml `kubernetes:`), through kubeclient.py's calls (the
+`kubernetes` library is loaded only for a kubeconfig that needs it).
 
 - **Network objects as intents.** The cluster's `networks.netcomp.io` objects are listed and watched, and each
   is written as `<name>.yaml` in clusterIntentDir (atomically, only when its spec changed; removed with the
@@ -113,17 +113,17 @@ DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 class Cluster:
     def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str) -> None:
-        from kubernetes import client, config  # lazily: see the module docstring
+        from netcomp.daemon.kubeclient import Api, KubeConfigError
 
         self.kube = kube
         self.dir = cluster_dir
         self.metrics = metrics
         try:
-            self.api_client = config.new_client_from_config(config_file=kube.kubeconfig)
-        except (OSError, config.ConfigException, ValueError, TypeError, KeyError) as e:
+            self.api_client = Api(kube.kubeconfig)
+        except (KubeConfigError, OSError, ValueError, TypeError, KeyError) as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
-        self.core: Any = client.CoreV1Api(self.api_client)
-        self.custom: Any = client.CustomObjectsApi(self.api_client)
+        self.core: Any = self.api_client.core()
+        self.custom: Any = self.api_client.custom()
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
@@ -189,7 +189,7 @@ class Cluster:
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         ns, _, name = str(claim.network).partition("/")
         try:

@@ -113,7 +113,7 @@ class PodWatch:
         return self._read(pod)
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             resp: Any = self.core.read_namespaced_pod(

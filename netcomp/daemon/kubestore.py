@@ -141,7 +141,7 @@ class KubeStore:
         self.timeout = cluster.kube.timeout
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         if isinstance(e, ApiException):
             why = f"{e.status} {e.reason}"
@@ -153,7 +153,7 @@ class KubeStore:
         return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
 
     def create(self, claim: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
@@ -186,7 +186,7 @@ class KubeStore:
         return held, ""
 
     def delete(self, claim: Any) -> bool:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
@@ -255,7 +255,7 @@ class KubeStore:
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)

@@ -23,7 +23,7 @@ def keep_following(
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
     `explain` anything else: the API server away, TLS, a timeout)."""
-    from kubernetes.client.exceptions import ApiException
+    from netcomp.daemon.kubeclient import ApiException
 
     rv: str | None = None
     backoff = 1.0
@@ -61,18 +61,16 @@ class Events:
         self.rv, self.stop, self.seconds = rv, stop, seconds
 
     def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        from kubernetes import watch
-
-        w = watch.Watch()
+        events = self.call(
+            *self.args,
+            watch=True,
+            resource_version=self.rv,
+            timeout_seconds=self.seconds,
+            _request_timeout=self.seconds + 10,
+            **self.kwargs,
+        )
         try:
-            for event in w.stream(
-                self.call,
-                *self.args,
-                resource_version=self.rv,
-                timeout_seconds=self.seconds,
-                _request_timeout=self.seconds + 10,
-                **self.kwargs,
-            ):
+            for event in events:
                 if self.stop.is_set():
                     return
                 obj = event.get("object")
@@ -81,4 +79,4 @@ class Events:
                 self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
                 yield str(event.get("type") or ""), obj
         finally:
-            w.stop()
+            events.close()
