@@ -177,6 +177,8 @@ class Daemon:
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
+        if self.addresses.blocks is not None:
+            self.addresses.blocks.crash = self.delegator.crash
         self.notifier = Notifier()
         self.server: Server | None = None
         self.activated = False
@@ -226,6 +228,7 @@ class Daemon:
             plan = self.pipeline.compile(changed=changed, stage=True)
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
+            self.addresses.serve(snap.networks)  # the pools served: which blocks and claims the node follows
             keep = {f"{name}.conflist" for name in snap.kept}
             try:
                 changes = self.pipeline.write(plan, keep=keep)
@@ -399,6 +402,7 @@ class Daemon:
         self.server.on_tick = self._tick
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
+            self.addresses.serving(self.server.wait_quiet)
         wd = self.notifier.watchdog_sec
         self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
@@ -494,4 +498,5 @@ class Daemon:
         self.delegator.close()
         if self.cluster is not None and self.settings.kubernetes is not None:
             self.cluster.pods.flush(self.settings.kubernetes.timeout)  # the last ADDs' statuses and events
+            self.addresses.flush(self.settings.kubernetes.timeout)  # which container has which address
         return done

@@ -80,3 +80,50 @@ class Events:
                 yield str(event.get("type") or ""), obj
         finally:
             events.close()
+
+
+PAGE = 500  # objects per page of a list
+
+
+def pages(
+    list_call: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any
+) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """A list a page at a time (`limit` and `continue`): each page's objects and the list's resourceVersion (the
+    same on every page: one snapshot). A continue token that expired is an ApiException 410: list again."""
+    token = None
+    while True:
+        doc = list_call(*args, limit=PAGE, _continue=token, _request_timeout=timeout, **kwargs)
+        meta = doc.get("metadata") or {}
+        yield [o for o in doc.get("items") or [] if isinstance(o, dict)], str(meta.get("resourceVersion") or "")
+        token = meta.get("continue")
+        if not token:
+            return
+
+
+class Selection:
+    """Following objects picked by a selector that changes (the networks a node serves): each selection lists and
+    watches in a thread of its own (`run(selector, stop, current)`); a newer one stops the older, which ends at
+    its next event or when its watch expires, and whose `current()` is False from then on."""
+
+    def __init__(self, name: str, run: Callable[[str, threading.Event, Callable[[], bool]], None]) -> None:
+        self.name, self.run = name, run
+        self._lock = threading.Lock()
+        self._gen = 0
+        self._stop = threading.Event()
+        self.selector: str | None = None
+
+    def select(self, selector: str | None) -> None:
+        """Follow what `selector` picks from now on (None: nothing); the same selector again changes nothing."""
+        with self._lock:
+            if selector == self.selector and not self._stop.is_set():
+                return
+            self._stop.set()
+            self._gen += 1
+            gen, self._stop, self.selector = self._gen, threading.Event(), selector
+            stop = self._stop
+        if selector is None:
+            stop.set()
+            return
+        threading.Thread(
+            target=self.run, args=(selector, stop, lambda: gen == self._gen), name=self.name, daemon=True
+        ).start()

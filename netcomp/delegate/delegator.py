@@ -47,7 +47,7 @@ from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
-from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.store import AddressAllocator
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -100,7 +100,7 @@ class Delegator:
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
-    addresses: Allocator | None = None
+    addresses: AddressAllocator | None = None
     crash: Callable[[str], None] = lambda point: None
     # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
     home_netns: str = "/proc/self/ns/net"
