@@ -85,8 +85,17 @@ class Addresses:
     def _follow(self) -> None:
         if self.kube is None or self.kube_blocks is None or self.blocks is None:
             return
-        per_address = self.allocator.per_address
-        self.kube.select(sorted(self.pools), per_address.changed, per_address.foreign, per_address.synced.set)
+        per_address, blocks = self.allocator.per_address, self.blocks
+
+        def changed(name: str, claim: Claim | None) -> None:
+            per_address.changed(name, claim)
+            blocks.retake()  # an address in a block this node holds may be taken, or free again
+
+        def foreign(name: str, what: str) -> None:
+            per_address.foreign(name, what)
+            blocks.retake()
+
+        self.kube.select(sorted(self.pools), changed, foreign, per_address.synced.set)
         self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
     def start(self, stop: threading.Event) -> None:

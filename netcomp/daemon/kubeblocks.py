@@ -241,6 +241,7 @@ class KubeBlocks:
             if why != self.last_error:
                 log.warning("address blocks: %s (giving from the blocks held meanwhile)", why)
             self.last_error = why
+            alloc.unreachable(why)
 
         keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
                        lambda e: str(self._unavailable(e)))  # fmt: skip

@@ -84,7 +84,7 @@ class BlockAllocator(BlockView):
                 got = self._take(layout, holder)
                 if got is not None:
                     return got
-                if key in self.claiming or not self.synced.is_set():
+                if key in self.claiming or not (self.synced.is_set() or self.last_error):
                     if self._wait(deadline):
                         continue  # another ADD is claiming a block, or the first list is not in yet
                     if key in self.claiming:
@@ -291,6 +291,8 @@ class BlockAllocator(BlockView):
         out = []
         for s in self.view.values():
             if s.network != network or s.owner == self.node or s.net.version != version or s.name in self.held:
+                continue
+            if self.denied.get(s.name) == s.rv:
                 continue
             lent = sum(1 << off for off in s.lent)
             free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()

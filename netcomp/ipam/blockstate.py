@@ -113,7 +113,7 @@ class Held:
     asked: dict[str, dict[str, Any]] = field(default_factory=dict)  # requests of other nodes on the record
     answered: set[str] = field(default_factory=set)  # those answered by a write the watch has not shown yet
     rv: str = ""
-    rv_watched: bool = False  # rv is the last version the watch showed (not one a write answered)
+    watched: str = ""  # the last version the watch (or a list) showed; rv may be newer, from a write's answer
     cursor: int = 0
     empty_since: float | None = None
     lost: bool = False  # its object is gone or another's: nothing is given from it

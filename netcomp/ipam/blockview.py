@@ -101,10 +101,11 @@ class BlockView:
         self.asks: dict[str, Ask] = {}
         self.recorded: dict[str, dict[int, Claim]] = {}  # the cache's claims by block, for a block adopted later
         self.tombstones: dict[str, float] = {}
+        self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
         self.claiming: set[tuple[str, int]] = set()
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
         self.synced = threading.Event()
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
         self.worker: Wakes = _Asleep()  # worker.Worker, once started
 
@@ -132,6 +133,18 @@ class BlockView:
             return any(s.network == network and addr in s.net for s in self.view.values()) or any(
                 h.network == network and addr in h.net for h in self.held.values()
             )
+
+    def retake(self) -> None:
+        """The AddressClaim objects changed: which addresses of the blocks held they take, again."""
+        with self._lock:
+            changed = False
+            for h in self.held.values():
+                layout = self.layouts.get((h.network, h.family_set))
+                if layout is not None and (taken := self._taken(h, layout)) != h.taken:
+                    h.taken, changed = taken, True
+            if changed:
+                self.save()
+                self.updated.notify_all()
 
     def _taken(self, h: Held, layout: Layout) -> set[int]:
         usable = layout.usable(h.net)
@@ -169,6 +182,13 @@ class BlockView:
             for name in [n for n, h in self.held.items() if h.network in networks and n not in names and not h.lost]:
                 self.gone(name)
             self.synced.set()
+            self.last_error = None
+            self.updated.notify_all()
+
+    def unreachable(self, why: str) -> None:
+        """The store cannot be followed now: an ADD does not wait for its first list."""
+        with self._lock:
+            self.last_error = why
             self.updated.notify_all()
 
     def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
@@ -235,7 +255,9 @@ class BlockView:
             log.warning("network %s: block %s is this node's again", h.network, h.net)
         h.uid, h.lost, h.taker = rec.uid, False, None
         h.written = _offsets(rec, rec.used)
-        h.rv, h.rv_watched = rec.rv, source != "answer"
+        h.rv = rec.rv
+        if source != "answer":
+            h.watched = rec.rv
         if source == "answer":
             self.worker.wake(write=True)
             return
@@ -297,6 +319,8 @@ class BlockView:
                     ask.seen = True
                 elif ask.seen:
                     ask.answered = True
+                    if not ask.granted:
+                        self.denied[rec.name] = rec.rv  # nothing to lend: not asked again until it changes
 
     def _vanished(self, name: str) -> None:
         s = self.view.pop(name, None)

@@ -39,6 +39,7 @@ class Worker:
         self.prefetching: set[tuple[str, int]] = set()
         self.withdrawals: list[tuple[str, str, str]] = []
         self.busy = False
+        self.lending = False
         self.thread: threading.Thread | None = None
         self.flushing = 0
         self.retry_at = 0.0
@@ -74,7 +75,7 @@ class Worker:
             self.flushing += 1
             try:
                 while self.waiting() and time.monotonic() < deadline:  # no thread (stopped): done here
-                    if not self._round({"write": True}, set(), []):
+                    if not (self._lend() and self._round({"write": True}, set(), [])):
                         break
             finally:
                 self.flushing -= 1
@@ -103,7 +104,7 @@ class Worker:
     def waiting(self) -> list[str]:
         """What is left to write (for a flush that timed out)."""
         a = self.a
-        out = [f"working: {k}" for k, v in self.flags.items() if v] + (["busy"] if self.busy else [])
+        out = [f"working: {k}" for k, v in self.flags.items() if v] + (["busy"] if self.busy or self.lending else [])
         out += [f"withdraw {w[2]}" for w in self.withdrawals]
         for h in a.held.values():
             if h.lost:
@@ -123,6 +124,31 @@ class Worker:
     def start(self, stop: threading.Event) -> None:
         self.thread = threading.Thread(target=self.run, args=(stop,), name="ipam-blocks", daemon=True)
         self.thread.start()
+        threading.Thread(target=self.lend_loop, args=(stop,), name="ipam-lend", daemon=True).start()
+
+    def lend_loop(self, stop: threading.Event) -> None:
+        """Answering requests has a thread of its own: a borrower's ADD waits for it, never for a quiet moment."""
+        backoff = 1.0
+        while not stop.is_set():
+            with self.cv:
+                self.cv.wait_for(lambda: self.flags["lend"] or stop.is_set(), 1.0)
+                if not self.flags["lend"]:
+                    continue
+                self.flags["lend"] = False
+                self.lending = True
+            try:
+                ok = self._lend()
+            except Exception:
+                log.exception("ipam: answering requests failed; trying again")
+                ok = False
+            with self.cv:
+                self.lending = False
+                self.cv.notify_all()
+                if not ok:
+                    self.flags["lend"] = True
+            if not ok and stop.wait(backoff):
+                return
+            backoff = 1.0 if ok else min(backoff * 2, MAX_BACKOFF)
 
     def run(self, stop: threading.Event) -> None:
         """Until stopped with nothing left to write (a stopping daemon flushes what it knows)."""
@@ -137,7 +163,7 @@ class Worker:
                     continue
                 self.busy = True
                 flags = dict(self.flags)
-                for k in self.flags:
+                for k in ("write", "recover", "other"):
                     self.flags[k] = False
                 prefetch, self.prefetching = self.prefetching, set()
                 withdrawals, self.withdrawals = self.withdrawals, []
@@ -155,14 +181,13 @@ class Worker:
                     self.flags["other"] = True
 
     def _due(self) -> bool:
-        return (any(self.flags.values()) or bool(self.prefetching or self.withdrawals)) and (
-            time.monotonic() >= self.retry_at
-        )
+        work = any(v for k, v in self.flags.items() if k != "lend") or bool(self.prefetching or self.withdrawals)
+        return work and time.monotonic() >= self.retry_at
 
     def _round(
         self, flags: dict[str, bool], prefetch: set[tuple[str, int]], withdrawals: list[tuple[str, str, str]]
     ) -> bool:
-        ok = self._lend() and self._recover()
+        ok = self._recover()
         for name, uid, key in withdrawals:
             with contextlib.suppress(Gone, StoreUnavailable):  # a late answer is given back when it comes
                 self.a.store.ask(name, uid, key, None)
@@ -231,7 +256,7 @@ class Worker:
                 offs.append(off)
             for off in offs:
                 busy |= 1 << off
-                h.lending[off] = [h.rv, h.rv_watched]
+                h.lending[off] = [h.rv, h.rv == h.watched]
                 lent[str(h.address(off))] = {"node": node, "request": key}
         h.answered.update(answered)
         return lent, answered
