@@ -177,8 +177,9 @@ class Addresses:
                 legacy = self.allocator.per_address.show({name: pool})[0]
                 _merge(doc, legacy)
             out.append(doc)
+        events = self.kube_blocks.events if self.kube_blocks is not None else 0
         return {"node": self.settings.nodeName, "store": self.store_kind, "synced": self.allocator.synced.is_set(),
-                "networks": out}  # fmt: skip
+                "watchEvents": events, "networks": out}  # fmt: skip
 
 
 def _merge(doc: dict[str, Any], legacy: dict[str, Any]) -> None:

@@ -283,7 +283,7 @@ class Api:
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
         h = {"Accept": "application/json", "User-Agent": "netcomp"}
-        if isinstance(self.transport, HttpTransport) and (auth := self.endpoint.authorization()):
+        if not isinstance(self.transport, LibraryTransport) and (auth := self.endpoint.authorization()):
             h["Authorization"] = auth
         if content_type:
             h["Content-Type"] = content_type
