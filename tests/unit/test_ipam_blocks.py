@@ -237,5 +237,5 @@ def test_a_block_size_is_a_power_of_two() -> None:
 
     assert ClusterIPAM.model_validate({"type": "cluster", "subnet": "10.0.0.0/24", "blockSize": 16}).blockSize == 16
     for bad in (3, 0, 8192):
-        with pytest.raises(ValidationError, match="power of two|greater than|less than"):
+        with pytest.raises(ValidationError, match=r"power of two|greater than|less than"):
             ClusterIPAM.model_validate({"type": "cluster", "subnet": "10.0.0.0/24", "blockSize": bad})
