@@ -5,7 +5,6 @@ The process around it (signals, the main loop) is run.py's."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import json
@@ -24,7 +23,7 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults, protocol
+from netcomp.daemon import faults, heap, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -58,20 +57,6 @@ def runtime_config(settings: Settings) -> bytes:
         "plugins": [{"type": "netcomp", "socket": settings.socket}],
     }
     return (json.dumps(conf, indent=2) + "\n").encode()
-
-
-def _give_back() -> None:
-    """Return the free pages of the C heap to the system (glibc's malloc_trim(3)): a compile's peak is freed
-    into the heap, and without this the daemon's resident size stays at the peak (about 9 MB with 10,000
-    networks, issue 14). Nothing elsewhere than glibc."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None)
 
 
 def _marker(cache_dir: str) -> str:
@@ -260,7 +245,7 @@ class Daemon:
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
             self.notifier.status(self.status_line())
-            _give_back()
+            heap.give_back()
             with self.reloaded:
                 self.reloaded.notify_all()
             return snap

@@ -10,12 +10,14 @@ that version (DeleteOptions preconditions). Loaded only with a cluster configure
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
+from netcomp.daemon import heap
 from netcomp.daemon.kube import Cluster, explain
 from netcomp.daemon.kubeclient import ApiException
 from netcomp.daemon.kubewatch import Events, Selection, keep_following, pages
@@ -28,6 +30,11 @@ log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
 LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
 WATCH_SECONDS = 300
+# Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
+# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
+PAGE = 10
+# Blocks are parsed by the stdlib's json: orjson keeps the last 2,048 keys it saw in a cache of its own, and a
+# block's keys are its addresses.
 
 
 def to_object(rec: Record) -> dict[str, Any]:
@@ -63,8 +70,12 @@ def from_object(obj: dict[str, Any]) -> Record | None:
         return None
 
     def maps(key: str) -> dict[str, dict[str, Any]]:
-        got = spec.get(key) or {}
-        return {str(k): v for k, v in got.items() if isinstance(v, dict)} if isinstance(got, dict) else {}
+        got = spec.get(key)
+        if not isinstance(got, dict):
+            return {}
+        if all(isinstance(v, dict) for v in got.values()):
+            return got  # as parsed: a list's pages are large, and not copied
+        return {str(k): v for k, v in got.items() if isinstance(v, dict)}
 
     try:
         rec = Record(
@@ -210,8 +221,8 @@ class KubeBlocks:
             names: set[str] = set()
             rv = ""
             call = self.custom.list_cluster_custom_object
-            for items, version in pages(call, GROUP, VERSION, PLURAL, timeout=max(self.timeout, 30),
-                                        label_selector=selector):  # fmt: skip
+            for items, version in pages(call, GROUP, VERSION, PLURAL, timeout=max(self.timeout, 30), limit=PAGE,
+                                        label_selector=selector, _loads=json.loads):  # fmt: skip
                 rv = version
                 for rec in map(from_object, items):
                     if rec is not None and current():
@@ -220,11 +231,13 @@ class KubeBlocks:
             if current():
                 alloc.listed(names, {n for n in alloc.pools if network_label(n) in networks})
                 self.last_error = None
+            heap.give_back()  # the pages parsed are garbage now
             return rv
 
         def watch(rv: str, stop: threading.Event) -> str:
             events = Events(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, rv=rv, stop=stop,
-                            seconds=WATCH_SECONDS, label_selector=selector, allow_watch_bookmarks=True)  # fmt: skip
+                            seconds=WATCH_SECONDS, label_selector=selector, allow_watch_bookmarks=True,
+                            _loads=json.loads)  # fmt: skip
             for kind, obj in events:
                 if not current():
                     break

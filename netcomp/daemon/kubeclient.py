@@ -307,14 +307,16 @@ class Api:
             raise ApiException(resp.status, _reason(resp), resp.data)
         return resp
 
-    def watch(self, path: str, query: Mapping[str, Any], timeout: float | None) -> Iterator[dict[str, Any]]:
+    def watch(
+        self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
+    ) -> Iterator[dict[str, Any]]:
         """The events of a watch, each {"type", "object"}; an ERROR event is raised as ApiException (410: the
         resourceVersion is too old, list again)."""
         url = path + "?" + urllib.parse.urlencode(_query({**query, "watch": "true"}))
         for line in self.transport.stream(url, self._headers(), timeout):
             if not line.strip():
                 continue
-            event = orjson.loads(line)
+            event = loads(line)
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "ERROR":
@@ -399,7 +401,8 @@ QUERY = {
 class Facade:
     """CoreV1Api's or CustomObjectsApi's methods by their names (ROUTES): positional and keyword parameters as
     the library takes them, `_request_timeout`, `_preload_content=False` for a Response instead of the JSON
-    document, and `watch=True` for an iterator of events. A list body is a JSON patch."""
+    document, `watch=True` for an iterator of events, and `_loads` to parse with (orjson's loads by default). A
+    list body is a JSON patch."""
 
     def __init__(self, api: Api, routes: dict[str, Route]) -> None:
         self.api, self.routes = api, routes
@@ -419,10 +422,11 @@ class Facade:
         timeout = kwargs.pop("_request_timeout", None)
         preload = kwargs.pop("_preload_content", True)
         watch = kwargs.pop("watch", False)
+        loads = kwargs.pop("_loads", orjson.loads)
         kwargs.pop("deserialize", None)
         query = {QUERY.get(k, k): v for k, v in kwargs.items()}
         if watch:
-            return self.api.watch(path, query, timeout)
+            return self.api.watch(path, query, timeout, loads)
         ctype = PATCH_TYPES["json" if isinstance(body, list) else patch] if method == "PATCH" else "application/json"
         resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype)
-        return resp if not preload else resp.json()
+        return resp if not preload else (loads(resp.data) if resp.data else None)

@@ -86,13 +86,13 @@ PAGE = 500  # objects per page of a list
 
 
 def pages(
-    list_call: Callable[..., Any], *args: Any, timeout: float, **kwargs: Any
+    list_call: Callable[..., Any], *args: Any, timeout: float, limit: int = PAGE, **kwargs: Any
 ) -> Iterator[tuple[list[dict[str, Any]], str]]:
     """A list a page at a time (`limit` and `continue`): each page's objects and the list's resourceVersion (the
     same on every page: one snapshot). A continue token that expired is an ApiException 410: list again."""
     token = None
     while True:
-        doc = list_call(*args, limit=PAGE, _continue=token, _request_timeout=timeout, **kwargs)
+        doc = list_call(*args, limit=limit, _continue=token, _request_timeout=timeout, **kwargs)
         meta = doc.get("metadata") or {}
         yield [o for o in doc.get("items") or [] if isinstance(o, dict)], str(meta.get("resourceVersion") or "")
         token = meta.get("continue")

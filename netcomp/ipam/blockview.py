@@ -11,6 +11,7 @@ written when the watch, having shown V, shows another version with it, and was n
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import threading
@@ -26,6 +27,15 @@ from netcomp.ipam.store import Claim
 
 log = logging.getLogger("netcomp.ipam")
 TOMBSTONE = 10.0  # seconds a block whose object just went is not claimed (its holder may be claiming it again)
+
+
+def _bits(rec: Record, entries: dict[str, Any]) -> int:
+    """The offsets of a record's entries, as bits (what a node keeps of another node's block)."""
+    base, bits = int(rec.net.network_address), 0
+    for text in entries:
+        with contextlib.suppress(ValueError):  # not an address: _offsets says so where it matters
+            bits |= 1 << (int(ipaddress.ip_address(text)) - base)
+    return bits
 
 
 def _offsets(rec: Record, entries: dict[str, Any]) -> dict[int, Any]:
@@ -212,9 +222,7 @@ class BlockView:
             return
         if not ordered and not mine and rec.name in self.view:
             return  # the watch has it, in order
-        used = 0
-        for off in _offsets(rec, rec.used):
-            used |= 1 << off
+        used = _bits(rec, rec.used)
         lent = {off: str(doc.get("node", "")) for off, doc in _offsets(rec, rec.lent).items()}
         self.view[rec.name] = Seen(
             rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, used, lent, rec.node_in_cluster
