@@ -18,16 +18,14 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon import kubeblocks
-from netcomp.daemon.kubestore import GROUP, PLURAL, VERSION
+from netcomp.daemon.kubestore import GROUP, VERSION
 from netcomp.settings import KubeSettings
+from tests.integration.addrs import BLOCKS, CLAIMS, in_use
 from tests.integration.daemonlab import DaemonLab, daemon_lab
 from tests.integration.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NETS = ("netcomp.io", "v1", "networks")
-CLAIMS = (GROUP, VERSION, PLURAL)
-BLOCKS = (GROUP, VERSION, kubeblocks.PLURAL)
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +58,7 @@ def shared_network(custom: Any, obj: dict[str, Any]) -> Iterator[None]:
 
 
 def claims(custom: Any, net: str | None = None) -> list[dict[str, Any]]:
-    """Every address in use as the cluster records it: AddressClaim objects, and each entry of the blocks'
-    records (`used` by the block's node, `lent` to another), in an AddressClaim's shape."""
-    items = custom.list_cluster_custom_object(*CLAIMS)["items"]
-    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
-        spec = b["spec"]
-        entries = [(a, spec["node"], doc) for a, doc in (spec.get("used") or {}).items()]
-        entries += [(a, doc["node"], doc) for a, doc in (spec.get("lent") or {}).items()]
-        for addr, node, doc in entries:
-            one = {"network": spec["network"], "address": addr, "node": node, "containerID": doc.get("containerID")}
-            items.append({"metadata": b["metadata"], "spec": {**one, **({"pod": doc["pod"]} if "pod" in doc else {})}})
-    return [o for o in items if net is None or o["spec"]["network"] == net]
+    return in_use(custom, net)
 
 
 def flushed(labs: list[DaemonLab]) -> None:
