@@ -295,3 +295,41 @@ def test_killed_in_the_middle_of_writing_behind(api: ApiServer, custom: Any, tmp
         until(lambda: written() == want, lambda: (written(), node.logs()))
         assert node.shim("DEL", ctr)[0] == 0
         until(lambda: written() == set(), lambda: (written(), node.logs()))
+
+
+def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """A pod asks for an address (Multus's `ips`) inside a block another node holds: that node lends exactly it,
+    the lent entry names the pod; an address the other node's container has is refused with 11 naming it, before
+    any plugin; after the DEL the address is given back."""
+    from kubernetes import config
+
+    from tests.integration.test_multus import annotated, attach, detach, pod
+
+    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    net = network("exact", "10.117.0.0/24", blockSize=16)
+    with shared_network(custom, net), nodes(tmp_path, api, ["node-a", "node-b"], "exact") as labs:
+        a, b = labs
+        ctr = a.lab.container()
+        assert a.shim("ADD", ctr, args="NETCOMP_NETWORKS=exact")[0] == 0  # node-a holds a block now
+        [held] = addresses(a, ctr)
+        flushed(labs)
+        [block] = blocks(custom, "exact")
+        wanted = str(ipaddress.ip_address(held) + 1)
+        assert in_block(wanted, block)
+        with (
+            pod(admin, b, "wants", "default", **annotated([{"name": "exact", "ips": [f"{wanted}/24"]}])) as p1,
+            pod(admin, b, "late", "default", **annotated([{"name": "exact", "ips": [held]}])) as p2,
+        ):
+            ctr1, rc, res = attach(b, p1)
+            assert rc == 0, res
+            assert [ip["address"] for ip in res["ips"]] == [f"{wanted}/24"]
+            flushed(labs)
+            lent = blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"]["lent"]
+            assert (lent[wanted]["node"], lent[wanted]["pod"]["name"]) == ("node-b", "wants")
+            ctr2, rc, res = attach(b, p2)
+            assert rc == 1 and res["code"] == 11 and held in res["msg"] and "node-a" in res["msg"], res
+            assert b.lab.links(ctr2) == ["lo"]
+            detach(b, ctr1, p1)
+        flushed(labs)
+        assert not blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"].get("lent")
+        assert a.shim("DEL", ctr)[0] == 0
