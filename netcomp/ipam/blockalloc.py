@@ -234,7 +234,14 @@ class BlockAllocator(BlockView):
         for _ in range(3):
             with self._lock:
                 h = self.held.get(name)
-                if h is not None and not h.lost:
+                if h is not None and h.lost:
+                    raise DelegateError(
+                        E_TRY_LATER,
+                        f"address {addr} of network {pool.network!r}: its block's object is gone and this node is "
+                        "claiming it again",
+                        "no plugin was run",
+                    )
+                if h is not None:
                     if h.busy() >> off & 1:
                         raise self._held_by(pool.network, addr, self._who(h, off))
                     h.pending.add(off)
@@ -243,6 +250,10 @@ class BlockAllocator(BlockView):
                 seen = self.view.get(name)
             if seen is None:
                 self.claim_block(layout, net, on_add_path=True)  # held now, or the view says who holds it
+                continue
+            if seen.owner == self.node:  # its object is being made by this node: held in a moment
+                with self._lock:
+                    self._wait(min(deadline, time.monotonic() + 1))
                 continue
             got = self._borrow(layout, holder, (name, off), deadline)
             if got is not None:
@@ -305,7 +316,8 @@ class BlockAllocator(BlockView):
         """Ask other nodes' blocks for one address (exactly `exact`: (block, offset)), one block after another,
         until one lends it; None when none does."""
         with self._lock:
-            targets = [self.view[exact[0]]] if exact else self._candidates(layout)
+            one = self.view.get(exact[0]) if exact else None
+            targets = ([one] if one is not None else []) if exact else self._candidates(layout)
         for s in targets:
             if time.monotonic() >= deadline:
                 break
