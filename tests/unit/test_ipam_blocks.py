@@ -239,3 +239,26 @@ def test_a_block_size_is_a_power_of_two() -> None:
     for bad in (3, 0, 8192):
         with pytest.raises(ValidationError, match=r"power of two|greater than|less than"):
             ClusterIPAM.model_validate({"type": "cluster", "subnet": "10.0.0.0/24", "blockSize": bad})
+
+
+def test_a_daemon_with_a_cluster_does_not_load_the_kubernetes_library(tmp_path: Path) -> None:
+    """The cluster's parts made as the daemon makes them, in a fresh interpreter: the `kubernetes` library (its
+    model tree costs the idle daemon tens of MB) is not imported for a kubeconfig with a token."""
+    import subprocess
+    import sys
+
+    path = kubeconfig(tmp_path, {"token": "t"})
+    code = f"""
+import sys
+from pathlib import Path
+from netcomp.daemon.kube import Cluster
+from netcomp.daemon.kubeblocks import KubeBlocks
+from netcomp.daemon.kubestore import KubeStore
+from netcomp.daemon.metrics import Metrics
+from netcomp.settings import KubeSettings
+c = Cluster(KubeSettings(kubeconfig={path!r}), Path({str(tmp_path)!r}), Metrics(), "n1")
+KubeStore(c), KubeBlocks(c)
+print(sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
