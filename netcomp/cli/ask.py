@@ -142,7 +142,11 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
             out.write(f"freed {f['address']} of {f['network']} (node {f['node']}, pod {f['pod'] or '-'})\n")
         if doc.get("error"):
             out.write(f"stopped: {doc['error']}\n")
-        out.write(f"{len(doc['freed'])} claims of other nodes freed, {doc.get('freedOwn', 0)} of this node\n")
+        blocks = doc.get("freedBlocks") or []
+        for b in blocks:
+            out.write(f"freed block {b} (its node is gone)\n")
+        out.write(f"{len(doc['freed'])} addresses of other nodes freed, {len(blocks)} blocks, "
+                  f"{doc.get('freedOwn', 0)} of this node\n")  # fmt: skip
         slices = doc.get("endpointSlices")
         if slices is not None:
             for r in slices["removed"]:
@@ -158,6 +162,8 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
             f"{p['ranges']}: {p['size']} addresses, {p['claimed']} claimed, {p['free']} free" for p in n["pools"]
         )
         out.write(f"{n['network']} ({n['store']} store): {pools}\n")
+        for b in n.get("blocks") or []:
+            out.write(f"  block {b['block']:33s} {b['node']:20s} {b['used']} used, {b['lent']} lent\n")
         for c in n["claims"]:
             who = f"pod {c['pod']}" if c["pod"] else f"container {c['containerID']}"
             out.write(f"  {c['address']:39s} {c['node']:20s} {c['interface']:15s} {who}\n")

@@ -167,10 +167,11 @@ def _ipam(sub: Any) -> None:
         sub,
         "ipam",
         "who holds which address of the networks netcomp gives addresses to",
-        "show: per network with `ipam: {type: cluster}` its pool, how many addresses are claimed and free, and every "
-        "claim (address, node, pod or container, interface). gc: free now the claims of other nodes whose node or "
-        "pod is gone (a pod that still exists on its node keeps its address), and remove the EndpointSlices of "
-        "other nodes whose Node or pods are gone.",
+        "show: per network with `ipam: {type: cluster}` its pool, how many addresses are in use and free, its "
+        "blocks (which node holds each, how many addresses it uses and lent), and every address in use (node, pod or "
+        "container, interface). gc: free now the addresses of other nodes whose node or pod is gone, and the empty "
+        "blocks of nodes that are gone (a pod that still exists on its node keeps its address), and remove the "
+        "EndpointSlices of other nodes whose Node or pods are gone.",
     )
     _common(i)
     _state(i)

@@ -1,6 +1,8 @@
-"""The daemon's side of cluster-wide addresses (ipam/): the store it claims in (the Kubernetes API's with a
-cluster, a node-local one without), the allocator and its view (listed at start-up, then followed), the periodic
-release of what nothing holds, and what `netcomp ipam show|gc` ask for."""
+"""The daemon's side of cluster-wide addresses (ipam/): with a cluster, blocks of each pool held on the API server
+(AddressBlock objects, followed for the networks this node serves only) and, for networks with blockSize 1 and
+for the AddressClaim objects of earlier versions, one claim object per address; without one, claim files in
+ipamDir. The networks served follow each compile; the periodic release of what nothing holds; what `netcomp
+ipam show|gc` ask for."""
 
 from __future__ import annotations
 
@@ -12,18 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 from netcomp.cni.cache import Cache
 from netcomp.errors import DelegateError
+from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.allocators import Allocators
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockstate import LocalRecord
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
-from netcomp.ipam.store import Store, StoreUnavailable
+from netcomp.ipam.store import Claim, StoreUnavailable
+from netcomp.ipam.worker import Worker
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
     from netcomp.daemon.kube import Cluster
+    from netcomp.daemon.kubeblocks import KubeBlocks
     from netcomp.daemon.kubestore import KubeStore
 
 log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
+BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds (ipam/blockstate.LocalRecord)
 
 
 class Addresses:
@@ -33,67 +42,133 @@ class Addresses:
         self.settings = settings
         self.cache = cache
         self.kube: KubeStore | None = None
-        store: Store
+        self.kube_blocks: KubeBlocks | None = None
+        self.blocks: BlockAllocator | None = None
+        self.pools: dict[str, Pool] = {}
+        self._following = False
         if cluster is not None:
-            from netcomp.daemon.kubestore import KubeStore  # the kubernetes client: only with a cluster
+            from netcomp.daemon.kubeblocks import KubeBlocks  # the cluster's calls: only with a cluster
+            from netcomp.daemon.kubestore import KubeStore
 
-            self.kube = KubeStore(cluster)
-            store = self.kube
+            self.kube, self.kube_blocks = KubeStore(cluster), KubeBlocks(cluster)
+            record = LocalRecord(Path(settings.cacheDir) / BLOCKS_RECORD, settings.nodeName)
+            self.blocks = BlockAllocator(
+                self.kube_blocks, settings.nodeName, record, grace=settings.ipamGrace,
+                timeout=cluster.kube.timeout, counted=counted,
+            )  # fmt: skip
+            per_address = Allocator(self.kube, settings.nodeName, grace=settings.ipamGrace, counted=counted,
+                                    updated=self.blocks.updated, covered=self.blocks.covers)  # fmt: skip
+            self.blocks.taken = per_address.holds
+            self.worker: Worker | None = Worker(self.blocks)
+            self.blocks.worker = self.worker
         else:
-            store = LocalStore(Path(settings.ipamDir))
-        self.allocator = Allocator(store, settings.nodeName, grace=settings.ipamGrace, counted=counted)
+            per_address = Allocator(LocalStore(Path(settings.ipamDir)), settings.nodeName, grace=settings.ipamGrace,
+                                    counted=counted)  # fmt: skip
+            self.worker = None
+        self.allocator = Allocators(per_address, self.blocks)
 
     @property
     def store_kind(self) -> str:
-        return self.allocator.store.kind
+        return self.allocator.per_address.store.kind
+
+    def serve(self, networks: Mapping[str, Mapping[str, Any]]) -> None:
+        """The networks compiled now: the pools this node gives addresses of, and so the objects it follows."""
+        pools = {name: p for name, conf in networks.items() if (p := Pool.of(name, conf)) is not None}
+        if pools == self.pools:
+            return
+        self.pools = pools
+        if self.blocks is not None:
+            self.blocks.serve({n: p for n, p in pools.items() if not p.per_address})
+        if self._following:
+            self._follow()
+
+    def _follow(self) -> None:
+        if self.kube is None or self.kube_blocks is None or self.blocks is None:
+            return
+        per_address, blocks = self.allocator.per_address, self.blocks
+
+        def changed(name: str, claim: Claim | None) -> None:
+            per_address.changed(name, claim)
+            blocks.retake()  # an address in a block this node holds may be taken, or free again
+
+        def foreign(name: str, what: str) -> None:
+            per_address.foreign(name, what)
+            blocks.retake()
+
+        self.kube.select(sorted(self.pools), changed, foreign, per_address.synced.set)
+        self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
     def start(self, stop: threading.Event) -> None:
-        """Before serving: whether this node is a Node of the cluster, every claim listed, then followed (a
-        thread). An API server that does not answer now is no reason not to serve: claims then fail with code 11
-        until it does, and the watch lists them once it answers."""
-        if self.kube is not None and self.settings.kubernetes is not None:
-            # Followed, not read once: a daemon usually starts before its kubelet registers the Node.
+        """Before serving: whether this node is a Node of the cluster (followed, not read once: a daemon usually
+        starts before its kubelet registers the Node); the blocks it holds (its record, its cache); then the
+        objects of the networks it serves, listed and followed (threads). An API server that does not answer now
+        is no reason not to serve: addresses of blocks held are given meanwhile."""
+        if self.kube is None or self.blocks is None:
+            try:
+                self.allocator.per_address.load()
+            except StoreUnavailable as e:
+                log.warning("cannot list address claims: %s", e)
+            return
+        if self.settings.kubernetes is not None:
             node = self.kube.cluster.node
             node.on_change(lambda exists: setattr(self.allocator, "node_in_cluster", exists))
             node.start(stop)
             if not node.known.wait(self.settings.kubernetes.timeout):
                 log.warning("cannot tell yet whether node %s is a Node of the cluster: following it",
                             self.settings.nodeName)  # fmt: skip
-        try:
-            self.allocator.load()
-        except StoreUnavailable as e:
-            log.warning("cannot list address claims: %s", e)
-        threading.Thread(target=self.allocator.follow, args=(stop,), name="ipam-follow", daemon=True).start()
+        self.blocks.load(self.recorded())
+        assert self.worker is not None
+        self.worker.start(stop)
+        self._following = True
+        self._follow()
+
+    def recorded(self) -> list[Claim]:
+        return [Claim.from_doc(c) for e in self.cache.entries() for a in e.attachments for c in a.claims]
 
     def referenced(self) -> set[str]:
         """The claims the cache records (of attached containers, and of ADDs it says are in progress)."""
         return {str(c.get("name")) for e in self.cache.entries() for a in e.attachments for c in a.claims}
 
+    def serving(self, quiet: Callable[[float, float], object]) -> None:
+        """The server's wait for a quiet moment, for the writes behind."""
+        if self.worker is not None:
+            self.worker.quiet = quiet
+
+    def flush(self, timeout: float) -> bool:
+        """Until what this node knows of its blocks is written (tests, a stopping daemon); False on timeout."""
+        return self.worker.flush(timeout) if self.worker is not None else True
+
     def gc_own(self) -> int:
-        if not any(c.node == self.settings.nodeName for c in self.allocator.claims()):
-            return 0
-        return len(self.allocator.gc_own(self.referenced()))
+        freed = 0
+        per_address = self.allocator.per_address
+        if any(c.node == self.settings.nodeName for c in per_address.claims()):
+            freed += len(per_address.gc_own(self.referenced()))
+        if self.blocks is not None:
+            freed += len(blockgc.release_empty(self.blocks))
+        return freed
 
     def gc_cluster(self) -> dict[str, Any]:
-        """Free other nodes' claims whose node or pod is gone (POST /ipam/gc, `netcomp ipam gc`, and every few
-        minutes with kubernetes.ipamGC)."""
-        if self.kube is None:
+        """Free other nodes' addresses whose node or pod is gone, and the emptied blocks of nodes that are gone
+        (POST /ipam/gc, `netcomp ipam gc`, and every few minutes with kubernetes.ipamGC)."""
+        if self.kube is None or self.blocks is None:
             return {"freed": [], "note": "no cluster: a node-local store has only this node's claims (gc_own)"}
         own = self.gc_own()
         try:
-            freed = self.allocator.gc_cluster(self.kube.node_exists, self.kube.pod)
+            freed = self.allocator.per_address.gc_cluster(self.kube.node_exists, self.kube.pod)
+            more, blocks = blockgc.gc_cluster(
+                self.blocks, self.kube.node_exists, self.kube.pod, self.settings.ipamGrace
+            )
         except (StoreUnavailable, DelegateError) as e:
             return {"freed": [], "error": str(getattr(e, "msg", e))}
         return {
-            "freed": [{"network": c.network, "address": c.address, "node": c.node, "pod": c.pod} for c in freed],
+            "freed": [{"network": c.network, "address": c.address, "node": c.node, "pod": c.pod} for c in freed + more],
+            "freedBlocks": blocks,
             "freedOwn": own,
         }
 
     def show(self, networks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         pools = {name: p for name, conf in networks.items() if (p := Pool.of(name, conf)) is not None}
-        return {
-            "node": self.settings.nodeName,
-            "store": self.store_kind,
-            "synced": self.allocator.synced.is_set(),
-            "networks": self.allocator.show(pools),
-        }
+        out = self.allocator.show(pools)
+        events = self.kube_blocks.events if self.kube_blocks is not None else 0
+        return {"node": self.settings.nodeName, "store": self.store_kind, "synced": self.allocator.synced.is_set(),
+                "watchEvents": events, "networks": out}  # fmt: skip

@@ -5,7 +5,6 @@ The process around it (signals, the main loop) is run.py's."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import itertools
@@ -25,7 +24,7 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import api, faults, protocol
+from netcomp.daemon import api, faults, heap, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -62,20 +61,6 @@ def runtime_config(settings: Settings) -> bytes:
         "plugins": [{"type": "netcomp", "socket": settings.socket}],
     }
     return (json.dumps(conf, indent=2) + "\n").encode()
-
-
-def _give_back() -> None:
-    """Return the free pages of the C heap to the system (glibc's malloc_trim(3)): a compile's peak is freed
-    into the heap, and without this the daemon's resident size stays at the peak (about 9 MB with 10,000
-    networks, issue 14). Nothing elsewhere than glibc."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None)
 
 
 def _marker(cache_dir: str) -> str:
@@ -220,6 +205,8 @@ class Daemon:
             crash=faults.from_env(environ),
         )
         self.delegator.host_netns, self.delegator.host_unsure = _host_namespaces(link_netns)
+        if self.addresses.blocks is not None:
+            self.addresses.blocks.crash = self.delegator.crash
         self.notifier = Notifier()
         self._compiles = _Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None
@@ -323,6 +310,7 @@ class Daemon:
             self._compiles.error = None
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
+            self.addresses.serve(snap.networks)  # the pools served: which blocks and claims the node follows
             keep = {f"{name}.conflist" for name in snap.kept}
             try:
                 changes = self.pipeline.write(plan, keep=keep)
@@ -354,7 +342,7 @@ class Daemon:
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
             self.notifier.status(self.status_line())
-            _give_back()
+            heap.give_back()
             with self.reloaded:
                 self.reloaded.notify_all()
             return snap
@@ -516,6 +504,7 @@ class Daemon:
         self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
+            self.addresses.serving(self.server.wait_quiet)
         wd = self.notifier.watchdog_sec
         self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
@@ -631,4 +620,5 @@ class Daemon:
         self.delegator.close()
         if self.cluster is not None and self.settings.kubernetes is not None:
             self.cluster.pods.flush(self.settings.kubernetes.timeout)  # the last ADDs' statuses and events
+            self.addresses.flush(self.settings.kubernetes.timeout)  # which container has which address
         return done

@@ -4,8 +4,10 @@ dying exactly there loses nothing. Points: `after-claim` (addresses claimed, not
 `after-write-ahead` (an ADD's record is on disk, no delegate ran),
 `between-delegates` (one network of an ADD finished, others may still run), `mid-outcome` (half of the
 record that an ADD's networks are attached written, cni/cache.py), `before-answer` (the ADD is recorded
-as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated). Unset on
-a node, where a point costs one call that does nothing.
+as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated),
+`after-block-claim` (an address block's object made, the node's record of its blocks not yet written),
+`mid-write-behind` (one block's record brought up to date, the next not yet). Unset on a node, where a point
+costs one call that does nothing.
 
 `NETCOMP_STALL_AT=compile` makes every compile after the first (a SIGHUP, an edit) wait for ever, as one reading a
 file that never answers would (a hung NFS mount): the daemon must still stop on SIGTERM, and say it is not
@@ -20,7 +22,16 @@ import threading
 from collections.abc import Callable, Mapping
 
 ENV = "NETCOMP_CRASH_AT"
-POINTS = ("after-claim", "after-write-ahead", "between-delegates", "mid-outcome", "before-answer", "after-del")
+POINTS = (
+    "after-claim",
+    "after-write-ahead",
+    "between-delegates",
+    "mid-outcome",
+    "before-answer",
+    "after-del",
+    "after-block-claim",
+    "mid-write-behind",
+)
 log = logging.getLogger("netcomp.daemon")
 
 

@@ -1,5 +1,5 @@
-"""The cluster, when the node has one (netcomp.yaml `kubernetes:`). The only importer of `kubernetes`, which is
-loaded when the daemon starts with a cluster configured (its import alone costs about 0.4 s).
+"""The cluster, when the node has one (netcomp.yaml `kubernetes:`), through kubeclient.py's calls (the
+`kubernetes` library is loaded only for a kubeconfig that needs it).
 
 - **Network objects as intents.** The cluster's `networks.netcomp.io` objects are listed and watched, and each
   is written as `<name>.yaml` in clusterIntentDir (atomically, only when its spec changed; removed with the
@@ -118,46 +118,23 @@ ALL_KINDS = [NETWORKS, NADS, *danm_kinds("danm.k8s.io")]  # the suffixes, for ow
 DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 
-MAX_KUBECONFIG_BYTES = 4 << 20
-
-
-def _client(path: str) -> Any:
-    """An API client from the kubeconfig at path, read as every file netcomp reads (fsutil.read_bounded) rather
-    than by the client library, which reads whatever the path names whole; relative file names in it are
-    relative to its directory, as kubectl takes them."""
-    import yaml
-    from kubernetes import client
-    from kubernetes.config import kube_config
-
-    try:
-        doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG_BYTES))
-    except yaml.YAMLError as e:
-        raise ValueError(f"not YAML: {e}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("not a kubeconfig (a YAML mapping)")
-    conf = client.Configuration()
-    loader = kube_config.KubeConfigLoader(config_dict=doc, config_base_path=os.path.dirname(os.path.abspath(path)))
-    loader.load_and_set(conf)
-    return client.ApiClient(configuration=conf)
-
-
 class Cluster:
     def __init__(
         self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
         (kubeslices.py; with kube.services)."""
-        from kubernetes import client, config  # lazily: see the module docstring
+        from netcomp.daemon.kubeclient import Api, KubeConfigError
 
         self.kube = kube
         self.dir = cluster_dir
         self.metrics = metrics
         try:
-            self.api_client = _client(kube.kubeconfig)
-        except (OSError, config.ConfigException, ValueError, TypeError, KeyError, AttributeError) as e:
+            self.api_client = Api(kube.kubeconfig)
+        except (KubeConfigError, OSError, ValueError, TypeError, KeyError) as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
-        self.core: Any = client.CoreV1Api(self.api_client)
-        self.custom: Any = client.CustomObjectsApi(self.api_client)
+        self.core: Any = self.api_client.core()
+        self.custom: Any = self.api_client.custom()
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
@@ -230,7 +207,7 @@ class Cluster:
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         ns, _, name = str(claim.network).partition("/")
         try:

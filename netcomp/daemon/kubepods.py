@@ -123,7 +123,7 @@ class PodWatch:
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             resp: Any = self.core.read_namespaced_pod(

@@ -27,6 +27,7 @@ from typing import Any
 
 from netcomp.cni.cache import Cache
 from netcomp.daemon import kubewatch, slices
+from netcomp.daemon.kubeclient import ApiException
 from netcomp.daemon.kubepods import QUIET, QUIET_LIMIT, PodWatch
 from netcomp.daemon.kubewatch import MAX_BACKOFF, keep_following
 from netcomp.daemon.metrics import Metrics
@@ -199,8 +200,6 @@ class ServiceSlices:
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""
-        from kubernetes.client.exceptions import ApiException
-
         for version in slices.VERSIONS:
             try:
                 self.custom.get_api_resources(
@@ -310,8 +309,6 @@ class ServiceSlices:
 
     def _write(self, key: Key, body: dict[str, Any], version: str, *, exists: bool) -> bool:
         """Create the slice, or replace it (unconditionally: only this node writes it)."""
-        from kubernetes.client.exceptions import ApiException
-
         ns, name = key
         args = (GROUP, version, ns, PLURAL)
         opts: dict[str, Any] = {"_request_timeout": self.kube.timeout, "_preload_content": False}
@@ -336,8 +333,6 @@ class ServiceSlices:
         return True
 
     def _delete(self, key: Key, version: str) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
         ns, name = key
         try:
             self.custom.delete_namespaced_custom_object(
@@ -366,8 +361,6 @@ class ServiceSlices:
     def gc(self) -> dict[str, Any]:
         """Other nodes' slices that are stale (slices.stale): deleted, each only as it was read (a resourceVersion
         precondition), so a node that has just written it again keeps it."""
-        from kubernetes.client.exceptions import ApiException
-
         removed, kept = [], 0
         try:
             version = self.version or self._discover()
@@ -407,8 +400,6 @@ class ServiceSlices:
 
     def _node_pods(self, node: str) -> tuple[bool, set[str]]:
         """Whether the Node exists, and the uids of the pods bound to it."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
             self.core.read_node(node, _request_timeout=self.kube.timeout, _preload_content=False)
         except ApiException as e:

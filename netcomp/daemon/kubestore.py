@@ -16,8 +16,9 @@ from typing import Any
 
 from netcomp.daemon import kubewatch
 from netcomp.daemon.kube import Cluster, explain
-from netcomp.daemon.kubewatch import keep_following
+from netcomp.daemon.kubewatch import Selection, keep_following
 from netcomp.ipam.allocator import PodState
+from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
 from netcomp.ipam.tenants import IdClaim
 
@@ -39,7 +40,7 @@ def to_object(c: Claim) -> dict[str, Any]:
     if c.pod:
         ns, _, name = c.pod.partition("/")
         spec["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
-    labels = {LABEL_NETWORK: c.network.replace("/", "."), LABEL_NODE: c.node}
+    labels = {LABEL_NETWORK: network_label(c.network), LABEL_NODE: c.node}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
@@ -139,9 +140,13 @@ class KubeStore:
         self.codec = codec
         self.custom: Any = cluster.custom
         self.timeout = cluster.kube.timeout
+        self.selection = Selection(f"kube-{codec.plural}", self._selected)
+        self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
+        self._on_listed: Callable[[], None] = lambda: None
+        self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         if isinstance(e, ApiException):
             why = f"{e.status} {e.reason}"
@@ -153,7 +158,7 @@ class KubeStore:
         return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
 
     def create(self, claim: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
@@ -186,7 +191,7 @@ class KubeStore:
         return held, ""
 
     def delete(self, claim: Any) -> bool:
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
@@ -206,35 +211,87 @@ class KubeStore:
     def list(self) -> list[Any]:
         return self._list()[0]
 
-    def _list(self) -> tuple[builtins.list[Any], str]:
+    def _list(self, selector: str | None = None) -> tuple[builtins.list[Any], str]:
+        """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion."""
+        claims, rv = [], ""
+        call = self.custom.list_cluster_custom_object
         try:
-            doc: dict[str, Any] = self.custom.list_cluster_custom_object(
-                GROUP, VERSION, self.codec.plural, _request_timeout=max(self.timeout, 30)
-            )
+            for items, version in kubewatch.pages(call, GROUP, VERSION, self.codec.plural,
+                                                  timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+                rv = version
+                claims += [c for c in map(self.codec.from_object, items) if c is not None]
         except Exception as e:
             raise self._unavailable(e) from None
-        claims = [c for c in (self.codec.from_object(o) for o in doc.get("items") or []) if c is not None]
-        return claims, str((doc.get("metadata") or {}).get("resourceVersion") or "")
+        return claims, rv
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
         """Every claim, then every change of one (kubewatch.keep_following), to on_change(name, claim or None)."""
+        self._keep_following(None, on_change, stop, lambda: True)
+
+    def select(self, networks: builtins.list[str], on_change: Callable[[str, Any], None],
+               on_foreign: Callable[[str, str], None], on_listed: Callable[[], None]) -> None:  # fmt: skip
+        """Follow only the claims of `networks` from now on (by their label), and tell `on_foreign` of objects
+        without the label whose names are claim names of those networks (never touched, their addresses never
+        given)."""
+        if not networks:
+            self.selection.select(None)
+            on_listed()
+            return
+        labels = sorted({network_label(n) for n in networks})
+        selector = f"{LABEL_NETWORK} in ({','.join(labels)})"
+        self._on_foreign = (networks, on_foreign)
+        self._on_change_selected, self._on_listed = on_change, on_listed
+        self.selection.select(selector)
+
+    def _selected(self, selector: str, stop: threading.Event, current: Callable[[], bool]) -> None:
+        self._keep_following(selector, self._on_change_selected, stop, current)
+
+    def _foreign(self) -> None:
+        """The claims of no network label (written by hand, or by something else) at names of served networks."""
+        networks, on_foreign = self._on_foreign
+        prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
+        try:
+            call = self.custom.list_cluster_custom_object
+            for items, _ in kubewatch.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
+                                            label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
+                for obj in items:
+                    name = str((obj.get("metadata") or {}).get("name", ""))
+                    net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
+                    claim = self.codec.from_object(obj)
+                    if net is not None and (claim is None or claim.network != net):
+                        on_foreign(name, f"object {self.codec.plural}/{name}" + (
+                            f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
+        except Exception as e:
+            raise self._unavailable(e) from None
+
+    def _keep_following(self, selector: str | None, on_change: Callable[[str, Any], None], stop: threading.Event,
+                        current: Callable[[], bool]) -> None:  # fmt: skip
         known: set[str] = set()
 
         def relist() -> str:
             nonlocal known
-            claims, rv = self._list()
+            claims, rv = self._list(selector)
+            if selector is not None:
+                self._foreign()
+            if not current():
+                return rv
             names = {c.name for c in claims}
             for gone in known - names:
                 on_change(gone, None)
             for c in claims:
                 on_change(c.name, c)
             known = names
+            if selector is not None:
+                self._on_listed()
             return rv
 
         def follow_from(rv: str, stop: threading.Event) -> str:
             call = self.custom.list_cluster_custom_object
-            events = kubewatch.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS)
+            events = kubewatch.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS,
+                                      label_selector=selector)  # fmt: skip
             for kind, obj in events:
+                if not current():
+                    break
                 name = str((obj.get("metadata") or {}).get("name", ""))
                 if kind == "DELETED":
                     known.discard(name)
@@ -255,7 +312,7 @@ class KubeStore:
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from kubernetes.client.exceptions import ApiException
+        from netcomp.daemon.kubeclient import ApiException
 
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)

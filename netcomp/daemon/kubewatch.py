@@ -23,7 +23,7 @@ def keep_following(
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
     `explain` anything else: the API server away, TLS, a timeout)."""
-    from kubernetes.client.exceptions import ApiException
+    from netcomp.daemon.kubeclient import ApiException
 
     rv: str | None = None
     backoff = 1.0
@@ -61,18 +61,16 @@ class Events:
         self.rv, self.stop, self.seconds = rv, stop, seconds
 
     def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        from kubernetes import watch
-
-        w = watch.Watch()
+        events = self.call(
+            *self.args,
+            watch=True,
+            resource_version=self.rv,
+            timeout_seconds=self.seconds,
+            _request_timeout=self.seconds + 10,
+            **self.kwargs,
+        )
         try:
-            for event in w.stream(
-                self.call,
-                *self.args,
-                resource_version=self.rv,
-                timeout_seconds=self.seconds,
-                _request_timeout=self.seconds + 10,
-                **self.kwargs,
-            ):
+            for event in events:
                 if self.stop.is_set():
                     return
                 obj = event.get("object")
@@ -81,4 +79,51 @@ class Events:
                 self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
                 yield str(event.get("type") or ""), obj
         finally:
-            w.stop()
+            events.close()
+
+
+PAGE = 500  # objects per page of a list
+
+
+def pages(
+    list_call: Callable[..., Any], *args: Any, timeout: float, limit: int = PAGE, **kwargs: Any
+) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """A list a page at a time (`limit` and `continue`): each page's objects and the list's resourceVersion (the
+    same on every page: one snapshot). A continue token that expired is an ApiException 410: list again."""
+    token = None
+    while True:
+        doc = list_call(*args, limit=limit, _continue=token, _request_timeout=timeout, **kwargs)
+        meta = doc.get("metadata") or {}
+        yield [o for o in doc.get("items") or [] if isinstance(o, dict)], str(meta.get("resourceVersion") or "")
+        token = meta.get("continue")
+        if not token:
+            return
+
+
+class Selection:
+    """Following objects picked by a selector that changes (the networks a node serves): each selection lists and
+    watches in a thread of its own (`run(selector, stop, current)`); a newer one stops the older, which ends at
+    its next event or when its watch expires, and whose `current()` is False from then on."""
+
+    def __init__(self, name: str, run: Callable[[str, threading.Event, Callable[[], bool]], None]) -> None:
+        self.name, self.run = name, run
+        self._lock = threading.Lock()
+        self._gen = 0
+        self._stop = threading.Event()
+        self.selector: str | None = None
+
+    def select(self, selector: str | None) -> None:
+        """Follow what `selector` picks from now on (None: nothing); the same selector again changes nothing."""
+        with self._lock:
+            if selector == self.selector and not self._stop.is_set():
+                return
+            self._stop.set()
+            self._gen += 1
+            gen, self._stop, self.selector = self._gen, threading.Event(), selector
+            stop = self._stop
+        if selector is None:
+            stop.set()
+            return
+        threading.Thread(
+            target=self.run, args=(selector, stop, lambda: gen == self._gen), name=self.name, daemon=True
+        ).start()

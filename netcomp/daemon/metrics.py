@@ -244,8 +244,9 @@ class Metrics:
         self.ipam = r.add(
             Counter(
                 "netcomp_ipam_claims",
-                "Address claims (ipam: {type: cluster}) by event: allocation, conflict (taken by another: the store "
-                "refused the name), release, rollback, gc",
+                "Addresses (ipam: {type: cluster}) by event: allocation, borrow (from another node's block), "
+                "conflict (taken by another: the store refused the name), release, rollback, gc, block (a block "
+                "claimed), release-block",
                 ["event", "network"],
             )
         )

@@ -13,13 +13,13 @@ from netcomp.cni.cache import Attachment
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError
-from netcomp.ipam.allocator import Allocator, Holder
+from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import Pool
-from netcomp.ipam.store import Claim
+from netcomp.ipam.store import AddressAllocator, Claim
 
 
 def take(
-    alloc: Allocator | None,
+    alloc: AddressAllocator | None,
     atts: list[Attachment],
     container_id: str,
     pod: str = "",
@@ -94,7 +94,7 @@ def claims_of(a: Attachment) -> list[Claim]:
     return [Claim.from_doc(c) for c in a.claims]
 
 
-def give_back(alloc: Allocator | None, a: Attachment, reason: str = "release") -> None:
+def give_back(alloc: AddressAllocator | None, a: Attachment, reason: str = "release") -> None:
     """Free the attachment's addresses (its delegate's DEL has succeeded); DelegateError 11 when the store is away,
     and they stay recorded for the next DEL."""
     if a.claims and alloc is not None:

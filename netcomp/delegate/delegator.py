@@ -48,7 +48,7 @@ from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
-from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.store import AddressAllocator
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -102,7 +102,7 @@ class Delegator:
     host_netns: set[NetnsId] = field(default_factory=set)
     host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
-    addresses: Allocator | None = None
+    addresses: AddressAllocator | None = None
     # The devices device plugins gave pods, for networks of a device-plugin resource (None: such a network is
     # refused as having no pool).
     devices: Devices | None = None

@@ -226,7 +226,7 @@ def _addresses(d: Delegator, a: Attachment, ask: Ask | None, container_id: str) 
         out["from"] = "netcomp's cluster pool (this daemon has no address store)"
         return out
     shown = d.addresses.show({a.network: pool})
-    pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []  # type: ignore[assignment]
+    pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []
     free = [f"{p['ranges']} ({p['free']} of {p['size']} free)" for p in pools]
     out["from"] = "netcomp's cluster pool: " + "; ".join(free)
     holders = {c.address: c for c in d.addresses.claims(a.network) if c.container_id != container_id}

@@ -218,13 +218,27 @@ class WhereaboutsIPAM(_RangedIPAM):
 
 
 class ClusterIPAM(_RangedIPAM):
-    """netcomp's own allocation, unique across every node that serves the network: the daemon claims each address
-    (one object per address on the Kubernetes API when the node has a cluster, a node-local store otherwise)
-    before the delegates run, and hands it to them as the static plugin's config. `exclude`: CIDRs never handed
-    out (in the subnet form; each of `ranges` has its own)."""
+    """netcomp's own allocation, unique across every node that serves the network: the daemon gives each address
+    before the delegates run (from blocks of the pool its node holds on the Kubernetes API when the node has a
+    cluster, from a node-local store otherwise) and hands it to them as the static plugin's config. `exclude`:
+    CIDRs never handed out (in the subnet form; each of `ranges` has its own)."""
 
     type: Literal["cluster"]
     exclude: list[IPNetwork] = Field(default_factory=list, description="CIDRs never handed out (with subnet)")
+    blockSize: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Addresses per block a node holds (a power of two; default: about a sixteenth of the range, "
+        "4 to 64); 1: one AddressClaim per address, made and deleted on the API server by each ADD and DEL",
+    )
+
+    @field_validator("blockSize")
+    @classmethod
+    def _power_of_two(cls, v: int | None) -> int | None:
+        if v is not None and v & (v - 1):
+            raise ValueError(f"blockSize {v} is not a power of two (1, 2, 4, ... 4096)")
+        return v
 
     @field_validator("exclude", mode="before")
     @classmethod

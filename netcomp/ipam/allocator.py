@@ -55,18 +55,22 @@ class Allocator:
         node_in_cluster: bool = False,
         grace: float = 60.0,
         counted: Callable[[str, str], None] = lambda event, network: None,
+        updated: threading.Condition | None = None,
+        covered: Callable[[str, IPAddress], bool] = lambda network, address: False,
     ) -> None:
         """`node`: this node's name (netcomp.yaml's nodeName); `node_in_cluster`: it is a Node of the cluster
         (recorded in each claim: only then may another node free it when the node is gone); `grace`: seconds an
         orphaned claim of this node is kept before gc_own frees it; `counted(event, network)`: metrics
-        ("allocation", "conflict", "release", "gc")."""
+        ("allocation", "conflict", "release", "gc"); `updated`: a condition shared with the block allocator;
+        `covered(network, address)`: the address is in a block (never claimed one by one)."""
         self.store = store
         self.node = node
         self.node_in_cluster = node_in_cluster
         self.grace = grace
         self.counted = counted
-        self._lock = threading.Lock()
-        self.updated = threading.Condition(self._lock)  # notified whenever the view changes
+        self.covered = covered
+        self.updated = updated or threading.Condition(threading.RLock())  # notified whenever the view changes
+        self._lock = self.updated
         self._view: dict[str, Claim] = {}
         self._seen: dict[str, float] = {}  # when this daemon first saw each claim (the grace counts from there)
         self._pending: set[str] = set()  # names claimed by ADDs in flight, not yet in a cache entry
@@ -100,6 +104,25 @@ class Allocator:
                 self._seen.setdefault(name, time.monotonic())
             self.updated.notify_all()
 
+    def foreign(self, name: str, what: str) -> None:
+        """Something that is not a claim of its network has a claim's name: that address is never given."""
+        with self._lock:
+            if self._foreign.get(name) != what:
+                log.warning("%s is at the name of an address claim: that address is never given", what)
+            self._foreign[name] = what
+            self.updated.notify_all()
+
+    def holds(self, network: str, address: IPAddress) -> str | None:
+        """Who holds the address by a claim object (None: nobody)."""
+        name = claim_name(network, address)
+        with self._lock:
+            c = self._view.get(name)
+            if c is not None and c.network == network:
+                return c.holder()
+            if name in self._foreign:
+                return self._foreign[name]
+            return "an ADD in flight" if name in self._pending else None
+
     def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
         """Until predicate(every claim in the view) holds, or timeout (for tools and tests)."""
         with self._lock:
@@ -129,6 +152,8 @@ class Allocator:
             name = claim_name(pool.network, addr)
             with self._lock:
                 if name in self._view or name in self._pending or name in self._foreign:
+                    continue
+                if self.covered(pool.network, addr):
                     continue
             got = self._create(pool, addr, holder, exact=False)
             if got is not None:
@@ -252,7 +277,7 @@ class Allocator:
         for c in self.claims():
             if c.node == self.node or now - c.created < grace:
                 continue
-            why = self._gone(c, node_exists, pod)
+            why = self.gone(c, node_exists, pod)
             if why is None:
                 continue
             self.release([c], "gc")
@@ -261,7 +286,7 @@ class Allocator:
         return freed
 
     @staticmethod
-    def _gone(c: Claim, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None]) -> str | None:
+    def gone(c: Claim, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None]) -> str | None:
         if c.pod:
             state = pod(c.pod)
             if state is None:

@@ -7,6 +7,7 @@ address for a container (NOT_UNICAST: a pool of 0.0.0.0/0 must never hand out a 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import zlib
 from collections.abc import Iterator, Mapping
@@ -80,6 +81,7 @@ class Range:
 class Pool:
     network: str  # the network's name on the node (a namespaced one's: namespace.name)
     sets: tuple[tuple[Range, ...], ...]  # one per address family
+    block_size: int | None = None  # as the intent says (None: blocks.size() picks); 1: a claim per address
 
     @staticmethod
     def of(network: str, conflist: Mapping[str, Any]) -> Pool | None:
@@ -87,7 +89,17 @@ class Pool:
         doc = (conflist.get("netcomp") or {}).get("pool")
         if not isinstance(doc, Mapping) or doc.get("type") != "cluster":
             return None
-        return Pool(network, tuple(tuple(Range.parse(r) for r in rs) for rs in doc.get("ranges") or []))
+        size = doc.get("blockSize")
+        return Pool(
+            network,
+            tuple(tuple(Range.parse(r) for r in rs) for rs in doc.get("ranges") or []),
+            size if isinstance(size, int) and size > 0 else None,
+        )
+
+    @property
+    def per_address(self) -> bool:
+        """Its addresses are claimed one object each (blockSize 1), not from blocks."""
+        return self.block_size == 1
 
     def size(self, family_set: int = 0) -> int:
         return sum(r.size for r in self.sets[family_set])
@@ -151,3 +163,10 @@ def claim_name(network: str, address: IPAddress) -> str:
     `namespace.name`), the address is tagged with its family and spelled with '-' ("v4-10-0-0-5", "v6-fd00--5")."""
     text = str(address).replace(".", "-").replace(":", "-")
     return f"{network.replace('/', '.')}.v{address.version}-{text}".lower()
+
+
+def network_label(network: str) -> str:
+    """The value of the netcomp.io/network label of a network's objects (what a node selects its objects by): its
+    name, dots for the namespace's slash; a name longer than a label value may be (63) is hashed."""
+    text = network.replace("/", ".").lower()
+    return text if len(text) <= 63 else "h-" + hashlib.sha256(text.encode()).hexdigest()[:40]

@@ -1,13 +1,17 @@
-"""A claim of one address, and what a store of claims does. The store's own uniqueness of names is the lock: a
-claim is created under claim_name(network, address), and a second create of that name fails (Taken) whoever
-tries it, on whichever node; there is no read-modify-write of a shared pool anywhere."""
+"""A claim of one address, what a store of claims does, and what a store of blocks does. The store's own
+uniqueness of names is the lock: a claim is created under claim_name(network, address), a block under
+blocks.block_name(network, block), and a second create of that name fails (Taken) whoever tries it, on whichever
+node. What an allocator does for an ADD (`AddressAllocator`) is the same whichever it is."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from netcomp.ipam.pool import IPAddress, Pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +31,13 @@ class Claim:
     node_in_cluster: bool = False  # the node is a Node of the cluster (only then may another node free it)
     uid: str = ""
     created: float = 0.0
+    block: str = ""  # the block it is given from (its object's name); "": a claim object of its own
 
     def to_doc(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        if not self.block:
+            del doc["block"]  # a claim object's record reads as it did before blocks
+        return doc
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Claim:
@@ -76,4 +84,37 @@ class Store(Protocol):
     def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
         """Until stop: call on_change(name, claim or None when it is gone) for every change made by anyone (a
         watch), after listing. Returns at once for a store only this daemon writes."""
+        ...
+
+
+class Gone(Exception):
+    """The block's object is not there any more, or is another object of that name now (another uid)."""
+
+
+class Conflict(Exception):
+    """A write made on one version of a block's record found another: nothing was written."""
+
+
+class AddressAllocator(Protocol):
+    """What an ADD and a DEL ask of the addresses of networks with `ipam: {type: cluster}`."""
+
+    def claim(self, pool: Pool, family_set: int, holder: Any, exact: IPAddress | None = None) -> Claim:
+        """One address of a range set of the pool (or exactly `exact`) for holder, held as in flight until
+        settle(). DelegateError: 11 (exhausted, the store away, `exact` held), 7 (`exact` not in the pool)."""
+        ...
+
+    def settle(self, claims: list[Claim]) -> None:
+        """The claims are in a cache entry now (or were given back): no longer in flight."""
+        ...
+
+    def release(self, claims: list[Claim], reason: str = "release") -> None:
+        """Give claims back. DelegateError 11 when a claim object cannot be deleted now (kept recorded)."""
+        ...
+
+    def claims(self, network: str | None = None) -> list[Claim]:
+        """The addresses in use (of one network), as this node knows them."""
+        ...
+
+    def show(self, pools: dict[str, Pool]) -> list[dict[str, Any]]:
+        """Per network its pool, what is in use and free, and every address in use (ipam show, explain)."""
         ...

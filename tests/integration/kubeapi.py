@@ -192,7 +192,7 @@ def _install_manifests(api: ApiServer) -> None:
     for crd in DANM_CRDS:
         ext.create_custom_resource_definition(crd)
     deadline = time.monotonic() + 30
-    names = ["networks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"]
+    names = ["networks.netcomp.io", "addressblocks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"]
     for name in [*names, *(crd["metadata"]["name"] for crd in DANM_CRDS)]:
         while True:
             crd = ext.read_custom_resource_definition(name)

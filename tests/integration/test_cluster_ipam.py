@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon.kubestore import GROUP, PLURAL, VERSION
+from netcomp.daemon.kubestore import GROUP, VERSION
 from netcomp.settings import KubeSettings
+from tests.integration.addrs import BLOCKS, CLAIMS, in_use
 from tests.integration.daemonlab import DaemonLab, daemon_lab
 from tests.integration.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NETS = ("netcomp.io", "v1", "networks")
-CLAIMS = (GROUP, VERSION, PLURAL)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,13 @@ def shared_network(custom: Any, obj: dict[str, Any]) -> Iterator[None]:
 
 
 def claims(custom: Any, net: str | None = None) -> list[dict[str, Any]]:
-    items = custom.list_cluster_custom_object(*CLAIMS)["items"]
-    return [o for o in items if net is None or o["spec"]["network"] == net]
+    return in_use(custom, net)
+
+
+def flushed(labs: list[DaemonLab]) -> None:
+    """Every node's writes behind done: the cluster's record is the nodes' own."""
+    for dl in labs:
+        assert dl.daemon.addresses.flush(30), dl.daemon.settings.nodeName
 
 
 @contextlib.contextmanager
@@ -144,6 +149,7 @@ def test_three_nodes_share_one_pool_without_a_duplicate(api: ApiServer, custom: 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             held = [x for x in pool.map(add, range(61)) if x is not None]
             assert problems == [] and len(held) == 61 and len(live) == 61
+            flushed(labs)
             assert object_claims(custom, "shared") == cached_claims(labs)
             extra = labs[0].lab.container()
             rc, err = labs[0].shim("ADD", extra, args="NETCOMP_NETWORKS=shared")
@@ -162,9 +168,10 @@ def test_three_nodes_share_one_pool_without_a_duplicate(api: ApiServer, custom: 
             assert problems == [], problems[:5]
             list(pool.map(lambda x: delete(*x), held[30:]))
         assert problems == [], problems[:5]
+        flushed(labs)
         assert claims(custom, "shared") == [] and cached_claims(labs) == set()
-        for dl in labs:
-            assert dl.daemon.addresses.allocator.claims("shared") == []
+        for dl in labs:  # what the others wrote reaches each node through its watch
+            assert dl.daemon.addresses.allocator.wait_for(lambda cs: not any(c.network == "shared" for c in cs), 30)
 
 
 def test_show_names_who_holds_what(api: ApiServer, custom: Any, tmp_path: Path) -> None:
@@ -195,6 +202,7 @@ def test_show_names_who_holds_what(api: ApiServer, custom: Any, tmp_path: Path) 
         assert next(n for n in status["networks"] if n["name"] == "showme")["addresses"] == "cluster (Kubernetes store)"
         for dl, ctr in zip(labs, ctrs, strict=True):
             assert dl.shim("DEL", ctr)[0] == 0
+        flushed(labs)
         assert claims(custom, "showme") == []
 
 
@@ -205,7 +213,10 @@ def test_api_server_gone_mid_storm(api: ApiServer, custom: Any, tmp_path: Path) 
     """With the API server away, ADDs fail with 11 before any plugin runs and claim nothing; a DEL cannot free
     its addresses and says so (11), keeping them recorded; once the server is back, everything is freed and
     nothing is left."""
-    with shared_network(custom, network("flaky", "10.99.0.0/27")), nodes(tmp_path, api, ["node-a"], "flaky") as labs:
+    with (
+        shared_network(custom, network("flaky", "10.99.0.0/27", blockSize=1)),
+        nodes(tmp_path, api, ["node-a"], "flaky") as labs,
+    ):
         dl = labs[0]
         before = [dl.lab.container() for _ in range(4)]
         for ctr in before:
@@ -250,7 +261,7 @@ def test_a_claim_nothing_records_is_freed_after_the_grace_period(api: ApiServer,
              "defaultNetwork": None, "ipamGrace": 3}  # fmt: skip
     with (
         contextlib.ExitStack() as stack,
-        shared_network(custom, network("crashy", "10.100.0.0/28")),
+        shared_network(custom, network("crashy", "10.100.0.0/28", blockSize=1)),
     ):
         holder["stack"] = stack
         node = stack.enter_context(
@@ -317,8 +328,10 @@ def test_cluster_gc_frees_a_gone_pods_address_never_a_live_one(
             assert [o["spec"]["pod"]["name"] for o in left] == ["alive"]
             core.delete_node("node-b")  # even with its node gone, a pod that exists keeps its address
             assert a.daemon.addresses.gc_cluster()["freed"] == []
-            for o in claims(custom, "gcnet"):
-                custom.delete_cluster_custom_object(*CLAIMS, o["metadata"]["name"])
+            for o in claims(custom, "gcnet"):  # what is left, whatever kind of object records it
+                for kind in (CLAIMS, BLOCKS):
+                    with contextlib.suppress(Exception):
+                        custom.delete_cluster_custom_object(*kind, o["metadata"]["name"])
     finally:
         for name in ("gone", "alive"):
             with contextlib.suppress(Exception):
@@ -385,9 +398,9 @@ def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) 
 def test_the_node_registered_after_the_daemon_started_is_followed(
     api: ApiServer, custom: Any, core: Any, tmp_path: Path
 ) -> None:
-    """A daemon usually starts before its kubelet registers the Node: claims made once the Node exists say the node
-    is a Node of the cluster (so other nodes may free them when it is gone), with no restart; a Node deleted again
-    is followed too."""
+    """A daemon usually starts before its kubelet registers the Node: once the Node exists the node's records (its
+    block's object) say it is a Node of the cluster (so other nodes may free what it held when it is gone), with no
+    restart; a Node deleted again is followed too."""
     with (
         shared_network(custom, network("latenode", "10.102.0.0/28")),
         nodes(tmp_path, api, ["late"], "latenode") as labs,
@@ -406,15 +419,22 @@ def test_the_node_registered_after_the_daemon_started_is_followed(
         node_watch.on_change(note)
         assert seen == [False] and not dl.daemon.addresses.allocator.node_in_cluster
         args = "IgnoreUnknown=1;NETCOMP_NETWORKS=latenode"
+
+        def blocks_say() -> set[bool]:
+            """What the node's block objects say of it, once its writes behind are done."""
+            assert dl.daemon.addresses.flush(30)
+            items = custom.list_cluster_custom_object(*BLOCKS)["items"]
+            return {b["spec"]["nodeInCluster"] for b in items if b["spec"]["network"] == "latenode"}
+
         assert dl.shim("ADD", "before", netns=f"/var/run/netns/{dl.lab.container()}", args=args)[0] == 0
+        assert blocks_say() == {False}
         core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}})
         try:
             with changed:
                 assert changed.wait_for(lambda: seen[-1] is True, 30), seen
             assert dl.daemon.addresses.allocator.node_in_cluster
             assert dl.shim("ADD", "after", netns=f"/var/run/netns/{dl.lab.container()}", args=args)[0] == 0
-            by_container = {o["spec"]["containerID"]: o["spec"]["nodeInCluster"] for o in claims(custom, "latenode")}
-            assert by_container == {"ctr-before": False, "ctr-after": True}  # run_shim names containers ctr-*
+            assert blocks_say() == {True}  # the block's record, written again, says so now
         finally:
             core.delete_node("late")
         with changed:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from netcomp.daemon.kubestore import GROUP, ID_PLURAL, VERSION
+from tests.integration.addrs import in_use
 from tests.integration.daemonlab import DaemonLab
 from tests.integration.kubeapi import ApiServer
 from tests.integration.netns import ip
@@ -136,10 +137,8 @@ def test_an_exact_danm_address_is_claimed_for_the_cluster(admin: Any, node: Daem
     ):
         ctr1, rc, res = attach(node, p1)
         assert rc == 0 and node.lab.addrs(ctr1, "eth0") == ["10.62.0.9/24"], res
-        holders = [
-            o["spec"]["pod"]["name"]
-            for o in custom.list_cluster_custom_object(GROUP, VERSION, "addressclaims")["items"]
-        ]
+        assert node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
+        holders = [o["spec"]["pod"]["name"] for o in in_use(custom)]
         assert holders == ["first"]
         ctr2, rc, res = attach(node, p2)
         assert rc == 1 and res["code"] == 11 and "team-a/first" in res["msg"], res

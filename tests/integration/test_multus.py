@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.addrs import in_use
 from tests.integration.daemonlab import DaemonLab
 from tests.integration.kubeapi import ApiServer
 from tests.integration.netns import ip
@@ -24,7 +25,6 @@ pytestmark = pytest.mark.root
 NAD = ("k8s.cni.cncf.io", "v1")
 NADS = "network-attachment-definitions"
 NETS = ("netcomp.io", "v1", "networks")
-CLAIMS = ("netcomp.io", "v1", "addressclaims")
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 NAMESPACES = ("team-a", "team-b")
 
@@ -251,8 +251,8 @@ def test_the_default_network_annotation_and_a_default_route_elsewhere(admin: Any
 
 
 def test_an_exact_address_from_a_cluster_pool(admin: Any, node: DaemonLab) -> None:
-    """ips on a pool network is an exact claim: the address's AddressClaim names the pod; another pod asking
-    for it is refused naming the holder, before any plugin, claiming nothing."""
+    """ips on a pool network is an exact claim: the cluster's record of the address names the pod; another pod
+    asking for it is refused naming the holder, before any plugin, claiming nothing."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin)
@@ -263,7 +263,8 @@ def test_an_exact_address_from_a_cluster_pool(admin: Any, node: DaemonLab) -> No
         ctr1, rc, res = attach(node, p1)
         assert rc == 0, res
         assert node.lab.addrs(ctr1, "net1") == ["10.86.0.7/24"]  # Multus's name: the annotation's first element
-        (claim,) = [o for o in custom.list_cluster_custom_object(*CLAIMS)["items"] if o["spec"]["network"] == "pool"]
+        assert node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
+        (claim,) = in_use(custom, "pool")
         assert (claim["spec"]["address"], claim["spec"]["pod"]["name"]) == ("10.86.0.7", "holder")
 
         ctr2, rc, res = attach(node, p2)
@@ -271,12 +272,12 @@ def test_an_exact_address_from_a_cluster_pool(admin: Any, node: DaemonLab) -> No
         assert res["msg"].startswith("pod team-a/late: annotation k8s.v1.cni.cncf.io/networks: item 0 ('pool'): ")
         assert "10.86.0.7" in res["msg"] and "team-a/holder" in res["msg"] + res.get("details", ""), res
         assert node.lab.links(ctr2) == ["lo"]
-        assert (
-            len([o for o in custom.list_cluster_custom_object(*CLAIMS)["items"] if o["spec"]["network"] == "pool"]) == 1
-        )
+        assert node.daemon.addresses.flush(30)
+        assert len(in_use(custom, "pool")) == 1
         assert ("Warning", "FailedAddNetworks") in [e[:2] for e in events_of(admin, node, p2)]
         detach(node, ctr1, p1)
-        assert not [o for o in custom.list_cluster_custom_object(*CLAIMS)["items"] if o["spec"]["network"] == "pool"]
+        assert node.daemon.addresses.flush(30)
+        assert not in_use(custom, "pool")
 
 
 def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, node: DaemonLab) -> None:

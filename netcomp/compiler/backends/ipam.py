@@ -121,7 +121,10 @@ def pool(ipam: IPAM | None) -> dict[str, Any] | None:
     """The address pool the daemon allocates from, for the netcomp block (None unless the IPAM is cluster)."""
     if not isinstance(ipam, ClusterIPAM):
         return None
-    return {"type": "cluster", "ranges": _range_sets(ipam.all_ranges(), _pool_range)}
+    out: dict[str, Any] = {"type": "cluster", "ranges": _range_sets(ipam.all_ranges(), _pool_range)}
+    if ipam.blockSize is not None:
+        out["blockSize"] = ipam.blockSize
+    return out
 
 
 def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:

@@ -1,0 +1,274 @@
+"""Address blocks on the Kubernetes API: one `AddressBlock` object (addressblocks.netcomp.io, cluster-scoped) per
+block a node holds, named blocks.block_name(network, block), labelled with its network (pool.network_label) so
+that a node lists (a page at a time) and watches only the blocks of the networks it serves.
+
+Writes are made so that none can undo another's: the holder's record of its containers is a merge patch of the
+addresses that changed (on the object of that uid); a request is a merge patch of one key; a lent address is
+changed by its borrower only while it is lent to it (a JSON patch whose `test` says so); a grant is made on one
+version of the record only (a JSON patch testing its resourceVersion), and a block is deleted only while it is
+that version (DeleteOptions preconditions). Loaded only with a cluster configured."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+from netcomp.daemon import heap
+from netcomp.daemon.kube import Cluster, explain
+from netcomp.daemon.kubeclient import ApiException
+from netcomp.daemon.kubewatch import Events, Selection, keep_following, pages
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockstate import Record
+from netcomp.ipam.pool import network_label
+from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+
+log = logging.getLogger("netcomp.ipam")
+GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
+LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
+WATCH_SECONDS = 300
+# Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
+# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
+PAGE = 10
+# Blocks are parsed by the stdlib's json: orjson keeps the last 2,048 keys it saw in a cache of its own, and a
+# block's keys are its addresses.
+
+
+def to_object(rec: Record) -> dict[str, Any]:
+    labels = {LABEL_NETWORK: network_label(rec.network)}
+    if len(rec.node) <= 63:
+        labels[LABEL_NODE] = rec.node
+    spec = {
+        "network": rec.network,
+        "cidr": rec.cidr,
+        "node": rec.node,
+        "nodeInCluster": rec.node_in_cluster,
+        "used": rec.used,
+        "lent": rec.lent,
+        "requests": rec.requests,
+    }
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": rec.name, "labels": labels},
+            "spec": spec}  # fmt: skip
+
+
+def _created(meta: dict[str, Any]) -> float:
+    try:
+        return datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def from_object(obj: dict[str, Any]) -> Record | None:
+    """The record an object is; None when it is not an AddressBlock netcomp wrote."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if obj.get("kind") not in (KIND, None) or not all(
+        isinstance(spec.get(k), str) for k in ("network", "cidr", "node")
+    ):
+        return None
+
+    def maps(key: str) -> dict[str, dict[str, Any]]:
+        got = spec.get(key)
+        if not isinstance(got, dict):
+            return {}
+        if all(isinstance(v, dict) for v in got.values()):
+            return got  # as parsed: a list's pages are large, and not copied
+        return {str(k): v for k, v in got.items() if isinstance(v, dict)}
+
+    try:
+        rec = Record(
+            str(meta.get("name", "")), spec["network"], spec["cidr"], spec["node"], bool(spec.get("nodeInCluster")),
+            maps("used"), maps("lent"), maps("requests"), str(meta.get("uid", "")),
+            str(meta.get("resourceVersion", "")), _created(meta),
+        )  # fmt: skip
+        rec.net  # noqa: B018 (a cidr that is not one: not a block)
+    except ValueError:
+        return None
+    return rec
+
+
+def _pointer(*parts: str) -> str:
+    """A JSON pointer (RFC 6901) to spec's member: '~' and '/' escaped."""
+    return "/spec/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class KubeBlocks:
+    kind = "Kubernetes"
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.custom: Any = cluster.custom
+        self.timeout = cluster.kube.timeout
+        self.metrics = cluster.metrics
+        self.selection = Selection("ipam-blocks", self._follow)
+        self.alloc: BlockAllocator | None = None
+        self.events = 0  # watch events taken in (for status and the fleet benchmark)
+        self.last_error: str | None = None
+
+    def _unavailable(self, e: Exception) -> StoreUnavailable:
+        if isinstance(e, ApiException):
+            why = f"{e.status} {e.reason}"
+            if e.status == 404:
+                why += f" (is the {PLURAL}.{GROUP} CRD installed?)"
+            if e.status == 403:
+                why += f" (the node's ClusterRole must allow {PLURAL}: packaging/kubernetes/rbac.yaml)"
+            return StoreUnavailable(f"the API server answered {why}")
+        return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+
+    def _call(self, method: str, *args: Any, gone: tuple[int, ...] = (), conflict: tuple[int, ...] = (),
+              **kwargs: Any) -> Any:  # fmt: skip
+        try:
+            return getattr(self.custom, method)(GROUP, VERSION, PLURAL, *args, _request_timeout=self.timeout, **kwargs)
+        except ApiException as e:
+            if e.status in gone:
+                raise Gone(f"{e.status} {e.reason}") from None
+            if e.status in conflict:
+                raise Conflict(f"{e.status} {e.reason}") from None
+            raise self._unavailable(e) from None
+        except (Gone, Conflict):
+            raise
+        except Exception as e:
+            raise self._unavailable(e) from None
+
+    def _record(self, obj: Any) -> Record:
+        rec = from_object(obj)
+        if rec is None:
+            raise StoreUnavailable("the API server answered with something that is not a block")
+        return rec
+
+    # ------------------------------------------------------------------------------------------------ BlockStore
+
+    def create(self, rec: Record) -> Record:
+        try:
+            return self._record(self._call("create_cluster_custom_object", to_object(rec), conflict=(409,)))
+        except Conflict:
+            pass
+        held = self.get(rec.name)
+        if held is None or held.network != rec.network:
+            what = f"object {PLURAL}/{rec.name}" + (f" of network {held.network!r}" if held else "")
+            raise Taken(None, what) from None
+        raise Taken(held) from None
+
+    def get(self, name: str) -> Record | None:
+        try:
+            return self._record(self._call("get_cluster_custom_object", name, gone=(404,)))
+        except Gone:
+            return None
+
+    def write_used(
+        self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
+    ) -> Record:
+        spec: dict[str, Any] = {"used": changes}
+        if node_in_cluster is not None:
+            spec["nodeInCluster"] = node_in_cluster
+        body = {"metadata": {"uid": uid}, "spec": spec}
+        return self._record(self._call("patch_cluster_custom_object", name, body, gone=(404, 409)))
+
+    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> Record:
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
+        ops += [{"op": "add", "path": _pointer("lent", addr), "value": entry} for addr, entry in lent.items()]
+        ops += [{"op": "remove", "path": _pointer("requests", key)} for key in answered]
+        return self._record(self._call("patch_cluster_custom_object", name, ops, gone=(404,), conflict=(409, 422)))
+
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
+        body = {"metadata": {"uid": uid}, "spec": {"requests": {key: request}}}
+        self._call("patch_cluster_custom_object", name, body, gone=(404, 409))
+
+    def update_lent(self, name: str, address: str, node: str, entry: dict[str, Any] | None) -> bool:
+        ops: list[dict[str, Any]] = [{"op": "test", "path": _pointer("lent", address, "node"), "value": node}]
+        path = _pointer("lent", address)
+        ops.append(
+            {"op": "replace", "path": path, "value": entry} if entry is not None else {"op": "remove", "path": path}
+        )
+        try:
+            self._call("patch_cluster_custom_object", name, ops, gone=(404,), conflict=(409, 422))
+        except Conflict:
+            return False
+        return True
+
+    def delete(self, name: str, uid: str, rv: str) -> bool:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid, "resourceVersion": rv}}
+        try:
+            self._call("delete_cluster_custom_object", name, body=body, gone=(404,), conflict=(409,))
+        except (Gone, Conflict):
+            return False
+        return True
+
+    def pages(self, networks: list[str] | None) -> Iterator[list[Record]]:
+        selector = _selector(networks) if networks is not None else None
+        if networks is not None and not networks:
+            return
+        try:
+            for items, _ in pages(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                                  timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+                yield [r for r in map(from_object, items) if r is not None]
+        except ApiException as e:
+            raise self._unavailable(e) from None
+        except (OSError, ValueError) as e:
+            raise self._unavailable(e) from None
+
+    # ------------------------------------------------------------------------------------------------ following
+
+    def follow(self, alloc: BlockAllocator, networks: list[str]) -> None:
+        """Feed `alloc` the blocks of `networks` (listed, then watched) from now on, instead of any earlier ones."""
+        self.alloc = alloc
+        self.selection.select(_selector(networks) if networks else None)
+        if not networks:
+            alloc.listed(set(), set())
+
+    def _follow(self, selector: str, stop: threading.Event, current: Callable[[], bool]) -> None:
+        alloc = self.alloc
+        assert alloc is not None
+        networks = _networks(selector)
+
+        def relist() -> str:
+            names: set[str] = set()
+            rv = ""
+            call = self.custom.list_cluster_custom_object
+            for items, version in pages(call, GROUP, VERSION, PLURAL, timeout=max(self.timeout, 30), limit=PAGE,
+                                        label_selector=selector, _loads=json.loads):  # fmt: skip
+                rv = version
+                for rec in map(from_object, items):
+                    if rec is not None and current():
+                        names.add(rec.name)
+                        alloc.seen(rec, "list")
+            if current():
+                alloc.listed(names, {n for n in alloc.pools if network_label(n) in networks})
+                self.last_error = None
+            heap.give_back()  # the pages parsed are garbage now
+            return rv
+
+        def watch(rv: str, stop: threading.Event) -> str:
+            events = Events(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, rv=rv, stop=stop,
+                            seconds=WATCH_SECONDS, label_selector=selector, allow_watch_bookmarks=True,
+                            _loads=json.loads)  # fmt: skip
+            for kind, obj in events:
+                if not current():
+                    break
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.events += 1
+                if kind == "DELETED":
+                    alloc.gone(str((obj.get("metadata") or {}).get("name", "")))
+                elif kind in ("ADDED", "MODIFIED") and (rec := from_object(obj)) is not None:
+                    alloc.seen(rec, "watch")
+            return events.rv
+
+        def failed(why: str) -> None:
+            self.metrics.kube_errors.labels("watch").inc()
+            if why != self.last_error:
+                log.warning("address blocks: %s (giving from the blocks held meanwhile)", why)
+            self.last_error = why
+            alloc.unreachable(why)
+
+        keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
+                       lambda e: str(self._unavailable(e)))  # fmt: skip
+
+
+def _selector(networks: list[str]) -> str:
+    return f"{LABEL_NETWORK} in ({','.join(sorted({network_label(n) for n in networks}))})"
+
+
+def _networks(selector: str) -> set[str]:
+    inside = selector[selector.index("(") + 1 : selector.rindex(")")]
+    return set(inside.split(","))

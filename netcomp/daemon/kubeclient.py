@@ -1,0 +1,450 @@
+"""The few Kubernetes API calls the daemon makes, as raw JSON over one pool of kept-alive HTTPS connections
+(http.client and ssl: the stdlib). The `kubernetes` library's client imports its whole model tree, thousands of
+classes resident in every daemon for calls that read and write plain JSON; it is loaded only for a kubeconfig
+whose credentials need it (an exec or auth-provider plugin, a proxy), and then carries the same calls through its
+ApiClient. Either way the calls keep the names and arguments of the library's CoreV1Api and CustomObjectsApi
+(`core()`, `custom()`), so code reads as it would with the library, and errors are ApiException (status,
+reason) as the library's are."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import ssl
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from netcomp.fsutil import read_bounded
+
+MAX_KUBECONFIG = 4 << 20  # a kubeconfig, token or certificate file: far below this
+
+IDLE_CONNECTIONS = 16  # connections kept alive for the next call; more may be open at once, then closed
+
+
+class ApiException(Exception):
+    """The API server answered with an error status (or a watch ended with an ERROR event)."""
+
+    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
+        super().__init__(f"({status}) {reason}")
+        self.status, self.reason, self.body = status, reason, body
+
+
+class Response:
+    """An answer read whole (what the library returns with `_preload_content=False`: `.data`, `.status`)."""
+
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status, self.data = status, data
+
+    def json(self) -> Any:
+        return orjson.loads(self.data) if self.data else None
+
+
+class KubeConfigError(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------ kubeconfig
+
+
+def _pick(items: Any, name: str, what: str) -> dict[str, Any]:
+    for item in items or []:
+        if isinstance(item, dict) and item.get("name") == name and isinstance(item.get(what), dict):
+            return item[what]  # type: ignore[no-any-return]
+    raise KubeConfigError(f"no {what} named {name!r}")
+
+
+def _data_or_file(d: Mapping[str, Any], key: str, base: Path) -> bytes | None:
+    if d.get(f"{key}-data"):
+        return base64.b64decode(str(d[f"{key}-data"]))
+    if d.get(key):
+        return read_bounded(base / str(d[key]), MAX_KUBECONFIG)
+    return None
+
+
+class Endpoint:
+    """Where the API server is and how to talk to it, from a kubeconfig's current context (the common forms: a
+    token or token file, a client certificate, a CA). `needs_library`: the context uses something only the
+    kubernetes library implements."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG))
+        except (OSError, yaml.YAMLError) as e:
+            raise KubeConfigError(str(e)) from None
+        if not isinstance(doc, dict):
+            raise KubeConfigError("not a kubeconfig (no mapping at the top)")
+        base = Path(path).parent
+        name = doc.get("current-context") or next(
+            (c.get("name") for c in doc.get("contexts") or [] if isinstance(c, dict)), None
+        )
+        if not name:
+            raise KubeConfigError("no current-context and no context")
+        context = _pick(doc.get("contexts"), str(name), "context")
+        cluster = _pick(doc.get("clusters"), str(context.get("cluster")), "cluster")
+        user = _pick(doc.get("users"), str(context.get("user")), "user") if context.get("user") else {}
+        self.needs_library = bool(
+            user.get("exec") or user.get("auth-provider") or user.get("username") or cluster.get("proxy-url")
+        )
+        server = urllib.parse.urlsplit(str(cluster.get("server") or ""))
+        if server.scheme not in ("https", "http") or not server.hostname:
+            raise KubeConfigError(f"cluster server {cluster.get('server')!r} is not an https:// URL")
+        self.scheme, self.host = server.scheme, server.hostname
+        self.port = server.port or (443 if server.scheme == "https" else 80)
+        self.prefix = server.path.rstrip("/")
+        self.verify = not cluster.get("insecure-skip-tls-verify")
+        self.server_name = cluster.get("tls-server-name") or None
+        try:
+            self.ca = _data_or_file(cluster, "certificate-authority", base)
+            self.cert = _data_or_file(user, "client-certificate", base)
+            self.key = _data_or_file(user, "client-key", base)
+        except (OSError, ValueError) as e:
+            raise KubeConfigError(str(e)) from None
+        self.token = str(user.get("token") or "")
+        self.token_file = str(base / str(user["tokenFile"])) if user.get("tokenFile") else ""
+
+    def tls(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.verify:
+            if self.ca is not None:
+                ctx.load_verify_locations(cadata=self.ca.decode())
+            else:
+                ctx.load_default_certs()
+        else:
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        if self.cert is not None and self.key is not None:
+            # ssl takes a certificate chain from files only: a private temp file, gone once loaded.
+            with tempfile.NamedTemporaryFile(prefix="netcomp-kube-") as f:
+                f.write(self.cert + b"\n" + self.key)
+                f.flush()
+                ctx.load_cert_chain(f.name)
+        return ctx
+
+    def authorization(self) -> str:
+        token = self.token
+        if self.token_file:  # re-read: a projected token file is rotated under the daemon
+            with contextlib.suppress(OSError):
+                token = read_bounded(self.token_file, MAX_KUBECONFIG).decode().strip()
+        return f"Bearer {token}" if token else ""
+
+
+# ------------------------------------------------------------------------------------------------ transports
+
+
+class _TLSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection that may check the server's certificate against another name (tls-server-name)."""
+
+    server_name: str | None = None
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name or self.host)  # type: ignore[attr-defined]
+
+
+class HttpTransport:
+    """Requests over a pool of kept-alive connections: a caller takes an idle one or opens one, and gives it back
+    (at most IDLE_CONNECTIONS stay open). A kept-alive connection the server closed meanwhile is opened again
+    once, for any request: the server had not read it."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.ep = endpoint
+        self.ctx = endpoint.tls() if endpoint.scheme == "https" else None
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _open(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.ctx is None:
+            return http.client.HTTPConnection(self.ep.host, self.ep.port, timeout=timeout)
+        conn = _TLSConnection(self.ep.host, self.ep.port, timeout=timeout, context=self.ctx)
+        conn.server_name = self.ep.server_name
+        return conn
+
+    def _take(self) -> tuple[http.client.HTTPConnection | None, bool]:
+        with self._lock:
+            return (self._idle.pop(), True) if self._idle else (None, False)
+
+    def _give(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _send(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn, reused = self._take()
+        for attempt in (0, 1):
+            if conn is None:
+                conn = self._open(timeout)
+            elif conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            conn.timeout = timeout
+            try:
+                conn.request(method, self.ep.prefix + path, body=body, headers=headers)
+                return conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if not reused or attempt:
+                    raise
+                conn, reused = None, False
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
+                ) -> Response:  # fmt: skip
+        conn, resp = self._send(method, path, body, headers, timeout)
+        try:
+            data = resp.read()
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            self._give(conn)
+        return Response(resp.status, data)
+
+    def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
+        """The lines of a streamed answer (a watch), on a connection of its own that is closed at the end."""
+        conn, resp = self._send("GET", path, None, headers, timeout)
+        try:
+            if resp.status >= 300:
+                raise ApiException(resp.status, resp.reason, resp.read())
+            while line := resp.readline():
+                yield line
+        finally:
+            conn.close()
+
+
+class LibraryTransport:
+    """The same requests through the kubernetes library's ApiClient (its credential plugins, proxies)."""
+
+    def __init__(self, path: str) -> None:
+        from kubernetes import client
+        from kubernetes.config import kube_config
+
+        try:
+            # Read as every file netcomp reads (fsutil.read_bounded), not whole by the library; relative file
+            # names in it are relative to its directory, as kubectl takes them.
+            doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG))
+            if not isinstance(doc, dict):
+                raise KubeConfigError("not a kubeconfig (no mapping at the top)")
+            conf = client.Configuration()
+            kube_config.KubeConfigLoader(
+                config_dict=doc, config_base_path=str(Path(path).absolute().parent)
+            ).load_and_set(conf)
+            self.api: Any = client.ApiClient(configuration=conf)
+        except KubeConfigError:
+            raise
+        except Exception as e:
+            raise KubeConfigError(str(e)) from None
+
+    def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None,
+              stream: bool) -> Any:  # fmt: skip
+        from kubernetes.client.exceptions import ApiException as LibError
+
+        query = None
+        if "?" in path:
+            path, _, qs = path.partition("?")
+            query = urllib.parse.parse_qsl(qs)
+        try:
+            return self.api.call_api(
+                path, method, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=timeout,
+            )  # fmt: skip
+        except LibError as e:
+            raise ApiException(e.status or 0, str(e.reason), (e.body or "").encode()) from None
+
+    def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
+                ) -> Response:  # fmt: skip
+        resp = self._call(method, path, orjson.loads(body) if body else None, headers, timeout, False)
+        return Response(resp.status, resp.data)
+
+    def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
+        resp = self._call("GET", path, None, headers, timeout, True)
+        try:
+            buf = b""
+            for chunk in resp.stream(amt=None, decode_content=False):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                yield from (line + b"\n" for line in lines)
+        finally:
+            resp.release_conn()
+
+
+# ------------------------------------------------------------------------------------------------ the API
+
+
+class Api:
+    """JSON calls to the API server named by a kubeconfig. HostError-free: KubeConfigError at construction,
+    ApiException for an error status, OSError (and ssl/http.client errors) when the server is not reached."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        ep = Endpoint(kubeconfig)
+        self.endpoint = ep
+        self.transport: HttpTransport | LibraryTransport = (
+            LibraryTransport(kubeconfig) if ep.needs_library else HttpTransport(ep)
+        )
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        h = {"Accept": "application/json", "User-Agent": "netcomp"}
+        if not isinstance(self.transport, LibraryTransport) and (auth := self.endpoint.authorization()):
+            h["Authorization"] = auth
+        if content_type:
+            h["Content-Type"] = content_type
+        return h
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        *,
+        timeout: float | None = None,
+        content_type: str = "application/json",
+    ) -> Response:
+        """One call; ApiException for a status of 300 and more."""
+        url = path + ("?" + urllib.parse.urlencode(_query(query)) if query else "")
+        data = orjson.dumps(body) if body is not None else None
+        resp = self.transport.request(method, url, data, self._headers(content_type if data else None), timeout)
+        if resp.status >= 300:
+            raise ApiException(resp.status, _reason(resp), resp.data)
+        return resp
+
+    def watch(
+        self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
+    ) -> Iterator[dict[str, Any]]:
+        """The events of a watch, each {"type", "object"}; an ERROR event is raised as ApiException (410: the
+        resourceVersion is too old, list again)."""
+        url = path + "?" + urllib.parse.urlencode(_query({**query, "watch": "true"}))
+        for line in self.transport.stream(url, self._headers(), timeout):
+            if not line.strip():
+                continue
+            event = loads(line)
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "ERROR":
+                obj = event.get("object") or {}
+                raise ApiException(int(obj.get("code") or 500), f"{obj.get('reason')}: {obj.get('message')}")
+            yield event
+
+    def core(self) -> Facade:
+        return Facade(self, CORE)
+
+    def custom(self) -> Facade:
+        return Facade(self, CUSTOM)
+
+
+def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for k, v in q.items():
+        if v is None:
+            continue
+        out.append((k, ("true" if v else "false") if isinstance(v, bool) else str(v)))
+    return out
+
+
+def _reason(resp: Response) -> str:
+    """The status's reason and, when the server says one, its message."""
+    with contextlib.suppress(ValueError, AttributeError):
+        doc = resp.json()
+        if isinstance(doc, dict) and doc.get("message"):
+            return f"{http.client.responses.get(resp.status, '')}: {doc['message']}".strip(": ")
+    return http.client.responses.get(resp.status, str(resp.status))
+
+
+# ------------------------------------------------------------------------------------------------ the names
+
+
+# The library's method name -> (HTTP method, path, its parameters in order, what a dict body is patched as).
+Route = tuple[str, str, tuple[str, ...], str]
+POD = "/api/v1/namespaces/{namespace}/pods"
+CO = "/apis/{group}/{version}"
+CORE: dict[str, Route] = {
+    "read_namespaced_pod": ("GET", POD + "/{name}", ("name", "namespace"), ""),
+    "list_pod_for_all_namespaces": ("GET", "/api/v1/pods", (), ""),
+    "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), "strategic"),
+    "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events", ("namespace", "body"), ""),
+    "read_node": ("GET", "/api/v1/nodes/{name}", ("name",), ""),
+    "list_node": ("GET", "/api/v1/nodes", (), ""),
+    "list_service_for_all_namespaces": ("GET", "/api/v1/services", (), ""),
+}
+GVP = ("group", "version", "plural")
+ONE = CO + "/{plural}/{name}"
+NS_GVP = ("group", "version", "namespace", "plural")
+NS_ONE = CO + "/namespaces/{namespace}/{plural}/{name}"
+CUSTOM: dict[str, Route] = {
+    "list_cluster_custom_object": ("GET", CO + "/{plural}", GVP, ""),
+    "create_cluster_custom_object": ("POST", CO + "/{plural}", (*GVP, "body"), ""),
+    "get_cluster_custom_object": ("GET", ONE, (*GVP, "name"), ""),
+    "delete_cluster_custom_object": ("DELETE", ONE, (*GVP, "name", "body"), ""),
+    "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), "merge"),
+    "replace_cluster_custom_object": ("PUT", ONE, (*GVP, "name", "body"), ""),
+    "get_namespaced_custom_object": ("GET", NS_ONE, (*NS_GVP, "name"), ""),
+    "create_namespaced_custom_object": ("POST", CO + "/namespaces/{namespace}/{plural}", (*NS_GVP, "body"), ""),
+    "replace_namespaced_custom_object": ("PUT", NS_ONE, (*NS_GVP, "name", "body"), ""),
+    "delete_namespaced_custom_object": ("DELETE", NS_ONE, (*NS_GVP, "name", "body"), ""),
+    "get_api_resources": ("GET", CO, ("group", "version"), ""),
+}
+PATCH_TYPES = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+}
+# The library's keyword arguments that are query parameters, by their names on the wire.
+QUERY = {
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "limit": "limit",
+    "_continue": "continue",
+    "grace_period_seconds": "gracePeriodSeconds",
+}
+
+
+class Facade:
+    """CoreV1Api's or CustomObjectsApi's methods by their names (ROUTES): positional and keyword parameters as
+    the library takes them, `_request_timeout`, `_preload_content=False` for a Response instead of the JSON
+    document, `watch=True` for an iterator of events, and `_loads` to parse with (orjson's loads by default). A
+    list body is a JSON patch."""
+
+    def __init__(self, api: Api, routes: dict[str, Route]) -> None:
+        self.api, self.routes = api, routes
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        try:
+            route = self.routes[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return lambda *args, **kwargs: self._call(route, args, kwargs)
+
+    def _call(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        method, template, params, patch = route
+        values = dict(zip(params, args, strict=False)) | {k: kwargs.pop(k) for k in params if k in kwargs}
+        body = values.pop("body", None)
+        path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in values.items()})
+        timeout = kwargs.pop("_request_timeout", None)
+        preload = kwargs.pop("_preload_content", True)
+        watch = kwargs.pop("watch", False)
+        loads = kwargs.pop("_loads", orjson.loads)
+        kwargs.pop("deserialize", None)
+        query = {QUERY.get(k, k): v for k, v in kwargs.items()}
+        if watch:
+            return self.api.watch(path, query, timeout, loads)
+        ctype = PATCH_TYPES["json" if isinstance(body, list) else patch] if method == "PATCH" else "application/json"
+        resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype)
+        return resp if not preload else (loads(resp.data) if resp.data else None)

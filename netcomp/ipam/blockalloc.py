@@ -1,0 +1,414 @@
+"""Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
+ADD's path once the node holds a block with a free address.
+
+A node claims a block by creating its object (the name is the lock), ahead of need: when the free addresses of
+its blocks of a range set fall under a quarter of a block, the worker (worker.py) claims another in the
+background. Inside its blocks it gives addresses from what it knows itself: its containers' addresses (the cache
+records each, the write-ahead), the ADDs in flight, what it lent, what AddressClaim objects take. The blocks'
+records say which container uses which address, written behind by the worker, never ahead of the cache.
+
+When no block is free, a node borrows single addresses from other nodes' blocks, as Calico's IPAM lets a host
+allocate from a block another host has affinity to (libcalico-go/lib/ipam/ipam.go), but the holder stays the only
+one that gives addresses of its block: the borrower writes a request on the block's record, the holder answers by
+recording the addresses it lends on a version of the record it read (its write fails if the record changed
+meanwhile), and never gives a lent address itself until the borrower has removed it. So a small pool fills to its
+last address whichever node holds which block.
+
+A node that finds its block's object gone (an admin, etcd restored from a backup) stops giving from it at once
+and claims it again with what it knows; when another node holds it now, its containers' addresses are recorded
+there as lent to it."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+import uuid
+import zlib
+
+from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
+from netcomp.errors import DelegateError
+from netcomp.ipam.allocator import Holder
+from netcomp.ipam.blocks import Layout, block_name, lowest
+from netcomp.ipam.blockstate import Borrowed, Held, Record, Seen
+from netcomp.ipam.blockview import TOMBSTONE, Ask, BlockView
+from netcomp.ipam.pool import IPAddress, Pool
+from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
+
+log = logging.getLogger("netcomp.ipam")
+
+
+class BlockAllocator(BlockView):
+    # ------------------------------------------------------------------------------------------------ start
+
+    def load(self, claims: list[Claim]) -> None:
+        """The blocks this node's record says it holds, and its cache's claims of blocks (every address its
+        containers use, and those of ADDs a crash left half done: they are undone by recovery, which releases
+        them)."""
+        with self._lock:
+            for loaded in self.record.load():
+                self.held[loaded.name] = loaded
+            for c in claims:
+                if not c.block:
+                    continue
+                addr = ipaddress.ip_address(c.address)
+                h = self.held.get(c.block)
+                if h is not None and addr in h.net:
+                    h.local[int(addr) - int(h.net.network_address)] = c
+                elif c.block not in self.held:
+                    net = self._net_of(c)
+                    off = int(addr) - int(net.network_address) if net is not None else -1
+                    self.recorded.setdefault(c.block, {})[off] = c
+                    fs = self._family_set(c.network, addr)
+                    self.borrowed[(c.block, off)] = Borrowed(c.block, c.network, fs, addr, "", c, written=False)
+            for h in self.held.values():
+                h.empty_since = time.monotonic() if h.empty() else None
+
+    def _net_of(self, c: Claim) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        prefix = c.block.rsplit("-", 1)[-1]
+        if not prefix.isdigit():
+            return None
+        return ipaddress.ip_network(f"{c.address}/{prefix}", strict=False)
+
+    # ------------------------------------------------------------------------------------------------ giving
+
+    def claim(self, pool: Pool, family_set: int, holder: Holder, exact: IPAddress | None = None) -> Claim:
+        layout = self.layouts.get((pool.network, family_set)) or Layout(pool, family_set)
+        if exact is not None:
+            return self._exact(layout, holder, exact)
+        key = (pool.network, family_set)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            net = None
+            with self._lock:
+                got = self._take(layout, holder)
+                if got is not None:
+                    return got
+                if key in self.claiming or not (self.synced.is_set() or self.last_error):
+                    if self._wait(deadline):
+                        continue  # another ADD is claiming a block, or the first list is not in yet
+                    if key in self.claiming:
+                        raise DelegateError(E_TRY_LATER, f"network {pool.network!r}: still waiting for a block", "")
+                net = self._free_block(layout)
+                if net is not None:
+                    self.claiming.add(key)
+            if net is not None:
+                try:
+                    self.claim_block(layout, net, on_add_path=True)
+                finally:
+                    with self._lock:
+                        self.claiming.discard(key)
+                        self.updated.notify_all()
+                continue
+            got = self._borrow(layout, holder, None, deadline)
+            if got is not None:
+                return got
+            raise DelegateError(
+                E_TRY_LATER,
+                f"network {pool.network!r}: no free address in {pool.describe(family_set)} "
+                f"({pool.size(family_set)} addresses, all claimed)",
+                "see `netcomp ipam show`",
+            )
+
+    def _wait(self, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        return left > 0 and (self.updated.wait(left) or time.monotonic() < deadline)
+
+    def _claim(self, h: Held | Borrowed, addr: IPAddress, holder: Holder, block: str) -> Claim:
+        return Claim(
+            block, h.network, str(addr), self.node, holder.container_id, holder.ifname, holder.pod, holder.pod_uid,
+            self.node_in_cluster, block=block,
+        )  # fmt: skip
+
+    def _take(self, layout: Layout, holder: Holder) -> Claim | None:
+        """An address of a held block (or a free borrowed one), marked in flight. With the lock held."""
+        network, fs = layout.pool.network, layout.family_set
+        for h in self.held.values():
+            if h.network != network or h.family_set != fs or h.lost:
+                continue
+            free = layout.usable(h.net) & ~h.busy()
+            off = lowest(free, h.cursor)
+            if off < 0:
+                continue
+            h.pending.add(off)
+            h.cursor, h.empty_since = off + 1, None
+            if self.free_count(layout) < layout.size // 4:
+                self.worker.prefetch((network, fs))
+            return self._claim(h, h.address(off), holder, h.name)
+        return None
+
+    def free_count(self, layout: Layout) -> int:
+        network, fs = layout.pool.network, layout.family_set
+        return sum(
+            (layout.usable(h.net) & ~h.busy()).bit_count()
+            for h in self.held.values()
+            if h.network == network and h.family_set == fs and not h.lost
+        )
+
+    def _free_block(self, layout: Layout) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        """A block nobody holds, as far as the view says (never one whose object just went, nor one overlapping a
+        block of another size)."""
+        network = layout.pool.network
+        now = time.monotonic()
+        known = [s.net for s in self.view.values() if s.network == network]
+        prefixes = {n.prefixlen for n in known}
+        for net in layout.blocks(self.node):
+            name = block_name(network, net)
+            if name in self.view or name in self.held or now - self.tombstones.get(name, -TOMBSTONE) < TOMBSTONE:
+                continue
+            if prefixes - {net.prefixlen} and any(net.overlaps(o) for o in known):
+                continue  # the network's blockSize changed: a block of the old size covers part of it
+            return net
+        return None
+
+    def claim_block(
+        self, layout: Layout, net: ipaddress.IPv4Network | ipaddress.IPv6Network, *, on_add_path: bool
+    ) -> bool:
+        """Create the block's object; True when this node holds it now. DelegateError 11 on an ADD's path when the
+        store cannot be reached (elsewhere: False)."""
+        network = layout.pool.network
+        rec = Record(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
+        with self._lock:
+            self.creating.add(rec.name)
+        try:
+            got = self.store.create(rec)
+        except Taken as t:
+            self.counted("conflict", network)
+            other = t.holder if isinstance(t.holder, Record) else None
+            if other is not None and other.node == self.node:
+                got = other  # ours: an earlier create whose answer was lost
+            else:
+                with self._lock:
+                    self.creating.discard(rec.name)
+                    if other is not None:
+                        self.seen(other, "answer")
+                    else:
+                        self.tombstones[rec.name] = time.monotonic() + 3600  # not a block of this network
+                        log.warning("block %s of network %s: %s, never touched", net, network, t.foreign)
+                return False
+        except StoreUnavailable as e:
+            self.last_error = str(e)
+            with self._lock:
+                self.creating.discard(rec.name)
+            if not on_add_path:
+                return False
+            raise DelegateError(
+                E_TRY_LATER,
+                f"network {network!r}: no free address in the blocks this node holds, and it cannot claim an "
+                f"address block: {e}",
+                "nothing was claimed and no plugin was run",
+            ) from None
+        self.crash("after-block-claim")
+        with self._lock:
+            self.creating.discard(rec.name)
+            h = Held(rec.name, network, layout.family_set, net, uid=got.uid, rv=got.rv)
+            h.taken = self._taken(h, layout)
+            h.empty_since = time.monotonic()
+            self.held[h.name] = h
+            self.tombstones.pop(h.name, None)
+            self.seen(got, "answer")
+            self.save()
+            self.updated.notify_all()
+        self.counted("block", network)
+        log.info("network %s: holds block %s now (%s)", network, net, rec.name)
+        return True
+
+    # ------------------------------------------------------------------------------------------------ exact
+
+    def _exact(self, layout: Layout, holder: Holder, addr: IPAddress) -> Claim:
+        pool = layout.pool
+        why = pool.reservable(addr)
+        if why is not None:
+            where = pool.describe(layout.family_set)
+            raise DelegateError(
+                E_INVALID_CONFIG, f"address {addr} cannot be claimed on network {pool.network!r}: {why} ({where})"
+            )
+        who = self.taken(pool.network, addr)
+        if who is not None:
+            raise self._held_by(pool.network, addr, who)
+        net = layout.block_of(addr)
+        assert net is not None, "reservable: in a subnet of the set"
+        name = block_name(pool.network, net)
+        off = int(addr) - int(net.network_address)
+        deadline = time.monotonic() + self.timeout
+        for _ in range(3):
+            with self._lock:
+                h = self.held.get(name)
+                if h is not None and h.lost:
+                    raise DelegateError(
+                        E_TRY_LATER,
+                        f"address {addr} of network {pool.network!r}: its block's object is gone and this node is "
+                        "claiming it again",
+                        "no plugin was run",
+                    )
+                if h is not None:
+                    if h.busy() >> off & 1:
+                        raise self._held_by(pool.network, addr, self._who(h, off))
+                    h.pending.add(off)
+                    h.empty_since = None
+                    return self._claim(h, addr, holder, name)
+                seen = self.view.get(name)
+            if seen is None:
+                self.claim_block(layout, net, on_add_path=True)  # held now, or the view says who holds it
+                continue
+            if seen.owner == self.node:  # its object is being made by this node: held in a moment
+                with self._lock:
+                    self._wait(min(deadline, time.monotonic() + 1))
+                continue
+            got = self._borrow(layout, holder, (name, off), deadline)
+            if got is not None:
+                return got
+            raise self._held_by(pool.network, addr, self._who_elsewhere(name, addr))
+        raise DelegateError(E_TRY_LATER, f"address {addr} of network {pool.network!r}: its block changed hands", "")
+
+    def _held_by(self, network: str, addr: IPAddress, who: str) -> DelegateError:
+        return DelegateError(
+            E_TRY_LATER, f"address {addr} of network {network!r} is held by {who}", "no plugin was run"
+        )
+
+    def _who(self, h: Held, off: int) -> str:
+        c = h.local.get(off)
+        if c is not None:
+            return c.holder()
+        if off in h.lent:
+            return f"node {h.lent[off].get('node')}"
+        if off in h.taken:
+            return self.taken(h.network, h.address(off)) or "an AddressClaim"
+        return f"an ADD in flight on node {self.node}"
+
+    def _who_elsewhere(self, name: str, addr: IPAddress) -> str:
+        try:
+            rec = self.store.get(name)
+        except StoreUnavailable:
+            rec = None
+        if rec is None:
+            return "another node"
+        from netcomp.ipam.blockstate import claim_of
+
+        doc = rec.used.get(str(addr))
+        if doc is not None:
+            return claim_of(rec, str(addr), doc, rec.node).holder()
+        lent = rec.lent.get(str(addr))
+        if lent is not None:
+            return claim_of(rec, str(addr), lent, str(lent.get("node"))).holder()
+        return f"node {rec.node}"
+
+    # ------------------------------------------------------------------------------------------------ borrowing
+
+    def _candidates(self, layout: Layout) -> list[Seen]:
+        """Other nodes' blocks of the set whose records say they have a free address, the freest first."""
+        network = layout.pool.network
+        version = layout.ranges[0].subnet.version if layout.ranges else 0
+        out = []
+        for s in self.view.values():
+            if s.network != network or s.owner == self.node or s.net.version != version or s.name in self.held:
+                continue
+            if self.denied.get(s.name) == s.rv:
+                continue
+            lent = sum(1 << off for off in s.lent)
+            free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()
+            asked = sum(1 for a in self.asks.values() if a.block == s.name and not a.answered)
+            if free - asked > 0:
+                out.append((-(free - asked), zlib.crc32(f"{self.node}/{s.name}".encode()), s))
+        return [s for *_, s in sorted(out, key=lambda x: x[:2])]
+
+    def _borrow(self, layout: Layout, holder: Holder, exact: tuple[str, int] | None, deadline: float) -> Claim | None:
+        """Ask other nodes' blocks for one address (exactly `exact`: (block, offset)), one block after another,
+        until one lends it; None when none does."""
+        with self._lock:
+            one = self.view.get(exact[0]) if exact else None
+            targets = ([one] if one is not None else []) if exact else self._candidates(layout)
+        for s in targets:
+            if time.monotonic() >= deadline:
+                break
+            key = f"{self.node}.{uuid.uuid4().hex[:8]}"
+            ask = Ask(key, s.name)
+            request: dict[str, object] = {"node": self.node}
+            if exact is not None:
+                request["addresses"] = [str(s.net.network_address + exact[1])]
+            with self._lock:
+                self.asks[key] = ask
+            try:
+                self.store.ask(s.name, s.uid, key, request)
+            except Gone:
+                self._forget(key)
+                continue
+            except StoreUnavailable as e:
+                self._forget(key)
+                raise DelegateError(
+                    E_TRY_LATER,
+                    f"network {layout.pool.network!r}: no free address in the blocks this node holds, none to claim, "
+                    f"and it cannot ask another node for one: {e}",
+                    "nothing was claimed and no plugin was run",
+                ) from None
+            until = min(deadline, time.monotonic() + self.timeout)
+            with self._lock:
+                self.updated.wait_for(lambda a=ask: a.answered or bool(a.granted), max(0.0, until - time.monotonic()))  # type: ignore[misc]
+                got = None
+                for k in ask.granted:
+                    b = self.borrowed.get(k)
+                    if b is not None and got is None and b.claim is None and not b.pending:
+                        b.pending = True
+                        got = self._claim(b, b.address, holder, b.block)
+                    elif b is not None and b.claim is None and not b.pending:
+                        b.request = ""  # more than asked for: given back
+                        self.worker.wake()
+                answered = ask.answered
+                self._forget(key)
+            if got is not None:
+                self.counted("borrow", layout.pool.network)
+                return got
+            if not answered:
+                self.worker.withdraw(s.name, s.uid, key)
+        return None
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self.asks.pop(key, None)
+
+    # ------------------------------------------------------------------------------------------------ settling
+
+    def settle(self, claims: list[Claim]) -> None:
+        with self._lock:
+            for c in claims:
+                if not c.block:
+                    continue
+                addr = ipaddress.ip_address(c.address)
+                h = self.held.get(c.block)
+                if h is not None and addr in h.net:
+                    off = int(addr) - int(h.net.network_address)
+                    h.pending.discard(off)
+                    h.local[off] = c
+                    continue
+                b = self._borrowed_of(c)
+                if b is not None:
+                    b.pending, b.claim, b.written = False, c, False
+        self.worker.wake(write=True)
+
+    def _borrowed_of(self, c: Claim) -> Borrowed | None:
+        addr = ipaddress.ip_address(c.address)
+        return next((b for (n, _), b in self.borrowed.items() if n == c.block and b.address == addr), None)
+
+    def release(self, claims: list[Claim], reason: str = "release") -> None:
+        with self._lock:
+            for c in claims:
+                if not c.block:
+                    continue
+                addr = ipaddress.ip_address(c.address)
+                h = self.held.get(c.block)
+                if h is not None and addr in h.net:
+                    off = int(addr) - int(h.net.network_address)
+                    if (cur := h.local.get(off)) is not None and cur.container_id != c.container_id:
+                        continue  # given again since: not this claim's any more
+                    h.local.pop(off, None)
+                    h.pending.discard(off)
+                    if h.empty():
+                        h.empty_since = time.monotonic()
+                else:
+                    b = self._borrowed_of(c)
+                    if b is None or (b.claim is not None and b.claim.container_id != c.container_id):
+                        continue
+                    b.claim, b.pending, b.request = None, False, ""  # given back to its lender by the worker
+                self.counted(reason, c.network)
+            self.updated.notify_all()
+        self.worker.wake(write=True)

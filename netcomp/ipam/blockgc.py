@@ -1,0 +1,187 @@
+"""Freeing blocks and what is in them, and showing them.
+
+- `release_empty`: this node's blocks that have held nothing (no container's address, none lent, none in
+  flight) for the grace period, their records saying so too, are deleted (on that very version: a request or a
+  lent address written meanwhile keeps the block), as Calico releases an empty block's affinity only after a
+  grace period (its kube-controllers' empty-block release).
+- `gc_cluster`: other nodes' blocks, read page by page: an address whose holder is provably gone is taken off
+  the record (its pod does not exist or is another pod, or it had no pod and its node, a Node of the cluster, is
+  gone: allocator.Allocator.gone's rules), and a block of a node that is gone, once nothing is left in it, is
+  deleted. A pod that still exists on its node keeps its address, whatever state its node is in.
+- `show`: per network, its blocks and every address in use, read from the store (from what this node knows
+  when the store cannot be reached)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from netcomp.ipam.allocator import Allocator, PodState
+from netcomp.ipam.blocks import Layout
+from netcomp.ipam.blockstate import Record, claim_of
+from netcomp.ipam.pool import Pool
+from netcomp.ipam.store import Claim, Gone, StoreUnavailable
+
+if TYPE_CHECKING:
+    from netcomp.ipam.blockalloc import BlockAllocator
+
+log = logging.getLogger("netcomp.ipam")
+
+
+def release_empty(a: BlockAllocator) -> list[str]:
+    """Delete this node's blocks empty for longer than the grace period; the names of those deleted."""
+    now = time.monotonic()
+    freed = []
+    with a._lock:
+        todo = [
+            h
+            for h in a.held.values()
+            if not h.lost
+            and h.empty()
+            and not h.written
+            and not (h.asked.keys() - h.answered)
+            and h.empty_since is not None
+            and now - h.empty_since >= a.grace
+        ]
+        for h in todo:
+            del a.held[h.name]  # nothing is given from it while it goes
+    for h in todo:
+        try:
+            ok = a.store.delete(h.name, h.uid, h.rv)
+        except StoreUnavailable as e:
+            ok = None
+            log.warning("cannot release block %s: %s", h.name, e)
+        with a._lock:
+            if ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node:
+                a.held[h.name] = h  # its record changed meanwhile (a request, a lent address): kept
+            elif ok is None:
+                a.held[h.name] = h
+            else:
+                a.view.pop(h.name, None)
+                freed.append(h.name)
+                a.counted("release-block", h.network)
+                log.info(
+                    "network %s: released block %s (empty for %.0fs)", h.network, h.net, now - (h.empty_since or now)
+                )
+            a.save()
+            a.updated.notify_all()
+    return freed
+
+
+def gc_cluster(
+    a: BlockAllocator,
+    node_exists: Callable[[str], bool],
+    pod: Callable[[str], PodState | None],
+    grace: float,
+) -> tuple[list[Claim], list[str]]:
+    """Free other nodes' addresses whose holders are gone and the emptied blocks of nodes that are gone; the
+    addresses and the blocks freed. StoreUnavailable."""
+    nodes: dict[str, bool] = {}
+
+    def exists(name: str) -> bool:
+        if name not in nodes:
+            nodes[name] = node_exists(name)
+        return nodes[name]
+
+    freed: list[Claim] = []
+    blocks: list[str] = []
+    now = time.time()
+    for page in a.store.pages(None):
+        for rec in page:
+            if rec.node == a.node or now - rec.created < grace:
+                continue
+            rec = _free_entries(a, rec, exists, pod, freed)
+            if not (rec.used or rec.lent or rec.requests) and rec.node_in_cluster and not exists(rec.node):
+                try:
+                    if a.store.delete(rec.name, rec.uid, rec.rv):
+                        blocks.append(rec.name)
+                        log.warning("freed block %s of network %s: node %s is gone", rec.cidr, rec.network, rec.node)
+                except StoreUnavailable as e:
+                    log.warning("cannot free block %s: %s", rec.name, e)
+    return freed, blocks
+
+
+def _free_entries(
+    a: BlockAllocator,
+    rec: Record,
+    exists: Callable[[str], bool],
+    pod: Callable[[str], PodState | None],
+    freed: list[Claim],
+) -> Record:
+    used: dict[str, dict[str, Any] | None] = {}
+    for addr, doc in rec.used.items():
+        c = claim_of(rec, addr, doc, rec.node)
+        if (why := Allocator.gone(c, exists, pod)) is not None:
+            used[addr] = None
+            freed.append(c)
+            log.warning("freed address %s of network %s held by %s: %s", addr, rec.network, c.holder(), why)
+    if used:
+        try:
+            rec = a.store.write_used(rec.name, rec.uid, used)
+        except (Gone, StoreUnavailable) as e:
+            log.warning("cannot free addresses of block %s: %s", rec.name, e)
+            del freed[len(freed) - len(used) :]
+            return rec
+    for addr, doc in list(rec.lent.items()):
+        borrower = str(doc.get("node", ""))
+        if borrower == a.node:
+            continue
+        c = claim_of(rec, addr, doc, borrower)
+        c = Claim(**{**c.to_doc(), "node_in_cluster": bool(doc.get("nodeInCluster"))})
+        if (why := Allocator.gone(c, exists, pod)) is None:
+            continue
+        try:
+            if a.store.update_lent(rec.name, addr, borrower, None):
+                freed.append(c)
+                del rec.lent[addr]
+                log.warning("freed address %s of network %s lent to %s: %s", addr, rec.network, c.holder(), why)
+        except (Gone, StoreUnavailable) as e:
+            log.warning("cannot free address %s of block %s: %s", addr, rec.name, e)
+    return rec
+
+
+def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:
+    """One network: its range sets (size, addresses in use, free), its blocks (holder, in use, lent), and every
+    address in use with who holds it."""
+    records = None
+    try:
+        records = [r for page in a.store.pages([pool.network]) for r in page if r.network == pool.network]
+    except StoreUnavailable as e:
+        log.warning("ipam show: %s; showing what this node knows", e)
+    if records is None:
+        claims = a.claims(pool.network)
+        blocks: list[dict[str, Any]] = []
+    else:
+        claims = []
+        blocks = []
+        for r in sorted(records, key=lambda r: (r.net.version, int(r.net.network_address))):
+            claims += [claim_of(r, addr, doc, r.node) for addr, doc in r.used.items()]
+            claims += [claim_of(r, addr, doc, str(doc.get("node"))) for addr, doc in r.lent.items()]
+            blocks.append({"block": r.cidr, "node": r.node, "used": len(r.used), "lent": len(r.lent)})
+    layouts = [Layout(pool, i) for i in range(len(pool.sets))]
+    sets = []
+    for i in range(len(pool.sets)):
+        size = pool.size(i)
+        held = sum(1 for c in claims if pool.range_of(ipaddress.ip_address(c.address)) in pool.sets[i])
+        sets.append({"ranges": pool.describe(i), "size": size, "claimed": held, "free": size - held})
+    return {
+        "network": pool.network,
+        "store": a.store.kind,
+        "blockSize": [lay.size for lay in layouts],
+        "pools": sets,
+        "blocks": blocks,
+        "claims": [_entry(c) for c in sorted(claims, key=_order)],
+    }
+
+
+def _order(c: Claim) -> tuple[int, int]:
+    a = ipaddress.ip_address(c.address)
+    return a.version, int(a)
+
+
+def _entry(c: Claim) -> dict[str, Any]:
+    return {"address": c.address, "node": c.node, "containerID": c.container_id, "interface": c.ifname,
+            "pod": c.pod or None}  # fmt: skip

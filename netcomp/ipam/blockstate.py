@@ -1,0 +1,251 @@
+"""What a block is, as its object records it and as a node keeps it: the record (what a block store gives and
+takes), the compact form a node keeps of the blocks of the networks it serves, the blocks it holds, the
+addresses other nodes lent it, and its own crash-safe record of the blocks it holds (a file beside the cache).
+
+A block's record says who holds it (`node`), which of its addresses the holder's containers use (`used`: written
+behind by the holder, for people and GC), which it lent to other nodes (`lent`: written by the holder when it
+lends one, completed by the borrower with its container, removed by the borrower when it gives it back) and which
+nodes ask it for addresses (`requests`: written by them, removed by the holder when it answers)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.ipam.pool import IPAddress, IPNetwork
+from netcomp.ipam.store import Claim
+
+log = logging.getLogger("netcomp.ipam")
+RECORD_KIND = "netcompBlocksV1"
+
+
+@dataclass(slots=True)
+class Record:
+    """A block as its object says. `used` and `lent` by address text; a holder is {containerID, interface, pod:
+    {namespace, name, uid}}; a lent entry is {node, request, and its holder once the borrower wrote it}; a request
+    is {node, addresses (exact ones asked for; none: any one)}."""
+
+    name: str
+    network: str
+    cidr: str
+    node: str
+    node_in_cluster: bool = False
+    used: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    uid: str = ""
+    rv: str = ""
+    created: float = 0.0
+
+    @property
+    def net(self) -> IPNetwork:
+        return ipaddress.ip_network(self.cidr)
+
+
+def holder_doc(c: Claim) -> dict[str, Any]:
+    doc: dict[str, Any] = {"containerID": c.container_id, "interface": c.ifname}
+    if c.pod:
+        ns, _, name = c.pod.partition("/")
+        doc["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
+    return doc
+
+
+def claim_of(rec: Record, address: str, doc: dict[str, Any], node: str) -> Claim:
+    """A record's entry as a claim (for show, GC and tests): `node` holds it."""
+    pod = doc.get("pod") or {}
+    return Claim(
+        name=rec.name,
+        network=rec.network,
+        address=address,
+        node=node,
+        container_id=str(doc.get("containerID", "")),
+        ifname=str(doc.get("interface", "")),
+        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
+        pod_uid=str(pod.get("uid", "")),
+        node_in_cluster=rec.node_in_cluster,
+        uid=rec.uid,
+        created=rec.created,
+        block=rec.name,
+    )
+
+
+@dataclass(slots=True)
+class Seen:
+    """A block of a served network, as compact as allocation needs: its holder, which offsets its record says are
+    used, and which are lent to whom."""
+
+    name: str
+    network: str
+    net: IPNetwork
+    owner: str
+    uid: str
+    rv: str
+    used: int  # bits: offsets the record's `used` has
+    lent: dict[int, str]  # offset -> the node it is lent to
+    node_in_cluster: bool = False
+
+
+@dataclass(slots=True)
+class Held:
+    """A block this node holds: what it gives from it (its containers' addresses, in its cache; those of ADDs in
+    flight; those lent to other nodes, or being lent; those taken by an AddressClaim object) and what the
+    block's record says of its containers (`written`, to write behind only what differs)."""
+
+    name: str
+    network: str
+    family_set: int
+    net: IPNetwork
+    uid: str = ""
+    local: dict[int, Claim] = field(default_factory=dict)
+    pending: set[int] = field(default_factory=set)
+    lent: dict[int, dict[str, Any]] = field(default_factory=dict)  # offset -> its entry in the record
+    # offset -> [the record version a grant of it is made on, whether the watch has shown that version]
+    lending: dict[int, list[Any]] = field(default_factory=dict)
+    taken: set[int] = field(default_factory=set)
+    written: dict[int, dict[str, Any]] = field(default_factory=dict)
+    asked: dict[str, dict[str, Any]] = field(default_factory=dict)  # requests of other nodes on the record
+    answered: set[str] = field(default_factory=set)  # those answered by a write the watch has not shown yet
+    rv: str = ""
+    watched: str = ""  # the last version the watch (or a list) showed; rv may be newer, from a write's answer
+    cursor: int = 0
+    empty_since: float | None = None
+    lost: bool = False  # its object is gone or another's: nothing is given from it
+    taker: Record | None = None  # the record of the node that holds it now
+
+    def busy(self) -> int:
+        bits = 0
+        for group in (self.local, self.pending, self.lent, self.lending, self.taken):
+            for off in group:
+                bits |= 1 << off
+        return bits
+
+    def empty(self) -> bool:
+        return not (self.local or self.pending or self.lent or self.lending)
+
+    def address(self, off: int) -> IPAddress:
+        return self.net.network_address + off
+
+
+@dataclass(slots=True)
+class Borrowed:
+    """An address another node's block lent this node: free (granted, not yet used), in flight, or used."""
+
+    block: str
+    network: str
+    family_set: int
+    address: IPAddress
+    request: str
+    claim: Claim | None = None
+    pending: bool = False
+    written: bool = False  # its holder is in the lender's record
+
+
+MAX_RECORD = 64 << 20  # the blocks a node holds and what they lent: far below this
+
+
+class LocalRecord:
+    """The blocks this node holds, in a file of its own (atomic writes), so that a daemon started while the API
+    server is away still gives addresses from them: each block's uid, the offsets it lent or is lending (with the
+    record version a grant was made on) and those AddressClaim objects take."""
+
+    def __init__(self, path: Path, node: str) -> None:
+        self.path, self.node = path, node
+
+    def load(self) -> list[Held]:
+        try:
+            doc = json.loads(read_bounded(self.path, MAX_RECORD, follow=False))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as e:
+            log.error("cannot read %s (the blocks this node holds): %s; they are found again on the API server",
+                      self.path, e)  # fmt: skip
+            return []
+        if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
+            log.warning("%s is not this node's record of its blocks (%s): ignored", self.path, doc.get("kind"))
+            return []
+        out = []
+        for name, b in (doc.get("blocks") or {}).items():
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                out.append(
+                    Held(
+                        name,
+                        str(b["network"]),
+                        int(b["familySet"]),
+                        ipaddress.ip_network(str(b["cidr"])),
+                        uid=str(b.get("uid", "")),
+                        lent={int(k): dict(v) for k, v in (b.get("lent") or {}).items()},
+                        lending={int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()},
+                        taken={int(x) for x in b.get("taken") or []},
+                    )
+                )
+        return out
+
+    def save(self, held: list[Held]) -> None:
+        """OSError as atomic_write raises it."""
+        doc = {
+            "kind": RECORD_KIND,
+            "node": self.node,
+            "blocks": {
+                h.name: {
+                    "network": h.network,
+                    "familySet": h.family_set,
+                    "cidr": str(h.net),
+                    "uid": h.uid,
+                    "lent": {str(k): v for k, v in sorted(h.lent.items())},
+                    "lending": {str(k): v[0] for k, v in sorted(h.lending.items())},
+                    "taken": sorted(h.taken),
+                }
+                for h in held
+                if not h.lost
+            },
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(self.path, json.dumps(doc, indent=1).encode() + b"\n", mode=0o600)
+
+
+class BlockStore(Protocol):
+    kind: str
+
+    def create(self, rec: Record) -> Record:
+        """The record as stored. Taken (its holder the record that has the name, or foreign); StoreUnavailable."""
+        ...
+
+    def get(self, name: str) -> Record | None:
+        """StoreUnavailable; None when there is no such block."""
+        ...
+
+    def write_used(
+        self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
+    ) -> Record:
+        """Set (or remove: None) entries of `used`, and `nodeInCluster` when given, on the object of that uid. Gone;
+        StoreUnavailable."""
+        ...
+
+    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> Record:
+        """On version rv only: add `lent` entries and remove the `answered` requests. Conflict (another version),
+        Gone; StoreUnavailable (which may have written it: the next version seen says)."""
+        ...
+
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
+        """Set (None: withdraw) a request of this node. Gone; StoreUnavailable."""
+        ...
+
+    def update_lent(self, name: str, address: str, node: str, entry: dict[str, Any] | None) -> bool:
+        """Replace (None: remove) a lent entry only while it is lent to `node`; False when it is not (any more).
+        Gone; StoreUnavailable."""
+        ...
+
+    def delete(self, name: str, uid: str, rv: str) -> bool:
+        """Remove the block only while it is that version; False when it is gone or changed. StoreUnavailable."""
+        ...
+
+    def pages(self, networks: list[str] | None) -> Iterator[list[Record]]:
+        """Every block of those networks (None: of all), a page at a time. StoreUnavailable."""
+        ...

@@ -1,0 +1,381 @@
+"""What a node knows of the blocks of the networks it serves, and what it does with a block's record as the
+store shows it: the blocks it holds (and what it gives from them), the compact form of the others' blocks, the
+addresses other nodes lent it, its asks for one. blockalloc.BlockAllocator gives addresses from it.
+
+Records come in order from the watch (and whole from a list), and out of order as the answers to this node's own
+writes: an answer is newer than what the watch showed so far, but the watch may still show older versions after
+it. So an answer only tells the node the version to make its next grant on and what its containers' entries say
+now; what was lent, and whether a grant was written, is taken from the watch only: a grant made on version V is
+written when the watch, having shown V, shows another version with it, and was not when that version lacks it
+(a write on V can never apply to a later version)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from netcomp.ipam.blocks import Layout
+from netcomp.ipam.blockstate import BlockStore, Borrowed, Held, LocalRecord, Record, Seen, claim_of
+from netcomp.ipam.pool import IPAddress, Pool
+from netcomp.ipam.store import Claim
+
+log = logging.getLogger("netcomp.ipam")
+TOMBSTONE = 10.0  # seconds a block whose object just went is not claimed (its holder may be claiming it again)
+
+
+def _bits(rec: Record, entries: dict[str, Any]) -> int:
+    """The offsets of a record's entries, as bits (what a node keeps of another node's block)."""
+    base, bits = int(rec.net.network_address), 0
+    for text in entries:
+        with contextlib.suppress(ValueError):  # not an address: _offsets says so where it matters
+            bits |= 1 << (int(ipaddress.ip_address(text)) - base)
+    return bits
+
+
+def _offsets(rec: Record, entries: dict[str, Any]) -> dict[int, Any]:
+    base = int(rec.net.network_address)
+    out = {}
+    for text, doc in entries.items():
+        try:
+            out[int(ipaddress.ip_address(text)) - base] = doc
+        except ValueError:
+            log.warning("block %s: %r is not an address; ignored", rec.name, text)
+    return out
+
+
+@dataclass(slots=True)
+class Ask:
+    """A request of this node on another node's block: answered once the record that had it no longer has it."""
+
+    key: str
+    block: str
+    seen: bool = False  # the watch has shown the record with it
+    granted: list[tuple[str, int]] = field(default_factory=list)
+    answered: bool = False
+
+
+class Wakes(Protocol):
+    """What the view asks of the block worker (worker.Worker)."""
+
+    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None: ...
+
+    def prefetch(self, key: tuple[str, int]) -> None: ...
+
+    def withdraw(self, name: str, uid: str, key: str) -> None: ...
+
+
+class _Asleep:
+    """No worker yet: what it would be asked waits for worker.Worker, which looks at everything when it starts."""
+
+    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None:
+        pass
+
+    def prefetch(self, key: tuple[str, int]) -> None:
+        pass
+
+    def withdraw(self, name: str, uid: str, key: str) -> None:
+        pass
+
+
+class BlockView:
+    def __init__(
+        self,
+        store: BlockStore,
+        node: str,
+        record: LocalRecord,
+        *,
+        node_in_cluster: bool = False,
+        grace: float = 60.0,
+        timeout: float = 5.0,
+        taken: Callable[[str, IPAddress], str | None] = lambda network, address: None,
+        counted: Callable[[str, str], None] = lambda event, network: None,
+    ) -> None:
+        """`taken(network, address)`: who holds it by an AddressClaim object (None: nobody); `timeout`: how long
+        an ADD waits for a block or a lender; `grace`: seconds a block stays held once empty."""
+        self.store, self.node, self.record = store, node, record
+        self.node_in_cluster, self.grace, self.timeout = node_in_cluster, grace, timeout
+        self.taken, self.counted = taken, counted
+        self._lock = threading.RLock()
+        self.updated = threading.Condition(self._lock)  # notified whenever what the node knows changes
+        self.pools: dict[str, Pool] = {}
+        self.layouts: dict[tuple[str, int], Layout] = {}
+        self.view: dict[str, Seen] = {}  # the blocks of the networks served, by name
+        self.held: dict[str, Held] = {}
+        self.borrowed: dict[tuple[str, int], Borrowed] = {}
+        self.asks: dict[str, Ask] = {}
+        self.recorded: dict[str, dict[int, Claim]] = {}  # the cache's claims by block, for a block adopted later
+        self.tombstones: dict[str, float] = {}
+        self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
+        self.claiming: set[tuple[str, int]] = set()
+        self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
+        self.synced = threading.Event()
+        self.last_error: str | None = None  # why the store could not be followed (None: it is)
+        self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
+        self.worker: Wakes = _Asleep()  # worker.Worker, once started
+
+    def serve(self, pools: dict[str, Pool]) -> bool:
+        """The pools of the networks this node serves (block ones); True when the set of networks changed."""
+        with self._lock:
+            changed = set(pools) != set(self.pools)
+            self.pools = dict(pools)
+            self.layouts = {(n, i): Layout(p, i) for n, p in pools.items() for i in range(len(p.sets))}
+            for name in [n for n, s in self.view.items() if s.network not in pools and n not in self.held]:
+                del self.view[name]
+            return changed
+
+    def _family_set(self, network: str, addr: IPAddress) -> int:
+        pool = self.pools.get(network)
+        if pool is not None:
+            for i, rs in enumerate(pool.sets):
+                if rs and rs[0].subnet.version == addr.version:
+                    return i
+        return 0
+
+    def covers(self, network: str, addr: IPAddress) -> bool:
+        """The address is in a block of the network (given from blocks, never claimed on its own)."""
+        with self._lock:
+            return any(s.network == network and addr in s.net for s in self.view.values()) or any(
+                h.network == network and addr in h.net for h in self.held.values()
+            )
+
+    def retake(self) -> None:
+        """The AddressClaim objects changed: which addresses of the blocks held they take, again."""
+        with self._lock:
+            changed = False
+            for h in self.held.values():
+                layout = self.layouts.get((h.network, h.family_set))
+                if layout is not None and (taken := self._taken(h, layout)) != h.taken:
+                    h.taken, changed = taken, True
+            if changed:
+                self.save()
+                self.updated.notify_all()
+
+    def _taken(self, h: Held, layout: Layout) -> set[int]:
+        usable = layout.usable(h.net)
+        out = set()
+        for off in range(h.net.num_addresses):
+            if usable >> off & 1 and self.taken(h.network, h.address(off)) is not None:
+                out.add(off)
+        return out
+
+    def save(self) -> None:
+        try:
+            self.record.save(list(self.held.values()))
+        except OSError as e:
+            log.error("cannot write %s (the blocks this node holds): %s", self.record.path, e.strerror)
+
+    # ------------------------------------------------------------------------------------------------ the view
+
+    def seen(self, rec: Record, source: str = "watch") -> None:
+        """A block's record as the store shows it now: `source` "watch", "list" (in order) or "answer" (to a write
+        of this node; observe.py says why it matters)."""
+        with self._lock:
+            self._observed(rec, source)
+            self.updated.notify_all()
+
+    def gone(self, name: str) -> None:
+        with self._lock:
+            self._vanished(name)
+            self.updated.notify_all()
+
+    def listed(self, names: set[str], networks: set[str]) -> None:
+        """A whole list of the blocks of `networks` (their names) was seen: any other block of them is gone."""
+        with self._lock:
+            for name in [n for n, s in self.view.items() if s.network in networks and n not in names]:
+                self.gone(name)
+            for name in [n for n, h in self.held.items() if h.network in networks and n not in names and not h.lost]:
+                self.gone(name)
+            self.synced.set()
+            self.last_error = None
+            self.updated.notify_all()
+
+    def unreachable(self, why: str) -> None:
+        """The store cannot be followed now: an ADD does not wait for its first list."""
+        with self._lock:
+            self.last_error = why
+            self.updated.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
+        with self._lock:
+            return self.updated.wait_for(lambda: predicate(self.claims()), timeout)
+
+    def claims(self, network: str | None = None) -> list[Claim]:
+        """Every address the node knows to be in use in the blocks of its networks: its own (with their
+        containers), and the others' (with their node only: the records are not kept whole)."""
+        with self._lock:
+            return self._known_claims(network)
+
+    # ------------------------------------------------------------------------------------------------ records
+
+    def _observed(self, rec: Record, source: str) -> None:
+        """`source`: "watch", "list" or "answer" (to a write of this node)."""
+        ordered = source != "answer"
+        mine = rec.node == self.node
+        h = self.held.get(rec.name)
+        if rec.network not in self.pools and h is None and not mine:
+            return
+        if not ordered and not mine and rec.name in self.view:
+            return  # the watch has it, in order
+        used = _bits(rec, rec.used)
+        lent = {off: str(doc.get("node", "")) for off, doc in _offsets(rec, rec.lent).items()}
+        self.view[rec.name] = Seen(
+            rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, used, lent, rec.node_in_cluster
+        )
+        self.tombstones.pop(rec.name, None)
+        if mine:
+            if h is None and rec.name in self.creating:
+                return  # this node's create, answered in a moment
+            self._own(h if h is not None else self._adopt(rec), rec, source)
+            return
+        if h is not None and not h.lost and ordered:
+            self.lose(h, rec)
+        if ordered:
+            self._foreign(rec)
+
+    def _adopt(self, rec: Record) -> Held:
+        """A block whose object names this node, which it does not know it holds (killed between creating the object
+        and recording it; or its record lost): held from now on, with its containers' addresses from the cache."""
+        net = rec.net
+        fs = next(
+            (i for (n, i), lay in self.layouts.items() if n == rec.network and lay.block_of(net.network_address)), 0
+        )
+        h = Held(rec.name, rec.network, fs, net, uid=rec.uid, rv=rec.rv)
+        h.local = self.recorded.pop(rec.name, {})
+        for off in h.local:
+            self.borrowed.pop((rec.name, off), None)
+        layout = self.layouts.get((rec.network, fs))
+        if layout is not None:
+            h.taken = self._taken(h, layout)
+        h.empty_since = time.monotonic() if h.empty() else None
+        self.held[rec.name] = h
+        log.warning("network %s: block %s names this node, which had no record of it: held again", rec.network, net)
+        self.save()
+        return h
+
+    def _own(self, h: Held, rec: Record, source: str) -> None:
+        if h.lost:
+            log.warning("network %s: block %s is this node's again", h.network, h.net)
+        h.uid, h.lost, h.taker = rec.uid, False, None
+        h.written = _offsets(rec, rec.used)
+        h.rv = rec.rv
+        if source != "answer":
+            h.watched = rec.rv
+        if source == "answer":
+            self.worker.wake(write=True)
+            return
+        lent = _offsets(rec, rec.lent)
+        changed = lent.keys() != h.lent.keys()
+        h.lent = lent
+        for off, (base, shown) in list(h.lending.items()):
+            if source == "list" or (shown and rec.rv != base):
+                del h.lending[off]  # resolved: lent now when the record has it, free when not
+                changed = True
+            elif rec.rv == base:
+                h.lending[off][1] = True
+        h.asked = dict(rec.requests)
+        h.answered &= h.asked.keys()
+        for off in lent.keys() & (h.local.keys() | h.pending):
+            who = h.local[off].holder() if off in h.local else "an ADD in flight"
+            log.error("address %s of network %s is lent to node %s and used by %s here", h.address(off), h.network,
+                      lent[off].get("node"), who)  # fmt: skip
+        if h.empty() and h.empty_since is None:
+            h.empty_since = time.monotonic()
+        if changed:
+            self.save()
+        if h.asked:
+            self.worker.wake(lend=True)
+        self.worker.wake(write=True)
+
+    def _foreign(self, rec: Record) -> None:
+        """Another node's block: addresses it lent this node (granted to an ask, or to return), those no longer lent
+        to it, and asks it answered."""
+        lent_here = {off: doc for off, doc in _offsets(rec, rec.lent).items() if doc.get("node") == self.node}
+        fs = self._family_set(rec.network, rec.net.network_address)
+        for off, doc in lent_here.items():
+            key = (rec.name, off)
+            b = self.borrowed.get(key)
+            if b is not None:
+                b.written = b.written or (b.claim is not None and doc.get("containerID") == b.claim.container_id)
+                continue
+            ask = self.asks.get(str(doc.get("request", "")))
+            addr = rec.net.network_address + off
+            self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, ask.key if ask else "")
+            if ask is not None:
+                ask.granted.append(key)
+            else:
+                self.worker.wake()  # not asked for (any more): given back
+        for key, b in list(self.borrowed.items()):
+            if key[0] != rec.name or key[1] in lent_here:
+                continue
+            if b.claim is not None or b.pending:
+                if b.request != "gone":
+                    who = b.claim.holder() if b.claim else "an ADD in flight"
+                    log.error("address %s of network %s is no longer lent to this node by %s, and %s uses it",
+                              b.address, b.network, rec.node, who)  # fmt: skip
+                    b.request = "gone"
+            else:
+                del self.borrowed[key]
+        for ask in self.asks.values():
+            if ask.block == rec.name:
+                if ask.key in rec.requests:
+                    ask.seen = True
+                elif ask.seen:
+                    ask.answered = True
+                    if not ask.granted:
+                        self.denied[rec.name] = rec.rv  # nothing to lend: not asked again until it changes
+
+    def _vanished(self, name: str) -> None:
+        s = self.view.pop(name, None)
+        h = self.held.get(name)
+        if h is not None:
+            if not h.lost:
+                self.lose(h, None)
+        elif s is not None and (s.used or s.lent):
+            self.tombstones[name] = (
+                time.monotonic()
+            )  # not released (a release is of an empty block): its holder may claim it again
+        for key, b in list(self.borrowed.items()):
+            if key[0] == name and b.claim is None and not b.pending:
+                del self.borrowed[key]
+        for ask in self.asks.values():
+            if ask.block == name:
+                ask.answered = True
+
+    def lose(self, h: Held, taker: Record | None) -> None:
+        """The block's object is gone (taker None) or holds another node now: nothing is given from it; the worker
+        claims it again, or records its containers' addresses as lent to this node on the taker's record."""
+        h.lost, h.taker = True, taker
+        who = f"held by node {taker.node} now" if taker is not None else "gone from the API server"
+        log.warning("network %s: block %s (%s) is %s: no address is given from it; %d in use", h.network, h.net,
+                    h.name, who, len(h.local) + len(h.pending))  # fmt: skip
+        self.worker.wake(recover=True)
+
+    def _known_claims(self, network: str | None) -> list[Claim]:
+        """Every address in use the node knows of: its own containers', those it lent (with their borrowers'
+        containers), and in other nodes' blocks the addresses their records give (with the node only)."""
+        out: list[Claim] = []
+        for h in self.held.values():
+            if network is not None and h.network != network:
+                continue
+            out += h.local.values()
+            rec = Record(h.name, h.network, str(h.net), self.node, uid=h.uid)
+            out += [claim_of(rec, str(h.address(off)), doc, str(doc.get("node"))) for off, doc in h.lent.items()]
+        for b in self.borrowed.values():
+            if b.claim is not None and (network is None or b.network == network):
+                out.append(b.claim)
+        for s in self.view.values():
+            if s.name in self.held or s.owner == self.node or (network is not None and s.network != network):
+                continue
+            rec = Record(s.name, s.network, str(s.net), s.owner, uid=s.uid)
+            for off in range(s.net.num_addresses):
+                if s.used >> off & 1:
+                    out.append(claim_of(rec, str(s.net.network_address + off), {}, s.owner))
+            out += [claim_of(rec, str(s.net.network_address + o), {}, n) for o, n in s.lent.items() if n != self.node]
+        return sorted(out, key=lambda c: (c.network, ipaddress.ip_address(c.address).version,
+                                          int(ipaddress.ip_address(c.address))))  # fmt: skip

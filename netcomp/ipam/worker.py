@@ -1,0 +1,441 @@
+"""The block allocator's one thread for what goes to the store off an ADD's path:
+
+- lending: answering other nodes' requests on this node's blocks, at once (a borrower's ADD waits for it);
+- claiming again a block whose object went, or handing its addresses in use to the node that holds it now;
+- giving back borrowed addresses nobody here uses, and claiming a block ahead of need;
+- writing behind which container uses which address: each block's record brought to what this node's cache
+  says, only what differs, coalesced, once no CNI request has been served for a moment (at most QUIET_LIMIT
+  later), never ahead of the cache (an address is written once its ADD is recorded).
+
+A store that cannot be reached is tried again after a back-off (1 s, doubling to 30 s); `flush` tries at once."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from netcomp.ipam.blocks import lowest
+from netcomp.ipam.blockstate import Borrowed, Held, Record, holder_doc
+from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+
+if TYPE_CHECKING:
+    from netcomp.ipam.blockalloc import BlockAllocator
+
+log = logging.getLogger("netcomp.ipam")
+QUIET, QUIET_LIMIT = 0.05, 2.0
+MAX_BACKOFF = 30.0
+
+
+class Worker:
+    def __init__(self, alloc: BlockAllocator) -> None:
+        self.a = alloc
+        self.cv = threading.Condition(alloc._lock)
+        self.flags = {"lend": False, "write": False, "recover": False, "other": False}
+        self.prefetching: set[tuple[str, int]] = set()
+        self.withdrawals: list[tuple[str, str, str]] = []
+        self.busy = False
+        self.lending = False
+        self.thread: threading.Thread | None = None
+        self.flushing = 0
+        self.retry_at = 0.0
+        self.backoff = 1.0
+        # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
+        self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+
+    # ------------------------------------------------------------------------------------------------ asks
+
+    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None:
+        with self.cv:
+            self.flags["write"] |= write
+            self.flags["lend"] |= lend
+            self.flags["recover"] |= recover
+            self.flags["other"] = True
+            self.cv.notify_all()
+
+    def prefetch(self, key: tuple[str, int]) -> None:
+        with self.cv:
+            self.prefetching.add(key)
+            self.cv.notify_all()
+
+    def withdraw(self, name: str, uid: str, key: str) -> None:
+        with self.cv:
+            self.withdrawals.append((name, uid, key))
+            self.cv.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Until everything this node knows is written (records, borrowed addresses' holders, returns), or
+        timeout; tries a store that failed at once."""
+        deadline = time.monotonic() + timeout
+        if self.thread is None or not self.thread.is_alive():
+            self.flushing += 1
+            try:
+                while self.waiting() and time.monotonic() < deadline:  # no thread (stopped): done here
+                    if not (self._lend() and self._round({"write": True}, set(), [])):
+                        break
+            finally:
+                self.flushing -= 1
+            return not self.waiting()
+        with self.cv:
+            self.flushing += 1
+            self.retry_at = 0.0
+            if self.waiting():
+                self.flags["write"] = self.flags["other"] = True
+            self.cv.notify_all()
+            try:
+                while not self._idle():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        log.warning("ipam: not all written within %gs: %s", timeout, "; ".join(self.waiting()[:10]))
+                        return False
+                    self.cv.wait(min(left, 0.5))
+                    self.retry_at = 0.0  # a flush does not wait for a back-off
+                return True
+            finally:
+                self.flushing -= 1
+
+    def _idle(self) -> bool:
+        return not self.waiting()
+
+    def waiting(self) -> list[str]:
+        """What is left to write (for a flush that timed out)."""
+        a = self.a
+        out = [f"working: {k}" for k, v in self.flags.items() if v] + (["busy"] if self.busy or self.lending else [])
+        out += [f"withdraw {w[2]}" for w in self.withdrawals]
+        for h in a.held.values():
+            if h.lost:
+                out.append(f"{h.name}: lost")
+            if h.lending:
+                out.append(f"{h.name}: lending {sorted(h.lending)}")
+            if h.asked.keys() - h.answered:
+                out.append(f"{h.name}: requests {sorted(h.asked.keys() - h.answered)}")
+            if changes := self._changes(h):
+                out.append(f"{h.name}: {len(changes)} to write")
+        out += [f"{b.block}: lent {b.address} to write" for b in a.borrowed.values() if self._to_write(b)]
+        out += [f"{b.block}: lent {b.address} to give back" for b in a.borrowed.values() if self._to_return(b)]
+        return out
+
+    # ------------------------------------------------------------------------------------------------ the loop
+
+    def start(self, stop: threading.Event) -> None:
+        self.thread = threading.Thread(target=self.run, args=(stop,), name="ipam-blocks", daemon=True)
+        self.thread.start()
+        threading.Thread(target=self.lend_loop, args=(stop,), name="ipam-lend", daemon=True).start()
+
+    def lend_loop(self, stop: threading.Event) -> None:
+        """Answering requests has a thread of its own: a borrower's ADD waits for it, never for a quiet moment."""
+        backoff = 1.0
+        while not stop.is_set():
+            with self.cv:
+                self.cv.wait_for(lambda: self.flags["lend"] or stop.is_set(), 1.0)
+                if not self.flags["lend"]:
+                    continue
+                self.flags["lend"] = False
+                self.lending = True
+            try:
+                ok = self._lend()
+            except Exception:
+                log.exception("ipam: answering requests failed; trying again")
+                ok = False
+            with self.cv:
+                self.lending = False
+                self.cv.notify_all()
+                if not ok:
+                    self.flags["lend"] = True
+            if not ok and stop.wait(backoff):
+                return
+            backoff = 1.0 if ok else min(backoff * 2, MAX_BACKOFF)
+
+    def run(self, stop: threading.Event) -> None:
+        """Until stopped with nothing left to write (a stopping daemon flushes what it knows)."""
+        while True:
+            with self.cv:
+                self.busy = False
+                self.cv.notify_all()
+                if stop.is_set() and self._idle():
+                    return
+                self.cv.wait_for(self._due, 1.0)
+                if not self._due():
+                    continue
+                self.busy = True
+                flags = dict(self.flags)
+                for k in ("write", "recover", "other"):
+                    self.flags[k] = False
+                prefetch, self.prefetching = self.prefetching, set()
+                withdrawals, self.withdrawals = self.withdrawals, []
+            try:
+                ok = self._round(flags, prefetch, withdrawals)
+            except Exception:
+                log.exception("ipam: the block worker failed; trying again")
+                ok = False
+            with self.cv:
+                if ok:
+                    self.backoff = 1.0
+                else:
+                    self.retry_at = time.monotonic() + self.backoff
+                    self.backoff = min(self.backoff * 2, MAX_BACKOFF)
+                    self.flags["other"] = True
+
+    def _due(self) -> bool:
+        work = any(v for k, v in self.flags.items() if k != "lend") or bool(self.prefetching or self.withdrawals)
+        return work and time.monotonic() >= self.retry_at
+
+    def _round(
+        self, flags: dict[str, bool], prefetch: set[tuple[str, int]], withdrawals: list[tuple[str, str, str]]
+    ) -> bool:
+        ok = self._recover()
+        for name, uid, key in withdrawals:
+            with contextlib.suppress(Gone, StoreUnavailable):  # a late answer is given back when it comes
+                self.a.store.ask(name, uid, key, None)
+        ok = ok and self._prefetch(prefetch) and self._borrowed()
+        if ok and flags["write"]:
+            if not self.flushing:
+                self.quiet(QUIET, QUIET_LIMIT)
+            ok = self._write()
+        return ok
+
+    # ------------------------------------------------------------------------------------------------ lending
+
+    def _lend(self) -> bool:
+        a = self.a
+        with a._lock:
+            todo = [h for h in a.held.values() if not h.lost and h.asked.keys() - h.answered]
+        for h in todo:
+            with a._lock:
+                lent, answered = self._grants(h)
+                rv = h.rv
+                a.save()
+            try:
+                rec = a.store.grant(h.name, rv, lent, answered)
+            except (Conflict, Gone):
+                with a._lock:
+                    self._undo(h, lent, answered)  # not written: the next version the watch shows is asked again
+                continue
+            except StoreUnavailable as e:
+                log.warning("cannot answer the requests on block %s: %s", h.name, e)
+                with a._lock:
+                    h.answered.difference_update(answered)  # asked again; what may be lent stays so until seen
+                return False
+            a.seen(rec, "answer")
+            if lent:
+                log.info("network %s: lent %s of block %s to %s", h.network, ", ".join(lent), h.net,
+                         ", ".join(sorted({e["node"] for e in lent.values()})))  # fmt: skip
+        return True
+
+    def _grants(self, h: Held) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """What to lend each request not answered yet: its exact addresses when free, else one free address;
+        marked as being lent (on the version h.rv) before the write."""
+        a = self.a
+        layout = a.layouts.get((h.network, h.family_set))
+        usable = layout.usable(h.net) if layout is not None else 0
+        busy = h.busy()
+        lent: dict[str, dict[str, Any]] = {}
+        answered = []
+        for key, req in sorted(h.asked.items()):
+            if key in h.answered:
+                continue
+            answered.append(key)
+            node = str(req.get("node") or "")
+            if not node or node == a.node:
+                continue
+            offs = []
+            for text in req.get("addresses") or []:
+                try:
+                    off = int(ipaddress.ip_address(str(text))) - int(h.net.network_address)
+                except ValueError:
+                    continue
+                pool = a.pools.get(h.network)
+                free = 0 <= off < h.net.num_addresses and not busy >> off & 1
+                if free and pool is not None and pool.reservable(h.address(off)) is None:
+                    offs.append(off)
+            if not req.get("addresses") and (off := lowest(usable & ~busy)) >= 0:
+                offs.append(off)
+            for off in offs:
+                busy |= 1 << off
+                h.lending[off] = [h.rv, h.rv == h.watched]
+                lent[str(h.address(off))] = {"node": node, "request": key}
+        h.answered.update(answered)
+        return lent, answered
+
+    def _undo(self, h: Held, lent: dict[str, dict[str, Any]], answered: list[str]) -> None:
+        for text in lent:
+            h.lending.pop(int(ipaddress.ip_address(text)) - int(h.net.network_address), None)
+        h.answered.difference_update(answered)
+        self.a.save()
+
+    # ------------------------------------------------------------------------------------------------ lost blocks
+
+    def _recover(self) -> bool:
+        a = self.a
+        with a._lock:
+            lost = [h for h in a.held.values() if h.lost and not h.pending]
+        for h in lost:
+            if h.taker is None and not self._claim_again(h):
+                return False
+            if h.taker is not None and not self._hand_over(h):
+                return False
+        return True
+
+    def _claim_again(self, h: Held) -> bool:
+        a = self.a
+        with a._lock:
+            used = {str(h.address(off)): holder_doc(c) for off, c in h.local.items()}
+            lent = {str(h.address(off)): doc for off, doc in h.lent.items()}
+        rec = Record(h.name, h.network, str(h.net), a.node, a.node_in_cluster, used, lent)
+        try:
+            got = a.store.create(rec)
+        except Taken as t:
+            if isinstance(t.holder, Record) and t.holder.node == a.node:
+                got = t.holder
+            else:
+                with a._lock:
+                    h.taker = t.holder if isinstance(t.holder, Record) else None
+                    if h.taker is None:  # not a block at all now: nothing to give from, nothing to hand over
+                        log.error("block %s: its name is taken by %s; its addresses in use stay with their "
+                                  "containers, none is given from it", h.name, t.foreign)  # fmt: skip
+                        h.lost, h.taker = True, Record(h.name, h.network, str(h.net), "?")
+                return True
+        except StoreUnavailable as e:
+            a.last_error = str(e)
+            return False
+        log.warning("network %s: claimed block %s again, with its %d addresses in use", h.network, h.net, len(used))
+        a.seen(got, "answer")
+        with a._lock:
+            a.save()
+        return True
+
+    def _hand_over(self, h: Held) -> bool:
+        """Another node holds the block now: this node's containers' addresses in it are recorded there as lent
+        to this node (what the other node gave meanwhile cannot be known: a conflict is logged), and the block
+        leaves this node."""
+        a = self.a
+        taker = h.taker
+        assert taker is not None
+        with a._lock:
+            uses = dict(h.local)
+            seen = a.view.get(h.name)
+        if taker.node != "?" and uses:
+            mark = {"node": a.node, "request": "recovered", "nodeInCluster": a.node_in_cluster}
+            entries = {str(h.address(o)): {**mark, **holder_doc(c)} for o, c in uses.items()}
+            clash = [t for t in entries if t in taker.used or t in taker.lent]
+            if clash:
+                log.error("network %s: node %s holds block %s now and records %s as its own: held by this node's "
+                          "containers too", h.network, taker.node, h.net, ", ".join(clash))  # fmt: skip
+            try:
+                a.store.grant(h.name, seen.rv if seen is not None else taker.rv, entries, [])
+            except Conflict:
+                return True  # another version: tried again with it
+            except Gone:
+                with a._lock:
+                    h.taker = None  # gone again: claimed again instead
+                return True
+            except StoreUnavailable as e:
+                a.last_error = str(e)
+                return False
+        with a._lock:
+            for off, c in uses.items():
+                a.borrowed[(h.name, off)] = Borrowed(h.name, h.network, h.family_set, h.address(off), "recovered", c,
+                                                     written=True)  # fmt: skip
+            a.held.pop(h.name, None)
+            a.save()
+        log.warning("network %s: block %s left this node; its %d addresses in use are lent to it by node %s",
+                    h.network, h.net, len(uses), taker.node)  # fmt: skip
+        return True
+
+    # ------------------------------------------------------------------------------------------------ borrowed
+
+    def _to_write(self, b: Borrowed) -> bool:
+        return b.claim is not None and not b.written and b.request != "gone"
+
+    def _to_return(self, b: Borrowed) -> bool:
+        return b.claim is None and not b.pending and not (b.request and b.request in self.a.asks)
+
+    def _borrowed(self) -> bool:
+        a = self.a
+        with a._lock:
+            todo = [(k, b) for k, b in a.borrowed.items() if self._to_write(b) or self._to_return(b)]
+        for key, b in todo:
+            entry = None
+            if b.claim is not None:
+                entry = {"node": a.node, "request": b.request or "recovered", "nodeInCluster": a.node_in_cluster,
+                         **holder_doc(b.claim)}  # fmt: skip
+            try:
+                ok = a.store.update_lent(b.block, str(b.address), a.node, entry)
+            except Gone:
+                ok = False
+            except StoreUnavailable as e:
+                a.last_error = str(e)
+                return False
+            with a._lock:
+                if entry is None and a.borrowed.get(key) is b and self._to_return(b):
+                    del a.borrowed[key]
+                elif entry is not None:
+                    b.written = True
+                    if not ok:
+                        log.error("address %s of network %s is no longer lent to this node; %s uses it", b.address,
+                                  b.network, b.claim.holder() if b.claim else "?")  # fmt: skip
+        return True
+
+    def _prefetch(self, keys: set[tuple[str, int]]) -> bool:
+        a = self.a
+        for key in keys:
+            with a._lock:
+                layout = a.layouts.get(key)
+                if layout is None or key in a.claiming or a.free_count(layout) >= layout.size // 4:
+                    continue
+                net = a._free_block(layout)
+                if net is None:
+                    continue
+                a.claiming.add(key)
+            try:
+                a.claim_block(layout, net, on_add_path=False)
+            finally:
+                with a._lock:
+                    a.claiming.discard(key)
+                    a.updated.notify_all()
+        return True
+
+    # ------------------------------------------------------------------------------------------------ writing
+
+    def _changes(self, h: Held) -> dict[str, dict[str, Any] | None]:
+        if h.lost:
+            return {}
+        want = {off: holder_doc(c) for off, c in h.local.items()}
+        changes: dict[str, dict[str, Any] | None] = {
+            str(h.address(off)): doc for off, doc in want.items() if h.written.get(off) != doc
+        }
+        changes.update({str(h.address(off)): None for off in h.written if off not in want})
+        return changes
+
+    def _mark(self, h: Held) -> bool | None:
+        """What the block's record should say of whether its node is a Node of the cluster, when it says
+        otherwise (the Node registered, or deleted, since the block was claimed); None when it says what is so."""
+        seen = self.a.view.get(h.name)
+        if h.lost or seen is None or seen.node_in_cluster == self.a.node_in_cluster:
+            return None
+        return self.a.node_in_cluster
+
+    def _write(self) -> bool:
+        a = self.a
+        with a._lock:
+            todo = [(h, self._changes(h), h.uid, self._mark(h)) for h in a.held.values()]
+        first = True
+        for h, changes, uid, mark in todo:
+            if not changes and mark is None:
+                continue
+            if not first:
+                a.crash("mid-write-behind")
+            first = False
+            try:
+                rec = a.store.write_used(h.name, uid, changes, node_in_cluster=mark)
+            except Gone:
+                continue  # the watch says so: claimed again, then written
+            except StoreUnavailable as e:
+                a.last_error = str(e)
+                return False
+            a.seen(rec, "answer")
+        return True

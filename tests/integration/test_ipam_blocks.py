@@ -1,0 +1,335 @@
+"""Addresses from blocks (ipam: {type: cluster}, AddressBlock objects) against a real kube-apiserver and etcd,
+daemons with their own node names each serving its own lab netns with the real plugins: a small pool filled to
+its last address by three nodes at once (borrowing), ADDs and DELs while the API server is away, a block object
+deleted or taken over behind its node's back, the daemon killed between claiming a block and recording it and in
+the middle of writing behind, an AddressClaim of an earlier version honoured."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ipaddress
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.daemon.kubestore import LABEL_NETWORK
+from tests.integration.daemonlab import DaemonLab
+from tests.integration.kubeapi import ApiServer
+from tests.integration.test_cluster_ipam import (
+    BLOCKS,
+    CLAIMS,
+    addresses,
+    cached_claims,
+    claims,
+    flushed,
+    network,
+    nodes,
+    object_claims,
+    shared_network,
+)
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def custom(api: ApiServer) -> Any:
+    from kubernetes import client, config
+
+    return client.CustomObjectsApi(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
+
+
+def blocks(custom: Any, net: str) -> list[dict[str, Any]]:
+    return [b for b in custom.list_cluster_custom_object(*BLOCKS)["items"] if b["spec"]["network"] == net]
+
+
+def in_block(address: str, block: dict[str, Any]) -> bool:
+    return ipaddress.ip_address(address) in ipaddress.ip_network(block["spec"]["cidr"])
+
+
+def test_a_small_pool_fills_to_its_last_address(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """A /27 (29 addresses, blocks of 4) served by three nodes: node-b and node-c take a block each, then 32 ADDs
+    at once from all three, 30 on node-a: exactly 29 succeed in all, each address once, the rest refused with 11
+    naming the pool and nothing left behind; node-a, whose blocks cannot hold 27, borrowed from the others'
+    (lent entries in their records); DEL of everything empties every record."""
+    with (
+        shared_network(custom, network("tiny", "10.110.0.0/27")),
+        nodes(tmp_path, api, ["node-a", "node-b", "node-c"], "tiny") as labs,
+    ):
+        results: list[tuple[DaemonLab, str, int, Any]] = []
+        lock = threading.Lock()
+
+        def add(dl: DaemonLab) -> None:
+            ctr = dl.lab.container()
+            rc, res = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=tiny", ready_timeout=30)
+            with lock:
+                results.append((dl, ctr, rc, res))
+
+        add(labs[1]), add(labs[2])  # node-b and node-c hold a block each, with addresses to spare
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:  # node-a needs more than the blocks left
+            list(pool.map(add, [labs[0]] * 15 + [labs[1], labs[2]] + [labs[0]] * 15))
+        ok = [(dl, ctr) for dl, ctr, rc, _ in results if rc == 0]
+        refused = [res for _, _, rc, res in results if rc != 0]
+        got = [a for dl, ctr in ok for a in addresses(dl, ctr)]
+        assert len(ok) == 29 and len(set(got)) == 29, refused[:3]
+        for err in refused:
+            assert err["code"] == 11 and "no free address in 10.110.0.0/27 (29 addresses, all claimed)" in err["msg"]
+        for dl, ctr, rc, _ in results:
+            if rc != 0:
+                assert dl.lab.links(ctr) == ["lo"]
+        flushed(labs)
+        assert object_claims(custom, "tiny") == cached_claims(labs)
+        lent = [a for b in blocks(custom, "tiny") for a in (b["spec"].get("lent") or {})]
+        assert lent, "node-a borrowed"
+        for dl, ctr in ok:
+            assert dl.shim("DEL", ctr, ready_timeout=30)[0] == 0
+        flushed(labs)
+        assert claims(custom, "tiny") == []
+
+
+def test_adds_and_dels_go_on_while_the_api_server_is_away(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """A node holding a block gives its addresses with the API server stopped, and takes them back at DEL, even
+    once restarted meanwhile; the ADD that needs another block is refused with 11 saying why, nothing left;
+    once the server is back, the records are what the node's cache says."""
+    net = network("away", "10.111.0.0/24", blockSize=16)
+    with shared_network(custom, net), nodes(tmp_path, api, ["node-a"], "away") as labs:
+        dl = labs[0]
+        first = dl.lab.container()
+        assert dl.shim("ADD", first, args="NETCOMP_NETWORKS=away")[0] == 0
+        flushed(labs)
+        [block] = blocks(custom, "away")
+        api.stop_apiserver()
+        try:
+            during = []
+            for _ in range(4):
+                ctr = dl.lab.container()
+                rc, res = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=away")
+                assert rc == 0, res
+                during.append(ctr)
+            assert dl.shim("DEL", during.pop(0))[0] == 0
+            dl.restart()  # its record of the blocks it holds, and its cache: no API server needed
+            while True:  # until the block is full: the next ADD needs a block the API server would give
+                ctr = dl.lab.container()
+                rc, res = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=away", ready_timeout=30)
+                if rc != 0:
+                    break
+                assert all(in_block(a, block) for a in addresses(dl, ctr))
+                during.append(ctr)
+            assert res["code"] == 11 and "cannot claim an address block" in res["msg"], res
+            assert dl.lab.links(ctr) == ["lo"]
+            held = {a for c in [first, *during] for a in addresses(dl, c)}
+            net = ipaddress.ip_network(block["spec"]["cidr"])
+            assert held == {str(a) for a in net if str(a) not in ("10.111.0.0", "10.111.0.1", "10.111.0.255")}
+        finally:
+            api.start_apiserver()
+        flushed(labs)
+        assert object_claims(custom, "away") == cached_claims(labs)
+        for ctr in [first, *during]:
+            assert dl.shim("DEL", ctr)[0] == 0
+        flushed(labs)
+        assert claims(custom, "away") == []
+
+
+def test_a_block_deleted_behind_a_nodes_back_is_claimed_again(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """An admin deletes a block a node holds: the node claims it again at once, with its containers' addresses;
+    when another node holds it meanwhile, the node gives nothing from it any more and its containers' addresses
+    are recorded there as lent to it."""
+    with (
+        shared_network(custom, network("lost", "10.112.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-a"], "lost") as labs,
+    ):
+        dl = labs[0]
+        ctrs = [dl.lab.container() for _ in range(2)]
+        for ctr in ctrs:
+            assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=lost")[0] == 0
+        mine = {a for ctr in ctrs for a in addresses(dl, ctr)}
+        flushed(labs)
+        [block] = blocks(custom, "lost")
+        name, uid = block["metadata"]["name"], block["metadata"]["uid"]
+        custom.delete_cluster_custom_object(*BLOCKS, name)
+        deadline = time.monotonic() + 30
+        while not [b for b in blocks(custom, "lost") if b["metadata"]["uid"] != uid]:
+            assert time.monotonic() < deadline, "claimed again"
+            time.sleep(0.2)  # the node reacts to the watch on its own schedule: polled with a deadline
+        flushed(labs)
+        [block] = blocks(custom, "lost")
+        assert block["spec"]["node"] == "node-a" and set(block["spec"]["used"]) == mine
+
+        # Now another node takes it over (etcd restored from a backup where node-z held it, say).
+        taken = {**block, "spec": {**block["spec"], "node": "node-z", "used": {}, "lent": {}, "requests": {}}}
+        custom.replace_cluster_custom_object(*BLOCKS, name, taken)
+        deadline = time.monotonic() + 30
+        while set(blocks_by_name(custom, "lost")[name]["spec"].get("lent") or {}) != mine:
+            assert time.monotonic() < deadline, blocks_by_name(custom, "lost")[name]
+            time.sleep(0.2)  # as above
+        lent = blocks_by_name(custom, "lost")[name]["spec"]["lent"]
+        assert {e["node"] for e in lent.values()} == {"node-a"}
+        ctr = dl.lab.container()
+        assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=lost")[0] == 0
+        [new] = addresses(dl, ctr)
+        assert not in_block(new, block)  # nothing given from the block node-z holds
+        for c in [*ctrs, ctr]:
+            assert dl.shim("DEL", c)[0] == 0
+        flushed(labs)
+        assert not blocks_by_name(custom, "lost")[name]["spec"].get("lent")  # given back to node-z
+        custom.delete_cluster_custom_object(*BLOCKS, name)
+
+
+def blocks_by_name(custom: Any, net: str) -> dict[str, dict[str, Any]]:
+    return {b["metadata"]["name"]: b for b in blocks(custom, net)}
+
+
+def test_an_address_claim_of_an_earlier_version_is_honoured(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """An AddressClaim made before blocks (a node upgraded in place) keeps its address: no block gives it, `ipam
+    show` lists it; once deleted, the address is given again."""
+    old = {
+        "apiVersion": f"{CLAIMS[0]}/{CLAIMS[1]}",
+        "kind": "AddressClaim",
+        "metadata": {"name": "legacy.v4-10-113-0-2", "labels": {LABEL_NETWORK: "legacy"}},
+        "spec": {"network": "legacy", "address": "10.113.0.2", "node": "old-node", "containerID": "c0",
+                 "interface": "net0"},
+    }  # fmt: skip
+    custom.create_cluster_custom_object(*CLAIMS, old)
+    try:
+        net = network("legacy", "10.113.0.0/29", rangeEnd="10.113.0.3")
+        with shared_network(custom, net), nodes(tmp_path, api, ["node-a"], "legacy") as labs:
+            dl = labs[0]
+            ctr, other = dl.lab.container(), dl.lab.container()
+            assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=legacy")[0] == 0
+            assert addresses(dl, ctr) == ["10.113.0.3"]
+            rc, err = dl.shim("ADD", other, args="NETCOMP_NETWORKS=legacy")
+            assert rc == 1 and err["code"] == 11 and "no free address" in err["msg"], err
+            flushed(labs)
+            doc = dl.daemon.addresses.show(dl.daemon.state.networks())
+            [shown] = [n for n in doc["networks"] if n["network"] == "legacy"]
+            assert {(c["address"], c["node"]) for c in shown["claims"]} == {("10.113.0.2", "old-node"),
+                                                                            ("10.113.0.3", "node-a")}  # fmt: skip
+            custom.delete_cluster_custom_object(*CLAIMS, "legacy.v4-10-113-0-2")
+            assert dl.daemon.addresses.allocator.wait_for(lambda cs: all(c.node != "old-node" for c in cs), 30)
+            assert dl.shim("ADD", other, args="NETCOMP_NETWORKS=legacy")[0] == 0
+            assert addresses(dl, other) == ["10.113.0.2"]
+            for c in (ctr, other):
+                assert dl.shim("DEL", c)[0] == 0
+    finally:
+        with contextlib.suppress(Exception):
+            custom.delete_cluster_custom_object(*CLAIMS, "legacy.v4-10-113-0-2")
+
+
+# ------------------------------------------------------------------------------------------------ crash points
+
+
+@contextlib.contextmanager
+def proc(api: ApiServer, tmp_path: Path, crash: str) -> Any:
+    """A daemon as a process (node-k) in its lab's netns, reaching the API server through a forwarder, armed to
+    kill itself at `crash`."""
+    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
+    from tests.integration.procdaemon import proc_node
+
+    holder: dict[str, Any] = {}
+
+    def setup(base: Path, lb: Any) -> None:
+        fwd = holder["stack"].enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
+        api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
+
+    kube = {"kubeconfig": str(tmp_path / "lab.kubeconfig"), "timeout": 10}
+    extra = {"kubernetes": kube, "clusterIntentDir": str(tmp_path / "cluster.d"), "nodeName": "node-k",
+             "defaultNetwork": None, "ipamGrace": 3}  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        holder["stack"] = stack
+        yield stack.enter_context(proc_node(tmp_path, extra=extra, env={"NETCOMP_CRASH_AT": crash}, setup=setup))
+
+
+def until(check: Any, what: Any, timeout: float = 60) -> None:
+    """Poll what a daemon process does on its own schedule, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.3)
+
+
+def test_killed_between_claiming_a_block_and_recording_it(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """The daemon dies with the block's object made and its own record not written: the restarted daemon finds
+    the block naming it, gives the shim's retry an address from it, and releases it once empty past the grace
+    period."""
+    with shared_network(custom, network("claimy", "10.114.0.0/24")), proc(api, tmp_path, "after-block-claim") as node:
+        ctr = node.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            add = pool.submit(node.shim, "ADD", ctr, args="NETCOMP_NETWORKS=claimy")
+            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+            [block] = blocks(custom, "claimy")
+            assert block["spec"]["node"] == "node-k" and not block["spec"].get("used")
+            node.env.pop("NETCOMP_CRASH_AT")
+            node.start(wait=False)
+            rc, res = add.result(timeout=120)
+        assert rc == 0, (res, node.logs())
+        assert in_block(res["ips"][0]["address"].split("/")[0], block)
+        assert [b["metadata"]["uid"] for b in blocks(custom, "claimy")] == [block["metadata"]["uid"]]
+        assert "which had no record of it: held again" in node.logs()
+        assert node.shim("DEL", ctr)[0] == 0
+        until(lambda: blocks(custom, "claimy") == [], lambda: (blocks(custom, "claimy"), node.logs()))
+
+
+def test_killed_in_the_middle_of_writing_behind(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """The daemon dies after bringing one block's record up to date and before the next: the restarted daemon
+    writes what its cache says into both."""
+    with (
+        shared_network(custom, network("wb-a", "10.115.0.0/24")),
+        shared_network(custom, network("wb-b", "10.116.0.0/24")),
+        proc(api, tmp_path, "mid-write-behind") as node,
+    ):
+        ctr = node.lab.container()
+        rc, res = node.shim("ADD", ctr, args="NETCOMP_NETWORKS=wb-a,wb-b")
+        assert rc == 0, (res, node.logs())
+        assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+        node.env.pop("NETCOMP_CRASH_AT")
+        node.start()
+        want = {(net, f"ctr-{ctr}") for net in ("wb-a", "wb-b")}
+
+        def written() -> set[tuple[str, str]]:
+            return {(o["spec"]["network"], o["spec"]["containerID"]) for o in claims(custom) if o["spec"]["network"]
+                    in ("wb-a", "wb-b")}  # fmt: skip
+
+        until(lambda: written() == want, lambda: (written(), node.logs()))
+        assert node.shim("DEL", ctr)[0] == 0
+        until(lambda: written() == set(), lambda: (written(), node.logs()))
+
+
+def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """A pod asks for an address (Multus's `ips`) inside a block another node holds: that node lends exactly it,
+    the lent entry names the pod; an address the other node's container has is refused with 11 naming it, before
+    any plugin; after the DEL the address is given back."""
+    from kubernetes import config
+
+    from tests.integration.test_multus import annotated, attach, detach, pod
+
+    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    net = network("exact", "10.117.0.0/24", blockSize=16)
+    with shared_network(custom, net), nodes(tmp_path, api, ["node-a", "node-b"], "exact") as labs:
+        a, b = labs
+        ctr = a.lab.container()
+        assert a.shim("ADD", ctr, args="NETCOMP_NETWORKS=exact")[0] == 0  # node-a holds a block now
+        [held] = addresses(a, ctr)
+        flushed(labs)
+        [block] = blocks(custom, "exact")
+        wanted = str(ipaddress.ip_address(held) + 1)
+        assert in_block(wanted, block)
+        with (
+            pod(admin, b, "wants", "default", **annotated([{"name": "exact", "ips": [f"{wanted}/24"]}])) as p1,
+            pod(admin, b, "late", "default", **annotated([{"name": "exact", "ips": [held]}])) as p2,
+        ):
+            ctr1, rc, res = attach(b, p1)
+            assert rc == 0, res
+            assert [ip["address"] for ip in res["ips"]] == [f"{wanted}/24"]
+            flushed(labs)
+            lent = blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"]["lent"]
+            assert (lent[wanted]["node"], lent[wanted]["pod"]["name"]) == ("node-b", "wants")
+            ctr2, rc, res = attach(b, p2)
+            assert rc == 1 and res["code"] == 11 and held in res["msg"] and "node-a" in res["msg"], res
+            assert b.lab.links(ctr2) == ["lo"]
+            detach(b, ctr1, p1)
+        flushed(labs)
+        assert not blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"].get("lent")
+        assert a.shim("DEL", ctr)[0] == 0
