@@ -240,6 +240,12 @@ def explain(e: Exception) -> str:
     """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
     IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
     systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
+    from netcomp.daemon.kubeclient import ApiException, Unreachable
+
+    if isinstance(e, Unreachable):  # worded by the client, which knows where it was going
+        return str(e)
+    if isinstance(e, ApiException):
+        return f"{e.status} {e.reason}"
     text = f"{type(e).__name__}: {e}"
     if "Operation not permitted" in text or "[Errno 1]" in text:
         text += (

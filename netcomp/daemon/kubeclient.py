@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import http.client
+import logging
+import socket
 import ssl
 import tempfile
 import threading
@@ -24,6 +27,7 @@ import yaml
 
 from netcomp.fsutil import read_bounded
 
+log = logging.getLogger("netcomp.kube")
 MAX_KUBECONFIG = 4 << 20  # a kubeconfig, token or certificate file: far below this
 
 IDLE_CONNECTIONS = 16  # connections kept alive for the next call; more may be open at once, then closed
@@ -35,6 +39,43 @@ class ApiException(Exception):
     def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
         super().__init__(f"({status}) {reason}")
         self.status, self.reason, self.body = status, reason, body
+
+
+class Unreachable(OSError):
+    """The API server could not be reached or talked to; the message says what happened in an operator's words
+    (the underlying error is its __cause__, and logged at debug level)."""
+
+
+def words(e: BaseException, url: str, timeout: float | None) -> str:
+    """What a failed connection to the API server at `url` means, in an operator's words (no library internals:
+    urllib3's retry wrappers are unwrapped to their reason)."""
+    reason = getattr(e, "reason", None)
+    if isinstance(reason, BaseException) and not isinstance(e, OSError | ssl.SSLError):
+        return words(reason, url, timeout)  # urllib3's MaxRetryError and the like, from the library's transport
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return (
+            f"TLS: the certificate of the API server at {url} is not trusted ({e.verify_message}): check the "
+            "kubeconfig's certificate-authority(-data)"
+        )
+    if isinstance(e, ssl.SSLError):
+        return f"TLS failure talking to the API server at {url}: {e.reason or e}"
+    if isinstance(e, TimeoutError):
+        after = f" within {timeout:g} s" if timeout else ""
+        return f"the API server at {url} did not answer{after}"
+    if isinstance(e, ConnectionRefusedError):
+        return f"the API server at {url} refused the connection: is it running, and is the kubeconfig's address right?"
+    if isinstance(e, socket.gaierror):
+        return f"cannot resolve the API server's host of {url}: {e.strerror}"
+    if isinstance(e, OSError) and e.errno == errno.EPERM:
+        return (
+            f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic (allow the "
+            "API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"
+        )
+    if isinstance(e, OSError):
+        return f"the API server at {url} cannot be reached: {e.strerror or e}"
+    if isinstance(e, http.client.HTTPException):
+        return f"the API server at {url} broke off its answer ({type(e).__name__})"
+    return f"the API server at {url} cannot be reached: {type(e).__name__}: {e}"
 
 
 class Response:
@@ -227,6 +268,26 @@ class HttpTransport:
             conn.close()
 
 
+LIBRARY_POOL = 64  # a burst of ADDs (maxInFlight) each writing once, without "Connection pool is full"
+
+
+class _Demote(logging.Filter):
+    """urllib3's warnings (its retries, a full pool) at debug level: what an operator needs is the failure's own
+    line, in words (`words`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_urllib3() -> None:
+    pool = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(f, _Demote) for f in pool.filters):
+        pool.addFilter(_Demote())
+
+
 class LibraryTransport:
     """The same requests through the kubernetes library's ApiClient (its credential plugins, proxies)."""
 
@@ -241,6 +302,8 @@ class LibraryTransport:
             if not isinstance(doc, dict):
                 raise KubeConfigError("not a kubeconfig (no mapping at the top)")
             conf = client.Configuration()
+            conf.connection_pool_maxsize = LIBRARY_POOL  # the library's default, 5 per CPU, is less than one burst
+            _quiet_urllib3()
             kube_config.KubeConfigLoader(
                 config_dict=doc, config_base_path=str(Path(path).absolute().parent)
             ).load_and_set(conf)
@@ -318,10 +381,29 @@ class Api:
         """One call; ApiException for a status of 300 and more."""
         url = path + ("?" + urllib.parse.urlencode(_query(query)) if query else "")
         data = orjson.dumps(body) if body is not None else None
-        resp = self.transport.request(method, url, data, self._headers(content_type if data else None), timeout)
+        try:
+            resp = self.transport.request(method, url, data, self._headers(content_type if data else None), timeout)
+        except ApiException:
+            raise
+        except Exception as e:
+            raise self._unreachable(e, f"{method} {path}", timeout) from e
         if resp.status >= 300:
-            raise ApiException(resp.status, _reason(resp), resp.data)
+            raise ApiException(resp.status, self._status_words(resp), resp.data)
         return resp
+
+    def server(self) -> str:
+        ep = self.endpoint
+        return f"{ep.scheme}://{ep.host}:{ep.port}{ep.prefix}"
+
+    def _unreachable(self, e: Exception, what: str, timeout: float | None) -> Unreachable:
+        log.debug("API call %s failed: %s: %s", what, type(e).__name__, e)  # the library's words, for debugging
+        return Unreachable(words(e, self.server(), timeout))
+
+    def _status_words(self, resp: Response) -> str:
+        """An error status's reason; for 401, whose credentials were refused."""
+        if resp.status == 401:  # the server's own message says only "Unauthorized"
+            return f"Unauthorized: the API server does not accept the credentials of kubeconfig {self.endpoint.path}"
+        return _reason(resp)
 
     def watch(
         self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
@@ -329,7 +411,16 @@ class Api:
         """The events of a watch, each {"type", "object"}; an ERROR event is raised as ApiException (410: the
         resourceVersion is too old, list again)."""
         url = path + "?" + urllib.parse.urlencode(_query({**query, "watch": "true"}))
-        for line in self.transport.stream(url, self._headers(), timeout):
+        lines = self.transport.stream(url, self._headers(), timeout)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except ApiException:
+                raise
+            except Exception as e:
+                raise self._unreachable(e, f"watch {path}", timeout) from e
             if not line.strip():
                 continue
             event = loads(line)

@@ -9,12 +9,14 @@ import contextlib
 import io
 import json
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
@@ -190,12 +192,17 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
 
 
 def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> None:
-    dead = api.kubeconfig(tmp_path / "dead.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{free_port()}")
+    port = free_port()
+    dead = api.kubeconfig(tmp_path / "dead.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{port}")
     with kube_lab(tmp_path / "node", dead, timeout=1) as dl:
         ctr = dl.lab.container()
         rc, err = dl.shim("ADD", ctr, args="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p9")
         assert rc == 1 and err["code"] == 11
-        assert err["msg"].startswith("cannot read pod default/p9 from the Kubernetes API server: ")
+        # In an operator's words, naming the server: no library internals.
+        assert err["msg"] == (
+            f"cannot read pod default/p9 from the Kubernetes API server: the API server at https://127.0.0.1:{port} "
+            "refused the connection: is it running, and is the kubeconfig's address right?"
+        )
         assert "no plugin was run" in err["details"]
         assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == []
         assert dl.shim("ADD", ctr)[0] == 0  # a container that is not a pod is not held up by the cluster
@@ -207,6 +214,34 @@ def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> N
         assert "  cluster: NOT SYNCED, 0 Network objects, last error: " in out.getvalue()
         assert "cluster NOT SYNCED" in dl.daemon.status_line()
         assert b'netcomp_kubernetes_errors_total{op="read"}' in dl.daemon.metrics.render()
+
+
+@pytest.mark.parametrize("fault", ["untrusted", "token"])
+def test_api_server_refusals_are_said_in_an_operators_words(api: ApiServer, tmp_path: Path, fault: str) -> None:
+    """A CA that did not sign the server's certificate; a token the server does not know: the CNI error says which,
+    naming the server or the kubeconfig."""
+    cfg = api.kubeconfig(tmp_path / "k.kubeconfig", NODE_TOKEN if fault == "untrusted" else "no-such-token")
+    if fault == "untrusted":
+        other = tmp_path / "other-ca.crt"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.key"),
+             "-out", str(other), "-subj", "/CN=not-the-cluster", "-days", "1"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        doc = yaml.safe_load(cfg.read_text())
+        doc["clusters"][0]["cluster"]["certificate-authority"] = str(other)
+        cfg.write_text(yaml.safe_dump(doc))
+    with kube_lab(tmp_path / "node", cfg, timeout=5) as dl:
+        ctr = dl.lab.container()
+        rc, err = dl.shim("ADD", ctr, args="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p9")
+        assert rc == 1 and err["code"] == 11
+        if fault == "untrusted":
+            assert f"TLS: the certificate of the API server at {api.url} is not trusted" in err["msg"], err
+        else:
+            assert (
+                f"401 Unauthorized: the API server does not accept the credentials of kubeconfig {cfg}" in (err["msg"])
+            ), err
+        assert "urllib3" not in err["msg"] and "MaxRetryError" not in err["msg"]
 
 
 class _absent:
