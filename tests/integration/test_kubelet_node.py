@@ -1,0 +1,186 @@
+"""Pods on a real node: the kubelet (built from Debian's kubernetes 1.20 source) and Debian's containerd 1.6 as
+its CRI, registered with the tests' kube-apiserver, netcomp's installed shim as the node's only CNI plugin
+(kubenode.py; one node for the module). Each pod is posted to the API server as a user posts it, runs because
+the kubelet ran it, and is read back three ways that must agree: the network-status netcomp wrote on it, the
+pod's own network namespace (its pause process's, found through containerd's CRI), and what the kubelet and
+containerd report (the pod IP, the sandbox IP). Each is deleted as kubectl deletes; once the kubelet has stopped
+its sandbox (containerd runs the CNI DEL first) nothing of netcomp's is left: no attachment record, no host-local
+lease, no AddressClaim, no veth in the node's netns, no netns of the sandbox; the last test waits until the API
+server, containerd and the kubelet (its pod dirs, PodResources) have nothing of any pod either.
+A plain pod, Multus's annotation, DANM's, a network with cluster IPAM, ten pods at once, and a pod holding a
+device of the tests' device plugin (deviceplugin.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.kubegrpc import pod_devices
+from tests.integration.kubenode import DEFAULT_SUBNET, KubeNode
+from tests.integration.nodepods import delete, gone, interfaces, manifest, network_status, running, with_status
+
+pytestmark = pytest.mark.root
+CLAIMS = ("netcomp.io", "v1", "addressclaims")
+MULTUS = "k8s.v1.cni.cncf.io/networks"
+DANM = "danm.k8s.io/interfaces"
+
+
+def claims(node: KubeNode) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    items: list[dict[str, Any]] = client.CustomObjectsApi(node.admin).list_cluster_custom_object(*CLAIMS)["items"]
+    return items
+
+
+def attached(node: KubeNode, pod: Any, expected: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The pod's network-status is `expected` ((network, interface) each, in order), its namespace has exactly
+    those interfaces with the addresses and MACs the status says, and the kubelet's pod IP is the default
+    network's. The status entries."""
+    pod = with_status(node, pod)
+    status = network_status(pod)
+    assert [(s["name"], s["interface"]) for s in status] == expected, status
+    seen = interfaces(node, pod)
+    assert sorted(seen) == sorted(i for _, i in expected), seen
+    for s in status:
+        assert seen[s["interface"]] == {"mac": s["mac"], "ips": s["ips"]}, (s, seen)
+    (default,) = [s for s in status if s.get("default")]
+    assert pod.status.pod_ip == default["ips"][0]
+    return status
+
+
+def nothing_left(node: KubeNode) -> None:
+    assert node.cache_files() == []
+    assert node.leases() == []
+    assert claims(node) == []
+    assert node.veths() == []
+    assert json.loads(node.netcomp_cli("attachments", "-o", "json"))["containers"] == []
+
+
+def record(node: KubeNode, pod: Any) -> dict[str, Any]:
+    """netcomp's record of the pod's sandbox (`netcomp attachments`), which is the sandbox containerd runs."""
+    (sandbox,) = node.cri.sandboxes(pod.metadata.uid)
+    doc = json.loads(node.netcomp_cli("attachments", "-o", "json"))
+    (entry,) = [c for c in doc["containers"] if c["containerID"] == sandbox.id]
+    assert entry["netns"] == sandbox.netns
+    return dict(entry)
+
+
+PLUGIN_RESOURCE = "netcomp.io/testvf"
+# The single-pod scenarios, posted at once: their starts overlap, and so do their deletes (the kubelet removes a
+# deleted pod from the API server at its next status sync, up to 10 s later).
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "multus": {"annotations": {MULTUS: "storage@st9, fast"}},
+    "danm": {"annotations": {DANM: json.dumps([{"network": "management", "ip": "dynamic"}])}},
+    "pooled": {"annotations": {MULTUS: "pool"}},
+    "vf": {"limits": {PLUGIN_RESOURCE: "1"}},
+}
+
+
+@pytest.fixture(scope="module")
+def pods(kubenode: KubeNode) -> dict[str, Any]:
+    """The scenarios' pods, Running (test_the_pods_are_deleted_with_nothing_left deletes them; the node's
+    teardown removes whatever a failure leaves)."""
+    return running(kubenode, *(manifest(kubenode, name, **kw) for name, kw in SCENARIOS.items()))
+
+
+def test_the_node_runs_netcomp_as_its_only_cni(kubenode: KubeNode) -> None:
+    """containerd's CNI dirs: the conflist netcomp's daemon wrote, and the shim beside the runtime's own plugins."""
+    assert [p.name for p in kubenode.cni_conf_dir.iterdir()] == ["00-netcomp.conflist"]
+    conf = json.loads((kubenode.cni_conf_dir / "00-netcomp.conflist").read_text())
+    assert [p["type"] for p in conf["plugins"]] == ["netcomp"]
+    assert sorted(p.name for p in kubenode.cni_bin_dir.iterdir()) == ["bridge", "host-local", "loopback", "netcomp"]
+
+
+def test_a_plain_pod_joins_the_default_network(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    pod = pods["plain"]
+    status = attached(kubenode, pod, [("mgmt", "eth0")])
+    address = status[0]["ips"][0]
+    assert ipaddress.ip_address(address) in ipaddress.ip_network(DEFAULT_SUBNET)
+    (sandbox,) = kubenode.cri.sandboxes(pod.metadata.uid)
+    assert sandbox.ready and sandbox.ip == address  # containerd's view: the result of netcomp's ADD
+    assert f"mgmt/{address}" in kubenode.leases()
+    assert [(n["name"], n["interface"], n["ips"]) for n in record(kubenode, pod)["networks"]] == [
+        ("mgmt", "eth0", [address])
+    ]
+
+
+def test_a_pod_with_multus_annotation(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """Names, a network of the node and a NetworkAttachmentDefinition of the pod's namespace."""
+    pod = pods["multus"]
+    status = attached(kubenode, pod, [("mgmt", "eth0"), ("storage", "st9"), ("default/fast", "net0")])
+    assert status[1]["ips"][0].startswith("10.121.0.") and status[2]["ips"][0].startswith("10.125.0.")
+    leases = [f"storage/{status[1]['ips'][0]}", f"default.fast/{status[2]['ips'][0]}"]
+    assert set(leases) <= set(kubenode.leases())
+    assert [n["interface"] for n in record(kubenode, pod)["networks"]] == ["eth0", "st9", "net0"]
+
+
+def test_a_pod_with_danm_annotation(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """DANM's first connection takes the default network's place, on the runtime's interface; its dynamic
+    address is claimed for the cluster."""
+    pod = pods["danm"]
+    status = attached(kubenode, pod, [("default/management", "eth0")])
+    address = status[0]["ips"][0]
+    assert address.startswith("10.126.0.")
+    (claim,) = [c for c in claims(kubenode) if c["spec"]["network"] == "default.management"]
+    assert (claim["spec"]["address"], claim["spec"]["node"]) == (address, kubenode.name)
+
+
+def test_a_pod_on_a_cluster_ipam_network(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    pod = pods["pooled"]
+    status = attached(kubenode, pod, [("mgmt", "eth0"), ("pool", "pl0")])
+    (claim,) = [c for c in claims(kubenode) if c["spec"]["network"] == "pool"]
+    spec = claim["spec"]
+    assert (spec["address"], spec["node"]) == (status[1]["ips"][0], kubenode.name)
+    assert spec["pod"] == {"name": "pooled", "namespace": "default", "uid": pod.metadata.uid}
+
+
+def test_a_pod_holding_a_device_of_the_device_plugin(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """Admitted by the kubelet with a device of the plugin's resource, which the kubelet's PodResources API
+    names, and whose device-info file the plugin wrote at Allocate."""
+    plugin = kubenode.plugin
+    assert plugin is not None and plugin.resource == PLUGIN_RESOURCE
+    (device,) = pod_devices(str(kubenode.podresources_socket))[("default", "vf")]["c"][plugin.resource]
+    assert device in plugin.device_ids and plugin.allocations == [[device]]
+    info = json.loads(plugin.devinfo_file(device).read_text())
+    pci = {"pci-address": device, "pf-pci-address": kubenode.vfs.pf_address}
+    assert info == {"type": "pci", "version": "1.1.0", "pci": pci}
+    attached(kubenode, pods["vf"], [("mgmt", "eth0")])
+
+
+def test_the_pods_are_deleted_with_nothing_left(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """All at once: the kubelet stops each sandbox, and containerd's CNI DEL through the shim removes everything
+    netcomp made for it."""
+    assert len([s for p in pods.values() for s in kubenode.cri.sandboxes(p.metadata.uid) if s.ready]) == len(pods)
+    delete(kubenode, pods.values())
+    nothing_left(kubenode)
+    assert not any(s.ready for p in pods.values() for s in kubenode.cri.sandboxes(p.metadata.uid))
+
+
+def test_ten_pods_at_once(kubenode: KubeNode) -> None:
+    names = [f"many-{i}" for i in range(10)]
+    pods = running(kubenode, *(manifest(kubenode, n, annotations={MULTUS: "storage"}) for n in names))
+    addresses = []
+    for n in names:
+        status = attached(kubenode, pods[n], [("mgmt", "eth0"), ("storage", "stor0")])
+        addresses += [s["ips"][0] for s in status]
+    assert len(set(addresses)) == 20
+    assert len(kubenode.leases()) == 20 and len(kubenode.cache_files()) == 10 and len(kubenode.veths()) == 10
+    delete(kubenode, pods.values())
+    nothing_left(kubenode)
+
+
+def test_the_kubelet_removes_every_deleted_pod(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """The API server, containerd and the kubelet have nothing left of any pod of the module (the kubelet's
+    container GC, once a minute, may be what removes the last of them); no CNI request meanwhile left anything
+    behind either."""
+    from kubernetes import client
+
+    left = client.CoreV1Api(kubenode.admin).list_namespaced_pod("default").items
+    gone(kubenode, [*pods.values(), *left])
+    assert kubenode.cri.sandbox_ids() == []
+    assert pod_devices(str(kubenode.podresources_socket)) == {}
+    nothing_left(kubenode)
