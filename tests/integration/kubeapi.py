@@ -163,9 +163,10 @@ def api_server(work: Path) -> Iterator[ApiServer]:
         _install_manifests(api)
         yield api
     finally:
+        # One at a time, the API server first: stopping, it still writes to etcd (its endpoints), and without
+        # etcd it retries until it is killed.
         for p in reversed(procs):
             p.terminate()
-        for p in reversed(procs):
             reap(p, 20)
         for f in logs:
             f.close()

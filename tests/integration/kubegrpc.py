@@ -46,6 +46,8 @@ _CRI = {
     "StopPodSandboxResponse": [],
     "RemovePodSandboxRequest": [("pod_sandbox_id", 1, "string")],
     "RemovePodSandboxResponse": [],
+    "StatusRequest": [("verbose", 1, "bool")],
+    "StatusResponse": [("info", 2, "map<string, string>")],
 }
 
 _PODRESOURCES = {
@@ -149,6 +151,15 @@ class Cri:
             int(info.get("pid") or 0),
             netns,
         )
+
+    def cni_network(self) -> str:
+        """The name of the CNI network containerd gives pods now (its `cniconfig` status: the network on eth0,
+        after its own loopback), "" while it has none."""
+        m = _cri()
+        info = self._rpc("Status", m["StatusRequest"](verbose=True), "StatusResponse").info
+        conf = json.loads(info.get("cniconfig") or "{}")
+        names = [n["Config"]["Name"] for n in conf.get("Networks") or [] if n.get("IFName") != "lo"]
+        return names[0] if names else ""
 
     def stop_and_remove(self, sandbox_id: str) -> None:
         m = _cri()

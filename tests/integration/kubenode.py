@@ -32,27 +32,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.integration import nodeimages, nodens
+from tests.integration import nodens, noderuntime
 from tests.integration.deviceplugin import DevicePlugin, VfTree, make_vf_tree
-from tests.integration.kubeapi import ADMIN_TOKEN, BINS, NODE_TOKEN, ApiServer, reachable_from
+from tests.integration.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
 from tests.integration.kubegrpc import Cri
 from tests.integration.netns import PLUGIN_DIR, ip
+from tests.integration.noderuntime import NODE_IP, READY_SECONDS, poll
 
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
-NODE_IP = "10.255.0.1"
 MASTER = "ncm0"  # the macvlan master, a veth end in the node's netns
 PF, PF_ADDRESS = "ncpf0", "0000:3b:00.0"
 VFS = [("0000:3b:02.0", "ncvf0"), ("0000:3b:02.1", "ncvf1")]
 # The plugins containerd may exec itself: its pod loopback, and the bridge conflist the benchmark runs directly.
 RUNTIME_PLUGINS = ("loopback", "bridge", "host-local")
-READY_SECONDS = 120
 BRIDGE = "ncbr0"
 DEFAULT_SUBNET = "10.120.0.0/24"
 
@@ -78,7 +77,6 @@ class KubeNode:
     admin: Any  # a kubernetes ApiClient with the admin token
     vfs: VfTree
     plugin: DevicePlugin | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------------ paths
 
@@ -158,6 +156,10 @@ class KubeNode:
         """A netcomp command in the node, against its daemon."""
         return self.ns.run(NETCOMP, *args, "--config", str(self.netcomp_config))
 
+    def kubeconfig(self, path: Path, token: str) -> Path:
+        """A kubeconfig for a process of the node: the API server on the node's loopback."""
+        return self.api.kubeconfig(path, token, server=f"https://127.0.0.1:{self.api_port}")
+
     def start_netcomp(self) -> None:
         _start_netcomp(self)
 
@@ -205,13 +207,13 @@ def kube_node(
             _write_netcomp(node, settings or {})
             node.start_netcomp()
             out = node.netcomp_dir / "out"
-            _poll(lambda: all((out / f"{n}.conflist").exists() for n in COMPILED), "the networks compiled", node)
-            _start_containerd(node)
-            _start_kubelet(node)
+            poll(lambda: all((out / f"{n}.conflist").exists() for n in COMPILED), "the networks compiled", node)
+            noderuntime.start_containerd(node)
+            noderuntime.start_kubelet(node)
             if device_plugin:
                 node.plugin = DevicePlugin(node.device_plugins, node.devinfo, vfs)
                 node.plugin.start()
-                _wait_allocatable(node, node.plugin.resource)
+                noderuntime.wait_allocatable(node, node.plugin.resource)
             try:
                 yield node
             finally:
@@ -234,10 +236,6 @@ def _links(netns: str) -> None:
         ip("link", "set", a, "up", netns=netns)
         ip("link", "set", b, "up", netns=netns)
     ip("addr", "add", f"{NODE_IP}/24", "dev", "ncnode0", netns=netns)
-
-
-def _kubeconfig(node: KubeNode, path: Path, token: str) -> Path:
-    return node.api.kubeconfig(path, token, server=f"https://127.0.0.1:{node.api_port}")
 
 
 # ------------------------------------------------------------------------------------------------- netcomp
@@ -317,7 +315,7 @@ def _write_netcomp(node: KubeNode, extra: dict[str, Any]) -> None:
         "ipamDir": str(d / "ipam"),
         "clusterIntentDir": str(d / "cluster.d"),
         "kubernetes": {
-            "kubeconfig": str(_kubeconfig(node, d / "kubeconfig", NODE_TOKEN)),
+            "kubeconfig": str(node.kubeconfig(d / "kubeconfig", NODE_TOKEN)),
             "networkAttachmentDefinitions": True,
             "danm": True,
             "timeout": 10,
@@ -357,131 +355,6 @@ def _start_netcomp(node: KubeNode) -> None:
                     return
     finally:
         notify.close()
-
-
-def _poll(cond: Any, what: str, node: KubeNode, timeout: float = READY_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout}s: {what}\n{node.logs()}")
-        time.sleep(0.2)  # an external process getting there: polled with a deadline
-
-
-# ------------------------------------------------------------------------------------------------- containerd
-
-
-def containerd_config(node: KubeNode) -> str:
-    c = node.base / "containerd"
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""version = 2
-root = "{c / "root"}"
-state = "{c / "state"}"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = "{node.containerd_socket}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{c / "opt"}"
-
-[{cri}]
-  sandbox_image = "{nodeimages.PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  enable_selinux = false
-  [{cri}.cni]
-    bin_dir = "{node.cni_bin_dir}"
-    conf_dir = "{node.cni_conf_dir}"
-    max_conf_num = 1
-  [{cri}.containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [{cri}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-"""
-
-
-def _start_containerd(node: KubeNode) -> None:
-    c = node.base / "containerd"
-    c.mkdir(exist_ok=True)
-    (c / "config.toml").write_text(containerd_config(node))
-    node.ns.start("containerd", ["containerd", "--config", str(c / "config.toml")])
-    ctr = ["ctr", "--address", str(node.containerd_socket), "--namespace", "k8s.io"]
-
-    def up() -> bool:
-        return subprocess.run([*ctr, "version"], capture_output=True, timeout=30, check=False).returncode == 0
-
-    _poll(up, "containerd answers", node)
-    for archive in nodeimages.build(node.base / "images"):
-        subprocess.run([*ctr, "images", "import", str(archive)], check=True, capture_output=True, timeout=120)
-
-
-# ------------------------------------------------------------------------------------------------- kubelet
-
-
-def kubelet_config(node: KubeNode) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "cgroupDriver": "cgroupfs",
-        "cgroupsPerQOS": False,
-        "cgroupRoot": node.ns.cgroup,
-        "enforceNodeAllocatable": [],
-        "failSwapOn": False,
-        "makeIPTablesUtilChains": False,
-        "oomScoreAdj": 0,
-        "address": "127.0.0.1",
-        "healthzBindAddress": "127.0.0.1",
-        "readOnlyPort": 0,
-        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"},
-        "resolvConf": str(node.base / "kubelet" / "resolv.conf"),
-        "evictionHard": {"memory.available": "1Mi"},
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "serializeImagePulls": False,
-        # The node's status (Ready, a device plugin's resource) reaches the API server within a second.
-        "nodeStatusUpdateFrequency": "1s",
-    }
-
-
-def _start_kubelet(node: KubeNode) -> None:
-    k = node.base / "kubelet"
-    node.kubelet_root.mkdir(parents=True)
-    (k / "resolv.conf").write_text("nameserver 127.0.0.1\n")
-    (k / "config.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
-    argv = [
-        str(BINS / "kubelet"),
-        f"--config={k / 'config.yaml'}",
-        f"--kubeconfig={_kubeconfig(node, k / 'kubeconfig', ADMIN_TOKEN)}",
-        f"--root-dir={node.kubelet_root}",
-        f"--hostname-override={node.name}",
-        f"--node-ip={NODE_IP}",
-        "--container-runtime=remote",
-        f"--container-runtime-endpoint=unix://{node.containerd_socket}",
-        "--v=2",
-    ]
-    node.ns.start("kubelet", argv)
-    from kubernetes import client
-
-    core = client.CoreV1Api(node.admin)
-
-    def ready() -> bool:
-        try:
-            n = core.read_node(node.name)
-        except client.ApiException:
-            return False
-        return any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-
-    _poll(ready, f"the Node {node.name} Ready", node)
-
-
-def _wait_allocatable(node: KubeNode, resource: str) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(node.admin)
-    _poll(lambda: resource in (core.read_node(node.name).status.allocatable or {}), f"{resource} allocatable", node)
 
 
 # ------------------------------------------------------------------------------------------------- teardown
