@@ -85,12 +85,16 @@ def make_vf_tree(root: Path, pf: str, pf_address: str, vfs: list[tuple[str, str]
     pf_dir.mkdir(parents=True)
     (root / "class" / "net" / pf).mkdir(parents=True)
     os.symlink(pf_dir, root / "class" / "net" / pf / "device")
+    # Absolute, so that the link resolves where the tree is bound too (host-device resolves it and takes the
+    # driver's name from what it finds: hasDpdkDriver in plugins/main/host-device/host-device.go).
+    drivers = root / "bus" / "pci" / "drivers" / driver
+    drivers.mkdir(parents=True)
     for index, (addr, ifname) in enumerate(vfs):
         (pf_dir.parent / addr).mkdir()
         os.symlink(f"../{addr}", pf_dir / f"virtfn{index}")
         dev = root / "bus" / "pci" / "devices" / addr
         (dev / "net" / ifname).mkdir(parents=True)
-        os.symlink(f"../../../../bus/pci/drivers/{driver}", dev / "driver")
+        os.symlink(drivers, dev / "driver")
     return VfTree(root, pf, pf_address, tuple(vfs))
 
 

@@ -13,10 +13,11 @@ API server (on the machine's loopback) is reached from the node's loopback throu
 
 Networks (node_networks and _cluster_objects below): `mgmt`, the node's default network, a bridge (static: the
 conflist of bridge_conflist) run in the node's netns; `storage`, macvlan on a veth end of the node; the Network
-object `pool` (cluster IPAM, AddressClaims); the NetworkAttachmentDefinition default/fast (a bridge); the DanmNet
-default/management (macvlan, cluster-claimed addresses). A device plugin (deviceplugin.py) offers the VFs of a
-sysfs-shaped tree as `netcomp.io/testvf`; each VF is a veth end of the node named as the tree says. Pods use the
-images of nodeimages.py, imported with `ctr`. Teardown removes every sandbox through the CRI while the daemon
+object `pool` (cluster IPAM, AddressClaims); the NetworkAttachmentDefinitions default/fast (a bridge) and
+default/vfdirect (host-device, a VF by its PCI address); the DanmNet default/management (macvlan,
+cluster-claimed addresses). A device plugin (deviceplugin.py) offers the VFs of a sysfs-shaped tree as
+`netcomp.io/testvf`; each VF is a veth end of the node named as the tree says. Pods use the images of
+nodeimages.py, imported with `ctr`. Teardown removes every sandbox through the CRI while the daemon
 still serves (so each gets its CNI DEL), then stops everything and checks that no process, mount, netns or
 cgroup dir is left."""
 
@@ -49,7 +50,8 @@ from tests.integration.noderuntime import NODE_IP, READY_SECONDS, poll
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
 MASTER = "ncm0"  # the macvlan master, a veth end in the node's netns
 PF, PF_ADDRESS = "ncpf0", "0000:3b:00.0"
-VFS = [("0000:3b:02.0", "ncvf0"), ("0000:3b:02.1", "ncvf1")]
+VFS = [("0000:3b:02.0", "ncvf0"), ("0000:3b:02.1", "ncvf1"), ("0000:3b:02.2", "ncvf2")]
+HOSTDEV_VF = VFS[2][0]  # the VF the NetworkAttachmentDefinition default/vfdirect names by PCI address
 # The plugins containerd may exec itself: its pod loopback, and the bridge conflist the benchmark runs directly.
 RUNTIME_PLUGINS = ("loopback", "bridge", "host-local")
 BRIDGE = "ncbr0"
@@ -145,6 +147,11 @@ class KubeNode:
             for p in d.rglob("*")
             if p.is_file() and not p.name.startswith(("last_reserved_ip", "lock"))
         )
+
+    def links(self) -> list[str]:
+        """Every link of the node's netns."""
+        out = ip("-o", "link", "show", netns=self.ns.netns)
+        return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines())
 
     def veths(self) -> list[str]:
         """The veths of the node's netns that are not the lab's own (those are pods')."""
@@ -274,6 +281,17 @@ def _cluster_objects(node: KubeNode) -> None:
         "spec": {"config": json.dumps(fast)},
     }
     custom.create_namespaced_custom_object("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions", nad)
+    # host-device finds a VF's link by its PCI address in /sys/bus/pci/devices/<address>/net (the tree's, bound
+    # there in the node), as sriov-cni finds a VF's.
+    vfdirect = {
+        "cniVersion": "1.0.0",
+        "name": "vfdirect",
+        "type": "host-device",
+        "pciBusID": HOSTDEV_VF,
+        "ipam": {"type": "host-local", "dataDir": hl, "subnet": "10.127.0.0/24"},
+    }
+    nad = {**nad, "metadata": {"name": "vfdirect", "namespace": "default"}, "spec": {"config": json.dumps(vfdirect)}}
+    custom.create_namespaced_custom_object("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions", nad)
     options = {"host_device": MASTER, "cidr": "10.126.0.0/24", "container_prefix": "dm"}
     danmnet = {
         "apiVersion": "danm.k8s.io/v1",
@@ -284,7 +302,7 @@ def _cluster_objects(node: KubeNode) -> None:
     custom.create_namespaced_custom_object("danm.k8s.io", "v1", "default", "danmnets", danmnet)
 
 
-COMPILED = ("mgmt", "storage", "pool", "default.fast", "default.management")
+COMPILED = ("mgmt", "storage", "pool", "default.fast", "default.vfdirect", "default.management")
 
 
 def _write_netcomp(node: KubeNode, extra: dict[str, Any]) -> None:

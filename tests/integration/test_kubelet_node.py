@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.kubegrpc import pod_devices
-from tests.integration.kubenode import DEFAULT_SUBNET, KubeNode
+from tests.integration.kubenode import DEFAULT_SUBNET, VFS, KubeNode
 from tests.integration.nodepods import delete, gone, interfaces, manifest, network_status, running, with_status
 
 pytestmark = pytest.mark.root
@@ -52,10 +52,12 @@ def attached(node: KubeNode, pod: Any, expected: list[tuple[str, str]]) -> list[
 
 
 def nothing_left(node: KubeNode) -> None:
+    """Nothing of any pod's: and the VFs' links are the node's again."""
     assert node.cache_files() == []
     assert node.leases() == []
     assert claims(node) == []
     assert node.veths() == []
+    assert {vf for _, vf in VFS} <= set(node.links())
     assert json.loads(node.netcomp_cli("attachments", "-o", "json"))["containers"] == []
 
 
@@ -77,6 +79,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "danm": {"annotations": {DANM: json.dumps([{"network": "management", "ip": "dynamic"}])}},
     "pooled": {"annotations": {MULTUS: "pool"}},
     "vf": {"limits": {PLUGIN_RESOURCE: "1"}},
+    "hostdev": {"annotations": {MULTUS: "vfdirect@vf0"}},
 }
 
 
@@ -149,6 +152,14 @@ def test_a_pod_holding_a_device_of_the_device_plugin(kubenode: KubeNode, pods: d
     pci = {"pci-address": device, "pf-pci-address": kubenode.vfs.pf_address}
     assert info == {"type": "pci", "version": "1.1.0", "pci": pci}
     attached(kubenode, pods["vf"], [("mgmt", "eth0")])
+
+
+def test_a_vf_moved_into_a_pod_by_host_device(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """host-device, the stand-in for sriov-cni, finds the VF's link by its PCI address in the node's sysfs (the
+    lab's tree, bound there) and moves it into the pod under the name the pod asks for."""
+    status = attached(kubenode, pods["hostdev"], [("mgmt", "eth0"), ("default/vfdirect", "vf0")])
+    assert status[1]["ips"][0].startswith("10.127.0.")
+    assert "ncvf2" not in kubenode.links()
 
 
 def test_the_pods_are_deleted_with_nothing_left(kubenode: KubeNode, pods: dict[str, Any]) -> None:
