@@ -5,19 +5,24 @@ plain pods on one bridge+host-local network two ways in one run: through netcomp
 conflist netcomp's daemon wrote, so containerd execs the shim and the daemon runs the bridge conflist as the
 node's default network, writing network-status after) and with containerd running the same bridge conflist
 itself (conf_dir holds that conflist). conf_dir is switched between measurements; containerd reloads it, and the
-switch is awaited through its CRI status. For each round and size both ways are measured in turn (which one
-first alternates by round), after one warm-up pod each.
+switch is awaited through its CRI status. One warm-up pod each way first.
+
+Also printed: the CPU time netcomp's daemon and the plugins it ran took per pod (ADD, DEL, network-status and
+the event written), from /proc, and the median of the ADDs the daemon logged.
 
 A measurement: n pods posted at once, timed from the first POST until a watch has seen the last of them Running;
-then they are deleted, and the next measurement starts once the API server, containerd and the kubelet have
-nothing of them left (kubelet 1.20 removes some only at its container GC, once a minute: a run takes minutes),
-so that no cleanup of one measurement runs during the next. Within a round each size is measured four times,
-netcomp, containerd, containerd, netcomp, which cancels a load that grows or falls steadily; the load average of
-the machine is printed at the start and the end (other work on it shows as noise in both ways).
+then they are deleted, and the next measurement starts once nothing of them is left: the kubelet has stopped their
+sandboxes (their CNI DEL done), the bench has removed them through the CRI (the kubelet's container GC would,
+within a minute), the kubelet has removed the pods from the API server. A measurement that follows another's
+cleanup is slower by up to a third (seen with 30 pods), so none does. Within a round each size is measured four
+times, netcomp, containerd, containerd, netcomp, which cancels a load that grows or falls steadily. The kubelet
+sees a container start at its next relist (PLEG, once a second): one pod's time varies by up to a second from one
+measurement to the next, whichever way it is started. The load average of the machine is printed at the start and
+the end (other work on it is noise in both ways).
 
   all n Running: through netcomp / containerd running the bridge itself, medians     goal <= 1.05 for 10 at once
 
-Usage: sudo bench/node.py [--rounds 2] [--sizes 1,10,30]
+Usage: sudo bench/node.py [--rounds 3] [--sizes 1,10,30]
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,22 +77,49 @@ def use(node: KubeNode, way: str) -> None:
         time.sleep(0.1)  # containerd reloading its CNI config: polled with a deadline
 
 
-def start(node: KubeNode, names: list[str]) -> tuple[float, float]:
-    """POST the pods at once; (seconds until all were Running, median seconds until one was); then delete them
-    and wait until nothing of them is left."""
+def daemon_cpu(node: KubeNode) -> float:
+    """CPU seconds netcomp's daemon has used, its plugins (reaped children) included (proc(5): utime, stime,
+    cutime, cstime)."""
+    fields = Path(f"/proc/{node.ns.procs['netcomp'].pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def add_times(log: Path, offset: int) -> tuple[list[float], int]:
+    """The durations (ms) of the CNI ADDs the daemon logged after `offset` of its log, and the log's end."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read()
+    found = [float(m) for m in re.findall(rb"CNI ADD .* ok in ([0-9.]+) ms", text)]
+    return found, offset + len(text)
+
+
+@dataclass
+class Measured:
+    every: float  # seconds from the first POST until all were Running
+    each: float  # median seconds from a pod's POST until it was Running
+    pods: list[Any]
+
+
+def start(node: KubeNode, names: list[str]) -> Measured:
+    """POST the pods at once, wait until all are Running, delete them and wait until nothing of them is left."""
     api = nodepods.core(node)
     posted = {}
     for n in names:
         posted[n] = time.perf_counter()
         api.create_namespaced_pod(nodepods.NAMESPACE, nodepods.manifest(node, n))
     got = nodepods.wait_running(node, names, timeout=300)
-    t0 = min(posted.values())
-    every = max(when for _, when in got.values()) - t0
+    every = max(when for _, when in got.values()) - min(posted.values())
     each = statistics.median(when - posted[n] for n, (_, when) in got.items())
     pods = [p for p, _ in got.values()]
     nodepods.delete(node, pods)
+    # Removed now, as the kubelet's container GC would within a minute: until then the kubelet stops each stopped
+    # sandbox again now and then, and containerd runs a CNI DEL each time, through whichever way conf_dir names by
+    # then (a cheap no-op through netcomp, the bridge and host-local plugins run directly).
+    for p in pods:
+        for sid in node.cri.sandbox_ids(**{"io.kubernetes.pod.uid": p.metadata.uid}):
+            node.cri.remove(sid)
     nodepods.gone(node, pods)
-    return every, each
+    return Measured(every, each, pods)
 
 
 @contextlib.contextmanager
@@ -100,13 +134,15 @@ def node_lab() -> Iterator[KubeNode]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sizes", default="1,10,30", help="pods posted at once, comma-separated")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    every: dict[tuple[str, int], list[float]] = {(w, n): [] for w in WAYS for n in sizes}
-    each: dict[tuple[str, int], list[float]] = {(w, n): [] for w in WAYS for n in sizes}
+    runs: dict[tuple[str, int], list[Measured]] = {(w, n): [] for w in WAYS for n in sizes}
+    cpu: dict[int, list[float]] = {n: [] for n in sizes}  # the daemon's CPU seconds per pod
+    adds: dict[int, list[float]] = {n: [] for n in sizes}  # the daemon's ADDs, ms
     with node_lab() as node:
+        log = node.ns.base / "logs" / "netcomp.log"
         count = 0
 
         def names(n: int) -> list[str]:
@@ -122,21 +158,26 @@ def main() -> int:
             for n in sizes:
                 for way in (*WAYS, *WAYS[::-1]):
                     use(node, way)
-                    t_every, t_each = start(node, names(n))
-                    every[(way, n)].append(t_every)
-                    each[(way, n)].append(t_each)
-                    print(f"round {r + 1} {n:3d} pods {way:10s} all Running {t_every:6.2f} s", file=sys.stderr)
+                    cpu0, (_, offset) = daemon_cpu(node), add_times(log, 0)
+                    m = start(node, names(n))
+                    if way == "netcomp":
+                        cpu[n].append((daemon_cpu(node) - cpu0) / n)
+                        adds[n] += add_times(log, offset)[0]
+                    runs[(way, n)].append(m)
+                    print(f"round {r + 1} {n:3d} pods {way:10s} all Running {m.every:6.2f} s", file=sys.stderr)
         use(node, "netcomp")
     out: dict[str, Any] = {"loadavg_start": load, "loadavg_end": os.getloadavg()[0]}
     for n in sizes:
-        nc, ct = (statistics.median(every[(w, n)]) for w in WAYS)
-        nc1, ct1 = (statistics.median(each[(w, n)]) for w in WAYS)
+        nc, ct = (statistics.median(m.every for m in runs[(w, n)]) for w in WAYS)
+        nc1, ct1 = (statistics.median(m.each for m in runs[(w, n)]) for w in WAYS)
         out[str(n)] = {
             "netcomp_s": round(nc, 2),
             "containerd_s": round(ct, 2),
             "ratio": round(nc / ct, 3),
             "pod_median_netcomp_s": round(nc1, 2),
             "pod_median_containerd_s": round(ct1, 2),
+            "add_median_ms": round(statistics.median(adds[n]), 1),
+            "daemon_cpu_ms_per_pod": round(statistics.median(cpu[n]) * 1000),
         }
     print(json.dumps(out))
     for n in sizes:

@@ -161,9 +161,13 @@ class Cri:
         names = [n["Config"]["Name"] for n in conf.get("Networks") or [] if n.get("IFName") != "lo"]
         return names[0] if names else ""
 
-    def stop_and_remove(self, sandbox_id: str) -> None:
+    def remove(self, sandbox_id: str) -> None:
+        """RemovePodSandbox: what the kubelet's container GC does to a stopped sandbox."""
+        self.stop_and_remove(sandbox_id, stop=False)
+
+    def stop_and_remove(self, sandbox_id: str, *, stop: bool = True) -> None:
         m = _cri()
-        for verb in ("Stop", "Remove"):
+        for verb in ("Stop", "Remove") if stop else ("Remove",):
             req = m[f"{verb}PodSandboxRequest"](pod_sandbox_id=sandbox_id)
             self._rpc(f"{verb}PodSandbox", req, f"{verb}PodSandboxResponse")
 

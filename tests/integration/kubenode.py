@@ -88,17 +88,19 @@ class KubeNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.base / "kubelet" / "root"
+        """The kubelet's root dir (/var/lib/kubelet in the node)."""
+        return self.ns.base / "kubelet"
 
     @property
     def podresources_socket(self) -> Path:
+        """The kubelet's PodResources API (/var/lib/kubelet/pod-resources/kubelet.sock in the node)."""
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
 
     @property
     def device_plugins(self) -> Path:
         """The kubelet's device-plugins dir (/var/lib/kubelet/device-plugins in the node); its checkpoint file is
         kubelet_internal_checkpoint there."""
-        return self.ns.base / "device-plugins"
+        return self.kubelet_root / "device-plugins"
 
     @property
     def devinfo(self) -> Path:

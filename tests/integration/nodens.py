@@ -7,8 +7,9 @@ its own, kept by a file, in which
   /sys/bus/pci/devices (the host-device plugin finds a VF's link there);
 - /run, /var/lib and /var/log are empty tmpfs: the fixed paths containerd, its shims, runc, libcni and the kubelet
   write whatever their configuration says (/run/containerd, libcni's /var/lib/cni, /var/log/pods,
-  /var/log/containers) go nowhere; /var/lib/kubelet/device-plugins (fixed in kubelet 1.20) and the device-info dir
-  /run/k8s.cni.cncf.io/devinfo are lab dirs bound there, so a test reaches them by their lab path;
+  /var/log/containers) go nowhere; the kubelet's root dir /var/lib/kubelet (its device-plugins dir there is fixed
+  in kubelet 1.20) and the device-info dir /run/k8s.cni.cncf.io/devinfo are lab dirs bound there, so that
+  everything sits where a node has it (a daemon's defaults find it) and a test reaches it by its lab path;
 - the six kernel tunables the kubelet sets at start (container_manager_linux.go setupKernelTunables) are files of
   the lab bound over /proc/sys, so the kubelet's writes change nothing of the machine's.
 
@@ -40,7 +41,7 @@ KERNEL_TUNABLES = (
     "kernel/keys/root_maxbytes",
 )
 DEVINFO = "/run/k8s.cni.cncf.io/devinfo"
-DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+KUBELET_ROOT = "/var/lib/kubelet"
 
 
 @dataclass
@@ -124,7 +125,7 @@ def create(base: Path, netns: str, cgroup: str, pci_devices: Path) -> NodeNamesp
 def _make(ns: NodeNamespaces, pci_devices: Path) -> None:
     base, netns, cgroup = ns.base, ns.netns, ns.cgroup
     (base / "ns").mkdir(parents=True)
-    for d in ("cgroup-keep", "sysctl", "device-plugins", "devinfo"):
+    for d in ("cgroup-keep", "sysctl", "kubelet", "devinfo"):
         (base / d).mkdir(exist_ok=True)
     # The containers' parent cgroup, made now so the kubelet's stats of it work from the start.
     for h in CGROUP_ROOT.iterdir():
@@ -144,8 +145,8 @@ def _make(ns: NodeNamespaces, pci_devices: Path) -> None:
             f"mount --move {base}/cgroup-keep /sys/fs/cgroup",
             *binds,
             "for d in /run /var/lib /var/log; do mount -t tmpfs -o mode=0755 nctest-node $d; done",
-            f"mkdir -p {DEVICE_PLUGINS} {DEVINFO}",
-            f"mount --bind {base}/device-plugins {DEVICE_PLUGINS}",
+            f"mkdir -p {KUBELET_ROOT} {DEVINFO}",
+            f"mount --bind {base}/kubelet {KUBELET_ROOT}",
             f"mount --bind {base}/devinfo {DEVINFO}",
         ]
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.integration import nodeimages
+from tests.integration import nodeimages, nodens
 from tests.integration.kubeapi import ADMIN_TOKEN, BINS
 
 if TYPE_CHECKING:
@@ -117,14 +117,14 @@ def kubelet_config(node: KubeNode) -> dict[str, Any]:
 
 def start_kubelet(node: KubeNode) -> None:
     k = node.base / "kubelet"
-    node.kubelet_root.mkdir(parents=True)
+    k.mkdir()
     (k / "resolv.conf").write_text("nameserver 127.0.0.1\n")
     (k / "config.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
     argv = [
         str(BINS / "kubelet"),
         f"--config={k / 'config.yaml'}",
         f"--kubeconfig={node.kubeconfig(k / 'kubeconfig', ADMIN_TOKEN)}",
-        f"--root-dir={node.kubelet_root}",
+        f"--root-dir={nodens.KUBELET_ROOT}",  # node.kubelet_root, bound there
         f"--hostname-override={node.name}",
         f"--node-ip={NODE_IP}",
         "--container-runtime=remote",
