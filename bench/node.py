@@ -13,16 +13,16 @@ the event written), from /proc, and the median of the ADDs the daemon logged.
 A measurement: n pods posted at once, timed from the first POST until a watch has seen the last of them Running;
 then they are deleted, and the next measurement starts once nothing of them is left: the kubelet has stopped their
 sandboxes (their CNI DEL done), the bench has removed them through the CRI (the kubelet's container GC would,
-within a minute), the kubelet has removed the pods from the API server. A measurement that follows another's
-cleanup is slower by up to a third (seen with 30 pods), so none does. Within a round each size is measured four
-times, netcomp, containerd, containerd, netcomp, which cancels a load that grows or falls steadily. The kubelet
-sees a container start at its next relist (PLEG, once a second): one pod's time varies by up to a second from one
-measurement to the next, whichever way it is started. The load average of the machine is printed at the start and
-the end (other work on it is noise in both ways).
+within a minute), the kubelet has removed the pods from the API server. A measurement run during another's cleanup
+is slower (docs/benchmarks.md), so none is. Within a round each size is measured four times, netcomp, containerd,
+containerd, netcomp, which cancels a load that grows or falls steadily. The kubelet sees a container start at its
+next relist (PLEG, once a second): one pod's time varies by up to a second from one measurement to the next,
+whichever way it is started. The load average of the machine is printed at the start and the end (other work on it
+is noise in both ways).
 
   all n Running: through netcomp / containerd running the bridge itself, medians     goal <= 1.05 for 10 at once
 
-Usage: sudo bench/node.py [--rounds 3] [--sizes 1,10,30]
+Usage: sudo bench/node.py [--rounds 3] [--sizes 1,10,30] [--no-writes]
 """
 
 from __future__ import annotations
@@ -123,11 +123,11 @@ def start(node: KubeNode, names: list[str]) -> Measured:
 
 
 @contextlib.contextmanager
-def node_lab() -> Iterator[KubeNode]:
+def node_lab(settings: dict[str, Any]) -> Iterator[KubeNode]:
     with (
         tempfile.TemporaryDirectory(prefix="netcomp-bench-node-") as d,
         api_server(Path(d) / "kube") as api,
-        kube_node(Path(d) / "node", api, device_plugin=False) as node,
+        kube_node(Path(d) / "node", api, device_plugin=False, settings=settings) as node,
     ):
         yield node
 
@@ -136,12 +136,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sizes", default="1,10,30", help="pods posted at once, comma-separated")
+    p.add_argument("--no-writes", action="store_true", help="netcomp writes neither network-status nor events")
     a = p.parse_args()
+    writes = {"kubernetes": {"networkStatus": False, "events": False}} if a.no_writes else {}
     sizes = [int(s) for s in a.sizes.split(",")]
     runs: dict[tuple[str, int], list[Measured]] = {(w, n): [] for w in WAYS for n in sizes}
     cpu: dict[int, list[float]] = {n: [] for n in sizes}  # the daemon's CPU seconds per pod
     adds: dict[int, list[float]] = {n: [] for n in sizes}  # the daemon's ADDs, ms
-    with node_lab() as node:
+    with node_lab(writes) as node:
         log = node.ns.base / "logs" / "netcomp.log"
         count = 0
 

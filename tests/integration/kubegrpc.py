@@ -162,8 +162,17 @@ class Cri:
         return names[0] if names else ""
 
     def remove(self, sandbox_id: str) -> None:
-        """RemovePodSandbox: what the kubelet's container GC does to a stopped sandbox."""
-        self.stop_and_remove(sandbox_id, stop=False)
+        """RemovePodSandbox: what the kubelet's container GC does to a stopped sandbox. The kubelet may remove a
+        container of it meanwhile (containerd then answers NOT_FOUND for that container): tried again."""
+        import grpc
+
+        for attempt in range(3):
+            try:
+                self.stop_and_remove(sandbox_id, stop=False)
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND or attempt == 2:
+                    raise
 
     def stop_and_remove(self, sandbox_id: str, *, stop: bool = True) -> None:
         m = _cri()

@@ -197,7 +197,7 @@ def kube_node(
     base: Path, api: ApiServer, *, device_plugin: bool = True, settings: dict[str, Any] | None = None
 ) -> Iterator[KubeNode]:
     """The node, Ready, its device plugin registered (unless `device_plugin` is false); `settings`: more of
-    netcomp.yaml's (merged over the lab's)."""
+    netcomp.yaml's (over the lab's; its `kubernetes` keys over the lab's `kubernetes` keys)."""
     require()
     from kubernetes import config
 
@@ -334,13 +334,14 @@ def _write_netcomp(node: KubeNode, extra: dict[str, Any]) -> None:
         "nodeName": node.name,
         "ipamDir": str(d / "ipam"),
         "clusterIntentDir": str(d / "cluster.d"),
+        **extra,
         "kubernetes": {
             "kubeconfig": str(node.kubeconfig(d / "kubeconfig", NODE_TOKEN)),
             "networkAttachmentDefinitions": True,
             "danm": True,
             "timeout": 10,
+            **extra.get("kubernetes", {}),
         },
-        **extra,
     }
     node.netcomp_config.write_text(yaml.safe_dump(settings))
     node.cni_conf_dir.mkdir(parents=True, exist_ok=True)
