@@ -7,8 +7,8 @@ containerd report (the pod IP, the sandbox IP). Each is deleted as kubectl delet
 its sandbox (containerd runs the CNI DEL first) nothing of netcomp's is left: no attachment record, no host-local
 lease, no AddressClaim, no veth in the node's netns, no netns of the sandbox; the last test waits until the API
 server, containerd and the kubelet (its pod dirs, PodResources) have nothing of any pod either.
-A plain pod, Multus's annotation, DANM's, a network with cluster IPAM, ten pods at once, and a pod holding a
-device of the tests' device plugin (deviceplugin.py)."""
+A plain pod, Multus's annotation, DANM's, a network with cluster IPAM, a pod holding a device of the tests'
+device plugin (deviceplugin.py), a VF's link moved into a pod by host-device, ten pods at once."""
 
 from __future__ import annotations
 
