@@ -92,10 +92,15 @@ class LinkMismatch(HostError):
 
 
 class DelegateError(NetcompError):
-    """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section)."""
+    """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section). `permanent`:
+    it fails the same way however often it is tried (the exec cannot take its arguments, the plugin refuses the
+    config's version), so a retry is pointless."""
 
-    def __init__(self, code: int, msg: str, details: str = "", *, network: str = "", plugin: str = "") -> None:
+    def __init__(
+        self, code: int, msg: str, details: str = "", *, network: str = "", plugin: str = "", permanent: bool = False
+    ) -> None:
         self.code = code
+        self.permanent = permanent
         self.msg = msg
         self.details = details
         self.network = network

@@ -1,4 +1,8 @@
-"""Writing files so that a reader never sees a half-written one.
+"""Reading files within a bound, and writing them so that a reader never sees a half-written one.
+
+Every file netcomp reads goes through `read_bounded`: a regular file only (a FIFO, a device or a socket at the
+path is refused before it is opened, so nothing blocks and no device is touched), at most a limit of bytes (a 2 GB
+file or /dev/zero behind a symlink never reaches memory), symlinks followed only where the caller expects one.
 
 Temp files are named `.<name>.netcomp-tmp` in the target's directory: same filesystem, so `os.replace` is atomic,
 and an ending no runtime loads (not .conf, .conflist or .json). Multus wrote its config in place and users found it
@@ -8,16 +12,21 @@ empty; libcni and netplan write-then-rename, as we do.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
 import queue
+import stat
 import threading
 from pathlib import Path
 from typing import TypeVar
 
 log = logging.getLogger("netcomp.fsutil")
 TMP_SUFFIX = ".netcomp-tmp"
+# How netcomp opens a file of its own to write: a FIFO or a symlink planted at the name fails (ENXIO, ELOOP)
+# instead of blocking, or writing through the link.
+WRITE_FLAGS = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 # A file discard() took out of its directory's view, waiting for its storage to be freed.
 GONE_SUFFIX = ".netcomp-gone"
 
@@ -25,6 +34,75 @@ GONE_SUFFIX = ".netcomp-gone"
 # Paths as the caller gives them: str on the path of every CNI request (pathlib's arithmetic cost more there than
 # the syscalls, issue 14), Path elsewhere.
 P = TypeVar("P", str, Path)
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def size_text(n: int) -> str:
+    """A limit as people write it: 16 MiB, 64 KiB, 300 bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int, *, follow: bool = True) -> bytes:
+    """The bytes of the regular file at path, at most `limit` of them. An OSError otherwise, whose strerror
+    says why in words a diagnostic can quote after the file's name: FileNotFoundError as open(2) raises it; a
+    path that is not a regular file (`not a regular file: a FIFO`), is a symlink when `follow` is False, or
+    holds more than `limit` bytes (`larger than 16 MiB, the most netcomp reads of it`).
+
+    The path is stat'ed before it is opened, and not opened unless it is a regular file: opening a FIFO blocks
+    until a writer comes, and opening some devices does something (a watchdog starts counting). It is opened
+    with O_NONBLOCK all the same (a FIFO swapped in between the stat and the open must not block either), and
+    what was opened is checked again with fstat. Procfs files say size 0 and are read up to the limit."""
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+    _regular(st, path)
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:  # swapped for a symlink since the stat
+            raise OSError(errno.ELOOP, "not a regular file: a symbolic link", os.fspath(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        _regular(st, path)
+        if st.st_size > limit:
+            raise _too_large(path, limit)
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            block = os.read(fd, min(limit + 1 - got, max(st.st_size + 1, 1 << 16)))
+            if not block:
+                return b"".join(chunks)
+            chunks.append(block)
+            got += len(block)
+            if got > limit:  # it grew since fstat, or procfs (size 0) holds more
+                raise _too_large(path, limit)
+    finally:
+        os.close(fd)
+
+
+def _regular(st: os.stat_result, path: str | os.PathLike[str]) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a file")
+        raise OSError(errno.EINVAL, f"not a regular file: {kind}", os.fspath(path))
+
+
+def _too_large(path: str | os.PathLike[str], limit: int) -> OSError:
+    return OSError(errno.EFBIG, f"larger than {size_text(limit)}, the most netcomp reads of it", os.fspath(path))
 
 
 def _beside(path: str, suffix: str) -> str:
@@ -51,7 +129,7 @@ def write_tmp(path: P, data: bytes, *, mode: int = 0o644, durable: bool = True) 
     path until publish(). On failure the temp file is removed."""
     tmp = _tmp_for(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        fd = os.open(tmp, WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, mode)
         try:
             view = memoryview(data)
             while view:

@@ -41,3 +41,25 @@ def ifname_problem(name: str) -> str | None:
     ):
         return "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'"
     return None
+
+
+# Kubernetes labels (apimachinery's pkg/util/validation/validation.go): a key is a qualified name, an optional DNS
+# subdomain prefix and '/', then a name of at most 63 characters; a value is such a name or empty.
+LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_NAME_RE = re.compile(LABEL_NAME)
+DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
+
+
+def label_key_problem(key: str) -> str | None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN_RE.fullmatch(prefix)):
+        return f"label key {key!r}: its prefix is not a DNS subdomain"
+    if len(name) > 63 or not LABEL_NAME_RE.fullmatch(name):
+        return f"label key {key!r}: the name must be 1-63 characters, alphanumeric at both ends, with '-', '_', '.'"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    if value and (len(value) > 63 or not LABEL_NAME_RE.fullmatch(value)):
+        return f"label value {value!r}: at most 63 characters, alphanumeric at both ends, with '-', '_', '.'"
+    return None

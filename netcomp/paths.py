@@ -23,6 +23,10 @@ IPAM_DIR = "/var/lib/netcomp/ipam"
 STATE_FILE = "/var/lib/netcomp/state.json"
 CLUSTER_INTENT_DIR = "/var/lib/netcomp/cluster.d"
 KUBECONFIG = "/etc/netcomp/kubeconfig"
+# The kubelet's record of the devices its device plugins gave pods, and the device-info spec's files.
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+KUBELET_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+DEVICE_INFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from netcomp import names, paths
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.fsutil import read_bounded
 from netcomp.intent.source import load_documents
 from netcomp.paths import Root
 
+MAX_SETTINGS_BYTES = 1 << 20  # netcomp.yaml is a few hundred bytes
 # The versions a compiled conflist may declare (0.3.0 is read, not written).
 CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
@@ -40,6 +42,21 @@ def _hostname() -> str:
     return _socket.gethostname().lower()
 
 
+class KubeletSettings(BaseModel):
+    """Where the kubelet says which devices its device plugins gave a pod (networks of a device-plugin resource)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    podResourcesSocket: str = Field(
+        default=paths.POD_RESOURCES_SOCKET, description="The kubelet's PodResources API (v1) socket"
+    )
+    checkpoint: str = Field(
+        default=paths.KUBELET_CHECKPOINT,
+        description="The kubelet device manager's checkpoint file: read when the PodResources API cannot answer",
+    )
+    timeout: float = Field(default=2.0, gt=0, description="Seconds the PodResources API may take to answer")
+
+
 class KubeSettings(BaseModel):
     """The cluster as a source of intents and of the networks pods ask for. Absent: a node with no cluster."""
 
@@ -63,6 +80,11 @@ class KubeSettings(BaseModel):
     )
     podNetworks: bool = Field(
         default=True, description="Add the networks a pod asks for in its k8s.v1.cni.cncf.io/networks annotation"
+    )
+    hotplug: bool = Field(
+        default=True,
+        description="Follow edits of a running pod's network annotations: attach what an edit adds, detach what "
+        "it removes (as Multus's dynamic networks controller does); needs podNetworks",
     )
     networkStatus: bool = Field(
         default=True, description="Write the pod's k8s.v1.cni.cncf.io/network-status annotation after ADD"
@@ -92,11 +114,23 @@ class KubeSettings(BaseModel):
         description="The fields of Multus's network selection element a pod may use on this node (name, "
         "namespace and interface always); one left out is refused naming it",
     )
+    services: bool = Field(
+        default=True,
+        description="Write an EndpointSlice per Service on a secondary network (DANM's danm.k8s.io/selector and "
+        "network annotations, or netcomp.io/selector and netcomp.io/network) with this node's pods' addresses on it",
+    )
+    serviceLabelSelector: str = Field(
+        default="",
+        max_length=1024,
+        description="With services: follow only the Services with these labels (a label selector, as kubectl -l "
+        "takes it; the API server filters them); empty: every Service of the cluster",
+    )
     timeout: float = Field(default=5.0, gt=0, description="Seconds an API call on the ADD path may take")
     ipamGC: bool = Field(
         default=False,
-        description="This node frees other nodes' address claims whose node or pod is gone (one node of the "
-        "cluster is enough; `netcomp ipam gc` does it once anywhere)",
+        description="This node frees other nodes' address claims whose node or pod is gone, and removes their "
+        "EndpointSlices whose Node or pods are gone (one node of the cluster is enough; `netcomp ipam gc` does it "
+        "once anywhere)",
     )
 
 
@@ -149,12 +183,27 @@ class Settings(BaseModel):
     )
     allowedUids: list[int] = Field(default_factory=lambda: [0], description="Peer uids allowed on the socket")
     pluginTimeout: float = Field(default=60.0, gt=0, description="Seconds a delegate plugin may run")
+    compileTimeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a compile (a reload, an edit) may run before the daemon reports itself not ready",
+    )
     maxRequestBytes: int = Field(default=1024 * 1024, ge=1024, description="Largest request body accepted")
     # SR-IOV
     sriovPools: dict[str, SriovPool] = Field(
         default_factory=dict, description="VF pools by resourceName (what sriov networks ask for)"
     )
     sysfsRoot: str = Field(default="/sys", description="Where sysfs is (VF discovery)")
+    kubelet: KubeletSettings = Field(
+        default_factory=KubeletSettings,
+        description="The kubelet's record of the devices it gave pods: networks whose resourceName is not one of "
+        "sriovPools take their device from it",
+    )
+    deviceInfoDir: str = Field(
+        default=paths.DEVICE_INFO_DIR,
+        description="The device-info files of the device-info spec: device plugins' in dp/, netcomp's copy per "
+        "attachment in cni/",
+    )
     # Addresses (ipam: {type: cluster})
     nodeName: str = Field(
         default_factory=_hostname,
@@ -211,7 +260,7 @@ def load_settings(path: str | Path | None, root: Root | None = None, *, required
     explicit = path is not None
     p = Path(path) if path is not None else (root or Root())(paths.CONFIG_FILE)
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         if explicit or required:
             raise IntentError([Diagnostic("config file not found", SourceLocation(str(p)))]) from None

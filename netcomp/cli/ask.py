@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from netcomp import report
 from netcomp.cli.common import settings as load
 from netcomp.cli.common import state_path
-from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE
+from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE
 from netcomp.daemon import protocol
 from netcomp.errors import IntentError
 from netcomp.paths import Root
@@ -54,7 +54,17 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "ifname": args.ifname,
                 "runtimeIfname": args.runtime_ifname,
             }
+            if args.pod:
+                ns, _, name = args.pod.partition("/")
+                body.update(podNamespace=ns, podName=name)
             status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
+    except PermissionError:  # the daemon may well be up: its socket is not for this user
+        print(
+            f"netcomp: {settings.socket} is root-only: run `netcomp {args.command}` as root "
+            "(the daemon may be up; this user may not use its socket)",
+            file=err,
+        )
+        return EX_NOPERM
     except OSError as e:
         print(
             f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"
@@ -78,13 +88,18 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _print_attachments(doc: dict[str, Any], out: TextIO) -> None:
-    """One line per container, then one per network: interface, addresses, MAC, network."""
+    """One line per container, then one per network: interface, addresses, MAC, network, device."""
     for c in doc["containers"]:
         out.write(f"{c['containerID']} ({c['ifname']}) in {c['netns'] or '-'}\n")
         for n in c["networks"]:
             addrs = ",".join(n["ips"]) or "-"
             mark = " (default)" if n.get("default") else ""
+            dev = n.get("device")
+            mark += f" [{dev['resource']} {dev['id']}]" if dev else ""
             out.write(f"  {n['interface']:15s} {addrs:31s} {n.get('mac') or '-':17s} {n['name']}{mark}\n")
+            if n.get("state"):
+                why = " (no retry can change it)" if n.get("permanent") else ""
+                out.write(f"    {n['state'].upper()}{why}: {n.get('error') or '-'}\n")
     for u in doc["unreadable"]:
         out.write(f"UNREADABLE {u['file']}: {u['error']}\n")
     if not doc["containers"] and not doc["unreadable"]:
@@ -103,6 +118,13 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         synced = "synced" if kube["synced"] else "NOT SYNCED"
         why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
         out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
+        es = kube.get("endpointSlices")
+        if es:
+            state = "" if es["synced"] else ", NOT SYNCED"
+            out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
+                      f"this node{state}\n")  # fmt: skip
+            for ref, why in es["refused"].items():
+                out.write(f"    Service {ref}: {why}\n")
     default = doc.get("defaultNetwork")
     for n in doc["networks"]:
         mark = " (default)" if n["name"] == default else ""
@@ -121,6 +143,13 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
         if doc.get("error"):
             out.write(f"stopped: {doc['error']}\n")
         out.write(f"{len(doc['freed'])} claims of other nodes freed, {doc.get('freedOwn', 0)} of this node\n")
+        slices = doc.get("endpointSlices")
+        if slices is not None:
+            for r in slices["removed"]:
+                out.write(f"removed EndpointSlice {r['namespace']}/{r['name']} of node {r['node']}\n")
+            if slices.get("error"):
+                out.write(f"EndpointSlices: stopped: {slices['error']}\n")
+            out.write(f"{len(slices['removed'])} EndpointSlices of other nodes removed, {slices['kept']} kept\n")
         return
     if not doc["networks"]:
         out.write("no network gives cluster addresses (ipam: {type: cluster})\n")

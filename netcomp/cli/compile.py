@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 from typing import TextIO
 
@@ -36,7 +37,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _report(args, e.diagnostics, out, err)
         return EX_DATAERR
     out_dir = Path(args.out) if getattr(args, "out", None) else Path(settings.outputDir)
-    pipeline = Pipeline(settings, offline=True, out_dir=out_dir)
+    # Away from the node (CI) what only the node has (its static files, devices, plugins) is a warning; with
+    # --strict an error, as the daemon has it.
+    pipeline = Pipeline(settings, offline=not args.strict, out_dir=out_dir)
+    devices = {name for _, name in socket.if_nameindex()}
+    pipeline.device_present = devices.__contains__
+    pipeline.devices_state = lambda: "\0".join(sorted(devices))
     # Paths named on the command line are the user's, relative to the cwd; configured ones live under root.
     if args.paths:
         missing = [p for p in args.paths if not Path(p).exists()]

@@ -10,5 +10,6 @@ EX_UNAVAILABLE = 69  # the daemon does not answer
 EX_SOFTWARE = 70  # a bug in netcomp
 EX_CANTCREAT = 73  # install-shim cannot write its files
 EX_IOERR = 74  # an output file cannot be written
+EX_NOPERM = 77  # the daemon's socket is root-only (or only for allowedUids)
 EX_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it: 128 + 2
 EX_PIPE = 141  # the reader went away (SIGPIPE), as shells report it: 128 + 13

@@ -28,6 +28,8 @@ COMMANDS = {
     "ipam": "netcomp.cli.ask",
     "attach": "netcomp.cli.ask",
     "detach": "netcomp.cli.ask",
+    "doctor": "netcomp.cli.doctor",
+    "explain": "netcomp.cli.explain",
 }
 
 

@@ -66,6 +66,12 @@ def _compile_opts(p: argparse.ArgumentParser) -> None:
         help="CNI plugin dir (repeatable; replaces pluginDirs)",
     )
     p.add_argument("--cni-version", choices=get_args(CniVersion), help="cniVersion to emit")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="what only a node can show (a static networkID's file, a host device, a plugin) is an error, as on "
+        "the node; without it, a warning (for CI, away from the node)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,12 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_validate, _compile, _schema, _daemon, _status, _attachments, _ipam, _install_shim, _attach):
         add(sub)
+    for add in (_doctor, _explain):
+        add(sub)
     return parser
 
 
-def _command(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
-    """A command's parser; every command answers --help and --version."""
-    p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description or help)
+def _command(
+    sub: Any, name: str, help: str, description: str | None = None, epilog: str | None = None
+) -> argparse.ArgumentParser:
+    """A command's parser; every command answers --help and --version. `epilog`: the sections a man page has
+    after its options (written as they are printed)."""
+    fmt = argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description or help, epilog=epilog, formatter_class=fmt
+    )
     p.add_argument("--version", action="version", version=f"netcomp {__version__}")
     return p
 
@@ -155,7 +169,8 @@ def _ipam(sub: Any) -> None:
         "who holds which address of the networks netcomp gives addresses to",
         "show: per network with `ipam: {type: cluster}` its pool, how many addresses are claimed and free, and every "
         "claim (address, node, pod or container, interface). gc: free now the claims of other nodes whose node or "
-        "pod is gone (a pod that still exists on its node keeps its address).",
+        "pod is gone (a pod that still exists on its node keeps its address), and remove the EndpointSlices of "
+        "other nodes whose Node or pods are gone.",
     )
     _common(i)
     _state(i)
@@ -205,3 +220,124 @@ def _attach(sub: Any) -> None:
             metavar="NAME",
             help="CNI_IFNAME of the container's ADD, which keys its cache entry (default eth0)",
         )
+        a.add_argument(
+            "--pod",
+            metavar="NAMESPACE/NAME",
+            help="the container's pod: a network of a device plugin's resource takes one of the devices the kubelet "
+            "gave it that no attachment uses",
+        )
+
+
+DOCTOR_EPILOG = """\
+checks (one line each: ok, warn, FAIL or skip; what was found; for a failure,
+the fix):
+  config          netcomp.yaml loads
+  daemon          the daemon answers on its socket: generation, networks,
+                  degraded intents with their positions
+  networks        the compiled networks the node serves (outputDir)
+  kernel:KIND     the kernel makes a KIND link (macvlan, ipvlan, 8021q,
+                  vxlan, bridge: those the networks need), tried in a
+                  network namespace made for the test and gone with it
+  device:NAME     a host device a network names exists
+  hostlink:NAME   a VLAN/VXLAN master a network names: there with the right
+                  kind, or its parent is (the first ADD makes it)
+  plugin:TYPE     a CNI plugin a network runs: found in pluginDirs,
+                  executable, and speaking (VERSION) the cniVersion of every
+                  network that runs it
+  sriov:RESOURCE  a network's SR-IOV resource: the VFs of its sriovPools
+                  pool, or the kubelet's PodResources socket and the device
+                  plugin registered with the kubelet (its checkpoint)
+  runtime         netcomp's entry in the runtime's conf dir is the file the
+                  runtime picks: the first by name, as containerd and CRI-O
+                  choose
+  apiserver       the API server answers, with the kubeconfig netcomp.yaml
+                  names
+  rbac            every verb of the packaged ClusterRole that netcomp needs
+                  with these settings is granted (SelfSubjectAccessReview)
+  node            the Node object named nodeName exists
+
+exit status:
+  0   every check passed (warnings allowed): usable as a readiness gate
+  1   a check failed (a broken netcomp.yaml too: the config line says where,
+      and the daemon's last good settings are checked)
+
+examples:
+  netcomp doctor
+  netcomp doctor -o json | jq '.checks[] | select(.status == "fail")'
+"""
+
+EXPLAIN_EPILOG = """\
+what it shows (the running daemon answers: it plans with the ADD's own code,
+the networks it serves and the pods it follows; nothing is claimed, made or
+run):
+  - each network the pod or container joins, and why: the node's
+    defaultNetwork, the pod's default-network annotation, an element of
+    k8s.v1.cni.cncf.io/networks or of DANM's interfaces, or CNI_ARGS
+  - each interface name, and why: the runtime's CNI_IFNAME, an element's own
+    interface, Multus's net<position>, DANM's container_prefix (or eth) and
+    position, a network's interfacePrefix and index
+  - the addresses asked for, and where the others come from (netcomp's
+    cluster pool, with how many are free, or the IPAM plugin); the device the
+    kubelet gave the pod, for a device plugin's network
+  - every refusal an ADD would meet, in the ADD's own words
+  - for a container attached on this node: its record (interfaces, addresses,
+    devices) beside what its pod's annotation asks now, and what a hot-plug
+    would attach or detach
+
+exit status:
+  0   the ADD (and a running pod's annotation as it is now) would be taken
+  1   it would be refused
+  69  the daemon does not answer
+
+examples:
+  netcomp explain --pod team-a/cnf
+  netcomp explain --container 5f0c2a...
+  netcomp explain --cni-args 'NETCOMP_NETWORKS=storage,backup@bk0'
+"""
+
+
+def _doctor(sub: Any) -> None:
+    d = _command(
+        sub,
+        "doctor",
+        "check that this node can serve its networks; exit 1 on any failing check",
+        "Check this node and the networks it serves, one line per check: the daemon,\n"
+        "the kernel, the host devices, the CNI plugins, SR-IOV, the runtime's conf\n"
+        "dir, and with a cluster the API server, RBAC and the Node object. The\n"
+        "checks that need the daemon say so when it does not answer; the others run\n"
+        "without it.",
+        DOCTOR_EPILOG,
+    )
+    _common(d)
+    _state(d)
+    d.add_argument(
+        "--rbac",
+        metavar="FILE",
+        help="the ClusterRole manifest whose verbs netcomp needs (default: the packaged "
+        "/usr/share/netcomp/kubernetes/rbac.yaml)",
+    )
+
+
+def _explain(sub: Any) -> None:
+    e = _command(
+        sub,
+        "explain",
+        "say which networks a pod or container joins and why (asks the daemon)",
+        "Explain, before or after a pod starts, which networks it joins, its\n"
+        "interface names, its addresses and devices, and every refusal its ADD\n"
+        "would meet, in the ADD's words.",
+        EXPLAIN_EPILOG,
+    )
+    _common(e)
+    _state(e)
+    which = e.add_mutually_exclusive_group(required=True)
+    which.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod (attached on this node or not yet)")
+    which.add_argument("--container", metavar="ID", help="a container attached on this node (its sandbox ID)")
+    which.add_argument(
+        "--cni-args",
+        metavar="ARGS",
+        help="a runtime's CNI_ARGS (NETCOMP_NETWORKS=..., K8S_POD_NAMESPACE=...; a runtime without Kubernetes)",
+    )
+    e.add_argument(
+        "--ifname", default="eth0", metavar="NAME", help="with --cni-args: the runtime's CNI_IFNAME (default eth0)"
+    )

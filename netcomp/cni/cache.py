@@ -50,12 +50,14 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, discard, remove_stale_tmp
+from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
 
 log = logging.getLogger("netcomp.cache")
 
 KIND = "netcompCacheV2"
 KNOWN_KINDS = ("netcompCacheV1", KIND)
+# An entry is a few KiB (a plugin result may be up to 16 MiB: cni.invoke.MAX_STDOUT); more is not netcomp's.
+MAX_ENTRY_BYTES = 64 << 20
 RS = b"\x1e"  # RFC 7464: what begins each outcome record appended to an entry
 State = Literal["adding", "attached", "undo"]
 STATES: tuple[State, ...] = ("adding", "attached", "undo")
@@ -73,7 +75,14 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     state: State = "adding"
     error: str = ""  # why an `undo` attachment's DEL failed
+    permanent: bool = False  # that DEL fails the same way however often it is tried (DelegateError.permanent)
     claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
+    # The device a device plugin gave the pod for it (delegate/devices.py): resource, id, the device-info read
+    # from the device plugin, and the file its CNI copy is written to (named here before it is written).
+    device: dict[str, Any] | None = None
+    # The pod annotation's element it was attached for (delegate/podsync.py: its identity), "" for the runtime's
+    # own networks (the default network, CNI_ARGS): an edit of the annotation detaches what it no longer names.
+    element: str = ""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -87,8 +96,14 @@ class Attachment:
         }
         if self.error:
             doc["error"] = self.error
+        if self.permanent:
+            doc["permanent"] = True
         if self.claims:
             doc["claims"] = self.claims
+        if self.device:
+            doc["device"] = self.device
+        if self.element:
+            doc["element"] = self.element
         return doc
 
     @staticmethod
@@ -105,7 +120,10 @@ class Attachment:
             capability_args=d.get("capabilityArgs") or {},
             state=state,
             error=str(d.get("error") or ""),
+            permanent=d.get("permanent") is True,
             claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
+            device=d["device"] if isinstance(d.get("device"), dict) else None,
+            element=str(d.get("element") or ""),
         )
 
 
@@ -120,11 +138,16 @@ class Entry:
     cni_version: str
     attachments: list[Attachment] = field(default_factory=list)
     netns_id: NetnsId | None = None  # None only in entries of version 0
+    netns_cookie: int | None = None  # the namespace's cookie (host.netns.cookie): its inode number is reused
     request: str = ""  # digest of the ADD request, to answer a repeated one from the record
     version: int = 1
     # The interfaces the namespace had when the last ADD began: what an undo finds beyond these and the attached
     # ones was left by a plugin killed half-way (a macvlan under its temporary name) and is removed.
     links_before: list[str] | None = None
+    # The pod (namespace, name, uid) and the CNI_ARGS its delegates get, for a hot-plug that follows an edit of
+    # the pod's annotation (delegate/podsync.py); None and "" when the runtime named no pod.
+    pod: dict[str, str] | None = None
+    args: str = ""
     # Not recorded: the file this entry was last written to (Cache.save), which its outcome is appended to.
     file: str = field(default="", compare=False, repr=False)
 
@@ -144,12 +167,17 @@ class Entry:
             "ifname": self.ifname,
             "netns": self.netns,
             "netnsID": list(self.netns_id) if self.netns_id else None,
+            "netnsCookie": self.netns_cookie,
             "cniVersion": self.cni_version,
             "request": self.request,
             "attachments": [a.to_doc() for a in self.attachments],
         }
         if self.links_before is not None:
             doc["linksBefore"] = self.links_before
+        if self.pod:
+            doc["pod"] = self.pod
+        if self.args:
+            doc["args"] = self.args
         # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
         try:
             return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
@@ -222,8 +250,11 @@ class Entry:
             cni_version=str(d.get("cniVersion") or DEFAULT_VERSION),
             attachments=[Attachment.from_doc(a) for a in atts],
             netns_id=(int(nid[0]), int(nid[1])) if isinstance(nid, list) and len(nid) == 2 else None,
+            netns_cookie=d["netnsCookie"] if type(d.get("netnsCookie")) is int else None,
             request=str(d.get("request") or ""),
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
+            pod={str(k): str(v) for k, v in d["pod"].items()} if isinstance(d.get("pod"), dict) else None,
+            args=str(d.get("args") or ""),
         )
 
 
@@ -326,6 +357,13 @@ class Cache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
+        # the records (daemon/kubeslices.py) reads the entry again later, so a listener must only take note.
+        self.listeners: list[Callable[[str, str], None]] = []
+
+    def _changed(self, container_id: str, ifname: str) -> None:
+        for fn in self.listeners:
+            fn(container_id, ifname)
 
     @property
     def directory(self) -> Path:
@@ -349,8 +387,7 @@ class Cache:
         (HostError naming the file), never a reason to forget it: it stays for the operator to look at."""
         path = self._file(container_id, ifname)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -376,6 +413,7 @@ class Cache:
         except FileNotFoundError:  # the dir is made when first needed (or again, if removed): not on every save
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write(path, data, mode=0o600, durable=False)
+        self._changed(entry.container_id, entry.ifname)
 
     def append_outcome(self, entry: Entry, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
         """Record that `atts` are attached, with their results: one record appended to the file save() wrote
@@ -390,7 +428,7 @@ class Cache:
             discard(moved)
             return
         data = entry.outcome(atts)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, WRITE_FLAGS | os.O_APPEND)
         try:
             view = memoryview(data)
             if halfway is not None:
@@ -400,6 +438,7 @@ class Cache:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
+        self._changed(entry.container_id, entry.ifname)
 
     def remove_temp_files(self) -> None:
         """Temp files a daemon killed mid-save left, and removed entries it had not unlinked yet (never read as
@@ -413,6 +452,7 @@ class Cache:
     def remove(self, container_id: str, ifname: str) -> None:
         """The entry is gone for every reader when this returns; its file is unlinked after (fsutil.discard)."""
         discard(self._file(container_id, ifname))
+        self._changed(container_id, ifname)
 
     def count(self) -> int:
         """How many containers have an entry: the files, not read (status asks this every few seconds)."""
@@ -440,7 +480,7 @@ class Cache:
             if name.endswith(".json") and not name.startswith("."):
                 path = self.directory / name
                 try:
-                    data = path.read_bytes()
+                    data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
                     if _is_torn(data):  # left here: only a load under the container's lock removes it
                         broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                         continue

@@ -7,241 +7,47 @@ calls); tests that need the real thing use the real plugins."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
-import signal
-import time
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from netcomp.cni import spawn
-from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER
-from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
+from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_INVALID_ENV, E_OTHER
+from netcomp.cni.process import (
+    MARKER_ENV,
+    MAX_STDOUT,
+    STDERR_TAIL,
+    Exec,
+    ExecResult,
+    exec_problem,
+    kill_marked,
+    real_exec,
+    seal_fds,
+)
+from netcomp.cni.spec import DEFAULT_VERSION, compact, loads, plugin_types
 from netcomp.errors import DelegateError, printable
 from netcomp.names import is_cni_name
+
+# The process half (cni/process.py), named here too: callers run plugins through this module.
+__all__ = [
+    "MAX_STDOUT",
+    "STDERR_TAIL",
+    "Exec",
+    "ExecResult",
+    "Runner",
+    "RuntimeConf",
+    "find_plugin",
+    "kill_marked",
+    "real_exec",
+    "seal_fds",
+]
 
 log = logging.getLogger("netcomp.cni")
 DEFAULT_TIMEOUT = 60.0
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-# CNI spec error codes (Section "Error"): 1 incompatible version, 4 invalid config, 7 invalid env, 11 try later.
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-class Exec(Protocol):
-    def __call__(self, argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult: ...
-
-
-def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
-    """Exec `argv[0]` with exactly `env`, `stdin` on its stdin, and its stdout and stderr captured; killed after
-    `timeout` seconds with every process it started that is still in its process group. No shell, no PATH
-    lookup.
-
-    posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
-    per plugin exec, this costs the daemon 0.3 ms of CPU instead of 0.6 and answers 0.7-0.9 ms sooner
-    (bench/spawn.py); spawned with the GIL released (spawn.py says why). What subprocess does for us is done
-    here too: the child gets only fds 0-2 (every fd the daemon opens is close-on-exec, PEP 446, and `seal_fds`
-    makes those it inherited so), the signals Python ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty
-    signal mask, and no deadlock however much it reads or writes. Its stdin is in the pipe before it starts (as
-    much as the pipe holds: a config is a few KiB, a pipe 64): the plugin never waits for the daemon to write."""
-    if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
-        raise DelegateError(E_OTHER, f"cannot execute {argv[0]!r}: not an absolute path")
-    deadline = time.monotonic() + timeout
-    in_r, in_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        os.set_blocking(in_r, True)  # the plugin's end: a plain blocking stdin
-        left = _prefill(in_w, stdin)
-        pid = spawn.posix_spawn(
-            argv[0],
-            argv,
-            env,
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((in_r, out_w, err_w))],
-            setsigdef=_SIGDEF,
-            setsigmask=(),
-            setpgroup=0,  # its own process group: a timeout kills what it started too (bridge's IPAM plugin)
-        )
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or the environment
-        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
-            os.close(fd)
-        raise DelegateError(E_OTHER, f"cannot execute: {getattr(e, 'strerror', None) or e}") from None
-    for fd in (in_r, out_w, err_w):
-        os.close(fd)
-    try:
-        out, err = _communicate(in_w, out_r, err_r, left, deadline)
-    except TimeoutError:
-        _kill(pid)
-        raise DelegateError(E_OTHER, f"timed out after {timeout:g}s") from None
-    except _TooMuch:
-        _kill(pid)
-        raise DelegateError(E_OTHER, f"printed more than {MAX_STDOUT >> 20} MiB on stdout; killed") from None
-    except BaseException:
-        _kill(pid)
-        raise
-    _, status = os.waitpid(pid, 0)
-    return ExecResult(os.waitstatus_to_exitcode(status), out, err)
-
-
-def _prefill(fd: int, data: bytes) -> memoryview:
-    """Write what the (non-blocking) pipe takes of data now; what is left."""
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view[:65536]) :]
-    except BlockingIOError:
-        pass
-    return view
-
-
-def _kill(pid: int) -> None:
-    """Kill the plugin and whatever it started that is still in its process group, and reap the plugin."""
-    for kill in (os.killpg, os.kill):  # the plugin itself even if its group is somehow gone
-        with contextlib.suppress(ProcessLookupError):
-            kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-
-
-# A result is a few KiB; a plugin printing without end must not exhaust the daemon's memory. Of stderr only the
-# tail is kept (the log and the error's details show its end).
-MAX_STDOUT, STDERR_TAIL = 16 << 20, 64 << 10
-
-
-class _TooMuch(Exception):
-    pass
-
-
-_SIGDEF = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
-
-
-def _communicate(in_w: int, out_r: int, err_r: int, view: memoryview, deadline: float) -> tuple[bytes, bytes]:
-    """Feed what is left of the child's stdin (`in_w` non-blocking) and read its stdout and stderr until both
-    close; closes all three fds. TimeoutError when the deadline passes first, _TooMuch when stdout passes
-    MAX_STDOUT."""
-    got: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    size = {out_r: 0, err_r: 0}
-    reading = {out_r, err_r}
-    writing: set[int] = set()
-    poller = select.poll()
-    for fd in reading:
-        poller.register(fd, select.POLLIN)
-    if view:
-        writing.add(in_w)
-        poller.register(in_w, select.POLLOUT)
-    else:
-        os.close(in_w)  # all of it is in the pipe: the child reads it, then EOF
-    try:
-        while reading or writing:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            for fd, _ in poller.poll(max(1, int(left * 1000))):
-                if fd in writing:
-                    try:
-                        view = view[os.write(fd, view[:65536]) :] if view else view
-                    except BlockingIOError:  # full again: poll said writable, someone else wrote first
-                        continue
-                    except BrokenPipeError:  # the child stopped reading; what it says is still wanted
-                        view = view[:0]
-                    if not view:
-                        poller.unregister(fd)
-                        writing.discard(fd)
-                        os.close(fd)
-                    continue
-                block = os.read(fd, 65536)
-                if block:
-                    got[fd].append(block)
-                    size[fd] += len(block)
-                    if fd == out_r and size[fd] > MAX_STDOUT:
-                        raise _TooMuch
-                    if fd == err_r and size[fd] > 2 * STDERR_TAIL:
-                        tail = b"".join(got[fd])[-STDERR_TAIL:]
-                        got[fd], size[fd] = [tail], len(tail)
-                else:
-                    poller.unregister(fd)
-                    reading.discard(fd)
-    finally:
-        for fd in (*writing, out_r, err_r):
-            os.close(fd)
-    return b"".join(got[out_r]), b"".join(got[err_r])[-STDERR_TAIL:]
-
-
-def seal_fds() -> None:
-    """Called once as the daemon starts. Make every fd above 2 it inherited close-on-exec (a socket from
-    systemd, anything a parent left open), so that no plugin sees one; Python opens its own fds so already
-    (PEP 446). And make sure 0-2 are open (on /dev/null if not): otherwise a pipe of real_exec's could get one
-    of those numbers and be overwritten by another when the child's stdio is set up."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
-            if opened != fd:
-                os.close(opened)
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2:
-            with contextlib.suppress(OSError):  # the listing's own fd, closed by now
-                os.set_inheritable(fd, False)
-
-
-MARKER_ENV = "NETCOMP_DELEGATE_OF"
-
-
-def kill_marked(marker: str, *, rounds: int = 20) -> int:
-    """Kill every process whose environment carries MARKER_ENV=marker (with its process group): delegates a
-    daemon of the same cache dir started and that outlived it (they run in process groups of their own, so a
-    SIGKILL of the daemon does not reach them). Called before anything else at start-up, so that no delegate
-    from before a crash races the DELs that undo its ADD. Under systemd the unit's cgroup is emptied before a
-    restart anyway; this makes it so outside systemd too. Returns how many were killed."""
-    needle = f"{MARKER_ENV}={marker}".encode()
-    me = os.getpid()
-    killed = 0
-    for _ in range(rounds):  # again until a scan finds none: one may have been exec'ing during the last
-        found = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    env = f.read(1 << 20)
-            except OSError:  # gone, a kernel thread, or not ours to read
-                continue
-            if needle in env.split(b"\0"):
-                found.append(int(name))
-        if not found:
-            return killed
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-            killed += 1
-        # Zombies keep their environ readable until reaped by whoever is their parent now; wait for them
-        # to go (bounded), so the next scan does not count them again.
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(_alive(pid) for pid in found):
-            time.sleep(0.01)
-    return killed
-
-
-def _alive(pid: int) -> bool:
-    """Not yet dead or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +107,9 @@ class Runner:
         self.exec = exec_
         self.timeout = timeout
         self.marker = marker
+        # What each plugin binary says it speaks (VERSION), by its path and stat: asked once per binary.
+        self._versions: dict[tuple[str, int, int, int], tuple[str, ...]] = {}
+        self._versions_lock = threading.Lock()
 
     def env(self, command: str, rt: RuntimeConf | None) -> dict[str, str]:
         # Scrubbed: nothing of the daemon's own environment (NOTIFY_SOCKET, credentials) reaches a plugin.
@@ -320,7 +129,9 @@ class Runner:
             path = find_plugin(ptype, self.plugin_dirs)
             res = self.exec([path], self.env(command, rt), compact(plugin), self.timeout)
         except DelegateError as e:
-            raise DelegateError(e.code, e.msg, e.details, network=network, plugin=ptype) from None
+            raise DelegateError(
+                e.code, e.msg, e.details, network=network, plugin=ptype, permanent=e.permanent
+            ) from None
         if res.stderr:
             # What a plugin says on stderr goes to the log (journalctl -u netcomp), with whose it was.
             level = logging.WARNING if res.returncode != 0 else logging.DEBUG
@@ -411,6 +222,53 @@ class Runner:
         out = self.exec_plugin({"type": plugin_type, "cniVersion": DEFAULT_VERSION}, "VERSION", None)
         return out or {}
 
+    def supported_versions(self, plugin_type: str) -> tuple[str, ...] | None:
+        """The CNI versions a plugin says it speaks (its VERSION's supportedVersions), asked once per binary (by
+        path and stat: an upgraded plugin is asked again); None when it is not installed or does not say."""
+        try:
+            path = find_plugin(plugin_type, self.plugin_dirs)
+            st = os.stat(path)
+        except (DelegateError, OSError):
+            return None
+        key = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._versions_lock:
+            known = self._versions.get(key)
+        if known is None:
+            try:
+                said = self.version(plugin_type).get("supportedVersions")
+            except DelegateError:
+                said = None
+            ok = isinstance(said, list) and all(isinstance(v, str) for v in said)
+            known = tuple(said) if ok and said else ()
+            with self._versions_lock:
+                self._versions[key] = known
+        return known or None
+
+    def preflight(self, conflist: Mapping[str, Any], rt: RuntimeConf) -> None:
+        """Refuse (DelegateError, permanent) what would make every exec of the conflist fail, before anything
+        runs: an environment the kernel cannot exec (process.exec_problem: CNI_ARGS with a NUL byte or over 128
+        KiB), a cniVersion one of its plugins (or their IPAM plugins) says it does not speak. Such an ADD would
+        fail, and so would the DEL of its rollback, for the same reason."""
+        network = str(conflist.get("name", ""))
+        why = exec_problem([], self.env("ADD", rt))
+        if why is not None:
+            raise DelegateError(
+                E_INVALID_ENV, f"cannot run its plugins: {why}", "no plugin was run", network=network, permanent=True
+            )
+        version = str(conflist.get("cniVersion", DEFAULT_VERSION))
+        for ptype in plugin_types(dict(conflist)):
+            speaks = self.supported_versions(ptype)
+            if speaks is not None and version not in speaks:
+                raise DelegateError(
+                    E_INCOMPATIBLE,
+                    f"incompatible CNI versions: the network's config is {version}, the plugin speaks "
+                    + ", ".join(speaks),
+                    "no plugin was run",
+                    network=network,
+                    plugin=ptype,
+                    permanent=True,
+                )
+
 
 def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
     """The plugin's own CNI error, verbatim, or one made from its exit status and stderr."""
@@ -423,6 +281,14 @@ def _plugin_error(res: ExecResult, network: str, plugin: str) -> DelegateError:
             code = int(err.get("code", E_OTHER))
         except (TypeError, ValueError):
             code = E_OTHER
-        return DelegateError(code, str(err.get("msg", "")), str(err.get("details", "")), network=network, plugin=plugin)
+        # A plugin refusing the config's version refuses it every time (CNI spec, "Error": code 1).
+        return DelegateError(
+            code,
+            str(err.get("msg", "")),
+            str(err.get("details", "")),
+            network=network,
+            plugin=plugin,
+            permanent=code == E_INCOMPATIBLE,
+        )
     tail = res.stderr.decode(errors="replace").strip()[-500:]
     return DelegateError(E_OTHER, f"plugin exited with status {res.returncode}", tail, network=network, plugin=plugin)

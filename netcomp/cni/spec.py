@@ -19,6 +19,12 @@ SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 DEFAULT_VERSION: Final = "1.0.0"  # what netcomp writes and answers when nothing else is asked for
 
 
+def parse_version(version: str) -> tuple[int, ...]:
+    """A CNI version as numbers, to compare ("0.4.0" < "1.0.0"); (0,) for one that is not dotted numbers."""
+    parts = version.split(".") if isinstance(version, str) else []
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else (0,)
+
+
 class ConfigProblem(ValueError):
     """A CNI config that cannot be used; line/column are 1-based positions in its JSON text, when known."""
 

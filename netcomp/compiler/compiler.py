@@ -25,23 +25,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
+from netcomp.cni.invoke import Runner
 from netcomp.compiler.backends.backend import RenderInput
 from netcomp.compiler.inputs import INTENT_SUFFIXES, NO_KEY, STATIC_SUFFIXES, StatKey, discover, stat_key
 from netcomp.compiler.jinja import Templates
 from netcomp.compiler.plan import Artifact, Plan
-from netcomp.compiler.render import missing_plugins, render
+from netcomp.compiler.render import missing_devices, missing_plugins, render
 from netcomp.compiler.statics import StaticFiles
 from netcomp.errors import Diagnostic, IntentError, InternalError, SourceLocation
-from netcomp.fsutil import is_racy
+from netcomp.fsutil import is_racy, read_bounded
 from netcomp.intent import danm, rules, tenancy
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import Network, StaticSpec
 from netcomp.intent.parse import parse_document
-from netcomp.intent.source import Document, forget_scalars, load_documents
+from netcomp.intent.source import MAX_BYTES, Document, forget_scalars, load_documents
 from netcomp.intent.tenancy import Completion, TenantConfig
 from netcomp.settings import Settings
 
 __all__ = ["INTENT_SUFFIXES", "STATIC_SUFFIXES", "Compiler", "discover"]
+VERSION_TIMEOUT = 10.0  # seconds a plugin's VERSION may take at compile time
 _NO_FIELDS: Mapping[Any, Any] = {}  # the field map of every released native intent (never written to)
 
 
@@ -128,10 +130,14 @@ class Compiler:
         self._files: dict[str, _File] = {}
         self._names: list[str] = []
         self._statics = StaticFiles(settings.staticDirs)
+        # What the installed plugins say they speak (VERSION), for static files' cniVersion.
+        self._plugins = Runner(settings.pluginDirs, timeout=VERSION_TIMEOUT)
         self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
         # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
         self.claim_ids: tenancy.Claim | None = None
+        # Whether a host device is on this machine; None: not checked.
+        self.device_present: Callable[[str], bool] | None = None
 
     def reset_templates(self) -> None:
         """An admin template changed: load templates afresh and render everything again (every file is read
@@ -152,7 +158,7 @@ class Compiler:
             st = os.stat(path)
             key = stat_key(st)
             same = known is not None and known.key == key
-            raw = None if same and known is not None and known.racy is None else path.read_bytes()
+            raw = None if same and known is not None and known.racy is None else read_bounded(path, MAX_BYTES)
         except OSError as e:
             return _File(NO_KEY, (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
         racy = hashlib.sha256(raw).digest() if raw is not None and is_racy(st, time.time_ns()) else None
@@ -165,7 +171,7 @@ class Compiler:
             return known
         if raw is None:  # as it was, but a static file one of its intents names changed: read and render again
             try:
-                raw = path.read_bytes()
+                raw = read_bounded(path, MAX_BYTES)
             except OSError as e:
                 diag = Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
                 return _File(NO_KEY, (), (diag,), True)
@@ -228,7 +234,7 @@ class Compiler:
         static = None
         skey: object = None
         if static_id is not None:
-            skey, static, problem = self._statics.load(intent, static_id, run.listing)
+            skey, static, problem = self._statics.load(intent, static_id, run.listing, offline=self.offline)
             if problem is not None:
                 return _Rendered(intent, static_id, skey, None, (problem,))
         out = _Rendered(intent, static_id, skey, None)
@@ -237,6 +243,9 @@ class Compiler:
         except IntentError as e:
             out.diagnostics = tuple(e.diagnostics)
             return out
+        if static_id is not None and static is not None:
+            versions = self._statics.version_warning(intent, static_id, static, self._plugins.supported_versions)
+            warnings += [versions] if versions is not None else []
         out.artifact, out.diagnostics = art, tuple(warnings)
         if run.on_artifact is not None:
             run.on_artifact(art)  # the disk can start on it now
@@ -323,6 +332,15 @@ class Compiler:
                 plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
+        # 4b. Host devices there (only when asked: `netcomp validate` and `compile`; the daemon leaves it to
+        # `netcomp doctor` and the ADD).
+        if self.device_present is not None:
+            for intent, diag in missing_devices(good, self.device_present, offline=self.offline):
+                if id(diag) not in listed:
+                    listed.add(id(diag))
+                    plan.diagnostics.append(diag)
+                if diag.is_error:
+                    failing.add(id(intent))
         # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
         # last good output rather than guess which definition was meant.
         plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()

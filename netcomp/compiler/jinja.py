@@ -5,17 +5,48 @@ so a template can change layout but never produce invalid or ambiguous JSON."""
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.fsutil import read_bounded
 
 if TYPE_CHECKING:
     import jinja2
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
+MAX_TEMPLATE_BYTES = 1 << 20  # a backend template is a few KiB
+
+
+@functools.cache
+def _loader_class() -> Callable[[Sequence[str]], jinja2.BaseLoader]:
+    """jinja2's FileSystemLoader reads a template with open() and read(), whatever the path names: templates are
+    read as every file netcomp reads (fsutil.read_bounded). Made when jinja2 is first imported."""
+    import jinja2
+
+    class BoundedLoader(jinja2.BaseLoader):
+        def __init__(self, search: Sequence[str]) -> None:
+            self.search = list(search)
+
+        def get_source(
+            self, environment: jinja2.Environment, template: str
+        ) -> tuple[str, str | None, Callable[[], bool] | None]:
+            pieces = jinja2.loaders.split_template_path(template)  # refuses '..'
+            for d in self.search:
+                path = os.path.join(d, *pieces)
+                try:
+                    data = read_bounded(path, MAX_TEMPLATE_BYTES)
+                except FileNotFoundError:
+                    continue
+                return data.decode("utf-8"), path, lambda: False  # templates are reloaded by the daemon, whole
+            raise jinja2.TemplateNotFound(template)
+
+    return BoundedLoader
 
 
 def _tojson(obj: Any) -> str:
@@ -32,7 +63,7 @@ class Templates:
         search = [str(d) for d in (override_dir, BUILTIN_DIR) if d is not None]
         self.override_dir = override_dir
         self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(search),
+            loader=_loader_class()(search),
             undefined=jinja2.StrictUndefined,
             autoescape=False,
             keep_trailing_newline=True,
@@ -54,6 +85,10 @@ class Templates:
                 raise IntentError(
                     [Diagnostic(f"template syntax: {e.message}", SourceLocation(e.filename or name, e.lineno, 1))]
                 ) from None
+            except (OSError, UnicodeDecodeError) as e:
+                why = e.strerror if isinstance(e, OSError) else "not valid UTF-8"
+                path = getattr(e, "filename", None) or name
+                raise IntentError([Diagnostic(f"template {name}: cannot read: {why}", SourceLocation(path))]) from None
             except jinja2.TemplateNotFound:
                 raise IntentError(
                     [

@@ -17,11 +17,12 @@ from typing import Literal, TypeVar
 
 from netcomp.compiler.plan import SUFFIX, Artifact, Plan
 from netcomp.errors import HostError
-from netcomp.fsutil import atomic_write, fsync_dir, publish, remove_stale_tmp, write_tmp
+from netcomp.fsutil import atomic_write, fsync_dir, publish, read_bounded, remove_stale_tmp, write_tmp
 
 ChangeKind = Literal["add", "change", "remove"]
 T = TypeVar("T")
 _DONE = object()
+MAX_BYTES = 16 << 20  # of a file in the output dir read to see whether it is netcomp's
 PARALLEL_MIN = 16  # more writes than this go to a thread pool
 WRITERS = 16
 
@@ -70,8 +71,7 @@ class Output:
                 if not entry.name.endswith(SUFFIX) or not entry.is_file(follow_symlinks=False):
                     continue
                 try:
-                    with open(entry.path, "rb") as f:
-                        data = f.read()
+                    data = read_bounded(entry.path, MAX_BYTES, follow=False)
                 except OSError:
                     continue
                 if is_owned(data):
@@ -105,7 +105,7 @@ class Output:
 
     def _is_ours_on_disk(self, name: str) -> bool:
         try:
-            return is_owned((self.directory / name).read_bytes())
+            return is_owned(read_bounded(self.directory / name, MAX_BYTES, follow=False))
         except OSError:
             return False
 

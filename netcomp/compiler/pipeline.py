@@ -48,6 +48,10 @@ class Pipeline:
         # the claim the compiler makes them with (Compiler.claim_ids; None away from the node).
         self.claims_state: Callable[[], str] = lambda: ""
         self.claim_ids: Claim | None = None
+        # Whether a host device is on this machine (Compiler.device_present: the CLI's check), and the machine's
+        # devices, part of what a cached plan was made of then.
+        self.device_present: Callable[[str], bool] | None = None
+        self.devices_state: Callable[[], str] = lambda: ""
 
     @property
     def compiler(self) -> Compiler:
@@ -70,6 +74,7 @@ class Pipeline:
                     compiler = Compiler(self.settings, offline=self.offline)
             self._compiler = compiler
         self._compiler.claim_ids = self.claim_ids
+        self._compiler.device_present = self.device_present
         return self._compiler
 
     def reset_templates(self) -> None:
@@ -101,7 +106,8 @@ class Pipeline:
                 plan.diagnostics.extend(e.diagnostics)
                 return plan
             # Taken before compiling: an input edited meanwhile makes the next run compile again.
-            self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=self.claims_state())
+            extra = self.claims_state() + self.devices_state()
+            self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=extra)
             cached = self.cache.load(self._fp)
             if cached is not None:
                 return cached

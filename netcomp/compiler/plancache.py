@@ -24,10 +24,13 @@ from netcomp import __version__
 from netcomp.compiler.jinja import BUILTIN_DIR
 from netcomp.compiler.plan import Artifact, Plan
 from netcomp.errors import Diagnostic, SourceLocation
-from netcomp.fsutil import TMP_SUFFIX, fsync_dir, is_racy, publish
+from netcomp.fsutil import TMP_SUFFIX, WRITE_FLAGS, fsync_dir, is_racy, publish, read_bounded
 from netcomp.settings import Settings
 
 CACHE_NAME = ".netcomp-plan.cache"
+# The most read of the cache, or of an input hashed for its content (a plugin binary is one): a plan of 10,000
+# networks is about 10 MB; what is larger is compiled rather than trusted.
+MAX_BYTES = 256 << 20
 
 
 @dataclass
@@ -70,8 +73,7 @@ class _Hasher:
 
 def _content(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return hashlib.sha256(read_bounded(path, MAX_BYTES)).hexdigest()
     except OSError:
         return None
 
@@ -103,7 +105,7 @@ class PlanCache:
         if fp is None:
             return None
         try:
-            doc = orjson.loads(self.path.read_bytes())
+            doc = orjson.loads(read_bounded(self.path, MAX_BYTES, follow=False))
             if doc.get("fingerprint") != fp.digest:
                 return None
             # Inputs that were racily clean when the plan was saved must still have the content it was made of.
@@ -152,7 +154,7 @@ class PlanCache:
     def _write(self, pieces: Iterator[bytes]) -> None:
         """As fsutil.atomic_write (temp file, fsync, rename, fsync the dir), written piece by piece."""
         tmp = self.path.with_name(f".{self.path.name}{TMP_SUFFIX}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(tmp, WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb", buffering=1 << 16, closefd=False) as f:
                 for piece in pieces:

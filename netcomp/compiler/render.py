@@ -1,9 +1,10 @@
 """One intent to its artifact: rendered through its backend's template, verified, serialized. Deterministic and
-free of I/O: the caller supplies static files and the answer to "is this plugin installed"."""
+free of I/O: the caller supplies static files and the answers to "is this plugin installed" and "is this host device
+there"."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -17,6 +18,10 @@ from netcomp.errors import Diagnostic, IntentError
 from netcomp.intent.intent import Intent
 
 _PLUGIN_LISTS: dict[tuple[str, ...], tuple[str, ...]] = {}
+# The plugin keys that name a host device: the master of a macvlan, ipvlan or vlan link, host-device's device
+# (containernetworking/plugins, each plugin's README).
+DEVICE_KEYS = {"macvlan": "master", "ipvlan": "master", "vlan": "master", "host-device": "device"}
+NODE_ONLY = "compiled away from the node: --strict makes this an error"
 
 
 def _plugins(conf: dict[str, Any]) -> tuple[str, ...]:
@@ -81,10 +86,48 @@ def missing_plugins(
     for p, its in users.items():
         more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
         diag = its[0].diagnostic(
-            f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}",
+            f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}" + (f" ({NODE_ONLY})" if offline else ""),
             ("spec", "type"),
             severity="warning" if offline else "error",
         )
         # Offline, nobody fails; on a node, every network that needs the plugin does (one message).
+        out.extend((it, diag) for it in (its[:1] if offline else its))
+    return out
+
+
+def host_devices(conflist: Mapping[str, Any]) -> set[str]:
+    """The host devices a compiled network names: its host link's parent (netcomp.hostLink.link; the host link
+    itself netcomp makes), and each plugin's master or device."""
+    meta = conflist.get("netcomp")
+    link = meta.get("hostLink") if isinstance(meta, dict) else None
+    link = link if isinstance(link, dict) else {}
+    out = {str(link["link"])} if link.get("link") else set()
+    for p in conflist.get("plugins") or []:
+        key = DEVICE_KEYS.get(str(p.get("type"))) if isinstance(p, dict) else None
+        value = p.get(key) if key else None
+        if isinstance(value, str) and value and value != link.get("name"):
+            out.add(value)
+    return out
+
+
+def missing_devices(
+    plan_intents: Sequence[tuple[Intent, Artifact]], present: Callable[[str], bool], *, offline: bool
+) -> list[tuple[Intent, Diagnostic]]:
+    """A host device a network names that is not on this machine: one diagnostic per device, at its first use
+    (its hostDevice). An error with --strict (on the node, every network that names it fails); a warning
+    otherwise: a CI machine has none of the node's devices."""
+    users: dict[str, list[Intent]] = {}
+    for intent, art in plan_intents:
+        for dev in sorted(host_devices(cnispec.loads(art.data))):
+            if not present(dev):
+                users.setdefault(dev, []).append(intent)
+    out: list[tuple[Intent, Diagnostic]] = []
+    for dev, its in users.items():
+        more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
+        diag = its[0].diagnostic(
+            f"host device {dev!r} is not on this machine{more}" + (f" ({NODE_ONLY})" if offline else ""),
+            ("spec", "hostDevice"),
+            severity="warning" if offline else "error",
+        )
         out.extend((it, diag) for it in (its[:1] if offline else its))
     return out

@@ -4,15 +4,19 @@ listed once per compile), parsed and verified once per version of the file (its 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from netcomp.cni import spec as cnispec
+from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.backends.backend import StaticConfig
 from netcomp.compiler.inputs import STATIC_SUFFIXES, StatKey, stat_key
+from netcomp.compiler.render import NODE_ONLY
 from netcomp.errors import Diagnostic, SourceLocation
+from netcomp.fsutil import read_bounded
 from netcomp.intent.intent import Intent
 
+MAX_STATIC_BYTES = 4 << 20  # a CNI file is a few KiB; the shim takes a config of up to 4 MiB too
 Listing = dict[str, set[str]]  # a static dir's file names, listed once per compile
 
 
@@ -20,6 +24,27 @@ class StaticFiles:
     def __init__(self, dirs: Sequence[str]) -> None:
         self.dirs = list(dirs)
         self._parsed: dict[str, tuple[StatKey, StaticConfig | Diagnostic]] = {}
+        self._version_at: dict[str, tuple[int, int]] = {}  # where each file says its cniVersion
+
+    def version_warning(
+        self, intent: Intent, network_id: str, static: StaticConfig, speaks: Callable[[str], Sequence[str] | None]
+    ) -> Diagnostic | None:
+        """A warning when the file's cniVersion is one that a plugin it names says it does not speak (its
+        VERSION, `speaks`; None: not installed here, or it does not say): every ADD of the network is refused
+        then (the daemon checks again before anything runs), and so a rollback's DEL would be."""
+        version = str(static.conflist.get("cniVersion", DEFAULT_VERSION))
+        for ptype in cnispec.plugin_types(static.conflist):
+            supported = speaks(ptype)
+            if supported is not None and version not in supported:
+                line, col = self._version_at.get(static.path, (0, 0))
+                where = f"{static.path}:{line}:{col}" if line else static.path
+                return intent.diagnostic(
+                    f"static networkID {network_id!r}: {where}: cniVersion {version} is not one plugin {ptype!r} "
+                    f"speaks ({', '.join(supported)}): every ADD of this network will be refused",
+                    ("spec", "networkID"),
+                    severity="warning",
+                )
+        return None
 
     def find(self, network_id: str, listing: Listing) -> Path | None:
         for d in self.dirs:
@@ -35,10 +60,11 @@ class StaticFiles:
         return None
 
     def load(
-        self, intent: Intent, network_id: str, listing: Listing
+        self, intent: Intent, network_id: str, listing: Listing, *, offline: bool = False
     ) -> tuple[object, StaticConfig | None, Diagnostic | None]:
         """The intent's static file: (its stat key, the config, None), or what is wrong with it (the key None
-        when there is no readable file)."""
+        when there is no readable file). `offline`: away from the node (CI), a file that is not there is a
+        warning (the network is left out): the node's static dirs are not here."""
         path = self.find(network_id, listing)
         if path is None:
             dirs = ", ".join(self.dirs)
@@ -46,8 +72,10 @@ class StaticFiles:
                 None,
                 None,
                 intent.diagnostic(
-                    f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}",
+                    f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}"
+                    + (f" (left out: {NODE_ONLY})" if offline else ""),
                     ("spec", "networkID"),
+                    severity="warning" if offline else "error",
                 ),
             )
         name = str(path)
@@ -74,11 +102,12 @@ class StaticFiles:
             )
         return key, value, None
 
-    @staticmethod
-    def _parse(path: Path) -> StaticConfig | Diagnostic:
+    def _parse(self, path: Path) -> StaticConfig | Diagnostic:
         name = str(path)
         try:
-            conf = cnispec.to_conflist(cnispec.parse_json(path.read_bytes()))
+            raw = read_bounded(path, MAX_STATIC_BYTES)
+            conf = cnispec.to_conflist(cnispec.parse_json(raw))
+            self._version_at[name] = _key_position(raw, b'"cniVersion"')
         except OSError as e:
             return Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
         except cnispec.ConfigProblem as p:
@@ -87,3 +116,14 @@ class StaticFiles:
         if problems:
             return Diagnostic("; ".join(problems), SourceLocation(name))
         return StaticConfig(name, conf)
+
+
+def _key_position(raw: bytes, key: bytes) -> tuple[int, int]:
+    """1-based line and column of the first `key` followed by a colon in a JSON text ((0, 0): none)."""
+    at = raw.find(key)
+    while at >= 0 and not raw[at + len(key) :].lstrip().startswith(b":"):
+        at = raw.find(key, at + 1)
+    if at < 0:
+        return 0, 0
+    line_start = raw.rfind(b"\n", 0, at) + 1
+    return raw.count(b"\n", 0, at) + 1, len(raw[line_start:at].decode("utf-8", "replace")) + 1

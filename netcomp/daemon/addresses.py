@@ -51,16 +51,14 @@ class Addresses:
         """Before serving: whether this node is a Node of the cluster, every claim listed, then followed (a
         thread). An API server that does not answer now is no reason not to serve: claims then fail with code 11
         until it does, and the watch lists them once it answers."""
-        if self.kube is not None:
-            try:
-                self.allocator.node_in_cluster = self.kube.node_exists(self.settings.nodeName)
-            except StoreUnavailable as e:
-                log.warning("cannot tell whether node %s is a Node of the cluster: %s", self.settings.nodeName, e)
-            if not self.allocator.node_in_cluster:
-                log.warning(
-                    "node %s is not a Node of the cluster: its address claims are freed only by itself",
-                    self.settings.nodeName,
-                )
+        if self.kube is not None and self.settings.kubernetes is not None:
+            # Followed, not read once: a daemon usually starts before its kubelet registers the Node.
+            node = self.kube.cluster.node
+            node.on_change(lambda exists: setattr(self.allocator, "node_in_cluster", exists))
+            node.start(stop)
+            if not node.known.wait(self.settings.kubernetes.timeout):
+                log.warning("cannot tell yet whether node %s is a Node of the cluster: following it",
+                            self.settings.nodeName)  # fmt: skip
         try:
             self.allocator.load()
         except StoreUnavailable as e:

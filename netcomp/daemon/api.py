@@ -1,7 +1,7 @@
-"""The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible) and
-`/delegate` (hot-plug), each a function from the body to (HTTP status, answer bytes) that counts the request
-and logs one line about it (`/cni`: once its answer is out). The server (server.py) only moves bytes; it runs
-these on its worker threads."""
+"""The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible),
+`/delegate` (hot-plug) and `/explain` (what an ADD would do, read-only), each a function from the body to its
+answer; `/cni` and `/delegate` count the request and log one line about it (`/cni`: once its answer is out).
+The server (server.py) only moves bytes; it runs these on its worker threads."""
 
 from __future__ import annotations
 
@@ -18,17 +18,22 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.explain import Subject
+from netcomp.delegate.explain import explain as explain_subject
 from netcomp.delegate.request import parse_request
+from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")
 Answer = tuple[int, bytes]
+FIELD = 200  # characters of a peer's value (an ID, a network's name) a log line carries at most
 
 
 @dataclass(frozen=True, slots=True)
 class Hotplug:
     """A `/delegate` request: `{"command": "ADD"|"DEL", "containerID", "netns", "network", "ifname"?,
-    "runtimeIfname"?}` (what `netcomp attach|detach` sends)."""
+    "runtimeIfname"?, "podNamespace"?, "podName"?, "podUID"?}` (what `netcomp attach|detach` sends; the pod for
+    a network of a device plugin's resource)."""
 
     command: str
     container_id: str
@@ -36,6 +41,7 @@ class Hotplug:
     network: str
     ifname: str | None
     runtime_ifname: str
+    pod: PodRef | None = None
 
 
 def parse_hotplug(body: bytes) -> Hotplug:
@@ -61,6 +67,10 @@ def parse_hotplug(body: bytes) -> Hotplug:
         raise ProtocolError(E_INVALID_CONFIG, "runtimeIfname must be a string")
     if command == "ADD" and not values["netns"]:
         raise ProtocolError(E_INVALID_ENV, "netns is required to attach")
+    pod_keys = ("podNamespace", "podName", "podUID")
+    ns, name, uid = (doc.get(k) or "" for k in pod_keys)
+    if not all(isinstance(v, str) for v in (ns, name, uid)) or bool(ns) != bool(name):
+        raise ProtocolError(E_INVALID_CONFIG, "podNamespace and podName must be given together, as strings")
     return Hotplug(
         command,
         values["containerID"] or "",
@@ -68,6 +78,7 @@ def parse_hotplug(body: bytes) -> Hotplug:
         values["network"] or "",
         values["ifname"],
         runtime_ifname,
+        PodRef(ns, name, uid) if ns else None,
     )
 
 
@@ -92,7 +103,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
         try:
             env, config, raw = protocol.decode_request(body)
             req = parse_request(env, config, raw)
-            verb, cid, version = req.command, req.container_id or "-", req.cni_version
+            verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
             result = dispatch.handle(delegator, req)
             outcome, ms = "ok", (time.perf_counter() - t) * 1000
             nets = delegator.describe(req)  # for DEL and CHECK: what the container's record held
@@ -103,7 +114,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> t
                 result = cniresult.convert(result, protocol.wrapped_version(version))
             return 200, compact({"Result": result or None})
         except ProtocolError as e:
-            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, 300))
+            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, FIELD))
             return _error(e.code, e.msg, e.details)
         except DelegateError as e:
             ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
@@ -141,9 +152,9 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
     try:
         hp = parse_hotplug(body)
         result = hotplug.hotplug(
-            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname
+            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
         )
-        log.info("hot-plug %s container=%s network=%s ok", hp.command, hp.container_id, hp.network)
+        log.info("hot-plug %s ok", _what(hp))
         return 200, compact({"Result": result or None})
     except ProtocolError as e:
         return _error(e.code, e.msg, e.details)
@@ -159,4 +170,42 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
 
 
 def _what(hp: Hotplug | None) -> str:
-    return f"{hp.command} container={hp.container_id} network={hp.network}" if hp else "?"
+    """The request in a log line: every value a peer chose escaped and cut to FIELD characters."""
+    if hp is None:
+        return "?"
+    return f"{hp.command} container={printable(hp.container_id, FIELD)} network={printable(hp.network, FIELD)}"
+
+
+def parse_explain(body: bytes) -> Subject:
+    """A `/explain` request: `{"pod": "namespace/name"}`, `{"container": ID}` or `{"cniArgs": "...", "ifname"?}`
+    (what `netcomp explain` sends). ProtocolError when it is none of them."""
+    try:
+        doc = loads(body)
+    except ValueError as e:
+        raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(doc.get(k, ""), str) for k in ("pod", "container", "cniArgs", "ifname")
+    ):
+        raise ProtocolError(E_DECODE, "request must be a JSON object of strings")
+    given = [k for k in ("pod", "container", "cniArgs") if k in doc]
+    if len(given) != 1:
+        raise ProtocolError(E_INVALID_CONFIG, "give exactly one of pod, container and cniArgs")
+    ns, _, name = str(doc.get("pod") or "").partition("/")
+    if "pod" in doc and not (ns and name):
+        raise ProtocolError(E_INVALID_CONFIG, f"pod must be namespace/name, not {str(doc['pod'])[:80]!r}")
+    return Subject(
+        pod=PodRef(ns, name) if "pod" in doc else None,
+        container=doc.get("container"),
+        cni_args=doc.get("cniArgs"),
+        ifname=doc.get("ifname") or "eth0",
+    )
+
+
+def explain(delegator: Delegator, body: bytes, *, hotplug: bool) -> dict[str, object]:
+    """POST /explain: what an ADD of the subject would do now, and why; nothing is changed. A subject the ADD
+    would refuse outright (a container ID or interface name that is not one) is a 400, in the ADD's words."""
+    subject = parse_explain(body)
+    try:
+        return explain_subject(delegator, subject, hotplug=hotplug)
+    except DelegateError as e:
+        raise ProtocolError(e.code, e.full_msg, e.details) from None

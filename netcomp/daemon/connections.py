@@ -14,10 +14,7 @@ complete request goes to `_route` (the server's), which answers it at once, queu
 a worker that has a connection writes the answer and closes it itself (`_release`, `_closed`). A connection whose
 request is whole when it is accepted (the usual: a shim sends it as it connects) is routed there and then, never
 registered with the selector. The loop also calls `on_tick` every `tick_every` seconds: a loop that is stuck
-stops feeding the watchdog.
-
-Issue 14 measured the asyncio loop this replaced at 1.35 ms of CPU per ADD+DEL (a task, a stream reader and
-writer per connection, the worker's answer chained back to the loop through its self-pipe), this one at 0.45."""
+stops feeding the watchdog. Refusals are logged with the peer's uid and pid, at most once a minute."""
 
 from __future__ import annotations
 
@@ -37,6 +34,8 @@ from dataclasses import dataclass, field
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
 from netcomp.daemon import http, protocol
 from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.ratelog import Every
+from netcomp.errors import printable
 
 log = logging.getLogger("netcomp.server")
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
@@ -49,8 +48,9 @@ ACCEPT_PAUSE = 1.0
 # Connections accepted per round of the loop at most: a flood of connects that keeps the backlog full must not
 # hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio took its backlog's size).
 ACCEPT_BATCH = 64
-# While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile).
-ACCEPT_LOG_EVERY = 60.0
+# While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile);
+# so are the refusals of peers (a client refused in a loop must not flood the journal).
+ACCEPT_LOG_EVERY = REFUSAL_LOG_EVERY = 60.0
 _SPENT = http.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
 
 
@@ -73,6 +73,7 @@ class Conn:
 
     sock: socket.socket
     pid: int
+    uid: int = -1
     req: http.Incoming = field(default_factory=http.Incoming)
     state: str = READING
     deadline: float = 0.0
@@ -104,8 +105,8 @@ class Connections:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._accept_paused_until = 0.0
-        self._accept_failed = 0  # failures not logged yet
-        self._accept_logged = -ACCEPT_LOG_EVERY
+        self._accept_said = Every(log, ACCEPT_LOG_EVERY, logging.ERROR)
+        self._refusal_said = Every(log, REFUSAL_LOG_EVERY)
         self._handed_back: list[tuple[Conn, memoryview]] = []  # answers' rests from workers, for the loop to write
 
     # hooks of the server
@@ -222,12 +223,13 @@ class Connections:
                     self.metrics.connections.set(self._conns)
             if full:
                 self.metrics.rejected.labels("connections").inc()
+                self.refused(Conn(sock, pid, uid), 503, TOO_MANY)
                 with contextlib.suppress(OSError):
                     sock.send(http.response(503, protocol.error_body(E_TRY_LATER, TOO_MANY)))
                 sock.close()
                 continue
             sock.setblocking(False)
-            c = Conn(sock, pid)
+            c = Conn(sock, pid, uid)
             if uid not in lim.allowed_uids:
                 self.metrics.rejected.labels("peer").inc()
                 msg = f"peer uid {uid} may not use the netcomp socket"
@@ -258,13 +260,13 @@ class Connections:
 
     def _accept_error(self, e: OSError) -> None:
         self._sel.unregister(self.sock)
-        now = time.monotonic()
-        self._accept_paused_until = now + ACCEPT_PAUSE
-        self._accept_failed += 1
-        if now - self._accept_logged >= ACCEPT_LOG_EVERY:
-            more = f" ({self._accept_failed - 1} more times since it was last said)" if self._accept_failed > 1 else ""
-            log.error("cannot accept a connection: %s; accepting again in %g s%s", e, ACCEPT_PAUSE, more)
-            self._accept_logged, self._accept_failed = now, 0
+        self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
+        self._accept_said("cannot accept a connection: %s; accepting again in %g s", e, ACCEPT_PAUSE)
+
+    def refused(self, c: Conn, status: int, msg: str) -> None:
+        """Say in the log that a peer was refused (403, 411, 429, ...), with its uid and pid, at most once a
+        minute: a client refused in a loop must not flood the journal."""
+        self._refusal_said("refused a request of pid %d (uid %d): %d %s", c.pid, c.uid, status, printable(msg, 200))
 
     def timer(self, c: Conn, deadline: float) -> None:
         c.deadline = deadline
@@ -397,6 +399,7 @@ class Connections:
         """The error; with `linger` (the body was not read) the writing half closed and what the client still
         sends read and dropped (bounded), so that it reads the answer instead of failing on a reset."""
         body = protocol.error_body(r.code, r.msg, r.details)
+        self.refused(c, r.status, r.msg)
         if not r.linger:
             self.answer_now(c, r.status, body)
             return

@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults, protocol
+from netcomp.daemon import api, faults, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
@@ -34,9 +35,12 @@ from netcomp.daemon.tenants import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.devices import Devices
+from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError, IntentError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.host import masters, netns, sriov
+from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
@@ -109,6 +113,40 @@ def _log_changes(changes: Sequence[Change], out_dir: str) -> None:
         log.info("compiled networks in %s: %s (each file at debug level)", out_dir, done)
 
 
+def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
+    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
+    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if unsure:
+        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
+    return found, unsure
+
+
+class _Compiles:
+    """The compiles under way (a reload waiting for another's lock included): when each began; the last one's
+    failure that no input explains (a bug, memory); `stall`, the test hook for one that never ends."""
+
+    def __init__(self, stall: Callable[[str], None]) -> None:
+        self.stall = stall
+        self.error: Diagnostic | None = None
+        self._lock = threading.Lock()
+        self._began: dict[int, float] = {}
+        self._tokens = itertools.count()
+
+    def begin(self) -> int:
+        token = next(self._tokens)
+        with self._lock:
+            self._began[token] = time.monotonic()
+        return token
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            del self._began[token]
+
+    def oldest(self) -> float | None:
+        with self._lock:
+            return min(self._began.values(), default=None)
+
+
 class Daemon:
     def __init__(
         self,
@@ -155,7 +193,11 @@ class Daemon:
             from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
 
             self.cluster = Cluster(
-                self.settings.kubernetes, Path(self.settings.clusterIntentDir), self.metrics, self.settings.nodeName
+                self.settings.kubernetes,
+                Path(self.settings.clusterIntentDir),
+                self.metrics,
+                self.settings.nodeName,
+                self.cache,
             )
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
@@ -173,12 +215,15 @@ class Daemon:
             remove_link=lambda name: masters.remove(name, link_netns),
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
-            host_netns=netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else []),
+            devices=self._devices(self.settings),
             home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
             crash=faults.from_env(environ),
         )
+        self.delegator.host_netns, self.delegator.host_unsure = _host_namespaces(link_netns)
         self.notifier = Notifier()
+        self._compiles = _Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None
+        self.podsync: PodSync | None = None
         self.activated = False
         self.watcher: Watcher | None = None
         self._watch_thread: threading.Thread | None = None
@@ -198,6 +243,28 @@ class Daemon:
         exists = self.cluster.tenant_network_exists if self.cluster is not None else None
         return self.tenants.release_gone(self._tenant_networks, exists)
 
+    def _devices(self, settings: Settings) -> Devices:
+        """The devices device plugins give pods (a kubelet client that connects on first use)."""
+        k = settings.kubelet
+        return Devices(
+            Kubelet(k.podResourcesSocket, k.checkpoint, k.timeout),
+            lambda: set(self.settings.sriovPools),
+            settings.deviceInfoDir,
+        )
+
+    def _check_pools(self) -> None:
+        """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
+        ADDs are refused (devices.py); said once here, at start and on reload."""
+        assert self.delegator.devices is not None
+        both = set(self.settings.sriovPools) & self.delegator.devices.kubelet.registered()
+        for name in sorted(both):
+            log.error(
+                "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
+                "refused until the pool is removed from netcomp.yaml",
+                name,
+                self.settings.kubelet.checkpoint,
+            )
+
     def _vf_pool(self, resource: str) -> list[str]:
         spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
         return sriov.pool(Path(self.settings.sysfsRoot), spec.pfNames, spec.drivers)
@@ -206,8 +273,37 @@ class Daemon:
 
     def reload(self, *, reread_config: bool = False, changed: set[str] | None = None) -> Snapshot:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
-        edit keeps the last good output of what it touched."""
+        edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
+        everything as it was and makes the daemon degraded until one succeeds."""
+        token = self._compiles.begin()
+        try:
+            return self._reload(reread_config, changed)
+        except Exception as e:
+            log.exception("compiling failed; serving the last good networks")
+            self._compiles.error = Diagnostic(f"the last compile failed: {type(e).__name__}: {e}"[:500])
+            self.metrics.degraded.set(1)
+            self.notifier.status(self.status_line())
+            return self.state.current
+        finally:
+            self._compiles.end(token)
+
+    @property
+    def compiling(self) -> bool:
+        return self._compiles.oldest() is not None
+
+    def stuck(self) -> str | None:
+        """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
+        that has run longer than compileTimeout, which may never finish (a file that never answers)."""
+        since = self._compiles.oldest()
+        took = time.monotonic() - since if since is not None else 0.0
+        if since is None or took < self.settings.compileTimeout:
+            return None
+        return f"a compile has not finished in {took:.0f}s (compileTimeout {self.settings.compileTimeout:g}s)"
+
+    def _reload(self, reread_config: bool, changed: set[str] | None) -> Snapshot:
         with self._reload_lock:
+            if self.server is not None:
+                self._compiles.stall("compile")
             if reread_config:
                 try:
                     new = self.load_settings()
@@ -224,6 +320,7 @@ class Daemon:
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.reset_templates()
             plan = self.pipeline.compile(changed=changed, stage=True)
+            self._compiles.error = None
             self._tenant_networks = plan.tenant_networks
             snap = self.state.update(plan)
             keep = {f"{name}.conflist" for name in snap.kept}
@@ -277,8 +374,12 @@ class Daemon:
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
-        """What is wrong now: netcomp.yaml's errors (while the last good settings run), then the intents'."""
-        return [*self.settings_diagnostics, *self.state.current.diagnostics]
+        """What is wrong now: netcomp.yaml's errors (while the last good settings run), a compile that failed or
+        does not finish, then the intents'."""
+        stuck = self.stuck()
+        now = [self._compiles.error] if self._compiles.error is not None else []
+        now += [Diagnostic(stuck)] if stuck is not None else []
+        return [*self.settings_diagnostics, *now, *self.state.current.diagnostics]
 
     @property
     def degraded(self) -> bool:
@@ -309,13 +410,18 @@ class Daemon:
             new = new.model_copy(
                 update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
             )
-        self.settings = new
+        old, self.settings = self.settings, new
         self.pipeline = Pipeline(new, offline=False, fork=True)
         self._wire_pipeline()
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
         self.runner.marker = _marker(new.cacheDir)
+        if (new.kubelet, new.deviceInfoDir) != (old.kubelet, old.deviceInfoDir):
+            assert self.delegator.devices is not None
+            self.delegator.devices.kubelet.close()
+            self.delegator.devices = self._devices(new)
+        self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
             limits = _limits(new)
@@ -328,7 +434,7 @@ class Daemon:
             return
         data = runtime_config(self.settings)
         try:
-            if not path.exists() or path.read_bytes() != data:
+            if not path.exists() or read_bounded(path, 1 << 20) != data:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, data)
                 log.info("wrote %s", path)
@@ -348,7 +454,7 @@ class Daemon:
         return {
             "version": __version__,
             "generation": snap.generation,
-            "ready": bool(server and server.ready.is_set()),
+            "ready": bool(server and server.ready.is_set()) and self.stuck() is None,
             "degraded": self.degraded,
             "defaultNetwork": self.settings.defaultNetwork,
             "networks": [
@@ -380,23 +486,34 @@ class Daemon:
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
+        self._check_pools()
         undone, failed = recovery.recover(self.delegator)
         self.metrics.recovered.labels("undone").inc(undone)
         self.metrics.recovered.labels("failed").inc(failed)
 
     def start(self) -> Server:
         self.recover()
+        self._start_podsync()
         sock, self.activated = listen(self.settings.socket)
         views: dict[str, Callable[[], Any]] = {
             protocol.STATUS_PATH: self.status,
             protocol.ATTACHMENTS_PATH: functools.partial(listing.attachments, self.delegator),
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
-        actions = {protocol.IPAM_GC_PATH: self.addresses.gc_cluster}
+        actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
+        hotplug = self.podsync is not None
+        queries = {protocol.EXPLAIN_PATH: lambda body: api.explain(self.delegator, body, hotplug=hotplug)}
         self.server = Server(
-            sock, self.delegator, self.metrics, limits=_limits(self.settings), views=views, actions=actions
+            sock,
+            self.delegator,
+            self.metrics,
+            limits=_limits(self.settings),
+            views=views,
+            actions=actions,
+            queries=queries,
         )
         self.server.on_tick = self._tick
+        self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec
@@ -422,7 +539,7 @@ class Daemon:
             (self.settings.ipamGrace, self._release_tenant_ids),
         ]
         if self.settings.kubernetes is not None and self.settings.kubernetes.ipamGC:
-            tasks.append((CLUSTER_GC_EVERY, self.addresses.gc_cluster))
+            tasks.append((CLUSTER_GC_EVERY, self._gc_cluster))
         due = [time.monotonic() + period for period, _ in tasks]
         while not self.stop_event.wait(max(0.0, min(due) - time.monotonic())):
             for i, (period, task) in enumerate(tasks):
@@ -433,12 +550,32 @@ class Daemon:
                     except Exception:
                         log.exception("%s failed", getattr(task, "__name__", "maintenance"))
 
+    def _gc_cluster(self) -> dict[str, Any]:
+        """What other nodes left that is provably stale: address claims, and EndpointSlices (POST /ipam/gc,
+        `netcomp ipam gc`, and every few minutes with kubernetes.ipamGC)."""
+        doc = self.addresses.gc_cluster()
+        slices = self.cluster.slices if self.cluster is not None else None
+        if slices is not None:
+            doc["endpointSlices"] = slices.gc()
+        return doc
+
     def _tick(self) -> None:
         self.notifier.tick()
         now = time.monotonic()
         if now - self._last_status >= STATUS_EVERY:
             self._last_status = now
             self.notifier.status(self.status_line())
+
+    def _start_podsync(self) -> None:
+        """Hot-plug by editing the pod (delegate/podsync.py): the pod watch queues a pod whose annotations
+        changed; every recorded pod is compared once at start (a daemon killed mid-hot-plug finishes it)."""
+        kube = self.settings.kubernetes
+        if self.cluster is None or kube is None or not (kube.hotplug and kube.podNetworks):
+            return
+        self.podsync = PodSync(self.delegator)
+        self.cluster.pods.on_change = self.podsync.changed
+        self.podsync.all_recorded()
+        threading.Thread(target=self.podsync.run, args=(self.stop_event,), name="pod-sync", daemon=True).start()
 
     def start_cluster(self) -> None:
         """Follow the cluster's Network objects and this node's pods (threads), waiting a bounded time for the

@@ -1,11 +1,15 @@
-"""A test hook for the chaos suite (tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in the daemon's environment
+"""Test hooks. For the chaos suite (tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in the daemon's environment
 makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to show that a daemon
 dying exactly there loses nothing. Points: `after-claim` (addresses claimed, nothing recorded yet),
 `after-write-ahead` (an ADD's record is on disk, no delegate ran),
 `between-delegates` (one network of an ADD finished, others may still run), `mid-outcome` (half of the
 record that an ADD's networks are attached written, cni/cache.py), `before-answer` (the ADD is recorded
 as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated). Unset on
-a node, where a point costs one call that does nothing."""
+a node, where a point costs one call that does nothing.
+
+`NETCOMP_STALL_AT=compile` makes every compile after the first (a SIGHUP, an edit) wait for ever, as one reading a
+file that never answers would (a hung NFS mount): the daemon must still stop on SIGTERM, and say it is not
+ready."""
 
 from __future__ import annotations
 
@@ -36,6 +40,24 @@ class Crash:
                 return
         log.warning("%s=%s: killing the daemon at %s", ENV, self._spec, at)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+STALL_ENV = "NETCOMP_STALL_AT"
+STALL_POINTS = ("compile",)
+
+
+def stall_from_env(environ: Mapping[str, str]) -> Callable[[str], None]:
+    """stall(point): waits for ever when `point` is the one NETCOMP_STALL_AT names; nothing otherwise."""
+    at = environ.get(STALL_ENV, "")
+    if at and at not in STALL_POINTS:
+        raise ValueError(f"{STALL_ENV}={at!r}: expected one of {', '.join(STALL_POINTS)}")
+
+    def stall(point: str) -> None:
+        if at and point == at:
+            log.warning("%s=%s: this %s never finishes", STALL_ENV, at, point)
+            threading.Event().wait()
+
+    return stall
 
 
 def from_env(environ: Mapping[str, str]) -> Callable[[str], None]:

@@ -9,7 +9,9 @@ loaded when the daemon starts with a cluster configured (its import alone costs 
   `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
   `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
 - **Pods** (kubepods.py): the node's pods followed for the annotations they ask for networks with; their
-  network-status and events written after the answer."""
+  network-status and events written after the answer.
+- **Services on secondary networks** (kubeslices.py): an EndpointSlice per such Service with the addresses of
+  this node's pods on its network."""
 
 from __future__ import annotations
 
@@ -24,12 +26,17 @@ from typing import Any
 
 import yaml
 
+from netcomp.cni.cache import Cache
 from netcomp.daemon import kubewatch
+from netcomp.daemon.kubenode import NodeWatch
 from netcomp.daemon.kubepods import PodWatch
+from netcomp.daemon.kubeslices import ServiceSlices
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.errors import Diagnostic, HostError
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.intent import nad
+from netcomp.intent.source import MAX_BYTES
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -79,7 +86,7 @@ class Kind:
             keep["uid"] = meta["uid"]
         notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
         if notes:
-            keep["annotations"] = notes  # so that the compiler can say it is not used
+            keep["annotations"] = notes  # the device plugin resource its plugins take a device of
         doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
         doc.update({k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")})
         ref = f"{meta.get('namespace')}/{meta.get('name')}" if self.namespaced else repr(meta.get("name"))
@@ -94,7 +101,7 @@ NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=Fa
 NADS = Kind(
     "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml"
 )
-RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"
+RESOURCE_NAME = nad.RESOURCE_NAME
 
 
 def danm_kinds(group: str) -> list[Kind]:
@@ -111,16 +118,43 @@ ALL_KINDS = [NETWORKS, NADS, *danm_kinds("danm.k8s.io")]  # the suffixes, for ow
 DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 
+MAX_KUBECONFIG_BYTES = 4 << 20
+
+
+def _client(path: str) -> Any:
+    """An API client from the kubeconfig at path, read as every file netcomp reads (fsutil.read_bounded) rather
+    than by the client library, which reads whatever the path names whole; relative file names in it are
+    relative to its directory, as kubectl takes them."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.config import kube_config
+
+    try:
+        doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG_BYTES))
+    except yaml.YAMLError as e:
+        raise ValueError(f"not YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a kubeconfig (a YAML mapping)")
+    conf = client.Configuration()
+    loader = kube_config.KubeConfigLoader(config_dict=doc, config_base_path=os.path.dirname(os.path.abspath(path)))
+    loader.load_and_set(conf)
+    return client.ApiClient(configuration=conf)
+
+
 class Cluster:
-    def __init__(self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str) -> None:
+    def __init__(
+        self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
+    ) -> None:
+        """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
+        (kubeslices.py; with kube.services)."""
         from kubernetes import client, config  # lazily: see the module docstring
 
         self.kube = kube
         self.dir = cluster_dir
         self.metrics = metrics
         try:
-            self.api_client = config.new_client_from_config(config_file=kube.kubeconfig)
-        except (OSError, config.ConfigException, ValueError, TypeError, KeyError) as e:
+            self.api_client = _client(kube.kubeconfig)
+        except (OSError, config.ConfigException, ValueError, TypeError, KeyError, AttributeError) as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = client.CoreV1Api(self.api_client)
         self.custom: Any = client.CustomObjectsApi(self.api_client)
@@ -129,10 +163,17 @@ class Cluster:
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
         self.followers = [_Follower(self, k) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain)
+        self.node = NodeWatch(self.core, node, explain)
+        self.slices: ServiceSlices | None = None
+        if kube.services and cache is not None:
+            self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache)
         self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
+        if self.slices is not None:
+            self.slices.start(stop)  # first: it listens to the pods' follower
         self.pods.start(stop)
+        self.node.start(stop)
         for f in self.followers:
             threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
@@ -214,6 +255,7 @@ class Cluster:
             "pods": self.pods.known() if self.kube.podNetworks else None,
             "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
             "lastError": errors[0] if errors else self.pods.last_error,
+            "endpointSlices": self.slices.status() if self.slices is not None else None,
         }
 
 
@@ -302,7 +344,7 @@ class _Follower:
         if meta.get("uid"):
             self.uids[name] = str(meta["uid"])
         with contextlib.suppress(FileNotFoundError):
-            if path.read_bytes() == data:
+            if read_bounded(path, MAX_BYTES, follow=False) == data:
                 return name
         self.cluster.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         atomic_write(path, data, mode=0o644)

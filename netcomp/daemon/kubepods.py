@@ -77,6 +77,9 @@ class PodWatch:
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
         self.synced = threading.Event()
         self.last_error: str | None = None
+        # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
+        # or (the watch event's type, [the pod]). Listeners only take note (kubeslices.py).
+        self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
         self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
@@ -84,9 +87,11 @@ class PodWatch:
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+        # Told of a pod whose network annotations changed (delegate.podsync.PodSync.changed), once serving.
+        self.on_change: Callable[[PodRef], object] = lambda pod: None
 
     def start(self, stop: threading.Event) -> None:
-        if self.kube.podNetworks:
+        if self.kube.podNetworks or self.listeners:
             threading.Thread(target=self._follow, args=(stop,), name="kube-pods", daemon=True).start()
         if self.kube.networkStatus or self.kube.events:
             threading.Thread(target=self._write_loop, args=(stop,), name="kube-writes", daemon=True).start()
@@ -111,6 +116,11 @@ class PodWatch:
             return got.annotations
         self.metrics.pod_lookups.labels("api").inc()
         return self._read(pod)
+
+    def latest(self, pod: PodRef) -> Mapping[str, str] | None:
+        with self._lock:
+            got = self._pods.get((pod.namespace, pod.name))
+        return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
         from kubernetes.client.exceptions import ApiException
@@ -149,9 +159,15 @@ class PodWatch:
         )
         doc = json.loads(resp.data)
         pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
+        for fn in self.listeners:
+            fn("LISTED", doc.get("items") or [])
         with self._lock:
-            self._pods = pods
+            old, self._pods = self._pods, pods
             self.changed.notify_all()
+        for key, got in pods.items():  # what a watch that ended missed
+            before = old.get(key)
+            if before is not None and before.uid == got.uid and before.annotations != got.annotations:
+                self.on_change(PodRef(key[0], key[1], got.uid))
         self.last_error = None
         self.synced.set()
         log.info("cluster: %d pods on node %s", len(pods), self.node)
@@ -171,12 +187,17 @@ class PodWatch:
             kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
             if kept is None:
                 continue
+            for fn in self.listeners:
+                fn(kind, [obj])
             with self._lock:
+                before = self._pods.get(kept[0])
                 if kind == "DELETED":
                     self._pods.pop(kept[0], None)
                 else:
                     self._pods[kept[0]] = kept[1]
                 self.changed.notify_all()
+            if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
+                self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
         return events.rv
 
     def _failed(self, why: str) -> None:

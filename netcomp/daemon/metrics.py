@@ -262,8 +262,8 @@ class Metrics:
         self.kube_errors = r.add(
             Counter(
                 "netcomp_kubernetes_errors",
-                "Kubernetes API calls that failed (watch: objects and pods; read, patch: pods; event; dropped: "
-                "writes the full queue could not take)",
+                "Kubernetes API calls that failed (watch: objects, pods, Services; read, patch: pods; event; slice: "
+                "EndpointSlice writes; dropped: writes the full queue could not take)",
                 ["op"],
             )
         )
@@ -277,7 +277,7 @@ class Metrics:
         )
         for source in ("watch", "api"):
             self.pod_lookups.labels(source)  # shown at 0 before the first ADD
-        for op in ("watch", "read", "patch", "event", "dropped"):
+        for op in ("watch", "read", "patch", "event", "dropped", "slice"):
             self.kube_errors.labels(op)
 
     def wrap(self, inner: Exec) -> Exec:

@@ -27,6 +27,7 @@ ATTACHMENTS_PATH = "/attachments"
 METRICS_PATH = "/metrics"
 IPAM_PATH = "/ipam"
 IPAM_GC_PATH = "/ipam/gc"
+EXPLAIN_PATH = "/explain"
 SHIM_HEADER = "X-Netcomp-Shim"
 ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
 

@@ -1,6 +1,7 @@
 """`netcomp daemon`, the process: signals first, then the Daemon started (compile, recover, serve, READY=1), then
-the main loop: SIGHUP re-reads netcomp.yaml and every intent (keeping the last good), SIGTERM drains and stops,
-and every few minutes what rollbacks could not undo is tried again."""
+the main loop: SIGHUP re-reads netcomp.yaml and every intent (keeping the last good) on a thread of its own,
+SIGTERM drains and stops whatever that thread is doing, and every few minutes what rollbacks could not undo is
+tried again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import resource
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,6 +103,29 @@ class Signals:
         return hup
 
 
+class Reloader:
+    """SIGHUP's reloads, on a thread of their own: the main loop stays on the signal pipe, so that a SIGTERM is
+    acted on whatever a reload is doing, one that never finishes included (the daemon meanwhile says it is not
+    ready: Daemon.stuck). SIGHUPs that come during a reload make one more."""
+
+    def __init__(self, d: Daemon) -> None:
+        self.d = d
+        self._wanted = threading.Event()
+        threading.Thread(target=self._run, name="reload", daemon=True).start()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            log.info("reloading (SIGHUP)")
+            self.d.notifier.reloading()
+            self.d.reload(reread_config=True)  # a failure is the daemon's to report (degraded), never this thread's end
+            self.d.notifier.ready(self.d.status_line())
+
+
 def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state_path: Path | None = None) -> int:
     """`netcomp daemon`: runs until SIGTERM/SIGINT; SIGHUP re-reads netcomp.yaml and every intent."""
     # Signals first: systemd may send SIGTERM at any moment, even before READY=1.
@@ -124,14 +149,19 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
+    reloader = Reloader(d)
     while True:
         signals.wait()
         if signals.term:
             break
         if signals.take_hup():
-            log.info("reloading (SIGHUP)")
-            d.notifier.reloading()
-            d.reload(reread_config=True)
-            d.notifier.ready(d.status_line())
+            reloader.request()
     log.info("stopping: draining requests in flight")
-    return 0 if d.stop() else 1
+    code = 0 if d.stop() else 1
+    if d.compiling:
+        # A compile that does not end (a file that never answers) must not hold the interpreter's shutdown: the
+        # process ends here, the log flushed.
+        log.warning("stopping with a compile unfinished")
+        logging.shutdown()
+        os._exit(code)
+    return code

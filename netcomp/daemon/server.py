@@ -52,16 +52,21 @@ class Server(Connections):
         limits: Limits,
         views: Mapping[str, Callable[[], Any]],
         actions: Mapping[str, Callable[[], Any]] = {},
+        queries: Mapping[str, Callable[[bytes], Any]] = {},
     ) -> None:
         """`views`: the operator's GET endpoints by path, each a function giving the JSON document (/status,
-        /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc).
-        Both run on workers of their own, apart from the CNI requests' slots."""
+        /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc);
+        `queries`: POST endpoints that read the request's body and change nothing (/explain). All run on workers
+        of their own, apart from the CNI requests' slots."""
         # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
         super().__init__(sock, metrics, limits)
         self.delegator = delegator
         self.views = dict(views)
         self.actions = dict(actions)
+        self.queries = dict(queries)
         self.ready = threading.Event()
+        # Why the daemon is not ready although it serves (a compile that does not finish: Daemon.stuck), or None.
+        self.stuck: Callable[[], str | None] = lambda: None
         self.draining = threading.Event()
         self.served = 0
         self._busy = 0
@@ -153,8 +158,10 @@ class Server(Connections):
         if method == "GET" and path == protocol.HEALTHZ_PATH:
             self.answer_now(c, 200, b'{"ok":true}')
         elif method == "GET" and path == protocol.READYZ_PATH:
-            ready = self.ready.is_set() and not self.draining.is_set()
-            self.answer_now(c, 200 if ready else 503, json.dumps({"ready": ready}).encode())
+            stuck = self.stuck()
+            ready = self.ready.is_set() and not self.draining.is_set() and stuck is None
+            doc = {"ready": ready, **({"why": stuck} if stuck else {})}
+            self.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
         elif method == "GET" and (path == protocol.METRICS_PATH or path in self.views):
             view = self.metrics.render if path == protocol.METRICS_PATH else self.views[path]
             ctype = "text/plain; version=0.0.4" if path == protocol.METRICS_PATH else "application/json"
@@ -162,11 +169,14 @@ class Server(Connections):
         elif method == "POST" and path in self.actions:
             action = self.actions[path]
             self._hand_over(c, self._others, lambda: _document(action, "application/json"))
+        elif method == "POST" and path in self.queries:
+            query, body = self.queries[path], c.req.body
+            self._hand_over(c, self._others, lambda: _document(lambda: query(body), "application/json"))
         elif method == "POST" and path == protocol.HEALTHZ_PATH:
             self._readiness(c)
         elif method == "POST" and path in _POST:
             self._take(c)
-        elif path in _GET or path in _POST or path in self.views or path in self.actions:
+        elif path in _GET or path in _POST or path in self.views or path in self.actions or path in self.queries:
             msg = f"method {method[:20]} not allowed on {path[:100]}"
             self.answer_now(c, 405, protocol.error_body(E_INVALID_CONFIG, msg))
         else:
@@ -200,6 +210,7 @@ class Server(Connections):
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
+            self.refused(c, 429, BUSY)
             self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
         else:
             c.state = QUEUED
@@ -225,6 +236,7 @@ class Server(Connections):
     def _queue_expired(self, c: Conn) -> None:
         self._left_queue(c)
         self.metrics.rejected.labels("busy").inc()
+        self.refused(c, 429, BUSY)
         self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
 
     def _queued_now(self) -> list[Conn]:
@@ -311,9 +323,11 @@ class Server(Connections):
 
 
 def _document(fn: Callable[[], Any], ctype: str) -> tuple[int, bytes, str]:
-    """An operator's endpoint's answer: its document, or a CNI error when it failed."""
+    """An operator's endpoint's answer: its document, or a CNI error when it failed (or was asked wrongly)."""
     try:
         doc = fn()
+    except protocol.ProtocolError as e:  # a query's body that cannot be read: the client's fault, said so
+        return 400, protocol.error_body(e.code, e.msg, e.details), "application/json"
     except Exception as e:
         log.exception("an endpoint failed")
         body = protocol.error_body(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")

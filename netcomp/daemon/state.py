@@ -22,11 +22,12 @@ from pydantic import ValidationError
 
 from netcomp.compiler.plan import Plan
 from netcomp.errors import Diagnostic
-from netcomp.fsutil import atomic_write
+from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
 STATE_KIND = "netcompStateV1"
+MAX_STATE_BYTES = 256 << 20  # about 8 MB with 10,000 networks
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class StateFile:
     def load(self) -> Saved | None:
         """What the last daemon served; None when there is no state file or it cannot be used (logged)."""
         try:
-            data = self.path.read_bytes()
+            data = read_bounded(self.path, MAX_STATE_BYTES, follow=False)
         except FileNotFoundError:
             return None
         except OSError as e:

@@ -8,9 +8,10 @@ Before (prepare): each field goes where the network's plugins read it, as libcni
 - `mac`: an SR-IOV network's plugin config (`mac`); the `mac` capability; else CNI_ARGS `MAC=` (with
   `IgnoreUnknown`), which macvlan, bridge and tuning read. An ipvlan interface has its master's MAC: refused.
 - `cni-args`: merged into every plugin's `args.cni`, as Multus does.
-- `portMappings`, `bandwidth`, `infiniband-guid`, and `deviceID` on a network that is not netcomp's SR-IOV
-  one: runtimeConfig for the plugins that declare the capability; refused when none does (nothing would apply
-  it). On netcomp's SR-IOV network `deviceID` chooses the VF (hostres).
+- `portMappings`, `bandwidth`, `infiniband-guid`, and `deviceID` on a network of no device resource:
+  runtimeConfig for the plugins that declare the capability; refused when none does (nothing would apply it).
+  On a network of a resource `deviceID` chooses the device: a pool's VF (hostres), or one of those the kubelet
+  gave the pod (devices).
 - Addresses outside the network's subnets, a gateway outside them, and an address or MAC another container on
   the node holds on that network: refused (when the subnets can be known: a pool, host-local, whereabouts).
 
@@ -139,7 +140,7 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
                 f"add a plugin that does (portmap, bandwidth, ...) with capabilities: {{{key}: true}}",
             )
         runtime[key] = value
-    if ask.device_id is not None and kind != "sriov":
+    if ask.device_id is not None and kind != "sriov" and not meta.get("resourceName"):
         if "deviceID" not in caps:
             raise ask.error(
                 f"deviceID: network {name} is not an SR-IOV network and none of its plugins takes the 'deviceID' "

@@ -39,6 +39,7 @@ from netcomp.cni.codes import (
 from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.delegate import addresses, podnets, podplan, select
 from netcomp.delegate import asks as podasks
+from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podnets import Ask
@@ -99,8 +100,12 @@ class Delegator:
     # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
+    host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)
     # The allocator of the networks whose addresses are netcomp's to give (ipam: {type: cluster}).
     addresses: Allocator | None = None
+    # The devices device plugins gave pods, for networks of a device-plugin resource (None: such a network is
+    # refused as having no pool).
+    devices: Devices | None = None
     crash: Callable[[str], None] = lambda point: None
     # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
     home_netns: str = "/proc/self/ns/net"
@@ -143,7 +148,7 @@ class Delegator:
         """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
         already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
-        pod, notes = req.pod, self._pod_annotations(req)
+        pod, notes = req.pod, self.pod_annotations(req)
         policy = self.pods.policy if self.pods is not None else podnets.Policy()
         default = self.default_network()
         if default is not None:
@@ -160,23 +165,31 @@ class Delegator:
                 "no networks to join: no defaultNetwork is configured and none "
                 f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
             )
+        podnets.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
         named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        for a, element in zip(atts[len(atts) - len(pod_asks) :], pod_asks, strict=True):
+            a.element = podnets.element_key(a.network, a.ifname, element)  # an annotation edit may detach it
         in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
         asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
+        self.prepare_asks(req.container_id, atts, asks)
+        return atts, asks
+
+    def prepare_asks(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        """Put what the pod asks of each attachment into it (asks.prepare), checked against what the node's other
+        containers hold."""
         held: list[Attachment] | None = None
         for a in atts:
             ask = asks.get(a.ifname)
             if ask is None:
                 continue
             if held is None and (ask.ips or ask.mac):
-                held = podasks.held_by_others(self.cache.entries(), req.container_id)
+                held = podasks.held_by_others(self.cache.entries(), container_id)
             podasks.prepare(a, ask, held or [])
             podasks.check_gateways(a, ask)
-        return atts, asks
 
-    def _reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
+    def reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
         """The MACs and addresses pods ask for, held for the ADD in flight (the cache shows only finished ones):
         two pods asking for one at once cannot both pass. DelegateError 7 naming the item when one is held."""
         keys: list[tuple[str, ...]] = []
@@ -196,12 +209,12 @@ class Delegator:
                 self._asked[key] = container_id
         return keys
 
-    def _unreserve(self, keys: list[tuple[str, ...]]) -> None:
+    def unreserve(self, keys: list[tuple[str, ...]]) -> None:
         with self._asked_lock:
             for key in keys:
                 self._asked.pop(key, None)
 
-    def _pod_annotations(self, req: Request) -> Mapping[str, str]:
+    def pod_annotations(self, req: Request) -> Mapping[str, str]:
         """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
         know); DelegateError 11 when the API server cannot say."""
         if req.pod is None or self.pods is None:
@@ -233,8 +246,11 @@ class Delegator:
         reserved: list[tuple[str, ...]] = []
         try:
             atts, asks = self.plan_attachments(req)
-            reserved = self._reserve(req.container_id, atts, asks)
+            reserved = self.reserve(req.container_id, atts, asks)
             entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+            if req.pod is not None:
+                entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
+                entry.args = req.rest_args
             self.attach(entry, atts, req.netns, req.pod, asks)
         except DelegateError as e:
             if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
@@ -242,7 +258,7 @@ class Delegator:
                 self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
             raise
         finally:
-            self._unreserve(reserved)  # recorded in the cache entry by now, or given back
+            self.unreserve(reserved)  # recorded in the cache entry by now, or given back
         if req.pod is not None and self.pods is not None:
             for a in atts:
                 r = a.result or {}
@@ -266,15 +282,21 @@ class Delegator:
         default routes, and record the outcome; on any failure DEL the new attachments again (which gives back
         what they took) and raise the first error. `asks`: what a pod asks of each attachment, by interface."""
         asks = asks or {}
+        for a in new:  # what no plugin could ever run with is refused, not recorded and rolled back
+            self.runner.preflight(a.conflist, self.runtime_conf(entry, a, netns_path))
         fd, nid = nsutil.open_netns(netns_path)
         try:
+            ck = nsutil.cookie(fd)
             if nid in self.host_netns:
                 raise DelegateError(
                     E_INVALID_ENV,
                     f"{netns_path} is the host's network namespace, not a container's",
                     "netcomp never attaches networks to the host; no plugin was run",
                 )
-            if entry.netns_id is not None and entry.attachments and entry.netns_id != nid:
+            if self.host_unsure:  # whether it is the host's cannot be told: never let through
+                raise DelegateError(E_IO, f"cannot tell whether {netns_path} is the host's: {self.host_unsure}")
+            same = entry.netns_id == nid and entry.netns_cookie in (None, ck)
+            if entry.netns_id is not None and entry.attachments and not same:
                 raise DelegateError(
                     E_INVALID_ENV,
                     f"{netns_path} is not the network namespace container {entry.container_id} was attached in",
@@ -291,7 +313,9 @@ class Delegator:
                 )
         finally:
             os.close(fd)
-        entry.netns, entry.netns_id = netns_path, nid
+        if self.devices is not None:  # before anything is made: the kubelet's answer may be "try again"
+            self.devices.assign(pod, entry.container_id, new, entry.attachments, asks)
+        entry.netns, entry.netns_id, entry.netns_cookie = netns_path, nid, ck
         entry.links_before = sorted(everything)  # what an undo leaves alone
         held = self.host.hold_links(new)
         try:
@@ -312,6 +336,8 @@ class Delegator:
                     ) from None
                 if claims and self.addresses is not None:
                     self.addresses.settle(claims)  # recorded now: no longer only in flight
+                if self.devices is not None:
+                    self.devices.write_info(new)  # named by the write-ahead: a DEL or an undo removes it
                 self.crash("after-write-ahead")
                 self._run_add(entry, new, asks)
             finally:
@@ -349,7 +375,7 @@ class Delegator:
                 for a in new:
                     a.state = "adding"
         if first_error is not None:
-            with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+            with nsutil.recorded(entry, entry.netns, pin=True) as target:
                 if not self.detach(entry, new, target.path, why="rollback"):
                     self.sweep(entry, target, new)
             raise first_error
@@ -358,7 +384,7 @@ class Delegator:
     def _fulfil(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
         """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
         default routes are where the pod's default-route puts them (recorded in the results)."""
-        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, entry.netns, pin=True) as target:
             policy: list[container.PolicyRoutes] = []
             for a in new:
                 ask = asks.get(a.ifname)
@@ -426,7 +452,7 @@ class Delegator:
         if entry is None:
             return  # nothing of ours (DEL is idempotent)
         req.seen[:] = [a.network for a in entry.attachments]
-        with nsutil.recorded(entry.netns_id, req.netns, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, req.netns, entry.netns, pin=True) as target:
             if not target.found and entry.attached:
                 log.info(
                     "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
@@ -448,6 +474,11 @@ class Delegator:
         def one(a: Attachment) -> None:
             self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
             addresses.give_back(self.addresses, a)  # only once its delegate has let go of them
+            if a.device:
+                try:
+                    Devices.remove_info(a)
+                except HostError as e:  # the device itself is let go of; start-up's sweep tries again
+                    log.error("%s of container %s: %s", why, entry.container_id, e)
 
         futures = self.side_by_side(one, atts)
         errors: list[DelegateError] = []
@@ -458,14 +489,23 @@ class Delegator:
                 done.append(a)
             except Exception as e:
                 err = as_delegate_error(e, a.network)
+                # A plugin's DEL of what its ADD never made may fail (host-device's "failed to find" the interface
+                # it never moved): an attachment with no result was never made whole, and when its interface is
+                # not in the namespace there is nothing of it to DEL.
+                never_made = a.result is None
+                if (err.permanent or never_made) and self._nothing_left(a, netns, why, entry.container_id, err):
+                    done.append(a)
+                    continue
                 errors.append(err)
                 a.state, a.error = "undo", err.full_msg + (f" ({err.details})" if err.details else "")
+                a.permanent = err.permanent
                 log.error(
-                    "%s of container %s: DEL of network %s on %s failed, kept for a later DEL: %s",
+                    "%s of container %s: DEL of network %s on %s failed, kept for a later DEL%s: %s",
                     why,
                     entry.container_id,
                     a.network,
                     a.ifname,
+                    " (no retry can change this: it goes once its interface is gone)" if a.permanent else "",
                     a.error,
                 )
         self.crash("after-del")
@@ -480,6 +520,35 @@ class Delegator:
             # The error of the last network, as a DEL in reverse order would have met it first.
             raise errors[-1]
         return errors
+
+    def _nothing_left(self, a: Attachment, netns: str, why: str, cid: str, err: DelegateError) -> bool:
+        """After a DEL of `a` failed for a reason no retry changes (its plugin refuses the config's version, its
+        arguments cannot be exec'd), or of an attachment its ADD never made whole: whether nothing of it is left,
+        so that it can be forgotten rather than kept for ever. Nothing is left when its namespace is gone (`netns`
+        "": recorded() found it nowhere) or has no interface of its name; what netcomp gave it (addresses, a
+        device-info copy) is given back then."""
+        try:
+            left = bool(netns) and a.ifname in self.link_names(netns)
+        except (HostError, DelegateError):
+            return False
+        if left:
+            return False
+        addresses.give_back(self.addresses, a)
+        if a.device:
+            try:
+                Devices.remove_info(a)
+            except HostError as e:  # start-up's sweep tries again
+                log.error("%s of container %s: %s", why, cid, e)
+        log.warning(
+            "%s of container %s: DEL of network %s on %s failed (%s); nothing of it is left in its namespace: "
+            "forgotten",
+            why,
+            cid,
+            a.network,
+            a.ifname,
+            err.full_msg,
+        )
+        return True
 
     def sweep(self, entry: Entry, target: nsutil.Target, undone: list[Attachment]) -> None:
         """After an undo of `undone`: what the namespace has beyond what it had when the ADD began and what is
@@ -514,7 +583,7 @@ class Delegator:
         todo = entry.unfinished
         if not todo:
             return
-        with nsutil.recorded(entry.netns_id, entry.netns, pin=True) as target:
+        with nsutil.recorded(entry, entry.netns, pin=True) as target:
             errors = self.detach(entry, todo, target.path, why="undo of an unfinished ADD")
             if not errors:
                 self.sweep(entry, target, todo)

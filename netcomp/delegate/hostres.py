@@ -3,8 +3,10 @@
 - The VLAN/VXLAN masters networks name (`netcomp.hostLink`): made before any plugin of an ADD runs, held while
   that ADD is in flight, and removed (only those netcomp made) once no compiled network names them, no cached
   attachment uses them and no ADD in flight holds them.
-- SR-IOV VFs: each sriov attachment with a resourceName gets the first free VF of its pool as deviceID, reserved
-  while its ADD is in flight; after that the cache records it, and DEL gives it back by removing the entry."""
+- SR-IOV VFs of the node's own pools (netcomp.yaml sriovPools, for nodes without a device plugin): each sriov
+  attachment of a pool's resourceName gets the first free VF of its pool as deviceID, reserved while its ADD is
+  in flight; after that the cache records it, and DEL gives it back by removing the entry. A device plugin's
+  resource is devices.py's."""
 
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ class HostResources:
                 fixed = [p.get("deviceID") for p in a.conflist.get("plugins", []) if p.get("type") == "sriov"]
                 if not meta.get("resourceName") and ask.device_id not in fixed:
                     raise ask.error(f"deviceID {ask.device_id}: network {a.network} is the one VF {fixed[0]}")
-        wanted = [a for a in atts if (a.conflist.get("netcomp") or {}).get("resourceName")]
+        # Those of a device plugin's resource have their device already (devices.py): the kubelet chose it.
+        wanted = [a for a in atts if (a.conflist.get("netcomp") or {}).get("resourceName") and a.device is None]
         if not wanted:
             return taken
         with self._vf_lock:

@@ -18,10 +18,18 @@ from netcomp.host import netns as nsutil
 
 
 def hotplug(
-    d: Delegator, command: str, container_id: str, netns: str, network: str, ifname: str | None, key_ifname: str
+    d: Delegator,
+    command: str,
+    container_id: str,
+    netns: str,
+    network: str,
+    ifname: str | None,
+    key_ifname: str,
+    pod: select.PodRef | None = None,
 ) -> dict[str, Any]:
     """Add one network to (or remove it from) a running container, recorded in its cache entry, through
-    the same ADD and DEL paths as the runtime's requests."""
+    the same ADD and DEL paths as the runtime's requests. `pod`: the container's pod, for a network of a
+    device plugin's resource (it takes a device the pod holds and no attachment uses)."""
     check_container_id(container_id)
     select.check_ifname(key_ifname)
     if ifname:
@@ -40,7 +48,7 @@ def hotplug(
                     "name it as namespace/name",
                 )
             if gone:
-                with nsutil.recorded(entry.netns_id, netns, entry.netns, pin=True) as target:
+                with nsutil.recorded(entry, netns, entry.netns, pin=True) as target:
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
             return {}
         if entry is None:
@@ -52,7 +60,7 @@ def hotplug(
         wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
         named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes(nets))
         att = Attachment(network, named[-1][1], nets[network])
-        d.attach(entry, [att], netns)
+        d.attach(entry, [att], netns, pod)
         assert att.result is not None
         return cniresult.convert(att.result, entry.cni_version)
 

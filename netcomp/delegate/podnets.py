@@ -13,10 +13,11 @@ may use it, is resolve()'s: it needs the networks compiled now and the namespace
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
@@ -93,6 +94,18 @@ class Ask:
     def wrap(self, e: DelegateError) -> DelegateError:
         """An error met for this item (an allocator's, the kernel's) with the pod, annotation and item named."""
         return DelegateError(e.code, f"{self.where}: {e.full_msg}", e.details)
+
+
+def element_key(network: str, ifname: str, ask: Ask) -> str:
+    """An annotation element's identity as attached: its network, its interface and everything it asks (not its
+    place in the annotation). An edit that changes any of them is a detach and an attach."""
+
+    def plain(o: Any) -> Any:
+        return sorted(map(str, o)) if isinstance(o, set | frozenset) else str(o)
+
+    fields = {k: v for k, v in asdict(ask).items() if k != "where"}
+    fields.update(network=network, ifname=ifname)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
 def _problem(where: str, why: str) -> DelegateError:
@@ -315,6 +328,22 @@ def check_together(asks: list[Ask]) -> None:
             "default-route [] (this network's own gateway) with another item's default-route: a pod has one "
             "default route per address family"
         )
+
+
+def check_interfaces(named: list[tuple[str, Ask]], runtime_ifname: str, has_default: bool) -> None:
+    """The interface names of a pod's items together, before any plugin runs: one asked twice, or the runtime's
+    own (which the pod's default network takes), is refused naming the pod and both items."""
+    seen: dict[str, Ask] = {}
+    for ifname, ask in named:
+        if has_default and ifname == runtime_ifname:
+            raise ask.error(
+                f"interface {ifname!r} is the runtime's interface, which the pod's default network takes",
+                "name the interface otherwise, or leave `interface` out",
+            )
+        if ifname in seen:
+            other = seen[ifname].where.rpartition(": ")[2]
+            raise ask.error(f"interface {ifname!r} is also {other}'s", "each network needs an interface of its own")
+        seen[ifname] = ask
 
 
 def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:

@@ -1,7 +1,7 @@
 """Which networks a pod joins, from its annotations (podnets.py reads them): Multus's networks and
 default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none. The
-networks are resolved against those compiled now (which also says whether the pod may use each); the caller
-names the interfaces and puts each item's asks into its attachment."""
+networks are resolved against those compiled now (which also says whether the pod may use each) and named as
+Multus and DANM name them; the caller checks the names together and puts each item's asks into its attachment."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from netcomp.delegate.select import PodRef, Want, check_ifname
 from netcomp.errors import DelegateError
 
 DANM_PREFIX = "eth"  # DANM's name for a connection of a network without container_prefix: eth<index>
+MULTUS_PREFIX = "net"  # Multus's name for an element of its annotation without `interface`: net<position>
 
 
 @dataclass
@@ -52,7 +53,12 @@ def plan(
     value = notes.get(podnets.POD_NETWORKS)
     asks = podnets.parse_networks(value, pod, policy.fields) if value else []
     podnets.check_together([*([out.default_ask] if out.default_ask else []), *asks])
-    out.more = [(Want(podnets.resolve(a, pod, nets, policy), a.ifname), a) for a in asks]
+    # Multus's names (pkg/multus: "net%d" of the delegate's index): an element without `interface` is named by
+    # its place in the annotation, the cluster default network being 0, whatever else the pod asks for.
+    out.more = [
+        (Want(podnets.resolve(a, pod, nets, policy), a.ifname or f"{MULTUS_PREFIX}{i}"), a)
+        for i, a in enumerate(asks, start=1)
+    ]
     return out
 
 

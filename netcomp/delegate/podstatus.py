@@ -23,6 +23,11 @@ class Pods(Protocol):
         HostError when the API server cannot answer."""
         ...
 
+    def latest(self, pod: select.PodRef) -> Mapping[str, str] | None:
+        """The pod's annotations netcomp reads as the node's watch last saw them; None when the watch does not
+        have this pod (a hot-plug acts only on what the watch saw)."""
+        ...
+
     def report(self, pod: select.PodRef, status: list[dict[str, Any]]) -> None:
         """Write k8s.v1.cni.cncf.io/network-status, later (queued; errors are logged and counted, never raised)."""
         ...
@@ -59,5 +64,7 @@ def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str
         gateways = asks.gateways_of(a)
         if gateways:
             entry["gateway"] = gateways
+        if a.device and isinstance(a.device.get("info"), dict):
+            entry["device-info"] = a.device["info"]  # the device-info spec's record of the device it was given
         out.append(entry)
     return out

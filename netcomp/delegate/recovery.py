@@ -22,6 +22,8 @@ def recover(d: Delegator) -> tuple[int, int]:
     d.cache.remove_temp_files()
     entries = [e for e in d.cache.entries() if e.unfinished]
     undone, failed = _undo_all(d, entries, "recovery")
+    if d.devices is not None:
+        d.devices.sweep(d.cache.entries(), d.networks())
     if entries:
         log.warning(
             "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
@@ -34,12 +36,14 @@ def recover(d: Delegator) -> tuple[int, int]:
 
 def retry_unfinished(d: Delegator) -> tuple[int, int]:
     """Try again to DEL what rollbacks could not (called every few minutes): a runtime may never DEL a
-    container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go."""
+    container whose ADD failed (containerd gives up on the sandbox), and what is recorded must still go. What
+    failed for a reason no retry changes (Attachment.permanent) is not tried again: it stays, shown by `netcomp
+    attachments`, until a DEL finds nothing of it left."""
     entries = []
     for cid, ifname in list(d.unfinished):
         with contextlib.suppress(HostError), d.locks.hold(cid):  # every load holds the container's lock
             e = d.cache.load(cid, ifname)
-            if e is not None and e.unfinished:
+            if e is not None and any(not a.permanent for a in e.unfinished):
                 entries.append(e)
             elif e is None:
                 d.unfinished.pop((cid, ifname), None)
@@ -53,7 +57,7 @@ def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
             if fresh is None or not fresh.unfinished:
                 return 0, 0
             todo = fresh.unfinished
-            with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
+            with nsutil.recorded(fresh, fresh.netns, pin=True) as target:
                 errors = d.detach(fresh, todo, target.path, why=why)
                 if not errors:
                     d.sweep(fresh, target, todo)

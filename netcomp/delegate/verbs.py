@@ -3,14 +3,18 @@ GC (CNI 1.1: what the runtime no longer knows is DELeted) and STATUS (is the def
 
 from __future__ import annotations
 
+import logging
+
 from netcomp.cni.cache import Attachment
-from netcomp.cni.codes import E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
+from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import find_plugin
-from netcomp.cni.spec import plugin_types
+from netcomp.cni.spec import parse_version, plugin_types
 from netcomp.delegate.delegator import Delegator, as_delegate_error
 from netcomp.delegate.request import Request
-from netcomp.errors import DelegateError
+from netcomp.errors import DelegateError, printable
 from netcomp.host import netns as nsutil
+
+log = logging.getLogger("netcomp.delegate")
 
 
 def check(d: Delegator, req: Request) -> None:
@@ -29,7 +33,7 @@ def check(d: Delegator, req: Request) -> None:
             "DEL it",
         )
     # The path ADD was given first: plugins compare it with the `sandbox` of the result they check.
-    with nsutil.recorded(entry.netns_id, entry.netns, req.netns, pin=False) as target:
+    with nsutil.recorded(entry, entry.netns, req.netns, pin=False) as target:
         if not target.found:
             raise DelegateError(
                 E_UNKNOWN_CONTAINER,
@@ -50,12 +54,32 @@ def check(d: Delegator, req: Request) -> None:
                 raise as_delegate_error(exc, a.network)
 
 
+def valid_attachments(req: Request) -> set[tuple[str, str]]:
+    """What a GC keeps: `cni.dev/valid-attachments`, each an object of exactly `containerID` and `ifname` (CNI
+    spec 1.1, "GC"). A list with anything else in it (null, `containerId`, an entry without `ifname`) is refused
+    whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. GC
+    is a verb of CNI 1.1: at an earlier cniVersion it is refused with code 1, as the spec's skel does."""
+    if parse_version(req.cni_version) < (1, 1, 0):
+        raise DelegateError(E_INCOMPATIBLE, f"config version {req.cni_version} does not allow GC", "GC is CNI 1.1.0")
+    items = req.config.get("cni.dev/valid-attachments")
+    if not isinstance(items, list):
+        raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list", "nothing was deleted")
+    valid = set()
+    for i, v in enumerate(items):
+        ok = isinstance(v, dict) and set(v) == {"containerID", "ifname"}
+        if not ok or not all(isinstance(x, str) and x for x in v.values()):
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"cni.dev/valid-attachments[{i}] is not an attachment: {printable(repr(v), 200)}",
+                'each must be {"containerID": ..., "ifname": ...}; nothing was deleted',
+            )
+        valid.add((v["containerID"], v["ifname"]))
+    return valid
+
+
 def gc(d: Delegator, req: Request) -> None:
     """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
-    valid_list = req.config.get("cni.dev/valid-attachments")
-    if not isinstance(valid_list, list):
-        raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments")
-    valid = {(v.get("containerID"), v.get("ifname")) for v in valid_list if isinstance(v, dict)}
+    valid = valid_attachments(req)
     for entry in d.cache.entries():
         if (entry.container_id, entry.ifname) in valid:
             continue
@@ -64,8 +88,11 @@ def gc(d: Delegator, req: Request) -> None:
             fresh = d.cache.load(entry.container_id, entry.ifname)
             if fresh is None:
                 continue
-            with nsutil.recorded(fresh.netns_id, fresh.netns, pin=True) as target:
-                d.detach(fresh, list(fresh.attachments), target.path, why="GC")
+            try:
+                with nsutil.recorded(fresh, fresh.netns, pin=True) as target:
+                    d.detach(fresh, list(fresh.attachments), target.path, why="GC")
+            except DelegateError as e:  # whether its namespace is gone cannot be told: kept, for the next GC
+                log.warning("GC of container %s: %s", fresh.container_id, e)
 
 
 def status(d: Delegator) -> None:

@@ -1,40 +1,63 @@
 """Container network namespaces: their identity, the interface names in them, and a path to exactly the one ADD
 attached.
 
-A namespace is known by identity, the (device, inode) of its nsfs file, never by the path that names it now:
-`/proc/PID/ns/net` paths name another namespace once the PID is reused, and a runtime may pass a DEL the path of
-another container. ADD records the identity; DEL and CHECK act only on a namespace of that identity, reached
-through a descriptor the daemon holds (`/proc/<daemon>/fd/<n>`), so the path cannot be swapped underneath them.
+A namespace is known by identity, never by the path that names it now: `/proc/PID/ns/net` paths name another
+namespace once the PID is reused, and a runtime may pass a DEL the path of another container. The identity is the
+(device, inode) of its nsfs file and its cookie: the kernel gives a freed namespace's inode number to the next
+one made (within a second, here), never its cookie. ADD records the identity; DEL and CHECK act only on a
+namespace of that identity, reached through a descriptor the daemon holds (`/proc/<daemon>/fd/<n>`), so the path
+cannot be swapped underneath them; when no path given names it, it is looked for wherever it can still be
+(`find`), and it is gone only when it is nowhere.
 
 Work in a container's namespace (`inside`) is done by a thread of a small crew kept for it, never by a thread that
 serves requests: it enters the namespace with setns(2) (a per-thread operation for network namespaces), does the
 work and goes back; a thread that cannot go back ends there and is never used again, so a failure to return
 can never leave a serving thread, or a later piece of work, in a container's namespace. Listing interface names
-is on the path of every ADD. Measured per check here: pyroute2's NetNS 13.5 ms (it forks a helper); pyroute2's
-IPRoute opened in the thread 2.3 ms; libc's if_nameindex() through socket.if_nameindex() 0.4 ms on a thread
-started for it, of which the thread's start and end were most: on a kept thread it is a hand-off."""
+is on the path of every ADD: libc's if_nameindex() on a kept thread is a hand-off (docs/benchmarks.md has what
+pyroute2's NetNS and IPRoute cost instead)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
+import functools
 import logging
 import os
 import queue
+import re
+import socket
+import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from netcomp.cni.cache import NetnsId
-from netcomp.cni.codes import E_INVALID_ENV
+from netcomp.cni.cache import Entry, NetnsId
+from netcomp.cni.codes import E_INVALID_ENV, E_TRY_LATER
 from netcomp.errors import DelegateError, HostError
+from netcomp.fsutil import read_bounded
 
 log = logging.getLogger("netcomp.netns")
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
+NS_GET_ID = 0x8008B70D  # _IOR(0xb7, 0xd, __u64), linux/nsfs.h: a network namespace's cookie, without entering it
+SO_NETNS_COOKIE = 71  # asm-generic/socket.h (Linux 5.14)
+AT_EMPTY_PATH = 0x1000
+FILEID_NSFS = 0xF1  # linux/exportfs.h: a namespace's file handle (Linux 6.18)
+_NSFS_HANDLE = struct.Struct("QII")  # struct nsfs_file_handle (linux/nsfs.h): ns_id, ns_type, ns_inum
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_ubyte * 64)]
+
+
+_libc.open_by_handle_at.restype = ctypes.c_int
+_libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+_libc.name_to_handle_at.restype = ctypes.c_int
+_libc.name_to_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 T = TypeVar("T")
 
 
@@ -82,17 +105,31 @@ def identity(path: str) -> NetnsId | None:
     return nid
 
 
-def host_namespaces(extra: Iterable[str] = ()) -> set[NetnsId]:
-    """The namespaces no container may be given: PID 1's, the daemon's own, and `extra` (the named netns the
-    delegates run in, when that is not the daemon's own)."""
-    out = set()
-    for p in ("/proc/1/ns/net", "/proc/self/ns/net", *extra):
+def host_namespaces(extra: Iterable[str] = ()) -> tuple[set[NetnsId], str]:
+    """The namespaces no container may be given: the daemon's own, `extra` (the named netns the delegates run
+    in, when that is not the daemon's own), and the host's: PID 1's, or, where PID 1's cannot be read (a PID 1
+    that is not dumpable, a daemon without CAP_SYS_PTRACE), kthreadd's, which is always in the initial
+    namespaces (PID 2 of the initial PID namespace). With the (set, why the host's is not known, "" when it is):
+    an ADD is refused while it is not, rather than let through."""
+    out, problems = set(), []
+    for p in ("/proc/self/ns/net", *extra):
         try:
             st = os.stat(p)
-        except OSError:
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror}")
             continue
         out.add((st.st_dev, st.st_ino))
-    return out
+    for p, comm in (("/proc/1/ns/net", None), ("/proc/2/ns/net", b"kthreadd\n")):
+        try:
+            if comm is not None and read_bounded("/proc/2/comm", 64) != comm:
+                continue
+            st = os.stat(p)
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror}")
+            continue
+        out.add((st.st_dev, st.st_ino))
+        return out, ""
+    return out, "cannot read the host's network namespace (" + "; ".join(problems) + ")"
 
 
 def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
@@ -225,11 +262,14 @@ class Target:
 
 
 @contextlib.contextmanager
-def recorded(recorded_id: NetnsId | None, *paths: str, pin: bool) -> Iterator[Target]:
-    """The namespace ADD recorded, looked for at each of `paths` (the one the request gives first, then the one
-    ADD was given). Only a namespace of the recorded identity counts; with `pin` the plugins get a path to the
-    daemon's own descriptor on it, which no later mount or PID reuse can redirect. An entry without an identity
-    (written before netcomp recorded one) trusts the first path that is a network namespace."""
+def recorded(entry: Entry, *paths: str, pin: bool) -> Iterator[Target]:
+    """The namespace the entry's ADD recorded, looked for at each of `paths` (the one the request gives first,
+    then the one ADD was given), then anywhere it can still be (`find`). Only a namespace of the recorded
+    identity counts; with `pin` the plugins get a path to the daemon's own descriptor on it, which no later
+    mount or PID reuse can redirect. An entry without an identity (written before netcomp recorded one) trusts
+    the first path that is a network namespace; one without a cookie (before netcomp recorded those) is looked
+    for at its paths only, its inode number alone being no proof. DelegateError (11) when whether it is gone
+    cannot be told."""
     for p in paths:
         if not p:
             continue
@@ -237,7 +277,7 @@ def recorded(recorded_id: NetnsId | None, *paths: str, pin: bool) -> Iterator[Ta
             fd, nid = open_netns(p)
         except DelegateError:
             continue
-        if recorded_id is not None and nid != recorded_id:
+        if entry.netns_id is not None and (nid != entry.netns_id or not _same(fd, entry.netns_cookie)):
             os.close(fd)
             continue
         try:
@@ -245,4 +285,180 @@ def recorded(recorded_id: NetnsId | None, *paths: str, pin: bool) -> Iterator[Ta
         finally:
             os.close(fd)
         return
-    yield Target("", False)
+    found = find(entry.netns_id, entry.netns_cookie) if entry.netns_id and entry.netns_cookie is not None else None
+    if found is None:
+        yield Target("", False)
+        return
+    try:
+        yield Target(f"/proc/{os.getpid()}/fd/{found}", True)
+    finally:
+        os.close(found)
+
+
+def cookie(fd: int) -> int | None:
+    """The cookie of the network namespace fd is on: a number the kernel gives no other namespace for as long as
+    it runs (SO_NETNS_COOKIE of a socket made in it, Linux 5.14; NS_GET_ID gives the same without entering it,
+    Linux 6.18). None on a kernel with neither."""
+    with contextlib.suppress(OSError):
+        return int(struct.unpack("Q", fcntl.ioctl(fd, NS_GET_ID, bytes(8)))[0])
+    try:
+        return inside(fd, _own_cookie, "read its cookie")
+    except (DelegateError, HostError):
+        return None
+
+
+def _own_cookie() -> int:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        return int(struct.unpack("Q", s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0])
+
+
+def _same(fd: int, want: int | None) -> bool:
+    """Whether the namespace fd is on has the recorded cookie (any, when none was recorded)."""
+    return want is None or cookie(fd) == want
+
+
+def find(nid: NetnsId, want: int) -> int | None:
+    """A descriptor on the network namespace of this identity (inode and cookie) wherever it still is; None when
+    it is gone. A kernel that opens namespaces by file handle (Linux 6.18) answers that itself, whatever holds
+    the namespace: a handle of its id opens it, or fails with ESTALE once it is gone. Elsewhere it is looked for
+    where it can be held from: a bind mount in any mount namespace (under /run/netns, a runtime's own dirs,
+    anywhere: each mount namespace's mountinfo lists them), the namespace of any task, a descriptor any process
+    holds; a namespace held only by a socket of a process outside it is not found there. DelegateError (11) when
+    /proc cannot be read well enough to tell."""
+    if _handles():
+        try:
+            return _by_handle(nid, want)
+        except OSError as e:  # refused (a seccomp filter without open_by_handle_at): looked for in /proc
+            log.debug("cannot open a network namespace by its handle (%s); looking for it in /proc", e.strerror)
+    return _scan(nid, want)
+
+
+@functools.cache
+def _handles() -> bool:
+    """Whether this kernel opens namespaces by file handle: a handle of the daemon's own namespace is of type
+    FILEID_NSFS and holds its id, type and inode as struct nsfs_file_handle lays them out."""
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        h, mount_id = _FileHandle(handle_bytes=64), ctypes.c_int()
+        if _libc.name_to_handle_at(fd, b"", ctypes.byref(h), ctypes.byref(mount_id), AT_EMPTY_PATH) != 0:
+            return False
+        own = (cookie(fd), CLONE_NEWNET, os.fstat(fd).st_ino)
+    finally:
+        os.close(fd)
+    if h.handle_type != FILEID_NSFS or h.handle_bytes != _NSFS_HANDLE.size:
+        return False
+    return _NSFS_HANDLE.unpack(bytes(h.f_handle[: _NSFS_HANDLE.size])) == own
+
+
+def _by_handle(nid: NetnsId, want: int) -> int | None:
+    """The namespace of id `want` opened by its handle; None when the kernel has no such namespace any more."""
+    h = _FileHandle(handle_bytes=_NSFS_HANDLE.size, handle_type=FILEID_NSFS)
+    ctypes.memmove(h.f_handle, _NSFS_HANDLE.pack(want, CLONE_NEWNET, nid[1]), _NSFS_HANDLE.size)
+    mount = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # any nsfs file names the filesystem
+    try:
+        fd = _libc.open_by_handle_at(mount, ctypes.byref(h), os.O_RDONLY | os.O_CLOEXEC)
+        err = ctypes.get_errno()
+    finally:
+        os.close(mount)
+    if fd < 0:
+        if err == errno.ESTALE:
+            return None
+        raise OSError(err, os.strerror(err))
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != nid:  # never: an id names one namespace
+        os.close(fd)
+        return None
+    log.info("network namespace net:[%d] found by its id", nid[1])
+    return int(fd)
+
+
+def _scan(nid: NetnsId, want: int) -> int | None:
+    tag = f"net:[{nid[1]}]"
+    seen_mnt: set[str] = set()
+    for pid in _pids():
+        proc = f"/proc/{pid}"
+        paths: list[str] = []
+        mnt = _link(f"{proc}/ns/mnt")
+        if mnt is not None and mnt not in seen_mnt:
+            seen_mnt.add(mnt)
+            own = pid == os.getpid()
+            paths += [p if own else f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
+        for sub in ("task", "fd"):
+            for name in _listing(f"{proc}/{sub}"):
+                where = f"{proc}/{sub}/{name}/ns/net" if sub == "task" else f"{proc}/fd/{name}"
+                if _link(where) == tag:
+                    paths.append(where)
+        for p in paths:
+            try:
+                fd, got = open_netns(p)
+            except DelegateError:  # gone since it was listed
+                continue
+            if got == nid and cookie(fd) == want:
+                log.info("network namespace %s found at %s", tag, p)
+                return fd
+            os.close(fd)
+    return None
+
+
+def _unsure(what: str, e: OSError) -> DelegateError:
+    return DelegateError(
+        E_TRY_LATER,
+        f"cannot tell whether the container's network namespace is gone: {what}: {e.strerror}",
+        "nothing was freed; netcomp needs to read every process's namespaces in /proc",
+    )
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError as e:
+        raise _unsure("/proc", e) from None
+
+
+def _listing(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, ProcessLookupError):  # the process or task is gone: so is what it held
+        return []
+    except OSError as e:
+        if e.errno == errno.ESRCH:
+            return []
+        raise _unsure(path, e) from None
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as e:
+        if e.errno in (errno.ESRCH, errno.EINVAL):  # gone, or not a link
+            return None
+        raise _unsure(path, e) from None
+
+
+_ESCAPE = re.compile(rb"\\([0-7]{3})")
+
+
+def _nsfs_mounts(mountinfo: str, tag: str) -> list[str]:
+    """The mount points of nsfs mounts of `tag` in a mountinfo file (proc(5): root is field 4, the mount point
+    field 5 with octal escapes, the filesystem type after the ' - ' separator)."""
+    try:
+        data = read_bounded(mountinfo, 64 << 20)
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    except OSError as e:
+        if e.errno == errno.ESRCH:
+            return []
+        raise _unsure(mountinfo, e) from None
+    want = tag.encode()
+    out = []
+    for line in data.splitlines():
+        if want not in line:
+            continue
+        head, sep, tail = line.partition(b" - ")
+        fields = head.split(b" ")
+        if sep and len(fields) > 4 and fields[3] == want and tail.split(b" ", 1)[0] == b"nsfs":
+            point = _ESCAPE.sub(lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            out.append(os.fsdecode(point))
+    return out

@@ -255,13 +255,27 @@ def _given(t: Completion) -> dict[str, Any]:
     return out
 
 
+# The kernel's own routing tables (linux/rtnetlink.h: RT_TABLE_DEFAULT, RT_TABLE_MAIN, RT_TABLE_LOCAL).
+RESERVED_TABLES = {253: "default", 254: "main", 255: "local"}
+MAX_TABLE = 2**32 - 1  # a table id is 32 bits (RTA_TABLE, FRA_TABLE); `ip route ... table 300` is one
+
+
 def _route_table(c: Collector, opts: dict[str, Any]) -> int | None:
-    """Options.rt_tables: the policy routing table of the network's proutes (DANM's CRD: 0-255; 0 is none)."""
+    """Options.rt_tables: the policy routing table of the network's proutes (DANM's CRD says INTEGER; 0 is
+    none, as in DANM). Any table the kernel takes for a policy route but its own three."""
     table = opts.get("rt_tables")
     if table is None:
         return None
-    if not isinstance(table, int) or isinstance(table, bool) or not 0 <= table <= 255:
-        c.error(f"rt_tables: {table!r} is not a routing table (0-255)", (*BASE, "rt_tables"))
+    where = (*BASE, "rt_tables")
+    if not isinstance(table, int) or isinstance(table, bool) or not 0 <= table <= MAX_TABLE:
+        c.error(f"rt_tables: {table!r} is not a routing table (1 to {MAX_TABLE}; 0 for none)", where)
+        return None
+    if table in RESERVED_TABLES:
+        c.error(
+            f"rt_tables: {table} is the kernel's {RESERVED_TABLES[table]} table, which a network's policy routes "
+            "cannot take (reserved: 253 default, 254 main, 255 local)",
+            where,
+        )
         return None
     return table or None
 

@@ -357,12 +357,18 @@ class IpvlanSpec(_LinkSpec):
     mode: Literal["l2", "l3", "l3s"] = "l2"
 
 
+# A device resource: a Kubernetes extended resource name (vendor-domain/name), as device plugins register them.
+RESOURCE_NAME = r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$"
+
+
 class SriovSpec(_SpecBase):
     type: Literal["sriov"]
     resourceName: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$",
-        description="VF pool; the daemon picks a free VF at attach time",
+        pattern=RESOURCE_NAME,
+        max_length=253,
+        description="The VFs' resource: a device plugin's (the kubelet gives the pod its VF) or one of the node's "
+        "sriovPools (the daemon picks a free VF at attach time)",
     )
     pciAddress: str | None = Field(default=None, pattern=PCI_ADDRESS, description="One fixed VF (deviceID)")
     vlan: int | None = Field(default=None, ge=0, le=4095)
@@ -397,6 +403,13 @@ class StaticSpec(_SpecBase):
         pattern=NETWORK_ID,
         max_length=255,
         description="Stem of a CNI file in the static dirs: <id>.conflist, .conf or .json",
+    )
+    resourceName: str | None = Field(
+        default=None,
+        pattern=RESOURCE_NAME,
+        max_length=253,
+        description="A device plugin's resource the network's plugins take a device of (host-device, sriov): the "
+        "pod's device goes to the first plugin as deviceID and pciBusID, as Multus hands it over",
     )
 
     @field_validator("networkID")

@@ -11,10 +11,12 @@ from netcomp.intent.intent import Intent
 from netcomp.intent.source import Document, PathKey
 from netcomp.names import DNS_LABEL_RE
 
+RESOURCE_NAME = "k8s.v1.cni.cncf.io/resourceName"  # the device plugin resource its plugins take a device of
 NAD_FIELDMAP: dict[PathKey, PathKey] = {
     ("metadata",): ("metadata",),
     ("metadata", "name"): ("metadata", "name"),
     ("spec",): ("spec", "config"),
+    ("spec", "resourceName"): ("metadata", "annotations", RESOURCE_NAME),
 }
 
 
@@ -31,12 +33,7 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
         if k != "config":
             c.warn(f"spec.{k}: unknown key ignored (the API server would prune it)", ("spec", k))
     annotations = meta.get("annotations") or {}
-    if isinstance(annotations, dict) and "k8s.v1.cni.cncf.io/resourceName" in annotations:
-        c.warn(
-            "annotation k8s.v1.cni.cncf.io/resourceName: ignored: netcomp does not read device plugins; "
-            "use a native sriov Network with resourceName",
-            ("metadata", "annotations", "k8s.v1.cni.cncf.io/resourceName"),
-        )
+    resource = annotations.get(RESOURCE_NAME) if isinstance(annotations, dict) else None
     raw = spec.get("config")
     if not raw:
         c.error(
@@ -65,12 +62,10 @@ def parse(doc: Document) -> tuple[Intent | None, list[Diagnostic]]:
             "metadata.namespace must be a namespace's name (a DNS-1123 label: lower case letters, digits and '-')",
             ("metadata", "namespace"),
         )
-    native = {
-        "apiVersion": "netcomp.io/v1",
-        "kind": "Network",
-        "metadata": {"name": name},
-        "spec": {"type": "static", "networkID": str(name)},
-    }
+    spec_out: dict[str, object] = {"type": "static", "networkID": str(name)}
+    if resource is not None:
+        spec_out["resourceName"] = resource  # the pod's device of it goes to the plugins (delegate/devices)
+    native = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": name}, "spec": spec_out}
     if c.failed:
         return None, c.diags
     return validate(c, native, NAD_FIELDMAP, "k8s.cni.cncf.io/v1 NetworkAttachmentDefinition", conflist, namespace)

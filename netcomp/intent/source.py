@@ -21,6 +21,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from netcomp.errors import Diagnostic, IntentError, SourceLocation
+from netcomp.fsutil import read_bounded, size_text
 
 try:
     _Parser: Any = importlib.import_module("yaml.cyaml").CParser
@@ -118,12 +119,11 @@ class SourceText:
         """The text read back, if the file holds the bytes it was compiled from. A file that did not is read
         again only once it changed (a stat per ask, not a read and a hash per diagnostic)."""
         try:
-            with open(self.name, "rb") as f:
-                st = os.fstat(f.fileno())
-                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                if key == self._miss:
-                    return None
-                raw = f.read(MAX_BYTES + 1)
+            st = os.stat(self.name)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if key == self._miss:
+                return None
+            raw = read_bounded(self.name, MAX_BYTES)
             if hashlib.sha256(raw).digest() != self._digest:
                 self._miss = key
                 return None
@@ -375,9 +375,7 @@ def _first_alias(text: str, doc_index: int) -> Pos | None:
 
 def decode(name: str, raw: bytes) -> SourceText:
     if len(raw) > MAX_BYTES:
-        raise IntentError(
-            [Diagnostic(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB", SourceLocation(name, 0, 0))]
-        )
+        raise IntentError([Diagnostic(f"file is larger than {size_text(MAX_BYTES)}", SourceLocation(name, 0, 0))])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -15,7 +15,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from netcomp.errors import Diagnostic
-from netcomp.intent.model import DNS1123_LABEL, IFNAME, MAC, NETWORK_ID, PCI_ADDRESS, BrokenAt, Network
+from netcomp.intent.model import (
+    DNS1123_LABEL,
+    IFNAME,
+    MAC,
+    NETWORK_ID,
+    PCI_ADDRESS,
+    RESOURCE_NAME,
+    BrokenAt,
+    Network,
+)
 from netcomp.intent.source import Document, PathKey
 
 _PATTERN_TEXT = {
@@ -24,6 +33,7 @@ _PATTERN_TEXT = {
     NETWORK_ID: "a file-name stem: letters, digits, '_', '.', '-'; no '/'",
     PCI_ADDRESS: "a PCI address like 0000:3b:02.1",
     MAC: "a MAC address like 02:00:00:00:00:01",
+    RESOURCE_NAME: "a device resource name like intel.com/sriov_netdevice: letters, digits, '_', '.', '-', one '/'",
 }
 
 

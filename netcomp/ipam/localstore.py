@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from netcomp.fsutil import TMP_SUFFIX, fsync_dir
+from netcomp.fsutil import TMP_SUFFIX, fsync_dir, read_bounded
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
 
 SUFFIX = ".claim"
+MAX_CLAIM_BYTES = 1 << 20  # a claim is a few hundred bytes
 
 
 class LocalStore:
@@ -74,7 +75,7 @@ class LocalStore:
 
     def _read(self, path: Path) -> Any:
         try:
-            return self.cls.from_doc(json.loads(path.read_bytes()))
+            return self.cls.from_doc(json.loads(read_bounded(path, MAX_CLAIM_BYTES, follow=False)))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError, KeyError) as e:

@@ -2,7 +2,8 @@
 
 A pool is one range set per address family (a container gets one address of each family, as host-local gives
 them); a range is a subnet with bounds (host-local's defaults: the first address after the network's to the last
-before the broadcast, the very last for IPv6), less its gateway and what it excludes."""
+before the broadcast, the very last for IPv6), less its gateway, what it excludes, and what is no unicast
+address for a container (NOT_UNICAST: a pool of 0.0.0.0/0 must never hand out a multicast or class E address)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from typing import Any
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# Space no container is given an address in: "this network" (0/8, the unspecified address in it), loopback,
+# multicast, and class E with the limited broadcast (RFC 6890); IPv6's unspecified, loopback and multicast.
+NOT_UNICAST: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4", "::/128", "::1/128", "ff00::/8")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +41,11 @@ class Range:
         if doc.get("rangeEnd"):
             last = int(ipaddress.ip_address(str(doc["rangeEnd"])))
         gw = ipaddress.ip_address(str(doc["gateway"])) if doc.get("gateway") else None
-        exclude = tuple(ipaddress.ip_network(str(e)) for e in doc.get("exclude") or [])
+        given = [ipaddress.ip_network(str(e)) for e in doc.get("exclude") or []]
+        holes = [n for n in NOT_UNICAST if n.version == subnet.version and n.overlaps(subnet)]
+        # Merged: size() counts each excluded address once.
+        merged: list[Any] = [*given, *holes]  # of the subnet's family, which collapse_addresses needs
+        exclude = tuple(ipaddress.collapse_addresses(merged))
         return Range(subnet, first, last, gw, exclude)
 
     def usable(self, value: int) -> bool:

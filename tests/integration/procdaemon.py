@@ -50,6 +50,11 @@ class ProcNode:
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     starts: int = 0
+    # A command the daemon is exec'd through (prlimit, setpriv): it must exec, keeping the pid.
+    wrap: list[str] = field(default_factory=list)
+    # Run between `ip netns exec` and the daemon (it must exec what follows it): a step in the daemon's own mount
+    # namespace, which its delegates inherit.
+    inner: list[str] = field(default_factory=list)
 
     @property
     def sock(self) -> str:
@@ -67,6 +72,7 @@ class ProcNode:
         self.starts += 1
         self.log = self.base / f"daemon-{self.starts}.log"
         argv = [
+            *self.wrap,
             PYTHON,
             "-c",
             _ACTIVATE,
@@ -75,6 +81,7 @@ class ProcNode:
             "netns",
             "exec",
             self.lab.host,
+            *self.inner,
             NETCOMP,
             "daemon",
             "--config",
@@ -201,9 +208,11 @@ def proc_node(
     extra: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     setup: Callable[[Path, Lab], object] | None = None,
+    wrap: list[str] | None = None,
+    inner: list[str] | None = None,
 ) -> Iterator[ProcNode]:
     """A lab, the networks of daemonlab.write_networks (and what `setup` adds), and a daemon process serving
-    them (started)."""
+    them (started); `wrap` and `inner`: ProcNode's."""
     with lab() as lb:
         write_networks(base, lb.master)
         if setup is not None:
@@ -229,7 +238,17 @@ def proc_node(
         listener.listen(4096)
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(str(base / "notify.sock"))
-        node = ProcNode(lb, base, config, settings, listener, notify, dict(env or {}))
+        node = ProcNode(
+            lb,
+            base,
+            config,
+            settings,
+            listener,
+            notify,
+            dict(env or {}),
+            wrap=list(wrap or []),
+            inner=list(inner or []),
+        )
         try:
             node.start()
             yield node

@@ -380,3 +380,45 @@ def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) 
             assert dl.shim("DEL", ctr)[0] == 0
         assert list((tmp_path / "claims").glob("*.claim")) == []
         assert dl.daemon.addresses.show(dl.daemon.state.networks())["store"] == "node-local"
+
+
+def test_the_node_registered_after_the_daemon_started_is_followed(
+    api: ApiServer, custom: Any, core: Any, tmp_path: Path
+) -> None:
+    """A daemon usually starts before its kubelet registers the Node: claims made once the Node exists say the node
+    is a Node of the cluster (so other nodes may free them when it is gone), with no restart; a Node deleted again
+    is followed too."""
+    with (
+        shared_network(custom, network("latenode", "10.102.0.0/28")),
+        nodes(tmp_path, api, ["late"], "latenode") as labs,
+    ):
+        (dl,) = labs
+        seen: list[bool] = []
+        changed = threading.Condition()
+
+        def note(exists: bool) -> None:
+            with changed:
+                seen.append(exists)
+                changed.notify_all()
+
+        node_watch = dl.daemon.cluster.node if dl.daemon.cluster is not None else None
+        assert node_watch is not None
+        node_watch.on_change(note)
+        assert seen == [False] and not dl.daemon.addresses.allocator.node_in_cluster
+        args = "IgnoreUnknown=1;NETCOMP_NETWORKS=latenode"
+        assert dl.shim("ADD", "before", netns=f"/var/run/netns/{dl.lab.container()}", args=args)[0] == 0
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late"}})
+        try:
+            with changed:
+                assert changed.wait_for(lambda: seen[-1] is True, 30), seen
+            assert dl.daemon.addresses.allocator.node_in_cluster
+            assert dl.shim("ADD", "after", netns=f"/var/run/netns/{dl.lab.container()}", args=args)[0] == 0
+            by_container = {o["spec"]["containerID"]: o["spec"]["nodeInCluster"] for o in claims(custom, "latenode")}
+            assert by_container == {"ctr-before": False, "ctr-after": True}  # run_shim names containers ctr-*
+        finally:
+            core.delete_node("late")
+        with changed:
+            assert changed.wait_for(lambda: seen[-1] is False, 30), seen
+        assert not dl.daemon.addresses.allocator.node_in_cluster
+        for cid in ("before", "after"):
+            assert dl.shim("DEL", cid)[0] == 0

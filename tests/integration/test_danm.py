@@ -45,7 +45,7 @@ def admin(api: ApiServer) -> Any:
     }
     custom.create_cluster_custom_object(*G, "tenantconfigs", tconf)
     custom.create_namespaced_custom_object(*G, "team-a", "danmnets", danmnet("management", "team-a", "10.62.0.0/24"))
-    external = danmnet("external", None, "10.61.0.0/24", kind="ClusterNetwork", container_prefix="ext", rt_tables=10)
+    external = danmnet("external", None, "10.61.0.0/24", kind="ClusterNetwork", container_prefix="ext", rt_tables=300)
     external["spec"]["AllowedTenants"] = ["team-a"]
     custom.create_cluster_custom_object(*G, "clusternetworks", external)
     internal = danmnet("internal", "team-a", None, kind="TenantNetwork", container_prefix="int")
@@ -100,8 +100,9 @@ def test_a_danm_pod_field_by_field(admin: Any, node: DaemonLab) -> None:
         assert node.lab.addrs(ctr, "eth0")[0].startswith("10.62.0.")
         assert node.lab.addrs(ctr, "ext1") == ["10.61.0.50/24"]
         assert node.lab.addrs(ctr, "int2") == []  # ip: none
-        assert "from 10.61.0.50/24 lookup 10" in ip("rule", netns=ctr)
-        assert ip("route", "show", "table", "10", netns=ctr).split()[:5] == [
+        assert "from 10.61.0.50/24 lookup 300" in ip("rule", netns=ctr)  # tables are 32-bit: DANM's example
+        # svcwatcher_demo uses 300
+        assert ip("route", "show", "table", "300", netns=ctr).split()[:5] == [
             "10.70.0.0/16",
             "via",
             "10.61.0.1",

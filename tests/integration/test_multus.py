@@ -204,10 +204,10 @@ def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, node: Daem
     with pod(admin, node, "cnf", **annotated(ask)) as p:
         ctr, rc, res = attach(node, p)
         assert rc == 0, res
-        assert sorted(node.lab.links(ctr)) == ["eth0", "lo", "stor0"]
-        assert node.lab.addrs(ctr, "stor0") == ["10.79.0.50/24"]
-        assert node.lab.mac(ctr, "stor0") == "02:00:00:00:00:50"
-        assert default_routes(ctr) == ["default via 10.79.0.1 dev stor0"]
+        assert sorted(node.lab.links(ctr)) == ["eth0", "lo", "net1"]
+        assert node.lab.addrs(ctr, "net1") == ["10.79.0.50/24"]
+        assert node.lab.mac(ctr, "net1") == "02:00:00:00:00:50"
+        assert default_routes(ctr) == ["default via 10.79.0.1 dev net1"]
         eth0 = node.lab.addrs(ctr, "eth0")[0]
         status = status_of(admin, node, p)
         assert status == [
@@ -220,7 +220,7 @@ def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, node: Daem
             },
             {
                 "name": "storage",
-                "interface": "stor0",
+                "interface": "net1",
                 "ips": ["10.79.0.50"],
                 "mac": "02:00:00:00:00:50",
                 "gateway": ["10.79.0.1"],
@@ -228,7 +228,7 @@ def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, node: Daem
         ]
         assert sorted(events_of(admin, node, p)) == [
             ("Normal", "AddedInterface", f"Add eth0 [{eth0}] from mgmt"),
-            ("Normal", "AddedInterface", "Add stor0 [10.79.0.50/24] from storage"),
+            ("Normal", "AddedInterface", "Add net1 [10.79.0.50/24] from storage"),
         ]
         detach(node, ctr, p)
 
@@ -262,7 +262,7 @@ def test_an_exact_address_from_a_cluster_pool(admin: Any, node: DaemonLab) -> No
     ):
         ctr1, rc, res = attach(node, p1)
         assert rc == 0, res
-        assert node.lab.addrs(ctr1, "net0") == ["10.86.0.7/24"]
+        assert node.lab.addrs(ctr1, "net1") == ["10.86.0.7/24"]  # Multus's name: the annotation's first element
         (claim,) = [o for o in custom.list_cluster_custom_object(*CLAIMS)["items"] if o["spec"]["network"] == "pool"]
         assert (claim["spec"]["address"], claim["spec"]["pod"]["name"]) == ("10.86.0.7", "holder")
 
@@ -308,6 +308,26 @@ def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, node: DaemonLab
         assert "--dport 18080" not in ip("netns", "exec", node.lab.host, "iptables", "-t", "nat", "-S")
 
 
+def test_multus_names_elements_by_position(admin: Any, node: DaemonLab) -> None:
+    """An element without `interface` is net<position>, counted from 1 (the cluster default is 0) over every
+    element, named or not, whatever prefix its network has: what pods and scripts written for Multus expect, in
+    the namespace, network-status and events alike."""
+    with pod(admin, node, "positions", **annotated("storage@st9, backup, team-a/fast")) as p:
+        ctr, rc, res = attach(node, p)
+        assert rc == 0, res
+        assert sorted(node.lab.links(ctr)) == ["eth0", "lo", "net2", "net3", "st9"]
+        status = status_of(admin, node, p)
+        assert [(s["name"], s["interface"]) for s in status] == [
+            ("mgmt", "eth0"),
+            ("storage", "st9"),
+            ("backup", "net2"),
+            ("team-a/fast", "net3"),
+        ]
+        added = sorted(m.split(" [")[0] for _, r, m in events_of(admin, node, p) if r == "AddedInterface")
+        assert added == ["Add eth0", "Add net2", "Add net3", "Add st9"]
+        detach(node, ctr, p)
+
+
 # ------------------------------------------------------------------------------------------------ namespaces
 
 
@@ -315,7 +335,7 @@ def test_two_namespaces_definitions_of_one_name_are_two_networks(admin: Any, nod
     with pod(admin, node, "ns-own", **annotated("fast, team-b/fast@other0")) as p:
         ctr, rc, res = attach(node, p)
         assert rc == 0, res
-        assert node.lab.addrs(ctr, "net0")[0].startswith("10.89.0.")  # team-a/fast: the pod's own namespace
+        assert node.lab.addrs(ctr, "net1")[0].startswith("10.89.0.")  # team-a/fast: the pod's own namespace
         assert node.lab.addrs(ctr, "other0")[0].startswith("10.90.0.")  # team-b/fast, asked for by namespace
         assert [s["name"] for s in status_of(admin, node, p)] == ["mgmt", "team-a/fast", "team-b/fast"]
         detach(node, ctr, p)
@@ -365,6 +385,9 @@ def test_namespace_isolation_refuses_another_namespaces_definition(admin: Any, a
             "item 1 ('backup'): default-route: a second IPv4 default route",
         ),
         ([{"name": "storage", "colour": "blue"}], 7, "item 0 ('storage'): 'colour': not something netcomp can do"),
+        ("storage@dup0, backup@dup0", 7, "item 1 ('backup@dup0'): interface 'dup0' is also item 0 ('storage@dup0')'s"),
+        ("storage@eth0", 7, "item 0 ('storage@eth0'): interface 'eth0' is the runtime's interface, which the pod's"),
+        ("storage@net2, backup", 7, "item 1 ('backup'): interface 'net2' is also item 0 ('storage@net2')'s"),
         (
             [{"name": "storage", "portMappings": [{"hostPort": 8080, "containerPort": 80}]}],
             7,
@@ -372,7 +395,7 @@ def test_namespace_isolation_refuses_another_namespaces_definition(admin: Any, a
         ),
         ([{"name": "signal", "mac": "02:00:00:00:00:62"}], 7, "mac: network signal is ipvlan"),
         ("nope", 7, "item 0 ('nope'): no network team-a/nope"),
-        ([{"name": "p2p", "mac": "02:00:00:00:00:63"}], 7, "mac: network team-a/p2p's plugins gave net0 the MAC"),
+        ([{"name": "p2p", "mac": "02:00:00:00:00:63"}], 7, "mac: network team-a/p2p's plugins gave net1 the MAC"),
         ([{"name": "storage", "default-route": ["10.79.0.1", "10.79.0.2"]}], 7, "a second IPv4 default route"),
     ],
 )
@@ -398,7 +421,7 @@ def test_an_address_another_pod_holds_on_a_host_local_network(admin: Any, node: 
         pod(admin, node, "second", **annotated([{"name": "storage", "ips": ["10.79.0.60/24"]}])) as p2,
     ):
         ctr1, rc, res = attach(node, p1)
-        assert rc == 0 and node.lab.addrs(ctr1, "stor0") == ["10.79.0.60/24"], res
+        assert rc == 0 and node.lab.addrs(ctr1, "net1") == ["10.79.0.60/24"], res
         ctr2, rc, res = attach(node, p2)
         assert rc == 1 and res["code"] == 7, res
         assert "item 0 ('storage'): ips: 10.79.0.60 on network storage is held by another container" in res["msg"]

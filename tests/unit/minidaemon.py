@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from netcomp.daemon.daemon import Daemon
 from netcomp.settings import Settings
@@ -28,7 +29,8 @@ class MiniDaemon:
 
 
 @contextlib.contextmanager
-def mini_daemon(base: Path, sockdir: Path) -> Iterator[MiniDaemon]:
+def mini_daemon(base: Path, sockdir: Path, **extra: Any) -> Iterator[MiniDaemon]:
+    """`extra`: more settings (netcomp.yaml's keys)."""
     static = base / "static.d"
     static.mkdir(parents=True)
     (static / "lab.conflist").write_text(
@@ -51,6 +53,7 @@ def mini_daemon(base: Path, sockdir: Path) -> Iterator[MiniDaemon]:
         "runtimeConfDir": str(base / "net.d"),
         "templateDir": str(base / "templates"),
         "allowedUids": [os.getuid()],
+        **extra,
     }
     config = base / "netcomp.yaml"
     config.write_text(json.dumps(values))  # JSON is YAML

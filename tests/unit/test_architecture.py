@@ -29,6 +29,7 @@ LEVELS = {
     "netcomp.ipam": 5,
     "netcomp.delegate": 6,
     "netcomp.daemon": 7,
+    "netcomp.doctor": 7,  # beside the daemon: it asks it (daemon/client.py) and checks what it needs
     "netcomp.cli": 8,
 }
 TOP_LIMIT = 8  # modules at the top of netcomp/, besides the wings

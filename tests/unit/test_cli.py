@@ -18,11 +18,16 @@ metadata:
   name: {name}
 spec:
   type: macvlan
-  hostDevice: eth1
+  hostDevice: {dev}
   ipam:
     type: host-local
     subnet: {subnet}
 """
+
+
+# lo: a host device every machine has (one that is not there is a warning away from the node, an error with
+# --strict: test_what_only_a_node_has_is_a_warning_unless_strict).
+DEVICE = "lo"
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -35,8 +40,8 @@ def run(*argv: str) -> tuple[int, str, str]:
 def tree(tmp_path: Path, plugin_dir: Path) -> dict[str, Path]:
     intents = tmp_path / "intents"
     intents.mkdir()
-    (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24"))
-    (intents / "b.yaml").write_text(GOOD.format(name="beta", subnet="10.2.0.0/24"))
+    (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24", dev=DEVICE))
+    (intents / "b.yaml").write_text(GOOD.format(name="beta", subnet="10.2.0.0/24", dev=DEVICE))
     return {"intents": intents, "out": tmp_path / "out", "plugins": plugin_dir}
 
 
@@ -53,6 +58,38 @@ def test_validate_ok_and_error_exit_codes(tree: dict[str, Path]) -> None:
     assert f"{tree['intents'] / 'c.yaml'}:3:18: error: metadata.name: 'C' is not a DNS-1123 label" in err
     assert "\n  metadata: {name: C}\n                   ^\n" in err
     assert "Traceback" not in err
+
+
+def test_what_only_a_node_has_is_a_warning_unless_strict(tree: dict[str, Path], tmp_path: Path) -> None:
+    """In CI the node's devices, static files and plugins are not there: a warning each (at the author's text),
+    exit 0; with --strict an error, exit 65, as the daemon has it on the node. --static-dir and --plugin-dir point
+    at copies."""
+    intents = tree["intents"]
+    (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24", dev="nc-absent0"))
+    static = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: legacy}\n"
+    static += "spec: {type: static, networkID: old}\n"
+    (intents / "c.yaml").write_text(static)
+    code, _, err = run("validate", str(intents), "--plugin-dir", str(tree["plugins"]))
+    node_only = "compiled away from the node: --strict makes this an error"
+    assert code == 0, err
+    assert f"{intents / 'a.yaml'}:7:15: warning: host device 'nc-absent0' is not on this machine ({node_only})" in err
+    assert f"{intents / 'c.yaml'}:4:33: warning: static networkID 'old': no old.conflist, .conf or .json in " in err
+    assert f"(left out: {node_only})" in err
+    code, _, err = run("validate", str(intents), "--plugin-dir", str(tmp_path / "none"))
+    assert code == 0 and f"warning: CNI plugin 'macvlan' is not installed in {tmp_path / 'none'} (and 1 more" in err
+    code, _, err = run("validate", str(intents), "--plugin-dir", str(tmp_path / "none"), "--strict")
+    assert code == 65
+    assert "error: host device 'nc-absent0' is not on this machine\n" in err
+    assert "error: static networkID 'old': no old.conflist" in err and "error: CNI plugin 'macvlan'" in err
+    copies = tmp_path / "static-copies"
+    copies.mkdir()
+    (copies / "old.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "old", "type": "macvlan"}))
+    (intents / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24", dev=DEVICE))
+    argv = ["--plugin-dir", str(tree["plugins"]), "--static-dir", str(copies), "--strict"]
+    code, _, err = run("validate", str(intents), *argv)
+    assert (code, err.strip()) == (0, "ok: 3 networks")
+    code, _, err = run("compile", str(intents), "--out", str(tree["out"]), "--check", *argv)
+    assert code == 1 and sorted(p.name for p in tree["out"].glob("*")) == []  # would write; wrote nothing
 
 
 def test_json_output_lists_every_diagnostic(tree: dict[str, Path]) -> None:
@@ -95,8 +132,9 @@ def test_foreign_files_are_never_touched(tree: dict[str, Path]) -> None:
 def test_error_writes_nothing_and_keeps_old_output(tree: dict[str, Path]) -> None:
     run(*compile_args(tree))
     snapshot = {p.name: p.read_bytes() for p in tree["out"].iterdir()}
-    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/33"))
-    (tree["intents"] / "c.yaml").write_text(GOOD.format(name="gamma", subnet="10.3.0.0/24"))  # would be staged
+    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/33", dev=DEVICE))
+    gamma = GOOD.format(name="gamma", subnet="10.3.0.0/24", dev=DEVICE)
+    (tree["intents"] / "c.yaml").write_text(gamma)  # would be staged
     code, _, err = run(*compile_args(tree))
     assert code == 65 and "nothing written" in err
     assert {p.name: p.read_bytes() for p in tree["out"].iterdir()} == snapshot  # no temp file left either
@@ -124,9 +162,9 @@ def test_layers_shadow_by_file_name(tmp_path: Path, plugin_dir: Path) -> None:
     lib, etc = tmp_path / "lib", tmp_path / "etc"
     lib.mkdir()
     etc.mkdir()
-    (lib / "n.yaml").write_text(GOOD.format(name="from-lib", subnet="10.1.0.0/24"))
-    (lib / "m.yaml").write_text(GOOD.format(name="only-lib", subnet="10.3.0.0/24"))
-    (etc / "n.yaml").write_text(GOOD.format(name="from-etc", subnet="10.2.0.0/24"))
+    (lib / "n.yaml").write_text(GOOD.format(name="from-lib", subnet="10.1.0.0/24", dev=DEVICE))
+    (lib / "m.yaml").write_text(GOOD.format(name="only-lib", subnet="10.3.0.0/24", dev=DEVICE))
+    (etc / "n.yaml").write_text(GOOD.format(name="from-etc", subnet="10.2.0.0/24", dev=DEVICE))
     code, out, _ = run("validate", str(lib), str(etc), "--plugin-dir", str(plugin_dir), "-o", "json")
     assert code == 0 and json.loads(out)["networks"] == ["from-etc", "only-lib"]
 
@@ -134,7 +172,7 @@ def test_layers_shadow_by_file_name(tmp_path: Path, plugin_dir: Path) -> None:
 def test_config_file_and_root(tmp_path: Path, plugin_dir: Path) -> None:
     root = tmp_path / "root"
     (root / "etc/netcomp/networks.d").mkdir(parents=True)
-    (root / "etc/netcomp/networks.d/a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24"))
+    (root / "etc/netcomp/networks.d/a.yaml").write_text(GOOD.format(name="alpha", subnet="10.1.0.0/24", dev=DEVICE))
     shutil.copytree(plugin_dir, root / "usr/lib/cni")
     (root / "etc/netcomp/netcomp.yaml").write_text("cniVersion: 0.4.0\n")
     code, _, err = run("compile", "--root", str(root))
@@ -181,7 +219,7 @@ def test_plan_cache_skips_compiling_unchanged_inputs(tree: dict[str, Path], monk
         code, _, err = run(*compile_args(tree))
         assert code == 0 and "updated" in err and '"alpha"' in (tree["out"] / "alpha.conflist").read_text()
     # Any edit of an input compiles again.
-    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.9.0.0/24"))
+    (tree["intents"] / "a.yaml").write_text(GOOD.format(name="alpha", subnet="10.9.0.0/24", dev=DEVICE))
     code, _, err = run(*compile_args(tree))
     assert code == 0 and "10.9.0.0/24" in (tree["out"] / "alpha.conflist").read_text()
     # A damaged cache is ignored, not trusted.

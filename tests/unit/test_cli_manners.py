@@ -22,7 +22,7 @@ from netcomp.cli.main import COMMANDS, main
 from netcomp.cli.parser import build_parser
 from tests.conftest import ROOT, reap
 from tests.unit.minidaemon import mini_daemon
-from tests.unit.test_cli import GOOD
+from tests.unit.test_cli import DEVICE, GOOD
 
 NETCOMP = [sys.executable, "-m", "netcomp.cli"]
 
@@ -65,7 +65,7 @@ def test_compile_diff_into_a_closed_pipe_in_process(tmp_path: Path, plugin_dir: 
     intents = tmp_path / "intents"
     intents.mkdir()
     for i in range(3):
-        (intents / f"{i}.yaml").write_text(GOOD.format(name=f"n{i}", subnet=f"10.{i}.0.0/24"))
+        (intents / f"{i}.yaml").write_text(GOOD.format(name=f"n{i}", subnet=f"10.{i}.0.0/24", dev=DEVICE))
     args = ["compile", str(intents), "--out", str(tmp_path / "out"), "--plugin-dir", str(plugin_dir), "--diff"]
     err = io.StringIO()
     with reader_gone() as w, open(os.dup(w), "w") as out:

@@ -444,6 +444,8 @@ def _full_disk_add(tmp_path: Path, cache_dir: Path) -> None:
     big = b'{"cniVersion": "1.0.0", "dns": {"search": ["' + b"x" * 6000 + b'"]}}'  # its record needs a page more
 
     def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "VERSION":  # asked once, before the first ADD: says nothing
+            return ExecResult(0, b"", b"")
         calls.append(env["CNI_COMMAND"])
         if env["CNI_COMMAND"] == "ADD":
             fd = os.open(cache_dir / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -507,7 +509,8 @@ def test_a_result_nested_too_deep_is_the_plugins_error_and_rolled_back(tmp_path:
     calls: list[tuple[str, bytes]] = []
 
     def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
-        calls.append((env["CNI_COMMAND"], stdin))
+        if env["CNI_COMMAND"] != "VERSION":  # asked once, before the first ADD
+            calls.append((env["CNI_COMMAND"], stdin))
         return ExecResult(0, out.get(env["CNI_COMMAND"], b""), b"")
 
     nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}

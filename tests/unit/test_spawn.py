@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.cni import invoke, spawn
+from netcomp.cni import process, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_other_threads_run_while_the_child_has_not_exec_d_yet(tmp_path: Path) ->
 
 def test_os_posix_spawn_is_the_fallback_without_libc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spawn, "_LIBC", None)
-    res = invoke.real_exec(["/bin/cat"], {}, b"abc", 30)
+    res = process.real_exec(["/bin/cat"], {}, b"abc", 30)
     assert (res.returncode, res.stdout) == (0, b"abc")
     with pytest.raises(OSError) as e:
         spawn.posix_spawn("/nonexistent", ["x"], {})
@@ -121,10 +121,10 @@ def test_stdin_is_in_the_pipe_before_the_plugin_starts() -> None:
     if any, is left for the poll loop."""
     r, w = os.pipe2(os.O_NONBLOCK)
     try:
-        assert invoke._prefill(w, b"x" * 1000).nbytes == 0
+        assert process._prefill(w, b"x" * 1000).nbytes == 0
         assert os.read(r, 4096) == b"x" * 1000
         size = os.fstat(w).st_size or 65536
-        left = invoke._prefill(w, b"y" * (4 * size))
+        left = process._prefill(w, b"y" * (4 * size))
         assert 0 < left.nbytes < 4 * size
     finally:
         os.close(r)
@@ -142,7 +142,7 @@ def test_a_string_c_cannot_take_is_a_cni_error(monkeypatch: pytest.MonkeyPatch, 
         with pytest.raises(ValueError):
             spawn.posix_spawn("/bin/true", argv, env)
         before = len(os.listdir("/proc/self/fd"))
-        with pytest.raises(invoke.DelegateError) as e:
-            invoke.real_exec(argv, env, b"", 30)
-        assert e.value.code == invoke.E_OTHER and str(e.value.msg).startswith("cannot execute: ")
+        with pytest.raises(process.DelegateError) as e:
+            process.real_exec(argv, env, b"", 30)
+        assert e.value.code == process.E_OTHER and str(e.value.msg).startswith("cannot execute: ")
         assert len(os.listdir("/proc/self/fd")) == before

@@ -82,6 +82,8 @@ def delegator(tmp_path: Path, sysfs: Path) -> tuple[Delegator, list[dict[str, An
     seen: list[dict[str, Any]] = []
 
     def plugin(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] == "VERSION":  # asked once, before the first ADD: says nothing
+            return ExecResult(0, b"", b"")
         conf = json.loads(stdin)
         seen.append({"command": env["CNI_COMMAND"], "deviceID": conf.get("deviceID")})
         out = (

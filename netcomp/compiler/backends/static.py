@@ -9,6 +9,7 @@ from typing import Any
 from netcomp.compiler.backends.backend import Backend, RenderInput
 from netcomp.compiler.backends.ipam import meta
 from netcomp.intent.intent import Intent
+from netcomp.intent.model import StaticSpec
 
 _PASSED = ("disableCheck", "disableGC")
 
@@ -21,6 +22,8 @@ def _conflist(intent: Intent, inp: RenderInput) -> dict[str, Any]:
 
 
 def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
+    spec = intent.network.spec
+    assert isinstance(spec, StaticSpec)
     conf = _conflist(intent, inp)
     plugins = []
     for p in conf["plugins"]:
@@ -31,7 +34,7 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
         "name": intent.name,
         "extra": {k: conf[k] for k in _PASSED if k in conf},
         "plugins": plugins,
-        "meta": meta(intent),
+        "meta": meta(intent, resourceName=spec.resourceName),
     }
 
 

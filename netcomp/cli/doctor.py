@@ -1,0 +1,49 @@
+"""`netcomp doctor`: whether this node can serve its networks (netcomp/doctor/). With netcomp.yaml broken, the
+daemon runs on its last good settings: those are checked, and the config line says what is broken."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TextIO
+
+from netcomp import paths
+from netcomp.cli.common import settings as load
+from netcomp.cli.common import state_path
+from netcomp.cli.exits import EX_FAIL, EX_OK
+from netcomp.doctor import checks as report
+from netcomp.doctor.checks import Check
+from netcomp.errors import IntentError
+from netcomp.paths import Root
+from netcomp.settings import Settings
+
+
+def _config(args: argparse.Namespace) -> tuple[Settings, Check]:
+    where = args.config or str(Root(Path(args.root))(paths.CONFIG_FILE))
+    try:
+        settings = load(args)
+        found = f"{where} loads" if Path(where).exists() else f"no {where}: the defaults"
+        return settings, report.ok("config", found)
+    except IntentError as e:
+        from netcomp.daemon.state import StateFile
+
+        saved = StateFile(state_path(args)).load()
+        first = e.diagnostics[0]
+        broken = f"{first.location}: {first.message}" if first.location else first.message
+        more = f" (and {len(e.diagnostics) - 1} more)" if len(e.diagnostics) > 1 else ""
+        settings = saved.settings if saved is not None else Settings().rooted(Root(Path(args.root)))
+        running = "its last good settings" if saved is not None else "the defaults"
+        return settings, report.fail(
+            "config",
+            f"broken: {broken}{more}; checking with {running}",
+            "fix netcomp.yaml (`netcomp validate` shows every error), then `systemctl reload netcomp`",
+        )
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from netcomp.doctor.doctor import run as run_checks
+
+    settings, config = _config(args)
+    checks = [config, *run_checks(settings, rbac_file=args.rbac)]
+    out.write(report.as_json(checks) if args.output == "json" else report.as_text(checks))
+    return EX_FAIL if report.failed(checks) else EX_OK

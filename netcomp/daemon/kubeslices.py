@@ -1,0 +1,445 @@
+"""This node's EndpointSlices for Services on secondary networks (what they hold: slices.py), kept current with
+the API server by a level-triggered loop: whatever changed (a Service, one of the node's pods, an attachment in
+the cache), the slices the node should have are worked out whole and compared with those it has (by the digest
+each carries), and only the difference is written.
+
+- **In.** The Services of the cluster (listed, then watched; `serviceLabelSelector` lets the API server send only
+  some), keeping only those that ask; the node's pods from the pod follower (kubepods.PodWatch's listeners: no
+  second watch); the attachments from the cache entries (re-read when the cache says one changed).
+- **Out.** Each node writes only slices named and labelled after itself (`netcomp.io/node`), listed and watched
+  by that label, so nodes never touch each other's, and a slice deleted by hand is written again. Nothing is
+  written or deleted until the Services, the slices and the pods have each been listed once: a daemon that
+  starts (or whose API server comes back) reconciles from what is, never from half of it. Writes wait for a
+  quiet moment of the node's CNI requests, as network-status does.
+- **Gone.** A Service's slices carry an owner reference to it, so kube-controller-manager's garbage collector
+  removes them with it, whichever node is down; a live node deletes its own at once. A node that is gone leaves
+  its slices: `gc()` (the node with kubernetes.ipamGC, and `netcomp ipam gc`) removes another node's slice once
+  its Node is gone or none of the pods it names is still bound there."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import threading
+from typing import Any
+
+from netcomp.cni.cache import Cache
+from netcomp.daemon import kubewatch, slices
+from netcomp.daemon.kubepods import QUIET, QUIET_LIMIT, PodWatch
+from netcomp.daemon.kubewatch import MAX_BACKOFF, keep_following
+from netcomp.daemon.metrics import Metrics
+from netcomp.daemon.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
+from netcomp.errors import HostError
+from netcomp.settings import KubeSettings
+
+log = logging.getLogger("netcomp.kube")
+WATCH_SECONDS = 300
+Key = tuple[str, str]  # (namespace, name)
+
+
+class ServiceSlices:
+    def __init__(
+        self, core: Any, custom: Any, kube: KubeSettings, node: str, metrics: Metrics, pods: PodWatch, cache: Cache
+    ) -> None:
+        self.core, self.custom, self.kube, self.node = core, custom, kube, node
+        self.metrics, self.pods, self.cache = metrics, pods, cache
+        self.explain = pods.explain
+        self._cond = threading.Condition()
+        self.services: dict[Key, ServiceSpec] = {}
+        self.refused: dict[Key, str] = {}
+        self._pods: dict[Key, PodInfo] = {}
+        self._records: dict[tuple[str, str], tuple[Attached, ...]] = {}
+        self._pending: set[tuple[str, str]] = set()  # cache entries changed since they were read
+        self.actual: dict[Key, str] = {}  # this node's slices on the API server: their digests
+        self.version: str | None = None  # discovery.k8s.io's version the server serves (slices.VERSIONS)
+        self._listed: set[str] = set()  # what has been listed once: services, slices, pods, records
+        self._dirty = True
+        self._busy = False  # the loop is reconciling
+        self.last_error: str | None = None
+        self._said: dict[Key, str] = {}  # the refusal logged for each Service
+        pods.listeners.append(self._pods_seen)
+        cache.listeners.append(self._record_changed)
+
+    def start(self, stop: threading.Event) -> None:
+        for name, target in (("services", self._follow_services), ("slices", self._follow_slices),
+                             ("reconcile", self._loop)):  # fmt: skip
+            threading.Thread(target=target, args=(stop,), name=f"kube-{name}", daemon=True).start()
+
+    @property
+    def synced(self) -> bool:
+        return self._listed >= {"services", "slices", "pods", "records"}
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            return {
+                "synced": self.synced,
+                "apiVersion": f"{GROUP}/{self.version}" if self.version else None,
+                "services": len(self.services),
+                "slices": len(self.actual),
+                "refused": {f"{ns}/{name}": why for (ns, name), why in sorted(self.refused.items())},
+                "lastError": self.last_error,
+            }
+
+    def wait_written(self, timeout: float) -> bool:
+        """Until every change seen has been reconciled (tests)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.synced and not self._dirty and not self._busy, timeout)
+
+    # ------------------------------------------------------------------------------------------------ in
+
+    def _touch(self) -> None:
+        self._dirty = True
+        self._cond.notify_all()
+
+    def _pods_seen(self, kind: str, docs: list[dict[str, Any]]) -> None:
+        infos = {(p.namespace, p.name): p for d in docs if (p := slices.read_pod(d)) is not None}
+        with self._cond:
+            if kind == "LISTED":
+                self._pods = infos
+                self._listed.add("pods")
+                self._touch()
+                return
+            for key, p in infos.items():
+                was = self._pods.pop(key, None) if kind == "DELETED" else self._pods.get(key)
+                if kind != "DELETED":
+                    self._pods[key] = p
+                if was != self._pods.get(key):  # a change of what the slices hold, not any change of the pod
+                    self._touch()
+
+    def _record_changed(self, container_id: str, ifname: str) -> None:
+        with self._cond:  # on the ADD's path: noted only, read by the loop
+            self._pending.add((container_id, ifname))
+            self._touch()
+
+    def _read_records(self, keys: set[tuple[str, str]] | None) -> None:
+        """The attachments of the cache entries named (of every entry when None)."""
+        got: dict[tuple[str, str], tuple[Attached, ...] | None] = {}
+        if keys is None:
+            entries = self.cache.scan()[0]  # an unreadable one is start-up recovery's to report
+            got = {(e.container_id, e.ifname): slices.attached(e) for e in entries}
+        for key in keys or ():
+            try:
+                entry = self.cache.load(*key)
+            except HostError as e:
+                log.warning("EndpointSlices: %s", e)
+                continue
+            got[key] = slices.attached(entry) if entry is not None else None
+        with self._cond:
+            if keys is None:
+                self._records = {}
+                self._listed.add("records")
+            for key, atts in got.items():
+                if atts:
+                    self._records[key] = atts
+                else:
+                    self._records.pop(key, None)
+
+    def _follow_services(self, stop: threading.Event) -> None:
+        failed = functools.partial(self._failed, "the Services")
+        keep_following(stop, self._relist_services, self._watch_services, failed, self.explain, _api_why)
+
+    def _selector(self) -> dict[str, str]:
+        return {"label_selector": self.kube.serviceLabelSelector} if self.kube.serviceLabelSelector else {}
+
+    def _relist_services(self) -> str:
+        resp: Any = self.core.list_service_for_all_namespaces(
+            **self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
+        )
+        doc = json.loads(resp.data)
+        read = [(_key(item), slices.read_service(item, self.kube.danmGroup)) for item in doc.get("items") or []]
+        with self._cond:
+            self.services, self.refused = {}, {}
+            for key, got in read:
+                self._take_service(key, got)
+            self._said = {k: v for k, v in self._said.items() if k in self.refused}
+            self._listed.add("services")
+            self._touch()
+        log.info("EndpointSlices: %d Services on secondary networks", len(self.services))
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch_services(self, rv: str, stop: threading.Event) -> str:
+        events = kubewatch.Events(
+            self.core.list_service_for_all_namespaces,
+            rv=rv,
+            stop=stop,
+            seconds=WATCH_SECONDS,
+            allow_watch_bookmarks=True,
+            deserialize=False,
+            **self._selector(),
+        )
+        for kind, obj in events:
+            if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            got = slices.read_service(obj, self.kube.danmGroup) if kind != "DELETED" else None
+            with self._cond:
+                before = (self.services.get(_key(obj)), self.refused.get(_key(obj)))
+                self._take_service(_key(obj), got)
+                if (self.services.get(_key(obj)), self.refused.get(_key(obj))) != before:
+                    self._touch()
+        return events.rv
+
+    def _take_service(self, key: Key, got: ServiceSpec | slices.Refusal | None) -> None:
+        self.services.pop(key, None)
+        self.refused.pop(key, None)
+        if isinstance(got, ServiceSpec):
+            self.services[key] = got
+        if not isinstance(got, slices.Refusal):
+            self._said.pop(key, None)
+            return
+        self.refused[key] = got.why
+        if self._said.get(key) != got.why:  # once per Service and reason, not at every list
+            log.warning("Service %s/%s gets no EndpointSlices: %s", key[0], key[1], got.why)
+            self._said[key] = got.why
+
+    def _follow_slices(self, stop: threading.Event) -> None:
+        failed = functools.partial(self._failed, "this node's EndpointSlices")
+        keep_following(stop, self._relist_slices, self._watch_slices, failed, self.explain, _api_why)
+
+    def _discover(self) -> str:
+        """The version of discovery.k8s.io the API server serves, the newest first."""
+        from kubernetes.client.exceptions import ApiException
+
+        for version in slices.VERSIONS:
+            try:
+                self.custom.get_api_resources(
+                    GROUP, version, _request_timeout=self.kube.timeout, _preload_content=False
+                )
+            except ApiException as e:
+                if e.status == 404:
+                    continue
+                raise
+            return version
+        raise HostError(f"the API server serves no EndpointSlices ({GROUP} {' or '.join(slices.VERSIONS)})")
+
+    def _relist_slices(self) -> str:
+        version = self._discover()
+        resp: Any = self.custom.list_cluster_custom_object(
+            GROUP, version, PLURAL, label_selector=slices.own_selector(self.node),
+            _request_timeout=max(self.kube.timeout, 30), _preload_content=False,
+        )  # fmt: skip
+        doc = json.loads(resp.data)
+        with self._cond:
+            self.version = version
+            self.actual = {_key(item): slices.digest_of(item) for item in doc.get("items") or []}
+            self._listed.add("slices")
+            self._touch()
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch_slices(self, rv: str, stop: threading.Event) -> str:
+        assert self.version is not None
+        events = kubewatch.Events(
+            self.custom.list_cluster_custom_object, GROUP, self.version, PLURAL, rv=rv, stop=stop,
+            seconds=WATCH_SECONDS, label_selector=slices.own_selector(self.node),
+        )  # fmt: skip
+        for kind, obj in events:
+            if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            key = _key(obj)
+            with self._cond:
+                before = self.actual.get(key)
+                if kind == "DELETED":
+                    self.actual.pop(key, None)
+                else:
+                    self.actual[key] = slices.digest_of(obj)
+                if self.actual.get(key) != before:  # not our own write coming back: someone else's change
+                    self._touch()
+        return events.rv
+
+    def _failed(self, what: str, why: str) -> None:
+        self.metrics.kube_errors.labels("watch").inc()
+        why = f"cannot follow {what}: {why}"
+        if why != self.last_error:
+            log.error("EndpointSlices: %s (their slices stay as they are until it answers)", why)
+        self.last_error = why
+
+    # ------------------------------------------------------------------------------------------------ out
+
+    def _loop(self, stop: threading.Event) -> None:
+        """Reconcile whenever something changed and everything has been listed; after a failed write, again
+        after a back-off (1 s, doubling up to kubewatch.MAX_BACKOFF)."""
+        self._read_records(None)
+        backoff = 1.0
+        while not stop.is_set():
+            with self._cond:
+                if not self._cond.wait_for(lambda: (self._dirty and self.synced) or stop.is_set(), 1.0):
+                    continue
+                if stop.is_set():
+                    return
+                self._busy = True
+            failed = 1
+            try:
+                self.pods.quiet(QUIET, QUIET_LIMIT)
+                with self._cond:
+                    self._dirty = False
+                    pending, self._pending = self._pending, set()
+                self._read_records(pending)
+                failed = self._reconcile()
+            except Exception:
+                log.exception("EndpointSlices: reconciling failed")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    if failed:
+                        self._dirty = True
+                    self._cond.notify_all()
+            if failed:
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+            else:
+                backoff = 1.0
+
+    def _reconcile(self) -> int:
+        """Write what differs; the number of writes that failed."""
+        with self._cond:
+            services, pods, actual = list(self.services.values()), dict(self._pods), dict(self.actual)
+            records = [a for atts in self._records.values() for a in atts]
+            version = self.version
+        assert version is not None
+        want = slices.desired(services, pods, records, self.node, version)
+        failed = 0
+        for key, body in sorted(want.items()):
+            if actual.get(key) != slices.digest_of(body):
+                failed += not self._write(key, body, version, exists=key in actual)
+        for key in sorted(actual.keys() - want.keys()):
+            failed += not self._delete(key, version)
+        if not failed:
+            self.last_error = None
+        return failed
+
+    def _write(self, key: Key, body: dict[str, Any], version: str, *, exists: bool) -> bool:
+        """Create the slice, or replace it (unconditionally: only this node writes it)."""
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name = key
+        args = (GROUP, version, ns, PLURAL)
+        opts: dict[str, Any] = {"_request_timeout": self.kube.timeout, "_preload_content": False}
+        try:
+            try:
+                if exists:
+                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
+                else:
+                    self.custom.create_namespaced_custom_object(*args, body, **opts)
+            except ApiException as e:
+                if e.status not in (404, 409):
+                    raise
+                if e.status == 404:  # gone meanwhile
+                    self.custom.create_namespaced_custom_object(*args, body, **opts)
+                else:  # there already (the watch had not said)
+                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
+        except Exception as e:
+            return self._write_failed(f"cannot write EndpointSlice {ns}/{name}", e)
+        with self._cond:
+            self.actual[key] = slices.digest_of(body)
+        log.info("EndpointSlice %s/%s: %d endpoints", ns, name, len(body["endpoints"]))
+        return True
+
+    def _delete(self, key: Key, version: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name = key
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, version, ns, PLURAL, name, body={}, _request_timeout=self.kube.timeout, _preload_content=False
+            )
+        except ApiException as e:
+            if e.status != 404:
+                return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
+        except Exception as e:
+            return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
+        with self._cond:
+            self.actual.pop(key, None)
+        log.info("EndpointSlice %s/%s deleted: nothing of this node for it", ns, name)
+        return True
+
+    def _write_failed(self, what: str, e: Exception) -> bool:
+        self.metrics.kube_errors.labels("slice").inc()
+        why = f"{what}: {_api_why(e) or self.explain(e)}"
+        if why != self.last_error:
+            log.error("%s (trying again)", why)
+        self.last_error = why
+        return False
+
+    # ------------------------------------------------------------------------------------------------ GC
+
+    def gc(self) -> dict[str, Any]:
+        """Other nodes' slices that are stale (slices.stale): deleted, each only as it was read (a resourceVersion
+        precondition), so a node that has just written it again keeps it."""
+        from kubernetes.client.exceptions import ApiException
+
+        removed, kept = [], 0
+        try:
+            version = self.version or self._discover()
+            resp: Any = self.custom.list_cluster_custom_object(
+                GROUP, version, PLURAL, label_selector=f"{slices.MANAGED_BY}={slices.MANAGER}",
+                _request_timeout=max(self.kube.timeout, 30), _preload_content=False,
+            )  # fmt: skip
+            by_node: dict[str, list[dict[str, Any]]] = {}
+            for item in json.loads(resp.data).get("items") or []:
+                node = str(((item.get("metadata") or {}).get("annotations") or {}).get(slices.NODE) or "")
+                if node and node != self.node:
+                    by_node.setdefault(node, []).append(item)
+            for node, docs in sorted(by_node.items()):
+                exists, there = self._node_pods(node)
+                for doc in docs:
+                    if not slices.stale(doc, exists, there):
+                        kept += 1
+                        continue
+                    meta = doc.get("metadata") or {}
+                    body = {"preconditions": {"resourceVersion": meta.get("resourceVersion")}}
+                    try:
+                        self.custom.delete_namespaced_custom_object(
+                            GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body,
+                            _request_timeout=self.kube.timeout, _preload_content=False,
+                        )  # fmt: skip
+                    except ApiException as e:
+                        if e.status in (404, 409):  # gone, or written again since it was read
+                            continue
+                        raise
+                    removed.append({"namespace": meta.get("namespace"), "name": meta.get("name"), "node": node})
+                    why = "its Node is gone" if not exists else "none of its pods is there"
+                    log.info("EndpointSlice %s/%s of node %s removed: %s", meta.get("namespace"),
+                             meta.get("name"), node, why)  # fmt: skip
+        except Exception as e:
+            return {"removed": removed, "kept": kept, "error": _api_why(e) or self.explain(e)}
+        return {"removed": removed, "kept": kept}
+
+    def _node_pods(self, node: str) -> tuple[bool, set[str]]:
+        """Whether the Node exists, and the uids of the pods bound to it."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.read_node(node, _request_timeout=self.kube.timeout, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return False, set()
+            raise
+        resp: Any = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _request_timeout=max(self.kube.timeout, 30), _preload_content=False
+        )
+        items = json.loads(resp.data).get("items") or []
+        return True, {str((p.get("metadata") or {}).get("uid") or "") for p in items}
+
+
+def _key(doc: dict[str, Any]) -> Key:
+    meta = doc.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _api_why(e: Any) -> str:
+    """An API error in a line (the server's message when it says one); what to do about a 403."""
+    status, reason = getattr(e, "status", None), getattr(e, "reason", None)
+    if status is None:
+        return ""
+    text = f"{status} {reason}"
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message = json.loads(getattr(e, "body", b"") or b"").get("message")
+        if message:
+            text += f": {message}"
+    if status == 403:
+        text += (
+            " (the node's ClusterRole must allow list and watch on services and list, watch, create, update and "
+            "delete on endpointslices: packaging/kubernetes/rbac.yaml; or set kubernetes.services: false)"
+        )
+    return text

@@ -1,0 +1,212 @@
+"""Hot-plug by editing the pod, as multus-dynamic-networks-controller gives Multus's users: a change of a running
+pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what it
+removes, through the one ADD and DEL path (names, addresses, devices, write-ahead, rollback), with the same rules
+as at the pod's start.
+
+- An element is what the record says it was attached for (podnets.element_key: network, interface, and everything
+  it asks); a renamed or changed element is a detach and an attach. The default network (the runtime's interface)
+  does not change on a running pod: an edit that changes it is refused with an event.
+- Order: what the edit adds on free interface names first (a failure leaves the pod as it was), then what it
+  removes, then what takes a removed one's name (a failure then leaves that interface out: the event and
+  network-status say so).
+- `PodSync` runs one pod at a time from a queue the pod watch feeds, and at start-up once for every recorded pod
+  (a daemon killed mid-hot-plug finishes the job: the record and the annotation are compared again)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from netcomp.cni.cache import Attachment, Entry
+from netcomp.delegate import podnets, podplan, select
+from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.podnets import Ask
+from netcomp.delegate.podstatus import network_status
+from netcomp.delegate.select import PodRef
+from netcomp.errors import DelegateError
+from netcomp.host import netns as nsutil
+
+log = logging.getLogger("netcomp.delegate")
+
+
+@dataclass
+class Outcome:
+    """What one sync did: interfaces added and removed, and the error that stopped it, if one did."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    error: DelegateError | None = None
+
+
+def pod_of(entry: Entry) -> PodRef | None:
+    p = entry.pod
+    return PodRef(p["namespace"], p["name"], p.get("uid", "")) if p and p.get("namespace") and p.get("name") else None
+
+
+def sync(d: Delegator, container_id: str, ifname: str) -> Outcome | None:
+    """Bring one container's attachments to what its pod's annotation asks now (None: nothing to do, or not now:
+    no record, a pod unknown to it, an ADD not finished)."""
+    if d.pods is None:
+        return None
+    with d.locks.hold(container_id):
+        entry = d.cache.load(container_id, ifname)
+        pod = pod_of(entry) if entry is not None else None
+        if entry is None or pod is None or not entry.attached or entry.unfinished:
+            return None
+        notes = d.pods.latest(pod)
+        if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
+            return None
+        try:
+            added, removed = diff(d, entry, pod, notes)
+        except DelegateError as e:
+            return _refused(d, pod, Outcome(error=e))
+        if not added and not removed:
+            return None
+        out = Outcome()
+        taken = {a.ifname for a in entry.attachments}
+        free = [x for x in added if x[0].ifname not in taken]
+        blocked = [x for x in added if x[0].ifname in taken]
+        try:
+            _attach(d, entry, pod, free, out)
+            if removed:
+                with nsutil.recorded(entry, entry.netns, pin=True) as target:
+                    errors = d.detach(entry, removed, target.path, why="hot-plug detach")
+                out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
+                if errors:
+                    raise errors[-1]
+            _attach(d, entry, pod, blocked, out)
+        except DelegateError as e:
+            out.error = e
+        _report(d, pod, entry, out)
+        return out
+
+
+def diff(
+    d: Delegator, entry: Entry, pod: PodRef, notes: Mapping[str, str]
+) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
+    """What the annotation asks now and the record does not have (new attachments, with their asks), and what
+    the record has that it no longer asks for."""
+    assert d.pods is not None
+    nets = d.networks()
+    asked = podplan.plan(pod, notes, nets, d.pods.policy, entry.ifname)
+    default = next((a for a in entry.attachments if a.ifname == entry.ifname), None)
+    if asked.default is not None and default is not None and asked.default != default.network:
+        raise (asked.default_ask or _whole(pod)).error(
+            f"the default network ({entry.ifname}) of a running pod does not change: it is {default.network}",
+            "delete the pod and make it again to change it",
+        )
+    want = [(w.network, w.ifname or "", ask) for w, ask in asked.more]
+    podnets.check_interfaces([(i, ask) for _, i, ask in want], entry.ifname, default is not None)
+    keys = {podnets.element_key(n, i, ask): (n, i, ask) for n, i, ask in want}
+    current = {a.element: a for a in entry.attachments if a.element}
+    removed = [a for k, a in current.items() if k not in keys]
+    added = []
+    for key, (net, ifname, ask) in keys.items():
+        if key in current:
+            continue
+        a = Attachment(net, ifname, nets[net], None, entry.args, {}, element=key)
+        added.append((a, ask))
+    return added, removed
+
+
+def _whole(pod: PodRef) -> Ask:
+    return Ask("", pod.namespace, f"pod {pod}")
+
+
+def _attach(d: Delegator, entry: Entry, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Outcome) -> None:
+    if not items:
+        return
+    new = [a for a, _ in items]
+    asks = {a.ifname: ask for a, ask in items}
+    d.prepare_asks(entry.container_id, new, asks)
+    reserved = d.reserve(entry.container_id, new, asks)
+    try:
+        d.attach(entry, new, entry.netns, pod, asks)
+    finally:
+        d.unreserve(reserved)
+    out.added += [a.ifname for a in new]
+
+
+def _report(d: Delegator, pod: PodRef, entry: Entry, out: Outcome) -> None:
+    assert d.pods is not None
+    by_name = {a.ifname: a for a in entry.attachments}
+    for name in out.added:
+        a = by_name.get(name)
+        if a is not None and a.result is not None:
+            ips = " ".join(str(ip.get("address")) for ip in a.result.get("ips") or [])
+            net = select.display_name(a.network, a.conflist)
+            d.pods.event(pod, "Normal", "AddedInterface", f"Add {name} [{ips}] from {net} (hot-plug)")
+    for name in out.removed:
+        d.pods.event(pod, "Normal", "RemovedInterface", f"Remove {name} (hot-plug)")
+    if out.error is not None:
+        _refused(d, pod, out)
+    d.pods.report(pod, network_status(entry.attached, entry.ifname))  # not what is left to undo
+    log.info(
+        "hot-plug of pod %s (container %s): added %s, removed %s%s",
+        pod,
+        entry.container_id,
+        ",".join(out.added) or "-",
+        ",".join(out.removed) or "-",
+        f"; failed: {out.error.full_msg}" if out.error else "",
+    )
+
+
+def _refused(d: Delegator, pod: PodRef, out: Outcome) -> Outcome:
+    assert d.pods is not None and out.error is not None
+    e = out.error
+    d.pods.event(pod, "Warning", "FailedHotplug", e.full_msg + (f" ({e.details})" if e.details else ""))
+    if not out.added and not out.removed:
+        log.warning("hot-plug of pod %s refused: %s", pod, e.full_msg)
+    return out
+
+
+class PodSync:
+    """Syncs pods whose annotations changed, one at a time, in a thread of its own: `changed(pod)` queues one
+    (the pod watch calls it), `all_recorded()` queues every pod the records name (at start-up)."""
+
+    def __init__(self, d: Delegator) -> None:
+        self.d = d
+        self._pending: dict[tuple[str, str], PodRef] = {}
+        self._cond = threading.Condition()
+        self.busy = False
+        self.synced = 0  # pods synced so far (tests wait for it to pass a count)
+
+    def changed(self, pod: PodRef) -> None:
+        with self._cond:
+            self._pending[(pod.namespace, pod.name)] = pod
+            self._cond.notify()
+
+    def all_recorded(self) -> None:
+        for e in self.d.cache.entries():
+            pod = pod_of(e)
+            if pod is not None:
+                self.changed(pod)
+
+    def wait_synced(self, count: int, timeout: float) -> bool:
+        """Until more than `count` pods were synced and nothing is queued or being synced (tests)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.synced > count and not self._pending and not self.busy, timeout)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._pending or stop.is_set(), 1.0) or stop.is_set():
+                    continue
+                _, pod = self._pending.popitem()
+                self.busy = True
+            try:
+                for e in self.d.cache.entries():
+                    p = pod_of(e)
+                    if p is not None and (p.namespace, p.name) == (pod.namespace, pod.name):
+                        if pod.uid and p.uid and pod.uid != p.uid:
+                            continue  # another pod of that name's container
+                        sync(self.d, e.container_id, e.ifname)
+            except Exception:
+                log.exception("hot-plug of pod %s failed", pod)
+            finally:
+                with self._cond:
+                    self.busy = False
+                    self.synced += 1
+                    self._cond.notify_all()

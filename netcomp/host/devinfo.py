@@ -1,0 +1,81 @@
+"""The device-info spec's files (k8snetworkplumbingwg/device-info-spec): a device plugin writes one per device it
+manages under dp/, the CNI side copies it per attachment under cni/ for the pod's applications, and removes it
+when the attachment goes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from netcomp.errors import HostError
+from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.names import PCI
+
+log = logging.getLogger("netcomp.host")
+
+VERSION = "1.1.0"
+MAX_FILE = 64 * 1024  # a device's info is a few hundred bytes
+
+
+def flat(name: str) -> str:
+    """A name as a path component: '/' (of a resource, a device ID, a namespaced network) becomes '-', as the
+    device-info helpers of network-attachment-definition-client write it."""
+    return name.replace("/", "-")
+
+
+def dp_path(root: str, resource: str, device_id: str) -> Path:
+    """Where the device plugin writes a device's info."""
+    return Path(root) / "dp" / f"{flat(resource)}-{flat(device_id)}-device.json"
+
+
+def cni_path(root: str, network: str, container_id: str, ifname: str) -> Path:
+    """Where an attachment's copy goes: the spec asks only for a name unique per attachment; this is Multus's
+    (`<network>-<container>_<ifname>`, a definition's network as namespace-name), so tools written for Multus
+    find it."""
+    return Path(root) / "cni" / f"{flat(network)}-{container_id}_{ifname}"
+
+
+def read_dp(root: str, resource: str, device_id: str) -> dict[str, Any] | None:
+    """The device plugin's info of a device; for a PCI address with no file (a device plugin that writes none),
+    the spec's minimal pci record; None for any other device without one. A file that is not the spec's JSON
+    object is logged and treated as missing."""
+    path = dp_path(root, resource, device_id)
+    try:
+        info = _read_json(path)
+    except FileNotFoundError:
+        info = None
+    except (OSError, ValueError) as e:
+        log.warning("device-info %s of device %s is unusable: %s", path, device_id, e)
+        info = None
+    if info is None and PCI.fullmatch(device_id):
+        info = {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
+    return info
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    doc = json.loads(read_bounded(path, MAX_FILE, follow=False))
+    if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
+        raise ValueError("not a device-info object (no type)")
+    return doc
+
+
+def write_copy(path: str, info: dict[str, Any]) -> None:
+    """Write an attachment's copy (atomically; its dir made when missing). OSError as the disk gives it."""
+    p = Path(path)
+    p.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    # Read-only, as the device-info helpers of network-attachment-definition-client write it; not fsync'd:
+    # it is on the ADD's path, in a runtime dir, and the write-ahead names it for a DEL to remove.
+    atomic_write(p, (json.dumps(info, indent=2) + "\n").encode(), mode=0o444, durable=False)
+
+
+def remove(path: str) -> None:
+    """Remove an attachment's copy; gone already is fine. HostError when it cannot be removed."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    except OSError as e:
+        raise HostError(f"cannot remove the device-info copy {path}: {e.strerror}") from None

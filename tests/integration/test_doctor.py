@@ -1,0 +1,249 @@
+"""`netcomp doctor` on a node: the daemon as a process in a lab's "host" netns (procdaemon.py), following a real
+kube-apiserver (kubeapi.py) with the packaged ClusterRole's rights, its plugins the real ones (symlinked into a dir
+of the test's, so that one can go missing), and doctor run in that netns as an operator runs it on a node. A
+healthy node passes every check (exit 0); each fault an operator meets is the right failing line and exit 1: a
+plugin gone, a kernel feature this kernel lacks (ipvlan, 8021q), a cniVersion the plugins do not speak, an RBAC verb
+taken away on the API server, another file before netcomp's in the runtime's conf dir."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.daemonlab import intent
+from tests.integration.kubeapi import NODE_TOKEN, ApiServer, reachable_from
+from tests.integration.netns import IP, PLUGIN_DIR, Lab
+from tests.integration.procdaemon import NETCOMP, ProcNode, proc_node
+
+pytestmark = pytest.mark.root
+NODE = "node-d"
+# The lab's networks this node serves: mgmt (bridge), storage and backup (macvlan), tunnel (macvlan over a VXLAN).
+NOT_SERVED = ("40-broken.yaml", "50-signal.yaml", "70-tagged.yaml")
+
+
+@pytest.fixture(scope="module")
+def admin(api: ApiServer) -> Any:
+    from kubernetes import client, config
+
+    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
+    return c
+
+
+@pytest.fixture(scope="module")
+def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
+    base = tmp_path_factory.mktemp("doctor")
+    with contextlib.ExitStack() as stack:
+
+        def setup(base: Path, lb: Lab) -> None:
+            fwd = stack.enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
+            api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
+            for name in NOT_SERVED:
+                (base / "networks.d" / name).unlink()
+            plugins = base / "cni-bin"
+            plugins.mkdir()
+            for p in Path(PLUGIN_DIR).iterdir():
+                (plugins / p.name).symlink_to(p)
+
+        extra = {
+            "kubernetes": {"kubeconfig": str(base / "lab.kubeconfig"), "timeout": 10},
+            "clusterIntentDir": str(base / "cluster.d"),
+            "nodeName": NODE,
+            "pluginDirs": [str(base / "cni-bin")],
+            "writeRuntimeConfig": True,
+        }
+        yield stack.enter_context(proc_node(base, extra=extra, setup=setup))
+
+
+def doctor(node: ProcNode) -> tuple[int, dict[str, dict[str, str]], str]:
+    """`netcomp doctor -o json` in the node's netns, as on a node; (exit status, checks by name, the text form)."""
+    argv = [IP, "netns", "exec", node.lab.host, NETCOMP, "doctor", "--config", str(node.config)]
+    argv += ["--state", str(node.base / "state.json")]
+    p = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, timeout=120, check=False)
+    assert p.stderr == "", p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["ok"] == (p.returncode == 0)
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert text.returncode == p.returncode
+    return p.returncode, {c["name"]: c for c in doc["checks"]}, text.stdout
+
+
+def failing(checks: dict[str, dict[str, str]]) -> list[str]:
+    return [name for name, c in checks.items() if c["status"] == "fail"]
+
+
+def test_a_healthy_node_passes(node: ProcNode) -> None:
+    rc, checks, text = doctor(node)
+    assert rc == 0, text
+    assert failing(checks) == []
+    assert list(checks) == [
+        "config",
+        "daemon",
+        "networks",
+        "kernel:bridge",
+        "kernel:macvlan",
+        "kernel:vxlan",
+        "device:ncm0",
+        "hostlink:vx4242",
+        "plugin:bridge",
+        "plugin:host-local",
+        "plugin:macvlan",
+        "runtime",
+        "apiserver",
+        "rbac",
+        "node",
+    ]
+    assert all(c["status"] == "ok" for c in checks.values()), text
+    assert checks["networks"]["found"].startswith("4 compiled in ")
+    assert checks["kernel:macvlan"]["found"] == "the kernel makes macvlan links (networks backup, storage, tunnel)"
+    assert checks["hostlink:vx4242"]["found"].startswith("not there yet: the first ADD makes it (vxlan over ncm0")
+    assert "speaks CNI 0.1.0 to 1.0.0" in checks["plugin:macvlan"]["found"]
+    assert checks["node"]["found"] == f"Node {NODE!r} exists"
+    assert text.splitlines()[-1] == "15 checks: all passed"
+
+
+def test_a_missing_plugin(node: ProcNode) -> None:
+    link = node.base / "cni-bin" / "macvlan"
+    link.unlink()
+    try:
+        rc, checks, text = doctor(node)
+    finally:
+        link.symlink_to(Path(PLUGIN_DIR) / "macvlan")
+    assert rc == 1, text
+    assert failing(checks) == ["plugin:macvlan"]
+    c = checks["plugin:macvlan"]
+    assert (
+        c["found"]
+        == f"not found (or not executable) in {node.base / 'cni-bin'} (networks backup, storage, tunnel run it)"
+    )
+    assert "containernetworking-plugins" in c["fix"]
+    assert "FAIL  plugin:macvlan" in text and text.splitlines()[-1] == "15 checks: 1 failed (plugin:macvlan)"
+
+
+@contextlib.contextmanager
+def serving(node: ProcNode, **files: str) -> Iterator[None]:
+    """More networks (intent files) served while the block runs: the daemon reloaded (SIGHUP, READY=1 after)."""
+    paths = [node.base / "networks.d" / name for name in files]
+    for path, text in zip(paths, files.values(), strict=True):
+        path.write_text(text)
+    node.reload()
+    try:
+        yield
+    finally:
+        for path in paths:
+            path.unlink()
+        node.reload()
+
+
+def test_kernel_features_this_kernel_lacks(node: ProcNode) -> None:
+    """ipvlan and 8021q (a VLAN master): this kernel makes neither, which the plugins find only at the first ADD."""
+    ipam = f"ipam: {{type: host-local, dataDir: {node.base}/ipam, subnet: 10.9"
+    signal = intent("signal", f"{{type: ipvlan, hostDevice: ncm0, mode: l2, {ipam}5.0.0/24}}}}")
+    tagged = intent("tagged", f"{{type: macvlan, hostDevice: ncm0, vlan: 120, {ipam}7.0.0/24}}}}")
+    with serving(node, **{"80-signal.yaml": signal, "81-tagged.yaml": tagged}):
+        rc, checks, text = doctor(node)
+    assert rc == 1, text
+    assert failing(checks) == ["kernel:8021q", "kernel:ipvlan"]
+    ipvlan = checks["kernel:ipvlan"]
+    assert ipvlan["found"] == "the kernel cannot make ipvlan links: Operation not supported (networks signal need them)"
+    assert ipvlan["fix"] == "load the module (`modprobe ipvlan`) or run a kernel built with CONFIG_IPVLAN"
+    assert checks["kernel:8021q"]["found"].endswith("(networks tagged need them)")
+    assert checks["hostlink:ncm0.120"]["status"] == "ok"  # it is the kernel that cannot make it
+    # Nothing was left in the node's netns by the test of the kernel.
+    out = subprocess.run([IP, "-n", node.lab.host, "-o", "link"], capture_output=True, text=True, check=True).stdout
+    assert sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines()) == ["lo", "ncm0", "ncm0p"]
+
+
+def test_a_cni_version_the_plugins_do_not_speak(node: ProcNode) -> None:
+    modern = {
+        "cniVersion": "1.1.0",
+        "name": "modern",
+        "plugins": [{"type": "bridge", "bridge": "ncmod0", "ipam": {"type": "host-local", "subnet": "10.96.0.0/24"}}],
+    }
+    static = node.base / "static.d" / "modern.conflist"
+    static.write_text(json.dumps(modern))
+    try:
+        with serving(node, **{"85-modern.yaml": intent("modern", "{type: static, networkID: modern}")}):
+            rc, checks, text = doctor(node)
+    finally:
+        static.unlink()
+    assert rc == 1, text
+    assert failing(checks) == ["plugin:bridge", "plugin:host-local"]
+    bridge = checks["plugin:bridge"]
+    assert bridge["found"] == (
+        f"{node.base / 'cni-bin' / 'bridge'} speaks CNI 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, not 1.1.0 (the "
+        "cniVersion of modern)"
+    )
+
+
+def test_an_rbac_verb_taken_away_on_the_api_server(node: ProcNode, admin: Any) -> None:
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(admin)
+    raw = rbac.read_cluster_role("netcomp-node", _preload_content=False)
+    before = json.loads(raw.data)["rules"]
+    less = [
+        {**r, "verbs": [v for v in r["verbs"] if v != "patch"]} if r["resources"] == ["pods"] else r for r in before
+    ]
+    rbac.patch_cluster_role("netcomp-node", {"rules": less})
+    try:
+        _until_allowed(admin, "patch", "pods", False)
+        rc, checks, text = doctor(node)
+    finally:
+        rbac.patch_cluster_role("netcomp-node", {"rules": before})
+        _until_allowed(admin, "patch", "pods", True)
+    assert rc == 1, text
+    assert failing(checks) == ["rbac"]
+    found = checks["rbac"]["found"]
+    assert found.startswith(f"not granted to the identity in {node.base / 'lab.kubeconfig'}: patch pods (1 of ")
+    assert "rbac.yaml" in checks["rbac"]["fix"]
+
+
+def _until_allowed(admin: Any, verb: str, resource: str, allowed: bool) -> None:
+    """Until the API server's authorizer (fed by its own watch of the roles) says so for the daemon's user: a
+    SubjectAccessReview, asked with a deadline (an external process catching up)."""
+    from kubernetes import client
+
+    auth = client.AuthorizationV1Api(admin)
+    body = {"spec": {"user": "netcomp-node", "resourceAttributes": {"verb": verb, "resource": resource}}}
+    deadline = time.monotonic() + 30
+    while auth.create_subject_access_review(body).status.allowed != allowed:
+        assert time.monotonic() < deadline, f"the API server did not take the role's change ({verb} {resource})"
+        time.sleep(0.05)
+
+
+def test_another_file_before_netcomps_in_the_runtimes_conf_dir(node: ProcNode) -> None:
+    other = node.base / "net.d" / "00-another.conflist"
+    other.write_text(json.dumps({"cniVersion": "1.0.0", "name": "another", "plugins": [{"type": "bridge"}]}))
+    try:
+        rc, checks, text = doctor(node)
+    finally:
+        other.unlink()
+    assert rc == 1, text
+    assert failing(checks) == ["runtime"]
+    assert checks["runtime"]["found"] == (
+        f"the runtime picks {other}, not {node.base / 'net.d' / '00-netcomp.conflist'}: 00-another.conflist sorts "
+        "first (containerd and CRI-O take the first file by name)"
+    )
+    assert checks["runtime"]["fix"].startswith("remove 00-another.conflist from ")
+
+
+def test_a_daemon_that_does_not_answer(node: ProcNode) -> None:
+    """Doctor runs without the daemon: its line says so; the checks that need no daemon still run."""
+    node.stop()
+    try:
+        rc, checks, text = doctor(node)
+    finally:
+        node.start()
+    assert rc == 1, text
+    assert failing(checks) == ["daemon"]
+    # The socket stays (systemd's socket unit holds it, here the test): a connection waits for a daemon.
+    assert checks["daemon"]["found"] == f"no answer on {node.sock} within 10 s (starting, or hung)"
+    assert checks["plugin:macvlan"]["status"] == "ok"

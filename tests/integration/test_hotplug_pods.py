@@ -1,0 +1,162 @@
+"""Hot-plug by editing the pod, against a real kube-apiserver with the real plugins in network namespaces: an edit of
+a running pod's k8s.v1.cni.cncf.io/networks annotation attaches what it adds and detaches what it removes
+(renames are a detach and an attach), read back from the pod's namespace, its network-status and events; a
+failing add leaves the pod as it was; a daemon killed mid-hot-plug finishes the job when it starts again."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.daemonlab import DaemonLab
+from tests.integration.kubeapi import ApiServer
+from tests.integration.test_multus import NETWORKS, admin, attach, detach, events_of, node, pod, status_of
+
+pytestmark = pytest.mark.root
+__all__ = ["admin", "node"]  # fixtures, used by name
+
+
+def edit(admin: Any, dl: DaemonLab, p: dict[str, Any], value: str) -> None:
+    """Patch the pod's networks annotation and wait until the daemon's watch saw it and the sync ran."""
+    from kubernetes import client
+
+    assert dl.daemon.podsync is not None and dl.daemon.cluster is not None
+    before = dl.daemon.podsync.synced
+    client.CoreV1Api(admin).patch_namespaced_pod(p["name"], p["ns"], {"metadata": {"annotations": {NETWORKS: value}}})
+    assert dl.daemon.podsync.wait_synced(before, 60), "the edit was not synced"
+
+
+def links(dl: DaemonLab, ctr: str) -> list[str]:
+    return sorted(x for x in dl.lab.links(ctr) if x != "lo")
+
+
+def test_an_edit_attaches_what_it_adds_and_detaches_what_it_removes(admin: Any, node: DaemonLab) -> None:
+    with pod(admin, node, "editme", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(node, p)
+        assert rc == 0, res
+        assert links(node, ctr) == ["eth0", "net1"]
+        storage_addr = node.lab.addrs(ctr, "net1")
+        edit(admin, node, p, "storage, backup")
+        assert links(node, ctr) == ["eth0", "net1", "net2"]
+        assert node.lab.addrs(ctr, "net1") == storage_addr  # untouched
+        assert node.lab.addrs(ctr, "net2")[0].startswith("10.80.0.")
+        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+            ("mgmt", "eth0"),
+            ("storage", "net1"),
+            ("backup", "net2"),
+        ]
+        # storage removed: backup moves to position 1, so Multus's name for it is net1 now (a detach and an
+        # attach), and storage's lease is freed.
+        edit(admin, node, p, "backup")
+        assert links(node, ctr) == ["eth0", "net1"] and node.lab.addrs(ctr, "net1")[0].startswith("10.80.0.")
+        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+            ("mgmt", "eth0"),
+            ("backup", "net1"),
+        ]
+        assert not any(lease.startswith("storage") for lease in node.leases())
+        reasons = [(r, m.split(" [")[0]) for _, r, m in events_of(admin, node, p)]
+        assert ("RemovedInterface", "Remove net1 (hot-plug)") in reasons and (
+            "RemovedInterface",
+            "Remove net2 (hot-plug)",
+        ) in reasons
+        # An explicit interface name: a rename of the same network is a detach and an attach.
+        edit(admin, node, p, "backup@bk7")
+        assert links(node, ctr) == ["bk7", "eth0"]
+        detach(node, ctr, p)
+
+
+def test_a_failing_add_leaves_the_pod_as_it_was(admin: Any, node: DaemonLab) -> None:
+    """'signal' is an ipvlan network, which this kernel refuses ("operation not supported"): its plugin fails,
+    the ADD is rolled back, the pod keeps what it had, and a warning event says why."""
+    with pod(admin, node, "failing", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(node, p)
+        assert rc == 0, res
+        edit(admin, node, p, "storage, signal")
+        assert links(node, ctr) == ["eth0", "net1"]
+        warnings = [m for kind, r, m in events_of(admin, node, p) if kind == "Warning" and r == "FailedHotplug"]
+        assert any("network 'signal', plugin 'ipvlan'" in m for m in warnings), warnings
+        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+            ("mgmt", "eth0"),
+            ("storage", "net1"),
+        ]
+        edit(admin, node, p, "storage@eth0")  # refused before anything runs: the runtime's interface
+        assert links(node, ctr) == ["eth0", "net1"]
+        detach(node, ctr, p)
+
+
+def test_hotplug_can_be_turned_off(api: ApiServer, admin: Any, tmp_path: Path) -> None:
+    from tests.integration.test_kube import kube_lab
+
+    with kube_lab(tmp_path, api.node_kubeconfig, hotplug=False) as dl:
+        assert dl.daemon.podsync is None
+
+
+def test_a_daemon_killed_mid_hotplug_finishes_it_when_it_starts_again(
+    api: ApiServer, admin: Any, tmp_path: Path
+) -> None:
+    """SIGKILL in the hot-plug's ADD, its record written and no plugin run (the second pass of after-write-ahead:
+    the first is the pod's own ADD): the daemon that starts again undoes it, then compares the pod's record with
+    its annotation and attaches what the edit asked for. The pod ends as its annotation says."""
+    import concurrent.futures
+
+    from kubernetes import client, watch
+
+    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
+    from tests.integration.procdaemon import proc_node
+
+    core = client.CoreV1Api(admin)
+    holder: dict[str, Any] = {}
+
+    def setup(base: Path, lb: Any) -> None:
+        fwd = holder["stack"].enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
+        api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
+
+    kube = {"kubeconfig": str(tmp_path / "lab.kubeconfig"), "timeout": 10}
+    extra = {"kubernetes": kube, "clusterIntentDir": str(tmp_path / "cluster.d"), "nodeName": "node-h"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "killed", "annotations": {NETWORKS: "storage"}},
+        "spec": {"nodeName": "node-h", "containers": [{"name": "c", "image": "registry.invalid/none"}]},
+    }
+    created = core.create_namespaced_pod("default", body)
+    args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed;K8S_POD_UID={created.metadata.uid}"
+    try:
+        with contextlib.ExitStack() as stack:
+            holder["stack"] = stack
+            n = stack.enter_context(
+                proc_node(tmp_path, extra=extra, env={"NETCOMP_CRASH_AT": "after-write-ahead:2"}, setup=setup)
+            )
+            ctr = n.lab.container()
+            assert n.shim("ADD", ctr, args=args)[0] == 0
+            assert sorted(n.lab.links(ctr)) == ["eth0", "lo", "net1"]
+            core.patch_namespaced_pod("killed", "default", {"metadata": {"annotations": {NETWORKS: "storage, backup"}}})
+            assert n.proc is not None and n.proc.wait(timeout=60) == -9, n.logs()
+            n.env.pop("NETCOMP_CRASH_AT")
+            stream = watch.Watch()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                seen = pool.submit(_wait_status, stream, core, ["eth0", "net1", "net2"])
+                n.start()
+                assert seen.result(timeout=120), n.logs()
+            assert sorted(n.lab.links(ctr)) == ["eth0", "lo", "net1", "net2"]
+            assert n.shim("DEL", ctr, args=args)[0] == 0
+            assert n.lab.links(ctr) == ["lo"] and n.cache_files() == [] and n.leases() == []
+    finally:
+        core.delete_namespaced_pod("killed", "default", grace_period_seconds=0)
+
+
+def _wait_status(stream: Any, core: Any, interfaces: list[str]) -> bool:
+    """Until the pod's network-status names exactly these interfaces (a watch: no polling)."""
+    import json
+
+    for event in stream.stream(
+        core.list_namespaced_pod, "default", field_selector="metadata.name=killed", timeout_seconds=110
+    ):
+        got = (event["object"].metadata.annotations or {}).get("k8s.v1.cni.cncf.io/network-status")
+        if got and [s["interface"] for s in json.loads(got)] == interfaces:
+            stream.stop()
+            return True
+    return False

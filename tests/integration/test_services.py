@@ -1,0 +1,399 @@
+"""Services on secondary networks against a real kube-apiserver and etcd (kubeapi.py): two daemons as two nodes,
+each serving its own lab with the real plugins, the daemons with the packaged ClusterRole's rights only. A
+Service in netcomp's spelling and one in DANM's: each node's EndpointSlice holds the addresses its pods have on
+the network (read back from the pods' namespaces and their network-status), following pods created, made
+ready, relabelled, deleted and moved to the other node, and the Service deleted; a daemon restarted, the API
+server away and back, a slice deleted by hand, and another node's stale slices removed by the GC. The server is
+Kubernetes 1.20: EndpointSlices are discovery.k8s.io/v1beta1 there (v1 is in tests/unit/test_slices.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.daemon.daemon import Daemon
+from tests.integration.daemonlab import DaemonLab
+from tests.integration.kubeapi import ApiServer
+from tests.integration.test_kube import kube_lab, wait_for
+from tests.integration.test_multus import cni_args, status_of
+
+pytestmark = pytest.mark.root
+NS = "vnf"
+ES = ("discovery.k8s.io", "v1beta1")
+DANM = ("danm.k8s.io", "v1")
+NODES = ("node-a", "node-b")
+View = dict[str, list[tuple[str, str, bool]]]  # node -> (pod, address, ready) of its slices
+
+
+@pytest.fixture(scope="module")
+def admin(api: ApiServer) -> Any:
+    from kubernetes import client, config
+
+    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    core, custom = client.CoreV1Api(c), client.CustomObjectsApi(c)
+    core.create_namespace({"metadata": {"name": NS}})
+    for node in NODES:  # the Nodes the pods are bound to (no kubelet registers them here)
+        core.create_node({"metadata": {"name": node}})
+    ipam = {"type": "cluster", "subnet": "10.66.0.0/24"}
+    ext = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "ext"}}
+    custom.create_cluster_custom_object("netcomp.io", "v1", "networks", {**ext, "spec": {
+        "type": "macvlan", "hostDevice": "ncm0", "ipam": ipam}})  # fmt: skip
+    internal = {
+        "apiVersion": "danm.k8s.io/v1",
+        "kind": "DanmNet",
+        "metadata": {"name": "internal", "namespace": NS},
+        "spec": {"NetworkID": "internal", "NetworkType": "macvlan",
+                 "Options": {"host_device": "ncm0", "cidr": "10.67.0.0/24", "container_prefix": "int"}},
+    }  # fmt: skip
+    custom.create_namespaced_custom_object(*DANM, NS, "danmnets", internal)
+    return c
+
+
+@pytest.fixture(scope="module")
+def custom(admin: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(admin)
+
+
+@pytest.fixture(scope="module")
+def core(admin: Any) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(admin)
+
+
+@contextlib.contextmanager
+def node(api: ApiServer, base: Path, name: str) -> Iterator[DaemonLab]:
+    base.mkdir()
+    settings = {"nodeName": name, "ipamGrace": 2.0}
+    with kube_lab(base, api.node_kubeconfig, danm=True, settings=settings) as dl:
+        wait_for(dl, lambda: {"ext", f"{NS}.internal"} <= set(dl.daemon.state.networks()), "the networks compiled")
+        yield dl
+
+
+@pytest.fixture(scope="module")
+def nodes(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[DaemonLab]]:
+    base = tmp_path_factory.mktemp("svc")
+    with node(api, base / "a", "node-a") as a, node(api, base / "b", "node-b") as b:
+        yield [a, b]
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def service(core: Any, name: str, notes: dict[str, str], ports: list[dict[str, Any]]) -> dict[str, Any]:
+    body = {"metadata": {"name": name, "annotations": notes}, "spec": {"clusterIP": "None", "ports": ports}}
+    return core.create_namespaced_service(NS, body).to_dict()  # type: ignore[no-any-return]
+
+
+def make_pod(core: Any, dl: DaemonLab, name: str, labels: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
+    body = {
+        "metadata": {"name": name, "labels": labels, "annotations": notes},
+        "spec": {"nodeName": dl.settings.nodeName, "containers": [{"name": "c", "image": "registry.invalid/none"}]},
+    }
+    created = core.create_namespaced_pod(NS, body)
+    return {"ns": NS, "name": name, "uid": created.metadata.uid}
+
+
+def attach(admin: Any, dl: DaemonLab, p: dict[str, Any], network: str) -> tuple[str, str]:
+    """ADD the pod's sandbox; (container, its address on `network`), read from its namespace and matched
+    against the network-status the node wrote."""
+    ctr = dl.lab.container()
+    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr))
+    assert rc == 0, res
+    [entry] = [s for s in status_of(admin, dl, p) if s["name"] == network]
+    [addr] = [a.split("/")[0] for a in dl.lab.addrs(ctr, entry["interface"])]
+    assert entry["ips"] == [addr]
+    return ctr, addr
+
+
+def detach(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
+    rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr))
+    assert rc == 0, res
+
+
+def delete_service(core: Any, name: str) -> None:
+    # Kubernetes 1.20 answers a Service's DELETE with a Status, which the client would read as a Service.
+    core.delete_namespaced_service(name, NS, _preload_content=False)
+
+
+def ready(core: Any, p: dict[str, Any], is_ready: bool = True) -> None:
+    cond = [{"type": "Ready", "status": "True" if is_ready else "False"}]
+    core.patch_namespaced_pod_status(p["name"], NS, {"status": {"phase": "Running", "conditions": cond}})
+
+
+def view_of(items: list[dict[str, Any]], svc: str) -> View:
+    out: View = {}
+    for s in items:
+        meta = s["metadata"]
+        if meta["labels"].get("kubernetes.io/service-name") != svc:
+            continue
+        node = meta["labels"]["netcomp.io/node"]
+        assert meta["name"].startswith(f"{svc}.{node}.v4") and meta["annotations"]["netcomp.io/node"] == node
+        for e in s.get("endpoints") or []:
+            assert e["topology"] == {"kubernetes.io/hostname": node}  # each node writes its own pods only
+            out.setdefault(node, []).append((e["targetRef"]["name"], e["addresses"][0], e["conditions"]["ready"]))
+    return {n: sorted(v) for n, v in out.items()}
+
+
+def wait_view(custom: Any, svc: str, want: View, timeout: float = 60) -> list[dict[str, Any]]:
+    """Until the slices of `svc` say `want`: listed, then watched (no sleep), or fail showing what they say."""
+    from kubernetes import watch
+
+    deadline = time.monotonic() + timeout
+    doc = custom.list_namespaced_custom_object(*ES, NS, "endpointslices")
+    items = {s["metadata"]["name"]: s for s in doc["items"]}
+    rv = doc["metadata"]["resourceVersion"]
+    while view_of(list(items.values()), svc) != want:
+        left = deadline - time.monotonic()
+        assert left > 0, f"slices of {svc}: {view_of(list(items.values()), svc)}, not {want}"
+        w = watch.Watch()
+        for ev in w.stream(custom.list_namespaced_custom_object, *ES, NS, "endpointslices", resource_version=rv,
+                           timeout_seconds=max(1, int(left))):  # fmt: skip
+            obj = ev["object"]
+            rv = obj["metadata"]["resourceVersion"]
+            if ev["type"] == "DELETED":
+                items.pop(obj["metadata"]["name"], None)
+            else:
+                items[obj["metadata"]["name"]] = obj
+            if view_of(list(items.values()), svc) == want:
+                w.stop()
+    return list(items.values())
+
+
+def written(*labs: DaemonLab) -> None:
+    for dl in labs:
+        assert dl.daemon.cluster is not None and dl.daemon.cluster.slices is not None
+        assert dl.daemon.cluster.slices.wait_written(30)
+
+
+def known(dl: DaemonLab, p: dict[str, Any], cond: Callable[[bool], bool] = bool) -> None:
+    """Until the node's pod follower has (or no longer has) the pod."""
+    assert dl.daemon.cluster is not None
+    pods = dl.daemon.cluster.pods
+    with pods.changed:
+        assert pods.changed.wait_for(lambda: cond(pods.has(NS, p["name"])), 30)
+
+
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+
+
+# ------------------------------------------------------------------------------------------------ netcomp's spelling
+
+
+def test_a_service_follows_its_pods_across_two_nodes(
+    core: Any, custom: Any, admin: Any, nodes: list[DaemonLab]
+) -> None:
+    a, b = nodes
+    notes = {"netcomp.io/selector": "app=web", "netcomp.io/network": "ext"}
+    svc = service(core, "web", notes, [{"name": "http", "port": 80, "targetPort": 8080}])
+    on_ext = {NETWORKS: "ext"}
+    a1 = make_pod(core, a, "web-a1", {"app": "web"}, on_ext)
+    b1 = make_pod(core, b, "web-b1", {"app": "web"}, on_ext)
+    db = make_pod(core, a, "db-a1", {"app": "db"}, on_ext)  # not selected
+    ctr_a1, ip_a1 = attach(admin, a, a1, "ext")
+    ctr_b1, ip_b1 = attach(admin, b, b1, "ext")
+    attach(admin, a, db, "ext")
+    items = wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, False)], "node-b": [("web-b1", ip_b1, False)]})
+    [sa] = [s for s in items if s["metadata"]["name"] == "web.node-a.v4"]
+    assert sa["addressType"] == "IPv4" and sa["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    assert sa["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "netcomp.io"
+    assert sa["metadata"]["labels"]["service.kubernetes.io/headless"] == ""
+    assert [(o["kind"], o["name"], o["uid"]) for o in sa["metadata"]["ownerReferences"]] == [
+        ("Service", "web", svc["metadata"]["uid"])
+    ]
+    assert sa["endpoints"][0]["targetRef"]["uid"] == a1["uid"]
+
+    # Ready once Running with its Ready condition.
+    ready(core, a1)
+    wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, True)], "node-b": [("web-b1", ip_b1, False)]})
+
+    # A pod created, then deleted.
+    a2 = make_pod(core, a, "web-a2", {"app": "web"}, on_ext)
+    ctr_a2, ip_a2 = attach(admin, a, a2, "ext")
+    want = {"node-a": [("web-a1", ip_a1, True), ("web-a2", ip_a2, False)], "node-b": [("web-b1", ip_b1, False)]}
+    wait_view(custom, "web", want)
+    detach(a, ctr_a2, a2)
+    core.delete_namespaced_pod("web-a2", NS, grace_period_seconds=0)
+    wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, True)], "node-b": [("web-b1", ip_b1, False)]})
+
+    # web-b1 moves to node-a: node-b's last pod of the Service is gone, and so is its slice.
+    detach(b, ctr_b1, b1)
+    core.delete_namespaced_pod("web-b1", NS, grace_period_seconds=0)
+    known(b, b1, lambda has: not has)
+    b1 = make_pod(core, a, "web-b1", {"app": "web"}, on_ext)
+    ctr_b1, ip_b1 = attach(admin, a, b1, "ext")
+    items = wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, True), ("web-b1", ip_b1, False)]})
+    assert [s["metadata"]["name"] for s in items if "web." in s["metadata"]["name"]] == ["web.node-a.v4"]
+
+    # Relabelled: no longer selected.
+    core.patch_namespaced_pod("web-a1", NS, {"metadata": {"labels": {"app": "other"}}})
+    wait_view(custom, "web", {"node-a": [("web-b1", ip_b1, False)]})
+
+    # The Service deleted: every node deletes its slices (no kube-controller-manager runs here to do it).
+    delete_service(core, "web")
+    wait_view(custom, "web", {})
+    written(a, b)
+    assert custom.list_namespaced_custom_object(*ES, NS, "endpointslices")["items"] == []
+    for ctr, p in ((ctr_a1, a1), (ctr_b1, b1)):
+        detach(a, ctr, p)
+        core.delete_namespaced_pod(p["name"], NS, grace_period_seconds=0)
+    core.delete_namespaced_pod("db-a1", NS, grace_period_seconds=0)
+
+
+# ------------------------------------------------------------------------------------------------ DANM's spelling
+
+
+def test_danms_svcwatcher_service(core: Any, custom: Any, admin: Any, nodes: list[DaemonLab]) -> None:
+    """DANM's annotations and its port rule (the Service's port, not targetPort); a pod whose connection to the
+    DanmNet has no address (`ip: none`) gives no endpoint; a refused Service is in `netcomp status`."""
+    a, b = nodes
+    notes = {"danm.k8s.io/selector": json.dumps({"app": "lb"}), "danm.k8s.io/network": "internal"}
+    service(core, "lb", notes, [{"name": "sip", "port": 5060, "targetPort": 15060, "protocol": "UDP"}])
+    conn = "danm.k8s.io/interfaces"
+    lb0 = make_pod(core, a, "lb-0", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "dynamic"}])})
+    lb1 = make_pod(core, b, "lb-1", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "dynamic"}])})
+    bare = make_pod(core, b, "lb-2", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "none"}])})
+    ctr0, ip0 = attach(admin, a, lb0, f"{NS}/internal")
+    ctr1, ip1 = attach(admin, b, lb1, f"{NS}/internal")
+    ctr2 = b.lab.container()
+    assert b.shim("ADD", ctr2, args=cni_args(bare, ctr2))[0] == 0
+    for p in (lb0, lb1):
+        ready(core, p)
+    items = wait_view(custom, "lb", {"node-a": [("lb-0", ip0, True)], "node-b": [("lb-1", ip1, True)]})
+    lb = [s for s in items if s["metadata"]["labels"]["kubernetes.io/service-name"] == "lb"]
+    assert len(lb) == 2 and all(s["ports"] == [{"name": "sip", "port": 5060, "protocol": "UDP"}] for s in lb)
+
+    bad = {"danm.k8s.io/selector": "{app: lb}", "danm.k8s.io/network": "internal"}
+    service(core, "broken", bad, [{"port": 1}])
+    assert a.daemon.cluster is not None and a.daemon.cluster.slices is not None
+    with a.daemon.cluster.slices._cond:
+        assert a.daemon.cluster.slices._cond.wait_for(lambda: (NS, "broken") in a.daemon.cluster.slices.refused, 30)
+    why = a.daemon.status()["kubernetes"]["endpointSlices"]["refused"][f"{NS}/broken"]
+    assert why.startswith("danm.k8s.io/selector: not JSON")
+
+    for name in ("lb", "broken"):
+        delete_service(core, name)
+    wait_view(custom, "lb", {})
+    for dl, ctr, p in ((a, ctr0, lb0), (b, ctr1, lb1), (b, ctr2, bare)):
+        detach(dl, ctr, p)
+        core.delete_namespaced_pod(p["name"], NS, grace_period_seconds=0)
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+
+def restart(dl: DaemonLab) -> None:
+    """The node's daemon started again (after dl.daemon.stop()), following the cluster as at first."""
+    dl.daemon = Daemon(lambda: dl.settings, exec_=dl.lab.exec_in_host, link_netns=dl.lab.host,
+                       state_path=dl.base / "state.json")  # fmt: skip
+    dl.daemon.start_cluster()
+    dl.daemon.reload()
+    dl.daemon.start()
+
+
+def address_on(dl: DaemonLab, ctr: str, network: str) -> str:
+    """The container's address on `network`, by the interface the node's record names."""
+    entry = dl.daemon.cache.load(f"ctr-{ctr}", "eth0")
+    assert entry is not None
+    [att] = [x for x in entry.attached if x.network == network]
+    [addr] = [x.split("/")[0] for x in dl.lab.addrs(ctr, att.ifname)]
+    return addr
+
+
+def test_restart_api_server_away_and_a_slice_deleted_by_hand(
+    api: ApiServer, core: Any, custom: Any, admin: Any, nodes: list[DaemonLab]
+) -> None:
+    """On the lab's host-local network `storage`, which needs no API server to attach."""
+    a, _ = nodes
+    notes = {"netcomp.io/selector": "app=api", "netcomp.io/network": "storage"}
+    service(core, "api", notes, [{"port": 443}])
+    on_storage = {NETWORKS: "storage"}
+    p1, p2 = (make_pod(core, a, f"api-{i}", {"app": "api"}, on_storage) for i in (1, 2))
+    ctr1, ip1 = attach(admin, a, p1, "storage")
+    ctr2, ip2 = attach(admin, a, p2, "storage")
+    wait_view(custom, "api", {"node-a": [("api-1", ip1, False), ("api-2", ip2, False)]})
+
+    # A slice deleted by hand is written again.
+    custom.delete_namespaced_custom_object(*ES, NS, "endpointslices", "api.node-a.v4")
+    wait_view(custom, "api", {"node-a": [("api-1", ip1, False), ("api-2", ip2, False)]})
+
+    # The daemon stopped; meanwhile api-2 is deleted (its container not: no DEL reached the node) and api-1 made
+    # ready. The daemon started again reconciles from the cluster and its records.
+    written(a)
+    a.daemon.stop(drain=5)
+    core.delete_namespaced_pod("api-2", NS, grace_period_seconds=0)
+    ready(core, p1)
+    restart(a)
+    wait_view(custom, "api", {"node-a": [("api-1", ip1, True)]})
+    detach(a, ctr2, p2)
+
+    # The API server away: a pod the node follows already is attached, another detached; the slice says both
+    # once the API server is back.
+    p3 = make_pod(core, a, "api-3", {"app": "api"}, on_storage)
+    known(a, p3)
+    api.stop_apiserver()
+    try:
+        ctr3 = a.lab.container()
+        rc, res = a.shim("ADD", ctr3, args=cni_args(p3, ctr3))
+        assert rc == 0, res
+        detach(a, ctr1, p1)
+    finally:
+        api.start_apiserver()
+    ip3 = address_on(a, ctr3, "storage")
+    wait_view(custom, "api", {"node-a": [("api-3", ip3, False)]})
+
+    delete_service(core, "api")
+    wait_view(custom, "api", {})
+    detach(a, ctr3, p3)
+    for p in (p1, p3):
+        core.delete_namespaced_pod(p["name"], NS, grace_period_seconds=0)
+
+
+def test_the_gc_removes_a_gone_nodes_slices_only_with_proof(
+    core: Any, custom: Any, admin: Any, nodes: list[DaemonLab]
+) -> None:
+    a, b = nodes
+    notes = {"netcomp.io/selector": "app=gc", "netcomp.io/network": "ext"}
+    service(core, "gc", notes, [{"port": 7}])
+    on_ext = {NETWORKS: "ext"}
+    pa, pb = make_pod(core, a, "gc-a", {"app": "gc"}, on_ext), make_pod(core, b, "gc-b", {"app": "gc"}, on_ext)
+    ctr_a, ip_a = attach(admin, a, pa, "ext")
+    ctr_b, ip_b = attach(admin, b, pb, "ext")
+    wait_view(custom, "gc", {"node-a": [("gc-a", ip_a, False)], "node-b": [("gc-b", ip_b, False)]})
+    # node-b's daemon stops with its pod still bound there: its slice stays, and so it does after a GC.
+    written(b)
+    b.daemon.stop(drain=5)
+    try:
+        assert a.daemon._gc_cluster()["endpointSlices"] == {"removed": [], "kept": 1}
+        # Its pod deleted (the node "gone" with it): the GC removes the slice, and only that one.
+        core.delete_namespaced_pod("gc-b", NS, grace_period_seconds=0)
+        doc = a.daemon._gc_cluster()["endpointSlices"]
+        assert doc == {"removed": [{"namespace": NS, "name": "gc.node-b.v4", "node": "node-b"}], "kept": 0}
+        wait_view(custom, "gc", {"node-a": [("gc-a", ip_a, False)]})
+        # A Node that is gone: its slices go whatever pods they name (a pod of a deleted Node is deleted too).
+        core.delete_node("node-b")
+        b_slice = {"metadata": {"name": "gc.node-b.v4", "namespace": NS, "annotations": {"netcomp.io/node": "node-b"},
+                   "labels": {"endpointslice.kubernetes.io/managed-by": "netcomp.io", "netcomp.io/node": "node-b",
+                              "kubernetes.io/service-name": "gc"}},
+                   "addressType": "IPv4", "endpoints": [{"addresses": ["10.66.0.250"],
+                                                         "targetRef": {"kind": "Pod", "uid": pa["uid"]}}]}  # fmt: skip
+        custom.create_namespaced_custom_object(*ES, NS, "endpointslices", b_slice)
+        doc = a.daemon._gc_cluster()["endpointSlices"]
+        assert doc == {"removed": [{"namespace": NS, "name": "gc.node-b.v4", "node": "node-b"}], "kept": 0}
+    finally:
+        with contextlib.suppress(Exception):
+            core.create_node({"metadata": {"name": "node-b"}})
+        restart(b)
+    detach(b, ctr_b, pb)
+    delete_service(core, "gc")
+    wait_view(custom, "gc", {})
+    detach(a, ctr_a, pa)
+    core.delete_namespaced_pod("gc-a", NS, grace_period_seconds=0)
