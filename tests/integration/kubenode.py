@@ -264,7 +264,7 @@ def _cluster_objects(node: KubeNode) -> None:
 
     custom = client.CustomObjectsApi(node.admin)
     hl = str(node.hostlocal_dir)
-    pool = {"type": "macvlan", "hostDevice": MASTER, "interfacePrefix": "pl"}
+    pool: dict[str, Any] = {"type": "macvlan", "hostDevice": MASTER}
     pool["ipam"] = {"type": "cluster", "subnet": "10.124.0.0/24"}
     obj = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "pool"}, "spec": pool}
     custom.create_cluster_custom_object("netcomp.io", "v1", "networks", obj)

@@ -7,10 +7,11 @@ come to them (up to a minute later)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,21 @@ def running(node: KubeNode, *manifests: dict[str, Any]) -> dict[str, Any]:
     """The pods posted, then each V1Pod once Running."""
     create(node, *manifests)
     return {n: p for n, (p, _) in wait_running(node, [m["metadata"]["name"] for m in manifests]).items()}
+
+
+@contextlib.contextmanager
+def posted(node: KubeNode, *manifests: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pods posted and Running (name -> V1Pod); on the way out, whatever happened, deleted (delete())."""
+    from kubernetes import client
+
+    try:
+        yield running(node, *manifests)
+    finally:
+        pods = []
+        for m in manifests:
+            with contextlib.suppress(client.ApiException):
+                pods.append(core(node).read_namespaced_pod(m["metadata"]["name"], NAMESPACE))
+        delete(node, pods)
 
 
 def delete(node: KubeNode, pods: Iterable[Any]) -> None:
