@@ -13,8 +13,10 @@ DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper
 # The compiled shim: a C compiler and libc's headers (gcc brings the ASan and UBSan runtimes the tests use).
 SHIM_DEBS := gcc libc6-dev
 
-# The real Kubernetes API server the Kubernetes tests run against, built from Debian's source package (about
-# 6 minutes the first time, then cached outside the checkout).
+# The real Kubernetes API server and kubelet the Kubernetes tests run against (and the static pause of a pod's
+# sandbox), built from Debian's source package (about 6 minutes the first time, then cached outside the checkout).
+# The node tests (tests/integration/test_kubelet_node.py) run that kubelet with Debian's containerd: 40 s to 1.5
+# minutes of `make test` (the kubelet's container GC, once a minute, decides).
 KUBE_BINS ?= /var/cache/netcomp-test/kube
 # The Debian 13 root the system tests build, lint, install and boot the package in (debootstrap, about 1-5 minutes
 # and 850 MB the first time, then cached outside the checkout).

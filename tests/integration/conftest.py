@@ -1,5 +1,6 @@
 """What the integration tests share: a real kube-apiserver and etcd (kubeapi.py) per test module that asks for
-`api`, with the packaged CRDs and ClusterRole installed."""
+`api`, with the packaged CRDs and ClusterRole installed; a real node on it (kubenode.py) per module that asks for
+`kubenode`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.kubeapi import ApiServer, api_server
+from tests.integration.kubenode import KubeNode, kube_node
 
 
 @pytest.fixture(scope="module")
@@ -18,3 +20,13 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         pytest.skip("needs root (network namespaces, the API server's binaries)")
     with api_server(tmp_path_factory.mktemp(f"kube-{request.module.__name__.rpartition('.')[2]}")) as a:
         yield a
+
+
+@pytest.fixture(scope="module")
+def kubenode(
+    api: ApiServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeNode]:
+    """A real node (kubenode.py: kubelet, containerd, netcomp as its CNI, a device plugin) registered with the
+    module's API server; one per module."""
+    with kube_node(tmp_path_factory.mktemp(f"node-{request.module.__name__.rpartition('.')[2]}"), api) as node:
+        yield node

@@ -163,10 +163,13 @@ def api_server(work: Path) -> Iterator[ApiServer]:
         _install_manifests(api)
         yield api
     finally:
-        for p in reversed(procs):
+        # One at a time, the API server first: stopping, it still writes to etcd (its endpoints), and without
+        # etcd it retries until it is killed. It exits within a second or two, unless a client keeps a request
+        # of it open (a test's leftover watch): then it is killed after a few seconds, its state being thrown
+        # away anyway.
+        for p, grace in zip(reversed(procs), (5, 20), strict=False):
             p.terminate()
-        for p in reversed(procs):
-            reap(p, 20)
+            reap(p, grace)
         for f in logs:
             f.close()
 
