@@ -2,12 +2,15 @@
 """Delegation benchmark (root). Both shims in one run, interleaved: the compiled shim (netcomp/shim/netcomp-shim.c,
 built as `netcomp install-shim` builds it) and the Python shim (plugin.py behind its launcher, byte-compiled, as
 install-shim installs it where there is no compiler). Prints ratios against baselines measured in the same run;
-the goals (issue 14) are the compiled shim's:
+the goals are the compiled shim's:
 
   (a) ADD+DEL of one bridge+host-local network through shim+daemon / the same delegate exec'd directly   <= 1.20
   (b) a container joining three networks (ADD) / the three delegates exec'd one after another directly   <= 0.75
   (c) shim start (CNI_COMMAND=VERSION) / /bin/true (the Python shim: / /usr/bin/python3 -I -S -c pass)   <= 1.5
   (d) 16 containers ADD at once, wall time / the same 16 direct execs at once                             <= 1.25
+  (f) a pod's ADD, then its DEL the moment the ADD is answered, on a node following a real API server with
+      its pods bound to it (network-status, events and EndpointSlices as configured by default) / the same
+      bridge conflist exec'd directly, ADD then DEL at once                                              <= 1.10
 
 (e), no goal set: a container on three networks leaving them (DEL) / the three DELs direct, one after another;
 and, for reading them, (a0) (b0) (d0): the same work with a daemon that costs nothing, the floor of each ratio
@@ -16,15 +19,15 @@ exec'd directly, in parallel where the daemon runs them so. A floor over a goal 
 this machine with that shim.
 
 In (a), (a0) and (e) each DEL is made SETTLE (0.1 s, untimed) after its ADD on both sides, as a runtime's is
-(see SETTLE). (a-) reads (a) with each DEL right after its ADD, as this benchmark measured (a) until session 9.
-Every program is exec'd the one way, the way the direct delegates are: netcomp's runner (cni/invoke.real_exec),
-the shims and the baselines of (c) too, so that an exec costs the same on both sides of a ratio. (a~) reads (a-)
-with the shims exec'd by subprocess.run, as this benchmark did until session 9 (the direct side by the runner):
-that charged each shim call about 1 ms the direct delegates did not pay.
+(see SETTLE). (a-) reads (a) with each DEL right after its ADD. Every program is exec'd the one way, the way the
+direct delegates are: netcomp's runner (cni/invoke.real_exec), the shims and the baselines of (c) too, so that an
+exec costs the same on both sides of a ratio.
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
-started as `netcomp daemon --root TMP` in it; all is removed at the end.
-Usage: sudo bench/delegate.py [--runs N]
+started as `netcomp daemon --root TMP` in it; (f) starts a kube-apiserver and etcd there too
+(tests/integration/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
+that follows it. All is removed at the end.
+Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -111,7 +115,7 @@ def setup(base: Path) -> None:
     (base / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\nmaxInFlight: 64\n")
 
 
-GOALS = {"a": 1.20, "b": 0.75, "c": 1.5, "d": 1.25}  # the compiled shim's (issue 14)
+GOALS = {"a": 1.20, "b": 0.75, "c": 1.5, "d": 1.25, "f": 1.10}  # the compiled shim's
 # How long after its ADD a container's DEL is made in (a) and (e), untimed, through the shim and directly alike. A
 # bridge DEL costs more once the kernel has finished what an ADD sets going (measured here: 20 ms right after
 # the ADD, 25.6 ms 20 ms after it, 27.8-28.1 ms from 50 ms to 1 s after it: docs/benchmarks.md). A direct DEL
@@ -119,9 +123,107 @@ GOALS = {"a": 1.20, "b": 0.75, "c": 1.5, "d": 1.25}  # the compiled shim's (issu
 # come between), so back to back the two sides' DELs found the kernel in different states. A container lives
 # longer than this: the settled DEL is the one a runtime makes.
 SETTLE = 0.1
+NODE = "bench-node"  # (f): the Node its pods are bound to, which its daemon serves
+CLUSTER_WARM = 5  # (f): rounds not counted (the API server's and the daemon's first calls)
 
 
-def inner(runs: int) -> None:
+def cluster_node(base: Path, kubeconfig: Path) -> Path:
+    """(f)'s node root: the same bridge default network, netcomp.yaml following the API server as `NODE` (its
+    pods, network-status, events and EndpointSlices as by default; no Network objects). Its socket's path."""
+    default_bridge(base, "ncbench1", "10.143.0.0/16")
+    (base / "etc/netcomp/kubeconfig").write_bytes(kubeconfig.read_bytes())
+    (base / "etc/netcomp/netcomp.yaml").write_text(
+        f"defaultNetwork: mgmt\nnodeName: {NODE}\n"
+        "kubernetes: {kubeconfig: /etc/netcomp/kubeconfig, networks: false}\n"
+    )
+    return base / "run/netcomp/netcomp.sock"
+
+
+def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> dict[str, list[float]] | None:
+    """(f): ADD then DEL at once through `exe` on a node following a real API server, interleaved with the same
+    bridge conflist exec'd directly, ADD then DEL at once. None (said why) without the API server's binaries."""
+    from netcomp.cni.invoke import Runner, RuntimeConf
+    from netcomp.daemon.client import call
+    from tests.integration.kubeapi import BINS, api_server
+
+    if not (BINS / "kube-apiserver").exists():
+        print(f"(f) skipped: no kube-apiserver in {BINS} (make kube-bins)")
+        return None
+    from kubernetes import client, config
+
+    out: dict[str, list[float]] = defaultdict(list)
+    node = base / "node"
+    with api_server(base / "kube") as api:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
+        pods = [f"bench-{i}" for i in range(CLUSTER_WARM + runs)]
+        for name in pods:
+            spec = {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+            core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                                   "spec": spec})  # fmt: skip
+        sock = cluster_node(node, api.node_kubeconfig)
+        conf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": str(sock)}).encode()
+        with (node / "daemon.log").open("wb") as log_file:
+            daemon = subprocess.Popen([NC, "daemon", "--root", str(node)], stderr=log_file)
+        try:
+            _until(lambda: _pods_known(call, str(sock)) >= len(pods), "the daemon's pod watch has every pod")
+            conflist = json.loads((node / "run/netcomp/networks/mgmt.conflist").read_text())
+            runner = Runner([PLUGINS])
+            for i, pod in enumerate(pods):
+                ns = netns()
+                rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
+                t = time.perf_counter()
+                result = runner.add(conflist, rc)
+                t_add = time.perf_counter() - t
+                runner.delete(conflist, rc, result)
+                t_del = time.perf_counter() - t - t_add
+                ns = netns()
+                args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={ns}"
+                s_add = shim(exe, "ADD", ns, args, conf)
+                s_del = shim(exe, "DEL", ns, args, conf)
+                # What the daemon writes after the ADD (network-status, then the event), untimed: written before
+                # the next round, and the watch's news of it settled, so that their cost (the API server's too)
+                # lands on neither side's next round.
+                _until(lambda pod=pod: _written(core, pod), f"pod {pod}'s network-status and event written")
+                time.sleep(SETTLE)
+                if i >= CLUSTER_WARM:
+                    for key, took in (("direct add", t_add), ("direct del", t_del), ("add", s_add), ("del", s_del)):
+                        out[key].append(took)
+        except BaseException:
+            sys.stderr.write("(f) the daemon's log, its end:\n" + "".join(
+                (node / "daemon.log").read_text(errors="replace").splitlines(True)[-30:]))  # fmt: skip
+            raise
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+    return out
+
+
+def _until(done: Any, what: str, seconds: float = 60) -> None:
+    """Poll an outside process's state (the daemon's, the API server's) with a deadline."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"(f): not within {seconds:g} s: {what}")
+        time.sleep(0.02)
+
+
+def _pods_known(call: Any, sock: str) -> int:
+    try:
+        status, doc = call(sock, "GET", "/status", timeout=5)
+    except OSError:  # not serving yet
+        return -1
+    return int(((doc or {}).get("kubernetes") or {}).get("pods") or 0) if status == 200 else -1
+
+
+def _written(core: Any, pod: str) -> bool:
+    notes = core.read_namespaced_pod(pod, "default").metadata.annotations or {}
+    if "k8s.v1.cni.cncf.io/network-status" not in notes:
+        return False
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={pod}").items
+    return any(e.reason == "AddedInterface" for e in events)
+
+
+def inner(runs: int, only_cluster: bool = False) -> None:
     from netcomp.cni.invoke import Runner, RuntimeConf, real_exec
     from netcomp.shim import install as shimlaunch
 
@@ -142,19 +244,15 @@ def inner(runs: int) -> None:
     shimconf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": sock}).encode()
     netns = Netnses("ncb")
 
-    def execute(argv: list[str], env: dict[str, str], legacy: bool = False) -> tuple[float, int, bytes]:
+    def execute(argv: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
         """Exec as a runtime execs a plugin (config on stdin, stdout read): the shims and their baselines with the
         very routine the direct delegates are exec'd with (netcomp's runner: posix_spawn, one poll loop), so that
-        an exec costs the same on both sides of every ratio. legacy: with subprocess.run instead, as this
-        benchmark exec'd the shims (not the direct delegates) until session 9: about 1 ms more per exec here."""
+        an exec costs the same on both sides of every ratio."""
         t = time.perf_counter()
-        if legacy:
-            p = subprocess.run(argv, input=shimconf, env=env, capture_output=True, timeout=120)
-            return time.perf_counter() - t, p.returncode, p.stdout
         r = real_exec(argv, env, shimconf, 120)
         return time.perf_counter() - t, r.returncode, r.stdout
 
-    def shim(exe: str, cmd: str, ns: str, args: str = "", legacy: bool = False) -> float:
+    def shim(exe: str, cmd: str, ns: str, args: str = "", conf: bytes | None = None) -> float:
         env = {
             "CNI_COMMAND": cmd,
             "CNI_CONTAINERID": ns,
@@ -163,10 +261,11 @@ def inner(runs: int) -> None:
             "CNI_ARGS": args,
             "CNI_PATH": PLUGINS,
         }
-        took, code, out = execute([exe], env, legacy)
-        if code != 0:
-            raise SystemExit(f"shim {exe} {cmd} failed: {out.decode()}")
-        return took
+        t = time.perf_counter()
+        r = real_exec([exe], env, conf or shimconf, 120)
+        if r.returncode != 0:
+            raise SystemExit(f"shim {exe} {cmd} failed: {r.stdout.decode()}")
+        return time.perf_counter() - t
 
     def start(exe: str) -> float:
         """A shim start alone: its VERSION, answered without the daemon."""
@@ -213,7 +312,8 @@ def inner(runs: int) -> None:
 
         one = [("mgmt", "eth0")]
         three = [("mgmt", "eth0"), ("storage", "net0"), ("backup", "net1")]
-        for _ in range(runs):
+        main_runs = 0 if only_cluster else runs
+        for _ in range(main_runs):
             # (a) and (e): the DEL made SETTLE after the ADD, untimed, on both sides (see SETTLE).
             ns = netns()
             t_add, res = direct(ns, one)
@@ -236,8 +336,6 @@ def inner(runs: int) -> None:
                 ns = netns()
                 r["a-"].append(shim(exe, "ADD", ns) + shim(exe, "DEL", ns))
                 ns = netns()
-                r["a~"].append(shim(exe, "ADD", ns, legacy=True) + shim(exe, "DEL", ns, legacy=True))
-                ns = netns()
                 t_add, res = direct(ns, one, start(exe))
                 time.sleep(SETTLE)
                 r["a0"].append(t_add + direct_del(ns, one, res, start(exe)))
@@ -248,7 +346,7 @@ def inner(runs: int) -> None:
                 time.sleep(SETTLE)
                 r["e"].append(shim(exe, "DEL", ns))
 
-        for _ in range(runs * 2):
+        for _ in range(main_runs * 2):
             direct_ms["c/true"].append(bare(["/bin/true"]))
             direct_ms["c/python"].append(bare([PY, "-I", "-S", "-c", "pass"]))
             for name, exe in exes.items():
@@ -272,11 +370,12 @@ def inner(runs: int) -> None:
 
         # Half as many rounds as the others (20 of 40): one round's ratio reads anywhere from 1.00 to 1.40 here (16
         # plugins on 2 cores; the direct round alone 84 to 136 ms), and a median of 8 moved by 0.1 between runs.
-        for _ in range(max(3, runs // 2)):
+        for _ in range(max(3, main_runs // 2) if main_runs else 0):
             direct_ms["d"].append(at_once(None))
             for name, exe in exes.items():
                 m[name]["d"].append(at_once(exe))
                 m[name]["d0"].append(at_once(exe, floor=True))
+        cluster = cluster_case(runs, base, exes["C"], netns, shim)
     except BaseException:
         sys.stderr.write(
             "the daemon's log, its end:\n" + "".join(daemon_log.read_text(errors="replace").splitlines(True)[-30:])
@@ -294,7 +393,7 @@ def inner(runs: int) -> None:
         print(f"  {label:58s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  {tail}")
 
     print(f"netcomp delegation benchmark, {time.strftime('%Y-%m-%d')}, medians of {runs} runs (ms)")
-    for name, r in m.items():
+    for name, r in m.items() if not only_cluster else ():
         compiled_shim = name == "C"
         print(
             f"  the {'compiled shim (netcomp-shim.c)' if compiled_shim else 'Python shim (plugin.py), for comparison'}"
@@ -308,28 +407,38 @@ def inner(runs: int) -> None:
             row("(c) shim VERSION / python3 -I -S -c pass", r["c"], direct_ms["c/python"])
         row("(d) 16 ADDs at once: shim+daemon / 16 direct at once", r["d"], direct_ms["d"], goal("d"))
         row("(a-) as (a), each DEL right after its ADD", r["a-"], direct_ms["a-"], note="(for reading (a))")
-        row("(a~) as (a-), the shim exec'd by subprocess.run", r["a~"], direct_ms["a-"], note="(as before session 9)")
         row("(e) DEL of 3 networks: shim+daemon / 3 direct in turn", r["e"], direct_ms["e"], note="(no goal set)")
         row("(a0) floor of (a): shim starts + direct execs", r["a0"], direct_ms["a"], goal("a"))
         row("(b0) floor of (b)", r["b0"], direct_ms["b"], goal("b"))
         row("(d0) floor of (d)", r["d0"], direct_ms["d"], goal("d"))
+    if cluster is not None:
+        f = cluster
+        both = [a + d for a, d in zip(f["add"], f["del"], strict=True)]
+        direct = [a + d for a, d in zip(f["direct add"], f["direct del"], strict=True)]
+        print("  the compiled shim, a node following a real API server, its pods bound to it")
+        row("(f) ADD, DEL at once: shim+daemon / direct", both, direct, GOALS["f"])
+        row("(f) its ADD", f["add"], f["direct add"], note="(for reading (f))")
+        row("(f) its DEL", f["del"], f["direct del"], note="(for reading (f))")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--only-cluster", action="store_true", help="(f) alone")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/delegate.py needs root (network namespaces)")
     if args.inner:
-        inner(args.runs)
+        inner(args.runs, args.only_cluster)
         return
     host = f"ncbench-host-{os.getpid()}"
     sh("ip", "netns", "add", host)
     try:
         subprocess.run(
-            ["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)], check=True
+            ["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)]
+            + (["--only-cluster"] if args.only_cluster else []),
+            check=True,
         )
     finally:
         subprocess.run(["ip", "netns", "del", host], capture_output=True)
