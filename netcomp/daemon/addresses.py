@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netcomp.cni.cache import Cache
+from netcomp.delegate.cache import Cache
 from netcomp.errors import DelegateError
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from netcomp import __version__, report
 from netcomp.cni import spec as cnispec
-from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
@@ -33,6 +32,7 @@ from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenants import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
+from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.podsync import PodSync

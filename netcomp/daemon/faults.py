@@ -3,7 +3,7 @@ makes it SIGKILL itself the n-th time (default: the first) it passes the named p
 dying exactly there loses nothing. Points: `after-claim` (addresses claimed, nothing recorded yet),
 `after-write-ahead` (an ADD's record is on disk, no delegate ran),
 `between-delegates` (one network of an ADD finished, others may still run), `mid-outcome` (half of the
-record that an ADD's networks are attached written, cni/cache.py), `before-answer` (the ADD is recorded
+record that an ADD's networks are attached written, delegate/cache.py), `before-answer` (the ADD is recorded
 as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated),
 `after-block-claim` (an address block's object made, the node's record of its blocks not yet written),
 `mid-write-behind` (one block's record brought up to date, the next not yet). Unset on a node, where a point

@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from netcomp.cni.cache import Cache
 from netcomp.daemon import kubewatch
 from netcomp.daemon.kubenode import NodeWatch
 from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.kubeslices import ServiceSlices
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
+from netcomp.delegate.cache import Cache
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad

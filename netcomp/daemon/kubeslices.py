@@ -25,13 +25,13 @@ import logging
 import threading
 from typing import Any
 
-from netcomp.cni.cache import Cache
 from netcomp.daemon import kubewatch, slices
 from netcomp.daemon.kubeclient import ApiException
 from netcomp.daemon.kubepods import QUIET, QUIET_LIMIT, PodWatch
 from netcomp.daemon.kubewatch import MAX_BACKOFF, keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
+from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
 from netcomp.settings import KubeSettings
 

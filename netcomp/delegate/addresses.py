@@ -9,8 +9,8 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from netcomp.cni.cache import Attachment
 from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.delegate.cache import Attachment
 from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni import result as cniresult
-from netcomp.cni.cache import Attachment, Cache, Entry, NetnsId
 from netcomp.cni.codes import (
     E_INVALID_CONFIG,
     E_INVALID_ENV,
@@ -39,6 +38,7 @@ from netcomp.cni.codes import (
 from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.delegate import addresses, podnets, podplan, select
 from netcomp.delegate import asks as podasks
+from netcomp.delegate.cache import Attachment, Cache, Entry
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
@@ -48,6 +48,7 @@ from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
+from netcomp.host.netns import NetnsId
 from netcomp.ipam.store import AddressAllocator
 
 log = logging.getLogger("netcomp.delegate")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from netcomp.cni.cache import Attachment, Entry
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.delegate.asks import declared
+from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.select import PodRef, display_name
 from netcomp.errors import DelegateError, HostError

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.cni.cache import Attachment, Entry
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import podplan, select
+from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podnets import Ask

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.cni.cache import Attachment, Cache
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
+from netcomp.delegate.cache import Attachment, Cache
 from netcomp.delegate.podnets import Ask
 from netcomp.errors import DelegateError, HostError, LinkMismatch
 

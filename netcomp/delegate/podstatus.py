@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
-from netcomp.cni.cache import Attachment
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import asks, podnets, select
+from netcomp.delegate.cache import Attachment
 
 
 class Pods(Protocol):

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from netcomp.cni.cache import Attachment, Entry
 from netcomp.delegate import podnets, podplan, select
+from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status

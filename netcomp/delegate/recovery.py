@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from netcomp.cni.cache import Entry
+from netcomp.delegate.cache import Entry
 from netcomp.delegate.delegator import Delegator
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil

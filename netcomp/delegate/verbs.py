@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from netcomp.cni.cache import Attachment
 from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
+from netcomp.delegate.cache import Attachment
 from netcomp.delegate.delegator import Delegator, as_delegate_error
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, printable

@@ -32,9 +32,8 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from netcomp.cni.cache import Entry, NetnsId
 from netcomp.cni.codes import E_INVALID_ENV, E_TRY_LATER
 from netcomp.errors import DelegateError, HostError
 from netcomp.fsutil import read_bounded
@@ -59,6 +58,18 @@ _libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
 _libc.name_to_handle_at.restype = ctypes.c_int
 _libc.name_to_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 T = TypeVar("T")
+NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, whatever path names it
+
+
+class Recorded(Protocol):
+    """What a record says of the namespace its ADD attached (delegate.record.Entry): its identity, None in
+    records from before netcomp kept one, and its cookie, None in records from before netcomp kept those."""
+
+    @property
+    def netns_id(self) -> NetnsId | None: ...
+
+    @property
+    def netns_cookie(self) -> int | None: ...
 
 
 def _setns(fd: int) -> None:
@@ -262,7 +273,7 @@ class Target:
 
 
 @contextlib.contextmanager
-def recorded(entry: Entry, *paths: str, pin: bool) -> Iterator[Target]:
+def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
     """The namespace the entry's ADD recorded, looked for at each of `paths` (the one the request gives first,
     then the one ADD was given), then anywhere it can still be (`find`). Only a namespace of the recorded
     identity counts; with `pin` the plugins get a path to the daemon's own descriptor on it, which no later

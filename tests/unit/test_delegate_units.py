@@ -184,8 +184,8 @@ def test_delegates_get_a_scrubbed_environment(monkeypatch: pytest.MonkeyPatch) -
 
 def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) -> Any:
     """A Delegator over `nets` whose plugins are `fake_exec` (no default network, no interface in any netns)."""
-    from netcomp.cni.cache import Cache
     from netcomp.cni.invoke import Runner
+    from netcomp.delegate.cache import Cache
     from netcomp.delegate.delegator import Delegator
 
     return Delegator(
@@ -240,7 +240,7 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
 
 
 def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:
-    from netcomp.cni.cache import Attachment, Cache, Entry
+    from netcomp.delegate.cache import Attachment, Cache, Entry
 
     cache = Cache(tmp_path / "cache")
     assert cache.count() == 0 and cache.entries() == []
@@ -266,7 +266,7 @@ def test_an_empty_entry_is_reported_by_a_scan_and_removed_only_by_a_load(
     """An entry a power cut left empty (zero bytes, or zeros): a scan (listing, GC, start-up; no container lock)
     reports it and leaves it; a load (always under the container's lock) removes it, says so, and reads it as no
     entry. A half-written entry is not empty: it stays an error, kept for the operator."""
-    from netcomp.cni.cache import Cache
+    from netcomp.delegate.cache import Cache
 
     cache = Cache(tmp_path / "cache")
     cache.directory.mkdir()
@@ -356,8 +356,8 @@ def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> N
 def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Path) -> None:
     """The write-ahead is the whole entry, its attachment `adding`, on disk before the plugin runs; the outcome is
     one RFC 7464 record appended to that same file (its inode kept: no second file made), which a reader applies."""
-    from netcomp.cni.cache import RS, Entry
     from netcomp.cni.invoke import ExecResult
+    from netcomp.delegate.cache import RS, Entry
 
     res = b'{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}'
     seen: list[tuple[int, bytes]] = []
@@ -393,7 +393,7 @@ def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is
     stays `adding` (its ADD was never answered) and is undone. A whole record that is not JSON, or names what the
     entry has not begun, is no truncation (a disk fault, a hand edit): the entry cannot be read, and is kept for the
     operator."""
-    from netcomp.cni.cache import RS, Attachment, Cache, Entry
+    from netcomp.delegate.cache import RS, Attachment, Cache, Entry
 
     cache = Cache(tmp_path / "cache")
     entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])

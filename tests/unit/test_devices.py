@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import ExecResult, Runner
 from netcomp.delegate import dispatch, hotplug
+from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.podnets import Policy

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from netcomp.cni.cache import Attachment
+from netcomp.delegate.cache import Attachment
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.select import PodRef, pod_ref
 from netcomp.settings import KubeSettings, Settings

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from netcomp.cni.cache import Attachment, Entry
 from netcomp.daemon import labels
 from netcomp.daemon.slices import (
     Attached,
@@ -27,6 +26,7 @@ from netcomp.daemon.slices import (
     slice_name,
     stale,
 )
+from netcomp.delegate.cache import Attachment, Entry
 
 # ------------------------------------------------------------------------------------------------ selectors
 

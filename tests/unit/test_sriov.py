@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from netcomp.cni.cache import Cache
 from netcomp.cni.invoke import ExecResult, Runner
 from netcomp.delegate import dispatch
+from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError

@@ -51,6 +51,7 @@ import orjson
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.errors import HostError
 from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
+from netcomp.host.netns import NetnsId
 
 log = logging.getLogger("netcomp.cache")
 
@@ -125,9 +126,6 @@ class Attachment:
             device=d["device"] if isinstance(d.get("device"), dict) else None,
             element=str(d.get("element") or ""),
         )
-
-
-NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, whatever path names it
 
 
 @dataclass
