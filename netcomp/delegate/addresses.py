@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
-from netcomp.delegate.cache import Attachment
 from netcomp.delegate.podnets import Ask
+from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import Pool

@@ -38,12 +38,13 @@ from netcomp.cni.codes import (
 from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.delegate import addresses, podnets, podplan, select
 from netcomp.delegate import asks as podasks
-from netcomp.delegate.cache import Attachment, Cache, Entry
+from netcomp.delegate.cache import Cache
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import Pods, network_status
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import container

@@ -23,8 +23,8 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.delegate.asks import declared
-from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.podnets import Ask
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.select import PodRef, display_name
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import devinfo

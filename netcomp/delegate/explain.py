@@ -15,13 +15,13 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import podplan, select
-from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.podsync import diff as hotplug_diff
 from netcomp.delegate.podsync import pod_of
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import Pool

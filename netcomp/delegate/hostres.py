@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
-from netcomp.delegate.cache import Attachment, Cache
+from netcomp.delegate.cache import Cache
 from netcomp.delegate.podnets import Ask
+from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError, HostError, LinkMismatch
 
 log = logging.getLogger("netcomp.delegate")

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from netcomp.cni import result as cniresult
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import asks, podnets, select
-from netcomp.delegate.cache import Attachment
+from netcomp.delegate.record import Attachment
 
 
 class Pods(Protocol):

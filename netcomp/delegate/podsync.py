@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from netcomp.delegate import podnets, podplan, select
-from netcomp.delegate.cache import Attachment, Entry
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil

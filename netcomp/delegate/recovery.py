@@ -8,8 +8,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from netcomp.delegate.cache import Entry
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.record import Entry
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
 

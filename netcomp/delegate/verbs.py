@@ -8,8 +8,8 @@ import logging
 from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
-from netcomp.delegate.cache import Attachment
 from netcomp.delegate.delegator import Delegator, as_delegate_error
+from netcomp.delegate.record import Attachment
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, printable
 from netcomp.host import netns as nsutil

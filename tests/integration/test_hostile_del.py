@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.delegate.cache import Attachment, Entry
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.host import netns as nsutil
 from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
 from tests.integration.netns import ip

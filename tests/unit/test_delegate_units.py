@@ -240,7 +240,8 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
 
 
 def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:
-    from netcomp.delegate.cache import Attachment, Cache, Entry
+    from netcomp.delegate.cache import Cache
+    from netcomp.delegate.record import Attachment, Entry
 
     cache = Cache(tmp_path / "cache")
     assert cache.count() == 0 and cache.entries() == []
@@ -357,7 +358,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
     """The write-ahead is the whole entry, its attachment `adding`, on disk before the plugin runs; the outcome is
     one RFC 7464 record appended to that same file (its inode kept: no second file made), which a reader applies."""
     from netcomp.cni.invoke import ExecResult
-    from netcomp.delegate.cache import RS, Entry
+    from netcomp.delegate.record import RS, Entry
 
     res = b'{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}'
     seen: list[tuple[int, bytes]] = []
@@ -393,7 +394,8 @@ def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is
     stays `adding` (its ADD was never answered) and is undone. A whole record that is not JSON, or names what the
     entry has not begun, is no truncation (a disk fault, a hand edit): the entry cannot be read, and is kept for the
     operator."""
-    from netcomp.delegate.cache import RS, Attachment, Cache, Entry
+    from netcomp.delegate.cache import Cache
+    from netcomp.delegate.record import RS, Attachment, Entry
 
     cache = Cache(tmp_path / "cache")
     entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from netcomp.delegate.cache import Attachment
 from netcomp.delegate.podstatus import network_status
+from netcomp.delegate.record import Attachment
 from netcomp.delegate.select import PodRef, pod_ref
 from netcomp.settings import KubeSettings, Settings
 

@@ -26,7 +26,7 @@ from netcomp.daemon.slices import (
     slice_name,
     stale,
 )
-from netcomp.delegate.cache import Attachment, Entry
+from netcomp.delegate.record import Attachment, Entry
 
 # ------------------------------------------------------------------------------------------------ selectors
 
