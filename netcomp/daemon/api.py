@@ -20,8 +20,8 @@ from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.explain import Subject
 from netcomp.delegate.explain import explain as explain_subject
+from netcomp.delegate.naming import PodRef
 from netcomp.delegate.request import parse_request
-from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError, HostError, printable
 
 log = logging.getLogger("netcomp.server")

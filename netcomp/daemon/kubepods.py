@@ -29,7 +29,7 @@ from netcomp.daemon import kubewatch
 from netcomp.daemon.kubewatch import keep_following
 from netcomp.daemon.metrics import Metrics
 from netcomp.delegate import podnets
-from netcomp.delegate.select import PodRef
+from netcomp.delegate.naming import PodRef
 from netcomp.errors import HostError
 from netcomp.settings import KubeSettings
 

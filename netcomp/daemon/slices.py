@@ -29,9 +29,9 @@ import orjson
 
 from netcomp.daemon import labels as labelsel
 from netcomp.daemon.labels import Selector
+from netcomp.delegate.naming import namespace_of, network_key, pod_ref
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Entry
-from netcomp.delegate.select import namespace_of, network_key, pod_ref
 from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE
 
 GROUP, PLURAL = "discovery.k8s.io", "endpointslices"

@@ -27,9 +27,9 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from netcomp.delegate.naming import display_name
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.record import Attachment, Entry
-from netcomp.delegate.select import display_name
 from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
 from netcomp.ipam.pool import Pool
 

@@ -36,7 +36,7 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import addresses, podnets, podplan, select
+from netcomp.delegate import addresses, naming, podnets, podplan
 from netcomp.delegate import asks as podasks
 from netcomp.delegate.cache import Cache
 from netcomp.delegate.devices import Devices
@@ -154,8 +154,8 @@ class Delegator:
         policy = self.pods.policy if self.pods is not None else podnets.Policy()
         default = self.default_network()
         if default is not None:
-            default = select.resolve_node(default, nets)
-        wants = [select.Want(select.resolve_node(w.network, nets), w.ifname) for w in req.wants]
+            default = naming.resolve_node(default, nets)
+        wants = [naming.Want(naming.resolve_node(w.network, nets), w.ifname) for w in req.wants]
         asked = podplan.plan(pod, notes, nets, policy, req.ifname) if pod is not None else podplan.PodNetworks()
         if asked.default is not None:
             default = asked.default  # the pod's choice, in the node default's place
@@ -165,10 +165,10 @@ class Delegator:
             raise DelegateError(
                 E_INVALID_CONFIG,
                 "no networks to join: no defaultNetwork is configured and none "
-                f"was asked for ({select.ARGS_KEY} in CNI_ARGS)",
+                f"was asked for ({naming.ARGS_KEY} in CNI_ARGS)",
             )
         podnets.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
-        named = select.name_interfaces(default, req.ifname, wants, prefixes(nets))
+        named = naming.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
         for a, element in zip(atts[len(atts) - len(pod_asks) :], pod_asks, strict=True):
@@ -266,7 +266,7 @@ class Delegator:
                 r = a.result or {}
                 if r.get("interfaces") or r.get("ips"):
                     ips = " ".join(str(ip.get("address")) for ip in r.get("ips") or [])
-                    name = select.display_name(a.network, a.conflist)
+                    name = naming.display_name(a.network, a.conflist)
                     self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
             self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
         return self.answer(req.ifname, req.cni_version, atts)
@@ -276,7 +276,7 @@ class Delegator:
         entry: Entry,
         new: list[Attachment],
         netns_path: str,
-        pod: select.PodRef | None = None,
+        pod: naming.PodRef | None = None,
         asks: Mapping[str, Ask] | None = None,
     ) -> None:
         """The one ADD path: check the namespace and the names, take host links, VFs and addresses, record the new

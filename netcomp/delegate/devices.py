@@ -23,9 +23,9 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.delegate.asks import declared
+from netcomp.delegate.naming import PodRef, display_name
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.record import Attachment, Entry
-from netcomp.delegate.select import PodRef, display_name
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import devinfo
 from netcomp.host.kubelet import Kubelet

@@ -1,7 +1,7 @@
 """Why a pod or container has (or would get) the networks it has: POST /explain, `netcomp explain`.
 
 Nothing here decides anything: the networks, their interface names, the addresses asked for and the devices
-come from the ADD's own planning (Delegator.plan_attachments: podplan.py, podnets.py, select.py, asks.py, and
+come from the ADD's own planning (Delegator.plan_attachments: podplan.py, podnets.py, naming.py, asks.py, and
 devices.py for the kubelet's devices), and a running pod's changes from the hot-plug's own comparison
 (podsync.py), so that every refusal reads word for word as the ADD (or the hot-plug) would give it. What is added
 is the why of each choice, for a person; nothing is claimed, made, reserved or run."""
@@ -14,7 +14,7 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import podplan, select
+from netcomp.delegate import naming, podplan
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podnets import Ask
@@ -36,7 +36,7 @@ class Subject:
     """What to explain: a pod (namespace/name), a container by ID, or a runtime's CNI_ARGS (with the
     interface the runtime would give, CNI_IFNAME)."""
 
-    pod: select.PodRef | None = None
+    pod: naming.PodRef | None = None
     container: str | None = None
     cni_args: str | None = None
     ifname: str = "eth0"
@@ -50,7 +50,7 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     if entry is not None:
         pod = pod_of(entry)
     else:
-        pod = subject.pod or (select.pod_ref(subject.cni_args) if subject.cni_args else None)
+        pod = subject.pod or (naming.pod_ref(subject.cni_args) if subject.cni_args else None)
     doc = _doc(subject, entry, pod)
     if subject.container is not None and entry is None:
         why = f"container {subject.container} has no record on this node: it was never attached here, or it was deleted"
@@ -97,25 +97,25 @@ def _find(d: Delegator, subject: Subject) -> Entry | None:
     return None
 
 
-def _request(subject: Subject, entry: Entry | None, pod: select.PodRef | None) -> Request:
+def _request(subject: Subject, entry: Entry | None, pod: naming.PodRef | None) -> Request:
     """The ADD the subject's runtime would send (its CNI_ARGS parsed as parse_request parses them), for the
     container recorded (the addresses it holds are its own) or for none yet."""
     if entry is not None:
         args, ifname, cid = entry.args, entry.ifname, entry.container_id
     else:
         args, ifname, cid = subject.cni_args or "", subject.ifname, NOT_STARTED
-    if pod is not None and select.pod_ref(args) is None:
+    if pod is not None and naming.pod_ref(args) is None:
         args = f"K8S_POD_NAMESPACE={pod.namespace};K8S_POD_NAME={pod.name}" + (f";{args}" if args else "")
         if pod.uid:
             args += f";K8S_POD_UID={pod.uid}"
-    select.check_ifname(ifname)
-    wants, rest = select.split_cni_args(args)
+    naming.check_ifname(ifname)
+    wants, rest = naming.split_cni_args(args)
     config = {"cniVersion": DEFAULT_VERSION}
-    return Request("ADD", cid, "", ifname, args, config, tuple(wants), rest, select.pod_ref(args), "")
+    return Request("ADD", cid, "", ifname, args, config, tuple(wants), rest, naming.pod_ref(args), "")
 
 
 def _doc(
-    subject: Subject, entry: Entry | None, pod: select.PodRef | None, refusal: dict[str, Any] | None = None
+    subject: Subject, entry: Entry | None, pod: naming.PodRef | None, refusal: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     return {
         "pod": str(pod) if pod is not None else None,
@@ -147,10 +147,10 @@ def _reasons(d: Delegator, req: Request, atts: list[Attachment], asks: Mapping[s
         ask = asks.get(req.ifname)
         why = ask.where if ask is not None else f"the node's defaultNetwork ({d.default_network()}, netcomp.yaml)"
         out.append((why, f"the runtime's interface (CNI_IFNAME {req.ifname})"))
-    from_args = len(select.split_cni_args(req.args)[0])
+    from_args = len(naming.split_cni_args(req.args)[0])
     for k, want in enumerate(req.wants):
         a = atts[len(out)]
-        source = f"CNI_ARGS {select.ARGS_KEY}" if k < from_args else f"the runtime's args ({select.RUNTIME_ARGS_KEY})"
+        source = f"CNI_ARGS {naming.ARGS_KEY}" if k < from_args else f"the runtime's args ({naming.RUNTIME_ARGS_KEY})"
         out.append((f"{source}: {want.network}", _want_name(want, a)))
     for place, a in enumerate(atts[len(out) :], start=1):
         ask = asks[a.ifname]
@@ -163,13 +163,13 @@ def _prefix(a: Attachment) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _want_name(want: select.Want, a: Attachment) -> str:
+def _want_name(want: naming.Want, a: Attachment) -> str:
     if want.ifname:
         return f"asked for by name ({want.network}@{want.ifname})"
     prefix = _prefix(a)
     if prefix:
         return f"the network's interfacePrefix {prefix!r} and the next index free for that prefix"
-    return f"{select.DEFAULT_PREFIX!r} (the network has no interfacePrefix) and the next index free"
+    return f"{naming.DEFAULT_PREFIX!r} (the network has no interfacePrefix) and the next index free"
 
 
 def _item_name(ask: Ask, a: Attachment, place: int) -> str:
@@ -198,7 +198,7 @@ def _network(
     meta = a.conflist.get("netcomp") or {}
     link = host_link_of(a.conflist)
     out: dict[str, Any] = {
-        "network": select.display_name(a.network, a.conflist),
+        "network": naming.display_name(a.network, a.conflist),
         "interface": a.ifname,
         "type": meta.get("type"),
         "why": why,
@@ -275,7 +275,7 @@ def _record(entry: Entry) -> list[dict[str, Any]]:
 
 
 def _changes(
-    d: Delegator, entry: Entry, pod: select.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
+    d: Delegator, entry: Entry, pod: naming.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
 ) -> dict[str, Any]:
     """What the pod's annotation asks now against the record, as the hot-plug compares them (podsync): what it
     attaches, what it detaches, or why it refuses the edit."""
@@ -297,10 +297,10 @@ def _changes(
         out["refusal"] = _refusal(e)
         return out
     out["attach"] = [
-        {"network": select.display_name(a.network, a.conflist), "interface": a.ifname, "why": ask.where}
+        {"network": naming.display_name(a.network, a.conflist), "interface": a.ifname, "why": ask.where}
         for a, ask in added
     ]
-    out["detach"] = [{"network": select.display_name(a.network, a.conflist), "interface": a.ifname} for a in removed]
+    out["detach"] = [{"network": naming.display_name(a.network, a.conflist), "interface": a.ifname} for a in removed]
     if not added and not removed:
         out["why"] = "the record is what the annotation asks"
     elif not hotplug:

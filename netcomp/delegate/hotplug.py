@@ -9,7 +9,7 @@ from typing import Any
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import select
+from netcomp.delegate import naming
 from netcomp.delegate.delegator import Delegator, prefixes
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import check_container_id
@@ -25,15 +25,15 @@ def hotplug(
     network: str,
     ifname: str | None,
     key_ifname: str,
-    pod: select.PodRef | None = None,
+    pod: naming.PodRef | None = None,
 ) -> dict[str, Any]:
     """Add one network to (or remove it from) a running container, recorded in its cache entry, through
     the same ADD and DEL paths as the runtime's requests. `pod`: the container's pod, for a network of a
     device plugin's resource (it takes a device the pod holds and no attachment uses)."""
     check_container_id(container_id)
-    select.check_ifname(key_ifname)
+    naming.check_ifname(key_ifname)
     if ifname:
-        select.check_ifname(ifname)
+        naming.check_ifname(ifname)
     with d.locks.hold(container_id):
         entry = d.cache.load(container_id, key_ifname)
         if command == "DEL":
@@ -44,7 +44,7 @@ def hotplug(
                 raise DelegateError(
                     E_INVALID_CONFIG,
                     f"network {network!r} is ambiguous in container {container_id}: "
-                    + ", ".join(sorted({select.display_name(a.network, a.conflist) for a in gone})),
+                    + ", ".join(sorted({naming.display_name(a.network, a.conflist) for a in gone})),
                     "name it as namespace/name",
                 )
             if gone:
@@ -56,9 +56,9 @@ def hotplug(
         else:
             d.undo_unfinished(entry)
         nets = d.networks()
-        network = select.resolve_node(network, nets)
-        wants = [select.Want(a.network, a.ifname) for a in entry.attachments]
-        named = select.name_interfaces(None, key_ifname, [*wants, select.Want(network, ifname)], prefixes(nets))
+        network = naming.resolve_node(network, nets)
+        wants = [naming.Want(a.network, a.ifname) for a in entry.attachments]
+        named = naming.name_interfaces(None, key_ifname, [*wants, naming.Want(network, ifname)], prefixes(nets))
         att = Attachment(network, named[-1][1], nets[network])
         d.attach(entry, [att], netns, pod)
         assert att.result is not None
@@ -67,8 +67,8 @@ def hotplug(
 
 def _names(a: Attachment, ref: str) -> bool:
     """Whether `ref` (as `netcomp detach` takes it: a network, namespace/name, or a definition's bare name)
-    names the attachment's network, as select.resolve_node resolves it for attach."""
-    ns = select.namespace_of(a.conflist)
-    if ref in (a.network, select.display_name(a.network, a.conflist)):
+    names the attachment's network, as naming.resolve_node resolves it for attach."""
+    ns = naming.namespace_of(a.conflist)
+    if ref in (a.network, naming.display_name(a.network, a.conflist)):
         return True
-    return ns is not None and "/" not in ref and a.network == select.network_key(ns, ref)
+    return ns is not None and "/" not in ref and a.network == naming.network_key(ns, ref)

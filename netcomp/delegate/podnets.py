@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
-from netcomp.delegate.select import PodRef, check_ifname, display_name, namespace_of, network_key
+from netcomp.delegate.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 from netcomp.errors import DelegateError
 from netcomp.names import DNS_LABEL_RE
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.delegate import podnets
+from netcomp.delegate.naming import PodRef, Want, check_ifname
 from netcomp.delegate.podnets import Ask, Policy
-from netcomp.delegate.select import PodRef, Want, check_ifname
 from netcomp.errors import DelegateError
 
 DANM_PREFIX = "eth"  # DANM's name for a connection of a network without container_prefix: eth<index>

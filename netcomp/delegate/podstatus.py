@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import asks, podnets, select
+from netcomp.delegate import asks, naming, podnets
 from netcomp.delegate.record import Attachment
 
 
@@ -18,21 +18,21 @@ class Pods(Protocol):
 
     policy: podnets.Policy
 
-    def annotations(self, pod: select.PodRef) -> Mapping[str, str]:
+    def annotations(self, pod: naming.PodRef) -> Mapping[str, str]:
         """The pod's annotations netcomp reads (podnets.ANNOTATIONS); {} for a pod the API server does not know.
         HostError when the API server cannot answer."""
         ...
 
-    def latest(self, pod: select.PodRef) -> Mapping[str, str] | None:
+    def latest(self, pod: naming.PodRef) -> Mapping[str, str] | None:
         """The pod's annotations netcomp reads as the node's watch last saw them; None when the watch does not
         have this pod (a hot-plug acts only on what the watch saw)."""
         ...
 
-    def report(self, pod: select.PodRef, status: list[dict[str, Any]]) -> None:
+    def report(self, pod: naming.PodRef, status: list[dict[str, Any]]) -> None:
         """Write k8s.v1.cni.cncf.io/network-status, later (queued; errors are logged and counted, never raised)."""
         ...
 
-    def event(self, pod: select.PodRef, kind: str, reason: str, message: str) -> None:
+    def event(self, pod: naming.PodRef, kind: str, reason: str, message: str) -> None:
         """Record an event on the pod, later (queued, best-effort)."""
         ...
 
@@ -47,7 +47,7 @@ def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str
         ifaces = r.get("interfaces") or []
         idx = next((i for i, f in enumerate(ifaces) if f.get("name") == a.ifname and f.get("sandbox")), None)
         entry: dict[str, Any] = {
-            "name": select.display_name(a.network, a.conflist),
+            "name": naming.display_name(a.network, a.conflist),
             "interface": a.ifname,
             "ips": [
                 str(ip["address"]).split("/")[0]

@@ -19,12 +19,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from netcomp.delegate import podnets, podplan, select
+from netcomp.delegate import naming, podnets, podplan
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.naming import PodRef
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Attachment, Entry
-from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
 
@@ -136,7 +136,7 @@ def _report(d: Delegator, pod: PodRef, entry: Entry, out: Outcome) -> None:
         a = by_name.get(name)
         if a is not None and a.result is not None:
             ips = " ".join(str(ip.get("address")) for ip in a.result.get("ips") or [])
-            net = select.display_name(a.network, a.conflist)
+            net = naming.display_name(a.network, a.conflist)
             d.pods.event(pod, "Normal", "AddedInterface", f"Add {name} [{ips}] from {net} (hot-plug)")
     for name in out.removed:
         d.pods.event(pod, "Normal", "RemovedInterface", f"Remove {name} (hot-plug)")

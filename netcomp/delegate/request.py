@@ -12,7 +12,7 @@ from typing import Any
 
 from netcomp.cni.codes import E_DECODE, E_INCOMPATIBLE, E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from netcomp.delegate import select
+from netcomp.delegate import naming
 from netcomp.errors import DelegateError
 from netcomp.host.netns import check_path
 from netcomp.names import is_cni_name
@@ -35,9 +35,9 @@ class Request:
     ifname: str
     args: str  # CNI_ARGS as the runtime gave them
     config: dict[str, Any]
-    wants: tuple[select.Want, ...] = ()  # networks asked for in CNI_ARGS and the runtime's args (ADD)
+    wants: tuple[naming.Want, ...] = ()  # networks asked for in CNI_ARGS and the runtime's args (ADD)
     rest_args: str = ""  # CNI_ARGS for the delegates: ours taken out (host-local refuses unknown keys)
-    pod: select.PodRef | None = None  # kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME
+    pod: naming.PodRef | None = None  # kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME
     digest: str = ""  # of everything an ADD asks: a repeated ADD is answered from the record
     # The networks the container's record names, once DEL or CHECK read it: for the log line, not read twice.
     seen: list[str] = field(default_factory=list, compare=False, hash=False, repr=False)
@@ -72,18 +72,18 @@ def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Requ
     if command not in ("ADD", "DEL", "CHECK"):
         return Request(command, cid, netns, ifname, args, config)
     check_container_id(cid, "CNI_CONTAINERID")
-    select.check_ifname(ifname)
+    naming.check_ifname(ifname)
     if netns:
         check_path(netns)
     elif command != "DEL":
         raise DelegateError(E_INVALID_ENV, "CNI_NETNS is required")
-    pod = select.pod_ref(args)
+    pod = naming.pod_ref(args)
     if command != "ADD":
         # DEL and CHECK act on what ADD recorded: what they ask for is not parsed (a DEL must never fail on
         # CNI_ARGS that made its ADD fail).
         return Request(command, cid, netns, ifname, args, config, pod=pod)
-    wants, rest = select.split_cni_args(args)
-    wants += select.from_runtime_args(config)
+    wants, rest = naming.split_cni_args(args)
+    wants += naming.from_runtime_args(config)
     h = hashlib.sha256()
     for part in (netns, ifname, args):
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")

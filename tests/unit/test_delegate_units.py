@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from netcomp.cni import result
-from netcomp.delegate import dispatch, select
+from netcomp.delegate import dispatch, naming
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError
@@ -23,14 +23,14 @@ OWN_NETNS = "/proc/self/ns/net"
 
 def test_naming_explicit_then_prefix_then_net() -> None:
     wants = [
-        select.Want("storage"),
-        select.Want("backup"),
-        select.Want("x"),
-        select.Want("y", "data9"),
-        select.Want("z"),
+        naming.Want("storage"),
+        naming.Want("backup"),
+        naming.Want("x"),
+        naming.Want("y", "data9"),
+        naming.Want("z"),
     ]
     prefixes = {"storage": "stor", "backup": "stor", "x": None, "z": None}
-    got = select.name_interfaces("mgmt", "eth0", wants, prefixes)
+    got = naming.name_interfaces("mgmt", "eth0", wants, prefixes)
     assert got == [
         ("mgmt", "eth0"),
         ("storage", "stor0"),
@@ -42,34 +42,34 @@ def test_naming_explicit_then_prefix_then_net() -> None:
 
 
 def test_generated_names_step_around_explicit_ones() -> None:
-    wants = [select.Want("a", "net0"), select.Want("b"), select.Want("c", "stor0"), select.Want("d")]
-    got = select.name_interfaces(None, "eth0", wants, {"d": "stor"})
+    wants = [naming.Want("a", "net0"), naming.Want("b"), naming.Want("c", "stor0"), naming.Want("d")]
+    got = naming.name_interfaces(None, "eth0", wants, {"d": "stor"})
     assert got == [("a", "net0"), ("b", "net1"), ("c", "stor0"), ("d", "stor1")]
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "a:b", "a b", "x" * 16, "tab\t"])
 def test_interface_names_follow_the_rules(bad: str) -> None:
     with pytest.raises(DelegateError) as ei:
-        select.check_ifname(bad)
+        naming.check_ifname(bad)
     assert ei.value.code == 4
 
 
 def test_duplicate_interface_names_are_refused() -> None:
     with pytest.raises(DelegateError, match="asked for twice"):
-        select.name_interfaces("mgmt", "eth0", [select.Want("a", "eth0")], {})
+        naming.name_interfaces("mgmt", "eth0", [naming.Want("a", "eth0")], {})
 
 
 def test_cni_args_key_is_taken_out_for_delegates() -> None:
-    wants, rest = select.split_cni_args("IgnoreUnknown=1;NETCOMP_NETWORKS=a,b@x1;K8S_POD_NAME=p")
-    assert wants == [select.Want("a"), select.Want("b", "x1")]
+    wants, rest = naming.split_cni_args("IgnoreUnknown=1;NETCOMP_NETWORKS=a,b@x1;K8S_POD_NAME=p")
+    assert wants == [naming.Want("a"), naming.Want("b", "x1")]
     assert rest == "IgnoreUnknown=1;K8S_POD_NAME=p"
-    assert select.from_runtime_args({"args": {"cni": {"netcomp.io/networks": ["c", "d@y"]}}}) == [
-        select.Want("c"),
-        select.Want("d", "y"),
+    assert naming.from_runtime_args({"args": {"cni": {"netcomp.io/networks": ["c", "d@y"]}}}) == [
+        naming.Want("c"),
+        naming.Want("d", "y"),
     ]
-    assert select.from_runtime_args({"args": {"netcomp.io/networks": "e"}}) == [select.Want("e")]
+    assert naming.from_runtime_args({"args": {"netcomp.io/networks": "e"}}) == [naming.Want("e")]
     with pytest.raises(DelegateError, match="invalid network name"):
-        select.parse_list("../etc")
+        naming.parse_list("../etc")
 
 
 RES = {

@@ -25,10 +25,10 @@ from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.devices import Devices
+from netcomp.delegate.naming import PodRef
 from netcomp.delegate.podnets import Policy
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.request import parse_request
-from netcomp.delegate.select import PodRef
 from netcomp.errors import DelegateError
 from netcomp.host import devinfo
 from netcomp.host.kubelet import Kubelet

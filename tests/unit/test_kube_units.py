@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from netcomp.delegate.naming import PodRef, pod_ref
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Attachment
-from netcomp.delegate.select import PodRef, pod_ref
 from netcomp.settings import KubeSettings, Settings
 
 POD = PodRef("default", "p1")

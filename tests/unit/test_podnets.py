@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from netcomp.delegate import asks, podnets, podplan
+from netcomp.delegate.naming import PodRef, display_name, resolve_node
 from netcomp.delegate.podnets import Ask, Policy, parse_default, parse_networks, resolve
 from netcomp.delegate.record import Attachment
-from netcomp.delegate.select import PodRef, display_name, resolve_node
 from netcomp.errors import DelegateError
 from netcomp.host.container import DefaultRoute, LinkState, PolicyRoutes
 
