@@ -1,7 +1,7 @@
 """What a pod asks of one attachment (podnets.Ask), put into it before any plugin runs, and checked once they have.
 
 Before (prepare): each field goes where the network's plugins read it, as libcni and Multus hand it over.
-- `ips`: a netcomp pool (ipam: {type: cluster}) claims exactly those addresses (addresses.take); a network whose
+- `ips`: a netcomp pool (ipam: {type: cluster}) claims exactly those addresses (poolclaims.take); a network whose
   plugins declare the `ips` capability gets them as runtimeConfig; any other gets them as `args.cni.ips` of its
   plugin with an IPAM section (the CNI convention host-local and static read). One way only: IPAM plugins add up
   what they are given several ways.

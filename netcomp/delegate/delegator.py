@@ -36,8 +36,8 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import addresses, naming, podnets, podplan
 from netcomp.delegate import asks as podasks
+from netcomp.delegate import naming, podnets, podplan, poolclaims
 from netcomp.delegate.cache import Cache
 from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
@@ -324,7 +324,7 @@ class Delegator:
             vfs = self.host.take_vfs(new, asks)
             try:
                 who = (str(pod), pod.uid) if pod is not None else ("", "")
-                claims = addresses.take(self.addresses, new, entry.container_id, *who, asks=asks)
+                claims = poolclaims.take(self.addresses, new, entry.container_id, *who, asks=asks)
                 self.crash("after-claim")
                 entry.attachments.extend(new)
                 try:
@@ -475,7 +475,7 @@ class Delegator:
 
         def one(a: Attachment) -> None:
             self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
-            addresses.give_back(self.addresses, a)  # only once its delegate has let go of them
+            poolclaims.give_back(self.addresses, a)  # only once its delegate has let go of them
             if a.device:
                 try:
                     Devices.remove_info(a)
@@ -535,7 +535,7 @@ class Delegator:
             return False
         if left:
             return False
-        addresses.give_back(self.addresses, a)
+        poolclaims.give_back(self.addresses, a)
         if a.device:
             try:
                 Devices.remove_info(a)
