@@ -133,7 +133,7 @@ class Compiler:
         # What the installed plugins say they speak (VERSION), for static files' cniVersion.
         self._plugins = Runner(settings.pluginDirs, timeout=VERSION_TIMEOUT)
         self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
-        # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.tenants.IdAllocator.claim); None:
+        # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.idclaims.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
         self.claim_ids: tenancy.Claim | None = None
         # Whether a host device is on this machine; None: not checked.

@@ -44,7 +44,7 @@ class Pipeline:
         self.cache = PlanCache(self.output.directory / CACHE_NAME)
         self._fp: Fingerprint | None = None
         self._staged: Stager | None = None
-        # The state of the TenantConfig ids claimed (ipam.tenants), part of what a cached plan was made of, and
+        # The state of the TenantConfig ids claimed (ipam.idclaims), part of what a cached plan was made of, and
         # the claim the compiler makes them with (Compiler.claim_ids; None away from the node).
         self.claims_state: Callable[[], str] = lambda: ""
         self.claim_ids: Claim | None = None

@@ -29,7 +29,7 @@ from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
-from netcomp.daemon.tenants import TenantIds
+from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.cache import Cache

@@ -18,9 +18,9 @@ from netcomp.daemon import kubewatch
 from netcomp.daemon.kube import Cluster, explain
 from netcomp.daemon.kubewatch import Selection, keep_following
 from netcomp.ipam.allocator import PodState
+from netcomp.ipam.idclaims import IdClaim
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
-from netcomp.ipam.tenants import IdClaim
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"

@@ -1,4 +1,4 @@
-"""DANM's TenantConfig (intent/tenancy.py) and the ids it gives TenantNetworks (ipam/tenants.py), on a real
+"""DANM's TenantConfig (intent/tenancy.py) and the ids it gives TenantNetworks (ipam/idclaims.py), on a real
 node-local store in a temp dir: the config's checks with positions; which profile a TenantNetwork gets (the one
 it names, else one chosen the same way on every node), the id claimed once (two allocators on one store, as two
 nodes on one API server, get the same), exhaustion, NetworkID overrides; compiled end to end through the
@@ -15,8 +15,8 @@ import pytest
 from netcomp.compiler.compiler import Compiler
 from netcomp.intent import tenancy
 from netcomp.intent.source import load_documents
+from netcomp.ipam.idclaims import IdAllocator, IdClaim, id_claim_name
 from netcomp.ipam.localstore import LocalStore
-from netcomp.ipam.tenants import IdAllocator, IdClaim, id_claim_name
 from netcomp.settings import Settings
 
 CONFIG = """apiVersion: danm.k8s.io/v1

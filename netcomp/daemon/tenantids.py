@@ -1,4 +1,4 @@
-"""The daemon's side of the ids TenantConfigs give TenantNetworks (ipam/tenants.py, intent/tenancy.py): the store
+"""The daemon's side of the ids TenantConfigs give TenantNetworks (ipam/idclaims.py, intent/tenancy.py): the store
 (TenantClaim objects with a cluster, files in ipamDir/tenants without), the allocator the compiler claims
 through, a recompile when someone else changes a claim this node compiled with, and the release of claims whose
 TenantNetwork is gone."""
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from netcomp.intent.tenancy import Profile
+from netcomp.ipam.idclaims import IdAllocator, IdClaim
 from netcomp.ipam.localstore import LocalStore
-from netcomp.ipam.tenants import IdAllocator, IdClaim
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class TenantIds:
 
     def claim(self, network: str, uid: str, profiles: Sequence[Profile]) -> tuple[Profile, int]:
         """intent.tenancy.Claim, remembering which claim each network was compiled with."""
-        from netcomp.ipam.tenants import id_claim_name
+        from netcomp.ipam.idclaims import id_claim_name
 
         profile, vni = self.allocator.claim(network, uid, profiles)
         assert profile.vni_type is not None
