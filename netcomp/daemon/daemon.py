@@ -38,7 +38,7 @@ from netcomp.delegate.devices import Devices
 from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write, read_bounded
-from netcomp.host import masters, netns, sriov
+from netcomp.host import netns, ownedlinks, vfpools
 from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
 
@@ -194,10 +194,10 @@ class Daemon:
             self.cache,
             self.state.networks,
             lambda: self.settings.defaultNetwork,
-            host_link=lambda link: masters.ensure(link, link_netns),
+            host_link=lambda link: ownedlinks.ensure(link, link_netns),
             vf_pool=self._vf_pool,
-            owned_links=lambda: masters.owned(link_netns),
-            remove_link=lambda name: masters.remove(name, link_netns),
+            owned_links=lambda: ownedlinks.owned(link_netns),
+            remove_link=lambda name: ownedlinks.remove(name, link_netns),
             pods=self.cluster.pods if self.cluster is not None else None,
             addresses=self.addresses.allocator,
             devices=self._devices(self.settings),
@@ -254,7 +254,7 @@ class Daemon:
 
     def _vf_pool(self, resource: str) -> list[str]:
         spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
-        return sriov.pool(Path(self.settings.sysfsRoot), spec.pfNames, spec.drivers)
+        return vfpools.pool(Path(self.settings.sysfsRoot), spec.pfNames, spec.drivers)
 
     # ---------------------------------------------------------------------------------------------- compile
 

@@ -15,7 +15,7 @@ from netcomp.daemon.daemon import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.doctor.node import Network
 from netcomp.fsutil import read_bounded
-from netcomp.host import sriov
+from netcomp.host import vfpools
 from netcomp.host.kubelet import Kubelet
 from netcomp.settings import Settings
 
@@ -94,7 +94,7 @@ def _resource(r: str, users: list[str], settings: Settings, kubelet: Kubelet, re
                 f"({kubelet.checkpoint}): the ADDs of {who} are refused",
                 f"remove {r} from sriovPools (the device plugin's allocation is the one pods are counted by)",
             )
-        vfs = sriov.pool(Path(settings.sysfsRoot), pool.pfNames, pool.drivers)
+        vfs = vfpools.pool(Path(settings.sysfsRoot), pool.pfNames, pool.drivers)
         if not vfs:
             drivers = f" bound to {', '.join(pool.drivers)}" if pool.drivers else ""
             return fail(

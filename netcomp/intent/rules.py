@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.errors import Diagnostic
+from netcomp.intent.hostlink import host_link
 from netcomp.intent.intent import Intent
-from netcomp.intent.masters import host_link
 from netcomp.intent.model import HostLocalIPAM, IpvlanSpec, MacvlanSpec, WhereaboutsIPAM
 
 Finding = tuple[Intent, Diagnostic]

@@ -19,7 +19,7 @@ from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
-from netcomp.host import sriov
+from netcomp.host import vfpools
 from netcomp.settings import Settings
 
 # The test process's own network namespace stands in for a container's: a real namespace any user can open, so
@@ -55,14 +55,14 @@ def sysfs(tmp_path: Path) -> Path:
 
 
 def test_discovery_orders_by_pf_then_vf_index_and_filters_drivers(sysfs: Path) -> None:
-    assert sriov.vfs(sysfs, "ens1f0") == [
+    assert vfpools.vfs(sysfs, "ens1f0") == [
         (0, "0000:3b:02.0", "iavf"),
         (1, "0000:3b:02.1", "vfio-pci"),
         (10, "0000:3b:03.2", "iavf"),
     ]
-    assert sriov.pool(sysfs, ["ens1f0", "ens1f1"]) == ["0000:3b:02.0", "0000:3b:02.1", "0000:3b:03.2", "0000:3b:0a.0"]
-    assert sriov.pool(sysfs, ["ens1f0"], ["vfio-pci"]) == ["0000:3b:02.1"]
-    assert sriov.vfs(sysfs, "nosuchpf") == []
+    assert vfpools.pool(sysfs, ["ens1f0", "ens1f1"]) == ["0000:3b:02.0", "0000:3b:02.1", "0000:3b:03.2", "0000:3b:0a.0"]
+    assert vfpools.pool(sysfs, ["ens1f0"], ["vfio-pci"]) == ["0000:3b:02.1"]
+    assert vfpools.vfs(sysfs, "nosuchpf") == []
 
 
 VF_NET = {
@@ -98,7 +98,7 @@ def delegator(tmp_path: Path, sysfs: Path) -> tuple[Delegator, list[dict[str, An
         lambda: {"dataplane": VF_NET},
         lambda: None,
         lambda netns: set(),
-        vf_pool=lambda rn: sriov.pool(sysfs, settings.sriovPools[rn].pfNames, settings.sriovPools[rn].drivers),
+        vf_pool=lambda rn: vfpools.pool(sysfs, settings.sriovPools[rn].pfNames, settings.sriovPools[rn].drivers),
     )
     return d, seen
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from netcomp.compiler.backends.backend import Backend, RenderInput
 from netcomp.compiler.backends.ipam import ipam_config, meta, pool
+from netcomp.intent.hostlink import host_link, master
 from netcomp.intent.intent import Intent
-from netcomp.intent.masters import host_link, master
 from netcomp.intent.model import IpvlanSpec, MacvlanSpec
 
 

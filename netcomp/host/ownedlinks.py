@@ -3,7 +3,7 @@
 needs one, and brought up; a link of that name that exists but is something else is never touched.
 
 A link netcomp made carries the alias `netcomp:owned` (`ip -d link` shows it); only such links are ever removed,
-and only when no network names them and no container uses them (delegate.attach.Delegator.gc_host_links). A link
+and only when no network names them and no container uses them (delegate.delegator.Delegator.gc_host_links). A link
 the operator made (netplan, ifupdown) with the right kind and id is used as it is and never removed."""
 
 from __future__ import annotations
