@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import json
 import os
 import queue
 import threading
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from netcomp.compiler.marker import is_owned
 from netcomp.compiler.plan import SUFFIX, Artifact, Plan
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write, fsync_dir, publish, read_bounded, remove_stale_tmp, write_tmp
@@ -33,18 +33,6 @@ class Change:
     filename: str
     old: bytes | None
     new: bytes | None
-
-
-def is_owned(data: bytes) -> bool:
-    """A file is ours when it is a JSON object whose `netcomp.generated` is true (the marker backends/ipam.py's
-    meta() writes)."""
-    if b'"netcomp"' not in data:
-        return False
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and isinstance(obj.get("netcomp"), dict) and obj["netcomp"].get("generated") is True
 
 
 class Output:

@@ -12,7 +12,8 @@ from typing import Any
 
 from netcomp.cni import spec as cnispec
 from netcomp.cni.invoke import Runner, find_plugin
-from netcomp.compiler.output import MAX_BYTES, is_owned
+from netcomp.compiler.marker import is_owned
+from netcomp.compiler.output import MAX_BYTES
 from netcomp.compiler.render import host_devices
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.errors import DelegateError, HostError

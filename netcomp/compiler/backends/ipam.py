@@ -1,11 +1,10 @@
-"""What the backends share: the IPAM section of a plugin, and the `netcomp` block of a compiled conflist (the
-ownership marker, and what the daemon reads back at attach time)."""
+"""What the backends share: a plugin's IPAM section, and the pool of netcomp's own allocator (ipam: {type:
+cluster}) for the `netcomp` block (marker.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from netcomp.intent.intent import Intent
 from netcomp.intent.model import (
     DHCPIPAM,
     IPAM,
@@ -142,16 +141,3 @@ def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:
     if isinstance(ipam, DHCPIPAM):
         return {"type": "dhcp"}
     raise AssertionError(f"unhandled ipam {type(ipam).__name__}")  # pragma: no cover
-
-
-def meta(intent: Intent, **extra: Any) -> dict[str, Any]:
-    """The `netcomp` block of a compiled conflist: proof of ownership (pruning touches only files that carry
-    it) and what the daemon needs at attach time. Plugins never see it: only `plugins[]` entries reach them."""
-    out: dict[str, Any] = {"generated": True, "type": intent.network.spec.type}
-    if intent.network.spec.interfacePrefix is not None:
-        out["interfacePrefix"] = intent.network.spec.interfacePrefix
-    if intent.namespace is not None:
-        out["namespace"] = intent.namespace  # a namespaced object's (a NetworkAttachmentDefinition, a DanmNet)
-    out.update(intent.meta)
-    out.update({k: v for k, v in extra.items() if v is not None})
-    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.compiler.backends.backend import Backend, RenderInput
-from netcomp.compiler.backends.ipam import meta
+from netcomp.compiler.marker import meta
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import StaticSpec
 
