@@ -14,7 +14,6 @@ from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_INVALID_ENV, E_IO, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
 from netcomp.daemon import protocol
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
@@ -23,6 +22,7 @@ from netcomp.delegate.explain import explain as explain_subject
 from netcomp.delegate.naming import PodRef
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError, printable
+from netcomp.metrics import Metrics
 
 log = logging.getLogger("netcomp.server")
 Answer = tuple[int, bytes]

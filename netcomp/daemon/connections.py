@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
 from netcomp.daemon import http, protocol
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.ratelog import Every
 from netcomp.errors import printable
+from netcomp.metrics import Metrics
 
 log = logging.getLogger("netcomp.server")
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024

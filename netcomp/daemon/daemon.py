@@ -25,7 +25,6 @@ from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
 from netcomp.daemon import api, faults, heap, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
@@ -40,6 +39,7 @@ from netcomp.errors import Diagnostic, HostError, IntentError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.host import netns, ownedlinks, vfpools
 from netcomp.host.kubelet import Kubelet
+from netcomp.metrics import Metrics
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:

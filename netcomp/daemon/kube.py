@@ -31,12 +31,12 @@ from netcomp.daemon.kubenode import NodeWatch
 from netcomp.daemon.kubepods import PodWatch
 from netcomp.daemon.kubeslices import ServiceSlices
 from netcomp.daemon.kubewatch import keep_following
-from netcomp.daemon.metrics import Metrics
 from netcomp.delegate.cache import Cache
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
+from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")

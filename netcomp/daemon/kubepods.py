@@ -27,10 +27,10 @@ from typing import Any
 
 from netcomp.daemon import kubewatch
 from netcomp.daemon.kubewatch import keep_following
-from netcomp.daemon.metrics import Metrics
 from netcomp.delegate import podnets
 from netcomp.delegate.naming import PodRef
 from netcomp.errors import HostError
+from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")

@@ -29,10 +29,10 @@ from netcomp.daemon import kubewatch, slices
 from netcomp.daemon.kubeclient import ApiException
 from netcomp.daemon.kubepods import QUIET, QUIET_LIMIT, PodWatch
 from netcomp.daemon.kubewatch import MAX_BACKOFF, keep_following
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
+from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")

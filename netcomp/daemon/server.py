@@ -29,9 +29,9 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
 from netcomp.daemon import api, http, protocol
 from netcomp.daemon.connections import QUEUED, Conn, Connections, Limits
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.workers import Workers
 from netcomp.delegate.delegator import Delegator
+from netcomp.metrics import Metrics
 
 __all__ = ["Limits", "Server", "listen"]
 log = logging.getLogger("netcomp.server")

@@ -22,6 +22,7 @@ LEVELS = {
     "netcomp.report": 0,
     "netcomp.shim": 0,  # the shim imports nothing of netcomp at all (test_shim.py)
     "netcomp.cni": 1,
+    "netcomp.metrics": 1,  # the daemon's numbers: its server, its cluster side and its runner's exec count them
     "netcomp.intent": 2,
     "netcomp.settings": 3,
     "netcomp.compiler": 4,

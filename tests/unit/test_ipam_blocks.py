@@ -254,7 +254,7 @@ from pathlib import Path
 from netcomp.daemon.kube import Cluster
 from netcomp.daemon.kubeblocks import KubeBlocks
 from netcomp.daemon.kubestore import KubeStore
-from netcomp.daemon.metrics import Metrics
+from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 c = Cluster(KubeSettings(kubeconfig={path!r}), Path({str(tmp_path)!r}), Metrics(), "n1")
 KubeStore(c), KubeBlocks(c)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon import metrics as ours
-from netcomp.daemon.metrics import Metrics, go_float
+from netcomp import metrics as ours
+from netcomp.metrics import Metrics, go_float
 
 prom = pytest.importorskip("prometheus_client")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from netcomp.daemon import http
-from netcomp.daemon.metrics import Metrics
 from netcomp.daemon.server import Limits, Server, listen
 from netcomp.daemon.workers import Workers
+from netcomp.metrics import Metrics
 
 
 def ask(path: str, request: bytes = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout: float = 30) -> bytes:
