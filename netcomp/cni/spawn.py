@@ -21,47 +21,23 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from netcomp import libc
+
 # glibc's and musl's values (spawn.h).
 SETPGROUP, SETSIGDEF, SETSIGMASK = 0x02, 0x04, 0x08
 # Room for each of libc's opaque structs: glibc's are 80 bytes (file actions), 336 (attributes), 128 (sigset_t).
 _OPAQUE = 1024
 
 
-def _load() -> Any:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fns = {
-            "posix_spawn": (
-                ctypes.c_int,
-                [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
-                + [ctypes.POINTER(ctypes.c_char_p)] * 2,
-            ),
-            "posix_spawn_file_actions_init": (ctypes.c_int, [ctypes.c_void_p]),
-            "posix_spawn_file_actions_destroy": (ctypes.c_int, [ctypes.c_void_p]),
-            "posix_spawn_file_actions_adddup2": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
-            "posix_spawn_file_actions_addclose": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
-            "posix_spawn_file_actions_addopen": (
-                ctypes.c_int,
-                [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint],
-            ),
-            "posix_spawnattr_init": (ctypes.c_int, [ctypes.c_void_p]),
-            "posix_spawnattr_destroy": (ctypes.c_int, [ctypes.c_void_p]),
-            "posix_spawnattr_setflags": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_short]),
-            "posix_spawnattr_setpgroup": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
-            "posix_spawnattr_setsigdefault": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
-            "posix_spawnattr_setsigmask": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
-            "sigemptyset": (ctypes.c_int, [ctypes.c_void_p]),
-            "sigaddset": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
-        }
-        for name, (restype, argtypes) in fns.items():
-            fn = getattr(libc, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        return libc
-    except (OSError, AttributeError):  # no libc to load, or one without these: os.posix_spawn
-        return None
+class _Calls:
+    """The spawn family's functions, as netcomp.libc declares them (each call's result checked here: _check)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return libc.function(name)
 
 
-_LIBC = _load()
+# None where libc lacks any of them: os.posix_spawn then.
+_LIBC: _Calls | None = _Calls() if libc.has(*libc.SPAWN) else None
 AVAILABLE = _LIBC is not None
 
 
@@ -70,11 +46,11 @@ def _check(err: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _sigset(signals: Iterable[int]) -> ctypes.Array[ctypes.c_char]:
+def _sigset(calls: _Calls, signals: Iterable[int]) -> ctypes.Array[ctypes.c_char]:
     s = ctypes.create_string_buffer(_OPAQUE)
-    _LIBC.sigemptyset(s)
+    calls.sigemptyset(s)
     for sig in signals:
-        if _LIBC.sigaddset(s, int(sig)) != 0:
+        if calls.sigaddset(s, int(sig)) != 0:
             raise ValueError(f"signal number out of range: {sig}")
     return s
 
@@ -121,51 +97,51 @@ def posix_spawn(
         if setsigmask is not None:
             kw["setsigmask"] = tuple(setsigmask)
         return os.posix_spawn(path, list(argv), dict(env), file_actions=list(file_actions), **kw)
-    libc = _LIBC
+    calls = _LIBC
     fa = ctypes.create_string_buffer(_OPAQUE)
     attr = ctypes.create_string_buffer(_OPAQUE)
-    _check(libc.posix_spawn_file_actions_init(fa), "posix_spawn_file_actions_init")
+    _check(calls.posix_spawn_file_actions_init(fa), "posix_spawn_file_actions_init")
     try:
-        _check(libc.posix_spawnattr_init(attr), "posix_spawnattr_init")
+        _check(calls.posix_spawnattr_init(attr), "posix_spawnattr_init")
         try:
             keep: list[object] = []  # what libc was given a pointer to, alive until the spawn is done
             for action in file_actions:
                 kind = action[0]
                 if kind == os.POSIX_SPAWN_DUP2:
-                    err = libc.posix_spawn_file_actions_adddup2(fa, action[1], action[2])
+                    err = calls.posix_spawn_file_actions_adddup2(fa, action[1], action[2])
                 elif kind == os.POSIX_SPAWN_CLOSE:
-                    err = libc.posix_spawn_file_actions_addclose(fa, action[1])
+                    err = calls.posix_spawn_file_actions_addclose(fa, action[1])
                 elif kind == os.POSIX_SPAWN_OPEN:
                     name = os.fsencode(action[2])
                     keep.append(name)
-                    err = libc.posix_spawn_file_actions_addopen(fa, action[1], name, action[3], action[4])
+                    err = calls.posix_spawn_file_actions_addopen(fa, action[1], name, action[3], action[4])
                 else:
                     raise ValueError(f"unknown file action {kind!r}")
                 _check(err, "posix_spawn file action")
             flags = 0
             if setpgroup is not None:
                 flags |= SETPGROUP
-                _check(libc.posix_spawnattr_setpgroup(attr, setpgroup), "posix_spawnattr_setpgroup")
+                _check(calls.posix_spawnattr_setpgroup(attr, setpgroup), "posix_spawnattr_setpgroup")
             sigdef = list(setsigdef)
             if sigdef:
                 flags |= SETSIGDEF
-                default = _sigset(sigdef)
+                default = _sigset(calls, sigdef)
                 keep.append(default)
-                _check(libc.posix_spawnattr_setsigdefault(attr, default), "posix_spawnattr_setsigdefault")
+                _check(calls.posix_spawnattr_setsigdefault(attr, default), "posix_spawnattr_setsigdefault")
             if setsigmask is not None:
                 flags |= SETSIGMASK
-                mask = _sigset(setsigmask)
+                mask = _sigset(calls, setsigmask)
                 keep.append(mask)
-                _check(libc.posix_spawnattr_setsigmask(attr, mask), "posix_spawnattr_setsigmask")
-            _check(libc.posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags")
+                _check(calls.posix_spawnattr_setsigmask(attr, mask), "posix_spawnattr_setsigmask")
+            _check(calls.posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags")
             args = _strings(_c_string(a) for a in argv)
             envp = _strings(_env_entry(k, v) for k, v in env.items())
             pid = ctypes.c_int(0)
-            err = libc.posix_spawn(ctypes.byref(pid), os.fsencode(path), fa, attr, args, envp)
+            err = calls.posix_spawn(ctypes.byref(pid), os.fsencode(path), fa, attr, args, envp)
             if err != 0:
                 raise OSError(err, os.strerror(err), path)
             return pid.value
         finally:
-            libc.posix_spawnattr_destroy(attr)
+            calls.posix_spawnattr_destroy(attr)
     finally:
-        libc.posix_spawn_file_actions_destroy(fa)
+        calls.posix_spawn_file_actions_destroy(fa)

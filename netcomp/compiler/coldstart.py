@@ -15,7 +15,6 @@ The child's side, and the pickling of what it hands over, are handover.py's: onl
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import pickle
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from netcomp import libc
 from netcomp.compiler.output import Output, Stager
 from netcomp.compiler.plan import Plan
 from netcomp.fsutil import remove_stale_tmp
@@ -41,14 +41,16 @@ log = logging.getLogger("netcomp.compiler")
 # A child that has not answered by then is stuck (a cold compile of 10,000 intents takes seconds): it is killed
 # and the daemon compiles, well inside the unit's start timeout.
 CHILD_TIMEOUT = 120.0
-PR_SET_PDEATHSIG = 1
 
 
 def _die_with(parent: int) -> None:  # pragma: no cover - the child's
     """The child is killed when the daemon dies (under any supervisor, not only systemd's KillMode=mixed): an
     orphan would go on writing the output dir's temp files beside the next daemon's."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+    try:
+        libc.set_pdeathsig(signal.SIGKILL)
+    except OSError:
+        os._exit(1)
+    if os.getppid() != parent:
         os._exit(1)  # the daemon died before the prctl took: nobody to answer
 
 

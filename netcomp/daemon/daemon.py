@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netcomp import __version__, report
+from netcomp import __version__, libc, report
 from netcomp.cni import spec as cnispec
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import api, faults, heap, protocol
+from netcomp.daemon import api, faults, protocol
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import Limits, Server, listen
@@ -342,7 +342,7 @@ class Daemon:
                 f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
             )
             self.notifier.status(self.status_line())
-            heap.give_back()
+            libc.malloc_trim()  # what the compile freed goes back to the system, not only to the heap
             with self.reloaded:
                 self.reloaded.notify_all()
             return snap

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from netcomp.daemon import heap
+from netcomp import libc
 from netcomp.daemon.kube import Cluster, explain
 from netcomp.daemon.kubeclient import ApiException
 from netcomp.daemon.kubewatch import Events, Selection, keep_following, pages
@@ -236,7 +236,7 @@ class KubeBlocks:
             if current():
                 alloc.listed(names, {n for n in alloc.pools if network_label(n) in networks})
                 self.last_error = None
-            heap.give_back()  # the pages parsed are garbage now
+            libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
             return rv
 
         def watch(rv: str, stop: threading.Event) -> str:

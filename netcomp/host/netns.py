@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from netcomp import libc
 from netcomp.cni.codes import E_INVALID_ENV, E_TRY_LATER
 from netcomp.errors import DelegateError, HostError
 from netcomp.fsutil import read_bounded
@@ -46,17 +47,12 @@ SO_NETNS_COOKIE = 71  # asm-generic/socket.h (Linux 5.14)
 AT_EMPTY_PATH = 0x1000
 FILEID_NSFS = 0xF1  # linux/exportfs.h: a namespace's file handle (Linux 6.18)
 _NSFS_HANDLE = struct.Struct("QII")  # struct nsfs_file_handle (linux/nsfs.h): ns_id, ns_type, ns_inum
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class _FileHandle(ctypes.Structure):
     _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_ubyte * 64)]
 
 
-_libc.open_by_handle_at.restype = ctypes.c_int
-_libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-_libc.name_to_handle_at.restype = ctypes.c_int
-_libc.name_to_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
 T = TypeVar("T")
 NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, whatever path names it
 
@@ -73,9 +69,8 @@ class Recorded(Protocol):
 
 
 def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    """The calling thread into the network namespace fd is on."""
+    libc.setns(fd, CLONE_NEWNET)
 
 
 def check_path(path: str) -> str:
@@ -351,7 +346,9 @@ def _handles() -> bool:
     fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         h, mount_id = _FileHandle(handle_bytes=64), ctypes.c_int()
-        if _libc.name_to_handle_at(fd, b"", ctypes.byref(h), ctypes.byref(mount_id), AT_EMPTY_PATH) != 0:
+        try:
+            libc.name_to_handle_at(fd, b"", ctypes.byref(h), ctypes.byref(mount_id), AT_EMPTY_PATH)
+        except OSError:
             return False
         own = (cookie(fd), CLONE_NEWNET, os.fstat(fd).st_ino)
     finally:
@@ -367,14 +364,13 @@ def _by_handle(nid: NetnsId, want: int) -> int | None:
     ctypes.memmove(h.f_handle, _NSFS_HANDLE.pack(want, CLONE_NEWNET, nid[1]), _NSFS_HANDLE.size)
     mount = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # any nsfs file names the filesystem
     try:
-        fd = _libc.open_by_handle_at(mount, ctypes.byref(h), os.O_RDONLY | os.O_CLOEXEC)
-        err = ctypes.get_errno()
+        fd = libc.open_by_handle_at(mount, ctypes.byref(h), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ESTALE:
+            return None
+        raise
     finally:
         os.close(mount)
-    if fd < 0:
-        if err == errno.ESTALE:
-            return None
-        raise OSError(err, os.strerror(err))
     st = os.fstat(fd)
     if (st.st_dev, st.st_ino) != nid:  # never: an id names one namespace
         os.close(fd)

@@ -7,7 +7,6 @@ Also the links of this namespace with their kinds (a read), for the checks of th
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from netcomp import libc
 from netcomp.errors import HostError
 
 CLONE_NEWNET = 0x40000000
@@ -109,10 +109,11 @@ def _try(kinds: Sequence[str]) -> dict[str, str | None]:
 
 
 def _main(kinds: Sequence[str]) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        print(json.dumps({"error": f"cannot make a network namespace to try in: {os.strerror(err)} (run as root)"}))
+    try:
+        libc.unshare(CLONE_NEWNET)
+    except OSError as e:
+        why = os.strerror(e.errno or 0)
+        print(json.dumps({"error": f"cannot make a network namespace to try in: {why} (run as root)"}))
         return 0
     print(json.dumps(_try(kinds)))
     return 0

@@ -20,6 +20,7 @@ LEVELS = {
     "netcomp.fsutil": 0,
     "netcomp.names": 0,
     "netcomp.report": 0,
+    "netcomp.libc": 0,  # every call into the C library
     "netcomp.shim": 0,  # the shim imports nothing of netcomp at all (test_shim.py)
     "netcomp.cni": 1,
     "netcomp.metrics": 1,  # the daemon's numbers: its server, its cluster side and its runner's exec count them
