@@ -3,7 +3,7 @@ docs/operations.md says what each means)."""
 
 from __future__ import annotations
 
-from netcomp.doctor import cluster, local, node
+from netcomp.doctor import apiserver, local, node
 from netcomp.doctor.checks import Check
 from netcomp.errors import HostError
 from netcomp.host import probe
@@ -26,5 +26,5 @@ def run(settings: Settings, *, rbac_file: str | None = None) -> list[Check]:
     checks += node.plugins(nets, settings)
     checks += local.sriov_checks(nets, settings)
     checks.append(local.runtime(settings))
-    checks += cluster.cluster(settings, rbac_file)
+    checks += apiserver.cluster(settings, rbac_file)
     return checks

@@ -16,7 +16,7 @@ from netcomp.cli.main import main
 from netcomp.compiler.render import host_devices
 from netcomp.daemon import protocol
 from netcomp.daemon.client import call
-from netcomp.doctor import cluster, local, node
+from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
 from tests.unit.minidaemon import mini_daemon
 
@@ -98,21 +98,21 @@ def test_the_runtime_picks_the_first_file_by_name(tmp_path: Path) -> None:
 
 
 def test_the_verbs_these_settings_need_of_the_packaged_cluster_role() -> None:
-    rules = cluster.cluster_role(ROOT / "packaging" / "kubernetes" / "rbac.yaml")
-    plain = set(cluster.needed(rules, KubeSettings()))
+    rules = apiserver.cluster_role(ROOT / "packaging" / "kubernetes" / "rbac.yaml")
+    plain = set(apiserver.needed(rules, KubeSettings()))
     assert ("", "pods", "patch") in plain and ("", "events", "create") in plain
     assert ("netcomp.io", "networks", "watch") in plain
     assert not any(g == "k8s.cni.cncf.io" or g.startswith("danm") for g, _, _ in plain)
-    more = set(cluster.needed(rules, KubeSettings(networks=False, networkAttachmentDefinitions=True, danm=True)))
+    more = set(apiserver.needed(rules, KubeSettings(networks=False, networkAttachmentDefinitions=True, danm=True)))
     assert ("k8s.cni.cncf.io", "network-attachment-definitions", "list") in more
     assert ("danm.k8s.io", "danmnets", "watch") in more and not any(g == "danm.io" for g, _, _ in more)
     assert not any(r == "networks" for _, r, _ in more)
     assert ("discovery.k8s.io", "endpointslices", "create") in plain
-    quiet = set(cluster.needed(rules, KubeSettings(services=False)))
+    quiet = set(apiserver.needed(rules, KubeSettings(services=False)))
     assert not any(r in ("services", "endpointslices") for _, r, _ in quiet)
     # Every rule of the manifest is one some setting needs: a rule nothing needs would never be checked.
-    every = cluster.needed(rules, KubeSettings(networkAttachmentDefinitions=True, danm=True))
-    every += cluster.needed(rules, KubeSettings(danm=True, danmGroup="danm.io"))
+    every = apiserver.needed(rules, KubeSettings(networkAttachmentDefinitions=True, danm=True))
+    every += apiserver.needed(rules, KubeSettings(danm=True, danmGroup="danm.io"))
     assert {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]} == {
         (g, r) for g, r, _ in every
     }
