@@ -26,9 +26,9 @@ from netcomp.ipam.worker import Worker
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.daemon.kube import Cluster
-    from netcomp.daemon.kubeblocks import KubeBlocks
-    from netcomp.daemon.kubestore import KubeStore
+    from netcomp.kube.cluster import Cluster
+    from netcomp.kube.kubeblocks import KubeBlocks
+    from netcomp.kube.kubestore import KubeStore
 
 log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
@@ -47,8 +47,8 @@ class Addresses:
         self.pools: dict[str, Pool] = {}
         self._following = False
         if cluster is not None:
-            from netcomp.daemon.kubeblocks import KubeBlocks  # the cluster's calls: only with a cluster
-            from netcomp.daemon.kubestore import KubeStore
+            from netcomp.kube.kubeblocks import KubeBlocks  # the cluster's calls: only with a cluster
+            from netcomp.kube.kubestore import KubeStore
 
             self.kube, self.kube_blocks = KubeStore(cluster), KubeBlocks(cluster)
             record = LocalRecord(Path(settings.cacheDir) / BLOCKS_RECORD, settings.nodeName)

@@ -44,7 +44,7 @@ from netcomp.settings import Settings
 
 if TYPE_CHECKING:
     from netcomp.compiler.output import Change
-    from netcomp.daemon.kube import Cluster
+    from netcomp.kube.cluster import Cluster
 
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
@@ -175,7 +175,7 @@ class Daemon:
         self.cache = Cache(Path(self.settings.cacheDir))
         self.cluster: Cluster | None = None
         if self.settings.kubernetes is not None:
-            from netcomp.daemon.kube import Cluster  # the kubernetes client: only for a node with a cluster
+            from netcomp.kube.cluster import Cluster  # the kubernetes client: only for a node with a cluster
 
             self.cluster = Cluster(
                 self.settings.kubernetes,

@@ -19,7 +19,7 @@ from netcomp.ipam.localstore import LocalStore
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.daemon.kube import Cluster
+    from netcomp.kube.cluster import Cluster
 
 log = logging.getLogger("netcomp.ipam")
 
@@ -32,7 +32,7 @@ class TenantIds:
         self.cluster = cluster
         self.recompile = recompile
         if cluster is not None:
-            from netcomp.daemon.kubestore import IDS, KubeStore  # the kubernetes client: only with a cluster
+            from netcomp.kube.kubestore import IDS, KubeStore  # the kubernetes client: only with a cluster
 
             store: object = KubeStore(cluster, IDS)
         else:

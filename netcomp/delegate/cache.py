@@ -60,7 +60,7 @@ class Cache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
-        # the records (daemon/kubeslices.py) reads the entry again later, so a listener must only take note.
+        # the records (kube/serviceslices.py) reads the entry again later, so a listener must only take note.
         self.listeners: list[Callable[[str, str], None]] = []
 
     def _changed(self, container_id: str, ifname: str) -> None:

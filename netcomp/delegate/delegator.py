@@ -99,7 +99,7 @@ class Delegator:
     # The host links netcomp made that exist now, and removing one of them (host.links.owned / remove).
     owned_links: Callable[[], set[str]] = lambda: set()
     remove_link: Callable[[str], object] = lambda name: False
-    # The cluster (daemon.kube.Cluster) when the node has one: pod annotations in, network status out.
+    # The cluster (kube.cluster.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
     host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)

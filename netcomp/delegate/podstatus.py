@@ -1,5 +1,5 @@
 """A pod's side of an attachment, when the node has a cluster: its annotations in (read through `Pods`, which
-daemon.kubepods.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
+kube.podwatch.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
 Multus records on a pod (AddedInterface per interface, a warning when an ADD fails)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from netcomp.delegate.record import Attachment
 
 
 class Pods(Protocol):
-    """The cluster's side of a pod (daemon.kubepods.PodWatch)."""
+    """The cluster's side of a pod (kube.podwatch.PodWatch)."""
 
     policy: podnets.Policy
 

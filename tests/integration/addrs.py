@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.daemon import kubeblocks
-from netcomp.daemon.kubestore import GROUP, PLURAL, VERSION
+from netcomp.kube import kubeblocks
+from netcomp.kube.kubestore import GROUP, PLURAL, VERSION
 
 CLAIMS = (GROUP, VERSION, PLURAL)
 BLOCKS = (GROUP, VERSION, kubeblocks.PLURAL)

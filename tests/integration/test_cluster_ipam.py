@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon.kubestore import GROUP, VERSION
+from netcomp.kube.kubestore import GROUP, VERSION
 from netcomp.settings import KubeSettings
 from tests.integration.addrs import BLOCKS, CLAIMS, in_use
 from tests.integration.daemonlab import DaemonLab, daemon_lab

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon.kubestore import GROUP, ID_PLURAL, VERSION
+from netcomp.kube.kubestore import GROUP, ID_PLURAL, VERSION
 from tests.integration.addrs import in_use
 from tests.integration.daemonlab import DaemonLab
 from tests.integration.kubeapi import ApiServer

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon.kubestore import LABEL_NETWORK
+from netcomp.kube.kubestore import LABEL_NETWORK
 from tests.integration.daemonlab import DaemonLab
 from tests.integration.kubeapi import ApiServer
 from tests.integration.test_cluster_ipam import (

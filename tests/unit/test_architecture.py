@@ -30,9 +30,10 @@ LEVELS = {
     "netcomp.host": 5,
     "netcomp.ipam": 5,
     "netcomp.delegate": 6,
-    "netcomp.daemon": 7,
-    "netcomp.doctor": 7,  # beside the daemon: it asks it (daemon/client.py) and checks what it needs
-    "netcomp.cli": 8,
+    "netcomp.kube": 7,  # the cluster's side: the daemon's lifecycle, its addresses and tenant ids use it
+    "netcomp.daemon": 8,
+    "netcomp.doctor": 8,  # beside the daemon: it asks it (daemon/client.py) and checks what it needs
+    "netcomp.cli": 9,
 }
 TOP_LIMIT = 8  # modules at the top of netcomp/, besides the wings
 

@@ -1,5 +1,5 @@
 """Blocks of a pool (ipam/blocks.py), a node's record of the blocks it holds (ipam/blockstate.py), the AddressBlock
-objects' shape (daemon/kubeblocks.py) and the kubeconfig the API client reads (daemon/kubeclient.py): pure, or on
+objects' shape (kube/kubeblocks.py) and the kubeconfig the API client reads (kube/apiclient.py): pure, or on
 files in a temp dir. What the allocator does with them runs against a real kube-apiserver in
 tests/integration/test_ipam_blocks.py and test_cluster_ipam.py."""
 
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon import kubeblocks
-from netcomp.daemon.kubeclient import Api, Endpoint, KubeConfigError, Response
 from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
 from netcomp.ipam.blockstate import Held, LocalRecord, Record
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim
+from netcomp.kube import kubeblocks
+from netcomp.kube.apiclient import Api, Endpoint, KubeConfigError, Response
 
 
 def pool(*ranges: dict[str, object], network: str = "n", block: int | None = None) -> Pool:
@@ -251,9 +251,9 @@ def test_a_daemon_with_a_cluster_does_not_load_the_kubernetes_library(tmp_path: 
     code = f"""
 import sys
 from pathlib import Path
-from netcomp.daemon.kube import Cluster
-from netcomp.daemon.kubeblocks import KubeBlocks
-from netcomp.daemon.kubestore import KubeStore
+from netcomp.kube.cluster import Cluster
+from netcomp.kube.kubeblocks import KubeBlocks
+from netcomp.kube.kubestore import KubeStore
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 c = Cluster(KubeSettings(kubeconfig={path!r}), Path({str(tmp_path)!r}), Metrics(), "n1")

@@ -47,7 +47,7 @@ def test_network_status_entries() -> None:
 
 
 def test_a_network_object_as_an_intent_file() -> None:
-    from netcomp.daemon.kube import NETWORKS
+    from netcomp.kube.cluster import NETWORKS
 
     obj = {
         "apiVersion": "netcomp.io/v1",
@@ -77,7 +77,7 @@ def test_the_cluster_is_the_lowest_intent_layer() -> None:
 
 
 def test_object_files_of_the_two_kinds_never_meet() -> None:
-    from netcomp.daemon.kube import NADS, NETWORKS
+    from netcomp.kube.cluster import NADS, NETWORKS
 
     assert NETWORKS.file_name({"name": "storage"}) == "storage.yaml"
     assert NETWORKS.file_name({"name": "a.b"}) is None  # not a network name; could look like a NAD's file
@@ -88,7 +88,7 @@ def test_object_files_of_the_two_kinds_never_meet() -> None:
 
 
 def test_an_attachment_definition_as_an_intent_file() -> None:
-    from netcomp.daemon.kube import NADS
+    from netcomp.kube.cluster import NADS
 
     obj = {
         "apiVersion": "k8s.cni.cncf.io/v1",
@@ -110,7 +110,7 @@ def test_an_attachment_definition_as_an_intent_file() -> None:
 
 
 def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
-    from netcomp.daemon.kube import explain
+    from netcomp.kube.cluster import explain
 
     e = PermissionError(1, "Operation not permitted")
     assert explain(e).endswith("allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)")

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon import labels
-from netcomp.daemon.slices import (
+from netcomp.delegate.record import Attachment, Entry
+from netcomp.kube import labels
+from netcomp.kube.slices import (
     Attached,
     NetworkRef,
     PodInfo,
@@ -26,7 +27,6 @@ from netcomp.daemon.slices import (
     slice_name,
     stale,
 )
-from netcomp.delegate.record import Attachment, Entry
 
 # ------------------------------------------------------------------------------------------------ selectors
 

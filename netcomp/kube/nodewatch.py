@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from netcomp.daemon import kubewatch
-from netcomp.daemon.kubewatch import keep_following
+from netcomp.kube import following
+from netcomp.kube.following import keep_following
 
 log = logging.getLogger("netcomp.kube")
 WATCH_SECONDS = 300
@@ -61,7 +61,7 @@ class NodeWatch:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        events = kubewatch.Events(
+        events = following.Events(
             self.core.list_node,
             rv=rv,
             stop=stop,

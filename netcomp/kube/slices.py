@@ -1,5 +1,5 @@
 """Services on secondary networks: which Services ask for them, which of this node's pods they select, and the
-EndpointSlices the node writes for them; no I/O (kubeslices.py talks to the API server).
+EndpointSlices the node writes for them; no I/O (serviceslices.py talks to the API server).
 
 A Service asks in one of two spellings, both for a Service without spec.selector (a Service with one gets
 kube-controller-manager's Endpoints of the pods' primary addresses, and clients would resolve it to both):
@@ -27,11 +27,11 @@ from typing import Any
 
 import orjson
 
-from netcomp.daemon import labels as labelsel
-from netcomp.daemon.labels import Selector
 from netcomp.delegate.naming import namespace_of, network_key, pod_ref
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Entry
+from netcomp.kube import labels as labelsel
+from netcomp.kube.labels import Selector
 from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE
 
 GROUP, PLURAL = "discovery.k8s.io", "endpointslices"

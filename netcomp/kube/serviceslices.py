@@ -4,7 +4,7 @@ the cache), the slices the node should have are worked out whole and compared wi
 each carries), and only the difference is written.
 
 - **In.** The Services of the cluster (listed, then watched; `serviceLabelSelector` lets the API server send only
-  some), keeping only those that ask; the node's pods from the pod follower (kubepods.PodWatch's listeners: no
+  some), keeping only those that ask; the node's pods from the pod follower (podwatch.PodWatch's listeners: no
   second watch); the attachments from the cache entries (re-read when the cache says one changed).
 - **Out.** Each node writes only slices named and labelled after itself (`netcomp.io/node`), listed and watched
   by that label, so nodes never touch each other's, and a slice deleted by hand is written again. Nothing is
@@ -25,13 +25,13 @@ import logging
 import threading
 from typing import Any
 
-from netcomp.daemon import kubewatch, slices
-from netcomp.daemon.kubeclient import ApiException
-from netcomp.daemon.kubepods import QUIET, QUIET_LIMIT, PodWatch
-from netcomp.daemon.kubewatch import MAX_BACKOFF, keep_following
-from netcomp.daemon.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
+from netcomp.kube import following, slices
+from netcomp.kube.apiclient import ApiException
+from netcomp.kube.following import MAX_BACKOFF, keep_following
+from netcomp.kube.podwatch import QUIET, QUIET_LIMIT, PodWatch
+from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
@@ -161,7 +161,7 @@ class ServiceSlices:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch_services(self, rv: str, stop: threading.Event) -> str:
-        events = kubewatch.Events(
+        events = following.Events(
             self.core.list_service_for_all_namespaces,
             rv=rv,
             stop=stop,
@@ -228,7 +228,7 @@ class ServiceSlices:
 
     def _watch_slices(self, rv: str, stop: threading.Event) -> str:
         assert self.version is not None
-        events = kubewatch.Events(
+        events = following.Events(
             self.custom.list_cluster_custom_object, GROUP, self.version, PLURAL, rv=rv, stop=stop,
             seconds=WATCH_SECONDS, label_selector=slices.own_selector(self.node),
         )  # fmt: skip
@@ -257,7 +257,7 @@ class ServiceSlices:
 
     def _loop(self, stop: threading.Event) -> None:
         """Reconcile whenever something changed and everything has been listed; after a failed write, again
-        after a back-off (1 s, doubling up to kubewatch.MAX_BACKOFF)."""
+        after a back-off (1 s, doubling up to following.MAX_BACKOFF)."""
         self._read_records(None)
         backoff = 1.0
         while not stop.is_set():

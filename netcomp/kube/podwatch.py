@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from netcomp.daemon import kubewatch
-from netcomp.daemon.kubewatch import keep_following
 from netcomp.delegate import podnets
 from netcomp.delegate.naming import PodRef
 from netcomp.errors import HostError
+from netcomp.kube import following
+from netcomp.kube.following import keep_following
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
@@ -78,7 +78,7 @@ class PodWatch:
         self.synced = threading.Event()
         self.last_error: str | None = None
         # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
-        # or (the watch event's type, [the pod]). Listeners only take note (kubeslices.py).
+        # or (the watch event's type, [the pod]). Listeners only take note (serviceslices.py).
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
@@ -123,7 +123,7 @@ class PodWatch:
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         try:
             resp: Any = self.core.read_namespaced_pod(
@@ -147,7 +147,7 @@ class PodWatch:
         return kept[1].annotations if kept else {}
 
     def _follow(self, stop: threading.Event) -> None:
-        """List the node's pods, then watch them (kubewatch.keep_following); what is known stays meanwhile."""
+        """List the node's pods, then watch them (following.keep_following); what is known stays meanwhile."""
         keep_following(stop, self._relist, self._watch, self._failed, self.explain)
 
     def _selector(self) -> str:
@@ -174,7 +174,7 @@ class PodWatch:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        events = kubewatch.Events(
+        events = following.Events(
             self.core.list_pod_for_all_namespaces,
             rv=rv,
             stop=stop,

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from netcomp.daemon import kubewatch
-from netcomp.daemon.kube import Cluster, explain
-from netcomp.daemon.kubewatch import Selection, keep_following
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken
+from netcomp.kube import following
+from netcomp.kube.cluster import Cluster, explain
+from netcomp.kube.following import Selection, keep_following
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"
@@ -146,7 +146,7 @@ class KubeStore:
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         if isinstance(e, ApiException):
             why = f"{e.status} {e.reason}"
@@ -158,7 +158,7 @@ class KubeStore:
         return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
 
     def create(self, claim: Any) -> Any:
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
@@ -191,7 +191,7 @@ class KubeStore:
         return held, ""
 
     def delete(self, claim: Any) -> bool:
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
@@ -216,7 +216,7 @@ class KubeStore:
         claims, rv = [], ""
         call = self.custom.list_cluster_custom_object
         try:
-            for items, version in kubewatch.pages(call, GROUP, VERSION, self.codec.plural,
+            for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
                                                   timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
                 rv = version
                 claims += [c for c in map(self.codec.from_object, items) if c is not None]
@@ -225,7 +225,7 @@ class KubeStore:
         return claims, rv
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
-        """Every claim, then every change of one (kubewatch.keep_following), to on_change(name, claim or None)."""
+        """Every claim, then every change of one (following.keep_following), to on_change(name, claim or None)."""
         self._keep_following(None, on_change, stop, lambda: True)
 
     def select(self, networks: builtins.list[str], on_change: Callable[[str, Any], None],
@@ -252,7 +252,7 @@ class KubeStore:
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
         try:
             call = self.custom.list_cluster_custom_object
-            for items, _ in kubewatch.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
+            for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
                                             label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
                 for obj in items:
                     name = str((obj.get("metadata") or {}).get("name", ""))
@@ -287,7 +287,7 @@ class KubeStore:
 
         def follow_from(rv: str, stop: threading.Event) -> str:
             call = self.custom.list_cluster_custom_object
-            events = kubewatch.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS,
+            events = following.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS,
                                       label_selector=selector)  # fmt: skip
             for kind, obj in events:
                 if not current():
@@ -312,7 +312,7 @@ class KubeStore:
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)

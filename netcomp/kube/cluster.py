@@ -1,4 +1,4 @@
-"""The cluster, when the node has one (netcomp.yaml `kubernetes:`), through kubeclient.py's calls (the
+"""The cluster, when the node has one (netcomp.yaml `kubernetes:`), through apiclient.py's calls (the
 `kubernetes` library is loaded only for a kubeconfig that needs it).
 
 - **Network objects as intents.** The cluster's `networks.netcomp.io` objects are listed and watched, and each
@@ -8,9 +8,9 @@
   server is away the files stay: the node keeps serving the networks it knew. With
   `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
   `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
-- **Pods** (kubepods.py): the node's pods followed for the annotations they ask for networks with; their
+- **Pods** (podwatch.py): the node's pods followed for the annotations they ask for networks with; their
   network-status and events written after the answer.
-- **Services on secondary networks** (kubeslices.py): an EndpointSlice per such Service with the addresses of
+- **Services on secondary networks** (serviceslices.py): an EndpointSlice per such Service with the addresses of
   this node's pods on its network."""
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from typing import Any
 
 import yaml
 
-from netcomp.daemon import kubewatch
-from netcomp.daemon.kubenode import NodeWatch
-from netcomp.daemon.kubepods import PodWatch
-from netcomp.daemon.kubeslices import ServiceSlices
-from netcomp.daemon.kubewatch import keep_following
 from netcomp.delegate.cache import Cache
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
+from netcomp.kube import following
+from netcomp.kube.following import keep_following
+from netcomp.kube.nodewatch import NodeWatch
+from netcomp.kube.podwatch import PodWatch
+from netcomp.kube.serviceslices import ServiceSlices
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
@@ -123,8 +123,8 @@ class Cluster:
         self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (kubeslices.py; with kube.services)."""
-        from netcomp.daemon.kubeclient import Api, KubeConfigError
+        (serviceslices.py; with kube.services)."""
+        from netcomp.kube.apiclient import Api, KubeConfigError
 
         self.kube = kube
         self.dir = cluster_dir
@@ -207,7 +207,7 @@ class Cluster:
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from netcomp.daemon.kubeclient import ApiException
+        from netcomp.kube.apiclient import ApiException
 
         ns, _, name = str(claim.network).partition("/")
         try:
@@ -240,7 +240,7 @@ def explain(e: Exception) -> str:
     """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
     IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
     systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
-    from netcomp.daemon.kubeclient import ApiException, Unreachable
+    from netcomp.kube.apiclient import ApiException, Unreachable
 
     if isinstance(e, Unreachable):  # worded by the client, which knows where it was going
         return str(e)
@@ -302,7 +302,7 @@ class _Follower:
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
         call = self.cluster.custom.list_cluster_custom_object
-        events = kubewatch.Events(call, *self._list_args(), rv=rv, stop=stop, seconds=WATCH_SECONDS)
+        events = following.Events(call, *self._list_args(), rv=rv, stop=stop, seconds=WATCH_SECONDS)
         for kind, obj in events:
             if kind in ("ADDED", "MODIFIED"):
                 self._write(obj)

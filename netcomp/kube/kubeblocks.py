@@ -18,13 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from netcomp import libc
-from netcomp.daemon.kube import Cluster, explain
-from netcomp.daemon.kubeclient import ApiException
-from netcomp.daemon.kubewatch import Events, Selection, keep_following, pages
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import Record
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+from netcomp.kube.apiclient import ApiException
+from netcomp.kube.cluster import Cluster, explain
+from netcomp.kube.following import Events, Selection, keep_following, pages
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
