@@ -143,7 +143,7 @@ def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> 
     """(f): ADD then DEL at once through `exe` on a node following a real API server, interleaved with the same
     bridge conflist exec'd directly, ADD then DEL at once. None (said why) without the API server's binaries."""
     from netcomp.cni.invoke import Runner, RuntimeConf
-    from netcomp.daemon.client import call
+    from netcomp.daemon.server.client import call
     from tests.integration.kubeapi import BINS, api_server
 
     if not (BINS / "kube-apiserver").exists():

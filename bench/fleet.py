@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcomp.daemon import kubeblocks  # noqa: E402
-from netcomp.daemon.client import call  # noqa: E402
+from netcomp.daemon.server.client import call  # noqa: E402
 from netcomp.ipam.blocks import block_name  # noqa: E402
 from netcomp.ipam.pool import claim_name, network_label  # noqa: E402
 from tests.integration.kubeapi import api_server  # noqa: E402

@@ -12,7 +12,7 @@ from netcomp import report
 from netcomp.cli.common import settings as load
 from netcomp.cli.common import state_path
 from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE
-from netcomp.daemon import protocol
+from netcomp.daemon.server import protocol
 from netcomp.errors import IntentError
 from netcomp.paths import Root
 from netcomp.settings import Settings
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"({'its last good settings' if saved is not None else 'the default'})",
             file=err,
         )
-    from netcomp.daemon.client import call
+    from netcomp.daemon.server.client import call
 
     try:
         if args.command == "status":

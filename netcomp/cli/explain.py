@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from netcomp.cli.common import running_settings
 from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE, EX_USAGE
-from netcomp.daemon import protocol
+from netcomp.daemon.server import protocol
 
 
 def _body(args: argparse.Namespace) -> dict[str, str]:
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"netcomp: --pod takes NAMESPACE/NAME, not {args.pod!r}", file=err)
         return EX_USAGE
     settings = running_settings(args, err)
-    from netcomp.daemon.client import call
+    from netcomp.daemon.server.client import call
 
     try:
         status, doc = call(settings.socket, "POST", protocol.EXPLAIN_PATH, _body(args), timeout=60)

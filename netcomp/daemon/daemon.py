@@ -23,10 +23,11 @@ from netcomp.cni import spec as cnispec
 from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import api, faults, protocol
+from netcomp.daemon import faults
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.notify import Notifier
-from netcomp.daemon.server import Limits, Server, listen
+from netcomp.daemon.server import handlers, protocol
+from netcomp.daemon.server.server import Limits, Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
@@ -490,7 +491,7 @@ class Daemon:
         }
         actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
         hotplug = self.podsync is not None
-        queries = {protocol.EXPLAIN_PATH: lambda body: api.explain(self.delegator, body, hotplug=hotplug)}
+        queries = {protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug)}
         self.server = Server(
             sock,
             self.delegator,

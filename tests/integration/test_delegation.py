@@ -191,7 +191,7 @@ def test_interface_already_present_stops_before_any_plugin(dl: DaemonLab) -> Non
 
 
 def test_hotplug_attach_and_detach(dl: DaemonLab) -> None:
-    from netcomp.daemon.client import call
+    from netcomp.daemon.server.client import call
 
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr)[0] == 0

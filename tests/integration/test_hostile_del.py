@@ -32,7 +32,7 @@ def dl(tmp_path: Path) -> Iterator[DaemonLab]:
 
 def post(dl: DaemonLab, env: dict[str, str], config: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     """A /cni request as any client may send it (the shim cannot carry a NUL byte or 140 KiB in a variable)."""
-    from netcomp.daemon.client import call
+    from netcomp.daemon.server.client import call
 
     conf = {"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", **(config or {})}
     body = {"env": env, "config": base64.b64encode(json.dumps(conf).encode()).decode()}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.daemon.client import call
+from netcomp.daemon.server.client import call
 from tests.integration.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root

@@ -207,7 +207,7 @@ def test_plugins_get_no_fd_of_the_daemon_under_socket_activation(node: dict[str,
     """The listening socket systemd passes (fd 3) must not reach a delegate: plugins are spawned without closing
     fds (netcomp/cni/invoke.py), so the daemon makes it close-on-exec. A plugin of ours lists its own fds for an
     ADD and a DEL served by the activated daemon."""
-    from netcomp.daemon import protocol
+    from netcomp.daemon.server import protocol
 
     plugins, static = node["tmp"] / "plugins", node["root"] / "etc/netcomp/static.d"
     plugins.mkdir()

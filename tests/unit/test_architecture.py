@@ -32,7 +32,7 @@ LEVELS = {
     "netcomp.delegate": 6,
     "netcomp.kube": 7,  # the cluster's side: the daemon's lifecycle, its addresses and tenant ids use it
     "netcomp.daemon": 8,
-    "netcomp.doctor": 8,  # beside the daemon: it asks it (daemon/client.py) and checks what it needs
+    "netcomp.doctor": 8,  # beside the daemon: it asks it (daemon/server/client.py) and checks what it needs
     "netcomp.cli": 9,
 }
 TOP_LIMIT = 8  # modules at the top of netcomp/, besides the wings

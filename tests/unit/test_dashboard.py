@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netcomp.daemon import protocol
-from netcomp.daemon.client import call
+from netcomp.daemon.server import protocol
+from netcomp.daemon.server.client import call
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import Pool, Range

@@ -14,8 +14,8 @@ from typing import Any
 
 from netcomp.cli.main import main
 from netcomp.compiler.render import host_devices
-from netcomp.daemon import protocol
-from netcomp.daemon.client import call
+from netcomp.daemon.server import protocol
+from netcomp.daemon.server.client import call
 from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
 from tests.unit.minidaemon import mini_daemon

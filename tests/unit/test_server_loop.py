@@ -1,4 +1,4 @@
-"""The serving loop (daemon/connections.py, server.py) and its workers (workers.py), with real unix sockets and
+"""The serving loop (daemon/server/loop.py, server.py) and its workers (workers.py), with real unix sockets and
 threads: what the hostile tests cannot reach from outside (a failing accept(2), a bug in routing, a burst on a cold
 pool). No CNI request is served here: /healthz and /readyz need no delegator."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.daemon import http
-from netcomp.daemon.server import Limits, Server, listen
-from netcomp.daemon.workers import Workers
+from netcomp.daemon.server import http1
+from netcomp.daemon.server.server import Limits, Server, listen
+from netcomp.daemon.server.workers import Workers
 from netcomp.metrics import Metrics
 
 
@@ -122,7 +122,7 @@ def test_shutdown_closes_the_listening_socket(sock_path: str) -> None:
 
 def test_a_request_fed_a_byte_at_a_time() -> None:
     req = b"POST /cni HTTP/1.1\r\nContent-Length: 5\r\nX-Netcomp-Shim: 1\r\n\r\nhello"
-    inc = http.Incoming()
+    inc = http1.Incoming()
     done = [inc.feed(req[i : i + 1], 100) for i in range(len(req))]
     assert done == [False] * (len(req) - 1) + [True]
     assert inc.head == ("POST", "/cni", {"content-length": "5", "x-netcomp-shim": "1"}) and inc.body == b"hello"
@@ -171,15 +171,15 @@ def test_content_length_is_ascii_digits_and_said_once() -> None:
     """'²' is a digit to str.isdigit() and not to int(): a 411, not a 500 with a traceback. Two Content-Lengths
     that differ leave the body's end in doubt (request smuggling): a 400; the same one twice is accepted."""
     for value in ("²", "¹2", "³"):  # as a client sends them in latin-1, which is how header values are read
-        inc = http.Incoming()
+        inc = http1.Incoming()
         head = f"POST /cni HTTP/1.1\r\nContent-Length: {value}\r\n\r\n".encode("latin-1")
-        with pytest.raises(http.Refuse) as e:
+        with pytest.raises(http1.Refuse) as e:
             inc.feed(head, 100)
         assert e.value.status == 411 and e.value.linger
-    with pytest.raises(http.Refuse) as e:
-        http.Incoming().feed(b"POST /cni HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 100)
+    with pytest.raises(http1.Refuse) as e:
+        http1.Incoming().feed(b"POST /cni HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 100)
     assert (e.value.status, e.value.msg) == (400, "conflicting Content-Length headers")
-    inc = http.Incoming()
+    inc = http1.Incoming()
     assert inc.feed(b"POST /cni HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\nabc", 100)
     assert inc.body == b"abc"
 
@@ -194,7 +194,7 @@ def test_another_methods_body_is_read_before_the_answer(sock_path: str) -> None:
     try:
         got = ask(sock_path, b"GET /healthz HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         assert got.startswith(b"HTTP/1.1 200")
-        partial = http.Incoming()
+        partial = http1.Incoming()
         assert not partial.feed(b"GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", 100)  # waits for 3 more
         for bad in (b"BAD\r\n\r\n", b"GET /healthz HTTP/1.1\r\n: x\r\n\r\n"):
             got = ask(sock_path, bad + body)
@@ -206,7 +206,7 @@ def test_another_methods_body_is_read_before_the_answer(sock_path: str) -> None:
 def test_accepting_takes_a_batch_per_round(sock_path: str) -> None:
     """A backlog that a flood keeps full must not hold the loop in accept(2): its tick feeds systemd's watchdog,
     its timers refuse the slow clients. One round accepts ACCEPT_BATCH at most; the next, the rest."""
-    from netcomp.daemon import connections
+    from netcomp.daemon.server import loop
 
     sock, _ = listen(sock_path)
     limits = Limits(allowed_uids={0}, max_per_peer=1000)  # every client is this process
@@ -214,15 +214,15 @@ def test_accepting_takes_a_batch_per_round(sock_path: str) -> None:
     sock.setblocking(False)  # as the loop has it; the rounds are called here, the loop started only to end them
     clients = []
     try:
-        for _ in range(connections.ACCEPT_BATCH + 36):
+        for _ in range(loop.ACCEPT_BATCH + 36):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             c.settimeout(10)  # a backlog shorter than this test's (somaxconn): a failure, not a hang
             c.connect(sock_path)
             clients.append(c)
         server._accept()
-        assert server._conns == connections.ACCEPT_BATCH
+        assert server._conns == loop.ACCEPT_BATCH
         server._accept()
-        assert server._conns == connections.ACCEPT_BATCH + 36
+        assert server._conns == loop.ACCEPT_BATCH + 36
     finally:
         for c in clients:
             c.close()
@@ -366,7 +366,7 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
     """A worker hands the rest of a large answer back to the loop just as the loop cleans up to stop: the
     connection is still closed and counted gone (its client sees the end), not left open in a list nobody
     reads."""
-    from netcomp.daemon.connections import Conn
+    from netcomp.daemon.server.loop import Conn
 
     sock, _ = listen(sock_path)
     server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from netcomp.cni import codes as cnicodes
-from netcomp.daemon import protocol
+from netcomp.daemon.server import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.conftest import reap

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.daemon import protocol
+from netcomp.daemon.server import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.unit.shimlab import SANITIZER_ENV, TAKEN, Act, Shim, answer, pick, scripted

@@ -1,8 +1,8 @@
 """HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints.
 
-The connections are connections.py's (one loop reads them all, and refuses what may not be served); a complete
+The connections are loop.py's (one loop reads them all, and refuses what may not be served); a complete
 request comes here to be routed:
-- a CNI request (`/cni`, `/delegate`) is served by a worker thread (workers.py), which runs it (api.py) and
+- a CNI request (`/cni`, `/delegate`) is served by a worker thread (workers.py), which runs it (handlers.py) and
   writes the answer itself: at most `maxInFlight` at once; more wait in a queue (at most `maxQueued`, each up to
   `queueTimeout`) and are served in turn; only beyond that is the answer "try again later" (CNI code 11). A
   request whose client hung up while it waited is not started. A client that asks with `X-Netcomp-Shim: 1` gets
@@ -11,7 +11,7 @@ request comes here to be routed:
   the CNI requests' way; `GET /healthz` (alive) and `POST /healthz` (Multus's shim's readiness check: would a
   CNI request be taken now) are answered by the loop.
 Every answer, to anything (non-HTTP bytes, unknown methods and paths included), is a CNI error object in JSON.
-The HTTP itself is http.py's."""
+The HTTP itself is http1.py's."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
-from netcomp.daemon import api, http, protocol
-from netcomp.daemon.connections import QUEUED, Conn, Connections, Limits
-from netcomp.daemon.workers import Workers
+from netcomp.daemon.server import handlers, http1, protocol
+from netcomp.daemon.server.loop import QUEUED, Conn, Connections, Limits
+from netcomp.daemon.server.workers import Workers
 from netcomp.delegate.delegator import Delegator
 from netcomp.metrics import Metrics
 
@@ -258,7 +258,7 @@ class Server(Connections):
         waited in the queue, say: `waited`) is not started."""
         if not c.mine:  # closed meanwhile (a bug's answer)
             return
-        if http.hung_up(c.sock):
+        if http1.hung_up(c.sock):
             log.info("a client hung up %s; not started", "while its request waited" if waited else "at once")
             self._close(c)
             return
@@ -278,13 +278,13 @@ class Server(Connections):
             note: Callable[[], None] | None = None
             try:
                 if path == protocol.DELEGATE_PATH:
-                    status, answer = api.delegate(self.delegator, body)
+                    status, answer = handlers.delegate(self.delegator, body)
                 else:
-                    status, answer, note = api.cni(self.delegator, self.metrics, body, bare=shim)
+                    status, answer, note = handlers.cni(self.delegator, self.metrics, body, bare=shim)
                 with self.changed:  # served before the client can read its answer; in flight until it is out,
                     self.served += 1  # so that a drain that ends has answered everything
                     counted = True
-                _send(c.sock, http.response(status, answer))
+                _send(c.sock, http1.response(status, answer))
             finally:
                 try:
                     self.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
@@ -297,7 +297,7 @@ class Server(Connections):
             self._requests.submit(serve)
         except RuntimeError as e:  # stopped meanwhile, or no thread to be had: told to try again, not left waiting
             log.error("cannot hand a request to a worker: %s", e)
-            _send(c.sock, http.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
+            _send(c.sock, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
             self.leave(counted=True)
             self.closed(c)
 
@@ -311,7 +311,7 @@ class Server(Connections):
             data = b""
             try:
                 status, body, ctype = answer()
-                data = http.response(status, body, ctype)
+                data = http1.response(status, body, ctype)
             finally:
                 self.send_answer(c, data)
 
@@ -319,7 +319,7 @@ class Server(Connections):
             workers.submit(serve)
         except RuntimeError as e:
             log.error("cannot hand a request to a worker: %s", e)
-            self.send_answer(c, http.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
+            self.send_answer(c, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
 
 
 def _document(fn: Callable[[], Any], ctype: str) -> tuple[int, bytes, str]:

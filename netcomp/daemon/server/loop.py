@@ -7,7 +7,7 @@ enforces:
 - at most `maxConnections` connections, and `maxConnectionsPerPeer` from one process (a client holding many
   connections open cannot starve the runtime's shims, which are one process per request);
 - the request's head and body must arrive within `headerTimeout`, the head within 64 KiB, the body within
-  `maxRequestBytes` and declared by Content-Length (http.Incoming).
+  `maxRequestBytes` and declared by Content-Length (http1.Incoming).
 A refusal is a CNI error object in JSON; when the body was not read, the writing half is closed and what the
 client still sends is read and dropped (bounded), so that it reads the answer instead of failing on a reset. A
 complete request goes to `_route` (the server's), which answers it at once, queues it, or hands it to a worker;
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
-from netcomp.daemon import http, protocol
-from netcomp.daemon.ratelog import Every
+from netcomp.daemon.server import http1, protocol
+from netcomp.daemon.server.ratelog import Every
 from netcomp.errors import printable
 from netcomp.metrics import Metrics
 
@@ -51,7 +51,7 @@ ACCEPT_BATCH = 64
 # While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile);
 # so are the refusals of peers (a client refused in a loop must not flood the journal).
 ACCEPT_LOG_EVERY = REFUSAL_LOG_EVERY = 60.0
-_SPENT = http.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
+_SPENT = http1.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Conn:
     sock: socket.socket
     pid: int
     uid: int = -1
-    req: http.Incoming = field(default_factory=http.Incoming)
+    req: http1.Incoming = field(default_factory=http1.Incoming)
     state: str = READING
     deadline: float = 0.0
     left: int = 0  # bytes a lingering connection may still send
@@ -214,7 +214,7 @@ class Connections:
             except OSError as e:  # out of fds, say: what is waiting stays in the backlog, accepted once there is room
                 self._accept_error(e)
                 return
-            pid, uid = http.peer(sock)
+            pid, uid = http1.peer(sock)
             with self._count_lock:
                 full = self._conns >= lim.max_connections or self._per_peer[pid] >= lim.max_per_peer
                 if not full:
@@ -225,7 +225,7 @@ class Connections:
                 self.metrics.rejected.labels("connections").inc()
                 self.refused(Conn(sock, pid, uid), 503, TOO_MANY)
                 with contextlib.suppress(OSError):
-                    sock.send(http.response(503, protocol.error_body(E_TRY_LATER, TOO_MANY)))
+                    sock.send(http1.response(503, protocol.error_body(E_TRY_LATER, TOO_MANY)))
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -233,7 +233,7 @@ class Connections:
             if uid not in lim.allowed_uids:
                 self.metrics.rejected.labels("peer").inc()
                 msg = f"peer uid {uid} may not use the netcomp socket"
-                self.refuse(c, http.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
+                self.refuse(c, http1.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
                 continue
             self._read(c)  # the request may be whole already
             # A client's connect wakes the loop, which often runs at once on the client's CPU before the client
@@ -281,7 +281,7 @@ class Connections:
             if c.state == READING:
                 self.metrics.rejected.labels("timeout").inc()
                 msg = f"request not complete within {self.limits.header_timeout:g}s"
-                self.refuse(c, http.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
+                self.refuse(c, http1.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
             elif c.state == QUEUED:
                 self._queue_expired(c)
             else:  # lingering, or a client that did not read its answer within WRITE_TIMEOUT
@@ -311,7 +311,7 @@ class Connections:
             if not data or c.left <= 0:
                 self._close(c)
         elif c.state == QUEUED:
-            if not data and http.hung_up(c.sock):  # left the queue; a half-close alone still waits its answer
+            if not data and http1.hung_up(c.sock):  # left the queue; a half-close alone still waits its answer
                 log.info("a client hung up while its request waited; not started")
                 self._left_queue(c)
                 self._close(c)
@@ -323,7 +323,7 @@ class Connections:
         else:
             try:
                 complete = c.req.feed(data, self.limits.max_body)
-            except http.Refuse as r:
+            except http1.Refuse as r:
                 if r.status == 413:
                     self.metrics.rejected.labels("size").inc()
                 self.refuse(c, r)
@@ -392,10 +392,10 @@ class Connections:
         """A short answer from the loop, then close: it fits in the socket's buffer, or the client is not reading
         (and then gets nothing more)."""
         with contextlib.suppress(OSError):
-            c.sock.send(http.response(status, body))
+            c.sock.send(http1.response(status, body))
         self._close(c)
 
-    def refuse(self, c: Conn, r: http.Refuse) -> None:
+    def refuse(self, c: Conn, r: http1.Refuse) -> None:
         """The error; with `linger` (the body was not read) the writing half closed and what the client still
         sends read and dropped (bounded), so that it reads the answer instead of failing on a reset."""
         body = protocol.error_body(r.code, r.msg, r.details)
@@ -404,7 +404,7 @@ class Connections:
             self.answer_now(c, r.status, body)
             return
         try:
-            c.sock.send(http.response(r.status, body))
+            c.sock.send(http1.response(r.status, body))
             c.sock.shutdown(socket.SHUT_WR)
         except OSError:
             self._close(c)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_DECODE, E_INVALID_CONFIG, E_INVALID_ENV, E_IO, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact, loads
-from netcomp.daemon import protocol
-from netcomp.daemon.protocol import ProtocolError
+from netcomp.daemon.server import protocol
+from netcomp.daemon.server.protocol import ProtocolError
 from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.explain import Subject
