@@ -87,7 +87,7 @@ def posix_spawn(
 ) -> int:
     """`os.posix_spawn(path, argv, env, file_actions=..., setpgroup=..., setsigmask=..., setsigdef=...)`, the GIL
     released while libc spawns; the child's pid. file_actions as os.posix_spawn takes them
-    (os.POSIX_SPAWN_DUP2, _CLOSE, _OPEN tuples). OSError as os.posix_spawn raises it (the exec's own failure
+    (tuples of os.POSIX_SPAWN_DUP2, CLOSE or OPEN). OSError as os.posix_spawn raises it (the exec's own failure
     included: glibc reports it from the child); ValueError for a string C cannot take (a NUL byte in it, or an
     environment name with '=')."""
     if _LIBC is None:

@@ -227,8 +227,8 @@ class Compiler:
         return skey != done.static_key
 
     def _render(self, intent: Intent, run: _Run) -> _Rendered:
-        """One intent (not yet released) to its artifact, offered to run.on_artifact (an Output's Stager starts
-        writing it) as soon as it is made: what turns out to fail is not published."""
+        """One intent (not yet released) to its artifact, offered to the run's on_artifact (_Run: an Output's Stager
+        starts writing it) as soon as it is made: what turns out to fail is not published."""
         spec = intent.network.spec
         static_id = spec.networkID if isinstance(spec, StaticSpec) and intent.inline_config is None else None
         static = None

@@ -1,7 +1,7 @@
 """The systemd notify protocol (sd_notify(3)) through sdnotify, a no-op without NOTIFY_SOCKET.
 
 NOTIFY_SOCKET is removed from the environment once connected, so no child process (a delegate plugin above
-all) can ever speak for the daemon. The watchdog is fed from the serving loop (Server._ticker), once READY=1 is
+all) can ever speak for the daemon. The watchdog is fed from the serving loop (Daemon._tick), once READY=1 is
 sent, so a daemon whose loop is stuck stops feeding it and systemd restarts it."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 instant and lose nothing (docs/reliability.md).
 
 - **Write-ahead.** Before any delegate of an ADD runs (the runtime's ADD or a hot-plug: both go through
-  `_attach`), the container's cache entry records what is about to be attached, each attachment in state
+  `attach`), the container's cache entry records what is about to be attached, each attachment in state
   `adding`: network, interface, the exact conflist (an SR-IOV VF already chosen), the namespace by identity.
   Only when every delegate succeeded are they `attached`, with their results, and only then is the answer sent.
 - **Undo, never guess.** An attachment still `adding` was never reported as done: a daemon starting up
@@ -92,11 +92,11 @@ class Delegator:
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
     link_names: Callable[[str | int], set[str]] = container.link_names
-    # Makes a network's host link (its VLAN/VXLAN master) when missing; host.links.ensure in the daemon.
+    # Makes a network's host link (its VLAN/VXLAN master) when missing; host.ownedlinks.ensure in the daemon.
     host_link: Callable[[dict[str, Any]], object] = lambda link: None
     # The VFs (PCI addresses, in allocation order) of an SR-IOV pool by resourceName; raises when unknown.
     vf_pool: Callable[[str], list[str]] = lambda name: []
-    # The host links netcomp made that exist now, and removing one of them (host.links.owned / remove).
+    # The host links netcomp made that exist now, and removing one of them (host.ownedlinks.owned / remove).
     owned_links: Callable[[], set[str]] = lambda: set()
     remove_link: Callable[[str], object] = lambda name: False
     # The cluster (kube.cluster.Cluster) when the node has one: pod annotations in, network status out.

@@ -34,8 +34,8 @@ def host_link_of(conflist: Mapping[str, Any]) -> dict[str, Any] | None:
 
 @dataclass
 class HostResources:
-    """`host_link` makes a network's link when missing (host.links.ensure); `vf_pool` lists a pool's VFs by
-    resourceName (KeyError when unknown); `owned_links` / `remove_link`: the links netcomp made (host.links)."""
+    """`host_link` makes a network's link when missing (host.ownedlinks.ensure); `vf_pool` lists a pool's VFs by
+    resourceName (KeyError when unknown); `owned_links` / `remove_link`: the links netcomp made (host.ownedlinks)."""
 
     cache: Cache
     networks: Callable[[], Mapping[str, dict[str, Any]]]

@@ -174,7 +174,7 @@ class BlockView:
 
     def seen(self, rec: Record, source: str = "watch") -> None:
         """A block's record as the store shows it now: `source` "watch", "list" (in order) or "answer" (to a write
-        of this node; observe.py says why it matters)."""
+        of this node; the module docstring says why it matters)."""
         with self._lock:
             self._observed(rec, source)
             self.updated.notify_all()

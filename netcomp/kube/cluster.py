@@ -123,7 +123,7 @@ class Cluster:
         self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (serviceslices.py; with kube.services)."""
+        (serviceslices.py; with kubernetes.services)."""
         from netcomp.kube.apiclient import Api, KubeConfigError
 
         self.kube = kube

@@ -44,7 +44,7 @@ def go_json(obj: Any) -> str:
 
 
 def post(path: str, body: bytes) -> bytes:
-    """A request as Go's http.Client writes it for `client.Post("http://dummy"+path, "application/json", body)`."""
+    """A request as Go's http.Client writes it for its client's `Post` to "http://dummy"+path (application/json)."""
     head = (
         f"POST {path} HTTP/1.1\r\nHost: dummy\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: {len(body)}\r\n"
         "Content-Type: application/json\r\nAccept-Encoding: gzip\r\n\r\n"

@@ -143,6 +143,24 @@ def test_the_top_holds_few_modules_besides_the_wings() -> None:
     assert len(top) <= TOP_LIMIT, sorted(top)
 
 
+def test_no_module_is_named_like_a_stdlib_module_or_another_wings() -> None:
+    """A module's name says what it holds and is its own: not a stdlib module's (a neighbour's `import select`
+    gets the stdlib's while a reader thinks of ours), not another wing's (two modules named `masters` for one
+    concept). A module of cli/ is named after its command (`netcomp daemon`: cli/daemon.py), which may be a
+    wing's name."""
+    import sys
+    from collections import defaultdict
+
+    names: dict[str, list[str]] = defaultdict(list)
+    for m, path in modules().items():
+        name = m.rsplit(".", 1)[-1]
+        if name in sys.stdlib_module_names:
+            names[name].append(f"{m} (a stdlib module's name)")
+        if path.name != "__init__.py" and path.name != "__main__.py" and not m.startswith("netcomp.cli."):
+            names[name].append(m)
+    assert {n: ms for n, ms in names.items() if len(ms) > 1 or any("stdlib" in m for m in ms)} == {}
+
+
 @pytest.mark.parametrize("package", sorted(p for p in PACKAGE.rglob("__init__.py")))
 def test_package_faces_import_nothing_of_netcomp(package: Path) -> None:
     """A package's __init__.py imports nothing of netcomp: importing one module of a wing never runs others,

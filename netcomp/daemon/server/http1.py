@@ -39,7 +39,7 @@ class Refuse(Exception):
 
 
 def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
-    """(method, path, headers by lower-case name) of a request head; _Refuse when it is not HTTP/1.x."""
+    """(method, path, headers by lower-case name) of a request head; Refuse when it is not HTTP/1.x."""
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":

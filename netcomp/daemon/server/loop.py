@@ -11,7 +11,7 @@ enforces:
 A refusal is a CNI error object in JSON; when the body was not read, the writing half is closed and what the
 client still sends is read and dropped (bounded), so that it reads the answer instead of failing on a reset. A
 complete request goes to `_route` (the server's), which answers it at once, queues it, or hands it to a worker;
-a worker that has a connection writes the answer and closes it itself (`_release`, `_closed`). A connection whose
+a worker that has a connection writes the answer and closes it itself (`release`, `closed`). A connection whose
 request is whole when it is accepted (the usual: a shim sends it as it connects) is routed there and then, never
 registered with the selector. The loop also calls `on_tick` every `tick_every` seconds: a loop that is stuck
 stops feeding the watchdog. Refusals are logged with the peer's uid and pid, at most once a minute."""
