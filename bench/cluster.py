@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a cluster costs an ADD+DEL (root; issue 14, "the pod lookup off the hot path"). Two daemons in one run,
+"""What a cluster costs an ADD+DEL (root; the pod lookup off the hot path). Two daemons in one run,
 each in a lab netns of its own with the real plugins, both serving one bridge+host-local default network through
 the compiled shim: one with `kubernetes:` configured against a local kube-apiserver (it follows the node's pods,
 reads each ADD's pod from that watch, writes network-status and an AddedInterface event after answering), one

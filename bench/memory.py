@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and start-up benchmark (root). The daemon runs as a real process (`netcomp daemon --root TMP`, in a
 network namespace the benchmark makes), READY=1 read from a notify socket it is given, RSS from
-/proc/PID/status (VmRSS), fds from /proc/PID/fd. Four rows, each printed with its goal (issue 14):
+/proc/PID/status (VmRSS), fds from /proc/PID/fd. Four rows, each printed with its goal:
 
   (m1) daemon RSS, idle, 2 networks (a static bridge and a macvlan on a veth), after READY=1     <= 40 MB
   (m2) daemon RSS, 10,000 networks (bench/compile.py's six kinds) compiled and served: after

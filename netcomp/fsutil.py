@@ -31,8 +31,8 @@ WRITE_FLAGS = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 GONE_SUFFIX = ".netcomp-gone"
 
 
-# Paths as the caller gives them: str on the path of every CNI request (pathlib's arithmetic cost more there than
-# the syscalls, issue 14), Path elsewhere.
+# Paths as the caller gives them: str on the path of every CNI request (pathlib's arithmetic costs more there than
+# the syscalls), Path elsewhere.
 P = TypeVar("P", str, Path)
 
 
@@ -196,7 +196,7 @@ def discard(path: str | Path) -> bool:
 
     Why not unlink here: on ext4, unlinking a file whose blocks are on disk (one that lived past the kernel's
     writeback, or one renamed over another, which is written out at once: auto_da_alloc) frees its blocks in the
-    unlink, 0.35-0.5 ms here, mostly waiting, on the path of a DEL; the rename costs 0.05 ms."""
+    unlink, mostly waiting, on the path of a DEL; a rename costs a fraction of it (docs/benchmarks.md)."""
     trash = _beside(os.fspath(path), f".{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
     try:
         os.rename(path, trash)

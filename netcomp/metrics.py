@@ -4,8 +4,8 @@
 The exposition is written here, in the Prometheus text format (0.0.4) exactly as prometheus_client writes it
 (the `_total` suffix of counters, `_created` series, label order, Go's float formatting: a unit test compares
 the two byte for byte), because the daemon needs four kinds of number and a text page, and importing
-prometheus_client costs about 3 MB of resident memory for modules (its HTTP servers, urllib, wsgiref) a daemon
-never runs: a tenth of the idle daemon's budget (issue 14)."""
+prometheus_client costs resident memory for modules (its HTTP servers, urllib, wsgiref) a daemon never runs
+(docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -276,7 +276,7 @@ def load_settings(path: str | Path | None, root: Root | None = None, *, required
         return Settings.model_validate(docs[0].data)
     except ValidationError as e:
         # Imported for errors only: it brings the intent models, which a daemon whose plan comes from the plan
-        # cache never needs (issue 14).
+        # cache never needs.
         from netcomp.intent.validation import pydantic_diagnostics
 
         raise IntentError(pydantic_diagnostics(docs[0], e)) from None

@@ -1,14 +1,9 @@
 """bash completion for `netcomp`, generated from the argument parser (parser.py), so that it offers every command
-and option there is, and nothing that is gone.
-
-The Debian package installs the generated script, packaging/netcomp.bash-completion, as
-/usr/share/bash-completion/completions/netcomp; `make completion` (python3 -m netcomp.cli.completion) writes it
-again, and tests/unit/test_completion.py fails when it differs from what the parser gives. The script needs
-nothing but bash (none of the bash-completion package's functions), so it also works simply sourced.
-
-What an option's value or a positional argument completes to is read from the parser too: its choices, else
-what its metavar says it is (a table below); anything else (a container ID, a network name) completes to nothing.
-"""
+and option there is, and nothing that is gone. The Debian package installs the generated script,
+packaging/netcomp.bash-completion; `make completion` writes it again, and tests/unit/test_completion.py fails
+when it differs from what the parser gives. It needs nothing but bash. What an option's value or a positional
+argument completes to is read from the parser too: its choices, else what its metavar says it is (a table
+below); anything else (a container ID, a network name) completes to nothing."""
 
 from __future__ import annotations
 

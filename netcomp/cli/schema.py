@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 # The models are imported when a schema is asked for: the parser names the choices, and `netcomp daemon` goes
-# through the parser without the intent models (about 2 MB of its idle memory, issue 14).
+# through the parser without the intent models, which an idle daemon would otherwise hold (docs/benchmarks.md).
 SCHEMAS = ("network", "config")
 
 

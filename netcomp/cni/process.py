@@ -65,9 +65,9 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
     plugin has exited, what it wrote is its answer: what it started and left holding its stdout or stderr (a
     child in a session of its own) is killed then, rather than waited for until the timeout.
 
-    posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, measured here
-    per plugin exec, this costs the daemon 0.3 ms of CPU instead of 0.6 and answers 0.7-0.9 ms sooner
-    (bench/spawn.py); spawned with the GIL released (spawn.py says why). What subprocess does for us is done
+    posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, it costs the
+    daemon half the CPU per plugin exec and answers sooner (bench/spawn.py, docs/benchmarks.md); spawned with
+    the GIL released (spawn.py says why). What subprocess does for us is done
     here too: the child gets only fds 0-2 (every fd the daemon opens is close-on-exec, PEP 446, and `seal_fds`
     makes those it inherited so), the signals Python ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty
     signal mask, and no deadlock however much it reads or writes. Its stdin is in the pipe before it starts (as

@@ -1,18 +1,11 @@
 """posix_spawn(3) with the GIL released: `os.posix_spawn`'s interface, libc's function called through ctypes.
 
-CPython's `os.posix_spawn` holds the GIL for the whole call, and the call lasts until the child has exec'd
-(glibc spawns with CLONE_VFORK). Measured in the daemon (`perf sched` tracepoints, issue 14): the kernel wakes
-the parent on the CPU the child has just moved to and started its plugin on, so the parent waits for that CPU,
-1-1.3 ms per exec, while the other CPU idles; the benchmark's own process spawning the same plugin waited
-0.14 ms. All that time the GIL is held: no other request, no other delegate of the same ADD, not even the
-serving loop can run. Through ctypes the GIL is released while libc spawns (ctypes releases it around every
-foreign call of a CDLL), so the wait costs only the thread that asked. CPython 3.12 made the same change for
-subprocess's vfork (gh-104372).
-
-Safe to run beside other threads: glibc's posix_spawn is made for multithreaded callers (the child runs on a
-stack of its own, with every signal blocked, and touches nothing but what it was given before it execs), and
-every argument it reads is built here and kept alive until it returns. Where libc cannot be loaded this way,
-`os.posix_spawn` is used (the GIL is then held, as before)."""
+CPython's `os.posix_spawn` holds the GIL until the child has exec'd (glibc spawns with CLONE_VFORK), and the
+kernel wakes the parent on the CPU the child runs its plugin on: meanwhile no other request, no other delegate
+of the same ADD, not even the serving loop runs (`perf sched` shows it: docs/benchmarks.md). ctypes releases the
+GIL around every foreign call, so the wait costs only the thread that asked (CPython 3.12 does the same for
+subprocess's vfork: gh-104372). glibc's posix_spawn is made for multithreaded callers, and every argument it
+reads is built here and kept alive until it returns. Where libc lacks it, `os.posix_spawn` is used."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""The daemon's first compile, in a child process: what a cold compile of 10,000 intents allocates on its way
-(documents, models, templates' output: over 100 MB at its peak) and the modules it imports (the intent models,
-jinja2) never enter the daemon, which keeps only the result: the plan, the temp files the child staged, and the
-compiler's memory of what it compiled, pickled, taken over (adopt) the first time the daemon compiles again,
-an edit of one intent then costing what it costs after an in-process compile (issue 14).
-
-The child is a fork(2) of the daemon, made only while the daemon runs one thread (its first compile, before
-serving or watching: run.py): nothing another thread held at the fork can be held in the child. It writes its
-answer to a pipe and ends with os._exit. Anything that goes wrong in it (or a fork that fails, or threads already
-running) means the compile is done in process, as before: this only ever saves memory.
-
+"""The daemon's first compile, in a child process: what a cold compile allocates on its way (documents, models,
+templates' output) and the modules it imports (the intent models, jinja2) never enter the daemon, which keeps
+only the result: the plan, the temp files the child staged, and the compiler's memory of what it compiled,
+taken over (adopt) the first time the daemon compiles again. The child is a fork(2) made while the daemon runs
+one thread (run.py), answers through a pipe and ends with os._exit; anything that goes wrong there (or a fork
+that fails, or threads already running) means the compile is done in process: this only ever saves memory.
 The child's side, and the pickling of what it hands over, are handover.py's: only the child imports the compiler.
 """
 

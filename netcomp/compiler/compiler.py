@@ -1,18 +1,10 @@
 """The compiler as a long-lived object: reads intent files and static CNI files, remembers what it parsed and
-rendered, and on the next run redoes only what changed (the daemon recompiles a 10,000-intent node on every
-edit; work must follow the size of the edit, not of the node).
-
-What it remembers is small (the daemon serves 10,000 networks in about 90 MB, issue 14). Each file is read,
-its intents validated, their cross-intent facts taken (the rules memoize them on the Intent: intent/rules.py),
-rendered, and then *released* before the next file is read: a released Intent keeps its name, its facts and a
-Document that has dropped its data and text (read again from the file, if it still holds the same bytes, when a
-diagnostic needs a position); the pydantic model and the YAML data live only while their file is compiled. A
-file is read again when it changes, or when the static file one of its intents names changes; new templates
-mean every file is read again.
-
-DANM's TenantNetworks are the exception: completed from the TenantConfig in use (which may be in any file, and
-whose ids are claimed for the whole cluster), they are parsed after every file is read, and kept whole (there
-are few)."""
+rendered, and on the next run redoes only what changed (a daemon recompiles on every edit: work follows the
+size of the edit, not of the node). What it remembers is small: each file's intents are validated, their
+cross-intent facts taken (intent/rules.py), rendered, and *released* before the next file is read (a released
+Intent keeps its name, its facts and a Document without its data and text). A file is read again when it
+changes or the static file one of its intents names does; new templates mean every file is read again. DANM's
+TenantNetworks are parsed after every file is read, and kept whole (docs/architecture.md, "Incremental")."""
 
 from __future__ import annotations
 

@@ -159,8 +159,8 @@ class Stager:
     renames them into place; discard() removes whatever was not published (an error anywhere in the plan
     means nothing is published at all).
 
-    A queue and WRITERS threads, not an executor: a Future per artifact (its Condition, lock and deque) was 1.2
-    KB each, 12 MB at the peak of a 10,000-network compile that the daemon then never gave back (issue 14)."""
+    A queue and WRITERS threads, not an executor: a Future per artifact (its Condition, lock and deque) adds up,
+    at the peak of a large compile, to memory the daemon then never gives back."""
 
     def __init__(self, output: Output) -> None:
         self.output = output

@@ -56,7 +56,7 @@ class Pipeline:
     @property
     def compiler(self) -> Compiler:
         """Made (and the compiler's modules imported: the intent models, jinja2) when something is to be
-        compiled: a start whose plan comes from the plan cache does without them (issue 14)."""
+        compiled: a start whose plan comes from the plan cache does without them."""
         if self._compiler is None:
             from netcomp.compiler.compiler import Compiler
 

@@ -28,8 +28,8 @@ from netcomp.fsutil import TMP_SUFFIX, WRITE_FLAGS, fsync_dir, is_racy, publish,
 from netcomp.settings import Settings
 
 CACHE_NAME = ".netcomp-plan.cache"
-# The most read of the cache, or of an input hashed for its content (a plugin binary is one): a plan of 10,000
-# networks is about 10 MB; what is larger is compiled rather than trusted.
+# The most read of the cache, or of an input hashed for its content (a plugin binary is one): far above the plan
+# of the largest node (docs/benchmarks.md); what is larger is compiled rather than trusted.
 MAX_BYTES = 256 << 20
 
 
@@ -131,8 +131,8 @@ class PlanCache:
 
     @staticmethod
     def _pieces(fp: Fingerprint, plan: Plan) -> Iterator[bytes]:
-        """The cache's JSON, an artifact at a time: the whole document at once (10,000 dicts and decoded
-        strings, then its bytes) was a 17 MB peak that a daemon never gave back (issue 14)."""
+        """The cache's JSON, an artifact at a time: the whole document at once (a dict and decoded strings per
+        artifact, then its bytes) would be a peak that a daemon never gives back."""
         head = {"fingerprint": fp.digest, "racy": fp.racy}
         yield orjson.dumps(head)[:-1] + b',"artifacts":['
         for i, a in enumerate(plan.artifacts.values()):

@@ -82,8 +82,9 @@ def _limits(s: Settings) -> Limits:
     )
 
 
-# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a cold start
-# with 10,000 networks wrote 10,000 lines to the journal, 0.3 s of a 7 s start). Every file at debug level.
+# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a line per
+# file of a cold start with thousands of networks would flood the journal and slow the start). Every file at debug
+# level.
 LOG_EACH_FILE = 20
 
 

@@ -1,17 +1,9 @@
 """Test hooks. For the chaos suite (tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in the daemon's environment
 makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to show that a daemon
-dying exactly there loses nothing. Points: `after-claim` (addresses claimed, nothing recorded yet),
-`after-write-ahead` (an ADD's record is on disk, no delegate ran),
-`between-delegates` (one network of an ADD finished, others may still run), `mid-outcome` (half of the
-record that an ADD's networks are attached written, delegate/cache.py), `before-answer` (the ADD is recorded
-as attached, the runtime not yet told), `after-del` (a DEL's delegates ran, the record not yet updated),
-`after-block-claim` (an address block's object made, the node's record of its blocks not yet written),
-`mid-write-behind` (one block's record brought up to date, the next not yet). Unset on a node, where a point
-costs one call that does nothing.
-
-`NETCOMP_STALL_AT=compile` makes every compile after the first (a SIGHUP, an edit) wait for ever, as one reading a
-file that never answers would (a hung NFS mount): the daemon must still stop on SIGTERM, and say it is not
-ready."""
+dying exactly there loses nothing (the points: POINTS, and docs/reliability.md, "The chaos run"). Unset on a
+node, where a point costs one call that does nothing. `NETCOMP_STALL_AT=compile` makes every compile after the
+first wait for ever, as one reading a file that never answers would: the daemon must still stop on SIGTERM,
+and say it is not ready."""
 
 from __future__ import annotations
 

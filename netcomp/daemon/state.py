@@ -27,7 +27,7 @@ from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
 STATE_KIND = "netcompStateV1"
-MAX_STATE_BYTES = 256 << 20  # about 8 MB with 10,000 networks
+MAX_STATE_BYTES = 256 << 20  # far above the state of the largest node (docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class Snapshot:
 
 
 def _share_strings(node: Any) -> None:
-    """Interns the strings of a parsed conflist in place: 10,000 conflists hold 100,000 strings, a quarter of
-    them distinct (versions, plugin types, modes...): 4 MB less (issue 14)."""
+    """Interns the strings of a parsed conflist in place: conflists repeat most of their strings (versions,
+    plugin types, modes...), and a node holds many."""
     items = node.items() if isinstance(node, dict) else enumerate(node)
     for k, v in items:
         if type(v) is str:
@@ -115,8 +115,8 @@ class Saved:
 class StateFile:
     def __init__(self, path: Path) -> None:
         self.path = path
-        # The digest of what the file holds (not its bytes: 8 MB with 10,000 networks, issue 14), and the settings
-        # and snapshot generation it was last written (or found equal) for.
+        # The digest of what the file holds (not its bytes, megabytes on a large node), and the settings and
+        # snapshot generation it was last written (or found equal) for.
         self._written: bytes | None = None
         self._saved: tuple[Settings, int] | None = None
 

@@ -80,7 +80,7 @@ class Watcher:
                 continue
             if not ev.name and ev.mask & flags.ATTRIB and base not in self.dirs:
                 # An ancestor's own metadata (the daemon chmods /run/netcomp as it binds its socket there): nothing
-                # under it appeared or went away. Recompiling for it cost every start a second compile (issue 14).
+                # under it appeared or went away, and a recompile for it would make every start compile twice.
                 continue
             out.add(os.path.join(base, ev.name) if ev.name else base)
         return out
@@ -117,7 +117,7 @@ class Watcher:
             return [None]
         # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters only
         # when a watched dir under it was there before or is there now: only then can inputs have come or gone.
-        # Recompiling for it cost a fresh node's start a second compile (issue 14).
+        # Recompiling for it would make a fresh node's start compile twice.
         present = {d for d in self.dirs if d in watched or os.path.exists(d)}  # a layer may be a plain file
         relevant = {
             p

@@ -1,24 +1,13 @@
 """What a pod asks of one attachment (podnets.Ask), put into it before any plugin runs, and checked once they have.
 
-Before (prepare): each field goes where the network's plugins read it, as libcni and Multus hand it over.
-- `ips`: a netcomp pool (ipam: {type: cluster}) claims exactly those addresses (poolclaims.take); a network whose
-  plugins declare the `ips` capability gets them as runtimeConfig; any other gets them as `args.cni.ips` of its
-  plugin with an IPAM section (the CNI convention host-local and static read). One way only: IPAM plugins add up
-  what they are given several ways.
-- `mac`: an SR-IOV network's plugin config (`mac`); the `mac` capability; else CNI_ARGS `MAC=` (with
-  `IgnoreUnknown`), which macvlan, bridge and tuning read. An ipvlan interface has its master's MAC: refused.
-- `cni-args`: merged into every plugin's `args.cni`, as Multus does.
-- `portMappings`, `bandwidth`, `infiniband-guid`, and `deviceID` on a network of no device resource:
-  runtimeConfig for the plugins that declare the capability; refused when none does (nothing would apply it).
-  On a network of a resource `deviceID` chooses the device: a pool's VF (hostres), or one of those the kubelet
-  gave the pod (devices).
-- Addresses outside the network's subnets, a gateway outside them, and an address or MAC another container on
-  the node holds on that network: refused (when the subnets can be known: a pool, host-local, whereabouts).
-
-After (check): the interface in the container has the MAC asked for and every address asked for, whatever
-plugin set them; else the ADD is rolled back with an error that says which plugin configuration would take it.
-Then `default-route`: routes() says which default routes to move, the delegator moves them (host/container.py)
-and records the moved routes in the results."""
+Before (prepare): each field goes where the network's plugins read it, as libcni and Multus hand it over (`ips`
+claimed from a netcomp pool by poolclaims.take, else runtimeConfig or `args.cni.ips`, one way only: IPAM plugins
+add up what they are given several ways; `mac` in an SR-IOV config, runtimeConfig or `MAC=`; `cni-args` merged
+into every plugin's `args.cni`; the capabilities for the plugins that declare them, refused when none does), and
+what cannot be (an address outside the subnets, one another container holds) is refused. After (check): the
+interface has the MAC and every address asked for, whatever plugin set them, else the ADD is rolled back; then
+`default-route`: routes() says which default routes to move, host/container.py moves them. Each field, and where
+it goes: docs/kubernetes.md, "The annotations"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""Devices a device plugin manages: for a network whose resourceName (a sriov Network's, a DanmNet's
-device_pool, a NetworkAttachmentDefinition's k8s.v1.cni.cncf.io/resourceName) is not one of netcomp.yaml's
-sriovPools, the kubelet has decided which device the pod gets, and netcomp uses exactly that one.
-
-- The pod's device IDs per resource come from the kubelet (host/kubelet.py), sorted, and are handed to its
-  attachments in their order (the default network, CNI_ARGS, then the annotation's), each one not yet used by
-  another attachment of the container (hot-plug takes one the pod holds and no attachment uses).
-- The device goes where the network's plugins read it, as Multus (pkg/types/conf.go) puts it: `deviceID` in the
-  sriov plugins of a netcomp sriov network; `deviceID` and `pciBusID` (host-device's) in every plugin of any
-  other conflist; runtimeConfig `deviceID` and `CNIDeviceInfoFile` for plugins that declare those capabilities.
-- The device plugin's device-info file (device-info spec) is copied per attachment into deviceInfoDir/cni,
-  named in the write-ahead before it is written, removed by the attachment's DEL, and reported in
-  network-status as `device-info`."""
+"""Devices a device plugin manages: for a network whose resourceName is not one of netcomp.yaml's sriovPools, the
+kubelet has decided which device the pod gets, and netcomp uses exactly that one. The pod's device IDs per
+resource come from the kubelet (host/kubelet.py), sorted, handed to its attachments in their order, each one not
+yet used by another attachment of the container. The device goes where the network's plugins read it, as Multus
+(pkg/types/conf.go) puts it (`deviceID`, host-device's `pciBusID`, runtimeConfig `deviceID` and
+`CNIDeviceInfoFile`); the device plugin's device-info file is copied per attachment into deviceInfoDir/cni,
+named in the write-ahead before it is written, removed by the attachment's DEL. docs/kubernetes.md, "SR-IOV
+with the device plugin"."""
 
 from __future__ import annotations
 

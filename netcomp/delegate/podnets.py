@@ -1,15 +1,9 @@
-"""What a pod asks for, read as Multus reads it (docs/kubernetes.md, "Moving over from Multus").
-
-- `k8s.v1.cni.cncf.io/networks`: the networks to join, either `name`, `namespace/name`, `name@ifname` items
-  separated by commas, or a JSON list of Multus's network selection elements: `name`, `namespace`, `interface`,
-  `ips`, `mac`, `default-route`, `cni-args`, `portMappings`, `bandwidth`, `deviceID`, `infiniband-guid`.
-- `v1.multus-cni.io/default-network`: one network that replaces the node's default for this pod (on the
-  runtime's interface), its namespace by default the `multusNamespace` setting, as Multus has it.
-
-Everything is checked here, before any plugin runs: a key netcomp does not know, a value of the wrong type, an
-address or MAC that is not one, the same MAC twice, two default routes of one address family. Each is a CNI
-error 7 that names the pod, the annotation and the item. Which network a reference means, and whether the pod
-may use it, is resolve()'s: it needs the networks compiled now and the namespace policy."""
+"""What a pod asks for, read as Multus reads it: `k8s.v1.cni.cncf.io/networks` (items separated by commas, or a
+JSON list of Multus's network selection elements) and `v1.multus-cni.io/default-network` (one network in the
+node default's place). Everything is checked here, before any plugin runs (a key netcomp does not know, a value
+of the wrong type, an address or MAC that is not one, the same MAC twice, two default routes of one family),
+each a CNI error 7 naming the pod, the annotation and the item. Which network a reference means, and whether the
+pod may use it, is resolve()'s. docs/kubernetes.md, "Moving over from Multus"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """Hot-plug by editing the pod, as multus-dynamic-networks-controller gives Multus's users: a change of a running
-pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what it
-removes, through the one ADD and DEL path (names, addresses, devices, write-ahead, rollback), with the same rules
-as at the pod's start.
-
-- An element is what the record says it was attached for (podnets.element_key: network, interface, and everything
-  it asks); a renamed or changed element is a detach and an attach. The default network (the runtime's interface)
-  does not change on a running pod: an edit that changes it is refused with an event.
-- Order: what the edit adds on free interface names first (a failure leaves the pod as it was), then what it
-  removes, then what takes a removed one's name (a failure then leaves that interface out: the event and
-  network-status say so).
-- `PodSync` runs one pod at a time from a queue the pod watch feeds, and at start-up once for every recorded pod
-  (a daemon killed mid-hot-plug finishes the job: the record and the annotation are compared again)."""
+pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what
+it removes, through the one ADD and DEL path, with the same rules as at the pod's start. An element is what the
+record says it was attached for (podnets.element_key), so a changed one is a detach and an attach; the default
+network does not change on a running pod. What is added on free interface names goes first (a failure leaves
+the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
+from a queue the pod watch feeds, and at start-up once for every recorded pod (a daemon killed mid-hot-plug
+finishes the job). docs/kubernetes.md, "Hot-plug by editing the pod"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What netcomp itself reads and changes inside a container's network namespace, after its plugins ran: an
 interface's MAC and addresses (to check that the plugins gave what a pod asked for) and the default routes (a
 pod's `default-route`, as Multus moves them). Each call enters the namespace on a thread of its own
-(netns.inside) and opens pyroute2's IPRoute there, about 2 ms; only ADDs that ask for these pay it."""
+(netns.inside) and opens pyroute2's IPRoute there, which costs milliseconds: only ADDs that ask for these pay it."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """Container network namespaces: their identity, the interface names in them, and a path to exactly the one ADD
-attached.
-
-A namespace is known by identity, never by the path that names it now: `/proc/PID/ns/net` paths name another
-namespace once the PID is reused, and a runtime may pass a DEL the path of another container. The identity is the
-(device, inode) of its nsfs file and its cookie: the kernel gives a freed namespace's inode number to the next
-one made (within a second, here), never its cookie. ADD records the identity; DEL and CHECK act only on a
-namespace of that identity, reached through a descriptor the daemon holds (`/proc/<daemon>/fd/<n>`), so the path
-cannot be swapped underneath them; when no path given names it, it is looked for wherever it can still be
-(`find`), and it is gone only when it is nowhere.
-
-Work in a container's namespace (`inside`) is done by a thread of a small crew kept for it, never by a thread that
-serves requests: it enters the namespace with setns(2) (a per-thread operation for network namespaces), does the
-work and goes back; a thread that cannot go back ends there and is never used again, so a failure to return
-can never leave a serving thread, or a later piece of work, in a container's namespace. Listing interface names
-is on the path of every ADD: libc's if_nameindex() on a kept thread is a hand-off (docs/benchmarks.md has what
-pyroute2's NetNS and IPRoute cost instead)."""
+attached. A namespace is known by identity (the (device, inode) of its nsfs file and its cookie, which the
+kernel never gives another namespace while it runs), never by the path that names it now; DEL and CHECK act
+only on a namespace of the recorded identity, through a descriptor the daemon holds, looked for wherever it can
+still be (`find`). Work inside one (`inside`) is done by a thread of a small crew kept for it, never by a thread
+that serves requests: it enters with setns(2), works, goes back, and a thread that cannot go back ends there.
+docs/reliability.md, "Namespaces by identity"."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def _addr(value: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
 
 def _ipr(netns: str | None) -> Any:
     # pyroute2 only when a link is to be looked at closely, made or removed: the daemon that makes none never
-    # imports it (about 12 MB of resident memory, issue 14).
+    # imports it (megabytes of resident memory: docs/benchmarks.md).
     from pyroute2 import IPRoute, NetNS
 
     return NetNS(netns) if netns else IPRoute()

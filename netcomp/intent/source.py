@@ -38,7 +38,7 @@ def _resolve(kind: Any, value: Any, implicit: Any) -> Any:
 
 
 def forget_scalars() -> None:
-    """Empty the resolver's cache: full after 10,000 files, it holds 65,536 scalars (about 16 MB) that a
+    """Empty the resolver's cache: full after a large compile, it holds scalars (megabytes of them) that a
     long-lived process does not need between compiles."""
     _resolve.cache_clear()
 

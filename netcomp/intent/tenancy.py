@@ -1,22 +1,10 @@
 """DANM's TenantConfig and what DANM's admission webhook did with it to a TenantNetwork, done at compile time:
-a tenant writes a TenantNetwork without infrastructure details, and the admin's TenantConfig supplies them.
-
-- **TenantConfig** (danm.k8s.io/v1 or danm.io/v1, cluster-scoped; `hostDevices` and `networkIds` at the top,
-  no `spec`): `hostDevices` are device profiles `{name, vniType: vlan|vxlan, vniRange: "700-710,900"}`;
-  `networkIds` maps a NetworkType to the NetworkID its static networks use. One is used: the first by name (as
-  DANM lists them); others are a warning.
-- **A TenantNetwork of a dynamic type** (ipvlan, macvlan, sriov) gets a profile: the one its `device_pool` names
-  (sriov), the one its `host_device` names, or else one of the profiles that are not device pools (no `/` in
-  the name). DANM chose at random; here every node must choose the same without talking, so the candidates are
-  tried in an order fixed by the network's namespace/name (spreading networks over the devices as random
-  did), and a profile whose range is exhausted passes to the next one (DANM failed). A profile with a `vniType`
-  gives the network an id of its range, claimed once for the whole cluster (`claim` below: the same
-  claim-by-create as addresses, so all nodes compile the same device and id); the id becomes `vlan` or `vxlan`,
-  the profile `host_device` (unless the tenant named one).
-- **NetworkID overrides**: `networkIds` whose key is the NetworkType (case-insensitive) sets `NetworkID`, for
-  every type (what a static network's CNI file is looked up by).
-
-Errors are on the TenantNetwork, at the key that decides them; an exhausted range names the profiles tried."""
+a tenant writes a TenantNetwork without infrastructure details, and the admin's TenantConfig supplies them. One
+TenantConfig is used (the first by name). A TenantNetwork of a dynamic type gets a device profile: the one its
+`device_pool` or `host_device` names, else one tried in an order fixed by its namespace/name (every node must
+choose the same without talking; DANM chose at random), a full range passing to the next; a profile's id is
+claimed once for the whole cluster (`claim`) and becomes `vlan` or `vxlan`. `networkIds` set a type's
+NetworkID. Errors are on the TenantNetwork, at the key that decides them. docs/kubernetes.md, "TenantConfig"."""
 
 from __future__ import annotations
 

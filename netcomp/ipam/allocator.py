@@ -1,15 +1,10 @@
-"""Picking free addresses and claiming them, unique across every node of a network.
-
-The allocator keeps a view of every claim (listed once, then fed by the store's watch: no LIST per ADD). To give a
-container an address it walks the pool from an offset that depends on the node and the container (nodes at work
-on one pool at once mostly start apart), skips what the view and its own ADDs in flight hold, and creates a claim
-under the address's name: the store refuses a second claim of a name (a 409 on the API server), so a race is lost
-cleanly and the next candidate is tried. Nothing is read, changed and written back.
-
-Claims are given back by their owner (after the delegate's DEL, or a rollback), and what nobody holds any more is
-released by `gc_own` (this node's claims that no cache entry and no ADD in flight holds, older than the grace
-period: what a daemon killed between claiming and recording left) and `gc_cluster` (other nodes' claims, only with
-proof that their node or their pod is gone: a pod that still exists on its node keeps its address, always)."""
+"""Picking free addresses and claiming them, unique across every node of a network, one claim per address. A
+view of every claim (listed once, then fed by the store's watch: no LIST per ADD); a container's address is
+looked for from an offset that depends on the node and the container, skipping what the view and the ADDs in
+flight hold, and claimed by creating it under the address's name: the store refuses a second claim of a name,
+so a race is lost cleanly and the next candidate is tried. Claims are given back by their owner; `gc_own`
+releases this node's that nothing holds after the grace period, `gc_cluster` other nodes' only with proof that
+their node or pod is gone (a pod that still exists on its node keeps its address)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
-ADD's path once the node holds a block with a free address.
-
-A node claims a block by creating its object (the name is the lock), ahead of need: when the free addresses of
-its blocks of a range set fall under a quarter of a block, the worker (worker.py) claims another in the
-background. Inside its blocks it gives addresses from what it knows itself: its containers' addresses (the cache
-records each, the write-ahead), the ADDs in flight, what it lent, what AddressClaim objects take. The blocks'
-records say which container uses which address, written behind by the worker, never ahead of the cache.
-
-When no block is free, a node borrows single addresses from other nodes' blocks, as Calico's IPAM lets a host
-allocate from a block another host has affinity to (libcalico-go/lib/ipam/ipam.go), but the holder stays the only
-one that gives addresses of its block: the borrower writes a request on the block's record, the holder answers by
-recording the addresses it lends on a version of the record it read (its write fails if the record changed
-meanwhile), and never gives a lent address itself until the borrower has removed it. So a small pool fills to its
-last address whichever node holds which block.
-
-A node that finds its block's object gone (an admin, etcd restored from a backup) stops giving from it at once
-and claims it again with what it knows; when another node holds it now, its containers' addresses are recorded
-there as lent to it."""
+ADD's path once the node holds a block with a free address. A node claims a block by creating its object (the
+name is the lock), ahead of need (worker.py); inside its blocks it gives addresses from what it knows itself
+(the cache records each, the ADDs in flight, what it lent, what AddressClaim objects take); the blocks' records
+are written behind, never ahead of the cache. With no block free, it borrows single addresses from other nodes'
+blocks (as Calico's libcalico-go/lib/ipam/ipam.go lets a host), but the holder stays the only one that gives
+its block's addresses: it answers a request on the record by lending on a version of it. A block whose object
+went is claimed again with what the node knows (or, when another node holds it now, recorded there as lent).
+docs/kubernetes.md, "How blocks work"; docs/architecture.md, "Cluster addresses in blocks"."""
 
 from __future__ import annotations
 

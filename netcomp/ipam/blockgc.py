@@ -1,15 +1,9 @@
-"""Freeing blocks and what is in them, and showing them.
-
-- `release_empty`: this node's blocks that have held nothing (no container's address, none lent, none in
-  flight) for the grace period, their records saying so too, are deleted (on that very version: a request or a
-  lent address written meanwhile keeps the block), as Calico releases an empty block's affinity only after a
-  grace period (its kube-controllers' empty-block release).
-- `gc_cluster`: other nodes' blocks, read page by page: an address whose holder is provably gone is taken off
-  the record (its pod does not exist or is another pod, or it had no pod and its node, a Node of the cluster, is
-  gone: allocator.Allocator.gone's rules), and a block of a node that is gone, once nothing is left in it, is
-  deleted. A pod that still exists on its node keeps its address, whatever state its node is in.
-- `show`: per network, its blocks and every address in use, read from the store (from what this node knows
-  when the store cannot be reached)."""
+"""Freeing blocks and what is in them, and showing them. `release_empty`: this node's blocks that have held
+nothing for the grace period are deleted, on that very version of their record (as Calico's kube-controllers
+release an empty block's affinity after a grace period). `gc_cluster`: other nodes' blocks, page by page: an
+address whose holder is provably gone (allocator.Allocator.gone's rules) is taken off the record, and an empty
+block of a node that is gone is deleted; a pod that still exists on its node keeps its address. `show`: per
+network, its blocks and every address in use (from what this node knows when the store is away)."""
 
 from __future__ import annotations
 

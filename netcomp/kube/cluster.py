@@ -1,17 +1,10 @@
 """The cluster, when the node has one (netcomp.yaml `kubernetes:`), through apiclient.py's calls (the
-`kubernetes` library is loaded only for a kubeconfig that needs it).
-
-- **Network objects as intents.** The cluster's `networks.netcomp.io` objects are listed and watched, and each
-  is written as `<name>.yaml` in clusterIntentDir (atomically, only when its spec changed; removed with the
-  object). That dir is the lowest intent layer, so the files are compiled, validated with positions and
-  watched like any other intent, and a node's own file of the same name overrides the cluster's. When the API
-  server is away the files stay: the node keeps serving the networks it knew. With
-  `networkAttachmentDefinitions: true`, Multus's NetworkAttachmentDefinitions are followed the same way (as
-  `<namespace>.<name>.nad.yaml`; the compiler reads them as static networks named after the object).
-- **Pods** (podwatch.py): the node's pods followed for the annotations they ask for networks with; their
-  network-status and events written after the answer.
-- **Services on secondary networks** (serviceslices.py): an EndpointSlice per such Service with the addresses of
-  this node's pods on its network."""
+`kubernetes` library is loaded only for a kubeconfig that needs it). Network objects as intents: the cluster's
+`networks.netcomp.io` objects (and with `networkAttachmentDefinitions` Multus's, and with `danm` DANM's kinds)
+are listed and watched, each written as a file in clusterIntentDir (atomically, only when it changed; removed
+with the object), the lowest intent layer: compiled, validated and watched like any intent, kept while the API
+server is away. The node's pods (podwatch.py), its Node (nodewatch.py) and its EndpointSlices for Services on
+secondary networks (serviceslices.py) are followed from here too. docs/kubernetes.md, "Network objects"."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """The pods of this node, as the ADD path needs them (delegate.podstatus.Pods), with the cluster's API server.
-
-- **In: a watch, not a GET per ADD.** The pods bound to this node (fieldSelector `spec.nodeName=<nodeName>`) are
-  listed, then watched from the list's resourceVersion; of each, only its uid and the annotations netcomp reads
-  are kept. An ADD for a pod the watch has (with the uid kubelet gives, when it gives one) reads nothing from the
-  API server; a pod the watch has not delivered yet (an ADD that raced the binding, a pod with no node, the
-  watch away) is read with one GET, as raw JSON: the client's model objects would cost milliseconds.
-- **Out: a queue, never the ADD's time.** network-status patches and events (AddedInterface per interface, a
-  warning when an ADD fails) go to a bounded queue that one writer thread empties when no CNI request has been
-  served for QUIET seconds (at most QUIET_LIMIT later: a write costs the API client's CPU, and on a small node the
-  API server's, which the next DEL would otherwise wait for), then writes all that waits. A pod's statuses
-  coalesce (the latest is written); events beyond QUEUE are dropped and counted. A patch carries the pod's uid,
-  when kubelet or the watch gives one, as a precondition, so a pod deleted and made again under its name is
-  never given the old one's status."""
+In: the pods bound to this node are listed, then watched (only each pod's uid and the annotations netcomp reads
+are kept), so an ADD reads nothing from the API server; a pod the watch has not delivered yet is read with one
+GET, as raw JSON. Out: network-status patches and events go to a bounded queue that one writer thread empties
+at a quiet moment (no CNI request served for QUIET seconds, at most QUIET_LIMIT later): a write costs the API
+client's CPU, and on a small node the API server's, which the next request would otherwise wait for. A pod's
+statuses coalesce; events beyond QUEUE are dropped and counted; a patch carries the pod's uid as a
+precondition, so a pod made again under its name never gets the old one's status."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""This node's EndpointSlices for Services on secondary networks (what they hold: slices.py), kept current with
-the API server by a level-triggered loop: whatever changed (a Service, one of the node's pods, an attachment in
-the cache), the slices the node should have are worked out whole and compared with those it has (by the digest
-each carries), and only the difference is written.
-
-- **In.** The Services of the cluster (listed, then watched; `serviceLabelSelector` lets the API server send only
-  some), keeping only those that ask; the node's pods from the pod follower (podwatch.PodWatch's listeners: no
-  second watch); the attachments from the cache entries (re-read when the cache says one changed).
-- **Out.** Each node writes only slices named and labelled after itself (`netcomp.io/node`), listed and watched
-  by that label, so nodes never touch each other's, and a slice deleted by hand is written again. Nothing is
-  written or deleted until the Services, the slices and the pods have each been listed once: a daemon that
-  starts (or whose API server comes back) reconciles from what is, never from half of it. Writes wait for a
-  quiet moment of the node's CNI requests, as network-status does.
-- **Gone.** A Service's slices carry an owner reference to it, so kube-controller-manager's garbage collector
-  removes them with it, whichever node is down; a live node deletes its own at once. A node that is gone leaves
-  its slices: `gc()` (the node with kubernetes.ipamGC, and `netcomp ipam gc`) removes another node's slice once
-  its Node is gone or none of the pods it names is still bound there."""
+"""This node's EndpointSlices for Services on secondary networks (what they hold: slices.py), kept current by a
+level-triggered loop: whatever changed (a Service, one of the node's pods, an attachment in the cache), the
+slices the node should have are worked out whole and compared with those it has (by the digest each carries),
+and only the difference is written, at a quiet moment of the node's CNI requests. In: the Services (listed and
+watched), the node's pods (PodWatch's listeners: no second watch), the cache entries. Out: only slices named and
+labelled after this node, and nothing until the Services, the slices and the pods have each been listed once.
+Gone: a Service's slices carry an owner reference to it; a node that is gone leaves its own, which `gc()`
+removes once its Node is gone or none of its pods is bound there. docs/kubernetes.md, "The slices"."""
 
 from __future__ import annotations
 

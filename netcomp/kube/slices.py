@@ -1,21 +1,12 @@
 """Services on secondary networks: which Services ask for them, which of this node's pods they select, and the
-EndpointSlices the node writes for them; no I/O (serviceslices.py talks to the API server).
-
-A Service asks in one of two spellings, both for a Service without spec.selector (a Service with one gets
-kube-controller-manager's Endpoints of the pods' primary addresses, and clients would resolve it to both):
-- DANM's (its svcwatcher's, nokia/danm pkg/svccontrol/utils.go): `danm.k8s.io/selector` (or `danm.io/...`), a
-  JSON object of labels every selected pod has, and `danm.k8s.io/network` (a DanmNet of the Service's
-  namespace), `tenantNetwork` (a TenantNetwork of it) or `clusterNetwork` (a ClusterNetwork); the endpoint's
-  port is the Service's `port`, as DANM writes it (schema/DanmService.yaml: targetPort is ignored).
-- netcomp's: `netcomp.io/network`, a network as a pod's k8s.v1.cni.cncf.io/networks names it (`name`: the
-  Service's namespace's definition of that name, else the node-wide network; or `namespace/name`), and
-  `netcomp.io/selector`, a label selector in the text form kubectl -l takes; ports as kube's own controller
-  writes them (targetPort, a named one found among each pod's container ports). A Service labelled
-  `service.kubernetes.io/endpoint-controller-name: netcomp.io` (KEP-4770: kube-controller-manager leaves it to
-  us where it knows the label) may keep its spec.selector instead.
-Endpoints are the addresses attached on that network (the node's cache entries, as network-status has them),
-one slice per address family (and per port set, when a named port resolves differently), conditions as kube's
-EndpointSlice controller sets them (pkg/controller/endpointslice/utils.go podToEndpoint)."""
+EndpointSlices the node writes for them; no I/O (serviceslices.py talks to the API server). A Service without
+spec.selector asks in DANM's spelling (its svcwatcher's, nokia/danm pkg/svccontrol/utils.go: `danm.k8s.io/selector`
+and a DanmNet, TenantNetwork or ClusterNetwork; the endpoint's port is the Service's `port`) or netcomp's
+(`netcomp.io/network` and `netcomp.io/selector`; ports as kube's own controller writes them; one labelled with
+netcomp.io as its `service.kubernetes.io/endpoint-controller-name`, KEP-4770, may keep its selector). Endpoints
+are the addresses attached on that network, one slice per address family (and per port set), conditions as
+kube's EndpointSlice controller sets them (pkg/controller/endpointslice/utils.go podToEndpoint). Both spellings,
+in full: docs/kubernetes.md, "Services on secondary networks"."""
 
 from __future__ import annotations
 

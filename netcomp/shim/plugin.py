@@ -3,21 +3,11 @@
 socket and prints the answer. It runs on every container start, so it starts fast: stdlib C modules only, no
 `json`, no `http.client`, no netcomp import (it runs as `python3 -IS`: isolated, no site; installed as a single file).
 
-Config keys it reads (top-level keys of the runtime's config on stdin): "socket" (default
-/run/netcomp/netcomp.sock), "readyTimeout" (seconds to wait for a daemon that is down, starting, restarting or
-busy; default 10).
-
-- VERSION is answered here.
-- Every other verb is posted to the daemon. A daemon that cannot be reached, answers 503 (starting) or 429 (busy),
-  or goes away before its answer is complete is tried again, with a growing, jittered delay, until readyTimeout
-  has passed without the daemon taking the request; then the answer is CNI error 11 (try again later) naming the
-  socket. That holds for DEL too: a DEL that did not run to the end is never reported as done, so the runtime
-  retries it and nothing is left behind (docs/reliability.md).
-- The daemon says "102 Processing" once it has taken the request (the shim asks for that with its header). From
-  then on the shim waits for the answer up to ANSWER_TIMEOUT (the daemon bounds its own work by pluginTimeout);
-  if the daemon dies meanwhile the request is posted again (the daemon makes a repeated request safe: an ADD
-  left half done is undone, one that finished is answered from its record), with a fresh readyTimeout, at most
-  MAX_RESTARTS times."""
+VERSION is answered here; every other verb is posted to the daemon, tried again (a growing, jittered delay) while
+the daemon cannot take it, until "readyTimeout" (the runtime's config; "socket" names the daemon) has passed,
+then CNI error 11; a request the daemon took ("102 Processing") and did not answer is posted again, at most
+MAX_RESTARTS times: the daemon makes a repeated request safe. A DEL is never reported as done unless it ran to
+the end. The whole behaviour, which netcomp-shim.c shares: docs/delegation.md, "The shim on the wire"."""
 
 import _socket
 import binascii
@@ -132,7 +122,7 @@ def top_level(text: str, keys: "tuple[str, ...]") -> "dict[str, str]":
 
 def _q(s: str) -> str:
     """s as a JSON string. CNI values are plain ASCII nearly always: those are quoted here, the rest by _json
-    (loading it costs about 0.5 ms of start-up)."""
+    (loading it is start-up time every exec of the shim would pay)."""
     if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
         return '"' + s + '"'
     from _json import encode_basestring_ascii
@@ -318,7 +308,7 @@ def run(env: "Mapping[str, str]", stdin: "BinaryIO", stdout: "BinaryIO") -> int:
 
 
 def main() -> None:
-    import posix  # built in, already loaded: `os` would cost 2 ms of imports
+    import posix  # built in, already loaded: `os` would cost the start-up its imports
 
     if sys.stdout is None:  # started with stdout closed: nobody can read an answer, so nothing is asked
         posix._exit(1)
@@ -329,8 +319,8 @@ def main() -> None:
         out.flush()
     except OSError:
         code = code or 1  # the runtime stopped reading: the answer is lost, do not claim success silently
-    # The interpreter's orderly shutdown (GC, module teardown) costs about 1.3 ms and has nothing to do here:
-    # everything the shim wrote is flushed, its socket is closed.
+    # The interpreter's orderly shutdown (GC, module teardown) takes time and has nothing to do here: everything
+    # the shim wrote is flushed, its socket is closed.
     posix._exit(code)
 
 

@@ -1,4 +1,4 @@
-"""Multus's own thick shim (`multus-shim` v4.1.4) as netcomp's client (issue 12, part 4; docs/kubernetes.md,
+"""Multus's own thick shim (`multus-shim` v4.1.4) as netcomp's client (docs/kubernetes.md,
 "Multus's shim as a client"): a node moving from Multus keeps its `multus-shim` and its conf file and swaps only
 the daemon, the shim reaching netcomp's socket through `<daemonSocketDir>/multus.sock`.
 

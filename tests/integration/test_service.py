@@ -319,7 +319,7 @@ def test_sighup_rereads_netcomp_yaml(node: dict[str, Path]) -> None:
     assert "netcomp.yaml is broken; keeping the running settings" in (p.stderr.read().decode() if p.stderr else "")
 
 
-# What an idle daemon must not carry (issue 14): each costs megabytes of resident memory it would never use.
+# What an idle daemon must not carry: each costs megabytes of resident memory it would never use.
 NOT_IN_A_DAEMON = ("netcomp.intent.model", "netcomp.compiler.compiler", "jinja2", "pyroute2", "kubernetes")
 
 

@@ -252,3 +252,15 @@ def test_the_check_finds_a_name_that_went() -> None:
     assert private_problem("_attach", PACKAGE / "delegate" / "delegator.py") is not None
     assert private_problem("_Refuse", PACKAGE / "daemon" / "server" / "http1.py") is not None
     assert private_problem("_tick", PACKAGE / "daemon" / "daemon.py") is None
+
+
+INTERNAL = re.compile(r"\b(issues? #?\d+|session \d+)", re.I)
+
+
+def test_no_comment_cites_an_internal_issue() -> None:
+    """Comments cite what a reader can open (a spec's section, an upstream file, docs/): nothing in the repository
+    resolves an issue number of our own, and history goes in the commit message."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}" for path in SOURCES for line, text in texts(path) if INTERNAL.search(text)
+    ]
+    assert found == []

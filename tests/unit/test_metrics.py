@@ -1,5 +1,5 @@
 """The daemon's /metrics page is byte for byte what prometheus_client wrote for the same events (netcomp writes
-the text format itself: importing prometheus_client cost the idle daemon about 3 MB, issue 14)."""
+the text format itself: importing prometheus_client would cost the idle daemon memory: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

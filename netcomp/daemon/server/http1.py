@@ -2,7 +2,7 @@
 an answer framed, and what the socket says of its peer. The server (server.py) is the loop around them.
 
 The parser is these few lines rather than a library: the daemon serves a handful of fixed requests from local
-clients, and a general HTTP server (aiohttp) would cost ~10 MB of memory and 0.15 s of start-up."""
+clients, and a general HTTP server (aiohttp) would cost memory and start-up time for none of its features."""
 
 from __future__ import annotations
 

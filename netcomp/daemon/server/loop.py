@@ -43,10 +43,11 @@ WRITE_TIMEOUT = 30.0
 READING, QUEUED, LINGER, WRITING = "reading", "queued", "linger", "writing"
 TOO_MANY = "too many connections; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
-# than being woken for the same connection again at once; asyncio did the same.
+# than being woken for the same connection again at once, as asyncio's loop does (selector_events.py,
+# _accept_connection).
 ACCEPT_PAUSE = 1.0
 # Connections accepted per round of the loop at most: a flood of connects that keeps the backlog full must not
-# hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio took its backlog's size).
+# hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio's loop takes its backlog's size).
 ACCEPT_BATCH = 64
 # While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile);
 # so are the refusals of peers (a client refused in a loop must not flood the journal).
@@ -237,9 +238,9 @@ class Connections:
                 continue
             self._read(c)  # the request may be whole already
             # A client's connect wakes the loop, which often runs at once on the client's CPU before the client
-            # has written: the loop found nothing, went back to epoll and was woken again (55 of 100 shim requests
-            # here, about 0.09 ms each). Giving up the CPU once (sched_yield) and reading again, none of 140 were.
-            # Once per round, not per connection: a yield can cost a busy CPU's time slice.
+            # has written: the loop would find nothing, go back to epoll and be woken again. Giving up the CPU once
+            # (sched_yield) and reading again lets the client write first (docs/benchmarks.md). Once per round,
+            # not per connection: a yield can cost a busy CPU's time slice.
             nothing_yet = c.mine and c.state == READING and not c.registered and c.req.head is None and not c.req.buf
             if nothing_yet and not yielded:
                 yielded = True
