@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,11 +134,18 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- dispatch
 
-    def describe(self, req: Request) -> str:
-        """The networks a request is about, for the log line (cheap, never fails): for DEL and CHECK what the
-        cache says the container has (once they read it: `req.seen`), for ADD what is asked for."""
+    def describe(self, req: Request, networks: Sequence[str] | None = None) -> str:
+        """The networks a request is about, for the log line (never fails): `networks` when the request said
+        (DEL and CHECK: what the container's record named); for a DEL or CHECK that failed, what its record names
+        now; for ADD what is asked for."""
+        if networks is not None:
+            return ",".join(networks) or "-"
         if req.command in ("DEL", "CHECK"):
-            return ",".join(req.seen) or "-"
+            try:
+                entry = self.cache.load(req.container_id, req.ifname)
+            except Exception:  # a log line never fails its request
+                return "?"
+            return ",".join(a.network for a in entry.attachments) if entry is not None else "-"
         names = [n for n in [self.default_network(), *(w.network for w in req.wants)] if n]
         if self.pods is not None and req.pod is not None:
             names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
@@ -449,11 +456,12 @@ class Delegator:
 
     # --------------------------------------------------------------------------------------------- DEL
 
-    def delete(self, req: Request) -> None:
+    def delete(self, req: Request) -> tuple[str, ...]:
+        """What the container's record holds detached and the record removed; the networks it named."""
         entry = self.cache.load(req.container_id, req.ifname)
         if entry is None:
-            return  # nothing of ours (DEL is idempotent)
-        req.seen[:] = [a.network for a in entry.attachments]
+            return ()  # nothing of ours (DEL is idempotent)
+        networks = tuple(a.network for a in entry.attachments)
         with nsutil.recorded(entry, req.netns, entry.netns, pin=True) as target:
             if not target.found and entry.attached:
                 log.info(
@@ -464,6 +472,7 @@ class Delegator:
             self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
             if unfinished:  # an ADD that never finished: what its killed plugins left goes too
                 self.sweep(entry, target, unfinished)
+        return networks
 
     def detach(
         self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False

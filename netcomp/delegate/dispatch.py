@@ -3,6 +3,7 @@ hold the container's lock (one request per container at a time; different contai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.spec import SUPPORTED_VERSIONS
@@ -11,20 +12,27 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import Request
 
 
-def handle(d: Delegator, req: Request) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What a request did: its CNI result ({} for the verbs that have none) and, for DEL and CHECK, the networks
+    the container's record named (None: the request's own, ADD's)."""
+
+    result: dict[str, Any]
+    networks: tuple[str, ...] | None = None
+
+
+def handle(d: Delegator, req: Request) -> Done:
     if req.command == "VERSION":
-        return {"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}
+        return Done({"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
     if req.command == "STATUS":
         verbs.status(d)
-        return {}
+        return Done({})
     if req.command == "GC":
         verbs.gc(d, req)
-        return {}
+        return Done({})
     with d.locks.hold(req.container_id):
         if req.command == "ADD":
-            return d.add(req)
+            return Done(d.add(req))
         if req.command == "DEL":
-            d.delete(req)
-            return {}
-        verbs.check(d, req)
-        return {}
+            return Done({}, d.delete(req))
+        return Done({}, verbs.check(d, req))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.codes import E_DECODE, E_INCOMPATIBLE, E_INVALID_ENV
@@ -39,8 +39,6 @@ class Request:
     rest_args: str = ""  # CNI_ARGS for the delegates: ours taken out (host-local refuses unknown keys)
     pod: naming.PodRef | None = None  # kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME
     digest: str = ""  # of everything an ADD asks: a repeated ADD is answered from the record
-    # The networks the container's record names, once DEL or CHECK read it: for the log line, not read twice.
-    seen: list[str] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     @property
     def cni_version(self) -> str:

@@ -17,7 +17,8 @@ from netcomp.host import netns as nsutil
 log = logging.getLogger("netcomp.delegate")
 
 
-def check(d: Delegator, req: Request) -> None:
+def check(d: Delegator, req: Request) -> tuple[str, ...]:
+    """Every attachment of the container's record checked; the networks it named."""
     entry = d.cache.load(req.container_id, req.ifname)
     if entry is None:
         raise DelegateError(
@@ -25,7 +26,6 @@ def check(d: Delegator, req: Request) -> None:
             f"container {req.container_id} on {req.ifname} is not known",
             "no ADD was cached for it",
         )
-    req.seen[:] = [a.network for a in entry.attachments]
     if entry.unfinished:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,
@@ -52,6 +52,7 @@ def check(d: Delegator, req: Request) -> None:
         for a, exc in failures:
             if isinstance(exc, Exception):
                 raise as_delegate_error(exc, a.network)
+    return tuple(a.network for a in entry.attachments)
 
 
 def valid_attachments(req: Request) -> set[tuple[str, str]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from netcomp.daemon.server import http1
+from netcomp.daemon.server.loop import Loop
 from netcomp.daemon.server.server import Limits, Server, listen
 from netcomp.daemon.server.workers import Workers
 from netcomp.metrics import Metrics
@@ -88,7 +89,7 @@ def test_a_bug_in_routing_answers_500_and_the_loop_serves_on(
 ) -> None:
     sock, _ = listen(sock_path)
     server = serve(sock)
-    real = Server._route
+    real = Server.route
     calls: list[int] = []
 
     def route(self: Server, c: object) -> None:
@@ -97,7 +98,7 @@ def test_a_bug_in_routing_answers_500_and_the_loop_serves_on(
             raise RuntimeError("a bug")
         real(self, c)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Server, "_route", route)
+    monkeypatch.setattr(Server, "route", route)
     try:
         first = ask(sock_path)
         assert first.startswith(b"HTTP/1.1 500") and b'"code": 999' in first
@@ -219,10 +220,10 @@ def test_accepting_takes_a_batch_per_round(sock_path: str) -> None:
             c.settimeout(10)  # a backlog shorter than this test's (somaxconn): a failure, not a hang
             c.connect(sock_path)
             clients.append(c)
-        server._accept()
-        assert server._conns == loop.ACCEPT_BATCH
-        server._accept()
-        assert server._conns == loop.ACCEPT_BATCH + 36
+        server.loop._accept()
+        assert server.loop._conns == loop.ACCEPT_BATCH
+        server.loop._accept()
+        assert server.loop._conns == loop.ACCEPT_BATCH + 36
     finally:
         for c in clients:
             c.close()
@@ -275,7 +276,7 @@ def test_a_listening_socket_that_cannot_be_watched_again_is_tried_again(
     sock = _FailingAccept(fileno=base.detach())
     server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]
     server.ready.set()
-    real = server._sel.register
+    real = server.loop._sel.register
     refused: list[int] = []
 
     def register(fileobj: object, events: int, data: object = None) -> object:
@@ -284,7 +285,7 @@ def test_a_listening_socket_that_cannot_be_watched_again_is_tried_again(
             raise OSError(errno.ENOMEM, "Cannot allocate memory")
         return real(fileobj, events, data)
 
-    server._sel.register = register  # type: ignore[method-assign]
+    server.loop._sel.register = register  # type: ignore[method-assign]
     server.start()
     try:
         assert ask(sock_path).startswith(b"HTTP/1.1 200")
@@ -307,7 +308,7 @@ def test_a_bug_in_the_loops_own_steps_is_logged_and_serving_goes_on(
         raise RuntimeError("a bug")
 
     server.on_tick = bug
-    monkeypatch.setattr(Server, "_after_events", lambda self: bug())
+    monkeypatch.setattr(Server, "after_round", lambda self: bug())
     server.start()
     try:
         assert ask(sock_path).startswith(b"HTTP/1.1 200")
@@ -373,16 +374,16 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ours.setblocking(False)
     c = Conn(ours, -5, mine=False)  # as a worker has it
-    with server._count_lock:
-        server._conns += 1
-        server._per_peer[-5] += 1
-    real = server._queued_now
+    with server.loop._count_lock:
+        server.loop._conns += 1
+        server.loop._per_peer[-5] += 1
+    real = server.loop._drop_held
 
     def queued_now() -> list[Conn]:
-        server.send_answer(c, b"x" * 4_000_000)  # more than the socket takes: handed back
+        server.loop.send_answer(c, b"x" * 4_000_000)  # more than the socket takes: handed back
         return real()
 
-    server._queued_now = queued_now  # type: ignore[method-assign]
+    server.loop._drop_held = queued_now  # type: ignore[method-assign]
     server.start()
     server.shutdown()
     theirs.settimeout(30)
@@ -391,7 +392,7 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
             pass
     finally:
         theirs.close()
-    assert server._conns == 0 and not server._per_peer
+    assert server.loop._conns == 0 and not server.loop._per_peer
 
 
 class _Held(logging.Handler):
@@ -448,13 +449,13 @@ def test_a_connection_with_nothing_to_read_yet_gives_up_the_cpu_once_per_round(
     yields: list[int] = []
     rounds: list[int] = []
     monkeypatch.setattr(os, "sched_yield", lambda: yields.append(1))
-    accept = Server._accept
+    accept = Loop._accept
 
-    def counted(self: Server) -> None:
+    def counted(self: Loop) -> None:
         rounds.append(1)
         accept(self)
 
-    monkeypatch.setattr(Server, "_accept", counted)
+    monkeypatch.setattr(Loop, "_accept", counted)
     listening = listen(sock_path)[0]
     silent: list[socket.socket] = []
     server = None

@@ -1,13 +1,12 @@
 """The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible),
 `/delegate` (hot-plug) and `/explain` (what an ADD would do, read-only), each a function from the body to its
-answer; `/cni` and `/delegate` count the request and log one line about it (`/cni`: once its answer is out).
-The server (server.py) only moves bytes; it runs these on its worker threads."""
+Outcome (the answer, and the line logged about it once the answer is out). The server (server.py) only moves
+bytes; it runs these on its worker threads."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from netcomp.cni import result as cniresult
@@ -25,7 +24,7 @@ from netcomp.errors import DelegateError, HostError, printable
 from netcomp.metrics import Metrics
 
 log = logging.getLogger("netcomp.server")
-Answer = tuple[int, bytes]
+Line = tuple[int, str, tuple[object, ...]]  # a log line: level, message, arguments
 FIELD = 200  # characters of a peer's value (an ID, a network's name) a log line carries at most
 
 
@@ -82,71 +81,77 @@ def parse_hotplug(body: bytes) -> Hotplug:
     )
 
 
-def _error(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSION) -> Answer:
-    return 400, protocol.error_body(code, msg, details, version)
+def _error(
+    code: int,
+    msg: str,
+    details: str = "",
+    version: str = DEFAULT_VERSION,
+    *,
+    line: Line | None = None,
+) -> Outcome:
+    return Outcome(400, protocol.error_body(code, msg, details, version), line)
 
 
-def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> tuple[int, bytes, Callable[[], None]]:
-    """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
-    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it.
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an endpoint answers, and the line it logs about it: the server writes the answer first and calls
+    `log()` once the answer is out (under systemd a line is a write to journald's socket, which wakes journald;
+    on a two-core node that sat on the path of every answer)."""
 
-    (status, answer, note): `note()` logs the request's line, for the server to call once the answer is out.
-    Under systemd the line is a write to journald's socket, which wakes journald: on a two-core node that sat
-    on the path of every answer. A bug's traceback is logged at once."""
-    t = time.perf_counter()
-    verb, outcome = "?", "error"
-    said: tuple[int, str, tuple[object, ...]] | None = None  # the log line: level, message, arguments
+    status: int
+    body: bytes
+    line: Line | None = None
 
-    def answer() -> Answer:
-        nonlocal verb, outcome, said
-        cid, version, req = "?", DEFAULT_VERSION, None
-        try:
-            env, config, raw = protocol.decode_request(body)
-            req = parse_request(env, config, raw)
-            verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
-            result = dispatch.handle(delegator, req)
-            outcome, ms = "ok", (time.perf_counter() - t) * 1000
-            nets = delegator.describe(req)  # for DEL and CHECK: what the container's record held
-            said = logging.INFO, "CNI %s container=%s networks=%s ok in %.1f ms", (verb, cid, nets, ms)
-            if bare:
-                return 200, compact(result) if result else b""
-            if verb == "ADD":
-                result = cniresult.convert(result, protocol.wrapped_version(version))
-            return 200, compact({"Result": result or None})
-        except ProtocolError as e:
-            said = logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, FIELD))
-            return _error(e.code, e.msg, e.details)
-        except DelegateError as e:
-            ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
-            why = printable(e.full_msg) + (f" ({printable(e.details)})" if e.details else "")
-            said = (
-                logging.WARNING,
-                "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s",
-                (verb, cid, nets, ms, e.code, why),
-            )
-            return _error(e.code, e.full_msg, e.details, version)
-        except HostError as e:
-            nets = delegator.describe(req) if req is not None else "-"
-            said = logging.ERROR, "CNI %s container=%s networks=%s host error: %s", (verb, cid, nets, printable(str(e)))
-            return _error(E_IO, str(e), version=version)
-        except Exception as e:  # a bug: answer, log, keep serving
-            log.exception("CNI %s container=%s internal error", verb, cid)
-            outcome, said = "error", None  # a bug after the request ran (its answer's making) is not "ok"
-            return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
-
-    status, data = answer()
-    metrics.requests.labels(verb, outcome).inc()  # counted before the answer: /metrics agrees with the client
-    metrics.latency.labels(verb).observe(time.perf_counter() - t)
-
-    def note() -> None:
-        if said is not None:
-            level, msg, args = said
+    def log(self) -> None:
+        if self.line is not None:
+            level, msg, args = self.line
             log.log(level, msg, *args)
 
-    return status, data, note
+
+def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Outcome:
+    """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
+    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it. A bug's traceback is
+    logged at once; the request is counted before its answer, so that /metrics agrees with the client."""
+    t = time.perf_counter()
+    verb, cid, version, req = "?", "?", DEFAULT_VERSION, None
+    line: Line
+    try:
+        env, config, raw = protocol.decode_request(body)
+        req = parse_request(env, config, raw)
+        verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
+        done = dispatch.handle(delegator, req)
+        ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req, done.networks)
+        line = logging.INFO, "CNI %s container=%s networks=%s ok in %.1f ms", (verb, cid, nets, ms)
+        result, ok = done.result, "ok"
+        if bare:
+            answer = Outcome(200, compact(result) if result else b"", line)
+        else:
+            if verb == "ADD":
+                result = cniresult.convert(result, protocol.wrapped_version(version))
+            answer = Outcome(200, compact({"Result": result or None}), line)
+    except ProtocolError as e:
+        line, ok = (logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, FIELD))), "error"
+        answer = _error(e.code, e.msg, e.details, line=line)
+    except DelegateError as e:
+        ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
+        why = printable(e.full_msg) + (f" ({printable(e.details)})" if e.details else "")
+        msg = "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s"
+        line, ok = (logging.WARNING, msg, (verb, cid, nets, ms, e.code, why)), "error"
+        answer = _error(e.code, e.full_msg, e.details, version, line=line)
+    except HostError as e:
+        nets = delegator.describe(req) if req is not None else "-"
+        line = logging.ERROR, "CNI %s container=%s networks=%s host error: %s", (verb, cid, nets, printable(str(e)))
+        answer, ok = _error(E_IO, str(e), version=version, line=line), "error"
+    except Exception as e:  # a bug: answer, log, keep serving
+        log.exception("CNI %s container=%s internal error", verb, cid)
+        ok = "error"  # a bug after the request ran (its answer's making) is not "ok"
+        answer = _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp", version)
+    metrics.requests.labels(verb, ok).inc()
+    metrics.latency.labels(verb).observe(time.perf_counter() - t)
+    return answer
 
 
-def delegate(delegator: Delegator, body: bytes) -> Answer:
+def delegate(delegator: Delegator, body: bytes) -> Outcome:
     """POST /delegate: hot-plug one network into (ADD) or out of (DEL) a running container."""
     hp: Hotplug | None = None
     try:
@@ -154,16 +159,14 @@ def delegate(delegator: Delegator, body: bytes) -> Answer:
         result = hotplug.hotplug(
             delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
         )
-        log.info("hot-plug %s ok", _what(hp))
-        return 200, compact({"Result": result or None})
+        return Outcome(200, compact({"Result": result or None}), (logging.INFO, "hot-plug %s ok", (_what(hp),)))
     except ProtocolError as e:
         return _error(e.code, e.msg, e.details)
     except DelegateError as e:
-        log.warning("hot-plug %s failed: code %d: %s", _what(hp), e.code, printable(e.full_msg))
-        return _error(e.code, e.full_msg, e.details)
+        line = logging.WARNING, "hot-plug %s failed: code %d: %s", (_what(hp), e.code, printable(e.full_msg))
+        return _error(e.code, e.full_msg, e.details, line=line)
     except HostError as e:
-        log.error("hot-plug %s host error: %s", _what(hp), printable(str(e)))
-        return _error(E_IO, str(e))
+        return _error(E_IO, str(e), line=(logging.ERROR, "hot-plug %s host error: %s", (_what(hp), printable(str(e)))))
     except Exception as e:
         log.exception("hot-plug internal error")
         return _error(E_OTHER, f"internal error: {type(e).__name__}: {e}", "this is a bug in netcomp")

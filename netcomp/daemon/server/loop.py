@@ -1,20 +1,12 @@
-"""The connections of the daemon's socket, the loop half of the server (server.py routes what they ask).
-
-One loop, on a thread of its own, accepts and reads every connection (a selector over non-blocking sockets), so
-that an idle or slow connection costs a file descriptor and a little memory, never a thread. Before any work it
-enforces:
-- the peer's uid (SO_PEERCRED) must be allowed;
-- at most `maxConnections` connections, and `maxConnectionsPerPeer` from one process (a client holding many
-  connections open cannot starve the runtime's shims, which are one process per request);
-- the request's head and body must arrive within `headerTimeout`, the head within 64 KiB, the body within
-  `maxRequestBytes` and declared by Content-Length (http1.Incoming).
-A refusal is a CNI error object in JSON; when the body was not read, the writing half is closed and what the
-client still sends is read and dropped (bounded), so that it reads the answer instead of failing on a reset. A
-complete request goes to `_route` (the server's), which answers it at once, queues it, or hands it to a worker;
-a worker that has a connection writes the answer and closes it itself (`release`, `closed`). A connection whose
-request is whole when it is accepted (the usual: a shim sends it as it connects) is routed there and then, never
-registered with the selector. The loop also calls `on_tick` every `tick_every` seconds: a loop that is stuck
-stops feeding the watchdog. Refusals are logged with the peer's uid and pid, at most once a minute."""
+"""The loop half of the daemon's server: one thread reads every connection of its socket (a selector over
+non-blocking sockets, so an idle or slow connection costs a file descriptor, never a thread) and refuses what may
+not be served before any work: a peer uid that is not allowed, more than maxConnections (maxConnectionsPerPeer
+from one process), a request not whole within headerTimeout or larger than its bounds (http1.Incoming). A refusal
+is a CNI error object; when the body was not read, what the client still sends is read and dropped (bounded) so
+that it reads the answer. A complete request goes to the Router (server.py), which answers it, has the loop hold
+it (the queue: a held connection's client hanging up or waiting queueTimeout is the loop's to handle), or releases
+it to a worker that answers and closes it. The loop also calls `on_tick` every `tick_every` seconds: a loop that
+is stuck stops feeding the watchdog. Refusals are logged with the peer's uid and pid, at most once a minute."""
 
 from __future__ import annotations
 
@@ -27,9 +19,10 @@ import selectors
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
 from netcomp.daemon.server import http1, protocol
@@ -42,6 +35,7 @@ LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
 READING, QUEUED, LINGER, WRITING = "reading", "queued", "linger", "writing"
 TOO_MANY = "too many connections; try again later"
+BUSY = "netcomp is busy; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
 # than being woken for the same connection again at once, as asyncio's loop does (selector_events.py,
 # _accept_connection).
@@ -84,14 +78,26 @@ class Conn:
     out: memoryview | None = None  # what is left to write (WRITING)
 
 
-class Connections:
-    """The loop. A subclass routes complete requests (`_route`) and keeps a queue of them (`_left_queue`,
-    `_queue_expired`, `_after_events`, `_queued_now`)."""
+class Router(Protocol):
+    """What the loop asks of the one that serves what it reads (the Server), from the loop's thread."""
 
-    def __init__(self, sock: socket.socket, metrics: Metrics, limits: Limits) -> None:
+    def route(self, c: Conn) -> None:
+        """A complete request: answered now (Loop.answer_now), held in the queue (Loop.hold), or released to a
+        worker (Loop.release), which answers and closes it."""
+
+    def after_round(self) -> None:
+        """After each round of the loop: what is held started while there is room (Loop.next_held)."""
+
+    def held_changed(self, held: int) -> None:
+        """How many requests the queue holds now."""
+
+
+class Loop:
+    def __init__(self, sock: socket.socket, metrics: Metrics, limits: Limits, router: Router) -> None:
         self.sock = sock
         self.metrics = metrics
         self.limits = limits
+        self.router = router
         self.on_tick: Callable[[], None] = lambda: None
         self.tick_every = 0.5
         # Workers close connections too; notified at each close (wait_connections).
@@ -109,27 +115,42 @@ class Connections:
         self._accept_said = Every(log, ACCEPT_LOG_EVERY, logging.ERROR)
         self._refusal_said = Every(log, REFUSAL_LOG_EVERY)
         self._handed_back: list[tuple[Conn, memoryview]] = []  # answers' rests from workers, for the loop to write
+        self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker, the loop's own
 
-    # hooks of the server
-    def _route(self, c: Conn) -> None:
-        raise NotImplementedError
+    # ---------------------------------------------------------------------------------------------- the queue
 
-    def _left_queue(self, c: Conn) -> None:
-        """A queued request's client hung up: it is taken out of the queue (the loop closes it)."""
+    def hold(self, c: Conn) -> None:
+        """Keep a complete request until the router starts it (next_held), its client hangs up (closed), or it
+        waited queueTimeout (answered: busy)."""
+        c.state = QUEUED
+        self.held.append(c)
+        self.router.held_changed(len(self.held))
+        self.watch(c)  # to see its client hang up
+        self.timer(c, time.monotonic() + self.limits.queue_timeout)
 
-    def _queue_expired(self, c: Conn) -> None:
-        """A queued request waited queueTimeout: it is taken out of the queue (the loop answers it)."""
+    def next_held(self) -> Conn | None:
+        """The request held longest, out of the queue; None when none is."""
+        if not self.held:
+            return None
+        c = self.held.popleft()
+        self.router.held_changed(len(self.held))
+        return c
 
-    def _after_events(self) -> None:
-        """After each round of the loop (start what waits in the queue)."""
+    def _unhold(self, c: Conn) -> None:
+        with contextlib.suppress(ValueError):
+            self.held.remove(c)
+            self.router.held_changed(len(self.held))
 
-    def _queued_now(self) -> list[Conn]:
-        """What waits in the queue, taken out of it: closed as the loop stops."""
-        return []
+    def _drop_held(self) -> list[Conn]:
+        """What the queue holds, taken out of it: closed as the loop stops."""
+        left, self.held = list(self.held), deque()
+        if left:
+            self.router.held_changed(0)
+        return left
 
     # ---------------------------------------------------------------------------------------------- the loop
 
-    def start_loop(self) -> None:
+    def start(self) -> None:
         """Serve on a thread of its own; the socket is being served when this returns."""
         self.sock.setblocking(False)
         self._sel.register(self.sock, selectors.EVENT_READ, None)
@@ -137,7 +158,7 @@ class Connections:
         self._thread = threading.Thread(target=self._run, name="serve", daemon=True)
         self._thread.start()
 
-    def stop_loop(self) -> None:
+    def stop(self) -> None:
         """Stop the loop; every connection it still has is closed without an answer."""
         self._stop = True
         self.wake()
@@ -176,15 +197,15 @@ class Connections:
                         self._read(key.data)
                 # A bug in one of these must not end the serving: every connection would wait for nothing.
                 self._guarded(lambda: self._expire(time.monotonic()), "bug while expiring timers")
-                self._guarded(self._after_events, "bug while starting queued requests")
+                self._guarded(self.router.after_round, "bug while starting queued requests")
                 if self._handed_back:
                     self._guarded(self._take_back, "bug while taking back an answer to write")
         finally:
             for key in list(self._sel.get_map().values()):
                 if isinstance(key.data, Conn):
-                    self._close(key.data)
-            for c in self._queued_now():
-                self._close(c)
+                    self.close(key.data)
+            for c in self._drop_held():
+                self.close(c)
             self._sel.close()
             self.sock.close()  # what still waits in the backlog is refused (a shim tries again), not left hanging
             # In one section: a worker's answer handed back before it is taken here; after it, send_answer sees
@@ -283,10 +304,13 @@ class Connections:
                 self.metrics.rejected.labels("timeout").inc()
                 msg = f"request not complete within {self.limits.header_timeout:g}s"
                 self.refuse(c, http1.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
-            elif c.state == QUEUED:
-                self._queue_expired(c)
+            elif c.state == QUEUED:  # waited queueTimeout
+                self._unhold(c)
+                self.metrics.rejected.labels("busy").inc()
+                self.refused(c, 429, BUSY)
+                self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
             else:  # lingering, or a client that did not read its answer within WRITE_TIMEOUT
-                self._close(c)
+                self.close(c)
 
     def _read(self, c: Conn) -> None:
         try:
@@ -295,7 +319,7 @@ class Connections:
             log.exception("bug while serving a connection")
             if c.mine:
                 if c.state == QUEUED:
-                    self._left_queue(c)
+                    self._unhold(c)
                 with contextlib.suppress(Exception):
                     self.answer_now(c, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp"))
 
@@ -310,17 +334,17 @@ class Connections:
         if c.state == LINGER:
             c.left -= len(data or b"")
             if not data or c.left <= 0:
-                self._close(c)
+                self.close(c)
         elif c.state == QUEUED:
             if not data and http1.hung_up(c.sock):  # left the queue; a half-close alone still waits its answer
                 log.info("a client hung up while its request waited; not started")
-                self._left_queue(c)
-                self._close(c)
+                self._unhold(c)
+                self.close(c)
             elif not data:
                 self._unregister(c)  # half-closed: nothing more to read; checked again at its start
         elif not data:
             log.debug("client went away before its request was complete")
-            self._close(c)
+            self.close(c)
         else:
             try:
                 complete = c.req.feed(data, self.limits.max_body)
@@ -330,7 +354,7 @@ class Connections:
                 self.refuse(c, r)
                 return
             if complete:
-                self._route(c)
+                self.router.route(c)
 
     # ---------------------------------------------------------------------------------------------- answers
 
@@ -383,18 +407,18 @@ class Connections:
             return
         except OSError as e:
             log.debug("answer not sent: %s", type(e).__name__)
-            self._close(c)
+            self.close(c)
             return
         c.out = c.out[n:]
         if not c.out:
-            self._close(c)
+            self.close(c)
 
     def answer_now(self, c: Conn, status: int, body: bytes) -> None:
         """A short answer from the loop, then close: it fits in the socket's buffer, or the client is not reading
         (and then gets nothing more)."""
         with contextlib.suppress(OSError):
             c.sock.send(http1.response(status, body))
-        self._close(c)
+        self.close(c)
 
     def refuse(self, c: Conn, r: http1.Refuse) -> None:
         """The error; with `linger` (the body was not read) the writing half closed and what the client still
@@ -408,7 +432,7 @@ class Connections:
             c.sock.send(http1.response(r.status, body))
             c.sock.shutdown(socket.SHUT_WR)
         except OSError:
-            self._close(c)
+            self.close(c)
             return
         c.state, c.left = LINGER, LINGER_BYTES
         self.watch(c)
@@ -422,7 +446,7 @@ class Connections:
                 self._sel.register(c.sock, events, c)
             except OSError as e:
                 log.error("cannot watch a connection: %s; closing it", e)
-                self._close(c)
+                self.close(c)
                 return False
             c.registered = True
         return True
@@ -432,7 +456,7 @@ class Connections:
             c.registered = False
             self._sel.unregister(c.sock)
 
-    def _close(self, c: Conn) -> None:
+    def close(self, c: Conn) -> None:
         """The loop closes a connection of its own."""
         if not c.mine:
             return

@@ -1,17 +1,11 @@
-"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints.
-
-The connections are loop.py's (one loop reads them all, and refuses what may not be served); a complete
-request comes here to be routed:
-- a CNI request (`/cni`, `/delegate`) is served by a worker thread (workers.py), which runs it (handlers.py) and
-  writes the answer itself: at most `maxInFlight` at once; more wait in a queue (at most `maxQueued`, each up to
-  `queueTimeout`) and are served in turn; only beyond that is the answer "try again later" (CNI code 11). A
-  request whose client hung up while it waited is not started. A client that asks with `X-Netcomp-Shim: 1` gets
-  "102 Processing" as its request is started: the netcomp shim then knows the daemon took it;
-- the operator's views and actions (`/status`, `/metrics`, `/ipam/gc`...) run on workers of their own, never in
-  the CNI requests' way; `GET /healthz` (alive) and `POST /healthz` (Multus's shim's readiness check: would a
-  CNI request be taken now) are answered by the loop.
-Every answer, to anything (non-HTTP bytes, unknown methods and paths included), is a CNI error object in JSON.
-The HTTP itself is http1.py's."""
+"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints. The Server
+routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) goes to a worker (workers.py) that runs
+it (handlers.py) and answers, at most `maxInFlight` at once, more held in the loop's queue (at most `maxQueued`,
+each up to `queueTimeout`), beyond that "try again later" (CNI code 11); a client that asks with `X-Netcomp-Shim:
+1` gets "102 Processing" as its request is started. The operator's views and actions (`/status`, `/metrics`,
+`/ipam/gc`...) run on workers of their own; `GET /healthz` (alive) and `POST /healthz` (would a CNI request be
+taken now: Multus's shim's readiness check) are answered by the loop. Every answer is a CNI error object in JSON
+when it is not a result. docs/delegation.md, "The wire format"."""
 
 from __future__ import annotations
 
@@ -22,13 +16,12 @@ import os
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
 from netcomp.daemon.server import handlers, http1, protocol
-from netcomp.daemon.server.loop import QUEUED, Conn, Connections, Limits
+from netcomp.daemon.server.loop import BUSY, Conn, Limits, Loop
 from netcomp.daemon.server.workers import Workers
 from netcomp.delegate.delegator import Delegator
 from netcomp.metrics import Metrics
@@ -38,11 +31,12 @@ log = logging.getLogger("netcomp.server")
 _GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.METRICS_PATH)
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
 _PROCESSING = b"HTTP/1.1 102 Processing\r\n\r\n"
-BUSY = "netcomp is busy; try again later"
 STOPPING = "netcomp is stopping; try again later"
 
 
-class Server(Connections):
+class Server:
+    """The Router of its Loop: routing, the queue's admission, the workers, what is in flight."""
+
     def __init__(
         self,
         sock: socket.socket,
@@ -59,7 +53,8 @@ class Server(Connections):
         `queries`: POST endpoints that read the request's body and change nothing (/explain). All run on workers
         of their own, apart from the CNI requests' slots."""
         # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
-        super().__init__(sock, metrics, limits)
+        self.loop = Loop(sock, metrics, limits, self)
+        self.metrics = metrics
         self.delegator = delegator
         self.views = dict(views)
         self.actions = dict(actions)
@@ -76,13 +71,37 @@ class Server(Connections):
         self.changed = threading.Condition()
         self._requests = Workers("request", limits.max_in_flight)
         self._others = Workers("view", 4)
-        self._queue: deque[Conn] = deque()  # the loop's own
+
+    @property
+    def limits(self) -> Limits:
+        return self.loop.limits
+
+    @limits.setter
+    def limits(self, value: Limits) -> None:
+        """New limits apply to what comes next (netcomp.yaml read again)."""
+        self.loop.limits = value
+
+    @property
+    def on_tick(self) -> Callable[[], None]:
+        return self.loop.on_tick
+
+    @on_tick.setter
+    def on_tick(self, fn: Callable[[], None]) -> None:
+        self.loop.on_tick = fn
+
+    @property
+    def tick_every(self) -> float:
+        return self.loop.tick_every
+
+    @tick_every.setter
+    def tick_every(self, seconds: float) -> None:
+        self.loop.tick_every = seconds
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
         """Start serving on a thread of its own; the socket is being served when this returns."""
-        self.start_loop()
+        self.loop.start()
 
     def enter(self) -> bool:
         """A request taken in flight, under the lock drain() waits on (a drain never misses it); False, and
@@ -106,7 +125,7 @@ class Server(Connections):
             self.changed.notify_all()
             waiting = self._waiting
         if waiting:
-            self.wake()  # a slot is free for the next in the queue
+            self.loop.wake()  # a slot is free for the next in the queue
 
     def wait_quiet(self, settle: float, limit: float) -> bool:
         """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
@@ -130,6 +149,10 @@ class Server(Connections):
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
 
+    def wait_connections(self, predicate: Callable[[int], bool], timeout: float) -> bool:
+        """Until predicate(connections open) holds after a close, or timeout (for tests and tools)."""
+        return self.loop.wait_connections(predicate, timeout)
+
     @property
     def in_flight(self) -> int:
         return self._busy
@@ -141,27 +164,28 @@ class Server(Connections):
     def drain(self, timeout: float) -> bool:
         """Stop taking work; wait up to timeout for what is in flight (answered by then). True when all was."""
         self.draining.set()
-        self.wake()  # what waits in the queue is told to try again later
+        self.loop.wake()  # what waits in the queue is told to try again later
         return self.wait_for(lambda: self._busy == 0, timeout)
 
     def shutdown(self) -> None:
         """Stop the loop (every connection still open is closed without an answer) and the workers."""
-        self.stop_loop()
+        self.loop.stop()
         self._requests.shutdown()
         self._others.shutdown()
 
     # ---------------------------------------------------------------------------------------------- routing
 
-    def _route(self, c: Conn) -> None:
+    def route(self, c: Conn) -> None:
         assert c.req.head is not None
         method, path, _ = c.req.head
+        loop = self.loop
         if method == "GET" and path == protocol.HEALTHZ_PATH:
-            self.answer_now(c, 200, b'{"ok":true}')
+            loop.answer_now(c, 200, b'{"ok":true}')
         elif method == "GET" and path == protocol.READYZ_PATH:
             stuck = self.stuck()
             ready = self.ready.is_set() and not self.draining.is_set() and stuck is None
             doc = {"ready": ready, **({"why": stuck} if stuck else {})}
-            self.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
+            loop.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
         elif method == "GET" and (path == protocol.METRICS_PATH or path in self.views):
             view = self.metrics.render if path == protocol.METRICS_PATH else self.views[path]
             ctype = "text/plain; version=0.0.4" if path == protocol.METRICS_PATH else "application/json"
@@ -178,134 +202,119 @@ class Server(Connections):
             self._take(c)
         elif path in _GET or path in _POST or path in self.views or path in self.actions or path in self.queries:
             msg = f"method {method[:20]} not allowed on {path[:100]}"
-            self.answer_now(c, 405, protocol.error_body(E_INVALID_CONFIG, msg))
+            loop.answer_now(c, 405, protocol.error_body(E_INVALID_CONFIG, msg))
         else:
-            self.answer_now(c, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
+            loop.answer_now(c, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
 
     def _readiness(self, c: Conn) -> None:
-        """POST /healthz: Multus's shim asks it before every ADD and CHECK (polling every 100 ms for up to 60 s
-        while the answer is not 200) and once before a DEL. It answers whether a CNI request would be taken now,
-        so that the shim waits out a daemon that is stopping (its connection then waits in the socket unit's
-        backlog for the next one) instead of sending a request that is refused. GET /healthz stays liveness."""
+        """POST /healthz: Multus's shim asks it before every ADD and CHECK (polling while the answer is not 200)
+        and once before a DEL. It answers whether a CNI request would be taken now, so that the shim waits out a
+        daemon that is stopping (its connection then waits in the socket unit's backlog for the next one) instead
+        of sending a request that is refused. GET /healthz stays liveness."""
         if self.ready.is_set() and not self.draining.is_set():
-            self.answer_now(c, 200, b'{"ok":true}')
+            self.loop.answer_now(c, 200, b'{"ok":true}')
         else:
             what = "stopping" if self.draining.is_set() else "starting"
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, f"netcomp is {what}; try again later"))
+            self.loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, f"netcomp is {what}; try again later"))
 
     # ---------------------------------------------------------------------------------------------- the queue
 
     def _take(self, c: Conn) -> None:
-        """A CNI request: started now when a slot is free, else queued (or refused: queue full, stopping)."""
+        """A CNI request: started now when a slot is free, else held in the queue (or refused: queue full,
+        stopping)."""
+        loop = self.loop
         if not self.ready.is_set():
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
+            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
             return
         if self.draining.is_set():
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
+            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
             return
         with self.changed:
-            free = self._busy < self.limits.max_in_flight and not self._queue
+            free = self._busy < self.limits.max_in_flight and not loop.held
             room = self._waiting < self.limits.max_queued and not self.draining.is_set()
         if free:
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
-            self.refused(c, 429, BUSY)
-            self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
+            loop.refused(c, 429, BUSY)
+            loop.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
         else:
-            c.state = QUEUED
-            self._queue.append(c)
-            self._queue_changed(+1)
-            self.watch(c)  # to see its client hang up
-            self.timer(c, time.monotonic() + self.limits.queue_timeout)
+            loop.hold(c)
 
-    def _after_events(self) -> None:
-        while self._queue:
+    def after_round(self) -> None:
+        """What the queue holds started while a slot is free (told to try again later once draining)."""
+        while self.loop.held:
             with self.changed:
                 if self._busy >= self.limits.max_in_flight and not self.draining.is_set():
                     return
-            c = self._queue.popleft()
-            self._queue_changed(-1)
-            self._start(c, waited=True)  # told to try again later when the daemon is stopping
+            c = self.loop.next_held()
+            if c is not None:
+                self._start(c, waited=True)
 
-    def _left_queue(self, c: Conn) -> None:
-        with contextlib.suppress(ValueError):
-            self._queue.remove(c)
-            self._queue_changed(-1)
-
-    def _queue_expired(self, c: Conn) -> None:
-        self._left_queue(c)
-        self.metrics.rejected.labels("busy").inc()
-        self.refused(c, 429, BUSY)
-        self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
-
-    def _queued_now(self) -> list[Conn]:
-        left, self._queue = list(self._queue), deque()
-        if left:
-            self._queue_changed(-len(left))
-        return left
-
-    def _queue_changed(self, delta: int) -> None:
+    def held_changed(self, held: int) -> None:
         with self.changed:
-            self._waiting += delta
+            self._waiting = held
             self.changed.notify_all()
-        self.metrics.queued.set(self._waiting)
+        self.metrics.queued.set(held)
 
     # ---------------------------------------------------------------------------------------------- workers
 
     def _start(self, c: Conn, *, waited: bool) -> None:
         """Hand the request to a worker, which serves it and answers. A request whose client hung up (while it
         waited in the queue, say: `waited`) is not started."""
+        loop = self.loop
         if not c.mine:  # closed meanwhile (a bug's answer)
             return
         if http1.hung_up(c.sock):
             log.info("a client hung up %s; not started", "while its request waited" if waited else "at once")
-            self._close(c)
+            loop.close(c)
             return
         assert c.req.head is not None
         shim = c.req.head[2].get(protocol.SHIM_HEADER.lower()) == "1"
         path, body = c.req.head[1], c.req.body
         if not self.enter():
-            self.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
+            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
             return
         if shim:
             with contextlib.suppress(OSError):  # not blocking yet; a client that left: its request still runs
                 c.sock.send(_PROCESSING)
-        self.release(c)
-
-        def serve() -> None:
-            counted = False
-            note: Callable[[], None] | None = None
-            try:
-                if path == protocol.DELEGATE_PATH:
-                    status, answer = handlers.delegate(self.delegator, body)
-                else:
-                    status, answer, note = handlers.cni(self.delegator, self.metrics, body, bare=shim)
-                with self.changed:  # served before the client can read its answer; in flight until it is out,
-                    self.served += 1  # so that a drain that ends has answered everything
-                    counted = True
-                _send(c.sock, http1.response(status, answer))
-            finally:
-                try:
-                    self.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
-                    if note is not None:  # its log line: off the answer's path, before the request leaves flight
-                        note()
-                finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
-                    self.leave(counted=counted)
-
+        loop.release(c)
         try:
-            self._requests.submit(serve)
+            self._requests.submit(lambda: self._serve(c, path, body, shim))
         except RuntimeError as e:  # stopped meanwhile, or no thread to be had: told to try again, not left waiting
             log.error("cannot hand a request to a worker: %s", e)
             _send(c.sock, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
             self.leave(counted=True)
-            self.closed(c)
+            loop.closed(c)
+
+    def _serve(self, c: Conn, path: str, body: bytes, shim: bool) -> None:
+        """On a worker: the request run, its answer written, then its log line (off the answer's path: under
+        systemd a line wakes journald, which would sit on the answer's path on a small node), then out of
+        flight."""
+        counted = False
+        outcome: handlers.Outcome | None = None
+        try:
+            if path == protocol.DELEGATE_PATH:
+                outcome = handlers.delegate(self.delegator, body)
+            else:
+                outcome = handlers.cni(self.delegator, self.metrics, body, bare=shim)
+            with self.changed:  # served before the client can read its answer; in flight until it is out,
+                self.served += 1  # so that a drain that ends has answered everything
+                counted = True
+            _send(c.sock, http1.response(outcome.status, outcome.body))
+        finally:
+            try:
+                self.loop.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
+                if outcome is not None:
+                    outcome.log()
+            finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
+                self.leave(counted=counted)
 
     def _hand_over(self, c: Conn, workers: Workers, answer: Callable[[], tuple[int, bytes, str]]) -> None:
         """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
         /status or /metrics) is written by the loop, so that clients that do not read never hold the workers
         that /metrics needs."""
-        self.release(c, blocking=False)
+        self.loop.release(c, blocking=False)
 
         def serve() -> None:
             data = b""
@@ -313,13 +322,13 @@ class Server(Connections):
                 status, body, ctype = answer()
                 data = http1.response(status, body, ctype)
             finally:
-                self.send_answer(c, data)
+                self.loop.send_answer(c, data)
 
         try:
             workers.submit(serve)
         except RuntimeError as e:
             log.error("cannot hand a request to a worker: %s", e)
-            self.send_answer(c, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
+            self.loop.send_answer(c, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
 
 
 def _document(fn: Callable[[], Any], ctype: str) -> tuple[int, bytes, str]:
