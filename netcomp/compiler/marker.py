@@ -6,9 +6,10 @@ it: only `plugins[]` entries reach them."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from netcomp.intent.intent import Intent
+if TYPE_CHECKING:  # the daemon reads markers (is_owned) without importing the intent models
+    from netcomp.intent.intent import Intent
 
 
 def meta(intent: Intent, **extra: Any) -> dict[str, Any]:

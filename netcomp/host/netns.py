@@ -260,12 +260,13 @@ class Target:
 @contextlib.contextmanager
 def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
     """The namespace the entry's ADD recorded, looked for at each of `paths` (the one the request gives first,
-    then the one ADD was given), then anywhere it can still be (`find`). Only a namespace of the recorded
-    identity counts; with `pin` the plugins get a path to the daemon's own descriptor on it, which no later
-    mount or PID reuse can redirect. An entry without an identity (written before netcomp recorded one) trusts
-    the first path that is a network namespace; one without a cookie (before netcomp recorded those) is looked
-    for at its paths only, its inode number alone being no proof. DelegateError (11) when whether it is gone
-    cannot be told."""
+    then the one ADD was given), then, with `pin`, anywhere it can still be (`find`). Only a namespace of the
+    recorded identity counts; with `pin` the plugins get a path to the daemon's own descriptor on it, which no
+    later mount or PID reuse can redirect; without, the path itself (CHECK's plugins compare it with the
+    `sandbox` their result names, so a namespace no path given names any more is gone for them). An entry
+    without an identity (written before netcomp recorded one) trusts the first path that is a network
+    namespace; one without a cookie (before netcomp recorded those) is looked for at its paths only, its inode
+    number alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
     for p in paths:
         if not p:
             continue
@@ -281,7 +282,8 @@ def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
         finally:
             os.close(fd)
         return
-    found = find(entry.netns_id, entry.netns_cookie) if entry.netns_id and entry.netns_cookie is not None else None
+    recorded_id, want = entry.netns_id, entry.netns_cookie
+    found = find(recorded_id, want) if pin and recorded_id and want is not None else None
     if found is None:
         yield Target("", False)
         return
