@@ -166,7 +166,3 @@ def compact(obj: Any) -> bytes:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
         return json.dumps(obj).encode()
-
-
-def _scratch_cycle() -> None:  # throw-away: a cycle inside the cni wing (result.py imports spec.py)
-    from netcomp.cni import result  # noqa: F401

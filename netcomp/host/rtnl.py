@@ -100,7 +100,3 @@ def links(netns: str | None = None) -> list[tuple[str, str | None]]:
     if netns is None:
         return _dump()
     return nsutil.inside(f"/var/run/netns/{netns}", _dump, "list links")
-
-
-def _scratch_upward() -> None:  # throw-away: the host wing (5) importing the delegation wing (6)
-    from netcomp.delegate import record  # noqa: F401
