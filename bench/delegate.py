@@ -13,7 +13,7 @@ the goals are the compiled shim's:
       bridge conflist exec'd directly, ADD then DEL at once                                              <= 1.10
 
 (e), no goal set: a container on three networks leaving them (DEL) / the three DELs direct, one after another;
-and, for reading them, (a0) (b0) (d0): the same work with a daemon that costs nothing, the floor of each ratio
+and, for reading them, (a0) (b0) (d0) (f0): the same work with a daemon that costs nothing, the floor of each ratio
 here: that shim's start (its VERSION, answered without the daemon) in place of each shim call, then the delegates
 exec'd directly, in parallel where the daemon runs them so. A floor over a goal means no daemon can meet it on
 this machine with that shim.
@@ -139,9 +139,13 @@ def cluster_node(base: Path, kubeconfig: Path) -> Path:
     return base / "run/netcomp/netcomp.sock"
 
 
-def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> dict[str, list[float]] | None:
+def cluster_case(
+    runs: int, base: Path, exe: str, netns: Netnses, shim: Any, start: Any
+) -> dict[str, list[float]] | None:
     """(f): ADD then DEL at once through `exe` on a node following a real API server, interleaved with the same
-    bridge conflist exec'd directly, ADD then DEL at once. None (said why) without the API server's binaries."""
+    bridge conflist exec'd directly, ADD then DEL at once, and with (f0), its floor: each of the direct ADD and
+    DEL after a start of the shim (`start`: its VERSION, answered without the daemon), as (a0) is (a)'s. None
+    (said why) without the API server's binaries."""
     from netcomp.cni.invoke import Runner, RuntimeConf
     from netcomp.daemon.server.client import call
     from tests.integration.kubeapi import BINS, api_server
@@ -177,6 +181,16 @@ def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> 
                 runner.delete(conflist, rc, result)
                 t_del = time.perf_counter() - t - t_add
                 ns = netns()
+                rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
+                floor_add = start(exe)
+                t = time.perf_counter()
+                result = runner.add(conflist, rc)
+                floor_add += time.perf_counter() - t
+                floor_del = start(exe)
+                t = time.perf_counter()
+                runner.delete(conflist, rc, result)
+                floor_del += time.perf_counter() - t
+                ns = netns()
                 args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={ns}"
                 s_add = shim(exe, "ADD", ns, args, conf)
                 s_del = shim(exe, "DEL", ns, args, conf)
@@ -186,7 +200,14 @@ def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> 
                 _until(lambda pod=pod: _written(core, pod), f"pod {pod}'s network-status and event written")
                 time.sleep(SETTLE)
                 if i >= CLUSTER_WARM:
-                    for key, took in (("direct add", t_add), ("direct del", t_del), ("add", s_add), ("del", s_del)):
+                    for key, took in (
+                        ("direct add", t_add),
+                        ("direct del", t_del),
+                        ("floor add", floor_add),
+                        ("floor del", floor_del),
+                        ("add", s_add),
+                        ("del", s_del),
+                    ):
                         out[key].append(took)
         except BaseException:
             sys.stderr.write("(f) the daemon's log, its end:\n" + "".join(
@@ -375,7 +396,7 @@ def inner(runs: int, only_cluster: bool = False) -> None:
             for name, exe in exes.items():
                 m[name]["d"].append(at_once(exe))
                 m[name]["d0"].append(at_once(exe, floor=True))
-        cluster = cluster_case(runs, base, exes["C"], netns, shim)
+        cluster = cluster_case(runs, base, exes["C"], netns, shim, start)
     except BaseException:
         sys.stderr.write(
             "the daemon's log, its end:\n" + "".join(daemon_log.read_text(errors="replace").splitlines(True)[-30:])
@@ -416,7 +437,9 @@ def inner(runs: int, only_cluster: bool = False) -> None:
         both = [a + d for a, d in zip(f["add"], f["del"], strict=True)]
         direct = [a + d for a, d in zip(f["direct add"], f["direct del"], strict=True)]
         print("  the compiled shim, a node following a real API server, its pods bound to it")
+        floor = [a + d for a, d in zip(f["floor add"], f["floor del"], strict=True)]
         row("(f) ADD, DEL at once: shim+daemon / direct", both, direct, GOALS["f"])
+        row("(f0) floor of (f): shim starts + direct execs", floor, direct, GOALS["f"])
         row("(f) its ADD", f["add"], f["direct add"], note="(for reading (f))")
         row("(f) its DEL", f["del"], f["direct del"], note="(for reading (f))")
 
