@@ -23,7 +23,7 @@ def keep_following(
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
     `explain` anything else: the API server away, TLS, a timeout)."""
-    from netcomp.kube.apiclient import ApiException
+    from netcomp.kube.apierrors import ApiException
 
     rv: str | None = None
     backoff = 1.0

@@ -22,7 +22,7 @@ from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import Record
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
-from netcomp.kube.apiclient import ApiException
+from netcomp.kube.apierrors import ApiException
 from netcomp.kube.cluster import Cluster, explain
 from netcomp.kube.following import Events, Selection, keep_following, pages
 

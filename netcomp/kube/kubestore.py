@@ -146,7 +146,7 @@ class KubeStore:
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         if isinstance(e, ApiException):
             why = f"{e.status} {e.reason}"
@@ -158,7 +158,7 @@ class KubeStore:
         return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
 
     def create(self, claim: Any) -> Any:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
@@ -191,7 +191,7 @@ class KubeStore:
         return held, ""
 
     def delete(self, claim: Any) -> bool:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
@@ -312,7 +312,7 @@ class KubeStore:
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)

@@ -117,7 +117,7 @@ class PodWatch:
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             resp: Any = self.core.read_namespaced_pod(

@@ -19,7 +19,7 @@ from typing import Any
 from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
 from netcomp.kube import following, slices
-from netcomp.kube.apiclient import ApiException
+from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import MAX_BACKOFF, keep_following
 from netcomp.kube.podwatch import QUIET, QUIET_LIMIT, PodWatch
 from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
