@@ -20,7 +20,7 @@ from netcomp.cni.invoke import Exec, Runner
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
 from netcomp.daemon import faults
-from netcomp.daemon.server.server import Limits
+from netcomp.daemon.server.connections import Limits
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
