@@ -23,7 +23,7 @@ from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError
-from netcomp.host import container
+from netcomp.host import container, nsenter
 from netcomp.host import netns as nsutil
 from netcomp.host.netns import NetnsId
 
@@ -126,7 +126,7 @@ def _target(d: Delegator, entry: Entry, new: list[Attachment], netns_path: str) 
     """The namespace an ADD is to attach in: its identity and cookie, and the interfaces it holds now. Refused
     when it is the host's (or whether it is cannot be told), when the container was attached in another one, or
     when an interface of `new` is there already; no plugin has run then."""
-    fd, nid = nsutil.open_netns(netns_path)
+    fd, nid = nsenter.open_netns(netns_path)
     try:
         ck = nsutil.cookie(fd)
         if nid in d.host_netns:
