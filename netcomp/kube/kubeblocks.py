@@ -29,7 +29,6 @@ from netcomp.kube.following import Events, Selection, keep_following, pages
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
 LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
-WATCH_SECONDS = 300
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
 # leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
 PAGE = 10
@@ -241,8 +240,7 @@ class KubeBlocks:
 
         def watch(rv: str, stop: threading.Event) -> str:
             events = Events(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, rv=rv, stop=stop,
-                            seconds=WATCH_SECONDS, label_selector=selector, allow_watch_bookmarks=True,
-                            _loads=json.loads)  # fmt: skip
+                            label_selector=selector, _loads=json.loads)  # fmt: skip
             for kind, obj in events:
                 if not current():
                     break
