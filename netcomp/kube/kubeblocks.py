@@ -23,8 +23,9 @@ from netcomp.ipam.blockstate import Record
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.cluster import Cluster, explain
+from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
+from netcomp.kube.kubestore import store_unavailable
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
@@ -106,14 +107,7 @@ class KubeBlocks:
         self.last_error: str | None = None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        if isinstance(e, ApiException):
-            why = f"{e.status} {e.reason}"
-            if e.status == 404:
-                why += f" (is the {PLURAL}.{GROUP} CRD installed?)"
-            if e.status == 403:
-                why += f" (the node's ClusterRole must allow {PLURAL}: packaging/kubernetes/rbac.yaml)"
-            return StoreUnavailable(f"the API server answered {why}")
-        return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+        return store_unavailable(e, PLURAL)
 
     def _call(self, method: str, *args: Any, gone: tuple[int, ...] = (), conflict: tuple[int, ...] = (),
               **kwargs: Any) -> Any:  # fmt: skip
