@@ -83,12 +83,7 @@ class BlockAllocator(BlockView):
                 if net is not None:
                     self.claiming.add(key)
             if net is not None:
-                try:
-                    self.claim_block(layout, net, on_add_path=True)
-                finally:
-                    with self._lock:
-                        self.claiming.discard(key)
-                        self.updated.notify_all()
+                self.claim_reserved(layout, net, key, on_add_path=True)
                 continue
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
@@ -150,6 +145,23 @@ class BlockAllocator(BlockView):
                 continue  # the network's blockSize changed: a block of the old size covers part of it
             return net
         return None
+
+    def claim_reserved(
+        self,
+        layout: Layout,
+        net: ipaddress.IPv4Network | ipaddress.IPv6Network,
+        key: tuple[str, int],
+        *,
+        on_add_path: bool,
+    ) -> None:
+        """claim_block for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
+        again whatever happens, and waiters are told."""
+        try:
+            self.claim_block(layout, net, on_add_path=on_add_path)
+        finally:
+            with self._lock:
+                self.claiming.discard(key)
+                self.updated.notify_all()
 
     def claim_block(
         self, layout: Layout, net: ipaddress.IPv4Network | ipaddress.IPv6Network, *, on_add_path: bool
@@ -363,17 +375,22 @@ class BlockAllocator(BlockView):
             for c in claims:
                 if not c.block:
                     continue
-                addr = ipaddress.ip_address(c.address)
-                h = self.held.get(c.block)
-                if h is not None and addr in h.net:
-                    off = int(addr) - int(h.net.network_address)
+                if (at := self._held_at(c)) is not None:
+                    h, off = at
                     h.pending.discard(off)
                     h.local[off] = c
-                    continue
-                b = self._borrowed_of(c)
-                if b is not None:
+                elif (b := self._borrowed_of(c)) is not None:
                     b.pending, b.claim, b.written = False, c, False
         self.worker.wake(write=True)
+
+    def _held_at(self, c: Claim) -> tuple[Held, int] | None:
+        """The held block a claim's address is in, and its offset there; None when this node does not hold it
+        (a borrowed address)."""
+        addr = ipaddress.ip_address(c.address)
+        h = self.held.get(c.block)
+        if h is None or addr not in h.net:
+            return None
+        return h, int(addr) - int(h.net.network_address)
 
     def _borrowed_of(self, c: Claim) -> Borrowed | None:
         addr = ipaddress.ip_address(c.address)
@@ -384,10 +401,8 @@ class BlockAllocator(BlockView):
             for c in claims:
                 if not c.block:
                     continue
-                addr = ipaddress.ip_address(c.address)
-                h = self.held.get(c.block)
-                if h is not None and addr in h.net:
-                    off = int(addr) - int(h.net.network_address)
+                if (at := self._held_at(c)) is not None:
+                    h, off = at
                     if (cur := h.local.get(off)) is not None and cur.container_id != c.container_id:
                         continue  # given again since: not this claim's any more
                     h.local.pop(off, None)
