@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 import zlib
+from collections.abc import Iterator
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.errors import DelegateError
@@ -372,16 +373,20 @@ class BlockAllocator(BlockView):
 
     def settle(self, claims: list[Claim]) -> None:
         with self._lock:
-            for c in claims:
-                if not c.block:
-                    continue
-                if (at := self._held_at(c)) is not None:
+            for c, at in self._placed(claims):
+                if at is not None:
                     h, off = at
                     h.pending.discard(off)
                     h.local[off] = c
                 elif (b := self._borrowed_of(c)) is not None:
                     b.pending, b.claim, b.written = False, c, False
         self.worker.wake(write=True)
+
+    def _placed(self, claims: list[Claim]) -> Iterator[tuple[Claim, tuple[Held, int] | None]]:
+        """Each claim given from a block, with where its address is held (_held_at; None: it was borrowed)."""
+        for c in claims:
+            if c.block:
+                yield c, self._held_at(c)
 
     def _held_at(self, c: Claim) -> tuple[Held, int] | None:
         """The held block a claim's address is in, and its offset there; None when this node does not hold it
@@ -398,10 +403,8 @@ class BlockAllocator(BlockView):
 
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         with self._lock:
-            for c in claims:
-                if not c.block:
-                    continue
-                if (at := self._held_at(c)) is not None:
+            for c, at in self._placed(claims):
+                if at is not None:
                     h, off = at
                     if (cur := h.local.get(off)) is not None and cur.container_id != c.container_id:
                         continue  # given again since: not this claim's any more
