@@ -5,34 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any, TextIO
 
-from netcomp import report
-from netcomp.cli.common import settings as load
-from netcomp.cli.common import state_path
+from netcomp.cli.common import running_settings
 from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE
 from netcomp.daemon.server import protocol
-from netcomp.errors import IntentError
-from netcomp.paths import Root
-from netcomp.settings import Settings
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        settings = load(args)
-    except IntentError as e:
-        # The daemon runs with its last good settings meanwhile: talk to it on their socket.
-        from netcomp.daemon.state import StateFile
-
-        saved = StateFile(state_path(args)).load()
-        settings = saved.settings if saved is not None else Settings().rooted(Root(Path(args.root)))
-        print(report.format_all(e.diagnostics), file=err)
-        print(
-            f"netcomp: netcomp.yaml is broken; asking the daemon on {settings.socket} "
-            f"({'its last good settings' if saved is not None else 'the default'})",
-            file=err,
-        )
+    settings = running_settings(args, err)  # with netcomp.yaml broken, the daemon's last good ones
     from netcomp.daemon.server.client import call
 
     try:

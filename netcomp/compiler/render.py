@@ -82,17 +82,8 @@ def missing_plugins(
             for p in art.plugins:
                 if p in missing:
                     users.setdefault(p, []).append(intent)
-    out: list[tuple[Intent, Diagnostic]] = []
-    for p, its in users.items():
-        more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
-        diag = its[0].diagnostic(
-            f"CNI plugin {p!r} is not installed in {', '.join(dirs)}{more}" + (f" ({NODE_ONLY})" if offline else ""),
-            ("spec", "type"),
-            severity="warning" if offline else "error",
-        )
-        # Offline, nobody fails; on a node, every network that needs the plugin does (one message).
-        out.extend((it, diag) for it in (its[:1] if offline else its))
-    return out
+    where = ", ".join(dirs)
+    return _missing(users, lambda p: f"CNI plugin {p!r} is not installed in {where}", ("spec", "type"), offline)
 
 
 def host_devices(conflist: Mapping[str, Any]) -> set[str]:
@@ -121,13 +112,20 @@ def missing_devices(
         for dev in sorted(host_devices(cnispec.loads(art.data))):
             if not present(dev):
                 users.setdefault(dev, []).append(intent)
+    return _missing(users, lambda dev: f"host device {dev!r} is not on this machine", ("spec", "hostDevice"), offline)
+
+
+def _missing(
+    users: Mapping[str, list[Intent]], says: Callable[[str], str], at: tuple[str, ...], offline: bool
+) -> list[tuple[Intent, Diagnostic]]:
+    """One diagnostic per thing missing (what `says` of it), at its first user's `at`, counting the others.
+    Offline, nobody fails (a warning on the first user); on a node, every network that needs it does (the one
+    message, an error)."""
     out: list[tuple[Intent, Diagnostic]] = []
-    for dev, its in users.items():
+    for thing, its in users.items():
         more = f" (and {len(its) - 1} more networks)" if len(its) > 1 else ""
         diag = its[0].diagnostic(
-            f"host device {dev!r} is not on this machine{more}" + (f" ({NODE_ONLY})" if offline else ""),
-            ("spec", "hostDevice"),
-            severity="warning" if offline else "error",
+            says(thing) + more + (f" ({NODE_ONLY})" if offline else ""), at, severity="warning" if offline else "error"
         )
         out.extend((it, diag) for it in (its[:1] if offline else its))
     return out

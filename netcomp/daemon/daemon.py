@@ -1,137 +1,45 @@
-"""The Daemon: its parts wired together (compiler, output, state, delegator, server, watcher, cluster), the
-reload that compiles and keeps the last good version of what an edit broke, start-up recovery, status, stop.
-The process around it (signals, the main loop) is run.py's."""
+"""The Daemon: its parts wired together (compiler, output, state, delegator, server, watcher, cluster; each
+built from the settings by wiring.py), the reload that compiles and keeps the last good version of what an edit
+broke (compiles.py keeps count of them), start-up recovery, status, stop. The process around it (signals, the
+main loop) is run.py's."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import itertools
-import json
 import logging
 import os
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netcomp import __version__, libc, report
-from netcomp.cni import spec as cnispec
-from netcomp.cni.invoke import Exec, Runner, kill_marked, real_exec
-from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults
+from netcomp.cni.invoke import Exec, kill_marked, real_exec
+from netcomp.daemon import faults, wiring
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
+from netcomp.daemon.compiles import Compiles, log_changes, write_kept
 from netcomp.daemon.notify import Notifier
 from netcomp.daemon.server import handlers, protocol
-from netcomp.daemon.server.server import Limits, Server, listen
+from netcomp.daemon.server.server import Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.cache import Cache
-from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.devices import Devices
 from netcomp.delegate.podsync import PodSync
-from netcomp.errors import Diagnostic, HostError, IntentError
-from netcomp.fsutil import atomic_write, read_bounded
-from netcomp.host import netns, ownedlinks, vfpools
-from netcomp.host.kubelet import Kubelet
+from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.compiler.output import Change
-    from netcomp.kube.cluster import Cluster
+    pass
 
 log = logging.getLogger("netcomp.daemon")
-RUNTIME_CONF = "00-netcomp.conflist"
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
 UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/recovery.py)
 DRAIN_SECONDS = 30.0
-
-
-def runtime_config(settings: Settings) -> bytes:
-    """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
-    conf = {
-        "cniVersion": DEFAULT_VERSION,
-        "name": "netcomp",
-        "plugins": [{"type": "netcomp", "socket": settings.socket}],
-    }
-    return (json.dumps(conf, indent=2) + "\n").encode()
-
-
-def _marker(cache_dir: str) -> str:
-    """What the delegates of a daemon with this cache dir carry in their environment (cni.invoke.kill_marked)."""
-    return hashlib.sha256(os.path.realpath(cache_dir).encode()).hexdigest()[:16]
-
-
-def _limits(s: Settings) -> Limits:
-    return Limits(
-        allowed_uids=set(s.allowedUids),
-        max_in_flight=s.maxInFlight,
-        max_queued=s.maxQueued,
-        queue_timeout=s.queueTimeout,
-        max_connections=s.maxConnections,
-        max_per_peer=s.maxConnectionsPerPeer,
-        header_timeout=s.headerTimeout,
-        max_body=s.maxRequestBytes,
-    )
-
-
-# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a line per
-# file of a cold start with thousands of networks would flood the journal and slow the start). Every file at debug
-# level.
-LOG_EACH_FILE = 20
-
-
-def _log_changes(changes: Sequence[Change], out_dir: str) -> None:
-    verbs = {"add": "wrote", "change": "updated", "remove": "removed"}
-    each = logging.INFO if len(changes) <= LOG_EACH_FILE else logging.DEBUG
-    if log.isEnabledFor(each):
-        for ch in changes:
-            log.log(each, "%s %s", verbs[ch.kind], os.path.join(out_dir, ch.filename))
-    if each != logging.INFO:
-        counts: Counter[str] = Counter(ch.kind for ch in changes)
-        done = ", ".join(f"{verbs[k]} {counts[k]}" for k in verbs if counts[k])
-        log.info("compiled networks in %s: %s (each file at debug level)", out_dir, done)
-
-
-def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
-    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
-    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
-    if unsure:
-        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
-    return found, unsure
-
-
-class _Compiles:
-    """The compiles under way (a reload waiting for another's lock included): when each began; the last one's
-    failure that no input explains (a bug, memory); `stall`, the test hook for one that never ends."""
-
-    def __init__(self, stall: Callable[[str], None]) -> None:
-        self.stall = stall
-        self.error: Diagnostic | None = None
-        self._lock = threading.Lock()
-        self._began: dict[int, float] = {}
-        self._tokens = itertools.count()
-
-    def begin(self) -> int:
-        token = next(self._tokens)
-        with self._lock:
-            self._began[token] = time.monotonic()
-        return token
-
-    def end(self, token: int) -> None:
-        with self._lock:
-            del self._began[token]
-
-    def oldest(self) -> float | None:
-        with self._lock:
-            return min(self._began.values(), default=None)
 
 
 class Daemon:
@@ -151,66 +59,35 @@ class Daemon:
         self.load_settings = load_settings
         self.state_file = StateFile(state_path) if state_path is not None else None
         saved = self.state_file.load() if self.state_file is not None else None
-        self.settings_diagnostics: tuple[Diagnostic, ...] = ()
-        try:
-            self.settings = load_settings()
-        except IntentError as e:
-            if saved is None:
-                raise
-            log.error(
-                "netcomp.yaml is broken; running with the last good settings (%s):\n%s",
-                self.state_file.path if self.state_file else "?",
-                report.format_all(e.diagnostics),
-            )
-            self.settings = saved.settings
-            self.settings_diagnostics = tuple(e.diagnostics)
+        where = self.state_file.path if self.state_file else "?"
+        self.settings, self.settings_diagnostics = wiring.read_settings(
+            load_settings, saved.settings if saved else None, f"running with the last good settings ({where})"
+        )
         self.metrics = Metrics()
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
-        self.pipeline = Pipeline(self.settings, offline=False, fork=True)
-        self.runner = Runner(
-            self.settings.pluginDirs,
-            exec_=self.metrics.wrap(exec_),
-            timeout=self.settings.pluginTimeout,
-            marker=_marker(self.settings.cacheDir),
-        )
+        self.runner = wiring.runner(self.settings, exec_, self.metrics)
         self.cache = Cache(Path(self.settings.cacheDir))
-        self.cluster: Cluster | None = None
-        if self.settings.kubernetes is not None:
-            from netcomp.kube.cluster import Cluster  # the kubernetes client: only for a node with a cluster
-
-            self.cluster = Cluster(
-                self.settings.kubernetes,
-                Path(self.settings.clusterIntentDir),
-                self.metrics,
-                self.settings.nodeName,
-                self.cache,
-            )
+        self.cluster = wiring.cluster(self.settings, self.metrics, self.cache)
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
         )
         self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
-        self._wire_pipeline()
-        self.delegator = Delegator(
+        self.pipeline = wiring.pipeline(self.settings, self.tenants)
+        self.delegator = wiring.delegator(
+            lambda: self.settings,
             self.runner,
             self.cache,
             self.state.networks,
-            lambda: self.settings.defaultNetwork,
-            host_link=lambda link: ownedlinks.ensure(link, link_netns),
-            vf_pool=self._vf_pool,
-            owned_links=lambda: ownedlinks.owned(link_netns),
-            remove_link=lambda name: ownedlinks.remove(name, link_netns),
-            pods=self.cluster.pods if self.cluster is not None else None,
-            addresses=self.addresses.allocator,
-            devices=self._devices(self.settings),
-            home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
-            crash=faults.from_env(environ),
+            self.cluster,
+            self.addresses.allocator,
+            link_netns,
+            environ,
         )
-        self.delegator.host_netns, self.delegator.host_unsure = _host_namespaces(link_netns)
         if self.addresses.blocks is not None:
             self.addresses.blocks.crash = self.delegator.crash
         self.notifier = Notifier()
-        self._compiles = _Compiles(faults.stall_from_env(environ))
+        self._compiles = Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None
         self.podsync: PodSync | None = None
         self.activated = False
@@ -223,40 +100,13 @@ class Daemon:
         # The TenantNetworks the last compile read (Plan.tenant_networks): None until one read every file.
         self._tenant_networks: dict[str, str] | None = None
 
-    def _wire_pipeline(self) -> None:
-        """The compiler claims TenantConfig ids through this daemon's store; the claims are part of the plan."""
-        self.pipeline.claim_ids = self.tenants.claim
-        self.pipeline.claims_state = self.tenants.state
+    def _check_pools(self) -> None:
+        assert self.delegator.devices is not None
+        wiring.check_pools(self.settings, self.delegator.devices)
 
     def _release_tenant_ids(self) -> int:
         exists = self.cluster.tenant_network_exists if self.cluster is not None else None
         return self.tenants.release_gone(self._tenant_networks, exists)
-
-    def _devices(self, settings: Settings) -> Devices:
-        """The devices device plugins give pods (a kubelet client that connects on first use)."""
-        k = settings.kubelet
-        return Devices(
-            Kubelet(k.podResourcesSocket, k.checkpoint, k.timeout),
-            lambda: set(self.settings.sriovPools),
-            settings.deviceInfoDir,
-        )
-
-    def _check_pools(self) -> None:
-        """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
-        ADDs are refused (devices.py); said once here, at start and on reload."""
-        assert self.delegator.devices is not None
-        both = set(self.settings.sriovPools) & self.delegator.devices.kubelet.registered()
-        for name in sorted(both):
-            log.error(
-                "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
-                "refused until the pool is removed from netcomp.yaml",
-                name,
-                self.settings.kubelet.checkpoint,
-            )
-
-    def _vf_pool(self, resource: str) -> list[str]:
-        spec = self.settings.sriovPools[resource]  # KeyError: no such pool (the delegator says so)
-        return vfpools.pool(Path(self.settings.sysfsRoot), spec.pfNames, spec.drivers)
 
     # ---------------------------------------------------------------------------------------------- compile
 
@@ -294,17 +144,11 @@ class Daemon:
             if self.server is not None:
                 self._compiles.stall("compile")
             if reread_config:
-                try:
-                    new = self.load_settings()
-                except IntentError as e:
-                    log.error(
-                        "netcomp.yaml is broken; keeping the running settings:\n%s", report.format_all(e.diagnostics)
-                    )
-                    self.settings_diagnostics = tuple(e.diagnostics)
-                else:
-                    self.settings_diagnostics = ()
-                    if new != self.settings:
-                        self._adopt(new)
+                new, self.settings_diagnostics = wiring.read_settings(
+                    self.load_settings, self.settings, "keeping the running settings"
+                )
+                if new != self.settings:
+                    self._adopt(new)
             tdir = self.settings.templateDir.rstrip("/") + "/"
             if changed and any(p.startswith(tdir) or p + "/" == tdir for p in changed):
                 self.pipeline.reset_templates()
@@ -319,8 +163,8 @@ class Daemon:
             except HostError as e:
                 log.error("cannot write compiled networks: %s", e)
                 changes = []
-            _log_changes(changes, self.settings.outputDir)
-            self._write_kept(snap)
+            log_changes(changes, self.settings.outputDir)
+            write_kept(snap, self.settings.outputDir, self.pipeline.output)
             if self.state_file is not None:
                 self.state_file.save(self.settings, snap)
             if plan.diagnostics:
@@ -336,7 +180,7 @@ class Daemon:
             self.metrics.degraded.set(1 if self.degraded else 0)
             if self.cluster is not None:
                 self.cluster.report_problems(plan.diagnostics)  # events on the objects whose copy is broken
-            self._runtime_config()
+            wiring.write_runtime_config(self.settings)
             log.info(
                 "generation %d: %d networks%s",
                 snap.generation,
@@ -348,19 +192,6 @@ class Daemon:
             with self.reloaded:
                 self.reloaded.notify_all()
             return snap
-
-    def _write_kept(self, snap: Snapshot) -> None:
-        """A kept network whose file is not in the output dir (a restart after a reboot emptied /run): written
-        from the last good state, so the dir shows what is served."""
-        for name in snap.kept:
-            path = Path(self.settings.outputDir) / f"{name}.conflist"
-            if not path.exists():
-                try:
-                    atomic_write(path, cnispec.dumps(snap.networks[name]))
-                    self.pipeline.output.forget()  # re-read on the next write
-                    log.info("wrote %s from the last good state", path)
-                except OSError as e:
-                    log.error("cannot write %s: %s", path, e.strerror)
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -401,35 +232,21 @@ class Daemon:
                 update={"kubernetes": self.settings.kubernetes, "clusterIntentDir": self.settings.clusterIntentDir}
             )
         old, self.settings = self.settings, new
-        self.pipeline = Pipeline(new, offline=False, fork=True)
-        self._wire_pipeline()
+        self.pipeline = wiring.pipeline(new, self.tenants)
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
         self.cache.directory = Path(new.cacheDir)
-        self.runner.marker = _marker(new.cacheDir)
+        self.runner.marker = wiring.marker(new.cacheDir)
         if (new.kubelet, new.deviceInfoDir) != (old.kubelet, old.deviceInfoDir):
             assert self.delegator.devices is not None
             self.delegator.devices.kubelet.close()
-            self.delegator.devices = self._devices(new)
+            self.delegator.devices = wiring.devices(new, lambda: set(self.settings.sriovPools))
         self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
-            limits = _limits(new)
+            limits = wiring.limits(new)
             limits.max_in_flight = self.server.limits.max_in_flight
             self.server.limits = limits
-
-    def _runtime_config(self) -> None:
-        path = Path(self.settings.runtimeConfDir) / RUNTIME_CONF
-        if not self.settings.writeRuntimeConfig:
-            return
-        data = runtime_config(self.settings)
-        try:
-            if not path.exists() or read_bounded(path, 1 << 20) != data:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, data)
-                log.info("wrote %s", path)
-        except OSError as e:
-            log.error("cannot write %s: %s", path, e.strerror)
 
     # ---------------------------------------------------------------------------------------------- serving
 
@@ -497,7 +314,7 @@ class Daemon:
             sock,
             self.delegator,
             self.metrics,
-            limits=_limits(self.settings),
+            limits=wiring.limits(self.settings),
             views=views,
             actions=actions,
             queries=queries,

@@ -76,51 +76,11 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
     if ask.kind is not None:
         _danm(ask, conf, name, pool)
     if ask.ips:
-        for ip, prefixed in zip(ask.ips, ask.prefixed, strict=True):
-            if nets is None:
-                continue
-            if not any(ip.ip in n for n in nets if n.version == ip.version):
-                raise ask.error(
-                    f"ips: {ip.ip} is outside network {name} ({', '.join(map(str, nets))})", "no plugin was run"
-                )
-            if prefixed and ip.network not in nets:
-                raise ask.error(
-                    f"ips: {ip} has another prefix than network {name}'s subnet ({', '.join(map(str, nets))})",
-                    "no plugin was run",
-                )
-        if pool is None:
-            written = [str(ip) if p else str(ip.ip) for ip, p in zip(ask.ips, ask.prefixed, strict=True)]
-            if "ips" in caps:
-                runtime["ips"] = written
-            else:
-                _into_ipam_args(conf, ask, name, {"ips": written})
+        _put_ips(ask, conf, name, nets, runtime if pool is None else None, "ips" in caps)
     if ask.mac is not None:
-        if kind == "ipvlan":
-            raise ask.error(
-                f"mac: network {name} is ipvlan, whose interfaces have their master's MAC; a pod cannot choose one",
-                "use a macvlan network for a MAC of its own",
-            )
-        if kind == "sriov":
-            for p in conf.get("plugins") or []:
-                if p.get("type") == "sriov":
-                    p["mac"] = ask.mac
-        elif "mac" in caps:
-            runtime["mac"] = ask.mac
-        else:
-            cni_args.append(("MAC", ask.mac))
+        cni_args += _put_mac(ask, conf, name, runtime, "mac" in caps)
     if ask.cni_args:
-        mine = sorted(k for k in ask.cni_args if str(k).lower() in NETCOMP_ARGS)
-        if mine:
-            # Plugins match keys without regard to case (Go's JSON): an `ips` here would replace the addresses
-            # netcomp claimed, past every check.
-            raise ask.error(
-                f"cni-args: {', '.join(map(repr, mine))} is netcomp's to give: ask with the element's ips and mac"
-            )
-        for p in conf.get("plugins") or []:
-            args = p.setdefault("args", {})
-            if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
-                raise ask.error(f"cni-args: network {name}'s plugin {p.get('type')} has args that are not an object")
-            args["cni"].update(ask.cni_args)
+        _put_cni_args(ask, conf, name)
     for key, value in ask.capabilities.items():
         if key not in caps:
             raise ask.error(
@@ -144,6 +104,77 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
         if not any(p.partition("=")[0] == "IgnoreUnknown" for p in pairs):
             pairs.insert(0, "IgnoreUnknown=1")  # the other plugins of the chain must not refuse MAC
         a.args = ";".join([*pairs, *(f"{k}={v}" for k, v in cni_args)])
+
+
+def _put_ips(
+    ask: Ask,
+    conf: dict[str, Any],
+    name: str,
+    nets: list[IPNetwork] | None,
+    runtime: dict[str, Any] | None,
+    capability: bool,
+) -> None:
+    """The addresses asked for, checked against the network's subnets; unless netcomp's pool gives them
+    (`runtime` None), passed on as the `ips` capability, or else in the IPAM's CNI_ARGS."""
+    for ip, prefixed in zip(ask.ips, ask.prefixed, strict=True):
+        if nets is None:
+            continue
+        if not any(ip.ip in n for n in nets if n.version == ip.version):
+            raise ask.error(
+                f"ips: {ip.ip} is outside network {name} ({', '.join(map(str, nets))})", "no plugin was run"
+            )
+        if prefixed and ip.network not in nets:
+            raise ask.error(
+                f"ips: {ip} has another prefix than network {name}'s subnet ({', '.join(map(str, nets))})",
+                "no plugin was run",
+            )
+    if runtime is None:
+        return
+    written = [str(ip) if p else str(ip.ip) for ip, p in zip(ask.ips, ask.prefixed, strict=True)]
+    if capability:
+        runtime["ips"] = written
+    else:
+        _into_ipam_args(conf, ask, name, {"ips": written})
+
+
+def _put_mac(
+    ask: Ask, conf: dict[str, Any], name: str, runtime: dict[str, Any], capability: bool
+) -> list[tuple[str, str]]:
+    """The MAC asked for, where the network's plugins take it: sriov's own key, the `mac` capability, or else
+    CNI_ARGS (returned, to be appended)."""
+    assert ask.mac is not None
+    kind = (conf.get("netcomp") or {}).get("type")
+    if kind == "ipvlan":
+        raise ask.error(
+            f"mac: network {name} is ipvlan, whose interfaces have their master's MAC; a pod cannot choose one",
+            "use a macvlan network for a MAC of its own",
+        )
+    if kind == "sriov":
+        for p in conf.get("plugins") or []:
+            if p.get("type") == "sriov":
+                p["mac"] = ask.mac
+    elif capability:
+        runtime["mac"] = ask.mac
+    else:
+        return [("MAC", ask.mac)]
+    return []
+
+
+def _put_cni_args(ask: Ask, conf: dict[str, Any], name: str) -> None:
+    """The element's cni-args into every plugin's args.cni, but never a key netcomp gives itself."""
+    assert ask.cni_args is not None
+    mine = sorted(k for k in ask.cni_args if str(k).lower() in NETCOMP_ARGS)
+    if mine:
+        # Plugins match keys without regard to case (Go's JSON): an `ips` here would replace the addresses
+        # netcomp claimed, past every check.
+        raise ask.error(
+            f"cni-args: {', '.join(map(repr, mine))} is netcomp's to give: ask with the element's ips and mac"
+        )
+    for p in conf.get("plugins") or []:
+        args = p.setdefault("args", {})
+        if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
+            raise ask.error(f"cni-args: network {name}'s plugin {p.get('type')} has args that are not an object")
+        args["cni"].update(ask.cni_args)
 
 
 def _danm(ask: Ask, conf: Mapping[str, Any], name: str, pool: Pool | None) -> None:

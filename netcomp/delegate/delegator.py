@@ -1,8 +1,9 @@
-"""ADD, DEL, CHECK, GC and STATUS across the delegates of a container, written so that the daemon may die at any
-instant and lose nothing (docs/reliability.md).
+"""The Delegator: what ADD, DEL, CHECK, GC and STATUS across the delegates of a container share (the networks,
+the cache, the plugins' runner, the pool they run side by side in), an ADD's planning and the one DEL path;
+written so that the daemon may die at any instant and lose nothing (docs/reliability.md).
 
 - **Write-ahead.** Before any delegate of an ADD runs (the runtime's ADD or a hot-plug: both go through
-  `attach`), the container's cache entry records what is about to be attached, each attachment in state
+  adding.py's `attach`), the container's cache entry records what is about to be attached, each attachment in state
   `adding`: network, interface, the exact conflist (an SR-IOV VF already chosen), the namespace by identity.
   Only when every delegate succeeded are they `attached`, with their results, and only then is the answer sent.
 - **Undo, never guess.** An attachment still `adding` was never reported as done: a daemon starting up
@@ -18,19 +19,16 @@ Host links and SR-IOV VFs are hostres.py's; the request itself is request.py's."
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import (
     E_INVALID_CONFIG,
-    E_INVALID_ENV,
     E_IO,
     E_OTHER,
     E_TRY_LATER,
@@ -43,7 +41,7 @@ from netcomp.delegate.devices import Devices
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.podnets import Ask
-from netcomp.delegate.podstatus import Pods, network_status
+from netcomp.delegate.podstatus import Pods
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError
@@ -65,7 +63,7 @@ def _now(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return fut
 
 
-def _why(e: OSError | ValueError) -> str:
+def why_unwritten(e: OSError | ValueError) -> str:
     """Why the cache could not be written: the disk's error, or a result that cannot be written as JSON."""
     return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
 
@@ -151,7 +149,7 @@ class Delegator:
             names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
         return ",".join(names) or "-"
 
-    # --------------------------------------------------------------------------------------------- ADD
+    # --------------------------------------------------------------------------------------------- an ADD planned
 
     def plan_attachments(self, req: Request) -> tuple[list[Attachment], dict[str, Ask]]:
         """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
@@ -236,187 +234,6 @@ class Delegator:
                 f"cannot read pod {req.pod} from the Kubernetes API server: {e}",
                 "the networks it asks for are in its annotations; no plugin was run",
             ) from None
-
-    def add(self, req: Request) -> dict[str, Any]:
-        entry = self.cache.load(req.container_id, req.ifname)
-        if entry is not None and entry.attached:
-            if entry.request and entry.request == req.digest and not entry.unfinished:
-                # The same ADD again: the runtime (or the shim, after the daemon died before its answer)
-                # retries one that finished. Answer what was recorded.
-                log.info("ADD of container %s repeated: answered from its record", req.container_id)
-                return self.answer(req.ifname, req.cni_version, entry.attachments)
-            raise DelegateError(
-                E_INVALID_CONFIG,
-                f"container {req.container_id} is already attached on "
-                f"{req.ifname}; DEL it first (CNI: no ADD twice without DEL)",
-            )
-        if entry is not None:
-            self.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
-        reserved: list[tuple[str, ...]] = []
-        try:
-            atts, asks = self.plan_attachments(req)
-            reserved = self.reserve(req.container_id, atts, asks)
-            entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
-            if req.pod is not None:
-                entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
-                entry.args = req.rest_args
-            self.attach(entry, atts, req.netns, req.pod, asks)
-        except DelegateError as e:
-            if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
-                reason = "NoNetworkFound" if isinstance(e, podnets.NoNetwork) else "FailedAddNetworks"
-                self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
-            raise
-        finally:
-            self.unreserve(reserved)  # recorded in the cache entry by now, or given back
-        if req.pod is not None and self.pods is not None:
-            for a in atts:
-                r = a.result or {}
-                if r.get("interfaces") or r.get("ips"):
-                    ips = " ".join(str(ip.get("address")) for ip in r.get("ips") or [])
-                    name = naming.display_name(a.network, a.conflist)
-                    self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
-            self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
-        return self.answer(req.ifname, req.cni_version, atts)
-
-    def attach(
-        self,
-        entry: Entry,
-        new: list[Attachment],
-        netns_path: str,
-        pod: naming.PodRef | None = None,
-        asks: Mapping[str, Ask] | None = None,
-    ) -> None:
-        """The one ADD path: check the namespace and the names, take host links, VFs and addresses, record the new
-        attachments (write-ahead), run their delegates side by side, check what the pod asked for and move its
-        default routes, and record the outcome; on any failure DEL the new attachments again (which gives back
-        what they took) and raise the first error. `asks`: what a pod asks of each attachment, by interface."""
-        asks = asks or {}
-        for a in new:  # what no plugin could ever run with is refused, not recorded and rolled back
-            self.runner.preflight(a.conflist, self.runtime_conf(entry, a, netns_path))
-        fd, nid = nsutil.open_netns(netns_path)
-        try:
-            ck = nsutil.cookie(fd)
-            if nid in self.host_netns:
-                raise DelegateError(
-                    E_INVALID_ENV,
-                    f"{netns_path} is the host's network namespace, not a container's",
-                    "netcomp never attaches networks to the host; no plugin was run",
-                )
-            if self.host_unsure:  # whether it is the host's cannot be told: never let through
-                raise DelegateError(E_IO, f"cannot tell whether {netns_path} is the host's: {self.host_unsure}")
-            same = entry.netns_id == nid and entry.netns_cookie in (None, ck)
-            if entry.netns_id is not None and entry.attachments and not same:
-                raise DelegateError(
-                    E_INVALID_ENV,
-                    f"{netns_path} is not the network namespace container {entry.container_id} was attached in",
-                    f"it was attached in {entry.netns or '?'}",
-                )
-            names = [a.ifname for a in new]
-            everything = self.link_names(fd)
-            present = ({a.ifname for a in entry.attachments} | everything) & set(names)
-            if present:
-                raise DelegateError(
-                    E_INVALID_CONFIG,
-                    f"interface {sorted(present)[0]!r} already exists in {netns_path}",
-                    "no plugin was run",
-                )
-        finally:
-            os.close(fd)
-        if self.devices is not None:  # before anything is made: the kubelet's answer may be "try again"
-            self.devices.assign(pod, entry.container_id, new, entry.attachments, asks)
-        entry.netns, entry.netns_id, entry.netns_cookie = netns_path, nid, ck
-        entry.links_before = sorted(everything)  # what an undo leaves alone
-        held = self.host.hold_links(new)
-        try:
-            vfs = self.host.take_vfs(new, asks)
-            try:
-                who = (str(pod), pod.uid) if pod is not None else ("", "")
-                claims = poolclaims.take(self.addresses, new, entry.container_id, *who, asks=asks)
-                self.crash("after-claim")
-                entry.attachments.extend(new)
-                try:
-                    self.save(entry)  # the write-ahead: nothing runs before this is on disk
-                except (OSError, ValueError) as e:
-                    entry.attachments = [a for a in entry.attachments if all(a is not n for n in new)]
-                    if claims and self.addresses is not None:
-                        self.addresses.release(claims, "rollback")
-                    raise DelegateError(
-                        E_IO, f"cannot write the attachment cache: {_why(e)}", "no plugin was run"
-                    ) from None
-                if claims and self.addresses is not None:
-                    self.addresses.settle(claims)  # recorded now: no longer only in flight
-                if self.devices is not None:
-                    self.devices.write_info(new)  # named by the write-ahead: a DEL or an undo removes it
-                self.crash("after-write-ahead")
-                self._run_add(entry, new, asks)
-            finally:
-                self.host.release_vfs(vfs)  # in the cache (or rolled back) by now: no longer needs a reservation
-        finally:
-            self.host.release_links(held)
-
-    def _run_add(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
-        def one(a: Attachment) -> dict[str, Any]:
-            return self.runner.add(a.conflist, self.runtime_conf(entry, a, entry.netns))
-
-        futures = self.side_by_side(one, new)
-        first_error: DelegateError | None = None
-        for fut in as_completed(futures):
-            self.crash("between-delegates")
-            with contextlib.suppress(Exception):
-                fut.result()
-        for a, fut in zip(new, futures, strict=True):
-            try:
-                a.result = fut.result()
-            except Exception as e:
-                first_error = first_error or as_delegate_error(e, a.network)
-        if first_error is None and asks:
-            try:
-                self._fulfil(entry, new, asks)
-            except Exception as e:  # netlink trouble too: whatever it is, the ADD is rolled back
-                first_error = as_delegate_error(e, new[0].network)
-        if first_error is None:
-            for a in new:
-                a.state = "attached"
-            try:
-                self.cache.append_outcome(entry, new, self._halfway)  # one write appended to the write-ahead
-            except (OSError, ValueError) as e:
-                first_error = DelegateError(E_IO, f"cannot write the attachment cache: {_why(e)}")
-                for a in new:
-                    a.state = "adding"
-        if first_error is not None:
-            with nsutil.recorded(entry, entry.netns, pin=True) as target:
-                if not self.detach(entry, new, target.path, why="rollback"):
-                    self.sweep(entry, target, new)
-            raise first_error
-        self.crash("before-answer")
-
-    def _fulfil(self, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
-        """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
-        default routes are where the pod's default-route puts them (recorded in the results)."""
-        with nsutil.recorded(entry, entry.netns, pin=True) as target:
-            policy: list[container.PolicyRoutes] = []
-            for a in new:
-                ask = asks.get(a.ifname)
-                if ask is None:
-                    continue
-                state = None
-                if ask.mac is not None or ask.ips or ask.proutes:
-                    state = container.link_state(target.path, a.ifname)
-                    podasks.check(a, ask, state)
-                if ask.proutes:
-                    policy += podasks.policy_routes(a, ask, state)
-            moves = podasks.routes([(a, asks.get(a.ifname)) for a in new])
-            try:
-                if policy:
-                    container.add_policy_routes(target.path, policy)
-                if moves:
-                    container.set_default_routes(target.path, moves)
-            except container.RouteRefused as e:
-                owner = next(asks[a.ifname] for a in new if a.ifname == e.ifname)
-                what = "proutes" if owner.proutes and not owner.gateways else "default-route"
-                raise owner.error(f"{what}: {e}", "a gateway must be on the network's subnet") from None
-        if moves:
-            podasks.record_routes(new, moves)
 
     def save(self, entry: Entry) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""
@@ -525,7 +342,7 @@ class Delegator:
             self.save(entry)
         except (OSError, ValueError) as e:
             # The entry on disk still names everything this DEL tried: a later DEL tries it again.
-            log.error("cannot record the DEL of container %s: %s", entry.container_id, _why(e))
+            log.error("cannot record the DEL of container %s: %s", entry.container_id, why_unwritten(e))
         self.host.after_detach(done)
         if errors and raise_errors:
             # The error of the last network, as a DEL in reverse order would have met it first.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.spec import SUPPORTED_VERSIONS
-from netcomp.delegate import verbs
+from netcomp.delegate import adding, verbs
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import Request
 
@@ -32,7 +32,7 @@ def handle(d: Delegator, req: Request) -> Done:
         return Done({})
     with d.locks.hold(req.container_id):
         if req.command == "ADD":
-            return Done(d.add(req))
+            return Done(adding.add(d, req))
         if req.command == "DEL":
             return Done({}, d.delete(req))
         return Done({}, verbs.check(d, req))

@@ -9,7 +9,7 @@ from typing import Any
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import naming
+from netcomp.delegate import adding, naming
 from netcomp.delegate.delegator import Delegator, prefixes
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import check_container_id
@@ -60,7 +60,7 @@ def hotplug(
         wants = [naming.Want(a.network, a.ifname) for a in entry.attachments]
         named = naming.name_interfaces(None, key_ifname, [*wants, naming.Want(network, ifname)], prefixes(nets))
         att = Attachment(network, named[-1][1], nets[network])
-        d.attach(entry, [att], netns, pod)
+        adding.attach(d, entry, [att], netns, pod)
         assert att.result is not None
         return cniresult.convert(att.result, entry.cni_version)
 

@@ -3,7 +3,8 @@ JSON list of Multus's network selection elements) and `v1.multus-cni.io/default-
 node default's place). Everything is checked here, before any plugin runs (a key netcomp does not know, a value
 of the wrong type, an address or MAC that is not one, the same MAC twice, two default routes of one family),
 each a CNI error 7 naming the pod, the annotation and the item. Which network a reference means, and whether the
-pod may use it, is resolve()'s. docs/kubernetes.md, "Moving over from Multus"."""
+pod may use it, is resolve()'s. An Ask is also what danmnets.py makes of DANM's connections, and DANM's tenancy
+rules (danm_tenancy) hold for both annotations. docs/kubernetes.md, "Moving over from Multus"."""
 
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, before and after its 4.3 rename
 ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
-DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
-DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
 DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
 # Keys of a network selection element whose value is passed on as runtimeConfig (CNI "capabilities"): the
@@ -102,7 +101,7 @@ def element_key(network: str, ifname: str, ask: Ask) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
-def _problem(where: str, why: str) -> DelegateError:
+def problem(where: str, why: str) -> DelegateError:
     return DelegateError(E_INVALID_CONFIG, f"{where}: {why}")
 
 
@@ -119,7 +118,7 @@ def parse_default(value: str, pod: PodRef, namespace: str, fields: frozenset[str
     takes the runtime's interface: an `interface` other than that is refused by the caller, which knows it."""
     asks = _parse(value, pod, DEFAULT_NETWORK, namespace, fields)
     if len(asks) != 1:
-        raise _problem(f"pod {pod}: annotation {DEFAULT_NETWORK}", f"names {len(asks)} networks; it takes exactly one")
+        raise problem(f"pod {pod}: annotation {DEFAULT_NETWORK}", f"names {len(asks)} networks; it takes exactly one")
     return asks[0]
 
 
@@ -131,17 +130,17 @@ def _parse(value: str, pod: PodRef, annotation: str, default_ns: str, fields: fr
     if not any(c in text for c in '[{"'):  # Multus's test for the JSON form
         items = [item.strip() for item in text.split(",")]
         return [_short(item, i, head, default_ns) for i, item in enumerate(items) if item]
-    doc = _json_list(text, head, "network selection elements (or names separated by commas)")
+    doc = json_list(text, head, "network selection elements (or names separated by commas)")
     return [_element(item, i, head, default_ns, fields) for i, item in enumerate(doc)]
 
 
-def _json_list(text: str, head: str, of: str) -> list[Any]:
+def json_list(text: str, head: str, of: str) -> list[Any]:
     try:
         doc = json.loads(text)
     except ValueError as e:
-        raise _problem(head, f"is not JSON: {e}") from None
+        raise problem(head, f"is not JSON: {e}") from None
     if not isinstance(doc, list):
-        raise _problem(head, f"must be a JSON list of {of}")
+        raise problem(head, f"must be a JSON list of {of}")
     return doc
 
 
@@ -153,10 +152,10 @@ def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
     if not slash:
         ns = default_ns
     if ref.count("/") > 1 or "@" in ifname:
-        raise _problem(where, "is not [namespace/]name[@interface]")
+        raise problem(where, "is not [namespace/]name[@interface]")
     for what, v in (("namespace", ns), ("network name", name)):
         if not DNS_LABEL_RE.fullmatch(v.strip()):
-            raise _problem(where, f"{what} {v!r} is not a DNS-1123 label (lower case letters, digits and '-')")
+            raise problem(where, f"{what} {v!r} is not a DNS-1123 label (lower case letters, digits and '-')")
     ask = Ask(name.strip(), ns.strip(), where)
     if at:
         return replace(ask, ifname=_ifname(ifname.strip(), ask))
@@ -172,23 +171,23 @@ def _ifname(value: str, ask: Ask) -> str:
 
 def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[str] | None) -> Ask:
     if not isinstance(item, dict):
-        raise _problem(f"{head}: item {i}", "is not an object (a network selection element)")
+        raise problem(f"{head}: item {i}", "is not an object (a network selection element)")
     name = item.get("name")
     where = f"{head}: item {i}" + (f" ({name[:60]!r})" if isinstance(name, str) else "")
     unknown = sorted(set(item) - set(KNOWN_KEYS))
     if unknown:
-        raise _problem(
+        raise problem(
             where,
             f"{', '.join(map(repr, unknown))}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
         )
     if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
-        raise _problem(where, "name must be the network's name, a DNS-1123 label")
+        raise problem(where, "name must be the network's name, a DNS-1123 label")
     barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
     if barred:
-        raise _problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
+        raise problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
     ns = item.get("namespace") or default_ns
     if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns):
-        raise _problem(where, f"namespace {ns!r} is not a namespace's name")
+        raise problem(where, f"namespace {ns!r} is not a namespace's name")
     ask = Ask(name, ns, where)
     changes: dict[str, Any] = {}
     ifname = item.get("interface") or item.get("interfaceRequest")
@@ -340,85 +339,6 @@ def check_interfaces(named: list[tuple[str, Ask]], runtime_ifname: str, has_defa
         seen[ifname] = ask
 
 
-def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
-    """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
-    refused (which would be meant?)."""
-    given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
-    if len(given) > 1:
-        raise DelegateError(
-            E_INVALID_CONFIG, f"annotations {given[0][0]} and {given[1][0]} both name networks; give one"
-        )
-    return given[0] if given else None
-
-
-def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
-    """DANM's interfaces annotation: a JSON list of connections, each naming exactly one of a DanmNet (`network`)
-    or TenantNetwork of the pod's namespace or a ClusterNetwork, with `ip`/`ip6` (`dynamic`, `none`, or an address
-    in the network's CIDR; none given: no address of that family) and `proutes`/`proutes6`. Interface names are
-    the caller's (they depend on the networks' prefixes)."""
-    head = f"pod {pod}: annotation {annotation}"
-    return [_danm_element(item, i, head, pod) for i, item in enumerate(_json_list(value, head, "connections"))]
-
-
-def _danm_element(item: Any, i: int, head: str, pod: PodRef) -> Ask:
-    where = f"{head}: connection {i}"
-    if not isinstance(item, dict):
-        raise _problem(where, "is not an object")
-    unknown = sorted(set(item) - set(DANM_KEYS))
-    if unknown:
-        raise _problem(where, f"{', '.join(map(repr, unknown))}: not a key of DANM's (it takes {', '.join(DANM_KEYS)})")
-    refs = [(k, v) for k, v in item.items() if k in DANM_REFS and v]
-    if len(refs) != 1:
-        raise _problem(where, "names a network in exactly one of network, tenantNetwork, clusterNetwork")
-    key, name = refs[0]
-    where += f" ({key} {str(name)[:60]!r})"
-    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
-        raise _problem(where, f"{key} must be the network's name, a DNS-1123 label")
-    kind = DANM_REFS[key]
-    ask = Ask(name, pod.namespace if kind in DANM_NAMESPACED else "", where, kind=kind)
-    families: set[int] = set()
-    ips: list[IPInterface] = []
-    for field_, version in (("ip", 4), ("ip6", 6)):
-        v = item.get(field_)
-        if v in (None, "", "none"):
-            continue
-        if not isinstance(v, str):
-            raise ask.error(f"{field_} must be a string: dynamic, none or an address")
-        families.add(version)
-        if v == "dynamic":
-            continue
-        try:
-            addr = ipaddress.ip_interface(v).ip  # DANM drops a prefix length: the network's is used
-        except ValueError:
-            raise ask.error(f"{field_}: {v[:60]!r} is not dynamic, none or an IPv{version} address") from None
-        if addr.version != version:
-            raise ask.error(f"{field_}: {v} is not an IPv{version} address")
-        ips.append(ipaddress.ip_interface(addr))
-    routes: list[tuple[IPNetwork, IPAddress]] = []
-    for field_, version in (("proutes", 4), ("proutes6", 6)):
-        value = item.get(field_)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ask.error(f"{field_} must be an object of destination CIDR to gateway")
-        for dst, gw in value.items():
-            try:
-                d, g = ipaddress.ip_network(str(dst), strict=False), ipaddress.ip_address(str(gw))
-            except ValueError:
-                raise ask.error(f"{field_}: {str(dst)[:60]}: {str(gw)[:60]} is not a CIDR and a gateway") from None
-            if d.version != version or g.version != version:
-                raise ask.error(f"{field_}: {dst}: {gw} is not IPv{version}")
-            if version not in families:
-                raise ask.error(
-                    f"{field_}: the interface gets no IPv{version} address ({'ip' if version == 4 else 'ip6'} is "
-                    "none), so there is no source for the policy rule"
-                )
-            routes.append((d, g))
-    return replace(
-        ask, ips=tuple(ips), prefixed=(False,) * len(ips), families=frozenset(families), proutes=tuple(routes)
-    )
-
-
 @dataclass(frozen=True)
 class Policy:
     """Multus's namespace options (netcomp.yaml `kubernetes:`): with `isolation`, a pod may use the
@@ -438,11 +358,9 @@ def resolve(
     node-wide network of that name (netcomp's Network objects are cluster-wide, as a global namespace's would
     be). With isolation (and `isolated`), a definition of another namespace than the pod's and not global is
     refused naming both. DelegateError 7 when neither exists."""
-    if ask.kind is not None:
-        return _resolve_danm(ask, pod, nets)
     key = network_key(ask.namespace, ask.name)
     if key in nets:
-        _danm_tenancy(ask, pod, key, nets[key])
+        danm_tenancy(ask, pod, key, nets[key])
         if (
             isolated
             and policy.isolation
@@ -458,7 +376,7 @@ def resolve(
         return key
     conf = nets.get(ask.name)
     if conf is not None and namespace_of(conf) is None:
-        _danm_tenancy(ask, pod, ask.name, conf)
+        danm_tenancy(ask, pod, ask.name, conf)
         return ask.name
     namespaced = sorted(display_name(k, c) for k, c in nets.items() if k.endswith(f".{ask.name}") and namespace_of(c))
     raise NoNetwork(
@@ -469,15 +387,15 @@ def resolve(
     )
 
 
-def _danm_kind(conf: Mapping[str, Any]) -> str | None:
+def danm_kind(conf: Mapping[str, Any]) -> str | None:
     kind = (conf.get("netcomp") or {}).get("danmKind")
     return kind if isinstance(kind, str) else None
 
 
-def _danm_tenancy(ask: Ask, pod: PodRef, key: str, conf: Mapping[str, Any]) -> None:
+def danm_tenancy(ask: Ask, pod: PodRef, key: str, conf: Mapping[str, Any]) -> None:
     """DANM's rules for its networks, whichever annotation names them: a DanmNet or TenantNetwork is for its own
     namespace's pods; a ClusterNetwork with AllowedTenants for those namespaces' pods only."""
-    kind = _danm_kind(conf)
+    kind = danm_kind(conf)
     ns = namespace_of(conf)
     if kind in DANM_NAMESPACED and ns is not None and ns != pod.namespace:
         raise ask.error(
@@ -490,38 +408,3 @@ def _danm_tenancy(ask: Ask, pod: PodRef, key: str, conf: Mapping[str, Any]) -> N
             f"ClusterNetwork {key} allows the pods of {', '.join(tenants)}; pod {pod} is in namespace "
             f"{pod.namespace!r} (AllowedTenants)"
         )
-
-
-def _resolve_danm(ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> str:
-    """A DANM connection's network: a DanmNet or TenantNetwork of the pod's namespace, or a ClusterNetwork."""
-    key = network_key(ask.namespace, ask.name) if ask.kind in DANM_NAMESPACED else ask.name
-    conf = nets.get(key)
-    if conf is not None and _danm_kind(conf) == ask.kind:
-        _danm_tenancy(ask, pod, key, conf)
-        return key
-    elsewhere = sorted(
-        namespace_of(c) or "" for k, c in nets.items() if _danm_kind(c) == ask.kind and k.endswith(f".{ask.name}")
-    )
-    what = f"{ask.kind} {ask.ref}" if ask.kind in DANM_NAMESPACED else f"ClusterNetwork {ask.name!r}"
-    raise NoNetwork(
-        E_INVALID_CONFIG,
-        f"{ask.where}: no {what} is compiled on this node",
-        f"a {ask.kind} {ask.name!r} is in namespace {', '.join(elsewhere)}, not the pod's ({pod.namespace!r}): a "
-        f"{ask.kind} is for its own namespace's pods"
-        if elsewhere and ask.kind in DANM_NAMESPACED
-        else "see `netcomp status`",
-    )
-
-
-def danm_default(pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> Ask | None:
-    """DANM's network for a pod that names none: a DanmNet, else a TenantNetwork, called `default` in the pod's
-    namespace, else the ClusterNetwork `default`; with `ip: dynamic` on the runtime's interface. None when no
-    DANM network is called that (the node's defaultNetwork then applies)."""
-    where = f"pod {pod}: DANM's default network (the pod names none)"
-    for kind in ("DanmNet", "TenantNetwork", "ClusterNetwork"):
-        ns = pod.namespace if kind in DANM_NAMESPACED else ""
-        key = network_key(ns, "default") if ns else "default"
-        conf = nets.get(key)
-        if conf is not None and _danm_kind(conf) == kind:
-            return Ask("default", ns, where, kind=kind, families=frozenset({4}))
-    return None

@@ -1,6 +1,6 @@
-"""Which networks a pod joins, from its annotations (podnets.py reads them): Multus's networks and
-default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none. The
-networks are resolved against those compiled now (which also says whether the pod may use each) and named as
+"""Which networks a pod joins, from its annotations (podnets.py reads Multus's, danmnets.py DANM's): Multus's
+networks and default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none.
+The networks are resolved against those compiled now (which also says whether the pod may use each) and named as
 Multus and DANM name them; the caller checks the names together and puts each item's asks into its attachment."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
-from netcomp.delegate import podnets
+from netcomp.delegate import danmnets, podnets
 from netcomp.delegate.naming import PodRef, Want, check_ifname
 from netcomp.delegate.podnets import Ask, Policy
 from netcomp.errors import DelegateError
@@ -32,7 +32,7 @@ class PodNetworks:
 def plan(
     pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], policy: Policy, runtime_ifname: str
 ) -> PodNetworks:
-    danm = podnets.danm_annotation(notes)
+    danm = danmnets.danm_annotation(notes)
     if danm is not None:
         both = [k for k in (podnets.POD_NETWORKS, podnets.DEFAULT_NETWORK) if notes.get(k)]
         if both:
@@ -41,7 +41,7 @@ def plan(
                 f"pod {pod}: annotations {danm[0]} (DANM's) and {both[0]} (Multus's) both say which networks it "
                 "joins; give one of them",
             )
-        return _danm(pod, danm, nets, policy, runtime_ifname)
+        return _danm(pod, danm, nets, runtime_ifname)
     out = PodNetworks()
     if notes.get(podnets.DEFAULT_NETWORK):
         ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
@@ -49,7 +49,7 @@ def plan(
             raise ask.error(f"interface: the default network is on the runtime's {runtime_ifname}")
         out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy, isolated=False), ask
     elif not notes.get(podnets.POD_NETWORKS):
-        _danm_default(out, pod, nets, policy)
+        _danm_default(out, pod, nets)
     value = notes.get(podnets.POD_NETWORKS)
     asks = podnets.parse_networks(value, pod, policy.fields) if value else []
     podnets.check_together([*([out.default_ask] if out.default_ask else []), *asks])
@@ -62,28 +62,27 @@ def plan(
     return out
 
 
-def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str, Any]], policy: Policy) -> None:
-    ask = podnets.danm_default(pod, nets)
+def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> None:
+    ask = danmnets.danm_default(pod, nets)
     if ask is not None:
-        out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy), ask
+        out.default, out.default_ask = danmnets.resolve_danm(ask, pod, nets), ask
 
 
 def _danm(
     pod: PodRef,
     danm: tuple[str, str],
     nets: Mapping[str, Mapping[str, Any]],
-    policy: Policy,
     runtime_ifname: str,
 ) -> PodNetworks:
     """DANM's connections: the first on the runtime's interface (DANM's eth0) in the node default's place, each
     other one named <container_prefix><index> (eth<index> without a prefix), the index its place in the
     annotation; an empty list is DANM's default network (else the node's)."""
     out = PodNetworks()
-    conns = podnets.parse_danm(danm[1], pod, danm[0])
+    conns = danmnets.parse_danm(danm[1], pod, danm[0])
     if not conns:
-        _danm_default(out, pod, nets, policy)
+        _danm_default(out, pod, nets)
         return out
-    keys = [podnets.resolve(a, pod, nets, policy) for a in conns]
+    keys = [danmnets.resolve_danm(a, pod, nets) for a in conns]
     out.default, out.default_ask = keys[0], conns[0]
     for i, (key, ask) in enumerate(zip(keys[1:], conns[1:], strict=True), start=1):
         prefix = (nets[key].get("netcomp") or {}).get("interfacePrefix") or DANM_PREFIX

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from netcomp.delegate import naming, podnets, podplan
+from netcomp.delegate import adding, naming, podnets, podplan
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.naming import PodRef
 from netcomp.delegate.podnets import Ask
@@ -118,7 +118,7 @@ def _attach(d: Delegator, entry: Entry, pod: PodRef, items: list[tuple[Attachmen
     d.prepare_asks(entry.container_id, new, asks)
     reserved = d.reserve(entry.container_id, new, asks)
     try:
-        d.attach(entry, new, entry.netns, pod, asks)
+        adding.attach(d, entry, new, entry.netns, pod, asks)
     finally:
         d.unreserve(reserved)
     out.added += [a.ifname for a in new]

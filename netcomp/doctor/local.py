@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from netcomp.daemon.daemon import RUNTIME_CONF, runtime_config
 from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call
+from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.doctor.node import Network
 from netcomp.fsutil import read_bounded

@@ -1,7 +1,7 @@
 """What netcomp itself reads and changes inside a container's network namespace, after its plugins ran: an
 interface's MAC and addresses (to check that the plugins gave what a pod asked for) and the default routes (a
 pod's `default-route`, as Multus moves them). Each call enters the namespace on a thread of its own
-(netns.inside) and opens pyroute2's IPRoute there, which costs milliseconds: only ADDs that ask for these pay it."""
+(nsenter.inside) and opens pyroute2's IPRoute there, which costs milliseconds: only ADDs that ask for these pay it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.host.netns import inside, open_netns
+from netcomp.host.nsenter import inside, open_netns
 
 MAIN_TABLE = 254
 FAMILIES = {4: socket.AF_INET, 6: socket.AF_INET6}

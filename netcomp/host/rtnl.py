@@ -14,7 +14,7 @@ import socket
 import struct
 from collections.abc import Iterator
 
-from netcomp.host import netns as nsutil
+from netcomp.host import nsenter
 
 NETLINK_ROUTE = 0
 RTM_NEWLINK, RTM_GETLINK = 16, 18
@@ -99,4 +99,4 @@ def links(netns: str | None = None) -> list[tuple[str, str | None]]:
     network namespace."""
     if netns is None:
         return _dump()
-    return nsutil.inside(f"/var/run/netns/{netns}", _dump, "list links")
+    return nsenter.inside(f"/var/run/netns/{netns}", _dump, "list links")

@@ -13,89 +13,34 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from netcomp import names
-from netcomp.names import IFNAMSIZ
-
-IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
-IPInterface: TypeAlias = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-
-PREFIX_MAX = IFNAMSIZ - 2  # room for two index digits: prefix0 .. prefix99
-
-DNS1123_LABEL = f"^{names.DNS_LABEL}$"
-IFNAME = f"^{names.INTENT_IFNAME}$"
-NETWORK_ID = r"^[-A-Za-z0-9_.]+$"  # a file-name stem: no '/', never '..' alone
-PCI_ADDRESS = f"^{names.PCI_ADDRESS}$"
-MAC = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"
-
-Name = Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]
-IfName = Annotated[str, StringConstraints(pattern=IFNAME, max_length=IFNAMSIZ)]
-IfPrefix = Annotated[str, StringConstraints(pattern=IFNAME, min_length=1, max_length=PREFIX_MAX)]
-Mac = Annotated[str, StringConstraints(pattern=MAC)]
-
-
-class BrokenAt(ValueError):
-    """A rule broken at `at`: a path under the place of the validator that raises it (a model validator's model,
-    a field validator's field), `()` for that place itself (a key that is missing). `key`: point at the key (the
-    key's presence is wrong: two that exclude each other) rather than at its value (the value is wrong). pydantic
-    keeps the exception in its error's context, where validation.py finds it; anywhere else it is a ValueError."""
-
-    def __init__(self, at: str | tuple[str | int, ...], message: str, *, key: bool = False) -> None:
-        super().__init__(message)
-        self.at: tuple[str | int, ...] = (at,) if isinstance(at, str) else at
-        self.key = key
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
-
-
-def _net(value: Any) -> Any:
-    """Parse a CIDR strictly: host bits set is a typo more often than not, so it is an error."""
-    if isinstance(value, str):
-        try:
-            return ipaddress.ip_network(value, strict=True)
-        except ValueError as e:
-            if "has host bits set" in str(e):
-                fixed = ipaddress.ip_network(value, strict=False)
-                raise ValueError(f"{value} has host bits set; the network is {fixed}") from None
-            raise ValueError(f"{value!r} is not a valid CIDR (like 10.0.0.0/24 or 2001:db8::/64)") from None
-    return value
-
-
-def _check_in_subnet(cls: Any, value: Any, info: ValidationInfo) -> Any:
-    """rangeStart/rangeEnd/gateway inside `subnet`, and the range not reversed (subnet is declared first)."""
-    net = info.data.get("subnet")
-    name = info.field_name
-    if value is None or net is None:
-        return value
-    if value.version != net.version or value not in net:
-        raise ValueError(f"{name} {value} is outside subnet {net}")
-    start = info.data.get("rangeStart")
-    if name == "rangeEnd" and start is not None and start > value:
-        raise ValueError(f"rangeEnd {value} is before rangeStart {start}")
-    return value
-
-
-def _addr(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return ipaddress.ip_address(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a valid IP address") from None
-    return value
+from netcomp.intent.fields import (
+    NETWORK_ID,
+    PCI_ADDRESS,
+    PREFIX_MAX,
+    RESOURCE_NAME,
+    BrokenAt,
+    IfName,
+    IfPrefix,
+    IPAddress,
+    IPInterface,
+    IPNetwork,
+    Mac,
+    Name,
+    Strict,
+    check_in_subnet,
+    parse_address,
+    parse_cidr,
+)
 
 
 class Route(Strict):
@@ -104,8 +49,8 @@ class Route(Strict):
     dst: IPNetwork
     gw: IPAddress | None = None
 
-    _dst = field_validator("dst", mode="before")(_net)
-    _gw = field_validator("gw", mode="before")(_addr)
+    _dst = field_validator("dst", mode="before")(parse_cidr)
+    _gw = field_validator("gw", mode="before")(parse_address)
 
     @model_validator(mode="after")
     def _same_family(self) -> Route:
@@ -123,13 +68,13 @@ class IPRange(Strict):
     gateway: IPAddress | None = None
     exclude: list[IPNetwork] = Field(default_factory=list, description="whereabouts and cluster only")
 
-    _subnet = field_validator("subnet", mode="before")(_net)
-    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
+    _subnet = field_validator("subnet", mode="before")(parse_cidr)
+    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(parse_address)
 
     @field_validator("exclude", mode="before")
     @classmethod
     def _excl(cls, v: Any) -> Any:
-        return [_net(x) for x in v] if isinstance(v, list) else v
+        return [parse_cidr(x) for x in v] if isinstance(v, list) else v
 
     @field_validator("subnet")
     @classmethod
@@ -139,7 +84,7 @@ class IPRange(Strict):
         return net
 
     # Field validators (not one model validator) so that each error points at the field that is wrong.
-    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(_check_in_subnet)
+    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(check_in_subnet)
 
     @field_validator("exclude")
     @classmethod
@@ -166,9 +111,9 @@ class _RangedIPAM(Strict):
     ranges: list[IPRange] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
 
-    _subnet = field_validator("subnet", mode="before")(_net)
-    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(_addr)
-    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(_check_in_subnet)
+    _subnet = field_validator("subnet", mode="before")(parse_cidr)
+    _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(parse_address)
+    _in_subnet = field_validator("rangeStart", "rangeEnd", "gateway")(check_in_subnet)
 
     @model_validator(mode="after")
     def _shape(self) -> Any:
@@ -243,7 +188,7 @@ class ClusterIPAM(_RangedIPAM):
     @field_validator("exclude", mode="before")
     @classmethod
     def _excl(cls, v: Any) -> Any:
-        return [_net(x) for x in v] if isinstance(v, list) else v
+        return [parse_cidr(x) for x in v] if isinstance(v, list) else v
 
     @field_validator("exclude")
     @classmethod
@@ -273,7 +218,7 @@ class StaticAddress(Strict):
                 raise ValueError(f"{v!r} is not a valid address with prefix length") from None
         return v
 
-    _gw = field_validator("gateway", mode="before")(_addr)
+    _gw = field_validator("gateway", mode="before")(parse_address)
 
     @field_validator("gateway")
     @classmethod
@@ -328,7 +273,7 @@ class VXLAN(Strict):
     group: IPAddress | None = None
     remote: IPAddress | None = None
 
-    _addrs = field_validator("group", "remote", mode="before")(_addr)
+    _addrs = field_validator("group", "remote", mode="before")(parse_address)
 
     @model_validator(mode="after")
     def _one(self) -> VXLAN:
@@ -369,10 +314,6 @@ class MacvlanSpec(_LinkSpec):
 class IpvlanSpec(_LinkSpec):
     type: Literal["ipvlan"]
     mode: Literal["l2", "l3", "l3s"] = "l2"
-
-
-# A device resource: a Kubernetes extended resource name (vendor-domain/name), as device plugins register them.
-RESOURCE_NAME = r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$"
 
 
 class SriovSpec(_SpecBase):

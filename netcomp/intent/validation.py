@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from netcomp.errors import Diagnostic
-from netcomp.intent.model import (
+from netcomp.intent.fields import (
     DNS1123_LABEL,
     IFNAME,
     MAC,
@@ -23,8 +23,8 @@ from netcomp.intent.model import (
     PCI_ADDRESS,
     RESOURCE_NAME,
     BrokenAt,
-    Network,
 )
+from netcomp.intent.model import Network
 from netcomp.intent.source import Document, PathKey
 
 _PATTERN_TEXT = {

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 import zlib
+from collections.abc import Iterator
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.errors import DelegateError
@@ -83,12 +84,7 @@ class BlockAllocator(BlockView):
                 if net is not None:
                     self.claiming.add(key)
             if net is not None:
-                try:
-                    self.claim_block(layout, net, on_add_path=True)
-                finally:
-                    with self._lock:
-                        self.claiming.discard(key)
-                        self.updated.notify_all()
+                self.claim_reserved(layout, net, key, on_add_path=True)
                 continue
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
@@ -150,6 +146,23 @@ class BlockAllocator(BlockView):
                 continue  # the network's blockSize changed: a block of the old size covers part of it
             return net
         return None
+
+    def claim_reserved(
+        self,
+        layout: Layout,
+        net: ipaddress.IPv4Network | ipaddress.IPv6Network,
+        key: tuple[str, int],
+        *,
+        on_add_path: bool,
+    ) -> None:
+        """claim_block for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
+        again whatever happens, and waiters are told."""
+        try:
+            self.claim_block(layout, net, on_add_path=on_add_path)
+        finally:
+            with self._lock:
+                self.claiming.discard(key)
+                self.updated.notify_all()
 
     def claim_block(
         self, layout: Layout, net: ipaddress.IPv4Network | ipaddress.IPv6Network, *, on_add_path: bool
@@ -360,20 +373,29 @@ class BlockAllocator(BlockView):
 
     def settle(self, claims: list[Claim]) -> None:
         with self._lock:
-            for c in claims:
-                if not c.block:
-                    continue
-                addr = ipaddress.ip_address(c.address)
-                h = self.held.get(c.block)
-                if h is not None and addr in h.net:
-                    off = int(addr) - int(h.net.network_address)
+            for c, at in self._placed(claims):
+                if at is not None:
+                    h, off = at
                     h.pending.discard(off)
                     h.local[off] = c
-                    continue
-                b = self._borrowed_of(c)
-                if b is not None:
+                elif (b := self._borrowed_of(c)) is not None:
                     b.pending, b.claim, b.written = False, c, False
         self.worker.wake(write=True)
+
+    def _placed(self, claims: list[Claim]) -> Iterator[tuple[Claim, tuple[Held, int] | None]]:
+        """Each claim given from a block, with where its address is held (_held_at; None: it was borrowed)."""
+        for c in claims:
+            if c.block:
+                yield c, self._held_at(c)
+
+    def _held_at(self, c: Claim) -> tuple[Held, int] | None:
+        """The held block a claim's address is in, and its offset there; None when this node does not hold it
+        (a borrowed address)."""
+        addr = ipaddress.ip_address(c.address)
+        h = self.held.get(c.block)
+        if h is None or addr not in h.net:
+            return None
+        return h, int(addr) - int(h.net.network_address)
 
     def _borrowed_of(self, c: Claim) -> Borrowed | None:
         addr = ipaddress.ip_address(c.address)
@@ -381,13 +403,9 @@ class BlockAllocator(BlockView):
 
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         with self._lock:
-            for c in claims:
-                if not c.block:
-                    continue
-                addr = ipaddress.ip_address(c.address)
-                h = self.held.get(c.block)
-                if h is not None and addr in h.net:
-                    off = int(addr) - int(h.net.network_address)
+            for c, at in self._placed(claims):
+                if at is not None:
+                    h, off = at
                     if (cur := h.local.get(off)) is not None and cur.container_id != c.container_id:
                         continue  # given again since: not this claim's any more
                     h.local.pop(off, None)

@@ -391,12 +391,7 @@ class Worker:
                 if net is None:
                     continue
                 a.claiming.add(key)
-            try:
-                a.claim_block(layout, net, on_add_path=False)
-            finally:
-                with a._lock:
-                    a.claiming.discard(key)
-                    a.updated.notify_all()
+            a.claim_reserved(layout, net, key, on_add_path=False)
         return True
 
     # ------------------------------------------------------------------------------------------------ writing

@@ -1,21 +1,16 @@
 """The few Kubernetes API calls the daemon makes, as raw JSON over one pool of kept-alive HTTPS connections
 (http.client and ssl: the stdlib). The `kubernetes` library's client imports its whole model tree, thousands of
 classes resident in every daemon for calls that read and write plain JSON; it is loaded only for a kubeconfig
-whose credentials need it (an exec or auth-provider plugin, a proxy), and then carries the same calls through its
-ApiClient. Either way the calls keep the names and arguments of the library's CoreV1Api and CustomObjectsApi
-(`core()`, `custom()`), so code reads as it would with the library, and errors are ApiException (status,
-reason) as the library's are."""
+whose credentials need it (an exec or auth-provider plugin, a proxy: kubeconfig.py tells), and then carries the
+same calls through its ApiClient. Either way the calls keep the names and arguments of the library's CoreV1Api
+and CustomObjectsApi (`core()`, `custom()`), so code reads as it would with the library, and errors are
+apierrors.py's ApiException (status, reason) as the library's are."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
 import http.client
 import logging
-import socket
-import ssl
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -23,59 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from netcomp.fsutil import read_bounded
+from netcomp.kube.apierrors import ApiException, Unreachable, words
+from netcomp.kube.kubeconfig import Endpoint, KubeConfigError, document
 
 log = logging.getLogger("netcomp.kube")
-MAX_KUBECONFIG = 4 << 20  # a kubeconfig, token or certificate file: far below this
 
 IDLE_CONNECTIONS = 16  # connections kept alive for the next call; more may be open at once, then closed
-
-
-class ApiException(Exception):
-    """The API server answered with an error status (or a watch ended with an ERROR event)."""
-
-    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
-        super().__init__(f"({status}) {reason}")
-        self.status, self.reason, self.body = status, reason, body
-
-
-class Unreachable(OSError):
-    """The API server could not be reached or talked to; the message says what happened in an operator's words
-    (the underlying error is its __cause__, and logged at debug level)."""
-
-
-def words(e: BaseException, url: str, timeout: float | None) -> str:
-    """What a failed connection to the API server at `url` means, in an operator's words (no library internals:
-    urllib3's retry wrappers are unwrapped to their reason)."""
-    reason = getattr(e, "reason", None)
-    if isinstance(reason, BaseException) and not isinstance(e, OSError | ssl.SSLError):
-        return words(reason, url, timeout)  # urllib3's MaxRetryError and the like, from the library's transport
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return (
-            f"TLS: the certificate of the API server at {url} is not trusted ({e.verify_message}): check the "
-            "kubeconfig's certificate-authority(-data)"
-        )
-    if isinstance(e, ssl.SSLError):
-        return f"TLS failure talking to the API server at {url}: {e.reason or e}"
-    if isinstance(e, TimeoutError):
-        after = f" within {timeout:g} s" if timeout else ""
-        return f"the API server at {url} did not answer{after}"
-    if isinstance(e, ConnectionRefusedError):
-        return f"the API server at {url} refused the connection: is it running, and is the kubeconfig's address right?"
-    if isinstance(e, socket.gaierror):
-        return f"cannot resolve the API server's host of {url}: {e.strerror}"
-    if isinstance(e, OSError) and e.errno == errno.EPERM:
-        return (
-            f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic (allow the "
-            "API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"
-        )
-    if isinstance(e, OSError):
-        return f"the API server at {url} cannot be reached: {e.strerror or e}"
-    if isinstance(e, http.client.HTTPException):
-        return f"the API server at {url} broke off its answer ({type(e).__name__})"
-    return f"the API server at {url} cannot be reached: {type(e).__name__}: {e}"
 
 
 class Response:
@@ -86,95 +35,6 @@ class Response:
 
     def json(self) -> Any:
         return orjson.loads(self.data) if self.data else None
-
-
-class KubeConfigError(Exception):
-    pass
-
-
-# ------------------------------------------------------------------------------------------------ kubeconfig
-
-
-def _pick(items: Any, name: str, what: str) -> dict[str, Any]:
-    for item in items or []:
-        if isinstance(item, dict) and item.get("name") == name and isinstance(item.get(what), dict):
-            return item[what]  # type: ignore[no-any-return]
-    raise KubeConfigError(f"no {what} named {name!r}")
-
-
-def _data_or_file(d: Mapping[str, Any], key: str, base: Path) -> bytes | None:
-    if d.get(f"{key}-data"):
-        return base64.b64decode(str(d[f"{key}-data"]))
-    if d.get(key):
-        return read_bounded(base / str(d[key]), MAX_KUBECONFIG)
-    return None
-
-
-class Endpoint:
-    """Where the API server is and how to talk to it, from a kubeconfig's current context (the common forms: a
-    token or token file, a client certificate, a CA). `needs_library`: the context uses something only the
-    kubernetes library implements."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG))
-        except (OSError, yaml.YAMLError) as e:
-            raise KubeConfigError(str(e)) from None
-        if not isinstance(doc, dict):
-            raise KubeConfigError("not a kubeconfig (no mapping at the top)")
-        base = Path(path).parent
-        name = doc.get("current-context") or next(
-            (c.get("name") for c in doc.get("contexts") or [] if isinstance(c, dict)), None
-        )
-        if not name:
-            raise KubeConfigError("no current-context and no context")
-        context = _pick(doc.get("contexts"), str(name), "context")
-        cluster = _pick(doc.get("clusters"), str(context.get("cluster")), "cluster")
-        user = _pick(doc.get("users"), str(context.get("user")), "user") if context.get("user") else {}
-        self.needs_library = bool(
-            user.get("exec") or user.get("auth-provider") or user.get("username") or cluster.get("proxy-url")
-        )
-        server = urllib.parse.urlsplit(str(cluster.get("server") or ""))
-        if server.scheme not in ("https", "http") or not server.hostname:
-            raise KubeConfigError(f"cluster server {cluster.get('server')!r} is not an https:// URL")
-        self.scheme, self.host = server.scheme, server.hostname
-        self.port = server.port or (443 if server.scheme == "https" else 80)
-        self.prefix = server.path.rstrip("/")
-        self.verify = not cluster.get("insecure-skip-tls-verify")
-        self.server_name = cluster.get("tls-server-name") or None
-        try:
-            self.ca = _data_or_file(cluster, "certificate-authority", base)
-            self.cert = _data_or_file(user, "client-certificate", base)
-            self.key = _data_or_file(user, "client-key", base)
-        except (OSError, ValueError) as e:
-            raise KubeConfigError(str(e)) from None
-        self.token = str(user.get("token") or "")
-        self.token_file = str(base / str(user["tokenFile"])) if user.get("tokenFile") else ""
-
-    def tls(self) -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if self.verify:
-            if self.ca is not None:
-                ctx.load_verify_locations(cadata=self.ca.decode())
-            else:
-                ctx.load_default_certs()
-        else:
-            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        if self.cert is not None and self.key is not None:
-            # ssl takes a certificate chain from files only: a private temp file, gone once loaded.
-            with tempfile.NamedTemporaryFile(prefix="netcomp-kube-") as f:
-                f.write(self.cert + b"\n" + self.key)
-                f.flush()
-                ctx.load_cert_chain(f.name)
-        return ctx
-
-    def authorization(self) -> str:
-        token = self.token
-        if self.token_file:  # re-read: a projected token file is rotated under the daemon
-            with contextlib.suppress(OSError):
-                token = read_bounded(self.token_file, MAX_KUBECONFIG).decode().strip()
-        return f"Bearer {token}" if token else ""
 
 
 # ------------------------------------------------------------------------------------------------ transports
@@ -298,9 +158,7 @@ class LibraryTransport:
         try:
             # Read as every file netcomp reads (fsutil.read_bounded), not whole by the library; relative file
             # names in it are relative to its directory, as kubectl takes them.
-            doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG))
-            if not isinstance(doc, dict):
-                raise KubeConfigError("not a kubeconfig (no mapping at the top)")
+            doc = document(path)
             conf = client.Configuration()
             conf.connection_pool_maxsize = LIBRARY_POOL  # the library's default, 5 per CPU, is less than one burst
             _quiet_urllib3()

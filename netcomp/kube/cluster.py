@@ -117,7 +117,8 @@ class Cluster:
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
         (serviceslices.py; with kubernetes.services)."""
-        from netcomp.kube.apiclient import Api, KubeConfigError
+        from netcomp.kube.apiclient import Api
+        from netcomp.kube.kubeconfig import KubeConfigError
 
         self.kube = kube
         self.dir = cluster_dir
@@ -200,7 +201,7 @@ class Cluster:
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         ns, _, name = str(claim.network).partition("/")
         try:
@@ -233,7 +234,7 @@ def explain(e: Exception) -> str:
     """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
     IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
     systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
-    from netcomp.kube.apiclient import ApiException, Unreachable
+    from netcomp.kube.apierrors import ApiException, Unreachable
 
     if isinstance(e, Unreachable):  # worded by the client, which knows where it was going
         return str(e)

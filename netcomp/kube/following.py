@@ -23,7 +23,7 @@ def keep_following(
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
     `explain` anything else: the API server away, TLS, a timeout)."""
-    from netcomp.kube.apiclient import ApiException
+    from netcomp.kube.apierrors import ApiException
 
     rv: str | None = None
     backoff = 1.0
@@ -49,13 +49,24 @@ def keep_following(
         backoff = min(backoff * 2, MAX_BACKOFF)
 
 
+WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
+
+
 class Events:
     """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, renewed by the server after `seconds`:
     iterated, each event as (its type, its object as a dict) until the server ends the watch or `stop` is set;
-    `rv` is then the resourceVersion to watch from next (the last one seen)."""
+    `rv` is then the resourceVersion to watch from next (the last one seen). The watch asks for bookmarks (the
+    API server's "nothing for you up to here", so that a renewed watch need not start from an old version and
+    meet a 410); a BOOKMARK moves `rv` and is not yielded: it says nothing of any object."""
 
     def __init__(
-        self, list_call: Callable[..., Any], *args: Any, rv: str, stop: threading.Event, seconds: int, **kwargs: Any
+        self,
+        list_call: Callable[..., Any],
+        *args: Any,
+        rv: str,
+        stop: threading.Event,
+        seconds: int = WATCH_SECONDS,
+        **kwargs: Any,
     ) -> None:
         self.call, self.args, self.kwargs = list_call, args, kwargs
         self.rv, self.stop, self.seconds = rv, stop, seconds
@@ -67,6 +78,7 @@ class Events:
             resource_version=self.rv,
             timeout_seconds=self.seconds,
             _request_timeout=self.seconds + 10,
+            allow_watch_bookmarks=True,
             **self.kwargs,
         )
         try:
@@ -77,7 +89,9 @@ class Events:
                 if not isinstance(obj, dict):
                     obj = {}
                 self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
-                yield str(event.get("type") or ""), obj
+                kind = str(event.get("type") or "")
+                if kind != "BOOKMARK":
+                    yield kind, obj
         finally:
             events.close()
 

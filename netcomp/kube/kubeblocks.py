@@ -22,14 +22,14 @@ from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import Record
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
-from netcomp.kube.apiclient import ApiException
-from netcomp.kube.cluster import Cluster, explain
+from netcomp.kube.apierrors import ApiException
+from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
+from netcomp.kube.kubestore import store_unavailable
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
 LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
-WATCH_SECONDS = 300
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
 # leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
 PAGE = 10
@@ -107,14 +107,7 @@ class KubeBlocks:
         self.last_error: str | None = None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        if isinstance(e, ApiException):
-            why = f"{e.status} {e.reason}"
-            if e.status == 404:
-                why += f" (is the {PLURAL}.{GROUP} CRD installed?)"
-            if e.status == 403:
-                why += f" (the node's ClusterRole must allow {PLURAL}: packaging/kubernetes/rbac.yaml)"
-            return StoreUnavailable(f"the API server answered {why}")
-        return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+        return store_unavailable(e, PLURAL)
 
     def _call(self, method: str, *args: Any, gone: tuple[int, ...] = (), conflict: tuple[int, ...] = (),
               **kwargs: Any) -> Any:  # fmt: skip
@@ -241,8 +234,7 @@ class KubeBlocks:
 
         def watch(rv: str, stop: threading.Event) -> str:
             events = Events(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, rv=rv, stop=stop,
-                            seconds=WATCH_SECONDS, label_selector=selector, allow_watch_bookmarks=True,
-                            _loads=json.loads)  # fmt: skip
+                            label_selector=selector, _loads=json.loads)  # fmt: skip
             for kind, obj in events:
                 if not current():
                     break

@@ -70,6 +70,21 @@ def from_object(obj: dict[str, Any]) -> Claim | None:
     )
 
 
+def store_unavailable(e: Exception, plural: str) -> StoreUnavailable:
+    """Why a store of `plural` objects (netcomp.io's) cannot be used now, in an operator's words: the CRD not
+    installed (404), the node's ClusterRole without it (403), another status, or the API server away."""
+    from netcomp.kube.apierrors import ApiException
+
+    if isinstance(e, ApiException):
+        why = f"{e.status} {e.reason}"
+        if e.status == 404:
+            why += f" (is the {plural}.{GROUP} CRD installed?)"
+        if e.status == 403:
+            why += f" (the node's ClusterRole must allow {plural}: packaging/kubernetes/rbac.yaml)"
+        return StoreUnavailable(f"the API server answered {why}")
+    return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+
+
 @dataclass(frozen=True)
 class Codec:
     """A kind of claim object: its plural and kind, how a claim becomes an object and back, and whether an object
@@ -146,19 +161,10 @@ class KubeStore:
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        from netcomp.kube.apiclient import ApiException
-
-        if isinstance(e, ApiException):
-            why = f"{e.status} {e.reason}"
-            if e.status == 404:
-                why += f" (is the {self.codec.plural}.{GROUP} CRD installed?)"
-            if e.status == 403:
-                why += f" (the node's ClusterRole must allow {self.codec.plural}: packaging/kubernetes/rbac.yaml)"
-            return StoreUnavailable(f"the API server answered {why}")
-        return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+        return store_unavailable(e, self.codec.plural)
 
     def create(self, claim: Any) -> Any:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             obj = self.custom.create_cluster_custom_object(
@@ -191,7 +197,7 @@ class KubeStore:
         return held, ""
 
     def delete(self, claim: Any) -> bool:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
@@ -312,7 +318,7 @@ class KubeStore:
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)

@@ -14,7 +14,6 @@ from netcomp.kube import following
 from netcomp.kube.following import keep_following
 
 log = logging.getLogger("netcomp.kube")
-WATCH_SECONDS = 300
 
 
 class NodeWatch:
@@ -61,15 +60,7 @@ class NodeWatch:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        events = following.Events(
-            self.core.list_node,
-            rv=rv,
-            stop=stop,
-            seconds=WATCH_SECONDS,
-            field_selector=self._selector(),
-            allow_watch_bookmarks=True,
-            deserialize=False,
-        )
+        events = following.Events(self.core.list_node, rv=rv, stop=stop, field_selector=self._selector())
         for kind, _obj in events:
             if kind in ("ADDED", "MODIFIED"):
                 self._set(True)

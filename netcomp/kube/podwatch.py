@@ -28,7 +28,6 @@ from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
-WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
 QUEUE = 1024  # events waiting; beyond, dropped and counted (statuses: one per pod, never dropped)
 QUIET = 0.05  # a write waits until no CNI request has been served for this long...
 QUIET_LIMIT = 2.0  # ...but never longer than this
@@ -117,7 +116,7 @@ class PodWatch:
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from netcomp.kube.apiclient import ApiException
+        from netcomp.kube.apierrors import ApiException
 
         try:
             resp: Any = self.core.read_namespaced_pod(
@@ -168,15 +167,8 @@ class PodWatch:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch(self, rv: str, stop: threading.Event) -> str:
-        events = following.Events(
-            self.core.list_pod_for_all_namespaces,
-            rv=rv,
-            stop=stop,
-            seconds=WATCH_SECONDS,
-            field_selector=self._selector(),
-            allow_watch_bookmarks=True,
-            deserialize=False,
-        )
+        call = self.core.list_pod_for_all_namespaces
+        events = following.Events(call, rv=rv, stop=stop, field_selector=self._selector())
         for kind, obj in events:
             kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
             if kept is None:

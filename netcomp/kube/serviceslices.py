@@ -19,7 +19,7 @@ from typing import Any
 from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
 from netcomp.kube import following, slices
-from netcomp.kube.apiclient import ApiException
+from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import MAX_BACKOFF, keep_following
 from netcomp.kube.podwatch import QUIET, QUIET_LIMIT, PodWatch
 from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
@@ -27,7 +27,6 @@ from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
-WATCH_SECONDS = 300
 Key = tuple[str, str]  # (namespace, name)
 
 
@@ -152,15 +151,8 @@ class ServiceSlices:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch_services(self, rv: str, stop: threading.Event) -> str:
-        events = following.Events(
-            self.core.list_service_for_all_namespaces,
-            rv=rv,
-            stop=stop,
-            seconds=WATCH_SECONDS,
-            allow_watch_bookmarks=True,
-            deserialize=False,
-            **self._selector(),
-        )
+        selector = self.kube.serviceLabelSelector or None  # None: no query parameter
+        events = following.Events(self.core.list_service_for_all_namespaces, rv=rv, stop=stop, label_selector=selector)
         for kind, obj in events:
             if kind not in ("ADDED", "MODIFIED", "DELETED"):
                 continue
@@ -221,7 +213,7 @@ class ServiceSlices:
         assert self.version is not None
         events = following.Events(
             self.custom.list_cluster_custom_object, GROUP, self.version, PLURAL, rv=rv, stop=stop,
-            seconds=WATCH_SECONDS, label_selector=slices.own_selector(self.node),
+            label_selector=slices.own_selector(self.node),
         )  # fmt: skip
         for kind, obj in events:
             if kind not in ("ADDED", "MODIFIED", "DELETED"):

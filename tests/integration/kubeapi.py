@@ -286,7 +286,7 @@ def reachable_from(netns: str, port: int) -> Iterator[int]:
     import socket as sk
     import threading
 
-    from netcomp.host.netns import _setns, open_netns
+    from netcomp.host.nsenter import _setns, open_netns
 
     box: dict[str, Any] = {}
 

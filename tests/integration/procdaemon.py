@@ -265,6 +265,6 @@ def _kill_leftover_delegates(node: ProcNode) -> None:
     """Whatever delegate a killed daemon left is killed with the lab (the daemon's own start-up sweep does the
     same; this is for a test that fails before a restart)."""
     from netcomp.cni.invoke import kill_marked
-    from netcomp.daemon.daemon import _marker
+    from netcomp.daemon.wiring import marker as _marker
 
     kill_marked(_marker(str(node.cache_dir)))

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from netcomp.errors import DelegateError, HostError
-from netcomp.host import netns as nsutil
+from netcomp.host import nsenter as nsutil
 
 from .netns import Lab, ip, lab
 

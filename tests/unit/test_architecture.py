@@ -161,6 +161,27 @@ def test_no_module_is_named_like_a_stdlib_module_or_another_wings() -> None:
     assert {n: ms for n, ms in names.items() if len(ms) > 1 or any("stdlib" in m for m in ms)} == {}
 
 
+MODULE_LINES = 450  # a module longer than this holds more than one concern: split it where its concepts part
+FUNCTION_LINES = 80  # a function this long does more than one thing
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """No module of netcomp/ over MODULE_LINES lines, no function of FUNCTION_LINES lines or more (its first line
+    to its last, decorators aside): a reader takes in a module whole and a function at a glance."""
+    big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        if len(text.splitlines()) > MODULE_LINES:
+            big.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n >= FUNCTION_LINES:
+                    big.append(f"{where}:{node.lineno}: {node.name} is {n} lines")
+    assert big == []
+
+
 @pytest.mark.parametrize("package", sorted(p for p in PACKAGE.rglob("__init__.py")))
 def test_package_faces_import_nothing_of_netcomp(package: Path) -> None:
     """A package's __init__.py imports nothing of netcomp: importing one module of a wing never runs others,

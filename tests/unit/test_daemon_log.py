@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from netcomp.compiler.output import Change
-from netcomp.daemon.daemon import LOG_EACH_FILE, _log_changes
+from netcomp.daemon.compiles import LOG_EACH_FILE
+from netcomp.daemon.compiles import log_changes as _log_changes
 
 
 def changes(n: int, kind: str = "add") -> list[Change]:

@@ -18,7 +18,8 @@ from netcomp.ipam.blockstate import Held, LocalRecord, Record
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim
 from netcomp.kube import kubeblocks
-from netcomp.kube.apiclient import Api, Endpoint, KubeConfigError, Response
+from netcomp.kube.apiclient import Api, Response
+from netcomp.kube.kubeconfig import Endpoint, KubeConfigError
 
 
 def pool(*ranges: dict[str, object], network: str = "n", block: int | None = None) -> Pool:

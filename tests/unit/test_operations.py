@@ -73,7 +73,7 @@ def _conf(d: Path, name: str, body: Any = None) -> None:
 
 
 def test_the_runtime_picks_the_first_file_by_name(tmp_path: Path) -> None:
-    from netcomp.daemon.daemon import runtime_config
+    from netcomp.daemon.wiring import runtime_config
 
     conf = tmp_path / "net.d"
     s = Settings(runtimeConfDir=str(conf), writeRuntimeConfig=True, socket="/run/x.sock")

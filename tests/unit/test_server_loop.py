@@ -367,7 +367,7 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
     """A worker hands the rest of a large answer back to the loop just as the loop cleans up to stop: the
     connection is still closed and counted gone (its client sees the end), not left open in a list nobody
     reads."""
-    from netcomp.daemon.server.loop import Conn
+    from netcomp.daemon.server.connections import Conn
 
     sock, _ = listen(sock_path)
     server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={})  # type: ignore[arg-type]

@@ -21,11 +21,10 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
 from netcomp.daemon.server import http1, protocol
+from netcomp.daemon.server.connections import LINGER, QUEUED, READING, WRITING, Conn, Limits, Router
 from netcomp.daemon.server.ratelog import Every
 from netcomp.errors import printable
 from netcomp.metrics import Metrics
@@ -33,7 +32,6 @@ from netcomp.metrics import Metrics
 log = logging.getLogger("netcomp.server")
 LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
-READING, QUEUED, LINGER, WRITING = "reading", "queued", "linger", "writing"
 TOO_MANY = "too many connections; try again later"
 BUSY = "netcomp is busy; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
@@ -47,49 +45,6 @@ ACCEPT_BATCH = 64
 # so are the refusals of peers (a client refused in a loop must not flood the journal).
 ACCEPT_LOG_EVERY = REFUSAL_LOG_EVERY = 60.0
 _SPENT = http1.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
-
-
-@dataclass
-class Limits:
-    allowed_uids: set[int] = field(default_factory=lambda: {0})
-    max_in_flight: int = 64
-    max_queued: int = 1024
-    queue_timeout: float = 30.0
-    max_connections: int = 1024
-    max_per_peer: int = 64
-    header_timeout: float = 5.0
-    max_body: int = 1024 * 1024
-
-
-@dataclass(eq=False, slots=True)
-class Conn:
-    """A connection while the loop has it: being read, waiting in the server's queue, lingering, or having the
-    rest of an answer written as its client reads."""
-
-    sock: socket.socket
-    pid: int
-    uid: int = -1
-    req: http1.Incoming = field(default_factory=http1.Incoming)
-    state: str = READING
-    deadline: float = 0.0
-    left: int = 0  # bytes a lingering connection may still send
-    mine: bool = True  # the loop's; False once closed or a worker has it (the worker answers and closes)
-    registered: bool = False  # with the selector
-    out: memoryview | None = None  # what is left to write (WRITING)
-
-
-class Router(Protocol):
-    """What the loop asks of the one that serves what it reads (the Server), from the loop's thread."""
-
-    def route(self, c: Conn) -> None:
-        """A complete request: answered now (Loop.answer_now), held in the queue (Loop.hold), or released to a
-        worker (Loop.release), which answers and closes it."""
-
-    def after_round(self) -> None:
-        """After each round of the loop: what is held started while there is room (Loop.next_held)."""
-
-    def held_changed(self, held: int) -> None:
-        """How many requests the queue holds now."""
 
 
 class Loop:

@@ -21,7 +21,8 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
 from netcomp.daemon.server import handlers, http1, protocol
-from netcomp.daemon.server.loop import BUSY, Conn, Limits, Loop
+from netcomp.daemon.server.connections import Conn, Limits
+from netcomp.daemon.server.loop import BUSY, Loop
 from netcomp.daemon.server.workers import Workers
 from netcomp.delegate.delegator import Delegator
 from netcomp.metrics import Metrics

@@ -1,0 +1,187 @@
+"""The daemon's parts built from its settings (netcomp.yaml, or the last good ones while it is broken): the
+compiler's pipeline, the plugins' runner (its marker, which finds the delegates an earlier daemon of the same
+cache dir left running), the cluster when there is one, the devices a kubelet gave, the Delegator with the
+host's side of the node plugged in (its links, its SR-IOV pools, the namespaces never given to a container),
+the server's limits, and the runtime's entry for the shim. The Daemon (daemon.py) builds them once and some
+again when netcomp.yaml changes; what each part does is its own module's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netcomp import report
+from netcomp.cni.invoke import Exec, Runner
+from netcomp.cni.spec import DEFAULT_VERSION
+from netcomp.compiler.pipeline import Pipeline
+from netcomp.daemon import faults
+from netcomp.daemon.server.connections import Limits
+from netcomp.daemon.tenantids import TenantIds
+from netcomp.delegate.cache import Cache
+from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.devices import Devices
+from netcomp.errors import Diagnostic, IntentError
+from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.host import netns, ownedlinks, vfpools
+from netcomp.host.kubelet import Kubelet
+from netcomp.ipam.store import AddressAllocator
+from netcomp.metrics import Metrics
+from netcomp.settings import Settings
+
+if TYPE_CHECKING:
+    from netcomp.kube.cluster import Cluster
+
+log = logging.getLogger("netcomp.daemon")
+RUNTIME_CONF = "00-netcomp.conflist"
+
+
+def read_settings(
+    load: Callable[[], Settings], last_good: Settings | None, instead: str
+) -> tuple[Settings, tuple[Diagnostic, ...]]:
+    """netcomp.yaml as `load` reads it; when it is broken, `last_good` and the diagnostics of why, logged with
+    what is done `instead`. IntentError when it is broken and there is nothing to run with."""
+    try:
+        return load(), ()
+    except IntentError as e:
+        if last_good is None:
+            raise
+        log.error("netcomp.yaml is broken; %s:\n%s", instead, report.format_all(e.diagnostics))
+        return last_good, tuple(e.diagnostics)
+
+
+def runtime_config(settings: Settings) -> bytes:
+    """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
+    conf = {
+        "cniVersion": DEFAULT_VERSION,
+        "name": "netcomp",
+        "plugins": [{"type": "netcomp", "socket": settings.socket}],
+    }
+    return (json.dumps(conf, indent=2) + "\n").encode()
+
+
+def write_runtime_config(settings: Settings) -> None:
+    """The runtime's entry written to its conf dir (with writeRuntimeConfig), only when it differs."""
+    path = Path(settings.runtimeConfDir) / RUNTIME_CONF
+    if not settings.writeRuntimeConfig:
+        return
+    data = runtime_config(settings)
+    try:
+        if not path.exists() or read_bounded(path, 1 << 20) != data:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
+            log.info("wrote %s", path)
+    except OSError as e:
+        log.error("cannot write %s: %s", path, e.strerror)
+
+
+def marker(cache_dir: str) -> str:
+    """What the delegates of a daemon with this cache dir carry in their environment (cni.invoke.kill_marked)."""
+    return hashlib.sha256(os.path.realpath(cache_dir).encode()).hexdigest()[:16]
+
+
+def pipeline(settings: Settings, tenants: TenantIds) -> Pipeline:
+    """The compiler's pipeline, claiming TenantConfig ids through the daemon's store (the claims are part of the
+    plan)."""
+    p = Pipeline(settings, offline=False, fork=True)
+    p.claim_ids, p.claims_state = tenants.claim, tenants.state
+    return p
+
+
+def runner(settings: Settings, exec_: Exec, metrics: Metrics) -> Runner:
+    return Runner(
+        settings.pluginDirs,
+        exec_=metrics.wrap(exec_),
+        timeout=settings.pluginTimeout,
+        marker=marker(settings.cacheDir),
+    )
+
+
+def limits(s: Settings) -> Limits:
+    return Limits(
+        allowed_uids=set(s.allowedUids),
+        max_in_flight=s.maxInFlight,
+        max_queued=s.maxQueued,
+        queue_timeout=s.queueTimeout,
+        max_connections=s.maxConnections,
+        max_per_peer=s.maxConnectionsPerPeer,
+        header_timeout=s.headerTimeout,
+        max_body=s.maxRequestBytes,
+    )
+
+
+def cluster(settings: Settings, metrics: Metrics, cache: Cache) -> Cluster | None:
+    if settings.kubernetes is None:
+        return None
+    from netcomp.kube.cluster import Cluster  # the kubernetes client: only for a node with a cluster
+
+    return Cluster(settings.kubernetes, Path(settings.clusterIntentDir), metrics, settings.nodeName, cache)
+
+
+def devices(settings: Settings, pools: Callable[[], set[str]]) -> Devices:
+    """The devices device plugins give pods (a kubelet client that connects on first use); `pools`: the
+    sriovPools' names now."""
+    k = settings.kubelet
+    return Devices(Kubelet(k.podResourcesSocket, k.checkpoint, k.timeout), pools, settings.deviceInfoDir)
+
+
+def check_pools(settings: Settings, devices: Devices) -> None:
+    """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
+    ADDs are refused (devices.py); said once, at start and on reload."""
+    both = set(settings.sriovPools) & devices.kubelet.registered()
+    for name in sorted(both):
+        log.error(
+            "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
+            "refused until the pool is removed from netcomp.yaml",
+            name,
+            settings.kubelet.checkpoint,
+        )
+
+
+def delegator(
+    current: Callable[[], Settings],
+    runner: Runner,
+    cache: Cache,
+    networks: Callable[[], Mapping[str, dict[str, Any]]],
+    cluster: Cluster | None,
+    addresses: AddressAllocator | None,
+    link_netns: str | None,
+    environ: Mapping[str, str],
+) -> Delegator:
+    """The Delegator, with the node's side plugged in: host links and the namespaces never given to a container
+    in `link_netns` (None: the daemon's own), SR-IOV pools and the default network from the settings `current`
+    returns (they change on reload), the chaos hook from `environ` (daemon.faults)."""
+
+    def vf_pool(resource: str) -> list[str]:
+        spec = current().sriovPools[resource]  # KeyError: no such pool (the delegator says so)
+        return vfpools.pool(Path(current().sysfsRoot), spec.pfNames, spec.drivers)
+
+    d = Delegator(
+        runner,
+        cache,
+        networks,
+        lambda: current().defaultNetwork,
+        host_link=lambda link: ownedlinks.ensure(link, link_netns),
+        vf_pool=vf_pool,
+        owned_links=lambda: ownedlinks.owned(link_netns),
+        remove_link=lambda name: ownedlinks.remove(name, link_netns),
+        pods=cluster.pods if cluster is not None else None,
+        addresses=addresses,
+        devices=devices(current(), lambda: set(current().sriovPools)),
+        home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
+        crash=faults.from_env(environ),
+    )
+    d.host_netns, d.host_unsure = _host_namespaces(link_netns)
+    return d
+
+
+def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
+    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
+    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if unsure:
+        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
+    return found, unsure
