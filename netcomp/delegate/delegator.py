@@ -1,21 +1,11 @@
 """The Delegator: what ADD, DEL, CHECK, GC and STATUS across the delegates of a container share (the networks,
-the cache, the plugins' runner, the pool they run side by side in), an ADD's planning and the one DEL path;
-written so that the daemon may die at any instant and lose nothing (docs/reliability.md).
-
-- **Write-ahead.** Before any delegate of an ADD runs (the runtime's ADD or a hot-plug: both go through
-  adding.py's `attach`), the container's cache entry records what is about to be attached, each attachment in state
-  `adding`: network, interface, the exact conflist (an SR-IOV VF already chosen), the namespace by identity.
-  Only when every delegate succeeded are they `attached`, with their results, and only then is the answer sent.
-- **Undo, never guess.** An attachment still `adding` was never reported as done: a daemon starting up
-  (`recover`), a DEL, or a new ADD of the container DELs it first. A rollback DEL that fails leaves the
-  attachment `undo`, with the error, logged, until a DEL completes it.
-- **The namespace ADD recorded.** DEL and CHECK act on the namespace of the recorded identity, found at the
-  path the request gives or the one ADD was given, through the daemon's own descriptor; a path that names
-  another namespace now is never touched (the addresses are still freed: the plugins run with no namespace).
-- DEL is idempotent and best-effort: every attachment is tried, side by side; what was deleted leaves the entry,
-  what failed stays with its error, and the error is answered so that the runtime retries.
-
-Host links and SR-IOV VFs are hostres.py's; the request itself is request.py's."""
+the cache, the plugins' runner, the pool they run side by side in), an ADD's planning and the one DEL path,
+written so that the daemon may die at any instant and lose nothing: nothing runs before the write-ahead is on
+disk (adding.py's `attach`, the one ADD path), an attachment still `adding` is undone and never guessed done,
+DEL and CHECK act only on the namespace of the recorded identity, and a DEL tries every attachment side by
+side, keeping what failed with its error for the runtime's retry. docs/reliability.md, "The write-ahead record"
+and "Namespaces by identity", says why each holds. Host links and SR-IOV VFs are hostres.py's; the request
+itself is request.py's."""
 
 from __future__ import annotations
 
