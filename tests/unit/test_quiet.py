@@ -42,3 +42,34 @@ def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(
         assert done.wait(10.0) and got == [True]
         assert time.monotonic() - left >= 0.05
         t.join()
+
+
+def test_requests_starting_and_ending_do_not_wake_a_quiet_waiter(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A waiter looks again once per `settle` at most: a hundred requests' starts and ends within its settle
+    do not each put its thread on the CPU beside them (the cluster's writers wait so while a DEL follows its
+    ADD). Its sleeps are counted."""
+    with mini_daemon(tmp_path, tmp_path_factory.mktemp("s", numbered=True)) as d:
+        server = d.daemon.server
+        assert server is not None
+        sleeps: list[float] = []
+        real = server._never.wait
+
+        def counted(timeout: float | None = None) -> bool:
+            sleeps.append(timeout or 0.0)
+            return real(timeout)
+
+        server._never.wait = counted  # type: ignore[method-assign]
+        got: list[bool] = []
+        assert server.enter()
+        t = threading.Thread(target=lambda: got.append(server.wait_quiet(0.5, 30.0)))
+        t.start()
+        for _ in range(100):
+            server.leave()
+            assert server.enter()
+        server.leave()
+        t.join(30.0)
+        assert got == [True]
+        # From the first busy look to the quiet one: one sleep per settle elapsed, not one per request.
+        assert 1 <= len(sleeps) <= 4, sleeps

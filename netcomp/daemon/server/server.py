@@ -70,6 +70,7 @@ class Server:
         self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
         self.changed = threading.Condition()
+        self._never = threading.Event()  # wait_quiet's sleep: an Event no one sets
         self._requests = Workers("request", limits.max_in_flight)
         self._others = Workers("view", 4)
 
@@ -130,20 +131,19 @@ class Server:
 
     def wait_quiet(self, settle: float, limit: float) -> bool:
         """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
-        for work that must not compete with requests for the CPU, such as the cluster's writes."""
+        for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter looks
+        again once per `settle` at most and is never woken by a request's start or end: a wake would put its
+        thread on the CPU, and on the GIL, beside the very request it waits for (a DEL right after its ADD)."""
         deadline = time.monotonic() + limit
-        with self.changed:
-            while True:
-                now = time.monotonic()
-                if now >= deadline:
-                    return False
-                if self._busy or self._waiting:
-                    self.changed.wait(deadline - now)
-                    continue
-                quiet_for = now - self._last_change
-                if quiet_for >= settle:
-                    return True
-                self.changed.wait(min(settle - quiet_for, deadline - now))
+        while True:
+            with self.changed:
+                busy, last = self._busy or self._waiting, self._last_change
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if not busy and now - last >= settle:
+                return True
+            self._never.wait(min((now if busy else last) + settle, deadline) - now)
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Until predicate() (about in_flight, queued, served) holds, or timeout."""
