@@ -25,7 +25,7 @@ exec costs the same on both sides of a ratio.
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
 started as `netcomp daemon --root TMP` in it; (f) starts a kube-apiserver and etcd there too
-(tests/integration/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
+(tests/lab/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
 that follows it. All is removed at the end.
 Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
 """
@@ -144,7 +144,7 @@ def cluster_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any) -> 
     bridge conflist exec'd directly, ADD then DEL at once. None (said why) without the API server's binaries."""
     from netcomp.cni.invoke import Runner, RuntimeConf
     from netcomp.daemon.server.client import call
-    from tests.integration.kubeapi import BINS, api_server
+    from tests.lab.kubeapi import BINS, api_server
 
     if not (BINS / "kube-apiserver").exists():
         print(f"(f) skipped: no kube-apiserver in {BINS} (make kube-bins)")

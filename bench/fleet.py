@@ -39,7 +39,7 @@ from netcomp.daemon import kubeblocks  # noqa: E402
 from netcomp.daemon.server.client import call  # noqa: E402
 from netcomp.ipam.blocks import block_name  # noqa: E402
 from netcomp.ipam.pool import claim_name, network_label  # noqa: E402
-from tests.integration.kubeapi import api_server  # noqa: E402
+from tests.lab.kubeapi import api_server  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_memory", Path(__file__).with_name("memory.py"))
 assert _spec is not None and _spec.loader is not None

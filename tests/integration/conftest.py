@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.kubeapi import ApiServer, api_server
-from tests.integration.kubenode import KubeNode, kube_node
+from tests.lab.kubeapi import ApiServer, api_server
+from tests.lab.kubenode import KubeNode, kube_node
 
 
 @pytest.fixture(scope="module")

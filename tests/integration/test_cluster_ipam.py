@@ -20,9 +20,9 @@ import pytest
 
 from netcomp.kube.kubestore import GROUP, VERSION
 from netcomp.settings import KubeSettings
-from tests.integration.addrs import BLOCKS, CLAIMS, in_use
-from tests.integration.daemonlab import DaemonLab, daemon_lab
-from tests.integration.kubeapi import ApiServer
+from tests.lab.addrs import BLOCKS, CLAIMS, in_use
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NETS = ("netcomp.io", "v1", "networks")
@@ -246,8 +246,8 @@ def test_a_claim_nothing_records_is_freed_after_the_grace_period(api: ApiServer,
     """The daemon killed between claiming an address and recording it (crash point after-claim): the claim is an
     orphan. The restarted daemon gives the shim's retry another address at once, and frees the orphan once the
     grace period has passed, never the address the container holds."""
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.kubeapi import NODE_TOKEN, reachable_from
+    from tests.lab.procdaemon import proc_node
 
     # The daemon runs in its lab's netns: it reaches the API server through a forwarder made there.
     holder: dict[str, Any] = {}
@@ -372,7 +372,7 @@ def test_an_object_of_another_network_at_a_claims_name_is_never_touched(
 
 def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) -> None:
     """No cluster: the same allocation, claims as files in ipamDir; exhaustion names the pool; nothing left."""
-    from tests.integration.daemonlab import intent
+    from tests.lab.daemonlab import intent
 
     with daemon_lab(tmp_path, extra={"ipamDir": str(tmp_path / "claims"), "defaultNetwork": None}) as dl:
         spec = f"{{type: macvlan, hostDevice: {dl.lab.master}, ipam: {{type: cluster, subnet: 10.103.0.0/29}}}}"

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import intent
-from tests.integration.kubeapi import NODE_TOKEN, ApiServer, reachable_from
-from tests.integration.netns import IP, PLUGIN_DIR, Lab
-from tests.integration.procdaemon import NETCOMP, ProcNode, proc_node
+from tests.lab.daemonlab import intent
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, reachable_from
+from tests.lab.netlab import IP, PLUGIN_DIR, Lab
+from tests.lab.procdaemon import NETCOMP, ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 NODE = "node-d"

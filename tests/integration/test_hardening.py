@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab, daemon_lab
-from tests.integration.netns import PLUGIN_DIR
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.netlab import PLUGIN_DIR
 
 pytestmark = pytest.mark.root
 

@@ -18,8 +18,8 @@ import pytest
 
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.host import netns as nsutil
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.netns import ip
+from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
 

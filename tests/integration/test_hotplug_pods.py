@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_multus import NETWORKS, admin, attach, detach, events_of, node, pod, status_of
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 __all__ = ["admin", "node"]  # fixtures, used by name
@@ -104,8 +104,8 @@ def test_a_daemon_killed_mid_hotplug_finishes_it_when_it_starts_again(
 
     from kubernetes import client, watch
 
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.kubeapi import NODE_TOKEN, reachable_from
+    from tests.lab.procdaemon import proc_node
 
     core = client.CoreV1Api(admin)
     holder: dict[str, Any] = {}

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 
 from netcomp.kube.kubestore import LABEL_NETWORK
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_cluster_ipam import (
     BLOCKS,
     CLAIMS,
@@ -31,6 +29,8 @@ from tests.integration.test_cluster_ipam import (
     object_claims,
     shared_network,
 )
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 
@@ -225,8 +225,8 @@ def test_an_address_claim_of_an_earlier_version_is_honoured(api: ApiServer, cust
 def proc(api: ApiServer, tmp_path: Path, crash: str) -> Any:
     """A daemon as a process (node-k) in its lab's netns, reaching the API server through a forwarder, armed to
     kill itself at `crash`."""
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.kubeapi import NODE_TOKEN, reachable_from
+    from tests.lab.procdaemon import proc_node
 
     holder: dict[str, Any] = {}
 

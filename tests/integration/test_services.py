@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from netcomp.daemon.daemon import Daemon
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import cni_args, status_of
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NS = "vnf"

@@ -1,4 +1,4 @@
-"""The chaos storm (tests/chaos/chaos.py) against the installed package under a real systemd booted with
+"""The chaos storm (tests/lab/chaos.py) against the installed package under a real systemd booted with
 systemd-nspawn, where systemd, not a test harness, restarts the daemon: ADDs and DELs through the installed shim
 (/usr/lib/cni/netcomp, exec'd in the machine's namespaces as a runtime would), from several threads, with the
 real plugins (a bridge default network, macvlans, a macvlan over a VXLAN host link netcomp makes, and the chaos
@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.nspawn import Machine
 from tests.system.conftest import Dist
-from tests.system.nspawn import Machine
 from tests.system.test_nspawn import INTENT, NSBRIDGE, node
 
 pytestmark = pytest.mark.root

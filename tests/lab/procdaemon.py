@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from tests.integration.daemonlab import PYTHON, run_shim, write_networks
-from tests.integration.netns import IP, PLUGIN_DIR, Lab, ip, lab
+from tests.lab.daemonlab import PYTHON, run_shim, write_networks
+from tests.lab.netlab import IP, PLUGIN_DIR, Lab, ip, lab
 
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
 # Puts the listening socket (passed as fd N) on fd 3 with LISTEN_PID set to its own pid, then execs the daemon
