@@ -64,6 +64,17 @@ def veth_up(name: str, peer: str) -> None:
         sh("ip", "link", "set", dev, "up")
 
 
+def in_host_netns(prefix: str, argv: list[str]) -> None:
+    """Run `argv` with this interpreter inside a network namespace made for it, deleted after: the benchmark's
+    "host", where the links, bridges and sysctls the plugins make stay."""
+    host = f"{prefix}-host-{os.getpid()}"
+    sh("ip", "netns", "add", host)
+    try:
+        subprocess.run(["ip", "netns", "exec", host, sys.executable, *argv], check=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+
+
 class Netnses:
     """Network namespaces made on demand (`ns()` names a new one), all deleted by delete()."""
 
@@ -432,16 +443,8 @@ def main() -> None:
     if args.inner:
         inner(args.runs, args.only_cluster)
         return
-    host = f"ncbench-host-{os.getpid()}"
-    sh("ip", "netns", "add", host)
-    try:
-        subprocess.run(
-            ["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)]
-            + (["--only-cluster"] if args.only_cluster else []),
-            check=True,
-        )
-    finally:
-        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    argv = [__file__, "--inner", "--runs", str(args.runs)] + (["--only-cluster"] if args.only_cluster else [])
+    in_host_netns("ncbench", argv)
 
 
 if __name__ == "__main__":

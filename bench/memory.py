@@ -186,8 +186,12 @@ def fresh(base: Path) -> None:
 
 
 class Shim:
-    def __init__(self, base: Path, exe: str) -> None:
+    """The shim `exe` exec'd as a runtime execs it, each container joining the default network and what
+    `cni_args` asks for (NETCOMP_NETWORKS=...)."""
+
+    def __init__(self, base: Path, exe: str, cni_args: str = "") -> None:
         self.exe = exe
+        self.cni_args = cni_args
         self.conf = json.dumps(
             {"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": f"{base}/run/netcomp/netcomp.sock"}
         ).encode()
@@ -198,7 +202,7 @@ class Shim:
             "CNI_CONTAINERID": container,
             "CNI_NETNS": f"/var/run/netns/{ns}",
             "CNI_IFNAME": "eth0",
-            "CNI_ARGS": "",
+            "CNI_ARGS": self.cni_args,
             "CNI_PATH": PLUGINS,
         }
         try:
@@ -394,13 +398,7 @@ def main() -> None:
     if args.inner:
         inner(args)
         return
-    host = f"ncmem-host-{os.getpid()}"
-    sh("ip", "netns", "add", host)
-    try:
-        argv = [sys.executable, __file__, "--inner", *sys.argv[1:]]
-        subprocess.run(["ip", "netns", "exec", host, *argv], check=True)
-    finally:
-        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    bench_delegate.in_host_netns("ncmem", [__file__, "--inner", *sys.argv[1:]])
 
 
 if __name__ == "__main__":
