@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.daemonlab import DaemonLab
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def dl(tmp_path: Path) -> DaemonLab:  # type: ignore[misc]
-    with daemon_lab(tmp_path) as d:
-        yield d
 
 
 def test_default_bridge_and_macvlan_at_once(dl: DaemonLab, caplog: pytest.LogCaptureFixture) -> None:

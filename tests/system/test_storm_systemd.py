@@ -17,7 +17,7 @@ when the main process is SIGKILLed is SIGKILLed by systemd at once, the daemon i
 not after TimeoutStopSec; the new daemon undoes the unfinished ADD and the runtime's ADD then succeeds.
 
 Debian 12 is this machine (the package installed here, purged afterwards; the machine boots this /usr); Debian 13
-is the cached trixie root on a throw-away overlay (test_nspawn.node). Everything the test makes lives in the
+is the cached trixie root on a throw-away overlay (test_under_systemd.node). Everything the test makes lives in the
 machine (namespaces, links, leases) and goes with it."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import pytest
 from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
 from tests.lab.nspawn import Machine
 from tests.system.conftest import Dist
-from tests.system.test_nspawn import INTENT, NSBRIDGE, node
+from tests.system.test_under_systemd import INTENT, NSBRIDGE, node
 
 pytestmark = pytest.mark.root
 
