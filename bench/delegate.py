@@ -33,6 +33,7 @@ Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,25 @@ def in_host_netns(prefix: str, argv: list[str]) -> None:
         subprocess.run(["ip", "netns", "exec", host, sys.executable, *argv], check=True)
     finally:
         subprocess.run(["ip", "netns", "del", host], capture_output=True)
+
+
+@contextlib.contextmanager
+def lab(name: str, netns_prefix: str, veth: tuple[str, str]) -> Iterator[tuple[Path, Netnses]]:
+    """A temp dir under /var/tmp, network namespaces made on demand and a veth pair up as the macvlan master, all
+    removed after; on a failure the end of each daemon's log there (`*/daemon.log`) is printed first."""
+    top = Path(tempfile.mkdtemp(prefix=f"netcomp-bench-{name}-", dir="/var/tmp"))
+    netns = Netnses(netns_prefix)
+    try:
+        veth_up(*veth)
+        yield top, netns
+    except BaseException:
+        for log in top.glob("*/daemon.log"):
+            print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-40:]), sep="\n")
+        raise
+    finally:
+        netns.delete()
+        subprocess.run(["ip", "link", "del", veth[0]], capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 class Netnses:

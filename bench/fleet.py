@@ -23,10 +23,7 @@ import importlib.util
 import ipaddress
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -145,13 +142,10 @@ def inner(args: argparse.Namespace) -> None:
 
     from netcomp.shim import install as shimlaunch
 
-    top = Path(tempfile.mkdtemp(prefix="netcomp-bench-fleet-", dir="/var/tmp"))
-    netns = bench_delegate.Netnses("ncf")
     out: dict[str, Any] = {"empty": [], "fleet": []}
-    try:
+    with bench_delegate.lab("fleet", "ncf", ("ncfl0v", "ncfl0p")) as (top, netns):
         exe = str(top / "netcomp-c")
         shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
-        bench_delegate.veth_up("ncfl0v", "ncfl0p")
         with api_server(top / "kube") as api:
             admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
             custom, core = client.CustomObjectsApi(admin), client.CoreV1Api(admin)
@@ -176,14 +170,6 @@ def inner(args: argparse.Namespace) -> None:
                 finally:
                     d.stop()
                 out["fleet"].append(m)
-    except BaseException:
-        for log in top.glob("*/daemon.log"):
-            print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-30:]), sep="\n")
-        raise
-    finally:
-        netns.delete()
-        subprocess.run(["ip", "link", "del", "ncfl0v"], capture_output=True)
-        shutil.rmtree(top, ignore_errors=True)
     report(args, out)
 
 
