@@ -200,8 +200,8 @@ class SystemdKiller:
 
 
 def storm_networks(m: Machine) -> dict[str, str]:
-    """The chaos run's networks (tests/chaos): besides the default, two macvlans, a macvlan over a VXLAN host link
-    netcomp makes, and the chaos plugin's faulty network."""
+    """The chaos run's networks (tests/lab/chaos.py): besides the default, two macvlans, a macvlan over a VXLAN
+    host link netcomp makes, and the chaos plugin's faulty network."""
     m.put("/etc/netcomp/static.d/faulty.conflist", static_conflist("faulty", "chaos", "10.209.0.0/22"))
     return {
         "storage": macvlan("10.202.0.0/24", "interfacePrefix: stor, "),
