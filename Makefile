@@ -96,7 +96,7 @@ bench: setup
 # The long chaos run (docs/reliability.md): 100 containers, 200 kills of the daemon, then zero leftovers. Root.
 CHAOS_ARGS ?= --containers 100 --kills 200 --seed 1
 chaos: setup
-	$(PY) -m tests.chaos.chaos $(CHAOS_ARGS)
+	$(PY) -m tests.lab.chaos $(CHAOS_ARGS)
 
 # The compiled shim, built as `netcomp install-shim` builds it (warnings are errors): build/netcomp-shim.
 # The tests build it themselves, with and without the sanitizers; debian/rules with dpkg-buildflags.

@@ -9,7 +9,7 @@ slow only the daemon that makes them.
   ADD+DEL of a pod's sandbox, cluster configured / the same without, medians                   goal <= 1.05
 
 Also printed: where the ADDs' pods came from (the watch, or a GET) and the writes that failed. Everything runs
-against a kube-apiserver and etcd this script starts on 127.0.0.1 (tests/integration/kubeapi.py) and is removed
+against a kube-apiserver and etcd this script starts on 127.0.0.1 (tests/lab/kubeapi.py) and is removed
 at the end. Usage: sudo bench/cluster.py [--runs 40]
 """
 
@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from netcomp.settings import KubeSettings  # noqa: E402
 from netcomp.shim import install as shimbuild  # noqa: E402
-from tests.integration.daemonlab import DaemonLab, daemon_lab  # noqa: E402
-from tests.integration.kubeapi import api_server  # noqa: E402
-from tests.integration.netns import PLUGIN_DIR  # noqa: E402
+from tests.lab.daemonlab import DaemonLab, daemon_lab  # noqa: E402
+from tests.lab.kubeapi import api_server  # noqa: E402
+from tests.lab.netlab import PLUGIN_DIR  # noqa: E402
 
 NODE = "bench-node"
 

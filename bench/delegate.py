@@ -25,7 +25,7 @@ exec costs the same on both sides of a ratio.
 
 Everything runs inside a network namespace the benchmark makes (a veth pair as macvlan master), with the daemon
 started as `netcomp daemon --root TMP` in it; (f) starts a kube-apiserver and etcd there too
-(tests/integration/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
+(tests/lab/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
 that follows it. All is removed at the end.
 Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
 """
@@ -33,6 +33,7 @@ Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,36 @@ def veth_up(name: str, peer: str) -> None:
     sh("ip", "link", "add", name, "type", "veth", "peer", "name", peer)
     for dev in ("lo", name, peer):
         sh("ip", "link", "set", dev, "up")
+
+
+def in_host_netns(prefix: str, argv: list[str]) -> None:
+    """Run `argv` with this interpreter inside a network namespace made for it, deleted after: the benchmark's
+    "host", where the links, bridges and sysctls the plugins make stay."""
+    host = f"{prefix}-host-{os.getpid()}"
+    sh("ip", "netns", "add", host)
+    try:
+        subprocess.run(["ip", "netns", "exec", host, sys.executable, *argv], check=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+
+
+@contextlib.contextmanager
+def lab(name: str, netns_prefix: str, veth: tuple[str, str]) -> Iterator[tuple[Path, Netnses]]:
+    """A temp dir under /var/tmp, network namespaces made on demand and a veth pair up as the macvlan master, all
+    removed after; on a failure the end of each daemon's log there (`*/daemon.log`) is printed first."""
+    top = Path(tempfile.mkdtemp(prefix=f"netcomp-bench-{name}-", dir="/var/tmp"))
+    netns = Netnses(netns_prefix)
+    try:
+        veth_up(*veth)
+        yield top, netns
+    except BaseException:
+        for log in top.glob("*/daemon.log"):
+            print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-40:]), sep="\n")
+        raise
+    finally:
+        netns.delete()
+        subprocess.run(["ip", "link", "del", veth[0]], capture_output=True)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 class Netnses:
@@ -148,7 +180,7 @@ def cluster_case(
     (said why) without the API server's binaries."""
     from netcomp.cni.invoke import Runner, RuntimeConf
     from netcomp.daemon.server.client import call
-    from tests.integration.kubeapi import BINS, api_server
+    from tests.lab.kubeapi import BINS, api_server
 
     if not (BINS / "kube-apiserver").exists():
         print(f"(f) skipped: no kube-apiserver in {BINS} (make kube-bins)")
@@ -455,16 +487,8 @@ def main() -> None:
     if args.inner:
         inner(args.runs, args.only_cluster)
         return
-    host = f"ncbench-host-{os.getpid()}"
-    sh("ip", "netns", "add", host)
-    try:
-        subprocess.run(
-            ["ip", "netns", "exec", host, sys.executable, __file__, "--inner", "--runs", str(args.runs)]
-            + (["--only-cluster"] if args.only_cluster else []),
-            check=True,
-        )
-    finally:
-        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    argv = [__file__, "--inner", "--runs", str(args.runs)] + (["--only-cluster"] if args.only_cluster else [])
+    in_host_netns("ncbench", argv)
 
 
 if __name__ == "__main__":

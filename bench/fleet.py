@@ -23,10 +23,7 @@ import importlib.util
 import ipaddress
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,11 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcomp.daemon import kubeblocks  # noqa: E402
 from netcomp.daemon.server.client import call  # noqa: E402
 from netcomp.ipam.blocks import block_name  # noqa: E402
 from netcomp.ipam.pool import claim_name, network_label  # noqa: E402
-from tests.integration.kubeapi import api_server  # noqa: E402
+from netcomp.kube import kubeblocks  # noqa: E402
+from tests.lab.kubeapi import api_server  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_memory", Path(__file__).with_name("memory.py"))
 assert _spec is not None and _spec.loader is not None
@@ -125,23 +122,11 @@ def churn(custom: Any, n: int, networks: int) -> None:
         list(pool.map(one, range(n)))
 
 
-class Shim(bench_memory.Shim):
-    """bench/memory.py's shim, each container joining net-000 beside the default network."""
-
-    def __call__(self, cmd: str, ns: str, container: str) -> None:
-        env = {"CNI_COMMAND": cmd, "CNI_CONTAINERID": container, "CNI_NETNS": f"/var/run/netns/{ns}",
-               "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=net-000",
-               "CNI_PATH": bench_memory.PLUGINS}  # fmt: skip
-        p = subprocess.run([self.exe], input=self.conf, env=env, capture_output=True, timeout=120)
-        if p.returncode != 0:
-            raise SystemExit(f"shim {cmd} {container} failed: {p.stdout.decode()}")
-
-
 def measure(base: Path, exe: str, netns: Any, tag: str) -> dict[str, Any]:
     d = bench_memory.Daemon(base)
     try:
         ready = d.ready()
-        shim = Shim(base, exe)
+        shim = bench_memory.Shim(base, exe, "NETCOMP_NETWORKS=net-000")  # net-000 beside the default network
         shim.cycles(20, netns(), tag)
         rss = d.settle()
         _, doc = call(f"{base}/run/netcomp/netcomp.sock", "GET", "/ipam", timeout=30)
@@ -157,13 +142,10 @@ def inner(args: argparse.Namespace) -> None:
 
     from netcomp.shim import install as shimlaunch
 
-    top = Path(tempfile.mkdtemp(prefix="netcomp-bench-fleet-", dir="/var/tmp"))
-    netns = bench_delegate.Netnses("ncf")
     out: dict[str, Any] = {"empty": [], "fleet": []}
-    try:
+    with bench_delegate.lab("fleet", "ncf", ("ncfl0v", "ncfl0p")) as (top, netns):
         exe = str(top / "netcomp-c")
         shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
-        bench_delegate.veth_up("ncfl0v", "ncfl0p")
         with api_server(top / "kube") as api:
             admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
             custom, core = client.CustomObjectsApi(admin), client.CoreV1Api(admin)
@@ -188,14 +170,6 @@ def inner(args: argparse.Namespace) -> None:
                 finally:
                     d.stop()
                 out["fleet"].append(m)
-    except BaseException:
-        for log in top.glob("*/daemon.log"):
-            print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-30:]), sep="\n")
-        raise
-    finally:
-        netns.delete()
-        subprocess.run(["ip", "link", "del", "ncfl0v"], capture_output=True)
-        shutil.rmtree(top, ignore_errors=True)
     report(args, out)
 
 
@@ -242,12 +216,7 @@ def main() -> None:
     if args.inner:
         inner(args)
         return
-    host = f"ncfleet-host-{os.getpid()}"
-    bench_delegate.sh("ip", "netns", "add", host)
-    try:
-        subprocess.run(["ip", "netns", "exec", host, sys.executable, __file__, "--inner", *sys.argv[1:]], check=True)
-    finally:
-        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    bench_delegate.in_host_netns("ncfleet", [__file__, "--inner", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ the nodes of a row, each node's host-local network has a subnet of its own. Rows
 
 Before measuring, each node ADDs and DELs a few containers on both networks (it holds a block by then: the
 steady state). Everything runs against a kube-apiserver and etcd this script starts on 127.0.0.1
-(tests/integration/kubeapi.py) and is removed at the end. Usage: sudo bench/ipam.py [--runs 30] [--burst 64]
+(tests/lab/kubeapi.py) and is removed at the end. Usage: sudo bench/ipam.py [--runs 30] [--burst 64]
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcomp.settings import KubeSettings  # noqa: E402
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent  # noqa: E402
-from tests.integration.kubeapi import api_server  # noqa: E402
+from tests.lab.daemonlab import DaemonLab, daemon_lab, intent  # noqa: E402
+from tests.lab.kubeapi import api_server  # noqa: E402
 
 GOALS = {"a": 1.02, "b": 1.02, "c": 1.1}
 

@@ -34,7 +34,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -186,8 +185,12 @@ def fresh(base: Path) -> None:
 
 
 class Shim:
-    def __init__(self, base: Path, exe: str) -> None:
+    """The shim `exe` exec'd as a runtime execs it, each container joining the default network and what
+    `cni_args` asks for (NETCOMP_NETWORKS=...)."""
+
+    def __init__(self, base: Path, exe: str, cni_args: str = "") -> None:
         self.exe = exe
+        self.cni_args = cni_args
         self.conf = json.dumps(
             {"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": f"{base}/run/netcomp/netcomp.sock"}
         ).encode()
@@ -198,7 +201,7 @@ class Shim:
             "CNI_CONTAINERID": container,
             "CNI_NETNS": f"/var/run/netns/{ns}",
             "CNI_IFNAME": "eth0",
-            "CNI_ARGS": "",
+            "CNI_ARGS": self.cni_args,
             "CNI_PATH": PLUGINS,
         }
         try:
@@ -261,14 +264,10 @@ def small_rows(top: Path, exe: str, netns: bench_delegate.Netnses, args: argpars
 def inner(args: argparse.Namespace) -> None:
     from netcomp.shim import install as shimlaunch
 
-    top = Path(tempfile.mkdtemp(prefix="netcomp-bench-mem-", dir="/var/tmp"))
-    netns = bench_delegate.Netnses("ncm")
-
     out: dict[str, object] = {}
-    try:
+    with bench_delegate.lab("mem", "ncm", ("ncmem0v", "ncmem0p")) as (top, netns):
         exe = str(top / "netcomp-c")
         shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
-        bench_delegate.veth_up("ncmem0v", "ncmem0p")
 
         if not args.only_m3:
             small_rows(top, exe, netns, args, out)
@@ -325,14 +324,6 @@ def inner(args: argparse.Namespace) -> None:
                         edit(big, args.count // 2, undo=True)
         out.update(m3_cli=cli_s, m3_ready=ready_s, m2_ready=rss_ready, m2=rss_served, m2_hwm=hwm, m2_libs=libs)
         out.update(m2e=rss_edited, m2e_s=edit_s)
-    except BaseException:
-        for log in top.glob("*/daemon.log"):
-            print(f"--- {log}, its end:", "".join(log.read_text(errors="replace").splitlines(True)[-40:]), sep="\n")
-        raise
-    finally:
-        netns.delete()
-        subprocess.run(["ip", "link", "del", "ncmem0v"], capture_output=True)
-        shutil.rmtree(top, ignore_errors=True)
     report(args, out)
 
 
@@ -394,13 +385,7 @@ def main() -> None:
     if args.inner:
         inner(args)
         return
-    host = f"ncmem-host-{os.getpid()}"
-    sh("ip", "netns", "add", host)
-    try:
-        argv = [sys.executable, __file__, "--inner", *sys.argv[1:]]
-        subprocess.run(["ip", "netns", "exec", host, *argv], check=True)
-    finally:
-        subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    bench_delegate.in_host_netns("ncmem", [__file__, "--inner", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

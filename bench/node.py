@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pod start on a real node, side by side (root). The test node (tests/integration/kubenode.py: the kubelet and
+"""Pod start on a real node, side by side (root). The test node (tests/lab/kubenode.py: the kubelet and
 containerd in namespaces of their own, registered with a kube-apiserver this script starts on 127.0.0.1) runs
 plain pods on one bridge+host-local network two ways in one run: through netcomp (containerd's conf_dir holds the
 conflist netcomp's daemon wrote, so containerd execs the shim and the daemon runs the bridge conflist as the
@@ -44,9 +44,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.integration import nodepods  # noqa: E402
-from tests.integration.kubeapi import api_server  # noqa: E402
-from tests.integration.kubenode import KubeNode, bridge_conflist, kube_node  # noqa: E402
+from tests.lab import nodepods  # noqa: E402
+from tests.lab.kubeapi import api_server  # noqa: E402
+from tests.lab.kubenode import KubeNode, bridge_conflist, kube_node  # noqa: E402
 
 NETCOMP_CONF = "00-netcomp.conflist"
 BRIDGE_CONF = "10-lab-bridge.conflist"

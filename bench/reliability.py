@@ -9,7 +9,7 @@
              (goal: about 1.0).
 
 The daemon is a process of its own (`netcomp daemon`) in a network namespace this script makes
-(tests/integration/procdaemon.py); everything is removed at the end.
+(tests/lab/procdaemon.py); everything is removed at the end.
 Usage: sudo bench/reliability.py [burst|slowloris|all] [--containers 300] [--concurrency 96] [--runs 20]
 """
 
@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.daemonlab import intent  # noqa: E402
-from tests.integration.netns import Lab, ip  # noqa: E402
-from tests.integration.procdaemon import ProcNode, proc_node  # noqa: E402
+from tests.lab.daemonlab import intent  # noqa: E402
+from tests.lab.netlab import Lab, ip  # noqa: E402
+from tests.lab.procdaemon import ProcNode, proc_node  # noqa: E402
 
 
 def big_networks(base: Path, lb: Lab) -> None:

@@ -1,4 +1,4 @@
-"""A short chaos run in `make test` (tests/chaos/chaos.py; the long one is `make chaos`): at least 10 kills of
+"""A short chaos run in `make test` (tests/lab/chaos.py; the long one is `make chaos`): at least 10 kills of
 the daemon during a storm of ADDs and DELs with faulty delegates and a cache disk filling up, then DEL of
 everything: zero leftovers, no violation."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.chaos import run
+from tests.lab.chaos import run
 
 pytestmark = pytest.mark.root
 

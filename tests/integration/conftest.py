@@ -1,16 +1,25 @@
-"""What the integration tests share: a real kube-apiserver and etcd (kubeapi.py) per test module that asks for
-`api`, with the packaged CRDs and ClusterRole installed; a real node on it (kubenode.py) per module that asks for
-`kubenode`."""
+"""What the integration tests share: a daemon in process serving a lab of its own (daemonlab.py) per test that
+asks for `dl`; a real kube-apiserver and etcd (kubeapi.py) per test module that asks for `api`, with the packaged
+CRDs and ClusterRole installed; a real node on it (kubenode.py) per module that asks for `kubenode`."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.integration.kubeapi import ApiServer, api_server
-from tests.integration.kubenode import KubeNode, kube_node
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.kubeapi import ApiServer, api_server
+from tests.lab.kubenode import KubeNode, kube_node
+
+
+@pytest.fixture
+def dl(tmp_path: Path) -> Iterator[DaemonLab]:
+    """The daemon in process, serving its own lab with the real plugins through the real shim."""
+    with daemon_lab(tmp_path) as d:
+        yield d
 
 
 @pytest.fixture(scope="module")

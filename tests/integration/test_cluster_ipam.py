@@ -20,9 +20,9 @@ import pytest
 
 from netcomp.kube.kubestore import GROUP, VERSION
 from netcomp.settings import KubeSettings
-from tests.integration.addrs import BLOCKS, CLAIMS, in_use
-from tests.integration.daemonlab import DaemonLab, daemon_lab
-from tests.integration.kubeapi import ApiServer
+from tests.lab.addrs import BLOCKS, CLAIMS, in_use
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NETS = ("netcomp.io", "v1", "networks")
@@ -246,27 +246,13 @@ def test_a_claim_nothing_records_is_freed_after_the_grace_period(api: ApiServer,
     """The daemon killed between claiming an address and recording it (crash point after-claim): the claim is an
     orphan. The restarted daemon gives the shim's retry another address at once, and frees the orphan once the
     grace period has passed, never the address the container holds."""
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.procdaemon import kube_proc_node
 
-    # The daemon runs in its lab's netns: it reaches the API server through a forwarder made there.
-    holder: dict[str, Any] = {}
-
-    def setup(base: Path, lb: Any) -> None:
-        fwd = holder["stack"].enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
-        api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
-
-    kube = {"kubeconfig": str(tmp_path / "lab.kubeconfig"), "timeout": 10}
-    extra = {"kubernetes": kube, "clusterIntentDir": str(tmp_path / "cluster.d"), "nodeName": "node-k",
-             "defaultNetwork": None, "ipamGrace": 3}  # fmt: skip
+    extra = {"defaultNetwork": None, "ipamGrace": 3}
     with (
-        contextlib.ExitStack() as stack,
         shared_network(custom, network("crashy", "10.100.0.0/28", blockSize=1)),
+        kube_proc_node(api, tmp_path, "node-k", extra=extra, env={"NETCOMP_CRASH_AT": "after-claim"}) as node,
     ):
-        holder["stack"] = stack
-        node = stack.enter_context(
-            proc_node(tmp_path, extra=extra, env={"NETCOMP_CRASH_AT": "after-claim"}, setup=setup)
-        )
         assert (tmp_path / "out" / "crashy.conflist").exists()  # the daemon listed the cluster before READY=1
         ctr = node.lab.container()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -372,7 +358,7 @@ def test_an_object_of_another_network_at_a_claims_name_is_never_touched(
 
 def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) -> None:
     """No cluster: the same allocation, claims as files in ipamDir; exhaustion names the pool; nothing left."""
-    from tests.integration.daemonlab import intent
+    from tests.lab.daemonlab import intent
 
     with daemon_lab(tmp_path, extra={"ipamDir": str(tmp_path / "claims"), "defaultNetwork": None}) as dl:
         spec = f"{{type: macvlan, hostDevice: {dl.lab.master}, ipam: {{type: cluster, subnet: 10.103.0.0/29}}}}"

@@ -12,7 +12,7 @@ from netcomp.cni.invoke import Runner
 from netcomp.compiler.compiler import Compiler
 from netcomp.errors import DelegateError
 from netcomp.settings import Settings
-from tests.integration.netns import PLUGIN_DIR, Lab, lab
+from tests.lab.netlab import PLUGIN_DIR, Lab, lab
 
 pytestmark = pytest.mark.root
 
@@ -128,7 +128,7 @@ def test_ipvlan_reaches_the_kernel(tmp_path: Path) -> None:
 
 def test_version_probe_of_a_real_plugin() -> None:
     """VERSION probing (libcni's GetVersionInfo): what a delegate says it speaks."""
-    from tests.integration.netns import require_root_and_plugins
+    from tests.lab.netlab import require_root_and_plugins
 
     require_root_and_plugins()
     info = Runner([PLUGIN_DIR]).version("bridge")

@@ -1,4 +1,4 @@
-"""Pods and networks moving over from DANM, against a real kube-apiserver and etcd (tests/integration/kubeapi.py,
+"""Pods and networks moving over from DANM, against a real kube-apiserver and etcd (tests/lab/kubeapi.py,
 with DANM's CRDs) and the real plugins in network namespaces this test makes: DanmNets, ClusterNetworks,
 TenantNetworks and a TenantConfig followed from the cluster; a pod's danm.k8s.io/interfaces annotation field by
 field, its interfaces, DANM's names, addresses, policy routes read back from its namespace, its network-status
@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from netcomp.kube.kubestore import GROUP, ID_PLURAL, VERSION
-from tests.integration.addrs import in_use
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
-from tests.integration.netns import ip
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import attach, detach, events_of, nothing_left, pod, status_of
+from tests.lab.addrs import in_use
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
+from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
 DANM_API = "danm.k8s.io/v1"

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab, daemon_lab
+from tests.lab.daemonlab import DaemonLab
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def dl(tmp_path: Path) -> DaemonLab:  # type: ignore[misc]
-    with daemon_lab(tmp_path) as d:
-        yield d
 
 
 def test_default_bridge_and_macvlan_at_once(dl: DaemonLab, caplog: pytest.LogCaptureFixture) -> None:
@@ -95,7 +89,7 @@ def test_del_after_daemon_restart(dl: DaemonLab) -> None:
 def test_del_after_the_netns_is_gone_releases_everything(dl: DaemonLab, gone_as: str) -> None:
     """Runtimes DEL after the sandbox is gone (a crashed pod, a node reboot): the namespace and the interfaces
     in it are gone with it, but the addresses (host-local leases) and the cache entry must still be freed."""
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
@@ -135,7 +129,7 @@ def test_an_entry_a_power_cut_left_empty_does_not_block_the_del_after_the_reboot
     allocation: the name committed, the data not). The power cut is stood in for by emptying the file. The DEL
     the runtime sends after the reboot succeeds (instead of failing on the entry for ever), the entry goes, the
     log says what could not be undone; an ADD of the container then works."""
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
@@ -182,7 +176,7 @@ def test_ipvlan_error_reaches_the_caller(dl: DaemonLab) -> None:
 def test_interface_already_present_stops_before_any_plugin(dl: DaemonLab) -> None:
     ctr = dl.lab.container()
     dl.lab.links(ctr)
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     ip("link", "add", "stor0", "type", "veth", "peer", "name", "x0", netns=ctr)
     rc, err = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")
@@ -223,7 +217,7 @@ def test_runtime_config_points_at_the_socket(dl: DaemonLab) -> None:
 
 
 def test_check_finds_damage_and_gc_removes_stale_attachments(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     keep, stale = dl.lab.container(), dl.lab.container()
     assert dl.shim("ADD", keep, args="NETCOMP_NETWORKS=storage")[0] == 0
@@ -323,7 +317,7 @@ def test_attachments_lists_containers_networks_and_unreadable_entries(dl: Daemon
 
 
 def test_vxlan_master_is_made_on_first_use_and_reused(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     a, b = dl.lab.container(), dl.lab.container()
     assert "vx4242" not in dl.lab.links(dl.lab.host)
@@ -350,7 +344,7 @@ def test_vlan_master_on_a_kernel_without_8021q_is_a_clear_error(dl: DaemonLab) -
 
 
 def test_a_foreign_link_with_the_masters_name_is_left_alone(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     ip("link", "add", "vx4242", "type", "veth", "peer", "name", "vxp", netns=dl.lab.host)
     ctr = dl.lab.container()
@@ -365,7 +359,7 @@ def _tunnel(dl: DaemonLab, group: str) -> None:
 
 
 def test_host_link_of_a_removed_network_goes_with_its_last_container(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     a = dl.lab.container()
     assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0
@@ -379,7 +373,7 @@ def test_host_link_of_a_removed_network_goes_with_its_last_container(dl: DaemonL
 
 
 def test_a_link_the_operator_made_is_used_and_never_removed(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     ip("link", "add", "vx4242", "type", "vxlan", "id", "4242", "group", "239.1.1.42", "dev", dl.lab.master,
        "dstport", "4789", netns=dl.lab.host)  # fmt: skip
@@ -393,7 +387,7 @@ def test_a_link_the_operator_made_is_used_and_never_removed(dl: DaemonLab) -> No
 
 
 def test_netcomps_link_with_old_settings_is_replaced_once_unused(dl: DaemonLab) -> None:
-    from tests.integration.netns import ip
+    from tests.lab.netlab import ip
 
     a, b = dl.lab.container(), dl.lab.container()
     assert dl.shim("ADD", a, args="NETCOMP_NETWORKS=tunnel")[0] == 0

@@ -6,7 +6,7 @@ daemon is killed mid-ADD.
 No SR-IOV hardware and no PCI devices here: each "VF" is a veth end in the lab's host netns, and the daemon (with
 the plugins it runs) sees a PCI tree of the test's in its own mount namespace, bound over /sys/bus/pci/devices,
 where `<address>/net/<link>` names the link host-device moves, as sysfs does for a real VF. The kubelet's
-PodResources API is a stand-in (tests/integration/podresources.py) serving the pod's devices: the real kubelet
+PodResources API is a stand-in (tests/lab/podresources.py) serving the pod's devices: the real kubelet
 gives them in tests/integration/test_kubelet_node.py."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import intent
-from tests.integration.netns import Lab, ip
-from tests.integration.podresources import PodResourcesServer, podresources
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.daemonlab import intent
+from tests.lab.netlab import Lab, ip
+from tests.lab.podresources import PodResourcesServer, podresources
+from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 RES = "netcomp.io/testvf"

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import intent
-from tests.integration.kubeapi import NODE_TOKEN, ApiServer, reachable_from
-from tests.integration.netns import IP, PLUGIN_DIR, Lab
-from tests.integration.procdaemon import NETCOMP, ProcNode, proc_node
+from tests.lab.daemonlab import intent
+from tests.lab.kubeapi import ApiServer
+from tests.lab.netlab import IP, PLUGIN_DIR, Lab
+from tests.lab.procdaemon import NETCOMP, ProcNode, kube_proc_node
 
 pytestmark = pytest.mark.root
 NODE = "node-d"
@@ -40,26 +40,18 @@ def admin(api: ApiServer) -> Any:
 @pytest.fixture(scope="module")
 def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
     base = tmp_path_factory.mktemp("doctor")
-    with contextlib.ExitStack() as stack:
 
-        def setup(base: Path, lb: Lab) -> None:
-            fwd = stack.enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
-            api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
-            for name in NOT_SERVED:
-                (base / "networks.d" / name).unlink()
-            plugins = base / "cni-bin"
-            plugins.mkdir()
-            for p in Path(PLUGIN_DIR).iterdir():
-                (plugins / p.name).symlink_to(p)
+    def setup(base: Path, lb: Lab) -> None:
+        for name in NOT_SERVED:
+            (base / "networks.d" / name).unlink()
+        plugins = base / "cni-bin"
+        plugins.mkdir()
+        for p in Path(PLUGIN_DIR).iterdir():
+            (plugins / p.name).symlink_to(p)
 
-        extra = {
-            "kubernetes": {"kubeconfig": str(base / "lab.kubeconfig"), "timeout": 10},
-            "clusterIntentDir": str(base / "cluster.d"),
-            "nodeName": NODE,
-            "pluginDirs": [str(base / "cni-bin")],
-            "writeRuntimeConfig": True,
-        }
-        yield stack.enter_context(proc_node(base, extra=extra, setup=setup))
+    extra = {"pluginDirs": [str(base / "cni-bin")], "writeRuntimeConfig": True}
+    with kube_proc_node(api, base, NODE, extra=extra, setup=setup) as node:
+        yield node
 
 
 def doctor(node: ProcNode) -> tuple[int, dict[str, dict[str, str]], str]:

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from netcomp.cli.main import main
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import annotated, attach, detach, nothing_left, pod, status_of
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NODE = "node-e"

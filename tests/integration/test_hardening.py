@@ -23,16 +23,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.procdaemon import ProcNode, proc_node
+from tests.lab.wire import post, raw
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def dl(tmp_path: Path) -> Iterator[DaemonLab]:
-    with daemon_lab(tmp_path) as d:
-        yield d
 
 
 class Lines(logging.Handler):
@@ -123,8 +118,6 @@ def _readable_without_ptrace() -> bool:
 
 
 def test_refusals_of_a_peer_are_logged_once_a_minute_with_its_uid_and_pid(dl: DaemonLab, lines: list[str]) -> None:
-    from tests.integration.test_hostile import raw
-
     for _ in range(3):
         assert raw(dl.sock, b"POST /cni HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 411
     said = [line for line in lines if line.startswith("refused a request")]
@@ -134,8 +127,6 @@ def test_refusals_of_a_peer_are_logged_once_a_minute_with_its_uid_and_pid(dl: Da
 def test_log_lines_carry_a_peers_values_cut_short(dl: DaemonLab, lines: list[str]) -> None:
     """A 1 MB container ID and network name on /delegate, and on /cni's GC (whose container ID is not checked):
     every line logged is short."""
-    from tests.integration.test_hostile import post
-
     huge = "a" * 1_000_000
     body = json.dumps({"command": "ADD", "containerID": huge, "netns": "/var/run/netns/x", "network": "n"})
     assert post(dl.sock, body.encode(), "/delegate")[0] == 400

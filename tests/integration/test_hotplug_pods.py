@@ -5,15 +5,14 @@ failing add leaves the pod as it was; a daemon killed mid-hot-plug finishes the 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_multus import NETWORKS, admin, attach, detach, events_of, node, pod, status_of
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 __all__ = ["admin", "node"]  # fixtures, used by name
@@ -104,18 +103,9 @@ def test_a_daemon_killed_mid_hotplug_finishes_it_when_it_starts_again(
 
     from kubernetes import client, watch
 
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.procdaemon import kube_proc_node
 
     core = client.CoreV1Api(admin)
-    holder: dict[str, Any] = {}
-
-    def setup(base: Path, lb: Any) -> None:
-        fwd = holder["stack"].enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
-        api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
-
-    kube = {"kubeconfig": str(tmp_path / "lab.kubeconfig"), "timeout": 10}
-    extra = {"kubernetes": kube, "clusterIntentDir": str(tmp_path / "cluster.d"), "nodeName": "node-h"}
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -125,11 +115,7 @@ def test_a_daemon_killed_mid_hotplug_finishes_it_when_it_starts_again(
     created = core.create_namespaced_pod("default", body)
     args = f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed;K8S_POD_UID={created.metadata.uid}"
     try:
-        with contextlib.ExitStack() as stack:
-            holder["stack"] = stack
-            n = stack.enter_context(
-                proc_node(tmp_path, extra=extra, env={"NETCOMP_CRASH_AT": "after-write-ahead:2"}, setup=setup)
-            )
+        with kube_proc_node(api, tmp_path, "node-h", env={"NETCOMP_CRASH_AT": "after-write-ahead:2"}) as n:
             ctr = n.lab.container()
             assert n.shim("ADD", ctr, args=args)[0] == 0
             assert sorted(n.lab.links(ctr)) == ["eth0", "lo", "net1"]

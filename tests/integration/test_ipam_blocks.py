@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 
 from netcomp.kube.kubestore import LABEL_NETWORK
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_cluster_ipam import (
     BLOCKS,
     CLAIMS,
@@ -31,6 +29,8 @@ from tests.integration.test_cluster_ipam import (
     object_claims,
     shared_network,
 )
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 
@@ -225,21 +225,11 @@ def test_an_address_claim_of_an_earlier_version_is_honoured(api: ApiServer, cust
 def proc(api: ApiServer, tmp_path: Path, crash: str) -> Any:
     """A daemon as a process (node-k) in its lab's netns, reaching the API server through a forwarder, armed to
     kill itself at `crash`."""
-    from tests.integration.kubeapi import NODE_TOKEN, reachable_from
-    from tests.integration.procdaemon import proc_node
+    from tests.lab.procdaemon import kube_proc_node
 
-    holder: dict[str, Any] = {}
-
-    def setup(base: Path, lb: Any) -> None:
-        fwd = holder["stack"].enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
-        api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
-
-    kube = {"kubeconfig": str(tmp_path / "lab.kubeconfig"), "timeout": 10}
-    extra = {"kubernetes": kube, "clusterIntentDir": str(tmp_path / "cluster.d"), "nodeName": "node-k",
-             "defaultNetwork": None, "ipamGrace": 3}  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        holder["stack"] = stack
-        yield stack.enter_context(proc_node(tmp_path, extra=extra, env={"NETCOMP_CRASH_AT": crash}, setup=setup))
+    extra = {"defaultNetwork": None, "ipamGrace": 3}
+    with kube_proc_node(api, tmp_path, "node-k", extra=extra, env={"NETCOMP_CRASH_AT": crash}) as node:
+        yield node
 
 
 def until(check: Any, what: Any, timeout: float = 60) -> None:

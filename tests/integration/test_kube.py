@@ -1,4 +1,4 @@
-"""The Kubernetes path against a real kube-apiserver and etcd (tests/integration/kubeapi.py): the cluster's
+"""The Kubernetes path against a real kube-apiserver and etcd (tests/lab/kubeapi.py): the cluster's
 Network objects compiled and followed (created, edited, broken, overridden by a node file, deleted), a pod's
 network annotation attaching it through the shim with the real plugins and its network-status written back,
 and an API server that does not answer. The daemon runs as the packaged ClusterRole allows, nothing more."""
@@ -20,8 +20,8 @@ import yaml
 
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.kubeapi import NODE_TOKEN, ApiServer, free_port
+from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, free_port
 
 pytestmark = pytest.mark.root
 GVP = ("netcomp.io", "v1", "networks")

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kubegrpc import pod_devices
-from tests.integration.kubenode import DEFAULT_SUBNET, VFS, KubeNode
-from tests.integration.nodepods import (
+from tests.lab.kubegrpc import pod_devices
+from tests.lab.kubenode import DEFAULT_SUBNET, VFS, KubeNode
+from tests.lab.nodepods import (
     delete,
     gone,
     interfaces,

@@ -1,4 +1,4 @@
-"""Pods moving over from Multus, against a real kube-apiserver and etcd (tests/integration/kubeapi.py) with the
+"""Pods moving over from Multus, against a real kube-apiserver and etcd (tests/lab/kubeapi.py) with the
 real plugins in network namespaces this test makes: every field of Multus's network selection element a
 bare-metal node can honour, read back from the pod's namespace (addresses, MACs, routes), its network-status and
 its events; the default network a pod chooses; NetworkAttachmentDefinitions in namespaces, with and without
@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.addrs import in_use
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
-from tests.integration.netns import ip
 from tests.integration.test_kube import kube_lab, wait_for
+from tests.lab.addrs import in_use
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
+from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
 NAD = ("k8s.cni.cncf.io", "v1")

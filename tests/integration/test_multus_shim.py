@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration import multusshim as ms
-from tests.integration.daemonlab import daemon_lab
-from tests.integration.kubeapi import ApiServer
-from tests.integration.netns import ip
-from tests.integration.procdaemon import ProcNode, proc_node
 from tests.integration.test_kube import STATUS, kube_lab, pod_asking, wait_for
+from tests.lab import multusshim as ms
+from tests.lab.daemonlab import daemon_lab
+from tests.lab.kubeapi import ApiServer
+from tests.lab.netlab import ip
+from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 MULTUS_SHIM = Path(os.environ.get("NETCOMP_MULTUS_SHIM", "/var/cache/netcomp-test/multus-shim/multus-shim"))

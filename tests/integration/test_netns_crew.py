@@ -14,8 +14,7 @@ import pytest
 
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import nsenter as nsutil
-
-from .netns import Lab, ip, lab
+from tests.lab.netlab import Lab, ip, lab
 
 
 @pytest.fixture(scope="module")

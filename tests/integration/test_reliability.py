@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from netcomp.delegate import listing
-from tests.integration.daemonlab import DaemonLab, daemon_lab
-from tests.integration.netns import PLUGIN_DIR, ip
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.netlab import PLUGIN_DIR, ip
+from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -331,7 +331,7 @@ def test_restart_with_a_broken_netcomp_yaml_runs_the_last_good_settings(tmp_path
 def test_first_start_with_a_broken_netcomp_yaml_and_no_last_good_state(tmp_path: Path) -> None:
     import subprocess
 
-    from tests.integration.procdaemon import NETCOMP
+    from tests.lab.procdaemon import NETCOMP
 
     cfg = tmp_path / "netcomp.yaml"
     cfg.write_text("maxInFlight: [\n")

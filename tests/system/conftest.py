@@ -92,7 +92,7 @@ def trixie_root() -> Path:
 def trixie_deb(trixie_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built in a throw-away copy of the Debian 13 root (Python 3.13), with Debian 13's debhelper; pip reaches
     the package index as this machine's does (its pip.conf and CA bundle, bound in read-only)."""
-    from tests.system.nspawn import run_in
+    from tests.lab.nspawn import run_in
 
     work = tmp_path_factory.mktemp("deb-trixie")
     checkout_copy(work)

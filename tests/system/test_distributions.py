@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.nspawn import run_in
 from tests.system.conftest import CLEAN_PATH, Dist, run
-from tests.system.nspawn import run_in
 
 pytestmark = pytest.mark.root
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from tests.system.nspawn import Machine, machine
+from tests.lab.nspawn import Machine, machine
 
 pytestmark = pytest.mark.root
 

@@ -1,4 +1,4 @@
-"""The chaos storm (tests/chaos/chaos.py) against the installed package under a real systemd booted with
+"""The chaos storm (tests/lab/chaos.py) against the installed package under a real systemd booted with
 systemd-nspawn, where systemd, not a test harness, restarts the daemon: ADDs and DELs through the installed shim
 (/usr/lib/cni/netcomp, exec'd in the machine's namespaces as a runtime would), from several threads, with the
 real plugins (a bridge default network, macvlans, a macvlan over a VXLAN host link netcomp makes, and the chaos
@@ -17,7 +17,7 @@ when the main process is SIGKILLed is SIGKILLed by systemd at once, the daemon i
 not after TimeoutStopSec; the new daemon undoes the unfinished ADD and the runtime's ADD then succeeds.
 
 Debian 12 is this machine (the package installed here, purged afterwards; the machine boots this /usr); Debian 13
-is the cached trixie root on a throw-away overlay (test_nspawn.node). Everything the test makes lives in the
+is the cached trixie root on a throw-away overlay (test_under_systemd.node). Everything the test makes lives in the
 machine (namespaces, links, leases) and goes with it."""
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.nspawn import Machine
 from tests.system.conftest import Dist
-from tests.system.nspawn import Machine
-from tests.system.test_nspawn import INTENT, NSBRIDGE, node
+from tests.system.test_under_systemd import INTENT, NSBRIDGE, node
 
 pytestmark = pytest.mark.root
 
@@ -200,8 +200,8 @@ class SystemdKiller:
 
 
 def storm_networks(m: Machine) -> dict[str, str]:
-    """The chaos run's networks (tests/chaos): besides the default, two macvlans, a macvlan over a VXLAN host link
-    netcomp makes, and the chaos plugin's faulty network."""
+    """The chaos run's networks (tests/lab/chaos.py): besides the default, two macvlans, a macvlan over a VXLAN
+    host link netcomp makes, and the chaos plugin's faulty network."""
     m.put("/etc/netcomp/static.d/faulty.conflist", static_conflist("faulty", "chaos", "10.209.0.0/22"))
     return {
         "storage": macvlan("10.202.0.0/24", "interfacePrefix: stor, "),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.shimlab import SHIMS, Shim, build_all, pick
+from tests.lab.shimlab import SHIMS, Shim, build_all, pick
 
 
 @pytest.fixture(scope="session")

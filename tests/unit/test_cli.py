@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from netcomp.cli.main import main
+from netcomp.compiler.compiler import Compiler
+from netcomp.settings import Settings
 from tests.conftest import EXAMPLES
 
 GOOD = """apiVersion: netcomp.io/v1
@@ -226,3 +228,31 @@ def test_plan_cache_skips_compiling_unchanged_inputs(tree: dict[str, Path], monk
     (tree["out"] / ".netcomp-plan.cache").write_text("{not json")
     code, _, err = run(*compile_args(tree))
     assert code == 0 and "2 networks, 0 changed" in err
+
+
+def test_missing_plugin_is_an_error_on_a_node(tmp_path: Path) -> None:
+    """A plugin not installed: a warning away from the node, an error on it (the network fails, nothing written)."""
+    f = tmp_path / "a.yaml"
+    f.write_text(
+        "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {name: a}\nspec: {type: macvlan, hostDevice: eth1}\n"
+    )
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    settings = Settings(pluginDirs=[str(empty)], staticDirs=[])
+    offline = Compiler(settings, offline=True).compile([f])
+    assert offline.ok and [d.severity for d in offline.diagnostics] == ["warning"]
+    node = Compiler(settings, offline=False).compile([f])
+    assert not node.ok and node.failed_networks == {"a"} and node.artifacts == {}
+    assert "CNI plugin 'macvlan' is not installed" in node.errors[0].message
+
+
+def test_internal_error_has_no_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netcomp.cli import compile as commands
+
+    def broken(*a: object) -> int:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(commands, "run", broken)
+    err = io.StringIO()
+    assert main(["validate", "."], io.StringIO(), err) == 70
+    assert "internal error: KeyError" in err.getvalue() and "Traceback" not in err.getvalue()

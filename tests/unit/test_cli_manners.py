@@ -21,7 +21,7 @@ from netcomp.cli.exits import EX_INTERRUPTED, EX_PIPE
 from netcomp.cli.main import COMMANDS, main
 from netcomp.cli.parser import build_parser
 from tests.conftest import ROOT, reap
-from tests.unit.minidaemon import mini_daemon
+from tests.lab.minidaemon import mini_daemon
 from tests.unit.test_cli import DEVICE, GOOD
 
 NETCOMP = [sys.executable, "-m", "netcomp.cli"]

@@ -20,7 +20,7 @@ from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import Pool, Range
 from tests.conftest import ROOT
-from tests.unit.minidaemon import MiniDaemon, mini_daemon
+from tests.lab.minidaemon import MiniDaemon, mini_daemon
 
 DASHBOARD = ROOT / "packaging" / "grafana" / "netcomp-dashboard.json"
 # The samples a family of each type exposes (prometheus_client's `_created` series are left out: a dashboard

@@ -2,7 +2,7 @@
 when that cannot answer), handed to its networks in order, put where their plugins read them, device-info copied
 and removed, and every refusal before any plugin runs.
 
-The kubelet's PodResources API is a stand-in here (tests/integration/podresources.py: a real gRPC server on a
+The kubelet's PodResources API is a stand-in here (tests/lab/podresources.py: a real gRPC server on a
 unix socket, with answers chosen per test, and one that never answers); the real kubelet answers in
 tests/integration/test_kubelet_node.py. The plugins are stand-ins that record the config they are given (the
 real host-device plugin takes its device in tests/integration/test_device_plugin.py)."""
@@ -32,7 +32,7 @@ from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import devinfo
 from netcomp.host.kubelet import Kubelet
-from tests.integration.podresources import MSGS, PodResourcesServer, podresources
+from tests.lab.podresources import MSGS, PodResourcesServer, podresources
 
 OWN_NETNS = "/proc/self/ns/net"  # a real namespace any user can open; the stand-in plugins attach nothing to it
 RES = "netcomp.io/vf"

@@ -18,7 +18,7 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call
 from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
-from tests.unit.minidaemon import mini_daemon
+from tests.lab.minidaemon import mini_daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 

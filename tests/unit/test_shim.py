@@ -23,7 +23,7 @@ from netcomp.daemon.server import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.conftest import reap
-from tests.unit.shimlab import HANG, SHIMS, TAKEN, Act, Shim, answer, once, pick, scripted
+from tests.lab.shimlab import HANG, SHIMS, TAKEN, Act, Shim, answer, once, pick, scripted
 
 SHIM = Path(plugin.__file__)
 ROOT = Path(__file__).resolve().parents[2]

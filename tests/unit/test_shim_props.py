@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from netcomp.daemon.server import protocol
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
-from tests.unit.shimlab import SANITIZER_ENV, TAKEN, Act, Shim, answer, pick, scripted
+from tests.lab.shimlab import SANITIZER_ENV, TAKEN, Act, Shim, answer, pick, scripted
 
 KEYS = ("cniVersion", "socket", "readyTimeout")
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=40)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.lab.nspawn import Machine, machine
 from tests.system.conftest import CLEAN_PATH, Dist
-from tests.system.nspawn import Machine, machine
 
 pytestmark = pytest.mark.root
 

@@ -12,7 +12,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from tests.integration.kubeapi import BINS
+from tests.lab.kubeapi import BINS
 
 PAUSE_IMAGE = "localhost/netcomp-test/pause:1"
 BUSYBOX_IMAGE = "localhost/netcomp-test/busybox:1"

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.integration.kubenode import KubeNode
-from tests.integration.nodeimages import BUSYBOX_IMAGE
+from tests.lab.kubenode import KubeNode
+from tests.lab.nodeimages import BUSYBOX_IMAGE
 
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 NAMESPACE = "default"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import reap
-from tests.integration.netns import ip
+from tests.lab.netlab import ip
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # What the kubelet sets, and the value it wants (it writes only a value that differs).

@@ -1,6 +1,6 @@
 """The daemon's wait for a quiet moment (server.Server.wait_quiet), which holds the cluster's writes back while
 CNI requests need the CPU: a request in flight keeps it waiting until its limit; once none has been served for
-`settle` seconds it returns at once. On a real daemon in process (tests/unit/minidaemon.py), its own counters."""
+`settle` seconds it returns at once. On a real daemon in process (tests/lab/minidaemon.py), its own counters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.minidaemon import mini_daemon
+from tests.lab.minidaemon import mini_daemon
 
 
 def test_a_request_in_flight_holds_the_wait_and_its_end_releases_it(

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,10 @@ import pytest
 
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.host import netns as nsutil
-from tests.integration.daemonlab import DaemonLab, daemon_lab, intent
-from tests.integration.netns import ip
+from tests.lab.daemonlab import DaemonLab, intent
+from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def dl(tmp_path: Path) -> Iterator[DaemonLab]:
-    with daemon_lab(tmp_path) as d:
-        yield d
 
 
 def post(dl: DaemonLab, env: dict[str, str], config: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:

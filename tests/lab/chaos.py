@@ -8,7 +8,7 @@ After the storm, everything is DELeted as a runtime would (again until it succee
 interfaces in container namespaces, host links netcomp made, host-local leases, cache entries. All must be zero;
 no ADD may have answered success with an interface missing; no address may have been held by two containers.
 
-    python -m tests.chaos.chaos --containers 100 --kills 200 --seed 1     # the long run (`make chaos`)
+    python -m tests.lab.chaos --containers 100 --kills 200 --seed 1     # the long run (`make chaos`)
 
 tests/chaos/test_chaos.py runs a short one in `make test`. Needs root, iproute2 and the Debian CNI plugins."""
 
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from netcomp.daemon.faults import POINTS
-from tests.integration.daemonlab import intent
-from tests.integration.netns import PLUGIN_DIR, Lab, ip
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.daemonlab import intent
+from tests.lab.netlab import PLUGIN_DIR, Lab, ip
+from tests.lab.procdaemon import ProcNode, proc_node
 
 FAULTS = ("hang", "crash", "garbage", "silent", "faildel")
 NETWORKS = ("storage", "backup", "tunnel")  # what well-behaved containers join besides the default (mgmt)

@@ -14,7 +14,7 @@ from typing import Any
 
 from netcomp.daemon.daemon import Daemon
 from netcomp.settings import Settings
-from tests.integration.netns import PLUGIN_DIR, Lab, lab
+from tests.lab.netlab import PLUGIN_DIR, Lab, lab
 
 SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable

@@ -1,5 +1,5 @@
 """The installed daemon (/usr/bin/netcomp from the package, its private environment) in the same scenarios as
-tests/integration/test_service.py: the notify sequence across a broken edit, a fix, a reload and a stop, and
+tests/integration/test_systemd_interface.py: the notify sequence across a broken edit, a fix, a reload and a stop, and
 socket activation through systemd-socket-activate."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import test_service as svc
-from tests.integration.test_service import node  # noqa: F401  (the fixture)
+from tests.integration import test_systemd_interface as svc
+from tests.integration.test_systemd_interface import node  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.root
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from netcomp.daemon.server.client import call
-from tests.integration.procdaemon import ProcNode, proc_node
+from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
 

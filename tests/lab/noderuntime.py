@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.integration import nodeimages, nodens
-from tests.integration.kubeapi import ADMIN_TOKEN, BINS
+from tests.lab import nodeimages, nodens
+from tests.lab.kubeapi import ADMIN_TOKEN, BINS
 
 if TYPE_CHECKING:
-    from tests.integration.kubenode import KubeNode
+    from tests.lab.kubenode import KubeNode
 
 READY_SECONDS = 120
 NODE_IP = "10.255.0.1"  # the kubelet's node IP: an address of a link of the node (it refuses a loopback one)

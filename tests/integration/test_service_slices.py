@@ -4,7 +4,7 @@ Service in netcomp's spelling and one in DANM's: each node's EndpointSlice holds
 the network (read back from the pods' namespaces and their network-status), following pods created, made
 ready, relabelled, deleted and moved to the other node, and the Service deleted; a daemon restarted, the API
 server away and back, a slice deleted by hand, and another node's stale slices removed by the GC. The server is
-Kubernetes 1.20: EndpointSlices are discovery.k8s.io/v1beta1 there (v1 is in tests/unit/test_slices.py)."""
+Kubernetes 1.20: EndpointSlices are discovery.k8s.io/v1beta1 there (v1 is in tests/unit/test_service_slices.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from netcomp.daemon.daemon import Daemon
-from tests.integration.daemonlab import DaemonLab
-from tests.integration.kubeapi import ApiServer
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import cni_args, status_of
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
 NS = "vnf"

@@ -40,12 +40,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration import nodens, noderuntime
-from tests.integration.deviceplugin import RESOURCE, DevicePlugin, VfTree, make_vf_tree
-from tests.integration.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
-from tests.integration.kubegrpc import Cri
-from tests.integration.netns import PLUGIN_DIR, ip
-from tests.integration.noderuntime import NODE_IP, READY_SECONDS, poll
+from tests.lab import nodens, noderuntime
+from tests.lab.deviceplugin import RESOURCE, DevicePlugin, VfTree, make_vf_tree
+from tests.lab.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
+from tests.lab.kubegrpc import Cri
+from tests.lab.netlab import PLUGIN_DIR, ip
+from tests.lab.noderuntime import NODE_IP, READY_SECONDS, poll
 
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
 MASTER = "ncm0"  # the macvlan master, a veth end in the node's netns

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from tests.integration.daemonlab import PYTHON, run_shim, write_networks
-from tests.integration.netns import IP, PLUGIN_DIR, Lab, ip, lab
+from tests.lab.daemonlab import PYTHON, run_shim, write_networks
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, reachable_from
+from tests.lab.netlab import IP, PLUGIN_DIR, Lab, ip, lab
 
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
 # Puts the listening socket (passed as fd N) on fd 3 with LISTEN_PID set to its own pid, then execs the daemon
@@ -259,6 +260,36 @@ def proc_node(
             notify.close()
             _kill_leftover_delegates(node)
             shutil.rmtree(base / "run", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def kube_proc_node(
+    api: ApiServer,
+    base: Path,
+    node_name: str,
+    *,
+    extra: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    setup: Callable[[Path, Lab], object] | None = None,
+) -> Iterator[ProcNode]:
+    """proc_node following `api` as the node `node_name`, with the node's token (the packaged ClusterRole's
+    rights). The daemon runs in its lab's netns, so it reaches the API server through a forwarder made there,
+    which outlives the daemon."""
+    with contextlib.ExitStack() as stack:
+
+        def kube_setup(base: Path, lb: Lab) -> None:
+            fwd = stack.enter_context(reachable_from(lb.host, int(api.url.rsplit(":", 1)[1])))
+            api.kubeconfig(base / "lab.kubeconfig", NODE_TOKEN, server=f"https://127.0.0.1:{fwd}")
+            if setup is not None:
+                setup(base, lb)
+
+        settings = {
+            "kubernetes": {"kubeconfig": str(base / "lab.kubeconfig"), "timeout": 10},
+            "clusterIntentDir": str(base / "cluster.d"),
+            "nodeName": node_name,
+            **(extra or {}),
+        }
+        yield stack.enter_context(proc_node(base, extra=settings, env=env, setup=kube_setup))
 
 
 def _kill_leftover_delegates(node: ProcNode) -> None:

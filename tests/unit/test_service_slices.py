@@ -1,6 +1,6 @@
 """Services on secondary networks without an API server: label selectors as Kubernetes reads them, what a Service
 asks in DANM's and netcomp's spelling (and every refusal), and the EndpointSlices a node works out for its pods,
-in both versions of the API. The API server's side is tests/integration/test_services.py."""
+in both versions of the API. The API server's side is tests/integration/test_service_slices.py."""
 
 from __future__ import annotations
 
