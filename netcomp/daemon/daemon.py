@@ -246,7 +246,7 @@ class Daemon:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
             limits = wiring.limits(new)
             limits.max_in_flight = self.server.limits.max_in_flight
-            self.server.limits = limits
+            self.server.loop.limits = limits
 
     # ---------------------------------------------------------------------------------------------- serving
 
@@ -319,13 +319,13 @@ class Daemon:
             actions=actions,
             queries=queries,
         )
-        self.server.on_tick = self._tick
+        self.server.loop.on_tick = self._tick
         self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
             self.addresses.serving(self.server.wait_quiet)
         wd = self.notifier.watchdog_sec
-        self.server.tick_every = min(0.5, wd / 4) if wd else 0.5
+        self.server.loop.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
         # (socket activation) is waiting in the backlog for exactly this.
         self.server.ready.set()

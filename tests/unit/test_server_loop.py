@@ -307,7 +307,7 @@ def test_a_bug_in_the_loops_own_steps_is_logged_and_serving_goes_on(
     def bug() -> None:
         raise RuntimeError("a bug")
 
-    server.on_tick = bug
+    server.loop.on_tick = bug
     monkeypatch.setattr(Server, "after_round", lambda self: bug())
     server.start()
     try:

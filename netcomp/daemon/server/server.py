@@ -76,28 +76,8 @@ class Server:
 
     @property
     def limits(self) -> Limits:
+        """The loop's: netcomp.yaml read again sets new ones there (`loop.limits`), for what comes next."""
         return self.loop.limits
-
-    @limits.setter
-    def limits(self, value: Limits) -> None:
-        """New limits apply to what comes next (netcomp.yaml read again)."""
-        self.loop.limits = value
-
-    @property
-    def on_tick(self) -> Callable[[], None]:
-        return self.loop.on_tick
-
-    @on_tick.setter
-    def on_tick(self, fn: Callable[[], None]) -> None:
-        self.loop.on_tick = fn
-
-    @property
-    def tick_every(self) -> float:
-        return self.loop.tick_every
-
-    @tick_every.setter
-    def tick_every(self, seconds: float) -> None:
-        self.loop.tick_every = seconds
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
