@@ -61,6 +61,9 @@ class Diagnostic:
 class NetcompError(Exception):
     """Base of every error netcomp raises on purpose."""
 
+    # The networks the container's record named when the DEL or CHECK that failed read it (its log line's).
+    networks: tuple[str, ...] | None = None
+
 
 class IntentError(NetcompError):
     """The author's input is wrong. Fix the file named in each diagnostic."""

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from netcomp import __version__, libc, report
 from netcomp.cni.invoke import Exec, kill_marked, real_exec
@@ -32,9 +32,6 @@ from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
 from netcomp.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("netcomp.daemon")
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop

@@ -1,9 +1,9 @@
-"""Test hooks. For the chaos suite (tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in the daemon's environment
-makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to show that a daemon
-dying exactly there loses nothing (the points: POINTS, and docs/reliability.md, "The chaos run"). Unset on a
-node, where a point costs one call that does nothing. `NETCOMP_STALL_AT=compile` makes every compile after the
-first wait for ever, as one reading a file that never answers would: the daemon must still stop on SIGTERM,
-and say it is not ready."""
+"""Test hooks. For the chaos run (tests/lab/chaos.py, its short run tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in
+the daemon's environment makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to
+show that a daemon dying exactly there loses nothing (the points: POINTS, and docs/reliability.md, "The chaos run").
+Unset on a node, where a point costs one call that does nothing. `NETCOMP_STALL_AT=compile` makes every compile
+after the first wait for ever, as one reading a file that never answers would: the daemon must still stop on
+SIGTERM, and say it is not ready."""
 
 from __future__ import annotations
 

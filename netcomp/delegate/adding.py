@@ -182,7 +182,7 @@ def _run(d: Delegator, entry: Entry, new: list[Attachment], asks: Mapping[str, A
         for a in new:
             a.state = "attached"
         try:
-            d.cache.append_outcome(entry, new, d._halfway)  # one write appended to the write-ahead
+            d.cache.append_outcome(entry, new, d.halfway)  # one write appended to the write-ahead
         except (OSError, ValueError) as e:
             first_error = DelegateError(E_IO, f"cannot write the attachment cache: {why_unwritten(e)}")
             for a in new:

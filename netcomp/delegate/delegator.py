@@ -34,7 +34,7 @@ from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import Pods
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
-from netcomp.errors import DelegateError, HostError
+from netcomp.errors import DelegateError, HostError, NetcompError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
 from netcomp.host.netns import NetnsId
@@ -112,7 +112,7 @@ class Delegator:
         # The chaos hook's mid-outcome point (daemon.faults): the outcome's record is written in two halves and the
         # daemon killed between them; None (one write) unless that point is armed.
         armed = getattr(self.crash, "at", None) == "mid-outcome"
-        self._halfway: Callable[[], None] | None = (lambda: self.crash("mid-outcome")) if armed else None
+        self.halfway: Callable[[], None] | None = (lambda: self.crash("mid-outcome")) if armed else None
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -124,16 +124,12 @@ class Delegator:
 
     def describe(self, req: Request, networks: Sequence[str] | None = None) -> str:
         """The networks a request is about, for the log line (never fails): `networks` when the request said
-        (DEL and CHECK: what the container's record named); for a DEL or CHECK that failed, what its record names
-        now; for ADD what is asked for."""
+        (DEL and CHECK: what the container's record named, returned or on their error); "?" for a DEL or CHECK
+        that failed before it read the record; for ADD what is asked for."""
         if networks is not None:
             return ",".join(networks) or "-"
         if req.command in ("DEL", "CHECK"):
-            try:
-                entry = self.cache.load(req.container_id, req.ifname)
-            except Exception:  # a log line never fails its request
-                return "?"
-            return ",".join(a.network for a in entry.attachments) if entry is not None else "-"
+            return "?"
         names = [n for n in [self.default_network(), *(w.network for w in req.wants)] if n]
         if self.pods is not None and req.pod is not None:
             names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
@@ -264,21 +260,26 @@ class Delegator:
     # --------------------------------------------------------------------------------------------- DEL
 
     def delete(self, req: Request) -> tuple[str, ...]:
-        """What the container's record holds detached and the record removed; the networks it named."""
+        """What the container's record holds detached and the record removed; the networks it named (on an
+        error too: the error's `networks`, for the request's log line)."""
         entry = self.cache.load(req.container_id, req.ifname)
         if entry is None:
             return ()  # nothing of ours (DEL is idempotent)
         networks = tuple(a.network for a in entry.attachments)
-        with nsutil.recorded(entry, req.netns, entry.netns, pin=True) as target:
-            if not target.found and entry.attached:
-                log.info(
-                    "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
-                    entry.container_id,
-                )
-            unfinished = entry.unfinished
-            self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
-            if unfinished:  # an ADD that never finished: what its killed plugins left goes too
-                self.sweep(entry, target, unfinished)
+        try:
+            with nsutil.recorded(entry, req.netns, entry.netns, pin=True) as target:
+                if not target.found and entry.attached:
+                    log.info(
+                        "DEL of container %s: its network namespace is gone; freeing what its plugins hold outside it",
+                        entry.container_id,
+                    )
+                unfinished = entry.unfinished
+                self.detach(entry, list(entry.attachments), target.path, why="DEL", raise_errors=True)
+                if unfinished:  # an ADD that never finished: what its killed plugins left goes too
+                    self.sweep(entry, target, unfinished)
+        except NetcompError as e:
+            e.networks = networks
+            raise
         return networks
 
     def detach(

@@ -27,9 +27,6 @@ DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, be
 ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
 DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
-# Keys of a network selection element whose value is passed on as runtimeConfig (CNI "capabilities"): the
-# plugins that declare the capability get it, as libcni gives them (and Multus through it).
-CAPABILITY_KEYS = {"portMappings": "portMappings", "bandwidth": "bandwidth", "infiniband-guid": "infinibandGUID"}
 KNOWN_KEYS = (
     "name",
     "namespace",

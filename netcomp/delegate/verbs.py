@@ -9,16 +9,17 @@ from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE,
 from netcomp.cni.invoke import find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
 from netcomp.delegate.delegator import Delegator, as_delegate_error
-from netcomp.delegate.record import Attachment
+from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
-from netcomp.errors import DelegateError, printable
+from netcomp.errors import DelegateError, NetcompError, printable
 from netcomp.host import netns as nsutil
 
 log = logging.getLogger("netcomp.delegate")
 
 
 def check(d: Delegator, req: Request) -> tuple[str, ...]:
-    """Every attachment of the container's record checked; the networks it named."""
+    """Every attachment of the container's record checked; the networks it named (on an error too: the error's
+    `networks`, for the request's log line)."""
     entry = d.cache.load(req.container_id, req.ifname)
     if entry is None:
         raise DelegateError(
@@ -26,6 +27,16 @@ def check(d: Delegator, req: Request) -> tuple[str, ...]:
             f"container {req.container_id} on {req.ifname} is not known",
             "no ADD was cached for it",
         )
+    networks = tuple(a.network for a in entry.attachments)
+    try:
+        _check(d, req, entry)
+    except NetcompError as e:
+        e.networks = networks
+        raise
+    return networks
+
+
+def _check(d: Delegator, req: Request, entry: Entry) -> None:
     if entry.unfinished:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,
@@ -52,7 +63,6 @@ def check(d: Delegator, req: Request) -> tuple[str, ...]:
         for a, exc in failures:
             if isinstance(exc, Exception):
                 raise as_delegate_error(exc, a.network)
-    return tuple(a.network for a in entry.attachments)
 
 
 def valid_attachments(req: Request) -> set[tuple[str, str]]:

@@ -1,7 +1,8 @@
 """Container network namespaces: their identity, and a path to exactly the one ADD attached. A namespace is
 known by identity (the (device, inode) of its nsfs file and its cookie, which the kernel never gives another
 namespace while it runs), never by the path that names it now; DEL and CHECK act only on a namespace of the
-recorded identity, through a descriptor the daemon holds, looked for wherever it can still be (`find`). The
+recorded identity: a DEL through a descriptor the daemon holds, looked for wherever it can still be (`find`),
+a CHECK at its recorded paths only. The
 host's own namespaces are told apart here too, so that no ADD is given one. Opening a namespace and working
 inside it is nsenter.py's. docs/reliability.md, "Namespaces by identity"."""
 
@@ -102,14 +103,14 @@ class Target:
 
 @contextlib.contextmanager
 def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
-    """The namespace the entry's ADD recorded, looked for at each of `paths` (the one the request gives first,
-    then the one ADD was given), then, with `pin`, anywhere it can still be (`find`). Only a namespace of the
-    recorded identity counts; with `pin` the plugins get a path to the daemon's own descriptor on it, which no
-    later mount or PID reuse can redirect; without, the path itself (CHECK's plugins compare it with the
-    `sandbox` their result names, so a namespace no path given names any more is gone for them). An entry
-    without an identity (written before netcomp recorded one) trusts the first path that is a network
-    namespace; one without a cookie (before netcomp recorded those) is looked for at its paths only, its inode
-    number alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
+    """The namespace the entry's ADD recorded, looked for at each of `paths` in the order given (a DEL gives the
+    request's first, then ADD's; a CHECK ADD's first, which its plugins' results name), then, with `pin`, anywhere
+    it can still be (`find`). Only a namespace of the recorded identity counts; with `pin` the plugins get a path to
+    the daemon's own descriptor on it, which no later mount or PID reuse can redirect; without, the path itself
+    (CHECK's plugins compare it with the `sandbox` their result names, so a namespace no path given names any more
+    is gone for them). An entry without an identity (written before netcomp recorded one) trusts the first path that
+    is a network namespace; one without a cookie (before netcomp recorded those) is looked for at its paths only,
+    its inode number alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
     for p in paths:
         if not p:
             continue

@@ -131,12 +131,13 @@ class ServiceSlices:
         failed = functools.partial(self._failed, "the Services")
         keep_following(stop, self._relist_services, self._watch_services, failed, self.explain, _api_why)
 
-    def _selector(self) -> dict[str, str]:
-        return {"label_selector": self.kube.serviceLabelSelector} if self.kube.serviceLabelSelector else {}
+    def _selector(self) -> str | None:
+        """The Services followed: those of serviceLabelSelector, all when it is unset (None: no query parameter)."""
+        return self.kube.serviceLabelSelector or None
 
     def _relist_services(self) -> str:
         resp: Any = self.core.list_service_for_all_namespaces(
-            **self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
+            label_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
         )
         doc = json.loads(resp.data)
         read = [(_key(item), slices.read_service(item, self.kube.danmGroup)) for item in doc.get("items") or []]
@@ -151,8 +152,9 @@ class ServiceSlices:
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
     def _watch_services(self, rv: str, stop: threading.Event) -> str:
-        selector = self.kube.serviceLabelSelector or None  # None: no query parameter
-        events = following.Events(self.core.list_service_for_all_namespaces, rv=rv, stop=stop, label_selector=selector)
+        events = following.Events(
+            self.core.list_service_for_all_namespaces, rv=rv, stop=stop, label_selector=self._selector()
+        )
         for kind, obj in events:
             if kind not in ("ADDED", "MODIFIED", "DELETED"):
                 continue

@@ -152,13 +152,18 @@ def test_no_module_is_named_like_a_stdlib_module_or_another_wings() -> None:
     from collections import defaultdict
 
     names: dict[str, list[str]] = defaultdict(list)
-    for m, path in modules().items():
+    found = modules()
+    wings = {m.split(".")[1] for m, path in found.items() if path.name == "__init__.py" and m.count(".") == 1}
+    for m, path in found.items():
         name = m.rsplit(".", 1)[-1]
         if name in sys.stdlib_module_names:
             names[name].append(f"{m} (a stdlib module's name)")
+        wing = m.split(".")[1] if m.count(".") >= 1 else ""
+        if name in wings and name != wing and not m.startswith("netcomp.cli.") and path.name != "__init__.py":
+            names[name].append(f"{m} (the {name}/ wing's name)")
         if path.name != "__init__.py" and path.name != "__main__.py" and not m.startswith("netcomp.cli."):
             names[name].append(m)
-    assert {n: ms for n, ms in names.items() if len(ms) > 1 or any("stdlib" in m for m in ms)} == {}
+    assert {n: ms for n, ms in names.items() if len(ms) > 1 or any("(" in m for m in ms)} == {}
 
 
 MODULE_LINES = 450  # a module longer than this holds more than one concern: split it where its concepts part

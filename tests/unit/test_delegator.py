@@ -371,3 +371,33 @@ def test_a_result_nested_too_deep_is_the_plugins_error_and_rolled_back(tmp_path:
         assert entry is not None and entry.attachments[0].state == "attached"
     finally:
         d.close()
+
+
+def test_a_failed_dels_log_line_names_every_network_its_record_named(tmp_path: Path) -> None:
+    """The DEL's line names the networks the container's record held when the DEL read it, also when the DEL
+    failed and its record keeps only the network whose DEL failed; a CHECK's the same."""
+    import base64
+    import json
+
+    from netcomp.cni.invoke import ExecResult
+    from netcomp.daemon.server import handlers
+    from netcomp.metrics import Metrics
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        if env["CNI_COMMAND"] in ("DEL", "CHECK") and env["CNI_IFNAME"] == "net1":  # network b
+            return ExecResult(1, b'{"code": 11, "msg": "busy"}', b"")
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    d, _ = _three_network_delegator(tmp_path, fake_exec)
+    config = base64.b64encode(b'{"cniVersion": "1.0.0", "name": "x", "type": "netcomp"}').decode()
+    try:
+        for verb in ("CHECK", "DEL"):
+            env = {"CNI_COMMAND": verb, "CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0"}
+            outcome = handlers.cni(d, Metrics(), json.dumps({"env": env, "config": config}).encode(), bare=True)
+            assert outcome.status == 400 and outcome.line is not None
+            level, msg, args = outcome.line
+            assert (level, args[:3]) == (logging.WARNING, (verb, "c1", "a,b,c")), (msg, args)
+        entry = d.cache.load("c1", "eth0")
+        assert entry is not None and [a.network for a in entry.attachments] == ["b"]
+    finally:
+        d.close()

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from netcomp.daemon.server import http1
+from netcomp.daemon.server.connections import Limits
 from netcomp.daemon.server.loop import Loop
-from netcomp.daemon.server.server import Limits, Server, listen
+from netcomp.daemon.server.server import Server, listen
 from netcomp.daemon.server.workers import Workers
 from netcomp.metrics import Metrics
 

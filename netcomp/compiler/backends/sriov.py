@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.compiler.backends.backend import Backend, RenderInput
-from netcomp.compiler.backends.ipam import ipam_config, pool
+from netcomp.compiler.backends.ipamconf import ipam_config, pool
 from netcomp.compiler.marker import meta
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import SriovSpec

@@ -133,13 +133,13 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> O
         line, ok = (logging.WARNING, "CNI request refused: code %d: %s", (e.code, printable(e.msg, FIELD))), "error"
         answer = _error(e.code, e.msg, e.details, line=line)
     except DelegateError as e:
-        ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req) if req is not None else "-"
+        ms, nets = (time.perf_counter() - t) * 1000, delegator.describe(req, e.networks) if req is not None else "-"
         why = printable(e.full_msg) + (f" ({printable(e.details)})" if e.details else "")
         msg = "CNI %s container=%s networks=%s failed in %.1f ms: code %d: %s"
         line, ok = (logging.WARNING, msg, (verb, cid, nets, ms, e.code, why)), "error"
         answer = _error(e.code, e.full_msg, e.details, version, line=line)
     except HostError as e:
-        nets = delegator.describe(req) if req is not None else "-"
+        nets = delegator.describe(req, e.networks) if req is not None else "-"
         line = logging.ERROR, "CNI %s container=%s networks=%s host error: %s", (verb, cid, nets, printable(str(e)))
         answer, ok = _error(E_IO, str(e), version=version, line=line), "error"
     except Exception as e:  # a bug: answer, log, keep serving

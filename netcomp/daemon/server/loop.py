@@ -48,6 +48,9 @@ _SPENT = http1.Incoming()  # what a connection the loop let go of holds instead 
 
 
 class Loop:
+    """The thread that accepts and reads every connection, refuses what may not be served, holds the queue, and
+    writes the answers a worker handed back; complete requests go to its `router`."""
+
     def __init__(self, sock: socket.socket, metrics: Metrics, limits: Limits, router: Router) -> None:
         self.sock = sock
         self.metrics = metrics

@@ -27,7 +27,7 @@ from netcomp.daemon.server.workers import Workers
 from netcomp.delegate.delegator import Delegator
 from netcomp.metrics import Metrics
 
-__all__ = ["Limits", "Server", "listen"]
+__all__ = ["Server", "listen"]
 log = logging.getLogger("netcomp.server")
 _GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.METRICS_PATH)
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
