@@ -246,9 +246,18 @@ def cluster_case(
                 (node / "daemon.log").read_text(errors="replace").splitlines(True)[-30:]))  # fmt: skip
             raise
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=60)
+            _stop(daemon)
     return out
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not stopped within a minute: no daemon outlives the benchmark."""
+    daemon.terminate()
+    try:
+        daemon.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
 
 
 def _until(done: Any, what: str, seconds: float = 60) -> None:
@@ -435,8 +444,7 @@ def inner(runs: int, only_cluster: bool = False) -> None:
         )
         raise
     finally:
-        daemon.terminate()
-        daemon.wait(timeout=60)
+        _stop(daemon)
         netns.delete()
         shutil.rmtree(base, ignore_errors=True)
 

@@ -292,12 +292,7 @@ class Delegator:
 
         def one(a: Attachment) -> None:
             self.runner.delete(a.conflist, self.runtime_conf(entry, a, netns), a.result)
-            poolclaims.give_back(self.addresses, a)  # only once its delegate has let go of them
-            if a.device:
-                try:
-                    Devices.remove_info(a)
-                except HostError as e:  # the device itself is let go of; start-up's sweep tries again
-                    log.error("%s of container %s: %s", why, entry.container_id, e)
+            self._give_back(a, why, entry.container_id)  # only once its delegate has let go of them
 
         futures = self.side_by_side(one, atts)
         errors: list[DelegateError] = []
@@ -340,6 +335,16 @@ class Delegator:
             raise errors[-1]
         return errors
 
+    def _give_back(self, a: Attachment, why: str, cid: str) -> None:
+        """What netcomp gave a detached attachment: its addresses, its device-info copy (the device itself is
+        the kubelet's; a copy that cannot be removed is left to start-up's sweep)."""
+        poolclaims.give_back(self.addresses, a)
+        if a.device:
+            try:
+                Devices.remove_info(a)
+            except HostError as e:
+                log.error("%s of container %s: %s", why, cid, e)
+
     def _nothing_left(self, a: Attachment, netns: str, why: str, cid: str, err: DelegateError) -> bool:
         """After a DEL of `a` failed for a reason no retry changes (its plugin refuses the config's version, its
         arguments cannot be exec'd), or of an attachment its ADD never made whole: whether nothing of it is left,
@@ -352,12 +357,7 @@ class Delegator:
             return False
         if left:
             return False
-        poolclaims.give_back(self.addresses, a)
-        if a.device:
-            try:
-                Devices.remove_info(a)
-            except HostError as e:  # start-up's sweep tries again
-                log.error("%s of container %s: %s", why, cid, e)
+        self._give_back(a, why, cid)
         log.warning(
             "%s of container %s: DEL of network %s on %s failed (%s); nothing of it is left in its namespace: "
             "forgotten",

@@ -22,6 +22,7 @@ from netcomp.delegate.naming import PodRef, display_name
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.record import Attachment, Entry
 from netcomp.errors import DelegateError, HostError
+from netcomp.fsutil import remove_stale_tmp
 from netcomp.host import devinfo
 from netcomp.host.kubelet import Kubelet
 
@@ -54,12 +55,15 @@ class Devices:
         """Give each new attachment of a device-plugin network its device, or raise the CNI error that says why
         it cannot have one, before anything is recorded or run. `others`: the container's attachments already
         there (their devices are taken)."""
-        pools = self.pools()
         wanted = [(a, r) for a in new if (r := resource_of(a.conflist))]
         if not wanted:
             return
+        pools = self.pools()
         mine = [(a, r) for a, r in wanted if r not in pools]
-        shared = {r for a, r in wanted if r in pools} & self.kubelet.registered()
+        also_pools = {r for a, r in wanted if r in pools}
+        # The kubelet's checkpoint is read only for a resource that is also a pool: a device plugin's ADD never
+        # reads it here.
+        shared = also_pools & self.kubelet.registered() if also_pools else set()
         if shared:
             r = sorted(shared)[0]
             raise DelegateError(
@@ -177,6 +181,7 @@ class Devices:
         could not remove its copy). Only copies of networks of a resource (compiled now, or in a record) of
         containers with no record: a copy another CNI wrote for its own networks is left alone."""
         cni_dir = Path(self.info_dir) / "cni"
+        remove_stale_tmp(cni_dir)  # a copy's temp file a killed write left
         try:
             names = os.listdir(cni_dir)
         except FileNotFoundError:

@@ -353,6 +353,21 @@ def test_a_resource_that_is_a_pool_and_a_kubelet_resource_names_both(node: Node)
     assert node.adds() == [("net0", "0000:99:00.0")]
 
 
+def test_a_device_plugins_add_never_reads_the_kubelets_checkpoint(
+    node: Node, api: PodResourcesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint (up to 16 MiB of JSON) is read for the pools' conflict check only when a network's
+    resource is also a pool of netcomp.yaml: a device plugin's network, answered by PodResources, never."""
+
+    def read(*_: object) -> set[str]:
+        raise AssertionError("the checkpoint was read on a device plugin's ADD")
+
+    monkeypatch.setattr(node.d.devices.kubelet, "registered", read)
+    api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
+    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    assert node.adds() == [("net0", "0000:3b:02.0")]
+
+
 def test_start_up_sweeps_copies_no_record_names(node: Node, api: PodResourcesServer) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
     dispatch.handle(node.d, req("ADD", "a", "vf-a"))
@@ -361,6 +376,7 @@ def test_start_up_sweeps_copies_no_record_names(node: Node, api: PodResourcesSer
     (cni / "vf-a-gone_net0").write_text("{}")  # a DEL that could not remove it
     (cni / "vf-a-a_net7").write_text("{}")  # of a container with a record: not guessed about
     (cni / "othercni-x_net1").write_text("{}")  # another CNI's network
+    (cni / ".vf-a-b_net0.netcomp-tmp").write_text("{")  # a copy's write a SIGKILL cut short
     from netcomp.delegate import recovery
 
     recovery.recover(node.d)
