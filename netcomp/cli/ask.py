@@ -14,7 +14,7 @@ from netcomp.daemon.server import protocol
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     settings = running_settings(args, err)  # with netcomp.yaml broken, the daemon's last good ones
-    from netcomp.daemon.server.client import call
+    from netcomp.daemon.server.client import call, unreachable
 
     try:
         if args.command == "status":
@@ -39,20 +39,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 ns, _, name = args.pod.partition("/")
                 body.update(podNamespace=ns, podName=name)
             status, doc = call(settings.socket, "POST", protocol.DELEGATE_PATH, body)
-    except PermissionError:  # the daemon may well be up: its socket is not for this user
-        print(
-            f"netcomp: {settings.socket} is root-only: run `netcomp {args.command}` as root "
-            "(the daemon may be up; this user may not use its socket)",
-            file=err,
-        )
-        return EX_NOPERM
     except OSError as e:
-        print(
-            f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"
-            "  see `systemctl status netcomp`",
-            file=err,
-        )
-        return EX_UNAVAILABLE
+        what, todo = unreachable(settings.socket, e)
+        print(f"netcomp: {what}\n  {todo}", file=err)
+        return EX_NOPERM if isinstance(e, PermissionError) else EX_UNAVAILABLE
     # `attachments` fails (1) when a cache entry cannot be read, so that a script notices.
     code = EX_OK if status == 200 and not (args.command == "attachments" and doc.get("unreadable")) else EX_FAIL
     printers = {"status": _print_status, "attachments": _print_attachments, "ipam": _print_ipam}

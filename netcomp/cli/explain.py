@@ -8,7 +8,7 @@ import json
 from typing import Any, TextIO
 
 from netcomp.cli.common import running_settings
-from netcomp.cli.exits import EX_FAIL, EX_OK, EX_UNAVAILABLE, EX_USAGE
+from netcomp.cli.exits import EX_FAIL, EX_NOPERM, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from netcomp.daemon.server import protocol
 
 
@@ -25,18 +25,18 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"netcomp: --pod takes NAMESPACE/NAME, not {args.pod!r}", file=err)
         return EX_USAGE
     settings = running_settings(args, err)
-    from netcomp.daemon.server.client import call
+    from netcomp.daemon.server.client import call, unreachable
 
     try:
         status, doc = call(settings.socket, "POST", protocol.EXPLAIN_PATH, _body(args), timeout=60)
     except OSError as e:
+        what, todo = unreachable(settings.socket, e)
         print(
-            f"netcomp: the daemon is not answering on {settings.socket}: {e.strerror or e}\n"
-            "  explain asks the daemon (it plans with the networks it serves and the pods it follows); "
-            "see `netcomp doctor` and `systemctl status netcomp`",
+            f"netcomp: {what}\n  explain asks the daemon (it plans with the networks it serves and the pods it "
+            f"follows): {todo}",
             file=err,
         )
-        return EX_UNAVAILABLE
+        return EX_NOPERM if isinstance(e, PermissionError) else EX_UNAVAILABLE
     if status != 200:
         msg = doc.get("msg", doc) if isinstance(doc, dict) else doc
         print(f"netcomp: the daemon refused: {msg}", file=err)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from netcomp.daemon.server import protocol
-from netcomp.daemon.server.client import call
+from netcomp.daemon.server.client import call, unreachable
 from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.doctor.node import Network
@@ -38,11 +38,7 @@ def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
             "`systemctl status netcomp`; `journalctl -u netcomp` says what it is doing",
         ), None
     except OSError as e:
-        return fail(
-            name,
-            f"not answering on {settings.socket}: {e.strerror or e}",
-            "`systemctl start netcomp`; `journalctl -u netcomp` says why it stopped",
-        ), None
+        return fail(name, *unreachable(settings.socket, e)), None
     if status != 200 or not isinstance(doc, dict):
         return fail(name, f"answered {status} on {protocol.STATUS_PATH}: {doc}", "`journalctl -u netcomp`"), None
     head = f"generation {doc.get('generation')}, {len(doc.get('networks') or [])} networks"

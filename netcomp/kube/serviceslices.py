@@ -411,7 +411,7 @@ def _api_why(e: Any) -> str:
     text = f"{status} {reason}"
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         message = json.loads(getattr(e, "body", b"") or b"").get("message")
-        if message:
+        if message and message not in str(reason):  # netcomp's own client has it in the reason already
             text += f": {message}"
     if status == 403:
         text += (

@@ -147,13 +147,14 @@ def test_status_as_a_user_says_the_socket_is_root_only(dl: DaemonLab, tmp_path: 
         (cfg_dir / "netcomp.yaml").write_text(f"socket: {dl.sock}\n")
         (cfg_dir / "netcomp.yaml").chmod(0o644)
         user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-        argv = [*user, str(netcomp), "status", "--config", str(cfg_dir / "netcomp.yaml")]
-        argv += ["--state", str(cfg_dir / "state.json")]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        if p.returncode == 126:
-            pytest.skip(f"nobody cannot run {netcomp}")
-        assert p.returncode == 77 and "is root-only" in p.stderr, (p.returncode, p.stderr)
-        assert "not answering" not in p.stderr
+        for command in (["status"], ["explain", "--container", "c1"]):  # every command that asks the daemon
+            argv = [*user, str(netcomp), *command, "--config", str(cfg_dir / "netcomp.yaml")]
+            argv += ["--state", str(cfg_dir / "state.json")]
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            if p.returncode == 126:
+                pytest.skip(f"nobody cannot run {netcomp}")
+            assert p.returncode == 77 and "is root-only" in p.stderr, (command, p.returncode, p.stderr)
+            assert "not answering" not in p.stderr
     finally:
         shutil.rmtree(cfg_dir, ignore_errors=True)
 

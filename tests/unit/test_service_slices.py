@@ -308,3 +308,16 @@ def test_another_nodes_slice_is_stale_only_with_proof() -> None:
     assert stale(doc, node_exists=True, pods_there={"u9"})
     assert not stale(doc, node_exists=True, pods_there={"u1"})
     assert json.dumps(doc)  # untouched
+
+
+def test_an_api_error_says_the_servers_message_once() -> None:
+    """netcomp's client puts the server's message into the reason already (apiclient._reason); the line says it
+    once, with what to do about a 403. The library's errors carry it only in the body: said from there."""
+    from netcomp.kube.apierrors import ApiException
+    from netcomp.kube.serviceslices import _api_why
+
+    body = json.dumps({"message": "endpointslices is forbidden"}).encode()
+    for reason in ("Forbidden: endpointslices is forbidden", "Forbidden"):
+        why = _api_why(ApiException(403, reason, body))
+        assert why.startswith("403 Forbidden: endpointslices is forbidden (the node's ClusterRole"), why
+        assert why.count("endpointslices is forbidden") == 1

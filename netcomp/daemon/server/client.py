@@ -1,4 +1,5 @@
-"""Talking to a running daemon over its socket (for `netcomp status`, `attach`, `detach`)."""
+"""Talking to a running daemon over its socket (for `netcomp status`, `attach`, `detach`, `explain`, `doctor`),
+and why it could not be asked, in one wording for all of them."""
 
 from __future__ import annotations
 
@@ -34,3 +35,14 @@ def call(sock: str, method: str, path: str, body: Any = None, timeout: float = 1
         return resp.status, json.loads(raw) if raw else None
     except ValueError:
         return resp.status, raw.decode(errors="replace")
+
+
+def unreachable(sock: str, e: OSError) -> tuple[str, str]:
+    """Why the daemon on `sock` could not be asked, and what to do: a socket this user may not use (the daemon
+    may well be up) is not a daemon that is down."""
+    if isinstance(e, PermissionError):
+        return f"{sock} is root-only (the daemon may be up; this user may not use its socket)", "run it as root"
+    return (
+        f"the daemon is not answering on {sock}: {e.strerror or e}",
+        "`systemctl status netcomp`; `journalctl -u netcomp` says why",
+    )
