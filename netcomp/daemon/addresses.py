@@ -129,7 +129,7 @@ class Addresses:
         """The claims the cache records (of attached containers, and of ADDs it says are in progress)."""
         return {str(c.get("name")) for e in self.cache.entries() for a in e.attachments for c in a.claims}
 
-    def serving(self, quiet: Callable[[float, float], object]) -> None:
+    def serving(self, quiet: Callable[[], object]) -> None:
         """The server's wait for a quiet moment, for the writes behind."""
         if self.worker is not None:
             self.worker.quiet = quiet

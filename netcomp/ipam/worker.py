@@ -4,8 +4,8 @@
 - claiming again a block whose object went, or handing its addresses in use to the node that holds it now;
 - giving back borrowed addresses nobody here uses, and claiming a block ahead of need;
 - writing behind which container uses which address: each block's record brought to what this node's cache
-  says, only what differs, coalesced, once no CNI request has been served for a moment (at most QUIET_LIMIT
-  later), never ahead of the cache (an address is written once its ADD is recorded).
+  says, only what differs, coalesced, once no CNI request has been served for a moment (the daemon's server
+  says when: Server.wait_quiet), never ahead of the cache (an address is written once its ADD is recorded).
 
 A store that cannot be reached is tried again after a back-off (1 s, doubling to 30 s); `flush` tries at once."""
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from netcomp.ipam.blockalloc import BlockAllocator
 
 log = logging.getLogger("netcomp.ipam")
-QUIET, QUIET_LIMIT = 0.05, 2.0
 MAX_BACKOFF = 30.0
 
 
@@ -45,7 +44,7 @@ class Worker:
         self.retry_at = 0.0
         self.backoff = 1.0
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
-        self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+        self.quiet: Callable[[], object] = lambda: True
 
     # ------------------------------------------------------------------------------------------------ asks
 
@@ -194,7 +193,7 @@ class Worker:
         ok = ok and self._prefetch(prefetch) and self._borrowed()
         if ok and flags["write"]:
             if not self.flushing:
-                self.quiet(QUIET, QUIET_LIMIT)
+                self.quiet()
             ok = self._write()
         return ok
 

@@ -2,7 +2,7 @@
 In: the pods bound to this node are listed, then watched (only each pod's uid and the annotations netcomp reads
 are kept), so an ADD reads nothing from the API server; a pod the watch has not delivered yet is read with one
 GET, as raw JSON. Out: network-status patches and events go to a bounded queue that one writer thread empties
-at a quiet moment (no CNI request served for QUIET seconds, at most QUIET_LIMIT later): a write costs the API
+at a quiet moment (no CNI request served for a moment: the server's wait_quiet): a write costs the API
 client's CPU, and on a small node the API server's, which the next request would otherwise wait for. A pod's
 statuses coalesce; events beyond QUEUE are dropped and counted; a patch carries the pod's uid as a
 precondition, so a pod made again under its name never gets the old one's status."""
@@ -29,8 +29,6 @@ from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 QUEUE = 1024  # events waiting; beyond, dropped and counted (statuses: one per pod, never dropped)
-QUIET = 0.05  # a write waits until no CNI request has been served for this long...
-QUIET_LIMIT = 2.0  # ...but never longer than this
 MAX_MESSAGE = 1024  # an event's message, as the events API bounds it
 
 
@@ -79,7 +77,7 @@ class PodWatch:
         self._events: collections.deque[tuple[str, Any, str, str, str]] = collections.deque()
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
-        self.quiet: Callable[[float, float], object] = lambda settle, limit: True
+        self.quiet: Callable[[], object] = lambda: True
         # Told of a pod whose network annotations changed (delegate.podsync.PodSync.changed), once serving.
         self.on_change: Callable[[PodRef], object] = lambda pod: None
 
@@ -238,7 +236,7 @@ class PodWatch:
                     return  # stopped with nothing left to write
                 self._writing = True
             try:
-                self.quiet(QUIET, QUIET_LIMIT)
+                self.quiet()
                 while True:
                     with self._pending:
                         if self._statuses:

@@ -21,7 +21,7 @@ from netcomp.errors import HostError
 from netcomp.kube import following, slices
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import MAX_BACKOFF, keep_following
-from netcomp.kube.podwatch import QUIET, QUIET_LIMIT, PodWatch
+from netcomp.kube.podwatch import PodWatch
 from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
@@ -254,7 +254,7 @@ class ServiceSlices:
                 self._busy = True
             failed = 1
             try:
-                self.pods.quiet(QUIET, QUIET_LIMIT)
+                self.pods.quiet()
                 with self._cond:
                     self._dirty = False
                     pending, self._pending = self._pending, set()

@@ -33,6 +33,9 @@ _GET = (protocol.HEALTHZ_PATH, protocol.READYZ_PATH, protocol.METRICS_PATH)
 _POST = (protocol.CNI_PATH, protocol.DELEGATE_PATH, protocol.HEALTHZ_PATH)  # Multus's shim POSTs /healthz
 _PROCESSING = b"HTTP/1.1 102 Processing\r\n\r\n"
 STOPPING = "netcomp is stopping; try again later"
+# The cluster's writes (network-status, events, EndpointSlices, the address blocks' write-behind) wait until no
+# CNI request has been served for QUIET seconds, and never longer than QUIET_LIMIT (wait_quiet).
+QUIET, QUIET_LIMIT = 0.05, 2.0
 
 
 class Server:
@@ -109,7 +112,7 @@ class Server:
         if waiting:
             self.loop.wake()  # a slot is free for the next in the queue
 
-    def wait_quiet(self, settle: float, limit: float) -> bool:
+    def wait_quiet(self, settle: float = QUIET, limit: float = QUIET_LIMIT) -> bool:
         """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
         for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter looks
         again once per `settle` at most and is never woken by a request's start or end: a wake would put its
