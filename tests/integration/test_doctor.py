@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from tests.lab.daemonlab import intent
 from tests.lab.kubeapi import ApiServer
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab
+from tests.lab.poll import until
 from tests.lab.procdaemon import NETCOMP, ProcNode, kube_proc_node
 
 pytestmark = pytest.mark.root
@@ -205,10 +205,12 @@ def _until_allowed(admin: Any, verb: str, resource: str, allowed: bool) -> None:
 
     auth = client.AuthorizationV1Api(admin)
     body = {"spec": {"user": "netcomp-node", "resourceAttributes": {"verb": verb, "resource": resource}}}
-    deadline = time.monotonic() + 30
-    while auth.create_subject_access_review(body).status.allowed != allowed:
-        assert time.monotonic() < deadline, f"the API server did not take the role's change ({verb} {resource})"
-        time.sleep(0.05)
+    until(
+        lambda: auth.create_subject_access_review(body).status.allowed == allowed,
+        f"the API server did not take the role's change ({verb} {resource})",
+        30,
+        0.05,
+    )
 
 
 def test_another_file_before_netcomps_in_the_runtimes_conf_dir(node: ProcNode) -> None:

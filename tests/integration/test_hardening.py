@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.poll import until
 from tests.lab.procdaemon import ProcNode, proc_node
 from tests.lab.wire import post, raw
 
@@ -258,7 +258,4 @@ def test_a_plugin_binary_being_replaced_is_waited_for(tmp_path: Path) -> None:
 
 def _wait_for(node: ProcNode, words: str) -> None:
     """Until the daemon's log says `words`: a poll of another process's output, bounded."""
-    deadline = time.monotonic() + 30
-    while words not in node.logs():
-        assert time.monotonic() < deadline, f"the daemon never said {words!r}:\n{node.logs()[-3000:]}"
-        time.sleep(0.05)
+    until(lambda: words in node.logs(), lambda: f"the daemon never said {words!r}:\n{node.logs()[-3000:]}", 30, 0.05)

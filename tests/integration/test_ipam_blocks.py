@@ -31,6 +31,7 @@ from tests.integration.test_cluster_ipam import (
 )
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
@@ -230,14 +231,6 @@ def proc(api: ApiServer, tmp_path: Path, crash: str) -> Any:
     extra = {"defaultNetwork": None, "ipamGrace": 3}
     with kube_proc_node(api, tmp_path, "node-k", extra=extra, env={"NETCOMP_CRASH_AT": crash}) as node:
         yield node
-
-
-def until(check: Any, what: Any, timeout: float = 60) -> None:
-    """Poll what a daemon process does on its own schedule, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.3)
 
 
 def test_killed_between_claiming_a_block_and_recording_it(api: ApiServer, custom: Any, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from tests.lab.kubenode import KubeNode
 from tests.lab.nodeimages import BUSYBOX_IMAGE
+from tests.lab.poll import until
 
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 NAMESPACE = "default"
@@ -130,11 +131,8 @@ def gone(node: KubeNode, pods: Iterable[Any]) -> None:
 
 
 def _until(node: KubeNode, left: Any) -> None:
-    deadline = time.monotonic() + GONE_SECONDS
-    while still := left():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {GONE_SECONDS}s still there: {still}\n{node.logs()}")
-        time.sleep(0.2)  # the kubelet and containerd finishing a delete: polled with a deadline
+    """The kubelet and containerd finishing a delete: until `left()` names nothing."""
+    until(lambda: not left(), lambda: f"after {GONE_SECONDS}s still there: {left()}\n{node.logs()}", GONE_SECONDS, 0.2)
 
 
 def _ready(node: KubeNode, pod: Any) -> bool:

@@ -6,13 +6,13 @@ answering with the images imported, the Node Ready, a device plugin's resource a
 from __future__ import annotations
 
 import subprocess
-import time
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tests.lab import nodeimages, nodens
 from tests.lab.kubeapi import ADMIN_TOKEN, BINS
+from tests.lab.poll import until
 
 if TYPE_CHECKING:
     from tests.lab.kubenode import KubeNode
@@ -22,11 +22,7 @@ NODE_IP = "10.255.0.1"  # the kubelet's node IP: an address of a link of the nod
 
 
 def poll(cond: Any, what: str, node: KubeNode, timeout: float = READY_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout}s: {what}\n{node.logs()}")
-        time.sleep(0.2)  # an external process getting there: polled with a deadline
+    until(cond, lambda: f"not within {timeout}s: {what}\n{node.logs()}", timeout, 0.2)
 
 
 def containerd_config(node: KubeNode) -> str:
