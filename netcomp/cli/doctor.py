@@ -8,36 +8,28 @@ from pathlib import Path
 from typing import TextIO
 
 from netcomp import paths
-from netcomp.cli.common import settings as load
-from netcomp.cli.common import state_path
+from netcomp.cli.common import running
 from netcomp.cli.exits import EX_FAIL, EX_OK
 from netcomp.doctor import checks as report
 from netcomp.doctor.checks import Check
-from netcomp.errors import IntentError
 from netcomp.paths import Root
 from netcomp.settings import Settings
 
 
 def _config(args: argparse.Namespace) -> tuple[Settings, Check]:
     where = args.config or str(Root(Path(args.root))(paths.CONFIG_FILE))
-    try:
-        settings = load(args)
+    r = running(args)
+    if r.broken is None:
         found = f"{where} loads" if Path(where).exists() else f"no {where}: the defaults"
-        return settings, report.ok("config", found)
-    except IntentError as e:
-        from netcomp.daemon.state import StateFile
-
-        saved = StateFile(state_path(args)).load()
-        first = e.diagnostics[0]
-        broken = f"{first.location}: {first.message}" if first.location else first.message
-        more = f" (and {len(e.diagnostics) - 1} more)" if len(e.diagnostics) > 1 else ""
-        settings = saved.settings if saved is not None else Settings().rooted(Root(Path(args.root)))
-        running = "its last good settings" if saved is not None else "the defaults"
-        return settings, report.fail(
-            "config",
-            f"broken: {broken}{more}; checking with {running}",
-            "fix netcomp.yaml (`netcomp validate` shows every error), then `systemctl reload netcomp`",
-        )
+        return r.settings, report.ok("config", found)
+    first, errors = r.broken.diagnostics[0], len(r.broken.diagnostics)
+    broken = f"{first.location}: {first.message}" if first.location else first.message
+    more = f" (and {errors - 1} more)" if errors > 1 else ""
+    return r.settings, report.fail(
+        "config",
+        f"broken: {broken}{more}; checking with {'its last good settings' if r.last_good else 'the defaults'}",
+        "fix netcomp.yaml (`netcomp validate` shows every error), then `systemctl reload netcomp`",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
