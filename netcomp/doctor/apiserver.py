@@ -1,11 +1,12 @@
 """The cluster as the daemon meets it: the API server reached with the kubeconfig netcomp.yaml names, every
 verb of the packaged ClusterRole that these settings need granted to that identity (asked with
-SelfSubjectAccessReview, as `kubectl auth can-i` asks), and this node's Node object. The calls are the
-client's, answered as raw JSON (`_preload_content=False`), as the daemon's own are."""
+SelfSubjectAccessReview, as `kubectl auth can-i` asks), and this node's Node object. The calls go through the
+daemon's own client (kube/apiclient.py: its TLS, credentials and timeouts), and a failure is said in the words
+the daemon says it in (kube/apierrors.py)."""
 
 from __future__ import annotations
 
-import json
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ import yaml
 
 from netcomp.doctor.checks import Check, fail, ok, skip
 from netcomp.fsutil import read_bounded
+from netcomp.kube.apiclient import Api
+from netcomp.kube.apierrors import ApiException, explain
+from netcomp.kube.kubeconfig import KubeConfigError
 from netcomp.settings import KubeSettings, Settings
 
 # Where the packaged ClusterRole is: the Debian package's copy, else the source tree's (a checkout).
@@ -32,6 +36,9 @@ NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
     ("discovery.k8s.io", "endpointslices"): lambda k: k.services,
 }
 Verb = tuple[str, str, str]  # (API group, resource, verb)
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+# What the client raises for a failed call (Unreachable is an OSError), and for an answer that is not JSON.
+CALL_ERRORS = (ApiException, OSError, ValueError)
 
 
 def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
@@ -39,48 +46,36 @@ def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
     if kube is None:
         return [skip("apiserver", "no cluster (netcomp.yaml has no kubernetes:)")]
     try:
-        api = _client(kube)
-    except Exception as e:  # the kubernetes client's config errors have no common base
-        return [fail("apiserver", f"cannot use kubeconfig {kube.kubeconfig}: {_why(e)}", "fix kubernetes.kubeconfig")]
-    from kubernetes import client
-
+        api = Api(kube.kubeconfig)
+    except KubeConfigError as e:
+        return [fail("apiserver", f"cannot use kubeconfig {kube.kubeconfig}: {e}", "fix kubernetes.kubeconfig")]
     timeout = max(kube.timeout, 5.0)
     try:
-        resp: Any = client.VersionApi(api).get_code(_request_timeout=timeout, _preload_content=False)
-        version = json.loads(resp.data).get("gitVersion", "?")
-    except Exception as e:
-        why = _why(e)
+        doc = api.call("GET", "/version", timeout=timeout).json()
+        version = doc.get("gitVersion", "?") if isinstance(doc, dict) else "?"
+    except CALL_ERRORS as e:
+        found = explain(e) if isinstance(e, OSError) else f"{api.server()} answers GET /version with {explain(e)}"
         return [
-            fail("apiserver", f"{api.configuration.host} does not answer: {why}", _reach_fix(why, kube)),
+            fail("apiserver", found, _reach_fix(e, kube)),
             skip("rbac", "the API server does not answer"),
             skip("node", "the API server does not answer"),
         ]
-    out = [ok("apiserver", f"{api.configuration.host} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}")]
+    out = [ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}")]
     out.append(_rbac(api, kube, rbac_file, timeout))
     out.append(_node(api, settings.nodeName, timeout))
     return out
 
 
-def _client(kube: KubeSettings) -> Any:
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=kube.kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    cfg.retries = 0  # one try: a check says what happened, it does not wait out retries
-    return client.ApiClient(cfg)
-
-
-def _why(e: Exception) -> str:
-    status = getattr(e, "status", None)
-    if status is not None and getattr(e, "reason", None) is not None:
-        return f"{status} {e.reason}"  # type: ignore[attr-defined]
-    reason = getattr(e, "reason", None)  # urllib3's MaxRetryError: the connection's own error
-    return f"{type(reason or e).__name__}: {reason or e}"[:300]
-
-
-def _reach_fix(why: str, kube: KubeSettings) -> str:
-    if "401" in why:
-        return f"the credentials in {kube.kubeconfig} are refused: give it a valid token or certificate"
+def _reach_fix(e: Exception, kube: KubeSettings) -> str:
+    if isinstance(e, ApiException) and e.status == 401:
+        return f"give {kube.kubeconfig} a token or client certificate the API server accepts"
+    cause = e.__cause__  # the client's transport error; urllib3's, from the library's transport, has a reason
+    if isinstance(cause, ssl.SSLError) or isinstance(getattr(cause, "reason", None), ssl.SSLError):
+        return (
+            f"give {kube.kubeconfig} the CA that signed the API server's certificate (certificate-authority or "
+            "certificate-authority-data), and the name on that certificate (tls-server-name) if its address is "
+            "not one"
+        )
     return f"check the server address in {kube.kubeconfig} and that this node reaches it"
 
 
@@ -113,7 +108,7 @@ def _rbac_file(given: str | None) -> Path | None:
     return next((p for p in RBAC_FILES if p.is_file()), None)
 
 
-def _rbac(api: Any, kube: KubeSettings, given: str | None, timeout: float) -> Check:
+def _rbac(api: Api, kube: KubeSettings, given: str | None, timeout: float) -> Check:
     path = _rbac_file(given)
     if path is None:
         return skip("rbac", f"no ClusterRole manifest to check against ({', '.join(map(str, RBAC_FILES))}; --rbac)")
@@ -121,22 +116,19 @@ def _rbac(api: Any, kube: KubeSettings, given: str | None, timeout: float) -> Ch
         verbs = needed(cluster_role(path), kube)
     except (OSError, ValueError, yaml.YAMLError) as e:
         return fail("rbac", f"cannot read the ClusterRole in {path}: {e}", "give its manifest with --rbac FILE")
-    from kubernetes import client
-
-    auth = client.AuthorizationV1Api(api)
     denied = []
     try:
         for group, resource, verb in verbs:
-            body = {"spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}}}
-            resp: Any = auth.create_self_subject_access_review(
-                body,  # type: ignore[arg-type]  # raw JSON, as the daemon's calls send
-                _request_timeout=timeout,
-                _preload_content=False,
-            )
-            if not (json.loads(resp.data).get("status") or {}).get("allowed"):
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}},
+            }
+            doc = api.call("POST", ACCESS_REVIEWS, body=review, timeout=timeout).json()
+            if not (isinstance(doc, dict) and (doc.get("status") or {}).get("allowed")):
                 denied.append(f"{verb} {resource}" + (f".{group}" if group else ""))
-    except Exception as e:
-        return fail("rbac", f"cannot ask the API server: {_why(e)}", "see the apiserver check")
+    except CALL_ERRORS as e:
+        return fail("rbac", f"cannot ask the API server: {explain(e)}", "see the apiserver check")
     if denied:
         return fail(
             "rbac",
@@ -146,18 +138,16 @@ def _rbac(api: Any, kube: KubeSettings, given: str | None, timeout: float) -> Ch
     return ok("rbac", f"the {len(verbs)} verbs these settings need of the ClusterRole in {path} are granted")
 
 
-def _node(api: Any, node: str, timeout: float) -> Check:
-    from kubernetes import client
-
+def _node(api: Api, node: str, timeout: float) -> Check:
     try:
-        client.CoreV1Api(api).read_node(node, _request_timeout=timeout, _preload_content=False)
-    except Exception as e:
-        if getattr(e, "status", None) == 404:
+        api.core().read_node(node, _request_timeout=timeout, _preload_content=False)
+    except CALL_ERRORS as e:
+        if isinstance(e, ApiException) and e.status == 404:
             return fail(
                 "node",
                 f"no Node named {node!r} (nodeName)",
                 "set nodeName in netcomp.yaml to this node's name in the cluster (`kubectl get nodes`); the "
                 "kubelet registers it when it starts",
             )
-        return fail("node", f"cannot read Node {node!r}: {_why(e)}", "see the rbac check")
+        return fail("node", f"cannot read Node {node!r}: {explain(e)}", "see the rbac check")
     return ok("node", f"Node {node!r} exists")

@@ -212,11 +212,16 @@ class Api:
     ApiException for an error status, OSError (and ssl/http.client errors) when the server is not reached."""
 
     def __init__(self, kubeconfig: str) -> None:
-        ep = Endpoint(kubeconfig)
+        try:
+            ep = Endpoint(kubeconfig)
+            self.transport: HttpTransport | LibraryTransport = (
+                LibraryTransport(kubeconfig) if ep.needs_library else HttpTransport(ep)
+            )
+        except KubeConfigError:
+            raise
+        except (OSError, ValueError, TypeError, KeyError) as e:  # a CA or key ssl cannot load, a malformed field
+            raise KubeConfigError(str(e)) from None
         self.endpoint = ep
-        self.transport: HttpTransport | LibraryTransport = (
-            LibraryTransport(kubeconfig) if ep.needs_library else HttpTransport(ep)
-        )
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
         h = {"Accept": "application/json", "User-Agent": "netcomp"}

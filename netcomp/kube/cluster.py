@@ -25,6 +25,7 @@ from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
+from netcomp.kube.apierrors import explain as explain  # kubestore.py words the address stores' failures with it
 from netcomp.kube.following import keep_following
 from netcomp.kube.nodewatch import NodeWatch
 from netcomp.kube.podwatch import PodWatch
@@ -125,7 +126,7 @@ class Cluster:
         self.metrics = metrics
         try:
             self.api_client = Api(kube.kubeconfig)
-        except (KubeConfigError, OSError, ValueError, TypeError, KeyError) as e:
+        except KubeConfigError as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = self.api_client.core()
         self.custom: Any = self.api_client.custom()
@@ -228,25 +229,6 @@ class Cluster:
             "lastError": errors[0] if errors else self.pods.last_error,
             "endpointSlices": self.slices.status() if self.slices is not None else None,
         }
-
-
-def explain(e: Exception) -> str:
-    """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
-    IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
-    systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
-    from netcomp.kube.apierrors import ApiException, Unreachable
-
-    if isinstance(e, Unreachable):  # worded by the client, which knows where it was going
-        return str(e)
-    if isinstance(e, ApiException):
-        return f"{e.status} {e.reason}"
-    text = f"{type(e).__name__}: {e}"
-    if "Operation not permitted" in text or "[Errno 1]" in text:
-        text += (
-            " (the netcomp unit denies IP traffic: allow the API server with IPAddressAllow= in a drop-in, "
-            "see docs/kubernetes.md)"
-        )
-    return text
 
 
 def _safe_name(name: str) -> bool:

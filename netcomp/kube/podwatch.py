@@ -50,7 +50,7 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
 
 class PodWatch:
     """delegate.podstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `explain` words a failed
-    call (cluster.explain)."""
+    call (apierrors.explain)."""
 
     def __init__(
         self, core: Any, kube: KubeSettings, node: str, metrics: Metrics, explain: Callable[[Exception], str]

@@ -110,7 +110,7 @@ def test_an_attachment_definition_as_an_intent_file() -> None:
 
 
 def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
-    from netcomp.kube.cluster import explain
+    from netcomp.kube.apierrors import explain
 
     e = PermissionError(1, "Operation not permitted")
     assert explain(e).endswith("allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)")
