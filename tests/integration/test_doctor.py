@@ -3,7 +3,8 @@ kube-apiserver (kubeapi.py) with the packaged ClusterRole's rights, its plugins 
 of the test's, so that one can go missing), and doctor run in that netns as an operator runs it on a node. A
 healthy node passes every check (exit 0); each fault an operator meets is the right failing line and exit 1: a
 plugin gone, a kernel feature this kernel lacks (ipvlan, 8021q), a cniVersion the plugins do not speak, an RBAC verb
-taken away on the API server, another file before netcomp's in the runtime's conf dir."""
+taken away on the API server, the API server down, a token it refuses, a CA that did not sign its certificate,
+another file before netcomp's in the runtime's conf dir."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.lab.daemonlab import intent
-from tests.lab.kubeapi import ApiServer
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, free_port
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab
 from tests.lab.poll import until
 from tests.lab.procdaemon import NETCOMP, ProcNode, kube_proc_node
@@ -54,9 +56,10 @@ def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -
         yield node
 
 
-def doctor(node: ProcNode) -> tuple[int, dict[str, dict[str, str]], str]:
-    """`netcomp doctor -o json` in the node's netns, as on a node; (exit status, checks by name, the text form)."""
-    argv = [IP, "netns", "exec", node.lab.host, NETCOMP, "doctor", "--config", str(node.config)]
+def doctor(node: ProcNode, config: Path | None = None) -> tuple[int, dict[str, dict[str, str]], str]:
+    """`netcomp doctor -o json` in the node's netns, as on a node, with the node's netcomp.yaml or `config`;
+    (exit status, checks by name, the text form)."""
+    argv = [IP, "netns", "exec", node.lab.host, NETCOMP, "doctor", "--config", str(config or node.config)]
     argv += ["--state", str(node.base / "state.json")]
     p = subprocess.run([*argv, "-o", "json"], capture_output=True, text=True, timeout=120, check=False)
     assert p.stderr == "", p.stderr
@@ -211,6 +214,55 @@ def _until_allowed(admin: Any, verb: str, resource: str, allowed: bool) -> None:
         30,
         0.05,
     )
+
+
+@pytest.mark.parametrize("fault", ["down", "token", "untrusted"])
+def test_api_server_faults_said_as_the_daemon_says_them(
+    node: ProcNode, api: ApiServer, tmp_path: Path, fault: str
+) -> None:
+    """Nothing listening at the kubeconfig's address (connection refused), a token the server does not know (401),
+    a CA that did not sign the server's certificate: the apiserver line says it in the daemon's words (its CNI
+    errors say the same, test_kube.py), with the fix for that fault; the checks that need the server are skipped."""
+    lab = yaml.safe_load((node.base / "lab.kubeconfig").read_text())
+    url = lab["clusters"][0]["cluster"]["server"]
+    if fault == "down":
+        url = f"https://127.0.0.1:{free_port()}"  # free here; in the node's netns only the forwarder listens
+    cfg = api.kubeconfig(tmp_path / "k.kubeconfig", "no-such-token" if fault == "token" else NODE_TOKEN, server=url)
+    if fault == "untrusted":
+        other = tmp_path / "other-ca.crt"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.key"),
+             "-out", str(other), "-subj", "/CN=not-the-cluster", "-days", "1"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        doc = yaml.safe_load(cfg.read_text())
+        doc["clusters"][0]["cluster"]["certificate-authority"] = str(other)
+        cfg.write_text(yaml.safe_dump(doc))
+    conf = tmp_path / "netcomp.yaml"
+    conf.write_text(yaml.safe_dump({**node.settings, "kubernetes": {"kubeconfig": str(cfg), "timeout": 10}}))
+    rc, checks, text = doctor(node, conf)
+    assert rc == 1, text
+    assert failing(checks) == ["apiserver"]
+    skipped = [(checks[name]["status"], checks[name]["found"]) for name in ("rbac", "node")]
+    assert skipped == [("skip", "the API server does not answer")] * 2
+    found, fix = checks["apiserver"]["found"], checks["apiserver"]["fix"]
+    if fault == "down":
+        assert found == (
+            f"the API server at {url} refused the connection: is it running, and is the kubeconfig's address right?"
+        )
+        assert fix == f"check the server address in {cfg} and that this node reaches it"
+    elif fault == "token":
+        assert found == (
+            f"{url} answers GET /version with 401 Unauthorized: the API server does not accept the credentials of "
+            f"kubeconfig {cfg}"
+        )
+        assert fix == f"give {cfg} a token or client certificate the API server accepts"
+    else:
+        assert found.startswith(f"TLS: the certificate of the API server at {url} is not trusted (")
+        assert found.endswith("): check the kubeconfig's certificate-authority(-data)")
+        assert fix.startswith(f"give {cfg} the CA that signed the API server's certificate")
+    line = next(line for line in text.splitlines() if line.startswith("FAIL  apiserver "))
+    assert line.split(None, 2)[2] == f"{found}; fix: {fix}"
 
 
 def test_another_file_before_netcomps_in_the_runtimes_conf_dir(node: ProcNode) -> None:

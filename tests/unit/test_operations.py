@@ -118,6 +118,52 @@ def test_the_verbs_these_settings_need_of_the_packaged_cluster_role() -> None:
     }
 
 
+def test_doctors_api_checks_use_the_daemons_client_without_the_kubernetes_library(tmp_path: Path) -> None:
+    """Doctor with a cluster whose API server is down, in a fresh interpreter: the apiserver line is the daemon's
+    words for a refused connection (kube/apierrors.py), and the `kubernetes` library is not imported for a
+    kubeconfig with a token. Nothing listens on the port (it is bound and never listened on), so the kernel
+    refuses the connection; the real API server's faults are tests/integration/test_doctor.py's."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        url = f"https://127.0.0.1:{taken.getsockname()[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "clusters": [{"name": "c", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        conf = tmp_path / "netcomp.yaml"
+        dirs = {k: str(tmp_path / k) for k in ("outputDir", "cacheDir", "runtimeConfDir")}
+        kube = {"kubeconfig": str(kubeconfig), "timeout": 1}
+        conf.write_text(yaml.safe_dump({"socket": str(tmp_path / "sock"), "kubernetes": kube, **dirs}))
+        code = f"""
+import io, json, sys
+from netcomp.cli.main import main
+out = io.StringIO()
+main(["doctor", "-c", {str(conf)!r}, "-o", "json"], out, sys.stderr)
+checks = {{c["name"]: c for c in json.loads(out.getvalue())["checks"]}}
+print(json.dumps([checks["apiserver"], sorted(m for m in sys.modules if m.split(".")[0] == "kubernetes")]))
+"""
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    check, library = json.loads(p.stdout)
+    assert library == [], p.stderr
+    assert check["status"] == "fail"
+    assert check["found"] == (
+        f"the API server at {url} refused the connection: is it running, and is the kubeconfig's address right?"
+    )
+    assert check["fix"] == f"check the server address in {kubeconfig} and that this node reaches it"
+
+
 def _answering(path: Path, versions: list[str]) -> None:
     """A plugin stand-in that answers VERSION as the reference plugins do."""
     answer = json.dumps({"cniVersion": "1.0.0", "supportedVersions": versions})
