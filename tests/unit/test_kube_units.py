@@ -117,6 +117,14 @@ def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
     assert explain(ConnectionRefusedError(111, "Connection refused")) == (
         "ConnectionRefusedError: [Errno 111] Connection refused"
     )
+    # The client's words for a connect() the firewall refused, which the daemon and `netcomp doctor` both say.
+    from netcomp.kube.apierrors import Unreachable, words
+
+    said = explain(Unreachable(words(PermissionError(1, "Operation not permitted"), "https://192.0.2.10:6443", 5)))
+    assert said == (
+        "connecting to the API server at https://192.0.2.10:6443 is not permitted: the netcomp unit denies IP "
+        "traffic (allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"
+    )
 
 
 def test_an_object_read_back_from_the_cluster_validates_as_it_is(tmp_path: Path) -> None:
