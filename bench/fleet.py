@@ -10,6 +10,7 @@ version, of other networks. Rows, each with its goal:
   (f2) its RSS with the fleet / with the empty cluster (the same cycles)                           <= +5 MB
   (f3) start to READY=1 with the fleet                                                              <= 2 s
   (f4) watch events the node takes in while --churn writes change other networks' blocks           0
+       (counted once the node's watch has delivered a block of its own network created after them)
 
 Also printed: start to READY=1 with the empty cluster, the blocks of its network the node knows, how long
 filling the API server took. Usage: sudo bench/fleet.py [--nodes 2000] [--addresses 100000] [--networks 50]
@@ -36,6 +37,7 @@ from netcomp.daemon.server.client import call  # noqa: E402
 from netcomp.ipam.blocks import block_name  # noqa: E402
 from netcomp.ipam.pool import claim_name, network_label  # noqa: E402
 from netcomp.kube import kubeblocks  # noqa: E402
+from tests.lab import poll  # noqa: E402
 from tests.lab.kubeapi import api_server  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_memory", Path(__file__).with_name("memory.py"))
@@ -162,20 +164,43 @@ def inner(args: argparse.Namespace) -> None:
                 m = measure(base, exe, netns, f"f{r}")
                 d = m.pop("daemon")
                 try:
-                    before = _events(base)
                     if r == 0:
+                        before = _events(base)
                         churn(custom, args.churn, args.networks)
-                        time.sleep(2)  # let the watch deliver anything it would (there is nothing to wait for)
-                        m["churn_events"] = _events(base) - before
+                        m["churn_events"] = _after_sentinel(custom, base) - before - 1
                 finally:
                     d.stop()
                 out["fleet"].append(m)
     report(args, out)
 
 
-def _events(base: Path) -> int:
+def _ipam(base: Path) -> dict[str, Any]:
     _, doc = call(f"{base}/run/netcomp/netcomp.sock", "GET", "/ipam", timeout=30)
-    return int(doc["watchEvents"])
+    return dict(doc)
+
+
+def _events(base: Path) -> int:
+    return int(_ipam(base)["watchEvents"])
+
+
+def _after_sentinel(custom: Any, base: Path) -> int:
+    """The node's watch events once it has taken in a sentinel: a block of its own network, created after the
+    churn (and removed again). One watch follows the node's blocks, and the API server sends its events in the
+    order of their resourceVersions, so any event the churn caused arrives before the sentinel's ADDED."""
+    cidr = list(subnet(0).subnets(new_prefix=26))[-1]  # beyond the fleet's blocks and the node's own
+    sentinel = str(cidr)
+    obj = kubeblocks.to_object(kubeblocks.Record(block_name("net-000", cidr), "net-000", sentinel, "fleet-0000", True))
+    custom.create_cluster_custom_object("netcomp.io", "v1", "addressblocks", obj)
+    try:
+
+        def seen() -> dict[str, Any] | None:
+            doc = _ipam(base)
+            net = next(n for n in doc["networks"] if n["network"] == "net-000")
+            return doc if any(b["block"] == sentinel for b in net["blocks"]) else None
+
+        return int(poll.until(seen, "the node took in the sentinel block of net-000", timeout=60)["watchEvents"])
+    finally:
+        custom.delete_cluster_custom_object("netcomp.io", "v1", "addressblocks", obj["metadata"]["name"])
 
 
 def report(args: argparse.Namespace, out: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netcomp.delegate.cache import Cache
+from netcomp.delegate.record import Entry
 from netcomp.errors import DelegateError
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator
@@ -98,7 +99,7 @@ class Addresses:
         self.kube.select(sorted(self.pools), changed, foreign, per_address.synced.set)
         self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
-    def start(self, stop: threading.Event) -> None:
+    def start(self, stop: threading.Event, records: list[Entry]) -> None:
         """Before serving: whether this node is a Node of the cluster (followed, not read once: a daemon usually
         starts before its kubelet registers the Node); the blocks it holds (its record, its cache); then the
         objects of the networks it serves, listed and followed (threads). An API server that does not answer now
@@ -116,14 +117,15 @@ class Addresses:
             if not node.known.wait(self.settings.kubernetes.timeout):
                 log.warning("cannot tell yet whether node %s is a Node of the cluster: following it",
                             self.settings.nodeName)  # fmt: skip
-        self.blocks.load(self.recorded())
+        self.blocks.load(self.recorded(records))
         assert self.worker is not None
         self.worker.start(stop)
         self._following = True
         self._follow()
 
-    def recorded(self) -> list[Claim]:
-        return [Claim.from_doc(c) for e in self.cache.entries() for a in e.attachments for c in a.claims]
+    def recorded(self, records: list[Entry]) -> list[Claim]:
+        """The claims `records` (the cache's, as start-up read them) hold."""
+        return [Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims]
 
     def referenced(self) -> set[str]:
         """The claims the cache records (of attached containers, and of ADDs it says are in progress)."""

@@ -29,6 +29,7 @@ from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
 from netcomp.delegate.cache import Cache
 from netcomp.delegate.podsync import PodSync
+from netcomp.delegate.record import Entry
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
 from netcomp.settings import Settings
@@ -282,22 +283,25 @@ class Daemon:
             "kubernetes": self.cluster.status() if self.cluster is not None else None,
         }
 
-    def recover(self) -> None:
+    def recover(self) -> list[Entry]:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
-        left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on)."""
-        self.addresses.start(self.stop_event)
+        left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on). The
+        records as they are then, read once for all of start-up."""
+        records = self.delegator.cache.entries()  # the one read of every record at start-up
+        self.addresses.start(self.stop_event, records)
         self.tenants.start(self.stop_event)
         killed = kill_marked(self.runner.marker)
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
         self._check_pools()
-        undone, failed = recovery.recover(self.delegator)
+        undone, failed, records = recovery.recover(self.delegator, records)
         self.metrics.recovered.labels("undone").inc(undone)
         self.metrics.recovered.labels("failed").inc(failed)
+        return records
 
     def start(self) -> Server:
-        self.recover()
-        self._start_podsync()
+        records = self.recover()
+        self._start_podsync(records)
         sock, self.activated = listen(self.settings.socket)
         views: dict[str, Callable[[], Any]] = {
             protocol.STATUS_PATH: self.status,
@@ -371,7 +375,7 @@ class Daemon:
             self._last_status = now
             self.notifier.status(self.status_line())
 
-    def _start_podsync(self) -> None:
+    def _start_podsync(self, records: list[Entry]) -> None:
         """Hot-plug by editing the pod (delegate/podsync.py): the pod watch queues a pod whose annotations
         changed; every recorded pod is compared once at start (a daemon killed mid-hot-plug finishes it)."""
         kube = self.settings.kubernetes
@@ -379,8 +383,9 @@ class Daemon:
             return
         self.podsync = PodSync(self.delegator)
         self.cluster.pods.on_change = self.podsync.changed
-        self.podsync.all_recorded()
-        threading.Thread(target=self.podsync.run, args=(self.stop_event,), name="pod-sync", daemon=True).start()
+        self.podsync.all_recorded(records)
+        listed = self.cluster.pods.synced
+        threading.Thread(target=self.podsync.run, args=(self.stop_event, listed), name="pod-sync", daemon=True).start()
 
     def start_cluster(self) -> None:
         """Follow the cluster's Network objects and this node's pods (threads), waiting a bounded time for the

@@ -159,45 +159,58 @@ def _refused(d: Delegator, pod: PodRef, out: Outcome) -> Outcome:
 
 class PodSync:
     """Syncs pods whose annotations changed, one at a time, in a thread of its own: `changed(pod)` queues one
-    (the pod watch calls it), `all_recorded()` queues every pod the records name (at start-up)."""
+    (the pod watch calls it), `all_recorded(records)` queues every pod the records name (at start-up)."""
 
     def __init__(self, d: Delegator) -> None:
         self.d = d
-        self._pending: dict[tuple[str, str], PodRef] = {}
+        # A queued pod, and its containers' (container ID, ifname) when the records were read already (at
+        # start-up); None: they are looked up in the records when its turn comes.
+        self._pending: dict[tuple[str, str], tuple[PodRef, list[tuple[str, str]] | None]] = {}
         self._cond = threading.Condition()
         self.busy = False
         self.synced = 0  # pods synced so far (tests wait for it to pass a count)
 
     def changed(self, pod: PodRef) -> None:
         with self._cond:
-            self._pending[(pod.namespace, pod.name)] = pod
+            self._pending[(pod.namespace, pod.name)] = (pod, None)
             self._cond.notify()
 
-    def all_recorded(self) -> None:
-        for e in self.d.cache.entries():
-            pod = pod_of(e)
-            if pod is not None:
-                self.changed(pod)
+    def all_recorded(self, records: list[Entry]) -> None:
+        """Queue every pod `records` (every record, as read at start-up) name, with its containers: the records
+        are not read again for them."""
+        pods: dict[tuple[str, str], PodRef] = {}
+        for e in records:  # a later record of the same pod name wins, as it would queued one by one
+            if (pod := pod_of(e)) is not None:
+                pods[(pod.namespace, pod.name)] = pod
+        found: dict[tuple[str, str], list[tuple[str, str]]] = {key: [] for key in pods}
+        for e in records:
+            if (p := pod_of(e)) is not None and _same_pod(pods[(p.namespace, p.name)], p):
+                found[(p.namespace, p.name)].append((e.container_id, e.ifname))
+        with self._cond:
+            for key, pod in pods.items():
+                self._pending.setdefault(key, (pod, found[key]))  # one the watch queued meanwhile looks up
+            self._cond.notify()
 
     def wait_synced(self, count: int, timeout: float) -> bool:
         """Until more than `count` pods were synced and nothing is queued or being synced (tests)."""
         with self._cond:
             return self._cond.wait_for(lambda: self.synced > count and not self._pending and not self.busy, timeout)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, listed: threading.Event | None = None) -> None:
+        """Sync what is queued until stop; not before `listed` (the pod watch's first list is in): a pod the watch
+        does not have is not synced (sync: nothing is detached on a guess), so the start-up pass would do nothing."""
+        while listed is not None and not listed.wait(1.0):
+            if stop.is_set():
+                return
         while not stop.is_set():
             with self._cond:
                 if not self._cond.wait_for(lambda: self._pending or stop.is_set(), 1.0) or stop.is_set():
                     continue
-                _, pod = self._pending.popitem()
+                _, (pod, containers) = self._pending.popitem()
                 self.busy = True
             try:
-                for e in self.d.cache.entries():
-                    p = pod_of(e)
-                    if p is not None and (p.namespace, p.name) == (pod.namespace, pod.name):
-                        if pod.uid and p.uid and pod.uid != p.uid:
-                            continue  # another pod of that name's container
-                        sync(self.d, e.container_id, e.ifname)
+                for container_id, ifname in self._containers(pod) if containers is None else containers:
+                    sync(self.d, container_id, ifname)
             except Exception:
                 log.exception("hot-plug of pod %s failed", pod)
             finally:
@@ -205,3 +218,17 @@ class PodSync:
                     self.busy = False
                     self.synced += 1
                     self._cond.notify_all()
+
+    def _containers(self, pod: PodRef) -> list[tuple[str, str]]:
+        """(container ID, ifname) of the records of the pod: every record read."""
+        return [
+            (e.container_id, e.ifname)
+            for e in self.d.cache.entries()
+            if (p := pod_of(e)) is not None and _same_pod(pod, p)
+        ]
+
+
+def _same_pod(pod: PodRef, recorded: PodRef) -> bool:
+    """Whether a record of `recorded` is one of `pod`'s: the same name, and not another pod's uid."""
+    same_name = (recorded.namespace, recorded.name) == (pod.namespace, pod.name)
+    return same_name and not (pod.uid and recorded.uid and pod.uid != recorded.uid)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.record import Entry
@@ -16,14 +17,25 @@ from netcomp.host import netns as nsutil
 log = logging.getLogger("netcomp.delegate")
 
 
-def recover(d: Delegator) -> tuple[int, int]:
+class Recovered(NamedTuple):
+    undone: int  # attachments
+    failed: int  # attachments still to undo
+    records: list[Entry]  # every readable record as it is after the undo, for what else starts from them
+
+
+def recover(d: Delegator, records: list[Entry] | None = None) -> Recovered:
     """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
-    rollbacks that failed). Returns (attachments undone, attachments still failing)."""
-    d.cache.remove_temp_files()
-    entries = [e for e in d.cache.entries() if e.unfinished]
+    rollbacks that failed). `records`: every record (Cache.entries), read by the caller once for all of
+    start-up, or here when not given."""
+    d.cache.remove_temp_files()  # never read as records: Cache.scan skips hidden names
+    if records is None:
+        records = d.cache.entries()
+    entries = [e for e in records if e.unfinished]
     undone, failed = _undo_all(d, entries, "recovery")
+    if entries:
+        records = _read_again(d, records, entries)
     if d.devices is not None:
-        d.devices.sweep(d.cache.entries(), d.networks())
+        d.devices.sweep(records, d.networks())
     if entries:
         log.warning(
             "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
@@ -31,7 +43,22 @@ def recover(d: Delegator) -> tuple[int, int]:
             undone,
             failed,
         )
-    return undone, failed
+    return Recovered(undone, failed, records)
+
+
+def _read_again(d: Delegator, records: list[Entry], changed: list[Entry]) -> list[Entry]:
+    """records with the `changed` ones read again, one file each (an entry the undo emptied is gone, one that
+    cannot be read now is logged and left out, as Cache.entries does)."""
+    now: dict[tuple[str, str], Entry | None] = {}
+    for e in changed:
+        with d.locks.hold(e.container_id):  # every load holds the container's lock
+            try:
+                now[(e.container_id, e.ifname)] = d.cache.load(e.container_id, e.ifname)
+            except HostError as err:
+                log.warning("%s, skipped", err)
+                now[(e.container_id, e.ifname)] = None
+    out = [now.get((e.container_id, e.ifname), e) for e in records]
+    return [e for e in out if e is not None]
 
 
 def retry_unfinished(d: Delegator) -> tuple[int, int]:

@@ -21,11 +21,11 @@ from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import attach, detach, events_of, nothing_left, pod, status_of
 from tests.lab.addrs import in_use
 from tests.lab.daemonlab import DaemonLab
+from tests.lab.danm import DANM_API, danmnet
 from tests.lab.kubeapi import ApiServer
 from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
-DANM_API = "danm.k8s.io/v1"
 G = ("danm.k8s.io", "v1")
 DANM = "danm.k8s.io/interfaces"
 
@@ -53,15 +53,6 @@ def admin(api: ApiServer) -> Any:
     del internal["spec"]["Options"]["host_device"]  # the TenantConfig gives it
     custom.create_namespaced_custom_object(*G, "team-a", "tenantnetworks", internal)
     return c
-
-
-def danmnet(name: str, ns: str | None, cidr: str | None, kind: str = "DanmNet", **opts: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"host_device": "ncm0", **opts}
-    if cidr:
-        options["cidr"] = cidr
-    meta = {"name": name, **({"namespace": ns} if ns else {})}
-    spec = {"NetworkID": name[:10], "NetworkType": "macvlan", "Options": options}
-    return {"apiVersion": DANM_API, "kind": kind, "metadata": meta, "spec": spec}
 
 
 KEYS = ["team-a.management", "external", "team-a.internal"]

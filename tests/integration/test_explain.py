@@ -19,6 +19,7 @@ from netcomp.cli.main import main
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import annotated, attach, detach, nothing_left, pod, status_of
 from tests.lab.daemonlab import DaemonLab
+from tests.lab.danm import danmnet
 from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
@@ -37,10 +38,10 @@ def admin(api: ApiServer) -> Any:
     pool = {"type": "macvlan", "hostDevice": "ncm0", "ipam": {"type": "cluster", "subnet": "10.86.0.0/24"}}
     network = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "pool"}, "spec": pool}
     custom.create_cluster_custom_object("netcomp.io", "v1", "networks", network)
-    for name, cidr, prefix in (("dfront", "10.63.0.0/24", None), ("dback", "10.64.0.0/24", "dx")):
-        options = {"host_device": "ncm0", "cidr": cidr, **({"container_prefix": prefix} if prefix else {})}
-        spec = {"NetworkID": name, "NetworkType": "macvlan", "Options": options}
-        obj = {"apiVersion": "danm.k8s.io/v1", "kind": "ClusterNetwork", "metadata": {"name": name}, "spec": spec}
+    for obj in (
+        danmnet("dfront", None, "10.63.0.0/24", "ClusterNetwork"),
+        danmnet("dback", None, "10.64.0.0/24", "ClusterNetwork", container_prefix="dx"),
+    ):
         custom.create_cluster_custom_object(*G, "clusternetworks", obj)
     return c
 

@@ -5,12 +5,14 @@ failing add leaves the pod as it was; a daemon killed mid-hot-plug finishes the 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_multus import NETWORKS, admin, attach, detach, events_of, node, pod, status_of
+from tests.integration.test_multus import NETWORKS, admin, attach, cni_args, detach, events_of, node, pod, status_of
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
 
@@ -84,6 +86,49 @@ def test_a_failing_add_leaves_the_pod_as_it_was(admin: Any, node: DaemonLab) -> 
         edit(admin, node, p, "storage@eth0")  # refused before anything runs: the runtime's interface
         assert links(node, ctr) == ["eth0", "net1"]
         detach(node, ctr, p)
+
+
+def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin: Any, node: DaemonLab) -> None:
+    """Three pods with records, one edited while the daemon is down. The daemon started again lists and reads
+    the records once (Cache.scan, the real one, counted: the address blocks, recovery and the pod sync's first
+    pass share that read, not one read per pod), and that first pass attaches what the edit asks."""
+    from kubernetes import client
+
+    from netcomp.daemon.daemon import Daemon
+
+    with contextlib.ExitStack() as stack:
+        pods = [stack.enter_context(pod(admin, node, f"many-{i}", **{NETWORKS: "storage"})) for i in range(3)]
+        ctrs = []
+        for p in pods:
+            ctr, rc, res = attach(node, p)
+            assert rc == 0, res
+            ctrs.append(ctr)
+        node.daemon.stop(drain=5)
+        edited = {"metadata": {"annotations": {NETWORKS: "storage, backup"}}}
+        client.CoreV1Api(admin).patch_namespaced_pod(pods[0]["name"], pods[0]["ns"], edited)
+        d = Daemon(lambda: node.settings, exec_=node.lab.exec_in_host, link_netns=node.lab.host,
+                   state_path=node.base / "state.json")  # fmt: skip
+        scans: list[str] = []
+        scan = d.cache.scan
+
+        def counted() -> Any:
+            scans.append(threading.current_thread().name)
+            return scan()
+
+        d.cache.scan = counted  # type: ignore[method-assign]
+        node.daemon = d  # the module's fixture stops it
+        d.start_cluster()
+        d.reload()
+        d.start()
+        d.watch()
+        assert d.podsync is not None and d.podsync.wait_synced(2, 60), "the start-up pass did not sync 3 pods"
+        assert links(node, ctrs[0]) == ["eth0", "net1", "net2"]
+        assert [links(node, c) for c in ctrs[1:]] == [["eth0", "net1"], ["eth0", "net1"]]
+        # The EndpointSlices' thread (kube-reconcile) reads the records it follows on its own, beside start-up.
+        assert [t for t in scans if t != "kube-reconcile"] == ["MainThread"]
+        for ctr, p in zip(ctrs[1:], pods[1:], strict=True):
+            assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+        detach(node, ctrs[0], pods[0])  # and nothing of the three is left
 
 
 def test_hotplug_can_be_turned_off(api: ApiServer, admin: Any, tmp_path: Path) -> None:

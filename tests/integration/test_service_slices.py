@@ -21,6 +21,7 @@ from netcomp.daemon.daemon import Daemon
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import cni_args, status_of
 from tests.lab.daemonlab import DaemonLab
+from tests.lab.danm import danmnet
 from tests.lab.kubeapi import ApiServer
 
 pytestmark = pytest.mark.root
@@ -44,13 +45,7 @@ def admin(api: ApiServer) -> Any:
     ext = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "ext"}}
     custom.create_cluster_custom_object("netcomp.io", "v1", "networks", {**ext, "spec": {
         "type": "macvlan", "hostDevice": "ncm0", "ipam": ipam}})  # fmt: skip
-    internal = {
-        "apiVersion": "danm.k8s.io/v1",
-        "kind": "DanmNet",
-        "metadata": {"name": "internal", "namespace": NS},
-        "spec": {"NetworkID": "internal", "NetworkType": "macvlan",
-                 "Options": {"host_device": "ncm0", "cidr": "10.67.0.0/24", "container_prefix": "int"}},
-    }  # fmt: skip
+    internal = danmnet("internal", NS, "10.67.0.0/24", container_prefix="int")
     custom.create_namespaced_custom_object(*DANM, NS, "danmnets", internal)
     return c
 

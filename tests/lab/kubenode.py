@@ -41,6 +41,7 @@ import pytest
 import yaml
 
 from tests.lab import nodens, noderuntime
+from tests.lab.danm import danmnet
 from tests.lab.deviceplugin import RESOURCE, DevicePlugin, VfTree, make_vf_tree
 from tests.lab.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
 from tests.lab.kubegrpc import Cri
@@ -307,14 +308,8 @@ def _cluster_objects(node: KubeNode) -> None:
     meta = {"name": "vfnet", "namespace": "default", "annotations": {"k8s.v1.cni.cncf.io/resourceName": RESOURCE}}
     nad = {**nad, "metadata": meta, "spec": {"config": json.dumps(vfnet)}}
     custom.create_namespaced_custom_object("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions", nad)
-    options = {"host_device": MASTER, "cidr": "10.126.0.0/24", "container_prefix": "dm"}
-    danmnet = {
-        "apiVersion": "danm.k8s.io/v1",
-        "kind": "DanmNet",
-        "metadata": {"name": "management", "namespace": "default"},
-        "spec": {"NetworkID": "management", "NetworkType": "macvlan", "Options": options},
-    }
-    custom.create_namespaced_custom_object("danm.k8s.io", "v1", "default", "danmnets", danmnet)
+    management = danmnet("management", "default", "10.126.0.0/24", host_device=MASTER, container_prefix="dm")
+    custom.create_namespaced_custom_object("danm.k8s.io", "v1", "default", "danmnets", management)
 
 
 COMPILED = ("mgmt", "storage", "pool", "default.fast", "default.vfdirect", "default.vfnet", "default.management")
