@@ -62,6 +62,7 @@ def release_empty(a: BlockAllocator) -> list[str]:
                 )
             a.save()
             a.updated.notify_all()
+        a.write_record()
     return freed
 
 

@@ -13,7 +13,7 @@ import contextlib
 import ipaddress
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -189,6 +189,10 @@ class LocalRecord:
 
     def save(self, held: list[Held]) -> None:
         """OSError as atomic_write raises it."""
+        self.write(self.encode(held))
+
+    def encode(self, held: Iterable[Held]) -> bytes:
+        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
@@ -206,8 +210,14 @@ class LocalRecord:
                 if not h.lost
             },
         }
+        return json.dumps(doc, indent=1).encode() + b"\n"
+
+    def write(self, data: bytes) -> None:
+        """A snapshot (encode) on disk, atomically: a reader, or the next daemon, finds the one before or this
+        one. One writer at a time: atomic_write's temp file has one name per path. OSError as atomic_write
+        raises it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.path, json.dumps(doc, indent=1).encode() + b"\n", mode=0o600)
+        atomic_write(self.path, data, mode=0o600)
 
 
 class BlockStore(Protocol):
