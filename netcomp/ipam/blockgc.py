@@ -45,6 +45,8 @@ def release_empty(a: BlockAllocator) -> list[str]:
     for h in todo:
         try:
             ok = a.store.delete(h.name, h.uid, h.rv)
+            if ok:
+                a.crash("after-block-release")
         except StoreUnavailable as e:
             ok = None
             log.warning("cannot release block %s: %s", h.name, e)

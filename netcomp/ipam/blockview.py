@@ -391,6 +391,22 @@ class BlockView:
                     h.name, who, len(h.local) + len(h.pending))  # fmt: skip
         self.worker.wake(recover=True)
 
+    def drop_unused(self, h: Held) -> bool:
+        """A lost block whose object is gone and that nothing here uses (no container's address in the cache, none
+        lent or being lent) is not held any more rather than claimed again, empty: it is how a block this node
+        released looks to a daemon killed before recording the release (blockgc.release_empty). True when
+        dropped."""
+        with self._lock:
+            if not (h.lost and h.taker is None and h.empty()) or self.held.get(h.name) is not h:
+                return False
+            del self.held[h.name]
+            self.save()
+            self.updated.notify_all()
+        self.write_record()
+        log.info("network %s: block %s is gone from the API server and nothing here uses it: not held any more",
+                 h.network, h.net)  # fmt: skip
+        return True
+
     def _known_claims(self, network: str | None) -> list[Claim]:
         """Every address in use the node knows of: its own containers', those it lent (with their borrowers'
         containers), and in other nodes' blocks the addresses their records give (with the node only)."""

@@ -275,6 +275,8 @@ class Worker:
         with a._lock:
             lost = [h for h in a.held.values() if h.lost and not h.pending]
         for h in lost:
+            if a.drop_unused(h):
+                continue
             if h.taker is None and not self._claim_again(h):
                 return False
             if h.taker is not None and not self._hand_over(h):
