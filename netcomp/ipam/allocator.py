@@ -318,16 +318,7 @@ class Allocator:
                         {"ranges": pool.describe(i), "size": sizes[i], "claimed": held[i], "free": sizes[i] - held[i]}
                         for i in range(len(pool.sets))
                     ],
-                    "claims": [
-                        {
-                            "address": c.address,
-                            "node": c.node,
-                            "containerID": c.container_id,
-                            "interface": c.ifname,
-                            "pod": c.pod or None,
-                        }
-                        for c in claims
-                    ],
+                    "claims": [c.shown() for c in claims],
                 }
             )
         return out

@@ -170,15 +170,10 @@ def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:
         "blockSize": [lay.size for lay in layouts],
         "pools": sets,
         "blocks": blocks,
-        "claims": [_entry(c) for c in sorted(claims, key=_order)],
+        "claims": [c.shown() for c in sorted(claims, key=_order)],
     }
 
 
 def _order(c: Claim) -> tuple[int, int]:
     a = ipaddress.ip_address(c.address)
     return a.version, int(a)
-
-
-def _entry(c: Claim) -> dict[str, Any]:
-    return {"address": c.address, "node": c.node, "containerID": c.container_id, "interface": c.ifname,
-            "pod": c.pod or None}  # fmt: skip

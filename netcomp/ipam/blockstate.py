@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.ipam.pool import IPAddress, IPNetwork
-from netcomp.ipam.store import Claim
+from netcomp.ipam.store import Claim, holder_fields
 
 log = logging.getLogger("netcomp.ipam")
 RECORD_KIND = "netcompBlocksV1"
@@ -49,26 +49,14 @@ class Record:
         return ipaddress.ip_network(self.cidr)
 
 
-def holder_doc(c: Claim) -> dict[str, Any]:
-    doc: dict[str, Any] = {"containerID": c.container_id, "interface": c.ifname}
-    if c.pod:
-        ns, _, name = c.pod.partition("/")
-        doc["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
-    return doc
-
-
 def claim_of(rec: Record, address: str, doc: dict[str, Any], node: str) -> Claim:
-    """A record's entry as a claim (for show, GC and tests): `node` holds it."""
-    pod = doc.get("pod") or {}
+    """A record's entry (store.holder_doc) as a claim (for show, GC and tests): `node` holds it."""
     return Claim(
         name=rec.name,
         network=rec.network,
         address=address,
         node=node,
-        container_id=str(doc.get("containerID", "")),
-        ifname=str(doc.get("interface", "")),
-        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
-        pod_uid=str(pod.get("uid", "")),
+        **holder_fields(doc),
         node_in_cluster=rec.node_in_cluster,
         uid=rec.uid,
         created=rec.created,

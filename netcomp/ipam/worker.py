@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from netcomp.ipam.blocks import lowest
-from netcomp.ipam.blockstate import Borrowed, Held, Record, holder_doc
-from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+from netcomp.ipam.blockstate import Borrowed, Held, Record
+from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken, holder_doc
 
 if TYPE_CHECKING:
     from netcomp.ipam.blockalloc import BlockAllocator

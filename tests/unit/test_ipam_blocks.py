@@ -232,3 +232,24 @@ def test_an_older_snapshot_of_the_record_never_lands_after_a_newer_one(tmp_path:
     before = record.path.stat().st_mtime_ns
     alloc.retake("other")
     assert alloc.snapshot() is None and record.path.stat().st_mtime_ns == before
+
+
+def test_a_holder_reads_the_same_in_a_claim_object_and_a_blocks_entry() -> None:
+    """An AddressClaim object's spec and an AddressBlock's entry say who holds an address the same way
+    (store.holder_doc), and both read back to the same claim."""
+    from netcomp.ipam.blockstate import claim_of
+    from netcomp.ipam.store import holder_doc
+    from netcomp.kube import kubestore
+
+    c = Claim("n.v4-10-0-0-5", "n", "10.0.0.5", "node-a", "c1", "net0", "default/web", "pu", True)
+    obj = kubestore.to_object(c)
+    assert {k: obj["spec"][k] for k in holder_doc(c)} == holder_doc(c)
+    assert obj["spec"]["pod"] == {"namespace": "default", "name": "web", "uid": "pu"}
+    obj["metadata"].update(uid="u", creationTimestamp="2026-01-01T00:00:00Z")
+    back = kubestore.from_object(obj)
+    assert back is not None and back == Claim(**{**c.to_doc(), "uid": "u", "created": back.created})
+    assert back.created == kubeblocks.created({"creationTimestamp": "2026-01-01T00:00:00Z"}) > 0
+    rec = Record("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True)
+    entry = claim_of(rec, "10.0.0.5", holder_doc(c), "node-a")
+    assert (entry.container_id, entry.ifname, entry.pod, entry.pod_uid) == ("c1", "net0", "default/web", "pu")
+    assert kubestore.created({}) == 0.0 and kubestore.created({"creationTimestamp": "nope"}) == 0.0
