@@ -89,8 +89,10 @@ class Addresses:
         per_address, blocks = self.allocator.per_address, self.blocks
 
         def changed(name: str, claim: Claim | None) -> None:
+            network = claim.network if claim is not None else per_address.network_of(name)
             per_address.changed(name, claim)
-            blocks.retake()  # an address in a block this node holds may be taken, or free again
+            if network is not None:
+                blocks.retake(network)  # an address in a block this node holds may be taken, or free again
 
         def foreign(name: str, what: str) -> None:
             per_address.foreign(name, what)

@@ -22,6 +22,7 @@ POINTS = (
     "before-answer",
     "after-del",
     "after-block-claim",
+    "after-block-release",
     "mid-write-behind",
 )
 log = logging.getLogger("netcomp.daemon")

@@ -99,6 +99,12 @@ class Allocator:
                 self._seen.setdefault(name, time.monotonic())
             self.updated.notify_all()
 
+    def network_of(self, name: str) -> str | None:
+        """The network of the claim object of that name in the view (None: none there)."""
+        with self._lock:
+            c = self._view.get(name)
+            return c.network if c is not None else None
+
     def foreign(self, name: str, what: str) -> None:
         """Something that is not a claim of its network has a claim's name: that address is never given."""
         with self._lock:
@@ -312,16 +318,7 @@ class Allocator:
                         {"ranges": pool.describe(i), "size": sizes[i], "claimed": held[i], "free": sizes[i] - held[i]}
                         for i in range(len(pool.sets))
                     ],
-                    "claims": [
-                        {
-                            "address": c.address,
-                            "node": c.node,
-                            "containerID": c.container_id,
-                            "interface": c.ifname,
-                            "pod": c.pod or None,
-                        }
-                        for c in claims
-                    ],
+                    "claims": [c.shown() for c in claims],
                 }
             )
         return out

@@ -183,11 +183,11 @@ class BlockAllocator(BlockView):
             else:
                 with self._lock:
                     self.creating.discard(rec.name)
-                    if other is not None:
-                        self.seen(other, "answer")
-                    else:
+                    if other is None:
                         self.tombstones[rec.name] = time.monotonic() + 3600  # not a block of this network
                         log.warning("block %s of network %s: %s, never touched", net, network, t.foreign)
+                if other is not None:
+                    self.seen(other, "answer")
                 return False
         except StoreUnavailable as e:
             self.last_error = str(e)
@@ -209,9 +209,10 @@ class BlockAllocator(BlockView):
             h.empty_since = time.monotonic()
             self.held[h.name] = h
             self.tombstones.pop(h.name, None)
-            self.seen(got, "answer")
+            self._observed(got, "answer")
             self.save()
             self.updated.notify_all()
+        self.write_record()
         self.counted("block", network)
         log.info("network %s: holds block %s now (%s)", network, net, rec.name)
         return True

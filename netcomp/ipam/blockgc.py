@@ -45,6 +45,8 @@ def release_empty(a: BlockAllocator) -> list[str]:
     for h in todo:
         try:
             ok = a.store.delete(h.name, h.uid, h.rv)
+            if ok:
+                a.crash("after-block-release")
         except StoreUnavailable as e:
             ok = None
             log.warning("cannot release block %s: %s", h.name, e)
@@ -62,6 +64,7 @@ def release_empty(a: BlockAllocator) -> list[str]:
                 )
             a.save()
             a.updated.notify_all()
+        a.write_record()
     return freed
 
 
@@ -167,15 +170,10 @@ def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:
         "blockSize": [lay.size for lay in layouts],
         "pools": sets,
         "blocks": blocks,
-        "claims": [_entry(c) for c in sorted(claims, key=_order)],
+        "claims": [c.shown() for c in sorted(claims, key=_order)],
     }
 
 
 def _order(c: Claim) -> tuple[int, int]:
     a = ipaddress.ip_address(c.address)
     return a.version, int(a)
-
-
-def _entry(c: Claim) -> dict[str, Any]:
-    return {"address": c.address, "node": c.node, "containerID": c.container_id, "interface": c.ifname,
-            "pod": c.pod or None}  # fmt: skip

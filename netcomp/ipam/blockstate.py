@@ -13,14 +13,14 @@ import contextlib
 import ipaddress
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.ipam.pool import IPAddress, IPNetwork
-from netcomp.ipam.store import Claim
+from netcomp.ipam.store import Claim, holder_fields
 
 log = logging.getLogger("netcomp.ipam")
 RECORD_KIND = "netcompBlocksV1"
@@ -49,26 +49,14 @@ class Record:
         return ipaddress.ip_network(self.cidr)
 
 
-def holder_doc(c: Claim) -> dict[str, Any]:
-    doc: dict[str, Any] = {"containerID": c.container_id, "interface": c.ifname}
-    if c.pod:
-        ns, _, name = c.pod.partition("/")
-        doc["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
-    return doc
-
-
 def claim_of(rec: Record, address: str, doc: dict[str, Any], node: str) -> Claim:
-    """A record's entry as a claim (for show, GC and tests): `node` holds it."""
-    pod = doc.get("pod") or {}
+    """A record's entry (store.holder_doc) as a claim (for show, GC and tests): `node` holds it."""
     return Claim(
         name=rec.name,
         network=rec.network,
         address=address,
         node=node,
-        container_id=str(doc.get("containerID", "")),
-        ifname=str(doc.get("interface", "")),
-        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
-        pod_uid=str(pod.get("uid", "")),
+        **holder_fields(doc),
         node_in_cluster=rec.node_in_cluster,
         uid=rec.uid,
         created=rec.created,
@@ -189,6 +177,10 @@ class LocalRecord:
 
     def save(self, held: list[Held]) -> None:
         """OSError as atomic_write raises it."""
+        self.write(self.encode(held))
+
+    def encode(self, held: Iterable[Held]) -> bytes:
+        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
@@ -206,8 +198,14 @@ class LocalRecord:
                 if not h.lost
             },
         }
+        return json.dumps(doc, indent=1).encode() + b"\n"
+
+    def write(self, data: bytes) -> None:
+        """A snapshot (encode) on disk, atomically: a reader, or the next daemon, finds the one before or this
+        one. One writer at a time: atomic_write's temp file has one name per path. OSError as atomic_write
+        raises it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.path, json.dumps(doc, indent=1).encode() + b"\n", mode=0o600)
+        atomic_write(self.path, data, mode=0o600)
 
 
 class BlockStore(Protocol):

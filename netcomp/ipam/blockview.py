@@ -102,6 +102,10 @@ class BlockView:
         self.node_in_cluster, self.grace, self.timeout = node_in_cluster, grace, timeout
         self.taken, self.counted = taken, counted
         self._lock = threading.RLock()
+        # blocks.json is written outside _lock (write_record), one write at a time, newest snapshot last
+        self._write_lock = threading.Lock()
+        self._generation = 0  # saves asked for (under _lock)
+        self._written = 0  # the generation on disk (set under _write_lock)
         self.updated = threading.Condition(self._lock)  # notified whenever what the node knows changes
         self.pools: dict[str, Pool] = {}
         self.layouts: dict[tuple[str, int], Layout] = {}
@@ -144,17 +148,21 @@ class BlockView:
                 h.network == network and addr in h.net for h in self.held.values()
             )
 
-    def retake(self) -> None:
-        """The AddressClaim objects changed: which addresses of the blocks held they take, again."""
+    def retake(self, network: str | None = None) -> None:
+        """The AddressClaim objects of `network` (None: of any) changed: which addresses of the blocks held in
+        it they take, again."""
         with self._lock:
             changed = False
             for h in self.held.values():
+                if network is not None and h.network != network:
+                    continue
                 layout = self.layouts.get((h.network, h.family_set))
                 if layout is not None and (taken := self._taken(h, layout)) != h.taken:
                     h.taken, changed = taken, True
             if changed:
                 self.save()
                 self.updated.notify_all()
+        self.write_record()
 
     def _taken(self, h: Held, layout: Layout) -> set[int]:
         usable = layout.usable(h.net)
@@ -165,10 +173,36 @@ class BlockView:
         return out
 
     def save(self) -> None:
-        try:
-            self.record.save(list(self.held.values()))
-        except OSError as e:
-            log.error("cannot write %s (the blocks this node holds): %s", self.record.path, e.strerror)
+        """The blocks held changed (called with the lock held): the next write_record writes them."""
+        self._generation += 1
+
+    def write_record(self) -> None:
+        """The node's record of its blocks brought to what they are now, when a save asked for it since the last
+        write; returns once it is on disk (or could not be written). Called without the lock: an ADD takes it to
+        give an address, and a write is two fsyncs."""
+        snap = self.snapshot()
+        if snap is not None:
+            self.write_snapshot(*snap)
+
+    def snapshot(self) -> tuple[int, bytes] | None:
+        """What the record says of the blocks held now, and the generation of that; None when it is on disk."""
+        with self._lock:
+            if self._generation <= self._written:
+                return None
+            return self._generation, self.record.encode(self.held.values())
+
+    def write_snapshot(self, generation: int, data: bytes) -> None:
+        """A snapshot written, one at a time, unless a newer one is on disk already: two writers never leave an
+        older state after a newer one."""
+        with self._write_lock:
+            if generation <= self._written:
+                return
+            try:
+                self.record.write(data)
+            except OSError as e:
+                log.error("cannot write %s (the blocks this node holds): %s", self.record.path, e.strerror)
+                return
+            self._written = generation
 
     # ------------------------------------------------------------------------------------------------ the view
 
@@ -178,6 +212,7 @@ class BlockView:
         with self._lock:
             self._observed(rec, source)
             self.updated.notify_all()
+        self.write_record()
 
     def gone(self, name: str) -> None:
         with self._lock:
@@ -355,6 +390,22 @@ class BlockView:
         log.warning("network %s: block %s (%s) is %s: no address is given from it; %d in use", h.network, h.net,
                     h.name, who, len(h.local) + len(h.pending))  # fmt: skip
         self.worker.wake(recover=True)
+
+    def drop_unused(self, h: Held) -> bool:
+        """A lost block whose object is gone and that nothing here uses (no container's address in the cache, none
+        lent or being lent) is not held any more rather than claimed again, empty: it is how a block this node
+        released looks to a daemon killed before recording the release (blockgc.release_empty). True when
+        dropped."""
+        with self._lock:
+            if not (h.lost and h.taker is None and h.empty()) or self.held.get(h.name) is not h:
+                return False
+            del self.held[h.name]
+            self.save()
+            self.updated.notify_all()
+        self.write_record()
+        log.info("network %s: block %s is gone from the API server and nothing here uses it: not held any more",
+                 h.network, h.net)  # fmt: skip
+        return True
 
     def _known_claims(self, network: str | None) -> list[Claim]:
         """Every address in use the node knows of: its own containers', those it lent (with their borrowers'

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 if TYPE_CHECKING:
     from netcomp.ipam.pool import IPAddress, Pool
@@ -43,10 +43,44 @@ class Claim:
     def from_doc(d: dict[str, Any]) -> Claim:
         return Claim(**{k: d[k] for k in Claim.__slots__ if k in d})
 
+    def shown(self) -> dict[str, Any]:
+        """The claim as `netcomp ipam show` lists it."""
+        return {"address": self.address, "node": self.node, "containerID": self.container_id,
+                "interface": self.ifname, "pod": self.pod or None}  # fmt: skip
+
     def holder(self) -> str:
         """Who holds it, for a person: pod (or container) and node."""
         who = f"pod {self.pod}" if self.pod else f"container {self.container_id}"
         return f"{who} on node {self.node}"
+
+
+class HolderFields(TypedDict):
+    container_id: str
+    ifname: str
+    pod: str
+    pod_uid: str
+
+
+def holder_doc(c: Claim) -> dict[str, Any]:
+    """Who holds a claim as the cluster's objects say it (an AddressClaim's spec, an AddressBlock's `used` and
+    `lent` entries): {containerID, interface, pod: {namespace, name, uid}}."""
+    doc: dict[str, Any] = {"containerID": c.container_id, "interface": c.ifname}
+    if c.pod:
+        ns, _, name = c.pod.partition("/")
+        doc["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
+    return doc
+
+
+def holder_fields(doc: dict[str, Any]) -> HolderFields:
+    """holder_doc read back, as a Claim's fields (empty where the document says nothing)."""
+    pod = doc.get("pod")
+    pod = pod if isinstance(pod, dict) else {}
+    return HolderFields(
+        container_id=str(doc.get("containerID", "")),
+        ifname=str(doc.get("interface", "")),
+        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
+        pod_uid=str(pod.get("uid", "")),
+    )
 
 
 class Taken(Exception):

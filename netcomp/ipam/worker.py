@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from netcomp.ipam.blocks import lowest
-from netcomp.ipam.blockstate import Borrowed, Held, Record, holder_doc
-from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+from netcomp.ipam.blockstate import Borrowed, Held, Record
+from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken, holder_doc
 
 if TYPE_CHECKING:
     from netcomp.ipam.blockalloc import BlockAllocator
@@ -208,11 +208,13 @@ class Worker:
                 lent, answered = self._grants(h)
                 rv = h.rv
                 a.save()
+            a.write_record()  # what is being lent, on disk before the grant is
             try:
                 rec = a.store.grant(h.name, rv, lent, answered)
             except (Conflict, Gone):
                 with a._lock:
                     self._undo(h, lent, answered)  # not written: the next version the watch shows is asked again
+                a.write_record()
                 continue
             except StoreUnavailable as e:
                 log.warning("cannot answer the requests on block %s: %s", h.name, e)
@@ -273,6 +275,8 @@ class Worker:
         with a._lock:
             lost = [h for h in a.held.values() if h.lost and not h.pending]
         for h in lost:
+            if a.drop_unused(h):
+                continue
             if h.taker is None and not self._claim_again(h):
                 return False
             if h.taker is not None and not self._hand_over(h):
@@ -305,6 +309,7 @@ class Worker:
         a.seen(got, "answer")
         with a._lock:
             a.save()
+        a.write_record()
         return True
 
     def _hand_over(self, h: Held) -> bool:
@@ -341,6 +346,7 @@ class Worker:
                                                      written=True)  # fmt: skip
             a.held.pop(h.name, None)
             a.save()
+        a.write_record()
         log.warning("network %s: block %s left this node; its %d addresses in use are lent to it by node %s",
                     h.network, h.net, len(uses), taker.node)  # fmt: skip
         return True

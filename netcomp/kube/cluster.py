@@ -25,7 +25,7 @@ from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
-from netcomp.kube.apierrors import explain as explain  # kubestore.py words the address stores' failures with it
+from netcomp.kube.apierrors import explain
 from netcomp.kube.following import keep_following
 from netcomp.kube.nodewatch import NodeWatch
 from netcomp.kube.podwatch import PodWatch

@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import Any
 
 from netcomp import libc
@@ -25,11 +24,10 @@ from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
-from netcomp.kube.kubestore import store_unavailable
+from netcomp.kube.kubestore import GROUP, LABEL_NETWORK, LABEL_NODE, VERSION, created, store_unavailable
 
 log = logging.getLogger("netcomp.ipam")
-GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressblocks", "AddressBlock"
-LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
+PLURAL, KIND = "addressblocks", "AddressBlock"
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
 # leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
 PAGE = 10
@@ -54,13 +52,6 @@ def to_object(rec: Record) -> dict[str, Any]:
             "spec": spec}  # fmt: skip
 
 
-def _created(meta: dict[str, Any]) -> float:
-    try:
-        return datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00")).timestamp()
-    except (KeyError, ValueError):
-        return 0.0
-
-
 def from_object(obj: dict[str, Any]) -> Record | None:
     """The record an object is; None when it is not an AddressBlock netcomp wrote."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -81,7 +72,7 @@ def from_object(obj: dict[str, Any]) -> Record | None:
         rec = Record(
             str(meta.get("name", "")), spec["network"], spec["cidr"], spec["node"], bool(spec.get("nodeInCluster")),
             maps("used"), maps("lent"), maps("requests"), str(meta.get("uid", "")),
-            str(meta.get("resourceVersion", "")), _created(meta),
+            str(meta.get("resourceVersion", "")), created(meta),
         )  # fmt: skip
         rec.net  # noqa: B018 (a cidr that is not one: not a block)
     except ValueError:

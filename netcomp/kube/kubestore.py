@@ -17,29 +17,22 @@ from typing import Any
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
 from netcomp.ipam.pool import network_label
-from netcomp.ipam.store import Claim, StoreUnavailable, Taken
+from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
-from netcomp.kube.cluster import Cluster, explain
+from netcomp.kube.apierrors import explain
+from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Selection, keep_following
 
 log = logging.getLogger("netcomp.ipam")
-GROUP, VERSION, PLURAL, KIND = "netcomp.io", "v1", "addressclaims", "AddressClaim"
-LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"
+GROUP, VERSION = "netcomp.io", "v1"  # AddressClaim, TenantClaim and AddressBlock objects (kubeblocks.py)
+PLURAL, KIND = "addressclaims", "AddressClaim"
+LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"  # labels of AddressClaims and AddressBlocks
 WATCH_SECONDS = 60
 
 
 def to_object(c: Claim) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "network": c.network,
-        "address": c.address,
-        "node": c.node,
-        "containerID": c.container_id,
-        "interface": c.ifname,
-        "nodeInCluster": c.node_in_cluster,
-    }
-    if c.pod:
-        ns, _, name = c.pod.partition("/")
-        spec["pod"] = {"namespace": ns, "name": name, **({"uid": c.pod_uid} if c.pod_uid else {})}
+    spec = {"network": c.network, "address": c.address, "node": c.node, **holder_doc(c),
+            "nodeInCluster": c.node_in_cluster}  # fmt: skip
     labels = {LABEL_NETWORK: network_label(c.network), LABEL_NODE: c.node}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -54,19 +47,15 @@ def from_object(obj: dict[str, Any]) -> Claim | None:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     if obj.get("kind") != KIND or not isinstance(spec.get("network"), str) or not isinstance(spec.get("address"), str):
         return None
-    pod = spec.get("pod") or {}
     return Claim(
         name=str(meta.get("name", "")),
         network=spec["network"],
         address=spec["address"],
         node=str(spec.get("node", "")),
-        container_id=str(spec.get("containerID", "")),
-        ifname=str(spec.get("interface", "")),
-        pod=f"{pod['namespace']}/{pod['name']}" if pod.get("namespace") and pod.get("name") else "",
-        pod_uid=str(pod.get("uid", "")),
+        **holder_fields(spec),
         node_in_cluster=bool(spec.get("nodeInCluster", False)),
         uid=str(meta.get("uid", "")),
-        created=_created(meta),
+        created=created(meta),
     )
 
 
@@ -102,13 +91,15 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
                   "address claims")  # fmt: skip
 
 
-def _created(meta: dict[str, Any]) -> float:
-    if isinstance(meta.get("creationTimestamp"), str):
-        try:
-            return datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return 0.0
-    return 0.0
+def created(meta: dict[str, Any]) -> float:
+    """An object's creationTimestamp (its metadata's) in epoch seconds; 0.0 when it has none that reads."""
+    stamp = meta.get("creationTimestamp")
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def id_to_object(c: IdClaim) -> dict[str, Any]:
@@ -137,7 +128,7 @@ def id_from_object(obj: dict[str, Any]) -> IdClaim | None:
         network_uid=str(net.get("uid", "")),
         node=str(spec.get("node", "")),
         uid=str(meta.get("uid", "")),
-        created=_created(meta),
+        created=created(meta),
     )
 
 

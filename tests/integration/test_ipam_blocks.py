@@ -1,14 +1,16 @@
 """Addresses from blocks (ipam: {type: cluster}, AddressBlock objects) against a real kube-apiserver and etcd,
 daemons with their own node names each serving its own lab netns with the real plugins: a small pool filled to
 its last address by three nodes at once (borrowing), ADDs and DELs while the API server is away, a block object
-deleted or taken over behind its node's back, the daemon killed between claiming a block and recording it and in
-the middle of writing behind, an AddressClaim of an earlier version honoured."""
+deleted or taken over behind its node's back, the daemon killed between claiming a block and recording it,
+between releasing one and recording that, and in the middle of writing behind, an AddressClaim of an earlier
+version honoured."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import ipaddress
+import json
 import threading
 import time
 from pathlib import Path
@@ -278,6 +280,27 @@ def test_killed_in_the_middle_of_writing_behind(api: ApiServer, custom: Any, tmp
         until(lambda: written() == want, lambda: (written(), node.logs()))
         assert node.shim("DEL", ctr)[0] == 0
         until(lambda: written() == set(), lambda: (written(), node.logs()))
+
+
+def test_killed_between_releasing_a_block_and_recording_it(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """The daemon dies with an empty block's object deleted (released after the grace period) and its record of
+    the blocks it holds still naming it: the restarted daemon finds the object gone and nothing of its own in
+    the block, and drops it from its record instead of claiming it again."""
+    with shared_network(custom, network("freed", "10.118.0.0/24")), proc(api, tmp_path, "after-block-release") as node:
+        ctr = node.lab.container()
+        rc, res = node.shim("ADD", ctr, args="NETCOMP_NETWORKS=freed")
+        assert rc == 0, (res, node.logs())
+        [block] = blocks(custom, "freed")
+        name = block["metadata"]["name"]
+        assert node.shim("DEL", ctr)[0] == 0
+        assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+        record = node.cache_dir / "ipam" / "blocks.json"
+        assert blocks(custom, "freed") == [] and name in json.loads(record.read_text())["blocks"]
+        node.env.pop("NETCOMP_CRASH_AT")
+        node.start()
+        until(lambda: "is gone from the API server and nothing here uses it" in node.logs(), node.logs)
+        assert name not in json.loads(record.read_text())["blocks"]
+        assert blocks(custom, "freed") == [], node.logs()
 
 
 def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:

@@ -227,6 +227,11 @@ def test_no_cni_error_code_is_a_bare_number() -> None:
         ("the CNI name pattern", r"\[A-Za-z0-9\]\[A-Za-z0-9_\.", "netcomp/names.py"),
         ("the PCI address pattern", r"\{4\}:\[0-9a-fA-F\]\{2\}", "netcomp/names.py"),
         ("the default cniVersion", r"\"1\.0\.0\"", "netcomp/cni/spec.py"),
+        ("the API group of claims and blocks", r'^GROUP\b.*"netcomp\.io"', "netcomp/kube/kubestore.py"),
+        ("the labels of claims and blocks", r"^LABEL_NETWORK\b", "netcomp/kube/kubestore.py"),
+        ("an object's creationTimestamp read", r'"creationTimestamp"(\]|\))', "netcomp/kube/kubestore.py"),
+        ("a claim's holder as a document", r'"containerID": c\.container_id', "netcomp/ipam/store.py"),
+        ("a claim's holder read back", r"pod\['namespace'\]", "netcomp/ipam/store.py"),
     ],
 )
 def test_each_rule_has_one_home(what: str, pattern: str, home: str) -> None:

@@ -1,16 +1,21 @@
-"""Blocks of a pool (ipam/blocks.py), a node's record of the blocks it holds (ipam/blockstate.py) and the
-AddressBlock objects' shape (kube/kubeblocks.py): pure, or on files in a temp dir. What the allocator does with
+"""Blocks of a pool (ipam/blocks.py), a node's record of the blocks it holds (ipam/blockstate.py; written off
+the allocator's lock, ipam/blockview.py) and the AddressBlock objects' shape (kube/kubeblocks.py): pure, or on
+files in a temp dir. What the allocator does with
 them runs against a real kube-apiserver in tests/integration/test_ipam_blocks.py and test_cluster_ipam.py."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from netcomp.ipam.allocator import Holder
+from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
 from netcomp.ipam.blockstate import Held, LocalRecord, Record
 from netcomp.ipam.pool import Pool, network_label
@@ -135,3 +140,116 @@ def test_a_block_size_is_a_power_of_two() -> None:
     for bad in (3, 0, 8192):
         with pytest.raises(ValidationError, match=r"power of two|greater than|less than"):
             ClusterIPAM.model_validate({"type": "cluster", "subnet": "10.0.0.0/24", "blockSize": bad})
+
+
+# ------------------------------------------------------------------------------------------------ the record's writes
+
+BLOCK = "n.v4-10-0-0-0-28"
+
+
+class NoStore:
+    """The allocator's store where nothing under test asks it (an address from a block held, the record): any
+    call fails the test."""
+
+    kind = "none"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the store was asked: {name}")
+
+
+class HeldWrite(LocalRecord):
+    """blocks.json whose write waits for `go`: a disk whose fsync takes as long as the test says (a slow disk
+    cannot be made here on demand). Records whether the writer held the allocator's lock."""
+
+    def __init__(self, path: Path, node: str) -> None:
+        super().__init__(path, node)
+        self.entered, self.go = threading.Event(), threading.Event()
+        self.under_lock: list[bool] = []
+        self.alloc: BlockAllocator | None = None
+
+    def write(self, data: bytes) -> None:
+        assert self.alloc is not None
+        self.under_lock.append(self.alloc._lock._is_owned())  # type: ignore[attr-defined]
+        self.entered.set()
+        assert self.go.wait(60), "the test never let the write finish"
+        super().write(data)
+
+
+def holding(tmp_path: Path, record: LocalRecord, taken: dict[str, str]) -> tuple[BlockAllocator, Pool]:
+    """An allocator of node-a holding 10.0.0.0/28 of network n, its list seen; `taken`: AddressClaim holders by
+    address."""
+    LocalRecord(record.path, "node-a").save([Held(BLOCK, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    p = pool({"subnet": "10.0.0.0/24"}, block=16)
+    alloc = BlockAllocator(NoStore(), "node-a", record, taken=lambda network, a: taken.get(str(a)))  # type: ignore[arg-type]
+    alloc.serve({"n": p})
+    alloc.load([])
+    alloc.seen(Record(BLOCK, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.listed({BLOCK}, {"n"})
+    return alloc, p
+
+
+def test_an_add_takes_an_address_while_the_blocks_record_is_written(tmp_path: Path) -> None:
+    """An AddressClaim object taking an address of a block held makes the node write blocks.json (two fsyncs);
+    an ADD's allocation (the allocator's lock) goes on while that write waits, and the write never holds it."""
+    record = HeldWrite(tmp_path / "ipam" / "blocks.json", "node-a")
+    taken: dict[str, str] = {}
+    alloc, p = holding(tmp_path, record, taken)
+    record.alloc = alloc
+    taken["10.0.0.9"] = "pod default/old on node-x"
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        try:
+            saving = ex.submit(alloc.retake, "n")  # as the AddressClaim watch calls it
+            assert record.entered.wait(30), "no write of the record"
+            add = ex.submit(alloc.claim, p, 0, Holder("c1", "net0"))
+            got = add.result(timeout=30)  # blocked behind the write: fails here
+        finally:
+            record.go.set()
+        saving.result(timeout=30)
+    assert got.block == BLOCK and got.address == "10.0.0.1"
+    assert record.under_lock == [False]
+    [back] = LocalRecord(record.path, "node-a").load()
+    assert back.taken == {9}
+
+
+def test_an_older_snapshot_of_the_record_never_lands_after_a_newer_one(tmp_path: Path) -> None:
+    """Two writers of blocks.json: the one whose snapshot is older, writing last, writes nothing; a retake for a
+    network without blocks held writes nothing either."""
+    record = LocalRecord(tmp_path / "ipam" / "blocks.json", "node-a")
+    alloc, _ = holding(tmp_path, record, {})
+    with alloc._lock:
+        alloc.held[BLOCK].taken = {5}
+        alloc.save()
+    older = alloc.snapshot()
+    with alloc._lock:
+        alloc.held[BLOCK].taken = {6}
+        alloc.save()
+    newer = alloc.snapshot()
+    assert older is not None and newer is not None and older[0] < newer[0]
+    alloc.write_snapshot(*newer)
+    alloc.write_snapshot(*older)
+    assert [h.taken for h in record.load()] == [{6}]
+    assert alloc.snapshot() is None  # what is on disk is what the node holds
+    before = record.path.stat().st_mtime_ns
+    alloc.retake("other")
+    assert alloc.snapshot() is None and record.path.stat().st_mtime_ns == before
+
+
+def test_a_holder_reads_the_same_in_a_claim_object_and_a_blocks_entry() -> None:
+    """An AddressClaim object's spec and an AddressBlock's entry say who holds an address the same way
+    (store.holder_doc), and both read back to the same claim."""
+    from netcomp.ipam.blockstate import claim_of
+    from netcomp.ipam.store import holder_doc
+    from netcomp.kube import kubestore
+
+    c = Claim("n.v4-10-0-0-5", "n", "10.0.0.5", "node-a", "c1", "net0", "default/web", "pu", True)
+    obj = kubestore.to_object(c)
+    assert {k: obj["spec"][k] for k in holder_doc(c)} == holder_doc(c)
+    assert obj["spec"]["pod"] == {"namespace": "default", "name": "web", "uid": "pu"}
+    obj["metadata"].update(uid="u", creationTimestamp="2026-01-01T00:00:00Z")
+    back = kubestore.from_object(obj)
+    assert back is not None and back == Claim(**{**c.to_doc(), "uid": "u", "created": back.created})
+    assert back.created == kubeblocks.created({"creationTimestamp": "2026-01-01T00:00:00Z"}) > 0
+    rec = Record("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True)
+    entry = claim_of(rec, "10.0.0.5", holder_doc(c), "node-a")
+    assert (entry.container_id, entry.ifname, entry.pod, entry.pod_uid) == ("c1", "net0", "default/web", "pu")
+    assert kubestore.created({}) == 0.0 and kubestore.created({"creationTimestamp": "nope"}) == 0.0
