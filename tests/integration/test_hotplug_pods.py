@@ -1,7 +1,8 @@
 """Hot-plug by editing the pod, against a real kube-apiserver with the real plugins in network namespaces: an edit of
 a running pod's k8s.v1.cni.cncf.io/networks annotation attaches what it adds and detaches what it removes
 (renames are a detach and an attach), read back from the pod's namespace, its network-status and events; a
-failing add leaves the pod as it was; a daemon killed mid-hot-plug finishes the job when it starts again."""
+failing add leaves the pod as it was; an edit made while a failed rollback waits to be undone is carried out once
+it is; a daemon killed mid-hot-plug finishes the job when it starts again."""
 
 from __future__ import annotations
 
