@@ -383,6 +383,7 @@ class Daemon:
             return
         self.podsync = PodSync(self.delegator)
         self.cluster.pods.on_change = self.podsync.changed
+        self.delegator.undone = self.podsync.undone  # an edit put off for an undo, synced once that is done
         self.podsync.all_recorded(records)
         listed = self.cluster.pods.synced
         threading.Thread(target=self.podsync.run, args=(self.stop_event, listed), name="pod-sync", daemon=True).start()

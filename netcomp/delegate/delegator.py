@@ -101,6 +101,10 @@ class Delegator:
     home_netns: str = "/proc/self/ns/net"
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
+    # Told, with the container's lock held, of a record written with nothing left to undo or removed: its
+    # (container ID, ifname) and whether the record is still there (delegate/podsync.PodSync.undone: a pod edit
+    # put off until that undo is done is synced again).
+    undone: Callable[[tuple[str, str], bool], object] = lambda key, kept: None
 
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
@@ -233,6 +237,8 @@ class Delegator:
             self.unfinished[key] = n
         else:
             self.unfinished.pop(key, None)
+        if not entry.unfinished:  # every path that finishes an undo writes the record here
+            self.undone(key, bool(entry.attachments))
 
     def side_by_side(self, fn: Callable[[Attachment], Any], atts: list[Attachment]) -> list[Future[Any]]:
         """fn(a) for each attachment side by side, in atts' order: all but the first handed to the pool, then the

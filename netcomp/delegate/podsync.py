@@ -5,13 +5,14 @@ record says it was attached for (podnets.element_key), so a changed one is a det
 network does not change on a running pod. What is added on free interface names goes first (a failure leaves
 the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
 from a queue the pod watch feeds, and at start-up once for every recorded pod (a daemon killed mid-hot-plug
-finishes the job). docs/kubernetes.md, "Hot-plug by editing the pod"."""
+finishes the job); a record with attachments to undo (a rollback's DEL failed) is synced once they are undone.
+docs/kubernetes.md, "Hot-plug by editing the pod"."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from netcomp.delegate import adding, naming, podnets, podplan
@@ -40,15 +41,23 @@ def pod_of(entry: Entry) -> PodRef | None:
     return PodRef(p["namespace"], p["name"], p.get("uid", "")) if p and p.get("namespace") and p.get("name") else None
 
 
-def sync(d: Delegator, container_id: str, ifname: str) -> Outcome | None:
+def sync(
+    d: Delegator, container_id: str, ifname: str, wait: Callable[[tuple[str, str], PodRef], object] | None = None
+) -> Outcome | None:
     """Bring one container's attachments to what its pod's annotation asks now (None: nothing to do, or not now:
-    no record, a pod unknown to it, an ADD not finished)."""
+    no record, a pod unknown to it, an ADD not finished, attachments to undo). `wait`: told, with the container's
+    lock held, of a record whose sync waits for its attachments to be undone (PodSync.undone syncs it then)."""
     if d.pods is None:
         return None
     with d.locks.hold(container_id):
         entry = d.cache.load(container_id, ifname)
         pod = pod_of(entry) if entry is not None else None
-        if entry is None or pod is None or not entry.attached or entry.unfinished:
+        if entry is None or pod is None or not entry.attached:
+            return None
+        if entry.unfinished:  # undone first, as an ADD does (adding.add); by the retry every few minutes, or a DEL
+            log.info("hot-plug of pod %s waits: container %s has attachments to undo first", pod, container_id)
+            if wait is not None:
+                wait((container_id, ifname), pod)
             return None
         notes = d.pods.latest(pod)
         if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
@@ -159,13 +168,17 @@ def _refused(d: Delegator, pod: PodRef, out: Outcome) -> Outcome:
 
 class PodSync:
     """Syncs pods whose annotations changed, one at a time, in a thread of its own: `changed(pod)` queues one
-    (the pod watch calls it), `all_recorded(records)` queues every pod the records name (at start-up)."""
+    (the pod watch calls it), `all_recorded(records)` queues every pod the records name (at start-up), `undone`
+    one whose sync waited for a record's undo (Delegator.undone calls it)."""
 
     def __init__(self, d: Delegator) -> None:
         self.d = d
         # A queued pod, and its containers' (container ID, ifname) when the records were read already (at
         # start-up); None: they are looked up in the records when its turn comes.
         self._pending: dict[tuple[str, str], tuple[PodRef, list[tuple[str, str]] | None]] = {}
+        # The records (container ID, ifname) whose sync waits for their attachments to be undone, with their pod:
+        # one per record at most, forgotten when the undo is done or the record goes.
+        self._waiting: dict[tuple[str, str], PodRef] = {}
         self._cond = threading.Condition()
         self.busy = False
         self.synced = 0  # pods synced so far (tests wait for it to pass a count)
@@ -174,6 +187,28 @@ class PodSync:
         with self._cond:
             self._pending[(pod.namespace, pod.name)] = (pod, None)
             self._cond.notify()
+
+    def undone(self, key: tuple[str, str], kept: bool) -> None:
+        """A record written with nothing left to undo (`kept`), or removed: the pod whose sync waited for it is
+        queued again (the pod watch queues a pod only when its annotations change, so its edit would otherwise
+        wait for the next one). Called with the container's lock held, by whatever finished the undo."""
+        with self._cond:
+            pod = self._waiting.pop(key, None)
+            if pod is None or not kept:
+                return
+            log.info("container %s has nothing left to undo: hot-plug of pod %s synced again", key[0], pod)
+            self._pending[(pod.namespace, pod.name)] = (pod, None)
+            self._cond.notify()
+
+    def _wait(self, key: tuple[str, str], pod: PodRef) -> None:
+        with self._cond:
+            self._waiting[key] = pod
+
+    @property
+    def waiting(self) -> int:
+        """Records whose sync waits for an undo."""
+        with self._cond:
+            return len(self._waiting)
 
     def all_recorded(self, records: list[Entry]) -> None:
         """Queue every pod `records` (every record, as read at start-up) name, with its containers: the records
@@ -210,7 +245,7 @@ class PodSync:
                 self.busy = True
             try:
                 for container_id, ifname in self._containers(pod) if containers is None else containers:
-                    sync(self.d, container_id, ifname)
+                    sync(self.d, container_id, ifname, self._wait)
             except Exception:
                 log.exception("hot-plug of pod %s failed", pod)
             finally:

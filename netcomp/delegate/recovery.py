@@ -72,8 +72,9 @@ def retry_unfinished(d: Delegator) -> tuple[int, int]:
             e = d.cache.load(cid, ifname)
             if e is not None and any(not a.permanent for a in e.unfinished):
                 entries.append(e)
-            elif e is None:
+            elif e is None:  # gone other than through Delegator.save (removed by hand)
                 d.unfinished.pop((cid, ifname), None)
+                d.undone((cid, ifname), False)
     return _undo_all(d, entries, "retry")
 
 

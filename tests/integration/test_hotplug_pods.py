@@ -1,11 +1,13 @@
 """Hot-plug by editing the pod, against a real kube-apiserver with the real plugins in network namespaces: an edit of
 a running pod's k8s.v1.cni.cncf.io/networks annotation attaches what it adds and detaches what it removes
 (renames are a detach and an attach), read back from the pod's namespace, its network-status and events; a
-failing add leaves the pod as it was; a daemon killed mid-hot-plug finishes the job when it starts again."""
+failing add leaves the pod as it was; an edit made while a failed rollback waits to be undone is carried out once
+it is; a daemon killed mid-hot-plug finishes the job when it starts again."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,82 @@ def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin
         for ctr, p in zip(ctrs[1:], pods[1:], strict=True):
             assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
         detach(node, ctrs[0], pods[0])  # and nothing of the three is left
+
+
+# A delegate whose ADD makes its interface (the real macvlan) and then fails, and whose first DEL of an interface
+# fails (a file per container and interface in @STATE@ says it failed once); every later DEL is macvlan's own.
+ADD_FAILS_DEL_FAILS_ONCE = """#!/bin/sh
+if [ "$CNI_COMMAND" = ADD ]; then
+  @PLUGIN@/macvlan >/dev/null || exit 1
+  echo '{"cniVersion": "1.0.0", "code": 11, "msg": "test: this ADD fails after making its interface"}'
+  exit 1
+fi
+once="@STATE@/$CNI_CONTAINERID-$CNI_IFNAME"
+if [ "$CNI_COMMAND" = DEL ] && [ ! -e "$once" ]; then
+  : > "$once"
+  echo '{"cniVersion": "1.0.0", "code": 11, "msg": "test: this DEL fails once"}'
+  exit 1
+fi
+exec @PLUGIN@/macvlan
+"""
+
+
+def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
+    api: ApiServer, admin: Any, tmp_path: Path
+) -> None:
+    """A hot-plug ADD that fails with its interface made, and whose rollback DEL fails too (the delegate above):
+    the record keeps that attachment to undo, and an edit of the pod made meanwhile waits for it. The retry of
+    unfinished undos (the daemon's every few minutes, called here) DELs it; the pod is synced again with no other
+    edit and gets what its annotation asks now. A record removed while its edit waits is forgotten."""
+    from netcomp.delegate import recovery
+    from tests.integration.test_kube import kube_lab, wait_for
+    from tests.lab.daemonlab import intent
+    from tests.lab.netlab import PLUGIN_DIR
+
+    plugins, state = tmp_path / "plugins", tmp_path / "plugin-state"
+    plugins.mkdir()
+    state.mkdir()
+    script = plugins / "failing"
+    script.write_text(ADD_FAILS_DEL_FAILS_ONCE.replace("@STATE@", str(state)).replace("@PLUGIN@", PLUGIN_DIR))
+    script.chmod(0o755)
+    with kube_lab(tmp_path, api.node_kubeconfig, settings={"pluginDirs": [str(plugins), PLUGIN_DIR]}) as dl:
+        ipam = {"type": "host-local", "dataDir": f"{tmp_path}/ipam", "subnet": "10.93.0.0/24"}
+        conf = {
+            "cniVersion": "1.0.0",
+            "name": "faulty",
+            "plugins": [{"type": "failing", "master": dl.lab.master, "ipam": ipam}],
+        }
+        (tmp_path / "static.d").mkdir(exist_ok=True)
+        (tmp_path / "static.d" / "faulty.conflist").write_text(json.dumps(conf))
+        (tmp_path / "networks.d" / "80-faulty.yaml").write_text(intent("faulty", "{type: static, networkID: faulty}"))
+        wait_for(dl, lambda: "faulty" in dl.daemon.state.networks(), "the faulty network compiled")
+        sync, d = dl.daemon.podsync, dl.daemon.delegator
+        assert sync is not None
+        with pod(admin, dl, "waits", **{NETWORKS: "storage"}) as p:
+            ctr, rc, res = attach(dl, p)
+            assert rc == 0, res
+            edit(admin, dl, p, "storage, faulty")  # fails; its interface stays, to undo
+            assert list(d.unfinished.values()) == [1] and links(dl, ctr) == ["eth0", "net1", "net2"]
+            edit(admin, dl, p, "storage, backup")  # waits for the undo of net2
+            assert sync.waiting == 1 and links(dl, ctr) == ["eth0", "net1", "net2"]
+            assert not any(lease.startswith("backup") for lease in dl.leases())
+            before = sync.synced
+            assert recovery.retry_unfinished(d) == (1, 0)
+            assert sync.wait_synced(before, 60), "the pod was not synced again once its undo was done"
+            assert sync.waiting == 0 and d.unfinished == {}
+            assert links(dl, ctr) == ["eth0", "net1", "net2"] and dl.lab.addrs(ctr, "net2")[0].startswith("10.80.0.")
+            assert [(s["name"], s["interface"]) for s in status_of(admin, dl, p)] == [
+                ("mgmt", "eth0"),
+                ("storage", "net1"),
+                ("backup", "net2"),
+            ]
+            # Again, and the container DELeted while its edit waits: the DEL undoes it, and nothing waits on.
+            edit(admin, dl, p, "storage, backup, faulty")
+            assert list(d.unfinished.values()) == [1]
+            edit(admin, dl, p, "storage")
+            assert sync.waiting == 1
+            detach(dl, ctr, p)
+            assert sync.waiting == 0 and d.unfinished == {}
 
 
 def test_hotplug_can_be_turned_off(api: ApiServer, admin: Any, tmp_path: Path) -> None:
