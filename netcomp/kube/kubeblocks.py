@@ -24,7 +24,7 @@ from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
-from netcomp.kube.kubestore import GROUP, LABEL_NETWORK, LABEL_NODE, VERSION, created, store_unavailable
+from netcomp.kube.kubestore import GROUP, LABEL_NETWORK, VERSION, created, labels_of, store_unavailable
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -36,9 +36,7 @@ PAGE = 10
 
 
 def to_object(rec: Record) -> dict[str, Any]:
-    labels = {LABEL_NETWORK: network_label(rec.network)}
-    if len(rec.node) <= 63:
-        labels[LABEL_NODE] = rec.node
+    labels = labels_of(rec.network, rec.node)
     spec = {
         "network": rec.network,
         "cidr": rec.cidr,

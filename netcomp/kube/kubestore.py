@@ -22,6 +22,7 @@ from netcomp.kube import following
 from netcomp.kube.apierrors import explain
 from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Selection, keep_following
+from netcomp.kube.slices import node_label
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION = "netcomp.io", "v1"  # AddressClaim, TenantClaim and AddressBlock objects (kubeblocks.py)
@@ -30,10 +31,18 @@ LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"  # labels of
 WATCH_SECONDS = 60
 
 
+def labels_of(network: str, node: str) -> dict[str, str]:
+    """The labels of an AddressClaim or AddressBlock: its network's (what a node selects by) and its node's, as
+    the node's EndpointSlices are labelled (slices.node_label): its name, or a hash of it when a label value
+    cannot hold it (a node's name may be a 253-character DNS name, a label value 63; the API server refuses an
+    object with a longer one). The node's name is in the spec either way."""
+    return {LABEL_NETWORK: network_label(network), LABEL_NODE: node_label(node)}
+
+
 def to_object(c: Claim) -> dict[str, Any]:
     spec = {"network": c.network, "address": c.address, "node": c.node, **holder_doc(c),
             "nodeInCluster": c.node_in_cluster}  # fmt: skip
-    labels = {LABEL_NETWORK: network_label(c.network), LABEL_NODE: c.node}
+    labels = labels_of(c.network, c.node)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,

@@ -428,3 +428,35 @@ def test_the_node_registered_after_the_daemon_started_is_followed(
         assert not dl.daemon.addresses.allocator.node_in_cluster
         for cid in ("before", "after"):
             assert dl.shim("DEL", cid)[0] == 0
+
+
+def test_a_node_named_longer_than_a_label_value_can_claim(custom: Any) -> None:
+    """A node's name may be a 253-character DNS name; a label value holds 63. An AddressClaim (and an
+    AddressBlock) of such a node is labelled with a hash of the name, as its EndpointSlices are, the name in its
+    spec, and the API server takes it (with the name as the label it answered 422: the node could claim no
+    address at all)."""
+    from netcomp.ipam.blockstate import Record
+    from netcomp.ipam.store import Claim
+    from netcomp.kube import kubeblocks, kubestore
+    from netcomp.kube.slices import node_label
+
+    node = "worker-" + "x" * 60 + ".rack-7.dc-east.example.internal"
+    claim = Claim("longnode.v4-10-9-0-5", "longnode", "10.9.0.5", node, "c1", "net0")
+    block = Record("longnode.v4-10-9-0-0-28", "longnode", "10.9.0.0/28", node, True)
+    made = []
+    try:
+        for plural, obj in (
+            ("addressclaims", kubestore.to_object(claim)),
+            ("addressblocks", kubeblocks.to_object(block)),
+        ):
+            got = custom.create_cluster_custom_object(GROUP, VERSION, plural, obj)
+            made.append((plural, got["metadata"]["name"]))
+            assert got["spec"]["node"] == node
+            assert got["metadata"]["labels"] == {"netcomp.io/network": "longnode", "netcomp.io/node": node_label(node)}
+            assert node_label(node).startswith("h-")
+        back = kubestore.from_object(custom.get_cluster_custom_object(GROUP, VERSION, "addressclaims", claim.name))
+        assert back is not None and back.node == node
+    finally:
+        for plural, name in made:
+            with contextlib.suppress(Exception):
+                custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
