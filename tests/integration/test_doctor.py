@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.lab.daemonlab import intent
-from tests.lab.kubeapi import NODE_TOKEN, ApiServer, free_port
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab
 from tests.lab.poll import until
 from tests.lab.procdaemon import NETCOMP, ProcNode, kube_proc_node
@@ -229,15 +229,7 @@ def test_api_server_faults_said_as_the_daemon_says_them(
         url = f"https://127.0.0.1:{free_port()}"  # free here; in the node's netns only the forwarder listens
     cfg = api.kubeconfig(tmp_path / "k.kubeconfig", "no-such-token" if fault == "token" else NODE_TOKEN, server=url)
     if fault == "untrusted":
-        other = tmp_path / "other-ca.crt"
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.key"),
-             "-out", str(other), "-subj", "/CN=not-the-cluster", "-days", "1"],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        doc = yaml.safe_load(cfg.read_text())
-        doc["clusters"][0]["cluster"]["certificate-authority"] = str(other)
-        cfg.write_text(yaml.safe_dump(doc))
+        distrust(cfg, tmp_path)
     conf = tmp_path / "netcomp.yaml"
     conf.write_text(yaml.safe_dump({**node.settings, "kubernetes": {"kubeconfig": str(cfg), "timeout": 10}}))
     rc, checks, text = doctor(node, conf)

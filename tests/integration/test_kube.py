@@ -9,19 +9,17 @@ import contextlib
 import io
 import json
 import socket
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
 from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
-from tests.lab.kubeapi import NODE_TOKEN, ApiServer, free_port
+from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
 
 pytestmark = pytest.mark.root
 GVP = ("netcomp.io", "v1", "networks")
@@ -222,15 +220,7 @@ def test_api_server_refusals_are_said_in_an_operators_words(api: ApiServer, tmp_
     naming the server or the kubeconfig."""
     cfg = api.kubeconfig(tmp_path / "k.kubeconfig", NODE_TOKEN if fault == "untrusted" else "no-such-token")
     if fault == "untrusted":
-        other = tmp_path / "other-ca.crt"
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.key"),
-             "-out", str(other), "-subj", "/CN=not-the-cluster", "-days", "1"],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        doc = yaml.safe_load(cfg.read_text())
-        doc["clusters"][0]["cluster"]["certificate-authority"] = str(other)
-        cfg.write_text(yaml.safe_dump(doc))
+        distrust(cfg, tmp_path)
     with kube_lab(tmp_path / "node", cfg, timeout=5) as dl:
         ctr = dl.lab.container()
         rc, err = dl.shim("ADD", ctr, args="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=p9")

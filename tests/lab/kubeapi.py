@@ -68,6 +68,20 @@ class ApiServer:
         return path
 
 
+def distrust(kubeconfig: Path, work: Path) -> None:
+    """Point the kubeconfig's cluster at a CA of its own making (in `work`), one that did not sign the API
+    server's certificate: a client using it must refuse the server."""
+    other = work / "other-ca.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(work / "other-ca.key"),
+         "-out", str(other), "-subj", "/CN=not-the-cluster", "-days", "1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["clusters"][0]["cluster"]["certificate-authority"] = str(other)
+    kubeconfig.write_text(yaml.safe_dump(doc))
+
+
 def ensure_binaries() -> None:
     if not (BINS / "kube-apiserver").exists() or not (BINS / "etcd").exists():
         subprocess.run([str(ROOT / "scripts" / "kube-test-bins.sh"), str(BINS.parent)], check=True, timeout=1800)
