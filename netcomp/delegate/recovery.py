@@ -92,14 +92,18 @@ def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
             return len(todo) - len(errors), len(errors)
 
     undone = failed = 0
-    for u, f in d.pool.map(lambda e: _guarded(one, e), entries):
+    for u, f in d.pool.map(lambda e: _guarded(d, one, e), entries):
         undone, failed = undone + u, failed + f
     return undone, failed
 
 
-def _guarded(fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
+def _guarded(d: Delegator, fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
+    """fn(e); an undo that could not even start (its namespace cannot be looked for, the record cannot be read)
+    is logged and left for `retry_unfinished`, as a failed DEL is: a record left `adding` by a start-up whose
+    undo raised would otherwise wait for the runtime's DEL, which may never come."""
     try:
         return fn(e)
     except (HostError, DelegateError) as err:
         log.error("cannot undo what container %s left unfinished: %s", e.container_id, err)
+        d.unfinished.setdefault((e.container_id, e.ifname), len(e.unfinished))
         return 0, len(e.unfinished)

@@ -401,3 +401,34 @@ def test_a_failed_dels_log_line_names_every_network_its_record_named(tmp_path: P
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]
     finally:
         d.close()
+
+
+def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: Path) -> None:
+    """A record an earlier daemon left `adding` whose undo raised at start-up (its namespace could not be looked
+    for) is retried every few minutes, as a failed rollback's DEL is, not left for a runtime DEL that may never
+    come. What makes the undo raise cannot be made on demand here: the first `detach` raises HostError, a
+    stand-in for it."""
+    from netcomp.cni.invoke import ExecResult
+    from netcomp.delegate import recovery
+    from netcomp.delegate.record import Attachment, Entry
+
+    conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
+    d = _delegator(tmp_path, {"n": conf}, lambda *a: ExecResult(0, b"", b""))
+    try:
+        d.cache.save(Entry("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
+        real, calls = d.detach, []
+
+        def detach(*a: Any, **k: Any) -> Any:
+            calls.append(k.get("why"))
+            if len(calls) == 1:
+                raise HostError("cannot look for the network namespace")
+            return real(*a, **k)
+
+        d.detach = detach
+        assert recovery.recover(d)[:2] == (0, 1)
+        assert ("c1", "eth0") in d.unfinished and d.cache.load("c1", "eth0") is not None
+        assert recovery.retry_unfinished(d) == (1, 0)
+        assert calls == ["recovery", "retry"]
+        assert d.cache.load("c1", "eth0") is None and ("c1", "eth0") not in d.unfinished
+    finally:
+        d.close()
