@@ -105,5 +105,9 @@ def _guarded(d: Delegator, fn: Callable[[Entry], tuple[int, int]], e: Entry) -> 
         return fn(e)
     except (HostError, DelegateError) as err:
         log.error("cannot undo what container %s left unfinished: %s", e.container_id, err)
-        d.unfinished.setdefault((e.container_id, e.ifname), len(e.unfinished))
+        if not getattr(err, "permanent", False):
+            with contextlib.suppress(HostError), d.locks.hold(e.container_id):  # as every load, and as save counts
+                now = d.cache.load(e.container_id, e.ifname)  # a DEL may have removed it meanwhile
+                if now is not None and any(not a.permanent for a in now.unfinished):
+                    d.unfinished.setdefault((e.container_id, e.ifname), len(now.unfinished))
         return 0, len(e.unfinished)

@@ -24,7 +24,8 @@ from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
-from netcomp.kube.kubestore import GROUP, LABEL_NETWORK, VERSION, created, labels_of, store_unavailable
+from netcomp.kube.kubestore import GROUP, VERSION, created, labels_of, store_unavailable
+from netcomp.kube.slices import NETWORK as LABEL_NETWORK
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"

@@ -22,12 +22,13 @@ from netcomp.kube import following
 from netcomp.kube.apierrors import explain
 from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Selection, keep_following
+from netcomp.kube.slices import NETWORK as LABEL_NETWORK  # labels of AddressClaims and AddressBlocks too
+from netcomp.kube.slices import NODE as LABEL_NODE
 from netcomp.kube.slices import node_label
 
 log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION = "netcomp.io", "v1"  # AddressClaim, TenantClaim and AddressBlock objects (kubeblocks.py)
 PLURAL, KIND = "addressclaims", "AddressClaim"
-LABEL_NETWORK, LABEL_NODE = "netcomp.io/network", "netcomp.io/node"  # labels of AddressClaims and AddressBlocks
 WATCH_SECONDS = 60
 
 

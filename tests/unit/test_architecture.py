@@ -228,7 +228,7 @@ def test_no_cni_error_code_is_a_bare_number() -> None:
         ("the PCI address pattern", r"\{4\}:\[0-9a-fA-F\]\{2\}", "netcomp/names.py"),
         ("the default cniVersion", r"\"1\.0\.0\"", "netcomp/cni/spec.py"),
         ("the API group of claims and blocks", r'^GROUP\b.*"netcomp\.io"', "netcomp/kube/kubestore.py"),
-        ("the labels of claims and blocks", r"^LABEL_NETWORK\b", "netcomp/kube/kubestore.py"),
+        ("the netcomp.io/network and /node labels", r'"netcomp\.io/(network|node)"', "netcomp/kube/slices.py"),
         ("an object's creationTimestamp read", r'"creationTimestamp"(\]|\))', "netcomp/kube/kubestore.py"),
         ("a claim's holder as a document", r'"containerID": c\.container_id', "netcomp/ipam/store.py"),
         ("a claim's holder read back", r"pod\['namespace'\]", "netcomp/ipam/store.py"),
