@@ -212,6 +212,12 @@ def test_an_address_claim_of_an_earlier_version_is_honoured(api: ApiServer, cust
                                                                             ("10.113.0.3", "node-a")}  # fmt: skip
             custom.delete_cluster_custom_object(*CLAIMS, "legacy.v4-10-113-0-2")
             assert dl.daemon.addresses.allocator.wait_for(lambda cs: all(c.node != "old-node" for c in cs), 30)
+            # The claim's deletion reaches the claims' view first, then the blocks (retake, on the same watch
+            # thread, just after): the ADD is made once the block no longer takes the address.
+            blocks, freed = dl.daemon.addresses.blocks, ipaddress.ip_address("10.113.0.2")
+            assert blocks is not None
+            until(lambda: not any(h.address(off) == freed for h in list(blocks.held.values()) for off in set(h.taken)),
+                  "the block still takes 10.113.0.2")  # fmt: skip
             assert dl.shim("ADD", other, args="NETCOMP_NETWORKS=legacy")[0] == 0
             assert addresses(dl, other) == ["10.113.0.2"]
             for c in (ctr, other):
