@@ -274,6 +274,8 @@ class Daemon:
             ],
             "attachments": self.cache.count(),
             "attachmentsToUndo": sum(self.delegator.unfinished.values()),
+            # Pods whose edit of their networks waits for their record's undo (podsync.PodSync.undone).
+            "podEditsWaiting": self.podsync.waiting if self.podsync is not None else 0,
             "requests": {
                 "inFlight": server.in_flight if server else 0,
                 "queued": server.queued if server else 0,

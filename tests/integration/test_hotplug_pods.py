@@ -7,6 +7,7 @@ it is; a daemon killed mid-hot-plug finishes the job when it starts again."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from netcomp.cli.ask import _print_status
 from tests.integration.test_multus import NETWORKS, admin, attach, cni_args, detach, events_of, node, pod, status_of
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
@@ -189,6 +191,12 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
             assert list(d.unfinished.values()) == [1] and links(dl, ctr) == ["eth0", "net1", "net2"]
             edit(admin, dl, p, "storage, backup")  # waits for the undo of net2
             assert sync.waiting == 1 and links(dl, ctr) == ["eth0", "net1", "net2"]
+            status = dl.daemon.status()
+            assert (status["podEditsWaiting"], status["attachmentsToUndo"]) == (1, 1)
+            out = io.StringIO()
+            _print_status(status, out)
+            said = "  1 attachments to undo (netcomp attachments lists them); 1 pod edits wait for it\n"
+            assert said in out.getvalue()
             assert not any(lease.startswith("backup") for lease in dl.leases())
             before = sync.synced
             assert recovery.retry_unfinished(d) == (1, 0)
