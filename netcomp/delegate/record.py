@@ -16,6 +16,7 @@ import orjson
 
 from netcomp.cni.spec import DEFAULT_VERSION, loads
 from netcomp.host.netns import NetnsId
+from netcomp.ipam.store import Claim
 
 KIND = "netcompCacheV2"
 KNOWN_KINDS = ("netcompCacheV1", KIND)
@@ -82,7 +83,7 @@ class Attachment:
             state=state,
             error=str(d.get("error") or ""),
             permanent=d.get("permanent") is True,
-            claims=[c for c in d.get("claims") or [] if isinstance(c, dict)],
+            claims=_claims(d.get("claims")),
             device=d["device"] if isinstance(d.get("device"), dict) else None,
             element=str(d.get("element") or ""),
         )
@@ -260,6 +261,15 @@ def _legacy(d: dict[str, Any]) -> Entry:
         attachments=atts,
         version=0,
     )
+
+
+def _claims(docs: Any) -> list[dict[str, Any]]:
+    """The address claims an attachment records; ValueError for one that is not whole: what reads the records at
+    start-up (the blocks this node holds) and DEL (what it frees) rely on each."""
+    out = [c for c in docs or [] if isinstance(c, dict)]
+    for c in out:
+        Claim.check_doc(c)
+    return out
 
 
 def _str(d: Any, key: str) -> str:

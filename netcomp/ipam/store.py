@@ -5,6 +5,7 @@ node. What an allocator does for an ADD (`AddressAllocator`) is the same whichev
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -12,6 +13,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 if TYPE_CHECKING:
     from netcomp.ipam.pool import IPAddress, Pool
+
+
+_REQUIRED = ("name", "network", "address", "node", "container_id", "ifname")
+_OPTIONAL: dict[str, type | tuple[type, ...]] = {
+    "pod": str, "pod_uid": str, "node_in_cluster": bool, "uid": str, "created": (int, float), "block": str
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,20 @@ class Claim:
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Claim:
         return Claim(**{k: d[k] for k in Claim.__slots__ if k in d})
+
+    @staticmethod
+    def check_doc(d: dict[str, Any]) -> None:
+        """ValueError naming what is wrong in a claim's record as to_doc writes it (one a hand edit or a disk
+        fault broke): every field there, of its type, its address one, and its block's prefix one of that
+        address's family (blocks.block_name), for what reads the records to rely on."""
+        missing = [k for k in _REQUIRED if not isinstance(d.get(k), str)]
+        wrong = [k for k, t in _OPTIONAL.items() if k in d and not isinstance(d[k], t)]
+        if missing or wrong:
+            raise ValueError(f"a claim without {', '.join(missing + wrong)} (or not of its type)")
+        addr = ipaddress.ip_address(d["address"])  # ValueError naming it
+        prefix = str(d.get("block") or "").rpartition("-")[2]
+        if prefix.isdigit() and int(prefix) > addr.max_prefixlen:
+            raise ValueError(f"a claim of block {d['block']!r}, whose prefix no {addr} has")
 
     def shown(self) -> dict[str, Any]:
         """The claim as `netcomp ipam show` lists it."""

@@ -345,3 +345,44 @@ def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom:
         flushed(labs)
         assert not blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"].get("lent")
         assert a.shim("DEL", ctr)[0] == 0
+
+
+def test_a_record_whose_claims_cannot_be_read_is_kept_and_start_up_goes_on(
+    api: ApiServer, custom: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record whose claim is not whole (a hand edit: no address, an address that is not one, a block whose
+    prefix no address has) cannot be read, as a record that is not JSON cannot: at start-up it is said in the log
+    and left as it is, and the daemon starts and serves, the good record's address still held."""
+    net = network("handed", "10.118.0.0/24", blockSize=16)
+    with shared_network(custom, net), nodes(tmp_path, api, ["node-a"], "handed") as labs:
+        dl = labs[0]
+        ctr = dl.lab.container()
+        assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=handed")[0] == 0
+        [held] = addresses(dl, ctr)
+        flushed(labs)
+        [good] = [e for e in dl.daemon.cache.entries() if e.container_id == f"ctr-{ctr}"]
+        doc = json.loads(good.to_json())
+        [claim] = doc["attachments"][0]["claims"]
+        hostile = [
+            {k: v for k, v in claim.items() if k != "address"},
+            claim | {"address": "garbage"},
+            claim | {"block": claim["block"].rsplit("-", 1)[0] + "-999"},
+        ]
+        planted = {}
+        for i, c in enumerate(hostile):
+            cid = f"ctr-hostile{i}"
+            one = json.loads(json.dumps(doc)) | {"containerID": cid}
+            one["attachments"][0]["claims"] = [c]
+            path = dl.daemon.cache.path(cid, "eth0")
+            path.write_text(json.dumps(one))
+            planted[path] = path.read_bytes()
+        with caplog.at_level("WARNING", logger="netcomp.cache"):
+            dl.restart()
+        for path, data in planted.items():
+            assert path.read_bytes() == data
+            assert f"attachment cache entry {path} cannot be read" in caplog.text
+        other = dl.lab.container()
+        assert dl.shim("ADD", other, args="NETCOMP_NETWORKS=handed", ready_timeout=30)[0] == 0
+        assert addresses(dl, other) != [held]
+        for c in (ctr, other):
+            assert dl.shim("DEL", c)[0] == 0
