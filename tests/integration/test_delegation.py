@@ -121,6 +121,45 @@ def test_an_unreadable_cache_entry_is_reported_and_kept(dl: DaemonLab) -> None:
     assert dl.lab.links(ctr) == ["lo"] and dl.leases() == [] and dl.cache_files() == []
 
 
+def test_start_up_keeps_and_names_every_record_it_cannot_read(dl: DaemonLab, caplog: pytest.LogCaptureFixture) -> None:
+    """Start-up reads every record once (the blocks, recovery, the pod sync): one it cannot read (not JSON, of
+    another kind, a directory, a FIFO, a symlink, empty, NULs, over the size bound, a claim not whole) is said in
+    the log by name and left exactly as it is, and the daemon serves the records it can read; nothing raised. A
+    copy of a record under another name is kept too: DEL removes only the record its container's name hashes to."""
+    import os
+
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    [name] = dl.cache_files()
+    cache = Path(dl.settings.cacheDir)
+    good = (cache / name).read_bytes()
+    bad = {f"{i:032x}.json": data for i, data in enumerate([
+        b"{not json", b'{"kind": "netcompCacheV9"}', b"", b"\0" * 300, b"[1, 2]",
+        good.replace(b'"state": "', b'"claims": [{"address": "10.79.0.10"}], "state": "', 1),
+        good.replace(b'"attachments": [', b'"attachments": [{"network": 5},'),
+    ])}  # fmt: skip
+    for n, data in bad.items():
+        (cache / n).write_bytes(data)
+    (cache / ("c" * 32 + ".json")).write_bytes(good)  # a copy of the record (readable): kept as well
+    os.mkfifo(cache / ("f" * 32 + ".json"))
+    (cache / ("d" * 32 + ".json")).mkdir()
+    (cache / ("e" * 32 + ".json")).symlink_to(cache / name)
+    with open(cache / ("b" * 32 + ".json"), "wb") as f:
+        f.truncate((64 << 20) + 1)  # sparse: over the bound without writing it
+    before = {p.name: (p.lstat().st_mode, p.lstat().st_size) for p in cache.iterdir()}
+    with caplog.at_level(logging.WARNING):
+        dl.restart()
+    assert {p.name: (p.lstat().st_mode, p.lstat().st_size) for p in cache.iterdir()} == before
+    assert all((cache / n).read_bytes() == data for n, data in bad.items())
+    for n in [*bad, *(c * 32 + ".json" for c in "fdeb")]:
+        assert f"{cache / n}" in caplog.text, n
+    assert not [r for r in caplog.records if r.exc_info]
+    assert dl.shim("CHECK", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
+    assert dl.shim("DEL", ctr)[0] == 0
+    assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
+    assert sorted(p.name for p in cache.iterdir()) == sorted(n for n in before if n != name)
+
+
 @pytest.mark.parametrize("torn", [b"", b"\0" * 812], ids=["empty", "zeros"])
 def test_an_entry_a_power_cut_left_empty_does_not_block_the_del_after_the_reboot(
     dl: DaemonLab, caplog: pytest.LogCaptureFixture, torn: bytes
