@@ -214,13 +214,11 @@ class PodSync:
         """Queue every pod `records` (every record, as read at start-up) name, with its containers: the records
         are not read again for them."""
         pods: dict[tuple[str, str], PodRef] = {}
-        for e in records:  # a later record of the same pod name wins, as it would queued one by one
+        found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for e in records:  # every uid's: which of them is the live pod is sync's to tell (the watch's uid)
             if (pod := pod_of(e)) is not None:
                 pods[(pod.namespace, pod.name)] = pod
-        found: dict[tuple[str, str], list[tuple[str, str]]] = {key: [] for key in pods}
-        for e in records:
-            if (p := pod_of(e)) is not None and _same_pod(pods[(p.namespace, p.name)], p):
-                found[(p.namespace, p.name)].append((e.container_id, e.ifname))
+                found.setdefault((pod.namespace, pod.name), []).append((e.container_id, e.ifname))
         with self._cond:
             for key, pod in pods.items():
                 self._pending.setdefault(key, (pod, found[key]))  # one the watch queued meanwhile looks up

@@ -135,6 +135,48 @@ def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin
         detach(node, ctrs[0], pods[0])  # and nothing of the three is left
 
 
+def test_a_restart_syncs_a_pod_that_an_earlier_pod_of_its_name_left_a_record_of(admin: Any, node: DaemonLab) -> None:
+    """Records of one pod name: the live pod's, one an earlier pod of that name left (another uid: its DEL never
+    came) listed after it, and one of the live pod's whose namespace is gone listed before it. The start-up pass
+    syncs the live pod's container with an edit made while the daemon was down, whichever record is read last
+    (the earlier pod's is not touched: the watch does not have its uid). The planted records are copies of the
+    live one's, removed by hand at the end (their DEL would take the live one's interfaces)."""
+    from kubernetes import client
+
+    from netcomp.daemon.daemon import Daemon
+
+    with pod(admin, node, "twice", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(node, p)
+        assert rc == 0, res
+        real = node.daemon.cache.path(f"ctr-{ctr}", "eth0")
+        stale = next(c for c in (f"ctr-stale{i}" for i in range(999)) if node.daemon.cache.path(c, "eth0") > real)
+        doc = json.loads(real.read_bytes().partition(b"\x1e")[0])
+        doc |= {"containerID": stale, "pod": doc["pod"] | {"uid": "0000-earlier-pod"}}
+        doc["attachments"] = [a | {"state": "attached"} for a in doc["attachments"]]
+        planted = [node.daemon.cache.path(stale, "eth0")]
+        planted[0].write_text(json.dumps(doc))
+        gone = next(c for c in (f"ctr-gone{i}" for i in range(999)) if node.daemon.cache.path(c, "eth0") < real)
+        doc |= {"containerID": gone, "pod": doc["pod"] | {"uid": p["uid"]}, "netns": "/var/run/netns/nc-gone-0"}
+        planted.append(node.daemon.cache.path(gone, "eth0"))
+        planted[1].write_text(json.dumps(doc))
+        try:
+            node.daemon.stop(drain=5)
+            edited = {"metadata": {"annotations": {NETWORKS: "storage, backup"}}}
+            client.CoreV1Api(admin).patch_namespaced_pod(p["name"], p["ns"], edited)
+            node.daemon = d = Daemon(lambda: node.settings, exec_=node.lab.exec_in_host, link_netns=node.lab.host,
+                                     state_path=node.base / "state.json")  # fmt: skip
+            d.start_cluster()
+            d.reload()
+            d.start()
+            d.watch()
+            assert d.podsync is not None and d.podsync.wait_synced(0, 60)
+            assert links(node, ctr) == ["eth0", "net1", "net2"]
+        finally:
+            for f in planted:
+                f.unlink()
+        detach(node, ctr, p)
+
+
 # A delegate whose ADD makes its interface (the real macvlan) and then fails, and whose first DEL of an interface
 # fails (a file per container and interface in @STATE@ says it failed once); every later DEL is macvlan's own.
 ADD_FAILS_DEL_FAILS_ONCE = """#!/bin/sh
