@@ -180,6 +180,14 @@ class LibraryTransport:
             path, _, qs = path.partition("?")
             query = urllib.parse.parse_qsl(qs)
         try:
+            if hasattr(self.api, "param_serialize"):
+                # The library as openapi-generator 7 makes it (ApiClient.param_serialize, as kubernetes 37.0 has):
+                # the request is built (its credentials added) then sent, and its answer comes back unread
+                # whatever its status (Api.call raises for an error status; stream below).
+                built = self.api.param_serialize(
+                    method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
+                )
+                return self.api.call_api(*built, _request_timeout=timeout).response
             return self.api.call_api(
                 path, method, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"],
                 _preload_content=False, _request_timeout=timeout,
@@ -195,6 +203,8 @@ class LibraryTransport:
     def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
         resp = self._call("GET", path, None, headers, timeout, True)
         try:
+            if resp.status >= 300:  # raised by the library before openapi-generator 7, returned since
+                raise ApiException(resp.status, str(resp.reason), resp.data)
             buf = b""
             for chunk in resp.stream(amt=None, decode_content=False):
                 buf += chunk

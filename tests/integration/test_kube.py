@@ -1,7 +1,8 @@
 """The Kubernetes path against a real kube-apiserver and etcd (tests/lab/kubeapi.py): the cluster's
 Network objects compiled and followed (created, edited, broken, overridden by a node file, deleted), a pod's
 network annotation attaching it through the shim with the real plugins and its network-status written back,
-and an API server that does not answer. The daemon runs as the packaged ClusterRole allows, nothing more."""
+and an API server that does not answer; a kubeconfig whose credentials an exec plugin gives. The daemon runs as
+the packaged ClusterRole allows, nothing more."""
 
 from __future__ import annotations
 
@@ -300,3 +301,36 @@ def relay(port: int, target: int) -> Iterator[None]:
         stop.set()
         t.join()
         srv.close()
+
+
+def test_a_kubeconfig_whose_credentials_an_exec_plugin_gives(api: ApiServer, tmp_path: Path) -> None:
+    """kubectl's exec credential plugin (client.authentication.k8s.io; here a script printing the node's token)
+    is run by the kubernetes library only, so the client's calls go through it: a call, an error status, a watch,
+    and doctor's apiserver and node checks, all as with a plain token."""
+    import yaml
+
+    from netcomp.doctor.apiserver import cluster
+    from netcomp.kube.apiclient import Api, LibraryTransport
+    from netcomp.kube.apierrors import ApiException
+    from netcomp.settings import Settings
+
+    plugin = tmp_path / "credential-plugin"
+    cred = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+            "status": {"token": NODE_TOKEN}}  # fmt: skip
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(cred)}'\n")
+    plugin.chmod(0o755)
+    cfg = api.kubeconfig(tmp_path / "exec.kubeconfig", "unused")
+    doc = yaml.safe_load(cfg.read_text())
+    doc["users"][0]["user"] = {"exec": {"apiVersion": cred["apiVersion"], "command": str(plugin)}}
+    cfg.write_text(yaml.safe_dump(doc))
+    client = Api(str(cfg))
+    assert isinstance(client.transport, LibraryTransport)
+    assert client.call("GET", "/version", timeout=10).json()["gitVersion"]
+    with pytest.raises(ApiException) as missing:
+        client.call("GET", "/api/v1/nodes/no-such-node", timeout=10)
+    assert missing.value.status == 404
+    events = client.watch("/api/v1/nodes", {"timeoutSeconds": 1}, timeout=10)
+    assert all(e["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") for e in events)
+    checks = {c.name: c for c in cluster(Settings(kubernetes=KubeSettings(kubeconfig=str(cfg)), nodeName="nope"), None)}
+    assert checks["apiserver"].status == "ok", checks["apiserver"]
+    assert checks["node"].status == "fail" and checks["node"].found == "no Node named 'nope' (nodeName)"
