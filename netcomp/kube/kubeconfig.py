@@ -78,7 +78,10 @@ class Endpoint:
         self.scheme, self.host = server.scheme, server.hostname
         self.port = server.port or (443 if server.scheme == "https" else 80)
         self.prefix = server.path.rstrip("/")
-        self.verify = not cluster.get("insecure-skip-tls-verify")
+        insecure = cluster.get("insecure-skip-tls-verify") or False  # absent or null: false, as kubectl reads it
+        if not isinstance(insecure, bool):  # "false" quoted is a string, which kubectl refuses: never read as true
+            raise KubeConfigError(f"cluster insecure-skip-tls-verify is not true or false: {insecure!r}")
+        self.verify = not insecure
         self.server_name = cluster.get("tls-server-name") or None
         try:
             self.ca = _data_or_file(cluster, "certificate-authority", base)

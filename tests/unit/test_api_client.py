@@ -55,6 +55,12 @@ def test_a_kubeconfig_that_is_wrong_says_what(tmp_path: Path) -> None:
         Endpoint(str(tmp_path / "kubeconfig"))
     with pytest.raises(KubeConfigError):
         Endpoint(str(tmp_path / "missing"))
+    for text in ("false", "true", "no", 1):  # a string, not YAML's boolean: kubectl refuses it; never read as true
+        with pytest.raises(KubeConfigError, match="insecure-skip-tls-verify is not true or false"):
+            Endpoint(
+                kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a.test", "insecure-skip-tls-verify": text})
+            )
+    assert Endpoint(kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a.test"})).verify
 
 
 def test_a_client_certificate_and_a_ca_as_data(tmp_path: Path) -> None:
