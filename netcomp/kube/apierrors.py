@@ -32,6 +32,8 @@ def words(e: BaseException, url: str, timeout: float | None) -> str:
     reason = getattr(e, "reason", None)
     if isinstance(reason, BaseException) and not isinstance(e, OSError | ssl.SSLError):
         return words(reason, url, timeout)  # urllib3's MaxRetryError and the like, from the library's transport
+    if isinstance(e.__cause__, OSError) and type(e).__module__.startswith("urllib3."):
+        return words(e.__cause__, url, timeout)  # its NewConnectionError, raised from the socket's own error
     if isinstance(e, ssl.SSLCertVerificationError):
         return (
             f"TLS: the certificate of the API server at {url} is not trusted ({e.verify_message}): check the "

@@ -334,3 +334,11 @@ def test_a_kubeconfig_whose_credentials_an_exec_plugin_gives(api: ApiServer, tmp
     checks = {c.name: c for c in cluster(Settings(kubernetes=KubeSettings(kubeconfig=str(cfg)), nodeName="nope"), None)}
     assert checks["apiserver"].status == "ok", checks["apiserver"]
     assert checks["node"].status == "fail" and checks["node"].found == "no Node named 'nope' (nodeName)"
+    port = free_port()  # and a server that is not there is said in the same words as with a token
+    doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    cfg.write_text(yaml.safe_dump(doc))
+    [down, *_] = cluster(Settings(kubernetes=KubeSettings(kubeconfig=str(cfg), timeout=5), nodeName="nope"), None)
+    assert down.found == (
+        f"the API server at https://127.0.0.1:{port} refused the connection: is it running, and is the kubeconfig's "
+        "address right?"
+    )
