@@ -266,7 +266,8 @@ class Api:
 
     def server(self) -> str:
         ep = self.endpoint
-        return f"{ep.scheme}://{ep.host}:{ep.port}{ep.prefix}"
+        host = f"[{ep.host}]" if ":" in ep.host else ep.host  # an IPv6 address, bracketed as in a URL (RFC 3986)
+        return f"{ep.scheme}://{host}:{ep.port}{ep.prefix}"
 
     def _unreachable(self, e: Exception, what: str, timeout: float | None) -> Unreachable:
         log.debug("API call %s failed: %s: %s", what, type(e).__name__, e)  # the library's words, for debugging

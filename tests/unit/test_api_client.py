@@ -140,3 +140,11 @@ print(sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubern
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_an_ipv6_server_is_named_as_a_url_names_it(tmp_path: Path) -> None:
+    """[::1]:6443, so that an error naming the server reads as an address an operator can paste."""
+    api = Api(
+        kubeconfig(tmp_path, {"token": "t"}, {"server": "https://[fd00::1]:6443", "insecure-skip-tls-verify": True})
+    )
+    assert (api.endpoint.host, api.server()) == ("fd00::1", "https://[fd00::1]:6443")
