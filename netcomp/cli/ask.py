@@ -84,10 +84,10 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         f"{len(doc['networks'])} networks, {doc['attachments']} containers attached, "
         f"{doc['requests']['inFlight']} requests in flight ({doc['requests']['served']} served)\n"
     )
-    if doc.get("attachmentsToUndo"):
+    if undo := doc.get("attachmentsToUndo"):
         waiting = doc.get("podEditsWaiting") or 0
-        edits = f"; {waiting} pod edits wait for it" if waiting else ""
-        out.write(f"  {doc['attachmentsToUndo']} attachments to undo (netcomp attachments lists them){edits}\n")
+        edits = f"; {waiting} pod {'edit waits' if waiting == 1 else 'edits wait'} for the undo" if waiting else ""
+        out.write(f"  {undo} attachment{'' if undo == 1 else 's'} to undo (netcomp attachments lists them){edits}\n")
     kube = doc.get("kubernetes")
     if kube:
         synced = "synced" if kube["synced"] else "NOT SYNCED"

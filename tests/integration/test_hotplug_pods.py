@@ -237,13 +237,17 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
             assert (status["podEditsWaiting"], status["attachmentsToUndo"]) == (1, 1)
             out = io.StringIO()
             _print_status(status, out)
-            said = "  1 attachments to undo (netcomp attachments lists them); 1 pod edits wait for it\n"
+            said = "  1 attachment to undo (netcomp attachments lists them); 1 pod edit waits for the undo\n"
             assert said in out.getvalue()
             assert not any(lease.startswith("backup") for lease in dl.leases())
             before = sync.synced
             assert recovery.retry_unfinished(d) == (1, 0)
             assert sync.wait_synced(before, 60), "the pod was not synced again once its undo was done"
             assert sync.waiting == 0 and d.unfinished == {}
+            status, out = dl.daemon.status(), io.StringIO()
+            _print_status(status, out)
+            assert (status["podEditsWaiting"], status["attachmentsToUndo"]) == (0, 0)
+            assert "to undo" not in out.getvalue() and "waits" not in out.getvalue()
             assert links(dl, ctr) == ["eth0", "net1", "net2"] and dl.lab.addrs(ctr, "net2")[0].startswith("10.80.0.")
             assert [(s["name"], s["interface"]) for s in status_of(admin, dl, p)] == [
                 ("mgmt", "eth0"),
