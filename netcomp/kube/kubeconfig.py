@@ -30,8 +30,14 @@ def document(path: str) -> dict[str, Any]:
     """The kubeconfig's document: a mapping, or KubeConfigError."""
     try:
         doc = yaml.safe_load(read_bounded(path, MAX_KUBECONFIG))
+    except yaml.MarkedYAMLError as e:  # its own text spans lines, with a caret under the place
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise KubeConfigError(f"not YAML{where}: {e.problem or e.context or 'invalid'}") from None
     except (OSError, yaml.YAMLError) as e:
         raise KubeConfigError(str(e)) from None
+    except RecursionError:  # the parser recurses once per level
+        raise KubeConfigError("not a kubeconfig: nested too deeply") from None
     if not isinstance(doc, dict):
         raise KubeConfigError("not a kubeconfig (no mapping at the top)")
     return doc

@@ -148,3 +148,16 @@ def test_an_ipv6_server_is_named_as_a_url_names_it(tmp_path: Path) -> None:
         kubeconfig(tmp_path, {"token": "t"}, {"server": "https://[fd00::1]:6443", "insecure-skip-tls-verify": True})
     )
     assert (api.endpoint.host, api.server()) == ("fd00::1", "https://[fd00::1]:6443")
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_said_in_one_line(tmp_path: Path) -> None:
+    """Not YAML, or YAML nested deeper than the parser recurses: a KubeConfigError of one line (doctor prints a
+    line per check), never a RecursionError out of Api."""
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("{{{: [")
+    with pytest.raises(KubeConfigError) as e:
+        Api(str(bad))
+    assert "\n" not in str(e.value) and "line 1, column 4" in str(e.value), str(e.value)
+    bad.write_text("[" * 100_000)
+    with pytest.raises(KubeConfigError, match="nested too deeply"):
+        Api(str(bad))
