@@ -35,7 +35,7 @@ def recover(d: Delegator, records: list[Entry] | None = None) -> Recovered:
     if entries:
         records = _read_again(d, records, entries)
     if d.devices is not None:
-        d.devices.sweep(records, d.networks())
+        _sweep(d, records)
     if entries:
         log.warning(
             "recovered %d containers an earlier daemon left mid-ADD: %d attachments undone, %d still failing",
@@ -44,6 +44,19 @@ def recover(d: Delegator, records: list[Entry] | None = None) -> Recovered:
             failed,
         )
     return Recovered(undone, failed, records)
+
+
+def _sweep(d: Delegator, records: list[Entry]) -> None:
+    """The device-info copies no record names removed (Devices.sweep), unless a record cannot be read: which
+    copies it names cannot be known then, and a copy removed would be missing when the record is restored. The
+    entries' files are counted (Cache.count: nothing is read again); those not among `records` are unreadable."""
+    assert d.devices is not None
+    unreadable = d.cache.count() - len(records)
+    if unreadable > 0:
+        log.warning("device-info copies no record names are not looked for: %d attachment cache entries cannot be "
+                    "read, and a copy may be one of theirs (they are named in the log above)", unreadable)  # fmt: skip
+        return
+    d.devices.sweep(records, d.networks())
 
 
 def _read_again(d: Delegator, records: list[Entry], changed: list[Entry]) -> list[Entry]:

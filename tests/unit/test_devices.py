@@ -383,6 +383,25 @@ def test_start_up_sweeps_copies_no_record_names(node: Node, api: PodResourcesSer
     assert {p.name for p in cni.iterdir()} == kept | {"vf-a-a_net7", "othercni-x_net1"}
 
 
+def test_start_up_sweeps_nothing_while_a_record_cannot_be_read(node: Node, api: PodResourcesServer) -> None:
+    """A record that cannot be read (a disk fault, a hand edit) may be the one that names a copy: none is
+    removed at start-up then (said in the log), so the copy is there still when the record is restored."""
+    api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
+    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    cni = node.info / "cni"
+    kept = {p.name for p in cni.iterdir()}
+    assert kept
+    record = node.d.cache.path("a", "eth0")
+    good = record.read_bytes()
+    record.write_bytes(b"{not json")
+    from netcomp.delegate import recovery
+
+    recovery.recover(node.d)
+    assert {p.name for p in cni.iterdir()} == kept and record.read_bytes() == b"{not json"
+    record.write_bytes(good)
+    recovery.recover(node.d)
+    assert {p.name for p in cni.iterdir()} == kept
+
 def test_the_idle_daemon_never_imports_grpc(tmp_path: Path) -> None:
     """A node whose networks name no device plugin's resource never loads grpc (its memory stays as it was)."""
     code = (
