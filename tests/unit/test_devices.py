@@ -402,6 +402,7 @@ def test_start_up_sweeps_nothing_while_a_record_cannot_be_read(node: Node, api: 
     recovery.recover(node.d)
     assert {p.name for p in cni.iterdir()} == kept
 
+
 def test_the_idle_daemon_never_imports_grpc(tmp_path: Path) -> None:
     """A node whose networks name no device plugin's resource never loads grpc (its memory stays as it was)."""
     code = (
