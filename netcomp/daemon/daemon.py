@@ -275,7 +275,7 @@ class Daemon:
             "attachments": self.cache.count(),
             "attachmentsToUndo": sum(self.delegator.unfinished.values()),
             # Pods whose edit of their networks waits for their record's undo (podsync.PodSync.undone).
-            "podEditsWaiting": self.podsync.waiting if self.podsync is not None else 0,
+            "podEditsWaiting": self.podsync.pods_waiting if self.podsync is not None else 0,
             "requests": {
                 "inFlight": server.in_flight if server else 0,
                 "queued": server.queued if server else 0,

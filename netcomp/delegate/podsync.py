@@ -210,6 +210,12 @@ class PodSync:
         with self._cond:
             return len(self._waiting)
 
+    @property
+    def pods_waiting(self) -> int:
+        """Pods whose edit waits for an undo (a pod whose sandbox was made again may have two records waiting)."""
+        with self._cond:
+            return len({(p.namespace, p.name) for p in self._waiting.values()})
+
     def all_recorded(self, records: list[Entry]) -> None:
         """Queue every pod `records` (every record, as read at start-up) name, with its containers: the records
         are not read again for them."""

@@ -432,3 +432,20 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
         assert d.cache.load("c1", "eth0") is None and ("c1", "eth0") not in d.unfinished
     finally:
         d.close()
+
+
+def test_pod_edits_waiting_count_pods_not_records() -> None:
+    """Two records of one pod waiting for their undo (its sandbox made again) are one pod edit waiting, as
+    `netcomp status` says it; the undo of one leaves the pod waiting for the other."""
+    from netcomp.delegate.naming import PodRef
+    from netcomp.delegate.podsync import PodSync
+
+    sync = PodSync(None)  # type: ignore[arg-type]  # the counts need no delegator
+    web, db = PodRef("default", "web", "u1"), PodRef("default", "db", "u2")
+    sync._wait(("c1", "eth0"), web)
+    sync._wait(("c2", "eth0"), web)
+    sync._wait(("c3", "eth0"), db)
+    assert (sync.waiting, sync.pods_waiting) == (3, 2)
+    sync.undone(("c3", "eth0"), False)
+    sync.undone(("c1", "eth0"), False)
+    assert (sync.waiting, sync.pods_waiting) == (1, 1)
