@@ -88,6 +88,10 @@ def test_other_broken_pipes_are_not_taken_for_the_reader(monkeypatch: pytest.Mon
     assert "internal error: BrokenPipeError" in err.getvalue()
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_ends_the_command_with_130(sockdir: Path) -> None:
     """Ctrl-C while `netcomp status` waits for a daemon that never answers."""
     path = str(sockdir / "silent.sock")
@@ -96,8 +100,14 @@ def test_ctrl_c_ends_the_command_with_130(sockdir: Path) -> None:
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(path)
         listener.listen(1)
+        # SIGINT set to its default in the child: one started from a script's background job, nohup or some CI
+        # runners inherits it ignored, and Python then never raises KeyboardInterrupt.
         p = subprocess.Popen(
-            [*NETCOMP, "status", "-c", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+            [*NETCOMP, "status", "-c", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            preexec_fn=_default_sigint,
         )
         try:
             conn, _ = listener.accept()
