@@ -230,6 +230,14 @@ class Metrics:
     def __init__(self) -> None:
         r = Registry()
         self.registry = r
+        self.foreign_ignored = r.add(
+            Counter(
+                "netcomp_foreign_ignored",
+                "Objects and files other writers made that netcomp ignored for what they claim (logged once each, "
+                "naming the writer), by kind",
+                ["kind"],
+            )
+        )
         self.requests = r.add(Counter("netcomp_cni_requests", "CNI requests served", ["verb", "outcome"]))
         self.latency = r.add(Histogram("netcomp_cni_request_seconds", "CNI request latency", ["verb"]))
         self.delegate = r.add(

@@ -159,6 +159,37 @@ def loads(data: bytes | str) -> Any:
         raise ValueError(str(first or e)) from None
 
 
+# Arrays and objects inside each other in foreign JSON: every format netcomp reads needs fewer than 10.
+MAX_DEPTH = 32
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether arrays and objects nest deeper than `limit` in obj: iterative, linear in its size."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def loads_foreign(data: bytes | str) -> Any:
+    """JSON another writer made (an annotation, the kubelet's files, a device plugin's): as loads, and
+    ValueError also when arrays and objects nest deeper than MAX_DEPTH, so that nothing that walks it
+    later can meet a RecursionError."""
+    doc = loads(data)
+    if too_deep(doc):
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    return doc
+
+
 def compact(obj: Any) -> bytes:
     """Compact JSON for a plugin's stdin or an answer, on the path of every request: orjson, or the stdlib for
     what orjson refuses (an integer over 64 bits from some plugin's result)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from netcomp import __version__, libc, report
+from netcomp import __version__, foreign, libc, report
 from netcomp.cni.invoke import Exec, kill_marked, real_exec
 from netcomp.daemon import faults, wiring
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
@@ -62,6 +62,7 @@ class Daemon:
             load_settings, saved.settings if saved else None, f"running with the last good settings ({where})"
         )
         self.metrics = Metrics()
+        foreign.count_into(self.metrics.foreign_ignored)
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
         self.runner = wiring.runner(self.settings, exec_, self.metrics)
