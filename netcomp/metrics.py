@@ -226,6 +226,10 @@ class Registry:
         return "".join(line for f in self.families for line in f.lines(created)).encode()
 
 
+# What netcomp_foreign_ignored_total counts, shown at 0 from the start (netcomp/foreign.py takes any kind).
+FOREIGN_KINDS = ("AddressBlock", "AddressClaim", "Service", "Pod", "checkpoint", "device-info")
+
+
 class Metrics:
     def __init__(self) -> None:
         r = Registry()
@@ -288,6 +292,8 @@ class Metrics:
             self.pod_lookups.labels(source)  # shown at 0 before the first ADD
         for op in ("watch", "read", "patch", "event", "dropped", "slice"):
             self.kube_errors.labels(op)
+        for kind in FOREIGN_KINDS:
+            self.foreign_ignored.labels(kind)
 
     def wrap(self, inner: Exec) -> Exec:
         def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
