@@ -101,6 +101,11 @@ def element_key(network: str, ifname: str, ask: Ask) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
+def is_label(value: Any) -> bool:
+    """A DNS-1123 label, as Kubernetes holds names and namespaces to it: at most 63 characters."""
+    return isinstance(value, str) and len(value) <= 63 and DNS_LABEL_RE.fullmatch(value) is not None
+
+
 def problem(where: str, why: str) -> DelegateError:
     return DelegateError(E_INVALID_CONFIG, f"{where}: {why}")
 
@@ -187,8 +192,8 @@ def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
     if ref.count("/") > 1 or "@" in ifname:
         raise problem(where, "is not [namespace/]name[@interface]")
     for what, v in (("namespace", ns), ("network name", name)):
-        if not DNS_LABEL_RE.fullmatch(v.strip()):
-            raise problem(where, f"{what} {shown(v)} is not a DNS-1123 label (lower case letters, digits and '-')")
+        if not is_label(v.strip()):
+            raise problem(where, f"{what} {shown(v)} is not a DNS-1123 label (at most 63 lower case letters, digits and '-')")
     ask = Ask(name.strip(), ns.strip(), where)
     if at:
         return replace(ask, ifname=_ifname(ifname.strip(), ask))
@@ -213,13 +218,13 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
             where,
             f"{shown_keys(unknown)}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
         )
-    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+    if not is_label(name):
         raise problem(where, "name must be the network's name, a DNS-1123 label")
     barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
     if barred:
         raise problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
     ns = item.get("namespace") or default_ns
-    if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns):
+    if not is_label(ns):
         raise problem(where, f"namespace {shown(ns)} is not a namespace's name")
     ask = Ask(name, ns, where)
     changes: dict[str, Any] = {}
