@@ -193,7 +193,8 @@ def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
         raise problem(where, "is not [namespace/]name[@interface]")
     for what, v in (("namespace", ns), ("network name", name)):
         if not is_label(v.strip()):
-            raise problem(where, f"{what} {shown(v)} is not a DNS-1123 label (at most 63 lower case letters, digits and '-')")
+            why = "is not a DNS-1123 label (at most 63 lower case letters, digits and '-')"
+            raise problem(where, f"{what} {shown(v)} {why}")
     ask = Ask(name.strip(), ns.strip(), where)
     if at:
         return replace(ask, ifname=_ifname(ifname.strip(), ask))

@@ -41,6 +41,7 @@ NETS: dict[str, dict[str, Any]] = {
     "kube-system.gw": {**HOST_LOCAL, "netcomp": {"type": "macvlan", "namespace": "kube-system"}},
     "dnet": {**POOL, "netcomp": {**POOL["netcomp"], "danmKind": "ClusterNetwork", "routeTable": 10}},
 }
+DNET_IP = {"clusterNetwork": "dnet", "ip": "10.86.0.5"}
 # Longest message any refusal here may give: it names the pod, the annotation, the item and what is wrong.
 MAX_MSG = 1000
 
@@ -103,7 +104,7 @@ def test_a_deeply_nested_annotation_is_a_clear_cni_error(annotation: str, value:
         ({DANM_INTERFACES[0]: json.dumps([{"clusterNetwork": "dnet", "ip6": "fd00::5%" + "z" * 90_000}])}, "ip6"),
         ({DANM_INTERFACES[0]: json.dumps([{"clusterNetwork": "dnet", "ip": "10.86.0.5", "ip6": "fd00::5%z"}])}, "ip6"),
         ({DANM_INTERFACES[0]: json.dumps([{"clusterNetwork": "dnet", "proutes": {"fd00::%e/64": "1"}}])}, "proutes"),
-        ({DANM_INTERFACES[0]: json.dumps([{"clusterNetwork": "dnet", "ip": "10.86.0.5", "proutes": {"10.9.0.0/16": "10.86.0.1%x"}}])}, "proutes"),  # fmt: skip
+        ({DANM_INTERFACES[0]: json.dumps([{**DNET_IP, "proutes": {"10.9.0.0/16": "10.86.0.1%x"}}])}, "proutes"),
         ({DANM_INTERFACES[0]: "[]", DANM_INTERFACES[1]: "[]"}, "both name networks"),
     ],
 )
