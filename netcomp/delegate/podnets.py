@@ -13,7 +13,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import loads_foreign
@@ -101,7 +101,7 @@ def element_key(network: str, ifname: str, ask: Ask) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
-def is_label(value: Any) -> bool:
+def is_label(value: Any) -> TypeGuard[str]:
     """A DNS-1123 label, as Kubernetes holds names and namespaces to it: at most 63 characters."""
     return isinstance(value, str) and len(value) <= 63 and DNS_LABEL_RE.fullmatch(value) is not None
 
