@@ -7,20 +7,27 @@ the hostile tester used. The same through the daemon, hot-plug and explain: test
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import tracemalloc
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.delegate import asks, podnets, podplan
+from netcomp.delegate import asks, podnets, podplan, poolclaims
 from netcomp.delegate.danmnets import DANM_KEYS
 from netcomp.delegate.naming import PodRef
 from netcomp.delegate.podnets import DANM_INTERFACES, DEFAULT_NETWORK, KNOWN_KEYS, POD_NETWORKS, Policy
 from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError
+from netcomp.ipam.allocator import Allocator, Holder
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.localstore import LocalStore
+from netcomp.ipam.pool import Pool
 
 POD = PodRef("team-a", "web-0")
 HOST_LOCAL = {
@@ -201,3 +208,47 @@ def test_fuzz_nothing_but_a_clear_cni_error_escapes(notes: dict[str, str]) -> No
         tracemalloc.stop()
     size = sum(len(v) for v in notes.values())
     assert peak < 64 * size + 4 * 2**20, (peak, size)
+
+
+# ------------------------------------------------------------------------------------------------ who holds it
+
+
+def test_an_address_another_namespaces_pod_holds_is_taken_not_by_whom(tmp_path: Path) -> None:
+    """The allocator names the holder (pod and node) for the operator; the pod asking is told who only when the
+    holder is a pod of its own namespace: at the claim (the ADD's error, hot-plug's event) and in the check a
+    hot-plug makes before it detaches anything."""
+    alloc = Allocator(LocalStore(tmp_path / "claims"), "node-1")
+    alloc.load()
+    pool = Pool.of("pool", POOL)
+    assert pool is not None
+    alloc.claim(pool, 0, Holder("c-db", "net1", "team-b/secret-db"), ipaddress.ip_address("10.86.0.50"))
+    alloc.claim(pool, 0, Holder("c-api", "net1", "team-a/api-0"), ipaddress.ip_address("10.86.0.51"))
+    for addr, named in (("10.86.0.50", False), ("10.86.0.51", True)):
+        (ask,) = podnets.parse_networks(json.dumps([{"name": "pool", "ips": [addr]}]), POD)
+        for attempt in ("take", "check"):
+            a = Attachment("pool", "net1", POOL)
+            with pytest.raises(DelegateError) as e:
+                if attempt == "take":
+                    poolclaims.take(alloc, [a], "c-web", str(POD), "uid-1", {"net1": ask})
+                else:
+                    poolclaims.check(alloc, [a], "c-web", POD.namespace, {"net1": ask})
+            text = e.value.full_msg + e.value.details
+            assert e.value.code == 11 and e.value.msg.startswith(f"{ask.where}: address {addr} of network 'pool'")
+            if named:
+                assert "is held by pod team-a/api-0 on node node-1" in text, text
+            else:
+                assert "is taken (not by a pod of namespace 'team-a')" in text, text
+                assert "secret-db" not in text and "team-b" not in text and "node-1" not in text, text
+    # No pod asks (an operator's `netcomp attach`): the holder is named.
+    a = Attachment("pool", "net1", POOL)
+    with pytest.raises(DelegateError, match="is held by pod team-b/secret-db on node node-1"):
+        poolclaims.take(alloc, [a], "c-op", "", "", {"net1": replace(ask, ips=(ipaddress.ip_interface("10.86.0.50"),))})
+
+
+def test_the_block_allocators_wording_is_the_one_hidden_reads() -> None:
+    """poolclaims.hidden finds the holder in the allocators' own words: the block allocator's too."""
+    addr = ipaddress.ip_address("10.86.0.50")
+    e = BlockAllocator._held_by(None, "pool", addr, "pod team-b/secret-db on node node-1")  # type: ignore[arg-type]
+    assert poolclaims.hidden(e, addr, "pool", "team-a").msg == (
+        "address 10.86.0.50 of network 'pool' is taken (not by a pod of namespace 'team-a')"
+    )
