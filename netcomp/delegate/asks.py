@@ -77,6 +77,10 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
         _danm(ask, conf, name, pool)
     if ask.ips:
         _put_ips(ask, conf, name, nets, runtime if pool is None else None, "ips" in caps)
+        for ip in ask.ips if pool is not None else ():
+            why = pool.reservable(ip.ip)  # the claim's own rule, told before anything is claimed or detached
+            if why is not None:
+                raise ask.error(f"ips: {ip.ip} cannot be claimed on network {name}: {why}", "no plugin was run")
     if ask.mac is not None:
         cni_args += _put_mac(ask, conf, name, runtime, "mac" in caps)
     if ask.cni_args:
