@@ -2,8 +2,9 @@
 pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what
 it removes, through the one ADD and DEL path, with the same rules as at the pod's start. An element is what the
 record says it was attached for (podnets.element_key), so a changed one is a detach and an attach; the default
-network does not change on a running pod. What is added on free interface names goes first (a failure leaves
-the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
+network does not change on a running pod. Every check an ADD of what is added makes without touching anything
+comes first (check: a refused edit detaches nothing); then what is added on free interface names (a failure
+leaves the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
 from a queue the pod watch feeds, and at start-up once for every recorded pod (a daemon killed mid-hot-plug
 finishes the job); a record with attachments to undo (a rollback's DEL failed) is synced once they are undone.
 docs/kubernetes.md, "Hot-plug by editing the pod"."""
