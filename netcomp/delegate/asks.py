@@ -77,6 +77,8 @@ def prepare(a: Attachment, ask: Ask, held: Iterable[Attachment]) -> None:
         _danm(ask, conf, name, pool)
     if ask.ips:
         _put_ips(ask, conf, name, nets, runtime if pool is None else None, "ips" in caps)
+    if ask.ips and pool is not None:
+        _reservable(ask, pool, name)
     if ask.mac is not None:
         cni_args += _put_mac(ask, conf, name, runtime, "mac" in caps)
     if ask.cni_args:
@@ -135,6 +137,14 @@ def _put_ips(
         runtime["ips"] = written
     else:
         _into_ipam_args(conf, ask, name, {"ips": written})
+
+
+def _reservable(ask: Ask, pool: Pool, name: str) -> None:
+    """The pool's own rule for an exact claim (Pool.reservable), told before anything is claimed or detached."""
+    for ip in ask.ips:
+        why = pool.reservable(ip.ip)
+        if why is not None:
+            raise ask.error(f"ips: {ip.ip} cannot be claimed on network {name}: {why}", "no plugin was run")
 
 
 def _put_mac(

@@ -25,23 +25,26 @@ from netcomp.delegate.podnets import (
     NoNetwork,
     danm_kind,
     danm_tenancy,
+    is_label,
     json_list,
+    parse_ip,
     problem,
+    shown,
+    shown_keys,
 )
 from netcomp.errors import DelegateError
-from netcomp.names import DNS_LABEL_RE
 
 DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
 
 
-def danm_annotation(notes: Mapping[str, str]) -> tuple[str, str] | None:
+def danm_annotation(notes: Mapping[str, str], pod: PodRef) -> tuple[str, str] | None:
     """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
     refused (which would be meant?)."""
     given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
     if len(given) > 1:
         raise DelegateError(
-            E_INVALID_CONFIG, f"annotations {given[0][0]} and {given[1][0]} both name networks; give one"
+            E_INVALID_CONFIG, f"pod {pod}: annotations {given[0][0]} and {given[1][0]} both name networks; give one"
         )
     return given[0] if given else None
 
@@ -61,13 +64,13 @@ def _connection(item: Any, i: int, head: str, pod: PodRef) -> Ask:
         raise problem(where, "is not an object")
     unknown = sorted(set(item) - set(DANM_KEYS))
     if unknown:
-        raise problem(where, f"{', '.join(map(repr, unknown))}: not a key of DANM's (it takes {', '.join(DANM_KEYS)})")
+        raise problem(where, f"{shown_keys(unknown)}: not a key of DANM's (it takes {', '.join(DANM_KEYS)})")
     refs = [(k, v) for k, v in item.items() if k in DANM_REFS and v]
     if len(refs) != 1:
         raise problem(where, "names a network in exactly one of network, tenantNetwork, clusterNetwork")
     key, name = refs[0]
-    where += f" ({key} {str(name)[:60]!r})"
-    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+    where += f" ({key} {shown(str(name))})"
+    if not is_label(name):
         raise problem(where, f"{key} must be the network's name, a DNS-1123 label")
     kind = DANM_REFS[key]
     ask = Ask(name, pod.namespace if kind in DANM_NAMESPACED else "", where, kind=kind)
@@ -83,11 +86,11 @@ def _connection(item: Any, i: int, head: str, pod: PodRef) -> Ask:
         if v == "dynamic":
             continue
         try:
-            addr = ipaddress.ip_interface(v).ip  # DANM drops a prefix length: the network's is used
+            addr = parse_ip(v, interface=True).ip  # DANM drops a prefix length: the network's is used
         except ValueError:
             raise ask.error(f"{field_}: {v[:60]!r} is not dynamic, none or an IPv{version} address") from None
         if addr.version != version:
-            raise ask.error(f"{field_}: {v} is not an IPv{version} address")
+            raise ask.error(f"{field_}: {v[:60]} is not an IPv{version} address")
         ips.append(ipaddress.ip_interface(addr))
     routes: list[tuple[IPNetwork, IPAddress]] = []
     for field_, version in (("proutes", 4), ("proutes6", 6)):
@@ -98,7 +101,9 @@ def _connection(item: Any, i: int, head: str, pod: PodRef) -> Ask:
             raise ask.error(f"{field_} must be an object of destination CIDR to gateway")
         for dst, gw in value.items():
             try:
-                d, g = ipaddress.ip_network(str(dst), strict=False), ipaddress.ip_address(str(gw))
+                if "%" in dst:  # an IPv6 zone: no route of a pod's has one
+                    raise ValueError(dst)
+                d, g = ipaddress.ip_network(dst, strict=False), parse_ip(gw)
             except ValueError:
                 raise ask.error(f"{field_}: {str(dst)[:60]}: {str(gw)[:60]} is not a CIDR and a gateway") from None
             if d.version != version or g.version != version:

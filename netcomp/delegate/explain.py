@@ -14,11 +14,12 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import naming, podplan
+from netcomp.delegate import naming, podplan, poolclaims
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.podstatus import network_status
+from netcomp.delegate.podsync import check as hotplug_check
 from netcomp.delegate.podsync import diff as hotplug_diff
 from netcomp.delegate.podsync import pod_of
 from netcomp.delegate.record import Attachment, Entry
@@ -77,7 +78,10 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     if atts:
         reasons = _reasons(d, req, atts, asks)
         cid = req.container_id
-        doc["networks"] = [_network(d, cid, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)]
+        ns = req.pod.namespace if req.pod is not None else None
+        doc["networks"] = [
+            _network(d, cid, ns, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)
+        ]
     if entry is not None:
         doc["changes"] = _changes(d, entry, pod, notes, hotplug)
     return doc
@@ -193,7 +197,7 @@ def _item_name(ask: Ask, a: Attachment, place: int) -> str:
 
 
 def _network(
-    d: Delegator, container_id: str, a: Attachment, ask: Ask | None, why: str, name_why: str
+    d: Delegator, container_id: str, namespace: str | None, a: Attachment, ask: Ask | None, why: str, name_why: str
 ) -> dict[str, Any]:
     meta = a.conflist.get("netcomp") or {}
     link = host_link_of(a.conflist)
@@ -203,7 +207,7 @@ def _network(
         "type": meta.get("type"),
         "why": why,
         "nameWhy": name_why,
-        "addresses": _addresses(d, a, ask, container_id),
+        "addresses": _addresses(d, a, ask, container_id, namespace),
         "device": {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None,
         "hostLink": None,
     }
@@ -214,9 +218,12 @@ def _network(
     return out
 
 
-def _addresses(d: Delegator, a: Attachment, ask: Ask | None, container_id: str) -> dict[str, Any]:
-    """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, who else holds an
-    address the pod asks for), or the IPAM plugin of its conflist; and what its item asks."""
+def _addresses(
+    d: Delegator, a: Attachment, ask: Ask | None, container_id: str, namespace: str | None
+) -> dict[str, Any]:
+    """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, whether another
+    holds an address the pod asks for: named as the ADD's refusal names it, poolclaims.holding), or the IPAM
+    plugin of its conflist; and what its item asks."""
     out: dict[str, Any] = {"asked": [str(ip) for ip in ask.ips] if ask is not None else []}
     pool = Pool.of(a.network, a.conflist)
     if pool is None:
@@ -234,7 +241,7 @@ def _addresses(d: Delegator, a: Attachment, ask: Ask | None, container_id: str) 
     for ip in ask.ips if ask is not None else ():
         c = holders.get(str(ip.ip))
         if c is not None:
-            held.append(f"{ip.ip} is held by {c.holder()}")
+            held.append(f"{ip.ip} is {poolclaims.holding(c.holder(), namespace)}")
     out["held"] = held
     return out
 
@@ -288,11 +295,7 @@ def _changes(
         return out
     try:
         added, removed = hotplug_diff(d, entry, pod, notes)
-        new = [a for a, _ in added]
-        asks = {a.ifname: ask for a, ask in added}
-        d.prepare_asks(entry.container_id, new, asks)
-        if d.devices is not None and new:
-            d.devices.assign(pod, entry.container_id, new, entry.attachments, asks)
+        hotplug_check(d, entry, pod, added, removed)
     except DelegateError as e:
         out["refusal"] = _refusal(e)
         return out

@@ -13,9 +13,10 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.cni.spec import loads_foreign
 from netcomp.delegate.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 from netcomp.errors import DelegateError
 from netcomp.names import DNS_LABEL_RE
@@ -47,6 +48,8 @@ _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": 
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Networks one annotation may name: far beyond what a pod uses, and each is a plan, a record and a plugin run.
+MAX_ITEMS = 128
 
 
 class NoNetwork(DelegateError):
@@ -98,8 +101,37 @@ def element_key(network: str, ifname: str, ask: Ask) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
 
 
+def is_label(value: Any) -> TypeGuard[str]:
+    """A DNS-1123 label, as Kubernetes holds names and namespaces to it: at most 63 characters."""
+    return isinstance(value, str) and len(value) <= 63 and DNS_LABEL_RE.fullmatch(value) is not None
+
+
 def problem(where: str, why: str) -> DelegateError:
     return DelegateError(E_INVALID_CONFIG, f"{where}: {why}")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value a pod wrote, as a message quotes it: its repr, cut short (a message says what is wrong; it does
+    not copy an annotation of any size into an event and a log line)."""
+    text = repr(value[:limit] if isinstance(value, str) else value)
+    return text if len(text) <= limit + 2 else text[:limit] + "..."
+
+
+def parse_ip(text: Any, interface: bool = False) -> Any:
+    """An address (or address/prefix) a pod wrote; ValueError for anything else, an IPv6 zone included
+    (fe80::1%eth0: no pod address has one, and it would reach the plugins as written, of any length)."""
+    if not isinstance(text, str):
+        raise ValueError("not a string")
+    got = ipaddress.ip_interface(text) if interface else ipaddress.ip_address(text)
+    if getattr(got, "scope_id", None):
+        raise ValueError("an IPv6 zone")
+    return got
+
+
+def shown_keys(keys: list[str]) -> str:
+    """Unknown keys, as a message lists them: the first few, cut short, and how many more."""
+    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+    return ", ".join(shown(k) for k in keys[:5]) + more
 
 
 def parse_networks(value: str, pod: PodRef, fields: frozenset[str] | None = None) -> list[Ask]:
@@ -126,19 +158,28 @@ def _parse(value: str, pod: PodRef, annotation: str, default_ns: str, fields: fr
         return []
     if not any(c in text for c in '[{"'):  # Multus's test for the JSON form
         items = [item.strip() for item in text.split(",")]
+        bounded(sum(1 for item in items if item), head)
         return [_short(item, i, head, default_ns) for i, item in enumerate(items) if item]
     doc = json_list(text, head, "network selection elements (or names separated by commas)")
     return [_element(item, i, head, default_ns, fields) for i, item in enumerate(doc)]
 
 
 def json_list(text: str, head: str, of: str) -> list[Any]:
+    """An annotation that is a JSON list, read as foreign JSON (cni/spec.loads_foreign: nesting bounded, so
+    nothing that walks an item later meets a RecursionError), of at most MAX_ITEMS items."""
     try:
-        doc = json.loads(text)
+        doc = loads_foreign(text)
     except ValueError as e:
-        raise problem(head, f"is not JSON: {e}") from None
+        raise problem(head, f"is not JSON netcomp reads: {e}") from None
     if not isinstance(doc, list):
         raise problem(head, f"must be a JSON list of {of}")
+    bounded(len(doc), head)
     return doc
+
+
+def bounded(count: int, head: str) -> None:
+    if count > MAX_ITEMS:
+        raise problem(head, f"names {count} networks; a pod may ask for at most {MAX_ITEMS}")
 
 
 def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
@@ -151,8 +192,9 @@ def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
     if ref.count("/") > 1 or "@" in ifname:
         raise problem(where, "is not [namespace/]name[@interface]")
     for what, v in (("namespace", ns), ("network name", name)):
-        if not DNS_LABEL_RE.fullmatch(v.strip()):
-            raise problem(where, f"{what} {v!r} is not a DNS-1123 label (lower case letters, digits and '-')")
+        if not is_label(v.strip()):
+            why = "is not a DNS-1123 label (at most 63 lower case letters, digits and '-')"
+            raise problem(where, f"{what} {shown(v)} {why}")
     ask = Ask(name.strip(), ns.strip(), where)
     if at:
         return replace(ask, ifname=_ifname(ifname.strip(), ask))
@@ -175,16 +217,16 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
     if unknown:
         raise problem(
             where,
-            f"{', '.join(map(repr, unknown))}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
+            f"{shown_keys(unknown)}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
         )
-    if not isinstance(name, str) or not DNS_LABEL_RE.fullmatch(name):
+    if not is_label(name):
         raise problem(where, "name must be the network's name, a DNS-1123 label")
     barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
     if barred:
         raise problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
     ns = item.get("namespace") or default_ns
-    if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns):
-        raise problem(where, f"namespace {ns!r} is not a namespace's name")
+    if not is_label(ns):
+        raise problem(where, f"namespace {shown(ns)} is not a namespace's name")
     ask = Ask(name, ns, where)
     changes: dict[str, Any] = {}
     ifname = item.get("interface") or item.get("interfaceRequest")
@@ -203,9 +245,14 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
             raise ask.error("cni-args must be an object (it becomes the delegates' args.cni)")
         changes["cni_args"] = item["cni-args"]
     if item.get("deviceID") is not None:
-        if not isinstance(item["deviceID"], str) or not item["deviceID"]:
-            raise ask.error("deviceID must be a non-empty string (a PCI address for an SR-IOV VF)")
-        changes["device_id"] = item["deviceID"]
+        dev = item["deviceID"]
+        # It may reach a plugin's runtimeConfig and every message about the device: printable and short.
+        if not isinstance(dev, str) or not 0 < len(dev) <= 128 or not all("!" <= c <= "~" for c in dev):
+            raise ask.error(
+                "deviceID must be a non-empty string of at most 128 printable ASCII characters (a PCI address for "
+                f"an SR-IOV VF), not {shown(dev)}"
+            )
+        changes["device_id"] = dev
     caps: dict[str, Any] = {}
     if item.get("portMappings") is not None:
         caps["portMappings"] = _port_mappings(item["portMappings"], ask)
@@ -227,9 +274,7 @@ def _ips(value: Any, ask: Ask) -> tuple[tuple[IPInterface, ...], tuple[bool, ...
     out, prefixed = [], []
     for j, v in enumerate(value):
         try:
-            if not isinstance(v, str):
-                raise ValueError
-            out.append(ipaddress.ip_interface(v))
+            out.append(parse_ip(v, interface=True))
             prefixed.append("/" in v)
         except ValueError:
             raise ask.error(f"ips[{j}]: {str(v)[:60]!r} is not an IP address (or address/prefix)") from None
@@ -257,9 +302,7 @@ def _gateways(value: Any, ask: Ask) -> tuple[IPAddress, ...]:
     out = []
     for j, v in enumerate(value):
         try:
-            if not isinstance(v, str):
-                raise ValueError
-            out.append(ipaddress.ip_address(v))
+            out.append(parse_ip(v))
         except ValueError:
             raise ask.error(f"default-route[{j}]: {str(v)[:60]!r} is not an IP address") from None
     return tuple(out)
@@ -289,7 +332,7 @@ def _bandwidth(value: Any, ask: Ask) -> dict[str, int]:
         raise ask.error(f"bandwidth must be an object of {', '.join(_BANDWIDTH)}")
     for k, v in value.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ask.error(f"bandwidth.{k} must be a whole number of bits per second (or bits), not {v!r}")
+            raise ask.error(f"bandwidth.{k} must be a whole number of bits per second (or bits), not {shown(v)}")
     return dict(value)
 
 

@@ -32,7 +32,7 @@ class PodNetworks:
 def plan(
     pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], policy: Policy, runtime_ifname: str
 ) -> PodNetworks:
-    danm = danmnets.danm_annotation(notes)
+    danm = danmnets.danm_annotation(notes, pod)
     if danm is not None:
         both = [k for k in (podnets.POD_NETWORKS, podnets.DEFAULT_NETWORK) if notes.get(k)]
         if both:

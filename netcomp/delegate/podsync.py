@@ -2,20 +2,22 @@
 pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what
 it removes, through the one ADD and DEL path, with the same rules as at the pod's start. An element is what the
 record says it was attached for (podnets.element_key), so a changed one is a detach and an attach; the default
-network does not change on a running pod. What is added on free interface names goes first (a failure leaves
-the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
+network does not change on a running pod. Every check an ADD of what is added makes without touching anything
+comes first (check: a refused edit detaches nothing); then what is added on free interface names (a failure
+leaves the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
 from a queue the pod watch feeds, and at start-up once for every recorded pod (a daemon killed mid-hot-plug
 finishes the job); a record with attachments to undo (a rollback's DEL failed) is synced once they are undone.
 docs/kubernetes.md, "Hot-plug by editing the pod"."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from netcomp.delegate import adding, naming, podnets, podplan
+from netcomp.delegate import adding, naming, podnets, podplan, poolclaims
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.naming import PodRef
 from netcomp.delegate.podnets import Ask
@@ -64,27 +66,60 @@ def sync(
             return None
         try:
             added, removed = diff(d, entry, pod, notes)
+            if not added and not removed:
+                return None
+            check(d, entry, pod, added, removed)
+            reserved = d.reserve(entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added})
         except DelegateError as e:
             return _refused(d, pod, Outcome(error=e))
-        if not added and not removed:
-            return None
-        out = Outcome()
-        taken = {a.ifname for a in entry.attachments}
-        free = [x for x in added if x[0].ifname not in taken]
-        blocked = [x for x in added if x[0].ifname in taken]
         try:
-            _attach(d, entry, pod, free, out)
-            if removed:
-                with nsutil.recorded(entry, entry.netns, pin=True) as target:
-                    errors = d.detach(entry, removed, target.path, why="hot-plug detach")
-                out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
-                if errors:
-                    raise errors[-1]
-            _attach(d, entry, pod, blocked, out)
-        except DelegateError as e:
-            out.error = e
-        _report(d, pod, entry, out)
-        return out
+            return _apply(d, entry, pod, added, removed)
+        finally:
+            d.unreserve(reserved)
+
+
+def _apply(
+    d: Delegator, entry: Entry, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+) -> Outcome:
+    """What is added on free names attached, what is removed detached, what takes a removed one's name attached;
+    reported. Everything that can refuse an edit without touching anything has passed (check)."""
+    out = Outcome()
+    taken = {a.ifname for a in entry.attachments}
+    free = [x for x in added if x[0].ifname not in taken]
+    blocked = [x for x in added if x[0].ifname in taken]
+    try:
+        _attach(d, entry, pod, free, out)
+        if removed:
+            with nsutil.recorded(entry, entry.netns, pin=True) as target:
+                errors = d.detach(entry, removed, target.path, why="hot-plug detach")
+            out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
+            if errors:
+                raise errors[-1]
+        _attach(d, entry, pod, blocked, out)
+    except DelegateError as e:
+        out.error = e
+    _report(d, pod, entry, out)
+    return out
+
+
+def check(
+    d: Delegator, entry: Entry, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+) -> None:
+    """Every check an ADD of the added elements makes that touches nothing, made before anything is detached:
+    a refused edit leaves the pod as it was (docs/kubernetes.md, "Hot-plug by editing the pod"). What each asks
+    is put into its attachment here (Delegator.prepare_asks: addresses in the subnet, MACs and addresses other
+    containers hold, cni-args, capabilities, gateways); then the plugins' preflight, the addresses the
+    cluster's claims give another container, and the devices the pod holds, counted as they will be once
+    `removed` is gone (on copies: the ADD hands them out itself)."""
+    new = [a for a, _ in added]
+    asks = {a.ifname: ask for a, ask in added}
+    d.prepare_asks(entry.container_id, new, asks)
+    for a in new:
+        d.runner.preflight(a.conflist, d.runtime_conf(entry, a, entry.netns))
+    poolclaims.check(d.addresses, new, entry.container_id, pod.namespace, asks)
+    if d.devices is not None and new:
+        kept = [a for a in entry.attachments if all(a is not r for r in removed)]
+        d.devices.assign(pod, entry.container_id, [copy.copy(a) for a in new], kept, asks)
 
 
 def diff(
@@ -120,16 +155,11 @@ def _whole(pod: PodRef) -> Ask:
 
 
 def _attach(d: Delegator, entry: Entry, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Outcome) -> None:
+    """Attach items already checked, prepared and reserved (sync)."""
     if not items:
         return
     new = [a for a, _ in items]
-    asks = {a.ifname: ask for a, ask in items}
-    d.prepare_asks(entry.container_id, new, asks)
-    reserved = d.reserve(entry.container_id, new, asks)
-    try:
-        adding.attach(d, entry, new, entry.netns, pod, asks)
-    finally:
-        d.unreserve(reserved)
+    adding.attach(d, entry, new, entry.netns, pod, {a.ifname: ask for a, ask in items})
     out.added += [a.ifname for a in new]
 
 

@@ -9,12 +9,12 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from netcomp.cni.codes import E_INVALID_CONFIG
+from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.delegate.podnets import Ask
 from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
-from netcomp.ipam.pool import Pool
+from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import AddressAllocator, Claim
 
 
@@ -55,7 +55,9 @@ def take(
                 try:
                     claims.append(alloc.claim(pool, i, holder, exact))
                 except DelegateError as e:
-                    raise item.wrap(e) if item is not None and exact is not None else e from None
+                    if item is None or exact is None:
+                        raise
+                    raise item.wrap(hidden(e, exact, a.network, pod.partition("/")[0] or None)) from None
                 taken.append(claims[-1])
             a.claims = [c.to_doc() for c in claims]
             a.conflist = with_addresses(a.conflist, pool, claims)
@@ -64,6 +66,52 @@ def take(
             alloc.release(taken, "rollback")
         raise
     return taken
+
+
+def holding(who: str, namespace: str | None) -> str:
+    """How a pod of `namespace` is told that `who` (as Claim.holder says it) holds an address it asks for: by
+    name only when it is a pod of the same namespace; another tenant's pods, and where they run, are not this
+    one's to learn. `namespace` None: no pod asks (an operator's attach), and the holder is named."""
+    if namespace is None or who.startswith(f"pod {namespace}/"):
+        return f"held by {who}"
+    return f"taken (not by a pod of namespace {namespace!r})"
+
+
+def _address(addr: IPAddress, network: str) -> str:
+    return f"address {addr} of network {network!r} is "
+
+
+def hidden(e: DelegateError, addr: IPAddress, network: str, namespace: str | None) -> DelegateError:
+    """The allocator's refusal of an address held by another (ipam/allocator.py and blockalloc.py word it
+    "address A of network N is held by WHO"), with the holder named only as holding() allows."""
+    prefix = _address(addr, network) + "held by "
+    if not e.msg.startswith(prefix):
+        return e
+    return DelegateError(e.code, _address(addr, network) + holding(e.msg[len(prefix) :], namespace), e.details)
+
+
+def check(
+    alloc: AddressAllocator | None,
+    atts: list[Attachment],
+    container_id: str,
+    namespace: str | None,
+    asks: Mapping[str, Ask],
+) -> None:
+    """What take() would refuse of the addresses pods ask for that can be told without claiming anything: an
+    address the cluster's claims, as this node knows them, give another container. A hot-plug checks this
+    before it detaches anything; take() still decides."""
+    if alloc is None:
+        return
+    for a in atts:
+        item = asks.get(a.ifname)
+        if item is None or not item.ips or Pool.of(a.network, a.conflist) is None:
+            continue
+        held = {c.address: c for c in alloc.claims(a.network) if c.container_id != container_id}
+        for ip in item.ips:
+            c = held.get(str(ip.ip))
+            if c is not None:
+                msg = _address(ip.ip, a.network) + holding(c.holder(), namespace)
+                raise item.wrap(DelegateError(E_TRY_LATER, msg, "no plugin was run"))
 
 
 def with_addresses(conflist: Mapping[str, Any], pool: Pool, claims: list[Claim]) -> dict[str, Any]:
