@@ -23,8 +23,8 @@ LEVELS = {
     "netcomp.libc": 0,  # every call into the C library
     "netcomp.shim": 0,  # the shim imports nothing of netcomp at all (test_shim.py)
     "netcomp.cni": 1,
-    "netcomp.metrics": 1,
-    "netcomp.foreign": 1,  # foreign input ignored for what it claims: logged once, counted  # the daemon's numbers: its server, its cluster side and its runner's exec count them
+    "netcomp.metrics": 1,  # the daemon's numbers: its server, its cluster side and its runner's exec count them
+    "netcomp.foreign": 1,  # foreign input ignored for what it claims: logged once, counted
     "netcomp.intent": 2,
     "netcomp.settings": 3,
     "netcomp.compiler": 4,
