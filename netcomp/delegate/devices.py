@@ -87,9 +87,12 @@ class Devices:
         try:
             got = self.kubelet.pod_devices(pod.namespace, pod.name, pod.uid)
         except HostError as e:
+            wants = "; ".join(
+                f"network {display_name(a.network, a.conflist)} takes a device of resource {r}" for a, r in mine
+            )
             raise DelegateError(
                 E_TRY_LATER,
-                f"pod {pod}: cannot learn the devices the kubelet gave it: {e}",
+                f"pod {pod}: cannot learn the devices the kubelet gave it ({wants}): {e}",
                 "no plugin was run",
             ) from None
         used = {dev for a in others if (dev := device_of(a))}
@@ -97,7 +100,8 @@ class Devices:
         for a, r in mine:
             by_resource.setdefault(r, []).append(a)
         for r, atts in by_resource.items():
-            self._hand_out(pod, container_id, r, atts, got.devices.get(r, ()), used, asks or {})
+            held, bad = got.devices.get(r, ()), got.bad.get(r, "")
+            self._hand_out(pod, container_id, r, atts, held, bad, used, asks or {})
         log.debug("pod %s: devices from the kubelet's %s: %s", pod, got.source, dict(got.devices))
 
     def _hand_out(
@@ -107,10 +111,18 @@ class Devices:
         resource: str,
         atts: list[Attachment],
         held: tuple[str, ...],
+        bad: str,
         used: set[str],
         asks: Mapping[str, Ask],
     ) -> None:
         names = ", ".join(display_name(a.network, a.conflist) for a in atts)
+        if bad:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"pod {pod}: network {names} takes a device of resource {resource}, and the kubelet gave the pod "
+                f"a device ID of it that is not one: {bad}",
+                f"the device plugin that serves {resource} named that device; no plugin was run",
+            )
         if not held:
             raise DelegateError(
                 E_INVALID_CONFIG,
@@ -162,7 +174,11 @@ class Devices:
         given = {k: v for k, v in (("deviceID", dev), ("CNIDeviceInfoFile", path)) if k in caps}
         if given:
             a.capability_args = {**a.capability_args, **given}
-        a.device = {"resource": resource, "id": dev, "info": info, "file": path if info is not None else ""}
+        # The copy's path is recorded whenever netcomp writes it or hands it to a plugin: a plugin that declares
+        # CNIDeviceInfoFile writes the file itself when there is no device-info to copy (sriov-cni does), and
+        # the attachment's DEL removes whatever is there.
+        file = path if info is not None or "CNIDeviceInfoFile" in given else ""
+        a.device = {"resource": resource, "id": dev, "info": info, "file": file}
 
     def write_info(self, atts: list[Attachment]) -> None:
         """The CNI copy of each attachment's device-info, once the write-ahead names it. A file that cannot be
