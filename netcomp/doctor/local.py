@@ -130,7 +130,9 @@ def _resource(
     if not is_socket:
         return fail(
             name,
-            f"a device plugin's resource, and the kubelet's PodResources socket {sock} is not there ({who})",
+            f"a device plugin's resource, and the kubelet's PodResources socket {sock} is not there"
+            + (f"; {unreadable}" if unreadable else "")
+            + f" ({who})",
             "start the kubelet, or point kubelet.podResourcesSocket in netcomp.yaml at its socket",
         )
     if unreadable:

@@ -67,6 +67,14 @@ class NoCheckpoint(HostError):
     """There is no checkpoint file: a kubelet that never had a device plugin, or not this node's path."""
 
 
+class NotKubelets(HostError):
+    """The checkpoint file is not the kubelet's JSON: `why`, as parse_checkpoint says it."""
+
+    def __init__(self, path: str, why: str, mtime_ns: int) -> None:
+        super().__init__(f"the kubelet checkpoint {path} is not the kubelet's: {why}")
+        self.why, self.mtime_ns = why, mtime_ns
+
+
 class Kubelet:
     """`socket`: the PodResources socket; `checkpoint`: the device manager's checkpoint file; `timeout`: seconds
     one List may take."""
@@ -88,7 +96,7 @@ class Kubelet:
         except HostError as api_error:
             why = str(api_error)
         try:
-            ckpt = self.read_checkpoint()
+            ckpt = self._checkpoint()
         except HostError as e:
             raise HostError(f"{why}; {e}") from None
         if not uid:
@@ -174,13 +182,22 @@ class Kubelet:
         """The resources device plugins registered with the kubelet, as its checkpoint says (empty when there is
         none, a node without device plugins, or when it cannot be read: logged as read_checkpoint says)."""
         try:
-            return set(self.read_checkpoint().registered)
+            return set(self._checkpoint().registered)
         except HostError:
             return set()
 
+    def _checkpoint(self) -> Checkpoint:
+        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input
+        (logged once, counted)."""
+        try:
+            return self.read_checkpoint()
+        except NotKubelets as e:
+            foreign.ignore("checkpoint", self.checkpoint, e.why, version=str(e.mtime_ns))
+            raise
+
     def read_checkpoint(self) -> Checkpoint:
-        """The checkpoint, its shape checked. HostError when it is missing or unreadable; one that is not the
-        kubelet's JSON (a wrong shape, nesting too deep) is also ignored as foreign input (logged once, counted)."""
+        """The checkpoint, its shape checked. HostError when it is missing (NoCheckpoint), unreadable, or not
+        the kubelet's JSON (NotKubelets: a wrong shape, nesting too deep)."""
         try:
             mtime_ns = os.stat(self.checkpoint).st_mtime_ns  # before the read: what is read is at least as new
             data = read_bounded(self.checkpoint, MAX_CHECKPOINT)
@@ -191,8 +208,7 @@ class Kubelet:
         try:
             entries, registered = parse_checkpoint(data)
         except ValueError as e:
-            foreign.ignore("checkpoint", self.checkpoint, str(e), version=str(mtime_ns))
-            raise HostError(f"the kubelet checkpoint {self.checkpoint} is not the kubelet's: {e}") from None
+            raise NotKubelets(self.checkpoint, str(e), mtime_ns) from None
         return Checkpoint(entries, registered, mtime_ns)
 
     def close(self) -> None:

@@ -115,7 +115,7 @@ def test_a_checkpoint_that_is_not_the_kubelets_is_a_clear_error(
 
 def test_a_pool_network_is_served_while_the_checkpoint_is_malformed(node: Node) -> None:
     """The pools' conflict check reads the checkpoint: one that is not the kubelet's names no resource."""
-    node.checkpoint.write_text('{"Data": []}')
+    node.checkpoint.write_text('{"Data": "x"}')
     dispatch.handle(node.d, req("ADD", "a", "pool"))
     assert node.adds() == [("net0", "0000:99:00.0")]
 
