@@ -4,8 +4,9 @@ resource come from the kubelet (host/kubelet.py), sorted, handed to its attachme
 yet used by another attachment of the container. The device goes where the network's plugins read it, as Multus
 (pkg/types/conf.go) puts it (`deviceID`, host-device's `pciBusID`, runtimeConfig `deviceID` and
 `CNIDeviceInfoFile`); the device plugin's device-info file is copied per attachment into deviceInfoDir/cni,
-named in the write-ahead before it is written, removed by the attachment's DEL. docs/kubernetes.md, "SR-IOV
-with the device plugin"."""
+named in the write-ahead before it is written (or before a plugin given that path writes it), removed by the
+attachment's DEL. A resource whose IDs from the kubelet are not device IDs (names.device_id_problem) is refused.
+docs/kubernetes.md, "SR-IOV with the device plugin"."""
 
 from __future__ import annotations
 
