@@ -93,7 +93,7 @@ class Devices:
             )
             raise DelegateError(
                 E_TRY_LATER,
-                f"pod {pod}: cannot learn the devices the kubelet gave it ({wants}): {e}",
+                f"pod {pod}: cannot learn the devices the kubelet gave it: {e} ({wants})",
                 "no plugin was run",
             ) from None
         used = {dev for a in others if (dev := device_of(a))}
