@@ -180,7 +180,7 @@ class Kubelet:
 
     def registered(self) -> set[str]:
         """The resources device plugins registered with the kubelet, as its checkpoint says (empty when there is
-        none, a node without device plugins, or when it cannot be read: logged as read_checkpoint says)."""
+        none, a node without device plugins, or when it cannot be read; one that is not the kubelet's is logged)."""
         try:
             return set(self._checkpoint().registered)
         except HostError:
