@@ -63,3 +63,24 @@ def label_value_problem(value: str) -> str | None:
     if value and (len(value) > 63 or not LABEL_NAME_RE.fullmatch(value)):
         return f"label value {value!r}: at most 63 characters, alphanumeric at both ends, with '-', '_', '.'"
     return None
+
+
+# A device ID a device plugin gave a pod: the kubelet passes on what the plugin said, and it goes into plugin
+# configs (deviceID, pciBusID) and file names (device-info). VFs, and vDPA devices on VFs, are named by their PCI
+# address; a device on another bus by its kernel name, as /sys/bus/<bus>/devices lists it (an auxiliary device,
+# a Scalable Function: `mlx5_core.sf.2`). An ID with ':' claims to be a PCI address and must be one, so that a
+# mistyped address is refused rather than passed on as a name. Either form is one path component with no
+# control character, short enough for a file name.
+DEVICE_NAME_MAX = 64
+DEVICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{DEVICE_NAME_MAX - 1}}}")
+
+
+def device_id_problem(dev: str) -> str | None:
+    """What is wrong with a device ID from a device plugin (None: nothing), quoting it (shortened, escaped)."""
+    if PCI.fullmatch(dev) or (":" not in dev and DEVICE_NAME.fullmatch(dev)):
+        return None
+    shown = dev if len(dev) <= DEVICE_NAME_MAX else dev[:DEVICE_NAME_MAX] + "..."
+    return (
+        f"{shown!r} is neither a PCI address (like 0000:3b:02.1) nor a device name (1-{DEVICE_NAME_MAX} letters, "
+        "digits, '_', '.' or '-', no ':')"
+    )

@@ -4,8 +4,9 @@ resource come from the kubelet (host/kubelet.py), sorted, handed to its attachme
 yet used by another attachment of the container. The device goes where the network's plugins read it, as Multus
 (pkg/types/conf.go) puts it (`deviceID`, host-device's `pciBusID`, runtimeConfig `deviceID` and
 `CNIDeviceInfoFile`); the device plugin's device-info file is copied per attachment into deviceInfoDir/cni,
-named in the write-ahead before it is written, removed by the attachment's DEL. docs/kubernetes.md, "SR-IOV
-with the device plugin"."""
+named in the write-ahead before it is written (or before a plugin given that path writes it), removed by the
+attachment's DEL. A resource whose IDs from the kubelet are not device IDs (names.device_id_problem) is refused.
+docs/kubernetes.md, "SR-IOV with the device plugin"."""
 
 from __future__ import annotations
 
@@ -87,9 +88,12 @@ class Devices:
         try:
             got = self.kubelet.pod_devices(pod.namespace, pod.name, pod.uid)
         except HostError as e:
+            wants = "; ".join(
+                f"network {display_name(a.network, a.conflist)} takes a device of resource {r}" for a, r in mine
+            )
             raise DelegateError(
                 E_TRY_LATER,
-                f"pod {pod}: cannot learn the devices the kubelet gave it: {e}",
+                f"pod {pod}: cannot learn the devices the kubelet gave it: {e} ({wants})",
                 "no plugin was run",
             ) from None
         used = {dev for a in others if (dev := device_of(a))}
@@ -97,7 +101,8 @@ class Devices:
         for a, r in mine:
             by_resource.setdefault(r, []).append(a)
         for r, atts in by_resource.items():
-            self._hand_out(pod, container_id, r, atts, got.devices.get(r, ()), used, asks or {})
+            held, bad = got.devices.get(r, ()), got.bad.get(r, "")
+            self._hand_out(pod, container_id, r, atts, held, bad, used, asks or {})
         log.debug("pod %s: devices from the kubelet's %s: %s", pod, got.source, dict(got.devices))
 
     def _hand_out(
@@ -107,10 +112,18 @@ class Devices:
         resource: str,
         atts: list[Attachment],
         held: tuple[str, ...],
+        bad: str,
         used: set[str],
         asks: Mapping[str, Ask],
     ) -> None:
         names = ", ".join(display_name(a.network, a.conflist) for a in atts)
+        if bad:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                f"pod {pod}: network {names} takes a device of resource {resource}, and the kubelet gave the pod "
+                f"a device ID of it that is not one: {bad}",
+                f"the device plugin that serves {resource} named that device; no plugin was run",
+            )
         if not held:
             raise DelegateError(
                 E_INVALID_CONFIG,
@@ -162,7 +175,11 @@ class Devices:
         given = {k: v for k, v in (("deviceID", dev), ("CNIDeviceInfoFile", path)) if k in caps}
         if given:
             a.capability_args = {**a.capability_args, **given}
-        a.device = {"resource": resource, "id": dev, "info": info, "file": path if info is not None else ""}
+        # The copy's path is recorded whenever netcomp writes it or hands it to a plugin: a plugin that declares
+        # CNIDeviceInfoFile writes the file itself when there is no device-info to copy (sriov-cni does), and
+        # the attachment's DEL removes whatever is there.
+        file = path if info is not None or "CNIDeviceInfoFile" in given else ""
+        a.device = {"resource": resource, "id": dev, "info": info, "file": file}
 
     def write_info(self, atts: list[Attachment]) -> None:
         """The CNI copy of each attachment's device-info, once the write-ahead names it. A file that cannot be

@@ -14,9 +14,10 @@ from netcomp.daemon.server.client import call, unreachable
 from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.doctor.node import Network
+from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import vfpools
-from netcomp.host.kubelet import Kubelet
+from netcomp.host.kubelet import Kubelet, NoCheckpoint
 from netcomp.settings import Settings
 
 # What libcni loads from a conf dir (libcni's ConfFiles); containerd (go-cni's loadFromConfDir) and CRI-O
@@ -24,6 +25,12 @@ from netcomp.settings import Settings
 CONF_SUFFIXES = (".conf", ".conflist", ".json")
 MAX_SHOWN = 3  # degraded intents named on the daemon's line
 ANSWER_SECONDS = 10.0
+# The kubelet writes its checkpoint again whole when a device plugin registers and when it gives a pod devices;
+# a file it cannot read at its start it does not use.
+CHECKPOINT_FIX = (
+    "restart the device plugins (each registration makes the kubelet write its checkpoint again), and find what "
+    "else writes the kubelet's device-plugins dir"
+)
 
 
 def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
@@ -74,15 +81,31 @@ def sriov_checks(nets: Sequence[Network], settings: Settings) -> list[Check]:
         return []
     k = settings.kubelet
     kubelet = Kubelet(k.podResourcesSocket, k.checkpoint, k.timeout)
-    registered = kubelet.registered()
-    return [_resource(r, named[r], settings, kubelet, registered) for r in sorted(named)]
+    registered: set[str] = set()
+    unreadable = ""  # why the checkpoint cannot be used: then who registered what is unknown
+    try:
+        registered = set(kubelet.read_checkpoint().registered)
+    except NoCheckpoint:
+        pass  # no device plugin ever registered with this kubelet: none is registered
+    except HostError as e:
+        unreadable = str(e)
+    return [_resource(r, named[r], settings, kubelet, registered, unreadable) for r in sorted(named)]
 
 
-def _resource(r: str, users: list[str], settings: Settings, kubelet: Kubelet, registered: set[str]) -> Check:
+def _resource(
+    r: str, users: list[str], settings: Settings, kubelet: Kubelet, registered: set[str], unreadable: str
+) -> Check:
     name = f"sriov:{r}"
     who = f"networks {', '.join(users)}"
     pool = settings.sriovPools.get(r)
     if pool is not None:
+        if unreadable:
+            return warn(
+                name,
+                f"a VF pool of netcomp.yaml (sriovPools); whether a device plugin also serves it is unknown: "
+                f"{unreadable} ({who})",
+                CHECKPOINT_FIX,
+            )
         if r in registered:
             return fail(
                 name,
@@ -107,8 +130,17 @@ def _resource(r: str, users: list[str], settings: Settings, kubelet: Kubelet, re
     if not is_socket:
         return fail(
             name,
-            f"a device plugin's resource, and the kubelet's PodResources socket {sock} is not there ({who})",
+            f"a device plugin's resource, and the kubelet's PodResources socket {sock} is not there"
+            + (f"; {unreadable}" if unreadable else "")
+            + f" ({who})",
             "start the kubelet, or point kubelet.podResourcesSocket in netcomp.yaml at its socket",
+        )
+    if unreadable:
+        return fail(
+            name,
+            f"a device plugin's resource, and {unreadable}: a pod's devices cannot be learnt from it while "
+            f"PodResources cannot answer ({who})",
+            CHECKPOINT_FIX,
         )
     if r not in registered:
         known = ", ".join(sorted(registered)) or "none"

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from netcomp import foreign
+from netcomp.cni.spec import loads_foreign
 from netcomp.errors import HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.names import PCI
@@ -45,21 +47,31 @@ def read_dp(root: str, resource: str, device_id: str) -> dict[str, Any] | None:
     object is logged and treated as missing."""
     path = dp_path(root, resource, device_id)
     try:
-        info = _read_json(path)
+        info = parse(read_bounded(path, MAX_FILE, follow=False))
     except FileNotFoundError:
         info = None
-    except (OSError, ValueError) as e:
-        log.warning("device-info %s of device %s is unusable: %s", path, device_id, e)
+    except OSError as e:
+        log.warning("device-info %s of device %s is unusable: %s", path, device_id, e.strerror)
+        info = None
+    except ValueError as e:
+        foreign.ignore("device-info", str(path), str(e))
         info = None
     if info is None and PCI.fullmatch(device_id):
         info = {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
     return info
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    doc = json.loads(read_bounded(path, MAX_FILE, follow=False))
+def parse(data: bytes) -> dict[str, Any]:
+    """A device-info file's bytes as its object. ValueError for anything that is not the spec's JSON object: not
+    JSON, nested too deep, no `type` string, a `version` that is not a string, the type's own section (`pci`,
+    `vdpa`, ...) not an object."""
+    doc = loads_foreign(data)
     if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
         raise ValueError("not a device-info object (no type)")
+    if not isinstance(doc.get("version", ""), str):
+        raise ValueError("its version is not a string")
+    if not isinstance(doc.get(doc["type"], {}), dict):
+        raise ValueError(f"its {doc['type'][:32]!r} section is not an object")
     return doc
 
 

@@ -6,16 +6,19 @@ never loads it."""
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from netcomp import foreign
+from netcomp.cni.spec import loads_foreign
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host.protomsg import messages
+from netcomp.names import device_id_problem
 
 # The field numbers are the wire format: k8s.io/kubelet/pkg/apis/podresources/v1/api.proto.
 PODRESOURCES_V1 = {
@@ -32,16 +35,44 @@ PODRESOURCES_V1 = {
 LIST = "/v1.PodResourcesLister/List"
 MAX_ANSWER = 16 << 20  # a List of every pod of a full node is far below this
 MAX_CHECKPOINT = 16 << 20
+# The device manager's own socket, made anew by each kubelet start in the checkpoint's dir (pkg/kubelet/cm/
+# devicemanager: pluginapi.KubeletSocket, the checkpoint manager made on its dir).
+DEVICE_MANAGER_SOCKET = "kubelet.sock"
 
 
 @dataclass(frozen=True)
 class PodDevices:
     """The device IDs a pod's containers hold, per resource, sorted (the kubelet keeps them as a set: sorted,
-    every ADD and every restart hands them out alike); `source` says which record they came from."""
+    every ADD and every restart hands them out alike); `source` says which record they came from; `bad`: per
+    resource, what is wrong with an ID the kubelet gave for it (names.device_id_problem): its devices are not
+    handed out."""
 
     devices: Mapping[str, tuple[str, ...]]
     source: str  # "PodResources" or "checkpoint"
-    found: bool = True  # whether that record knows the pod at all
+    bad: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The device manager's checkpoint, its shape checked (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/
+    checkpoint/checkpoint.go): per entry (pod UID, resource, device IDs); the resources device plugins
+    registered; when it was last written (ns), taken before it was read."""
+
+    entries: tuple[tuple[str, str, tuple[str, ...]], ...]
+    registered: frozenset[str]
+    mtime_ns: int = 0
+
+
+class NoCheckpoint(HostError):
+    """There is no checkpoint file: a kubelet that never had a device plugin, or not this node's path."""
+
+
+class NotKubelets(HostError):
+    """The checkpoint file is not the kubelet's JSON: `why`, as parse_checkpoint says it."""
+
+    def __init__(self, path: str, why: str, mtime_ns: int) -> None:
+        super().__init__(f"the kubelet checkpoint {path} is not the kubelet's: {why}")
+        self.why, self.mtime_ns = why, mtime_ns
 
 
 class Kubelet:
@@ -59,18 +90,48 @@ class Kubelet:
 
     def pod_devices(self, namespace: str, name: str, uid: str) -> PodDevices:
         """What the kubelet gave pod namespace/name (uid: for the checkpoint, "" when unknown). HostError when
-        neither record can say (the API down or hung, and no checkpoint that knows the pod)."""
+        neither record can say (the API down or hung, and no checkpoint that can answer for the pod)."""
         try:
             return self._from_api(namespace, name)
         except HostError as api_error:
             why = str(api_error)
         try:
-            got = self._from_checkpoint(uid)
+            ckpt = self._checkpoint()
         except HostError as e:
             raise HostError(f"{why}; {e}") from None
-        if not got.found:
-            raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid or '?'}")
-        return got
+        if not uid:
+            raise HostError(f"{why}; the request names no pod UID (K8S_POD_UID) to look for in {self.checkpoint}")
+        held = [(r, ids) for u, r, ids in ckpt.entries if u == uid]
+        if not held:
+            stale = self._not_current(ckpt)
+            if stale:
+                raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid}, and {stale}")
+        return _collect(held, "checkpoint")
+
+    def _not_current(self, ckpt: Checkpoint) -> str:
+        """Why the checkpoint may not list every device the running kubelet gave ("" when it does). The kubelet
+        writes it whenever it gives a pod devices, during the pod's admission, before it asks the runtime for
+        the sandbox whose ADD this is (devicemanager's allocateContainerResources ends in writeCheckpoint), and
+        each write holds every pod it knows. So a checkpoint written by the kubelet running now, or by the one
+        before it that it read back at start, lists the pod if the pod holds a device. What is not known to be
+        so: a file beside which no kubelet made its device manager socket (a checkpoint path that is not the
+        kubelet's), or one last written before that socket was made (the kubelet running now may have started
+        without reading it, and has not written since: its device plugins register again within seconds of its
+        start, and each registration writes it). The kubelet keeps both in one dir (devicemanager's
+        newManagerImpl makes its checkpoint manager on the socket's dir)."""
+        sock = os.path.join(os.path.dirname(self.checkpoint), DEVICE_MANAGER_SOCKET)
+        try:
+            st = os.stat(sock)
+        except OSError:
+            return f"no kubelet device manager socket {sock} is beside it: it may not be the running kubelet's"
+        if not stat.S_ISSOCK(st.st_mode):
+            return f"{sock} beside it is not the kubelet's socket: it may not be the running kubelet's"
+        if st.st_ctime_ns > ckpt.mtime_ns:
+            return (
+                f"it was last written before the kubelet made its device manager socket {sock}: it may not say "
+                "what the kubelet running now gave"
+            )
+        return ""
 
     def _from_api(self, namespace: str, name: str) -> PodDevices:
         if not os.path.exists(self.socket):
@@ -87,19 +148,17 @@ class Kubelet:
             else:
                 why = f"{code.name if code else ''} {e.details() if hasattr(e, 'details') else e}".strip()
             raise HostError(f"the kubelet's PodResources API ({self.socket}): {why}") from None
-        by: dict[str, list[str]] = {}
+        held: list[tuple[str, Sequence[str]]] = []
         found = False
         for pod in answer.pod_resources:
             if pod.namespace != namespace or pod.name != name:
                 continue
             found = True
-            for c in pod.containers:
-                for d in c.devices:
-                    by.setdefault(d.resource_name, []).extend(d.device_ids)
+            held += [(d.resource_name, d.device_ids) for c in pod.containers for d in c.devices]
         if not found:
             # Not admitted yet as far as this answer goes: the checkpoint is written at admission.
             raise HostError(f"the kubelet's PodResources API does not list pod {namespace}/{name}")
-        return PodDevices({r: tuple(sorted(set(ids))) for r, ids in by.items()}, "PodResources")
+        return _collect(held, "PodResources")
 
     def _connect(self) -> tuple[Any, dict[str, Any]]:
         with self._lock:
@@ -119,44 +178,38 @@ class Kubelet:
                 )
             return self._list, self._msgs
 
-    def _from_checkpoint(self, uid: str) -> PodDevices:
-        doc = self._read_checkpoint()
-        entries = (doc.get("Data") or {}).get("PodDeviceEntries") or []
-        by: dict[str, list[str]] = {}
-        found = False
-        for e in entries if isinstance(entries, list) else []:
-            if not isinstance(e, dict) or not uid or e.get("PodUID") != uid:
-                continue
-            found = True
-            resource = e.get("ResourceName")
-            if isinstance(resource, str):
-                by.setdefault(resource, []).extend(_ids(e.get("DeviceIDs")))
-        return PodDevices({r: tuple(sorted(set(ids))) for r, ids in by.items()}, "checkpoint", found)
-
     def registered(self) -> set[str]:
         """The resources device plugins registered with the kubelet, as its checkpoint says (empty when there is
-        none: a node without device plugins)."""
+        none, a node without device plugins, or when it cannot be read; one that is not the kubelet's is logged)."""
         try:
-            doc = self._read_checkpoint()
+            return set(self._checkpoint().registered)
         except HostError:
             return set()
-        reg = (doc.get("Data") or {}).get("RegisteredDevices")
-        return {str(k) for k in reg} if isinstance(reg, dict) else set()
 
-    def _read_checkpoint(self) -> dict[str, Any]:
+    def _checkpoint(self) -> Checkpoint:
+        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input
+        (logged once, counted)."""
         try:
+            return self.read_checkpoint()
+        except NotKubelets as e:
+            foreign.ignore("checkpoint", self.checkpoint, e.why, version=str(e.mtime_ns))
+            raise
+
+    def read_checkpoint(self) -> Checkpoint:
+        """The checkpoint, its shape checked. HostError when it is missing (NoCheckpoint), unreadable, or not
+        the kubelet's JSON (NotKubelets: a wrong shape, nesting too deep)."""
+        try:
+            mtime_ns = os.stat(self.checkpoint).st_mtime_ns  # before the read: what is read is at least as new
             data = read_bounded(self.checkpoint, MAX_CHECKPOINT)
         except FileNotFoundError:
-            raise HostError(f"no kubelet checkpoint {self.checkpoint}") from None
+            raise NoCheckpoint(f"no kubelet checkpoint {self.checkpoint}") from None
         except OSError as e:
             raise HostError(f"cannot read the kubelet checkpoint {self.checkpoint}: {e.strerror}") from None
         try:
-            doc = json.loads(data)
+            entries, registered = parse_checkpoint(data)
         except ValueError as e:
-            raise HostError(f"the kubelet checkpoint {self.checkpoint} is not JSON: {e}") from None
-        if not isinstance(doc, dict):
-            raise HostError(f"the kubelet checkpoint {self.checkpoint} is not a JSON object")
-        return doc
+            raise NotKubelets(self.checkpoint, str(e), mtime_ns) from None
+        return Checkpoint(entries, registered, mtime_ns)
 
     def close(self) -> None:
         with self._lock:
@@ -165,10 +218,65 @@ class Kubelet:
             self._channel = self._list = None
 
 
-def _ids(value: Any) -> list[str]:
-    """A checkpoint entry's DeviceIDs: a list before kubelet 1.20, a map of NUMA node to list since."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, dict):
-        return [str(v) for ids in value.values() if isinstance(ids, list) for v in ids]
-    return []
+def _collect(held: Iterable[tuple[str, Sequence[str]]], source: str) -> PodDevices:
+    """(resource, IDs) pairs of a pod's containers as PodDevices: merged per resource, sorted; a resource with
+    an ID that is not a device ID (a path, a newline, an over-long string) is marked bad."""
+    by: dict[str, set[str]] = {}
+    bad: dict[str, str] = {}
+    for resource, ids in held:
+        by.setdefault(resource, set()).update(ids)
+        for dev in ids:
+            if resource not in bad and (why := device_id_problem(dev)):
+                bad[resource] = why
+    return PodDevices({r: tuple(sorted(ids)) for r, ids in by.items()}, source, bad)
+
+
+def parse_checkpoint(data: bytes) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], frozenset[str]]:
+    """A checkpoint's bytes as (entries, registered resources): see Checkpoint. ValueError, naming the place,
+    for anything that is not its JSON: nesting too deep, a wrong type where a field is read."""
+    doc = loads_foreign(data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"the document is {_kind(doc)}, not an object")
+    body = doc.get("Data")
+    if not isinstance(body, dict):
+        raise ValueError(f"Data is {_kind(body)}, not an object")
+    raw = body.get("PodDeviceEntries")
+    if not isinstance(raw, (list, type(None))):
+        raise ValueError(f"Data.PodDeviceEntries is {_kind(raw)}, not a list")
+    entries = tuple(_entry(e, f"Data.PodDeviceEntries[{i}]") for i, e in enumerate(raw or []))
+    reg = body.get("RegisteredDevices")
+    if not isinstance(reg, (dict, type(None))):
+        raise ValueError(f"Data.RegisteredDevices is {_kind(reg)}, not an object")
+    return entries, frozenset(reg or {})
+
+
+def _entry(e: Any, where: str) -> tuple[str, str, tuple[str, ...]]:
+    if not isinstance(e, dict):
+        raise ValueError(f"{where} is {_kind(e)}, not an object")
+    for key in ("PodUID", "ResourceName"):
+        if not isinstance(e.get(key), str):
+            raise ValueError(f"{where}.{key} is {_kind(e.get(key))}, not a string")
+    return e["PodUID"], e["ResourceName"], _ids(e.get("DeviceIDs"), f"{where}.DeviceIDs")
+
+
+def _ids(value: Any, where: str) -> tuple[str, ...]:
+    """An entry's DeviceIDs: a list before kubelet 1.20, a map of NUMA node to list since (null: none)."""
+    if not isinstance(value, (dict, list, type(None))):
+        raise ValueError(f"{where} is {_kind(value)}, not a list or an object")
+    lists = value.items() if isinstance(value, dict) else [("", value)]
+    out: list[str] = []
+    for numa, ids in lists:
+        at = f"{where}[{numa!r}]" if numa else where
+        if not isinstance(ids, (list, type(None))):
+            raise ValueError(f"{at} is {_kind(ids)}, not a list")
+        for i, dev in enumerate(ids or []):
+            if not isinstance(dev, str):
+                raise ValueError(f"{at}[{i}] is {_kind(dev)}, not a string")
+        out += ids or []
+    return tuple(out)
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type, in words, for a message that must not quote what it holds."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")

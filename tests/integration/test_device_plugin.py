@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET
 from tests.lab.daemonlab import intent
 from tests.lab.netlab import Lab, ip
 from tests.lab.podresources import PodResourcesServer, podresources
@@ -129,6 +131,48 @@ def test_refusals_run_no_plugin(tmp_path: Path, api: PodResourcesServer) -> None
         code, out = n.shim("ADD", ctr, args="NETCOMP_NETWORKS=vf-a", ifname="net0")
         assert code == 1 and "the request names no pod" in out["msg"]
         assert host_links(n) == set(VFS.values()) and copies(tmp_path) == [] and n.cache_files() == []
+
+
+def test_a_device_id_that_is_not_one_is_refused(tmp_path: Path, api: PodResourcesServer) -> None:
+    """The kubelet passes on what the device plugin said: a path among the pod's IDs refuses the resource (code
+    7, named), before any plugin runs."""
+    with node(tmp_path) as n:
+        api.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.0", "../../../etc/passwd"])]}
+        ctr = n.lab.container()
+        code, out = n.shim("ADD", ctr, args=f"{POD_ARGS};NETCOMP_NETWORKS=vf-a", ifname="net0")
+        assert code == 1 and out["code"] == 7, out
+        assert out["msg"].startswith(f"pod default/p1: network vf-a takes a device of resource {RES}, and the ")
+        assert "'../../../etc/passwd' is neither a PCI address" in out["msg"]
+        assert host_links(n) == set(VFS.values()) and copies(tmp_path) == [] and n.cache_files() == []
+
+
+def test_podresources_down_the_kubelets_current_checkpoint_answers(tmp_path: Path) -> None:
+    """No PodResources socket; the checkpoint written since the kubelet made its device manager socket beside
+    it: the pod it lists gets its VF, a pod it does not list holds none (code 7, not "try again")."""
+    with node(tmp_path) as n:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(tmp_path / DEVICE_MANAGER_SOCKET))
+        entry = {"PodUID": "u-1", "ContainerName": "c", "ResourceName": RES, "DeviceIDs": {"0": ["0000:3b:02.2"]}}
+        ckpt = tmp_path / "ckpt"
+        ckpt.write_text(json.dumps({"Data": {"PodDeviceEntries": [entry], "RegisteredDevices": {RES: list(VFS)}}}))
+        after = os.stat(tmp_path / DEVICE_MANAGER_SOCKET).st_ctime_ns + 10**9
+        os.utime(ckpt, ns=(after, after))
+        ctr = n.lab.container()
+        code, out = n.shim("ADD", ctr, args=f"{POD_ARGS};NETCOMP_NETWORKS=vf-a", ifname="net0")
+        assert code == 0, out
+        assert host_links(n) == {"vf0", "vf1"}
+        other = n.lab.container()
+        args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p2;K8S_POD_UID=u-2;NETCOMP_NETWORKS=vf-a"
+        code, out = n.shim("ADD", other, args=args, ifname="net0")
+        assert (
+            code == 1
+            and out["code"] == 7
+            and out["msg"]
+            == (f"pod default/p2: network vf-a takes a device of resource {RES}, and the kubelet gave the pod none")
+        )
+        code, out = n.shim("DEL", ctr, ifname="net0")
+        assert code == 0, out
+        assert host_links(n) == set(VFS.values()) and n.cache_files() == []
 
 
 def test_killed_before_the_outcome_is_recorded_the_restart_undoes_it(tmp_path: Path, api: PodResourcesServer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,3 +286,32 @@ def test_a_daemon_that_does_not_answer(node: ProcNode) -> None:
     # The socket stays (systemd's socket unit holds it, here the test): a connection waits for a daemon.
     assert checks["daemon"]["found"] == f"no answer on {node.sock} within 10 s (starting, or hung)"
     assert checks["plugin:macvlan"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("body", ['{"Data": []}', '{"Data": "x"}', '{"Data": ' + "[" * 40 + "]" * 40 + "}"])
+def test_a_checkpoint_that_is_not_the_kubelets(node: ProcNode, tmp_path: Path, body: str) -> None:
+    """A network of a device plugin's resource, and the kubelet's checkpoint not its JSON: the resource's line
+    fails saying what is wrong with it (exit 1, as for any failing check), and every other check is shown."""
+    res = "netcomp.io/dpvf"
+    (node.base / "static.d" / "dp.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "dp", "plugins": [{"type": "host-device"}]})
+    )
+    ckpt, sock = tmp_path / "kubelet_internal_checkpoint", tmp_path / "pod-resources.sock"
+    ckpt.write_text(body)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock))  # a socket is there: the line is about the checkpoint
+    conf = tmp_path / "netcomp.yaml"
+    kubelet = {"podResourcesSocket": str(sock), "checkpoint": str(ckpt), "timeout": 2}
+    conf.write_text(yaml.safe_dump({**node.settings, "kubelet": kubelet}))
+    try:
+        spec = f"{{type: static, networkID: dp, resourceName: {res}}}"
+        with serving(node, **{"86-dp.yaml": intent("dp", spec)}):
+            rc, checks, text = doctor(node, conf)
+    finally:
+        (node.base / "static.d" / "dp.conflist").unlink()
+    assert rc == 1, text
+    assert failing(checks) == [f"sriov:{res}"], text
+    found = checks[f"sriov:{res}"]["found"]
+    assert found.startswith(f"a device plugin's resource, and the kubelet checkpoint {ckpt} is not the kubelet's: ")
+    assert found.endswith("(networks dp)") and "restart the device plugins" in checks[f"sriov:{res}"]["fix"]
+    assert checks["runtime"]["status"] == "ok" and checks["node"]["status"] == "ok"

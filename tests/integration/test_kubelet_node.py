@@ -244,6 +244,30 @@ def test_an_sriov_pod_gets_the_vf_the_kubelet_gave_it(kubenode: KubeNode, pods: 
     assert net["device"] == {"resource": PLUGIN_RESOURCE, "id": device}
 
 
+def test_the_kubelets_checkpoint_alone_says_what_podresources_says(kubenode: KubeNode, pods: dict[str, Any]) -> None:
+    """With PodResources as if down, the real kubelet's checkpoint is read: it was written since the kubelet made
+    its device manager socket (its device plugin registered, and it gave pods devices at admission), so it is
+    current, and it gives each pod what PodResources gives, a pod holding no device none (not "try later")."""
+    from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET, Kubelet
+
+    ckpt = kubenode.device_plugins / "kubelet_internal_checkpoint"
+    assert (kubenode.device_plugins / DEVICE_MANAGER_SOCKET).is_socket()
+    alone = Kubelet(str(kubenode.base / "no-podresources.sock"), str(ckpt), 1)
+    live = pod_devices(str(kubenode.podresources_socket))
+    for name, pod in pods.items():
+        got = alone.pod_devices("default", name, pod.metadata.uid)
+        want: dict[str, set[str]] = {}
+        for held in live.get(("default", name), {}).values():
+            for r, ids in held.items():
+                want.setdefault(r, set()).update(ids)
+        assert (got.source, dict(got.devices), dict(got.bad)) == (
+            "checkpoint",
+            {r: tuple(sorted(i)) for r, i in want.items()},
+            {},
+        )
+    assert any(dict(alone.pod_devices("default", n, p.metadata.uid).devices) for n, p in pods.items())
+
+
 def test_the_pods_are_deleted_with_nothing_left(kubenode: KubeNode, pods: dict[str, Any]) -> None:
     """All at once: the kubelet stops each sandbox, and containerd's CNI DEL through the shim removes everything
     netcomp made for it."""
