@@ -5,6 +5,7 @@ PCI address looks like. A rule written twice is a bug waiting for its first dive
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 IFNAMSIZ = 15  # Linux interface names: 15 bytes plus NUL
 
@@ -16,6 +17,12 @@ CNI_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 # A DNS-1123 label: a Kubernetes namespace's name, a network's (Multus holds annotation names to it too).
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL_RE = re.compile(DNS_LABEL)
+
+
+def is_dns_label(value: object) -> TypeGuard[str]:
+    """A DNS-1123 label, as Kubernetes holds names and namespaces to it: at most 63 characters."""
+    return isinstance(value, str) and len(value) <= 63 and DNS_LABEL_RE.fullmatch(value) is not None
+
 
 # An interface name in an intent (hostDevice, a prefix): what the tools that make links accept without quoting.
 INTENT_IFNAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"

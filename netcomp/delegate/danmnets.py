@@ -25,7 +25,6 @@ from netcomp.delegate.podnets import (
     NoNetwork,
     danm_kind,
     danm_tenancy,
-    is_label,
     json_list,
     parse_ip,
     problem,
@@ -33,6 +32,7 @@ from netcomp.delegate.podnets import (
     shown_keys,
 )
 from netcomp.errors import DelegateError
+from netcomp.names import is_dns_label
 
 DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
@@ -70,7 +70,7 @@ def _connection(item: Any, i: int, head: str, pod: PodRef) -> Ask:
         raise problem(where, "names a network in exactly one of network, tenantNetwork, clusterNetwork")
     key, name = refs[0]
     where += f" ({key} {shown(str(name))})"
-    if not is_label(name):
+    if not is_dns_label(name):
         raise problem(where, f"{key} must be the network's name, a DNS-1123 label")
     kind = DANM_REFS[key]
     ask = Ask(name, pod.namespace if kind in DANM_NAMESPACED else "", where, kind=kind)

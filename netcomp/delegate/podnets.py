@@ -13,13 +13,13 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypeGuard
+from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import loads_foreign
 from netcomp.delegate.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 from netcomp.errors import DelegateError
-from netcomp.names import DNS_LABEL_RE
+from netcomp.names import device_id_problem, is_dns_label
 
 POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
@@ -99,11 +99,6 @@ def element_key(network: str, ifname: str, ask: Ask) -> str:
     fields = {k: v for k, v in asdict(ask).items() if k != "where"}
     fields.update(network=network, ifname=ifname)
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=plain).encode()).hexdigest()[:16]
-
-
-def is_label(value: Any) -> TypeGuard[str]:
-    """A DNS-1123 label, as Kubernetes holds names and namespaces to it: at most 63 characters."""
-    return isinstance(value, str) and len(value) <= 63 and DNS_LABEL_RE.fullmatch(value) is not None
 
 
 def problem(where: str, why: str) -> DelegateError:
@@ -192,7 +187,7 @@ def _short(item: str, i: int, head: str, default_ns: str) -> Ask:
     if ref.count("/") > 1 or "@" in ifname:
         raise problem(where, "is not [namespace/]name[@interface]")
     for what, v in (("namespace", ns), ("network name", name)):
-        if not is_label(v.strip()):
+        if not is_dns_label(v.strip()):
             why = "is not a DNS-1123 label (at most 63 lower case letters, digits and '-')"
             raise problem(where, f"{what} {shown(v)} {why}")
     ask = Ask(name.strip(), ns.strip(), where)
@@ -219,13 +214,13 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
             where,
             f"{shown_keys(unknown)}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
         )
-    if not is_label(name):
+    if not is_dns_label(name):
         raise problem(where, "name must be the network's name, a DNS-1123 label")
     barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
     if barred:
         raise problem(where, f"{', '.join(map(repr, barred))}: not allowed on this node (kubernetes.podFields)")
     ns = item.get("namespace") or default_ns
-    if not is_label(ns):
+    if not is_dns_label(ns):
         raise problem(where, f"namespace {shown(ns)} is not a namespace's name")
     ask = Ask(name, ns, where)
     changes: dict[str, Any] = {}
@@ -246,12 +241,9 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
         changes["cni_args"] = item["cni-args"]
     if item.get("deviceID") is not None:
         dev = item["deviceID"]
-        # It may reach a plugin's runtimeConfig and every message about the device: printable and short.
-        if not isinstance(dev, str) or not 0 < len(dev) <= 128 or not all("!" <= c <= "~" for c in dev):
-            raise ask.error(
-                "deviceID must be a non-empty string of at most 128 printable ASCII characters (a PCI address for "
-                f"an SR-IOV VF), not {shown(dev)}"
-            )
+        # It reaches a plugin's runtimeConfig and file names, as the kubelet's device IDs do: the same rule.
+        if not isinstance(dev, str) or (why := device_id_problem(dev)):
+            raise ask.error(f"deviceID: {why if isinstance(dev, str) else f'not a string: {shown(dev)}'}")
         changes["device_id"] = dev
     caps: dict[str, Any] = {}
     if item.get("portMappings") is not None:

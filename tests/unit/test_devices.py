@@ -335,10 +335,10 @@ def test_a_pod_may_choose_one_of_its_devices(node: Node, api: PodResourcesServer
     }
     dispatch.handle(node.d, req("ADD", "a"))
     assert node.adds() == [("net1", "0000:3b:02.1"), ("net2", "0000:3b:02.0")]  # Multus's names: by position
-    node.pods.notes[POD] = {"k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:09.9"}])}
+    node.pods.notes[POD] = {"k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:09.7"}])}
     with pytest.raises(DelegateError) as ei:
         dispatch.handle(node.d, req("ADD", "b"))
-    assert "deviceID 0000:3b:09.9 is not a device of resource netcomp.io/vf the kubelet gave the pod" in ei.value.msg
+    assert "deviceID 0000:3b:09.7 is not a device of resource netcomp.io/vf the kubelet gave the pod" in ei.value.msg
 
 
 def test_a_resource_that_is_a_pool_and_a_kubelet_resource_names_both(node: Node) -> None:

@@ -100,7 +100,8 @@ def test_every_field_of_a_selection_element() -> None:
         ({"name": "s", "portMappings": [{"hostPort": "80", "containerPort": 1}]}, "hostPort must be a int"),
         ({"name": "s", "bandwidth": {"ingressRate": -1}}, "bandwidth.ingressRate must be a whole number"),
         ({"name": "s", "bandwidth": {"rate": 1}}, "bandwidth must be an object of ingressRate"),
-        ({"name": "s", "deviceID": ""}, "deviceID must be a non-empty string"),
+        ({"name": "s", "deviceID": ""}, "deviceID: '' is neither a PCI address"),
+        ({"name": "s", "deviceID": "../../etc/passwd"}, "deviceID: '../../etc/passwd' is neither a PCI address"),
         ({"name": "s", "infiniband-guid": "02:00"}, "infiniband-guid '02:00' is not a GUID"),
     ],
 )
