@@ -266,8 +266,10 @@ def _search(nid: NetnsId, want: int) -> int | None:
     for pid in _pids():
         proc = f"/proc/{pid}"
         mnt = _link(f"{proc}/ns/mnt")
+        if mnt == _REFUSED:
+            mnt = _first_mount(proc)
         paths = []
-        if mnt == _REFUSED or mnt not in seen_mnt:
+        if mnt not in seen_mnt:
             seen_mnt.add(mnt)
             paths += [f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
         for tid in _listing(f"{proc}/task"):
@@ -294,6 +296,22 @@ def _search(nid: NetnsId, want: int) -> int | None:
 
 
 _REFUSED = ""  # what _link says of a link it may not read (no ptrace access): no namespace link is empty
+
+
+def _first_mount(proc: str) -> str | None:
+    """A process's mount namespace told without ptrace access: the id of the first mount its mountinfo lists,
+    a mount of that namespace alone (a mount belongs to one namespace). None when the process is gone."""
+    try:
+        fd = os.open(f"{proc}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return "mount " + head.split(b" ", 1)[0].decode("ascii", "replace")
 
 
 class _Gone(Exception):

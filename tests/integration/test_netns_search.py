@@ -146,6 +146,34 @@ def test_a_namespace_bind_mounted_only_elsewhere_is_found(lb: Lab, search: str, 
         subprocess.run(["umount", str(pin)], check=True)
 
 
+def test_a_namespace_bind_mounted_only_in_another_mount_namespace(lb: Lab, search: str, tmp_path: Path) -> None:
+    """Pinned only by a bind mount in a mount namespace of its own (a runtime's), by a process the daemon may
+    not read: the file handle opens it; the /proc search sees the mount in that process's mountinfo but cannot
+    open it there, and never takes the namespace for gone (code 11)."""
+    ctr = lb.container()
+    rec = recorded(f"/var/run/netns/{ctr}")
+    pin = tmp_path / "private-pin"
+    pin.touch()
+    script = f"mount --bind /var/run/netns/{ctr} {pin} && echo in && exec cat"
+    runtime = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert runtime.stdout is not None and runtime.stdout.readline() == b"in\n"
+        ip("netns", "del", ctr)
+        got = find(search, rec)
+        if search == "handle":
+            assert got.get("found") == list(rec[:2]) and got["cookie"] == rec[2], got
+        else:
+            assert got.get("code") == 11 and f"/proc/{runtime.pid}/root" in got["msg"], got
+    finally:
+        runtime.kill()
+        runtime.wait()
+    assert find(search, rec) == {"ptrace": False, "found": None}  # its mount namespace gone, so is it
+
+
 @pytest.mark.parametrize("dumpable", [True, False], ids=["dumpable", "not-dumpable"])
 def test_a_namespace_held_only_by_a_process_is_found_or_never_taken_for_gone(
     lb: Lab, search: str, holders: list[Holder], dumpable: bool
