@@ -269,7 +269,7 @@ def _search(nid: NetnsId, want: int) -> int | None:
         if mnt == _REFUSED:
             mnt = _first_mount(proc)
         paths = []
-        if mnt not in seen_mnt:
+        if mnt is not None and mnt not in seen_mnt:  # None: gone, or exiting (then it holds no namespace)
             seen_mnt.add(mnt)
             paths += [f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
         for tid in _listing(f"{proc}/task"):
@@ -431,7 +431,7 @@ def _nsfs_mounts(mountinfo: str, tag: str | None) -> list[str]:
     except (FileNotFoundError, ProcessLookupError):
         return []
     except OSError as e:
-        if e.errno == errno.ESRCH:
+        if e.errno in (errno.ESRCH, errno.EINVAL):  # EINVAL: an exiting process, its namespaces let go already
             return []
         raise _unsure(mountinfo, e) from None
     want = b"net:[" if tag is None else tag.encode()

@@ -215,13 +215,20 @@ def test_a_gone_namespace_is_gone_though_processes_of_other_pinned_ones_cannot_b
     lb: Lab, search: str, holders: list[Holder]
 ) -> None:
     """The recorded namespace is gone; other containers' processes, which the daemon may not read, run in
-    namespaces pinned in /run/netns (with interfaces): they are known not to be it, and the answer is gone."""
+    namespaces pinned in /run/netns (with interfaces): they are known not to be it, and the answer is gone. Run
+    while something else on the machine holds an unpinned namespace with interfaces (a booted container), the
+    /proc search rightly says it cannot tell."""
     gone, other = lb.container(), lb.container()
     rec = recorded(f"/var/run/netns/{gone}")
     ip("netns", "del", gone)
     ip("link", "add", "eth0", "type", "veth", "peer", "name", "eth1", netns=other)
     holders.append(Holder(f"/var/run/netns/{other}", dumpable=False))
-    assert find(search, rec) == {"ptrace": False, "found": None}
+    zombie = subprocess.Popen(["true"])  # an exiting process (its mountinfo: EINVAL) holds nothing either
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)
+    try:
+        assert find(search, rec) == {"ptrace": False, "found": None}
+    finally:
+        zombie.wait()
 
 
 def test_the_hosts_namespace_is_known_without_cap_sys_ptrace() -> None:
