@@ -286,11 +286,13 @@ def _search(nid: NetnsId, want: int) -> int | None:
         raise _unsure(refused[0], OSError(errno.EACCES, os.strerror(errno.EACCES)))
     known, pinned = {_proc_ino("/proc/thread-self")}, False
     for task in unread:
-        here = _task_proc_ino(task)
-        if here is not None and here not in known and not pinned:
-            known |= _pinned_proc_inos()
-            pinned = True
-        if here is not None and here not in known and not _only_lo(task):
+        net = _task_net(task)
+        if net is None or net[0] in known or net[1]:
+            continue
+        if not pinned and (fd := _pinned(nid, want, known)) is not None:
+            return fd
+        pinned = True
+        if net[0] not in known:
             raise _unsure(f"{task}/ns/net", OSError(errno.EACCES, os.strerror(errno.EACCES)))
     return None
 
@@ -344,38 +346,35 @@ def _open(path: str, nid: NetnsId, want: int, refused: list[str]) -> int | None:
     return fd
 
 
-def _task_proc_ino(task: str) -> int | None:
-    """_proc_ino of a task, None when it is gone."""
+def _pinned(nid: NetnsId, want: int, known: set[int]) -> int | None:
+    """Adds to `known` the _proc_ino of every network namespace mounted in the daemon's mount namespace. One of
+    the recorded inode number (mounted since it was looked for) decides, as in _open, and never joins `known`."""
+    for p in _nsfs_mounts("/proc/self/mountinfo", None):
+        try:
+            fd, got = open_netns(p)
+        except DelegateError:  # gone since it was listed
+            continue
+        ino = _proc_ino_of(fd) if got != nid else None
+        os.close(fd)
+        if got == nid and (found := _open(p, nid, want, [])) is not None:
+            return found
+        if ino is not None:
+            known.add(ino)
+    return None
+
+
+def _task_net(task: str) -> tuple[int, bool] | None:
+    """Of the namespace a task is in: _proc_ino, and whether it has no interface but lo. None when it is gone."""
     try:
-        return _proc_ino(task)
+        ino = _proc_ino(task)
+        lines = read_bounded(f"{task}/net/dev", 1 << 20).splitlines()[2:]  # two lines of headings
     except (FileNotFoundError, ProcessLookupError):
         return None
     except OSError as e:
         if e.errno == errno.ESRCH:
             return None
         raise _unsure(f"{task}/net/dev", e) from None
-
-
-def _pinned_proc_inos() -> set[int]:
-    """_proc_ino of every network namespace mounted in the daemon's mount namespace."""
-    out = set()
-    for p in _nsfs_mounts("/proc/self/mountinfo", None):
-        if (ino := _proc_ino_of(p)) is not None:
-            out.add(ino)
-    return out
-
-
-def _only_lo(task: str) -> bool:
-    """Whether the namespace a task is in has no interface but lo (True when the task is gone)."""
-    try:
-        lines = read_bounded(f"{task}/net/dev", 1 << 20).splitlines()[2:]  # two lines of headings
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    except OSError as e:
-        if e.errno == errno.ESRCH:
-            return True
-        raise _unsure(f"{task}/net/dev", e) from None
-    return [line.split(b":", 1)[0].strip() for line in lines] == [b"lo"]
+    return ino, [line.split(b":", 1)[0].strip() for line in lines] == [b"lo"]
 
 
 def _unsure(what: str, e: OSError) -> DelegateError:

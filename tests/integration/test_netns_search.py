@@ -245,3 +245,19 @@ def test_the_hosts_namespace_is_known_without_cap_sys_ptrace() -> None:
     assert got["unsure"] == "", got
     own = os.stat("/proc/self/ns/net")
     assert [own.st_dev, own.st_ino] in got["host"]
+
+
+def test_a_namespace_mounted_while_the_search_ran_is_never_a_known_one(lb: Lab) -> None:
+    """The /proc search learns the namespaces pinned in its mount namespace (to tell them from the one looked
+    for) only after it looked for that one among them: one mounted in between is the one looked for, found,
+    and never counted among those it is not."""
+    ctr = lb.container()
+    rec = recorded(f"/var/run/netns/{ctr}")
+    known: set[int] = set()
+    fd = nsutil._pinned(rec[:2], rec[2], known)
+    assert fd is not None
+    try:
+        assert (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == rec[:2]
+    finally:
+        os.close(fd)
+    assert nsutil._proc_ino_of(f"/var/run/netns/{ctr}") not in known
