@@ -272,13 +272,15 @@ def _search(nid: NetnsId, want: int) -> int | None:
         if mnt is not None and mnt not in seen_mnt:  # None: gone, or exiting (then it holds no namespace)
             seen_mnt.add(mnt)
             paths += [f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
+        before = len(unread)
         for tid in _listing(f"{proc}/task"):
             link = _link(f"{proc}/task/{tid}/ns/net")
             if link == tag:
                 paths.append(f"{proc}/task/{tid}/ns/net")
             elif link == _REFUSED:
                 unread.append(f"{proc}/task/{tid}")
-        paths += [f"{proc}/fd/{n}" for n in _listing(f"{proc}/fd") if _link(f"{proc}/fd/{n}") == tag]
+        if len(unread) == before:  # the descriptors of a process whose namespaces are refused are refused too
+            paths += [f"{proc}/fd/{n}" for n in _listing(f"{proc}/fd") if _link(f"{proc}/fd/{n}") == tag]
         for p in paths:
             if (fd := _open(p, nid, want, refused)) is not None:
                 return fd
