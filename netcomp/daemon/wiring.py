@@ -183,5 +183,5 @@ def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]
     """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
     found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
     if unsure:
-        log.error("%s: every ADD is refused until netcomp can (it needs CAP_SYS_PTRACE)", unsure)
+        log.error("%s: every ADD is refused until netcomp can tell the host's namespace", unsure)
     return found, unsure

@@ -66,29 +66,54 @@ def identity(path: str) -> NetnsId | None:
 
 def host_namespaces(extra: Iterable[str] = ()) -> tuple[set[NetnsId], str]:
     """The namespaces no container may be given: the daemon's own, `extra` (the named netns the delegates run
-    in, when that is not the daemon's own), and the host's: PID 1's, or, where PID 1's cannot be read (a PID 1
-    that is not dumpable, a daemon without CAP_SYS_PTRACE), kthreadd's, which is always in the initial
-    namespaces (PID 2 of the initial PID namespace). With the (set, why the host's is not known, "" when it is):
+    in, when that is not the daemon's own), and the host's: PID 1's, or, where PID 1 is gone from /proc,
+    kthreadd's, which is always in the initial namespaces (PID 2 of the initial PID namespace). Its nsfs file
+    needs ptrace access (CAP_SYS_PTRACE, which netcomp.service does not grant); without, it is whichever of the
+    others has its /proc entries (`_proc_ino`). With the (set, why the host's is not known, "" when it is):
     an ADD is refused while it is not, rather than let through."""
-    out, problems = set(), []
+    out: dict[NetnsId, str] = {}
+    problems = []
     for p in ("/proc/self/ns/net", *extra):
         try:
-            st = os.stat(p)
-        except OSError as e:
-            problems.append(f"{p}: {e.strerror}")
+            fd, nid = open_netns(p)
+        except DelegateError as e:
+            problems.append(e.msg)
             continue
-        out.add((st.st_dev, st.st_ino))
-    for p, comm in (("/proc/1/ns/net", None), ("/proc/2/ns/net", b"kthreadd\n")):
+        os.close(fd)
+        out[nid] = p
+    for proc, comm in (("/proc/1", None), ("/proc/2", b"kthreadd\n")):
         try:
-            if comm is not None and read_bounded("/proc/2/comm", 64) != comm:
+            if comm is not None and read_bounded(f"{proc}/comm", 64) != comm:
                 continue
-            st = os.stat(p)
+            host = _proc_ino(proc)
         except OSError as e:
-            problems.append(f"{p}: {e.strerror}")
+            problems.append(f"{proc}: {e.strerror}")
             continue
-        out.add((st.st_dev, st.st_ino))
-        return out, ""
-    return out, "cannot read the host's network namespace (" + "; ".join(problems) + ")"
+        try:
+            st = os.stat(f"{proc}/ns/net")
+            return {*out, (st.st_dev, st.st_ino)}, ""
+        except OSError as e:
+            problems.append(f"{proc}/ns/net: {e.strerror}")
+        if any(_proc_ino_of(p) == host for p in out.values()):
+            return set(out), ""
+    return set(out), "cannot read the host's network namespace (" + "; ".join(problems) + ")"
+
+
+def _proc_ino(task: str) -> int:
+    """The inode number of the /proc/net/dev entry of the network namespace a task is in (`task` its /proc dir).
+    Each namespace has its own entries, numbered apart from every other live namespace's, so two tasks whose
+    numbers agree are in one namespace. Unlike the task's nsfs file, any process may read it: no ptrace access."""
+    return os.stat(f"{task}/net/dev").st_ino
+
+
+def _proc_ino_of(netns: str | int) -> int | None:
+    """_proc_ino of the network namespace at a path or fd, read from inside it; None when it cannot be."""
+    if netns == "/proc/self/ns/net":
+        return _proc_ino("/proc/thread-self")
+    try:
+        return inside(netns, lambda: _proc_ino("/proc/thread-self"), "read its /proc entries")
+    except (DelegateError, HostError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +187,10 @@ def _same(fd: int, want: int | None) -> bool:
 def find(nid: NetnsId, want: int) -> int | None:
     """A descriptor on the network namespace of this identity (inode and cookie) wherever it still is; None when
     it is gone. A kernel that opens namespaces by file handle (Linux 6.18) answers that itself, whatever holds
-    the namespace: a handle of its id opens it, or fails with ESTALE once it is gone. Elsewhere it is looked for
-    where it can be held from: a bind mount in any mount namespace (under /run/netns, a runtime's own dirs,
-    anywhere: each mount namespace's mountinfo lists them), the namespace of any task, a descriptor any process
-    holds; a namespace held only by a socket of a process outside it is not found there. DelegateError (11) when
-    /proc cannot be read well enough to tell."""
+    the namespace, with CAP_SYS_ADMIN alone: a handle of its id opens it, or fails with ESTALE once it is gone.
+    Elsewhere it is looked for in /proc (`_search`), where a namespace held only by a socket of a process outside
+    it, or by a descriptor of a process the daemon may not read, is not found. DelegateError (11) when /proc
+    cannot be read well enough to tell."""
     if _handles():
         try:
             return _by_handle(nid, want)
@@ -216,38 +240,150 @@ def _by_handle(nid: NetnsId, want: int) -> int | None:
 
 
 def _scan(nid: NetnsId, want: int) -> int | None:
+    try:
+        return _search(nid, want)
+    except _Gone:
+        return None
+
+
+def _search(nid: NetnsId, want: int) -> int | None:
+    """find() in /proc, needing no ptrace access to other processes: the nsfs mounts of the daemon's own mount
+    namespace first (/run/netns and the runtimes' dirs are there), then, for each process, the nsfs mounts of its
+    mount namespace (its mountinfo), the namespaces of its tasks and its descriptors, each where it can be read.
+    A task whose namespace cannot be read (a process with capabilities the daemon lacks, another uid's, one not
+    dumpable) is not in this one when its namespace is one the daemon knows (its own, one pinned in its mount
+    namespace) or has no interface but lo (nothing of an attachment is in it); otherwise, and for a mount of this
+    inode that cannot be opened, whether the namespace is gone cannot be told (DelegateError 11). Descriptors
+    that cannot be read are not searched. The first namespace of the recorded inode number opened decides: it
+    is the one looked for, or that one is gone (_Gone)."""
     tag = f"net:[{nid[1]}]"
-    seen_mnt: set[str] = set()
+    refused: list[str] = []  # what may be the namespace but cannot be opened
+    unread: list[str] = []  # the /proc dirs of tasks whose namespace cannot be read
+    for p in _nsfs_mounts("/proc/self/mountinfo", tag):
+        if (fd := _open(p, nid, want, refused)) is not None:
+            return fd
+    seen_mnt = {_link("/proc/self/ns/mnt")}
     for pid in _pids():
         proc = f"/proc/{pid}"
-        paths: list[str] = []
         mnt = _link(f"{proc}/ns/mnt")
-        if mnt is not None and mnt not in seen_mnt:
+        if mnt == _REFUSED:
+            mnt = _first_mount(proc)
+        paths = []
+        if mnt is not None and mnt not in seen_mnt:  # None: gone, or exiting (then it holds no namespace)
             seen_mnt.add(mnt)
-            own = pid == os.getpid()
-            paths += [p if own else f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
-        for sub in ("task", "fd"):
-            for name in _listing(f"{proc}/{sub}"):
-                where = f"{proc}/{sub}/{name}/ns/net" if sub == "task" else f"{proc}/fd/{name}"
-                if _link(where) == tag:
-                    paths.append(where)
+            paths += [f"{proc}/root{p}" for p in _nsfs_mounts(f"{proc}/mountinfo", tag)]
+        before = len(unread)
+        for tid in _listing(f"{proc}/task"):
+            link = _link(f"{proc}/task/{tid}/ns/net")
+            if link == tag:
+                paths.append(f"{proc}/task/{tid}/ns/net")
+            elif link == _REFUSED:
+                unread.append(f"{proc}/task/{tid}")
+        if len(unread) == before:  # the descriptors of a process whose namespaces are refused are refused too
+            paths += [f"{proc}/fd/{n}" for n in _listing(f"{proc}/fd") if _link(f"{proc}/fd/{n}") == tag]
         for p in paths:
-            try:
-                fd, got = open_netns(p)
-            except DelegateError:  # gone since it was listed
-                continue
-            if got == nid and cookie(fd) == want:
-                log.info("network namespace %s found at %s", tag, p)
+            if (fd := _open(p, nid, want, refused)) is not None:
                 return fd
-            os.close(fd)
+    if refused:
+        raise _unsure(refused[0], OSError(errno.EACCES, os.strerror(errno.EACCES)))
+    known, pinned = {_proc_ino("/proc/thread-self")}, False
+    for task in unread:
+        net = _task_net(task)
+        if net is None or net[0] in known or net[1]:
+            continue
+        if not pinned and (fd := _pinned(nid, want, known)) is not None:
+            return fd
+        pinned = True
+        if net[0] not in known:
+            raise _unsure(f"{task}/ns/net", OSError(errno.EACCES, os.strerror(errno.EACCES)))
     return None
+
+
+_REFUSED = ""  # what _link says of a link it may not read (no ptrace access): no namespace link is empty
+
+
+def _first_mount(proc: str) -> str | None:
+    """A process's mount namespace told without ptrace access: the id of the first mount its mountinfo lists,
+    a mount of that namespace alone (a mount belongs to one namespace). None when the process is gone."""
+    try:
+        fd = os.open(f"{proc}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return "mount " + head.split(b" ", 1)[0].decode("ascii", "replace")
+
+
+class _Gone(Exception):
+    """A namespace of the recorded inode number has another cookie: the recorded one is gone, since no two live
+    namespaces have one inode number."""
+
+
+def _open(path: str, nid: NetnsId, want: int, refused: list[str]) -> int | None:
+    """A descriptor on the namespace at path when it is the one looked for; None when path is no namespace of
+    its inode number now (gone since it was listed), or cannot be opened (then path joins `refused`). _Gone when
+    it is one of that number but not the one looked for."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        refused.append(path)
+        return None
+    except OSError:
+        return None
+    try:
+        fd, got = open_netns(path)
+    except DelegateError:  # gone since it was listed, or not a namespace
+        return None
+    if got != nid:
+        os.close(fd)
+        return None
+    if cookie(fd) != want:
+        os.close(fd)
+        raise _Gone
+    log.info("network namespace net:[%d] found at %s", nid[1], path)
+    return fd
+
+
+def _pinned(nid: NetnsId, want: int, known: set[int]) -> int | None:
+    """Adds to `known` the _proc_ino of every network namespace mounted in the daemon's mount namespace. One of
+    the recorded inode number (mounted since it was looked for) decides, as in _open, and never joins `known`."""
+    for p in _nsfs_mounts("/proc/self/mountinfo", None):
+        try:
+            fd, got = open_netns(p)
+        except DelegateError:  # gone since it was listed
+            continue
+        ino = _proc_ino_of(fd) if got != nid else None
+        os.close(fd)
+        if got == nid and (found := _open(p, nid, want, [])) is not None:
+            return found
+        if ino is not None:
+            known.add(ino)
+    return None
+
+
+def _task_net(task: str) -> tuple[int, bool] | None:
+    """Of the namespace a task is in: _proc_ino, and whether it has no interface but lo. None when it is gone."""
+    try:
+        ino = _proc_ino(task)
+        lines = read_bounded(f"{task}/net/dev", 1 << 20).splitlines()[2:]  # two lines of headings
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ESRCH:
+            return None
+        raise _unsure(f"{task}/net/dev", e) from None
+    return ino, [line.split(b":", 1)[0].strip() for line in lines] == [b"lo"]
 
 
 def _unsure(what: str, e: OSError) -> DelegateError:
     return DelegateError(
         E_TRY_LATER,
         f"cannot tell whether the container's network namespace is gone: {what}: {e.strerror}",
-        "nothing was freed; netcomp needs to read every process's namespaces in /proc",
+        "nothing was freed; it may still be held where netcomp cannot look",
     )
 
 
@@ -266,6 +402,8 @@ def _listing(path: str) -> list[str]:
     except OSError as e:
         if e.errno == errno.ESRCH:
             return []
+        if e.errno in (errno.EACCES, errno.EPERM):  # another uid's descriptors: not searched
+            return []
         raise _unsure(path, e) from None
 
 
@@ -277,31 +415,36 @@ def _link(path: str) -> str | None:
     except OSError as e:
         if e.errno in (errno.ESRCH, errno.EINVAL):  # gone, or not a link
             return None
+        if e.errno in (errno.EACCES, errno.EPERM):  # no ptrace access to the process
+            return _REFUSED
         raise _unsure(path, e) from None
 
 
 _ESCAPE = re.compile(rb"\\([0-7]{3})")
 
 
-def _nsfs_mounts(mountinfo: str, tag: str) -> list[str]:
-    """The mount points of nsfs mounts of `tag` in a mountinfo file (proc(5): root is field 4, the mount point
-    field 5 with octal escapes, the filesystem type after the ' - ' separator)."""
+def _nsfs_mounts(mountinfo: str, tag: str | None) -> list[str]:
+    """The mount points of nsfs mounts of `tag` (None: of every network namespace) in a mountinfo file (proc(5):
+    root is field 4, the mount point field 5 with octal escapes, the filesystem type after the ' - ' separator).
+    Any process may read any process's mountinfo: no ptrace access."""
     try:
         data = read_bounded(mountinfo, 64 << 20)
     except (FileNotFoundError, ProcessLookupError):
         return []
     except OSError as e:
-        if e.errno == errno.ESRCH:
+        if e.errno in (errno.ESRCH, errno.EINVAL):  # EINVAL: an exiting process, its namespaces let go already
             return []
         raise _unsure(mountinfo, e) from None
-    want = tag.encode()
+    want = b"net:[" if tag is None else tag.encode()
     out = []
     for line in data.splitlines():
         if want not in line:
             continue
         head, sep, tail = line.partition(b" - ")
         fields = head.split(b" ")
-        if sep and len(fields) > 4 and fields[3] == want and tail.split(b" ", 1)[0] == b"nsfs":
+        if not (sep and len(fields) > 4 and tail.split(b" ", 1)[0] == b"nsfs"):
+            continue
+        if fields[3] == want or (tag is None and fields[3].startswith(want)):
             point = _ESCAPE.sub(lambda m: bytes([int(m.group(1), 8)]), fields[4])
             out.append(os.fsdecode(point))
     return out
