@@ -7,6 +7,7 @@ found are netns.py's."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -37,6 +38,18 @@ def check_path(path: str) -> str:
     return path
 
 
+def _why(path: str, e: OSError) -> str:
+    """Why a process's namespace may not be opened: without CAP_SYS_PTRACE (netcomp.service has none) the kernel
+    opens /proc/<pid>/ns/* only of a process with no capability the daemon lacks (ptrace_may_access)."""
+    if e.errno not in (errno.EACCES, errno.EPERM) or not path.startswith("/proc/"):
+        return ""
+    return (
+        " (netcomp.service has no CAP_SYS_PTRACE, so the kernel lets it open only the namespaces of processes "
+        "with no capability it lacks: have the runtime pin the namespace (a bind mount, as containerd, CRI-O and "
+        "podman do), or give the unit the capability with a drop-in: docs/packaging.md, Hardening)"
+    )
+
+
 def open_netns(path: str) -> tuple[int, tuple[int, int]]:
     """An fd on the network namespace at path, and its identity (netns.NetnsId). DelegateError (4) when path is
     not one."""
@@ -45,7 +58,9 @@ def open_netns(path: str) -> tuple[int, tuple[int, int]]:
         # O_NONBLOCK: a FIFO planted at that path must not hang us.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
-        raise DelegateError(E_INVALID_ENV, f"cannot open network namespace {path}: {e.strerror}") from None
+        raise DelegateError(
+            E_INVALID_ENV, f"cannot open network namespace {path}: {e.strerror}{_why(path, e)}"
+        ) from None
     try:
         try:
             kind = fcntl.ioctl(fd, NS_GET_NSTYPE)

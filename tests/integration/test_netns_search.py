@@ -261,3 +261,38 @@ def test_a_namespace_mounted_while_the_search_ran_is_never_a_known_one(lb: Lab) 
     finally:
         os.close(fd)
     assert nsutil._proc_ino_of(f"/var/run/netns/{ctr}") not in known
+
+
+OPEN_CHILD = r"""
+import json, sys
+from netcomp.errors import DelegateError
+from netcomp.host.nsenter import open_netns
+try:
+    open_netns(sys.argv[1])
+except DelegateError as e:
+    print(json.dumps({"code": e.code, "msg": e.msg}))
+else:
+    print(json.dumps({"opened": True}))
+"""
+
+
+def test_a_process_namespace_it_may_not_open_is_refused_naming_the_remedy(lb: Lab, holders: list[Holder]) -> None:
+    """A CNI_NETNS of /proc/<pid>/ns/net (nerdctl, cri-dockerd) of a process with capabilities the daemon lacks:
+    without CAP_SYS_PTRACE the kernel refuses it, and the ADD's error says why and what to do, not only
+    'Permission denied'."""
+    ctr = lb.container()
+    holders.append(Holder(f"/var/run/netns/{ctr}", dumpable=True))
+    path = f"/proc/{holders[-1].p.pid}/ns/net"
+    p = subprocess.run(
+        [*NO_PTRACE, sys.executable, "-c", OPEN_CHILD, path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got.get("code") == 4, got
+    assert got["msg"].startswith(f"cannot open network namespace {path}: Permission denied"), got
+    assert "CAP_SYS_PTRACE" in got["msg"] and "drop-in" in got["msg"], got
