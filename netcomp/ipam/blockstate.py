@@ -43,6 +43,7 @@ class Record:
     uid: str = ""
     rv: str = ""
     created: float = 0.0
+    writers: tuple[str, ...] = ()  # who wrote the object (its managedFields' managers), to name them
 
     @property
     def net(self) -> IPNetwork:

@@ -104,7 +104,7 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
 def created(meta: dict[str, Any]) -> float:
     """An object's creationTimestamp (its metadata's) in epoch seconds; 0.0 when it has none that reads."""
     stamp = meta.get("creationTimestamp")
-    if not isinstance(stamp, str):
+    if not isinstance(stamp, str) or len(stamp) > 64:
         return 0.0
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
