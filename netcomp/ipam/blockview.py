@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from netcomp.ipam.blockcheck import bits, fit, offsets, report
-from netcomp.ipam.blocks import Layout, set_bits
+from netcomp.ipam.blocks import Layout, block_name, set_bits
 from netcomp.ipam.blockstate import BlockStore, Borrowed, Held, LocalRecord, Record, Seen, claim_of
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim
@@ -242,7 +242,9 @@ class BlockView:
         if pool is None and h is None:
             return  # not a network served: nothing to give from it, nothing to check it against
         sized, why = fit(rec.net, pool) if pool is not None else (True, "")
-        if why and h is None:
+        if rec.name != block_name(rec.network, rec.net):
+            why = f"its name is not {block_name(rec.network, rec.net)}: forged"
+        if why and (h is None or h.net != rec.net):
             report(rec, why)
             return
         if not ordered and not mine and rec.name in self.view:

@@ -60,14 +60,14 @@ def from_object(obj: Any) -> Record | None:
         return None
     meta, spec = obj.get("metadata"), obj.get("spec")
     meta = meta if isinstance(meta, dict) else {}
-    name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+    name = _text(meta.get("name"))
     if not isinstance(spec, dict):
         foreign.ignore(KIND, name, "it has no spec", obj)
         return None
     net, why = blockcheck.identity(name, spec.get("network"), spec.get("cidr"))
-    node = spec.get("node")
-    if net is not None and not (isinstance(node, str) and 0 < len(node) <= 253):
-        why = "its node is not a node's name"
+    node = _text(spec.get("node"))
+    if node != spec.get("node") or not node:
+        why = why or "its node is not a node's name"
     if net is None or why:
         foreign.ignore(KIND, name, why, obj)
         return None
