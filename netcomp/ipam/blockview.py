@@ -146,12 +146,8 @@ class BlockView:
         self.write_record()
 
     def _taken(self, h: Held, layout: Layout) -> set[int]:
-        usable = layout.usable(h.net)
-        out = set()
-        for off in range(h.net.num_addresses):
-            if usable >> off & 1 and self.taken(h.network, h.address(off)) is not None:
-                out.add(off)
-        return out
+        # At most a block's size of questions (blocks.MAX_SIZE): every block held is one of the pool's.
+        return {off for off in set_bits(layout.usable(h.net)) if self.taken(h.network, h.address(off)) is not None}
 
     def save(self) -> None:
         """The blocks held changed (called with the lock held): the next write_record writes them."""
