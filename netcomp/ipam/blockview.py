@@ -275,6 +275,13 @@ class BlockView:
         if over:
             report(rec, f"it overlaps block {over[0].net} of node {over[0].owner}: never held by this node")
             return
+        known = self.recorded.get(rec.name, {})
+        strangers = [off for off in offsets(rec, rec.used) if off not in known]
+        if strangers:  # another node's block, its node field re-pointed here: its containers' addresses are live
+            first = rec.net.network_address + strangers[0]
+            report(rec, f"its used names {len(strangers)} addresses no container of this node has ({first}, ...): "
+                        "never held by this node")  # fmt: skip
+            return
         self._own(self._adopt(rec), rec, source)
 
     def _adopt(self, rec: Record) -> Held:

@@ -22,6 +22,7 @@ from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import Held, LocalRecord, Record, Seen
 from netcomp.ipam.pool import Pool
+from netcomp.ipam.store import Claim
 from netcomp.kube import kubeblocks, kubestore
 
 MINE, THEIRS = "n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"
@@ -124,6 +125,23 @@ def test_a_forged_block_with_a_live_blocks_cidr_is_never_adopted(tmp_path: Path,
     fresh.listed({MINE, block_name("n", ipaddress.ip_network(inside)), "n.v4-10-0-0-0-26"}, {"n"})
     assert set(fresh.held) == {MINE}
     assert "AddressBlock" in ignored.kinds
+
+
+def test_another_nodes_block_repointed_here_is_never_adopted(tmp_path: Path, ignored: Ignored) -> None:
+    """node-b's block, its `node` re-pointed to node-a by a hostile writer: its record lists containers node-a
+    does not have, so node-a never holds it (it would give their addresses again); a block naming node-a whose
+    used entries are node-a's own containers (node-a killed before recording it) is held again."""
+    alloc = node_a(tmp_path)
+    used = {"10.0.0.17": {"containerID": "b1", "interface": "net0"}}
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used=used))
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-a", rv="2", used=used))
+    assert set(alloc.held) == {MINE} and "AddressBlock" in ignored.kinds
+    other = "n.v4-10-0-0-32-28"
+    mine = Claim(other, "n", "10.0.0.33", "node-a", "a1", "net0", block=other)
+    again = node_a(tmp_path / "again")
+    again.load([mine])
+    seen(again, block(other, "10.0.0.32/28", "node-a", used={"10.0.0.33": {"containerID": "a1"}}))
+    assert set(again.held) == {MINE, other}
 
 
 def test_an_address_far_outside_its_block_costs_nothing(tmp_path: Path) -> None:
