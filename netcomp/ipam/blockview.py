@@ -98,7 +98,7 @@ class BlockView:
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
         self.claiming: set[tuple[str, int]] = set()
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
-        self.unknown: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
+        self.to_adopt: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
@@ -199,10 +199,11 @@ class BlockView:
     def listed(self, names: set[str], networks: set[str]) -> None:
         """A whole list of the blocks of `networks` (their names) was seen: any other block of them is gone."""
         with self._lock:
-            for name, rec in self.unknown.items():
-                if name in names and name not in self.held and self.view.get(name) is not None:
+            for name, rec in self.to_adopt.items():
+                s = self.view.get(name)  # a list cut short leaves older ones: only this list's version counts
+                if name in names and name not in self.held and s is not None and s.rv == rec.rv:
                     self._take_mine(rec, "list")
-            self.unknown.clear()
+            self.to_adopt.clear()
             for name in [n for n, s in self.view.items() if s.network in networks and n not in names]:
                 self.gone(name)
             for name in [n for n, h in self.held.items() if h.network in networks and n not in names and not h.lost]:
@@ -258,7 +259,7 @@ class BlockView:
             elif not sized:
                 report(rec, f"{rec.net} is not a block of network {rec.network!r}'s size: never held by this node")
             elif source == "list":
-                self.unknown[rec.name] = rec  # adopted once the whole list shows no other node's block over it
+                self.to_adopt[rec.name] = rec  # adopted once the whole list shows no other node's block over it
             else:
                 self._take_mine(rec, source)
             return
