@@ -226,7 +226,7 @@ class KubeBlocks:
                 for rec in map(from_object, items):
                     if rec is not None and current():
                         names.add(rec.name)
-                        alloc.seen(rec, "list")
+                        _take(alloc, rec, "list")
             if current():
                 alloc.listed(names, {n for n in alloc.pools if network_label(n) in networks})
                 self.last_error = None
@@ -245,7 +245,7 @@ class KubeBlocks:
                     meta = obj.get("metadata") if isinstance(obj, dict) else None
                     alloc.gone(_text(meta.get("name")) if isinstance(meta, dict) else "")
                 elif kind in ("ADDED", "MODIFIED") and (rec := from_object(obj)) is not None:
-                    alloc.seen(rec, "watch")
+                    _take(alloc, rec, "watch")
             return events.rv
 
         def failed(why: str) -> None:
@@ -257,6 +257,16 @@ class KubeBlocks:
 
         keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
                        lambda e: str(self._unavailable(e)))  # fmt: skip
+
+
+def _take(alloc: BlockAllocator, rec: Record, source: str) -> None:
+    """One block into the node's view; a failure there is one object's (reported, with its traceback), never
+    the end of the list or watch of every block of the network."""
+    try:
+        alloc.seen(rec, source)
+    except Exception as e:
+        log.exception("address block %s could not be taken in", rec.name)
+        foreign.ignore(KIND, rec.name, f"taking it in failed: {type(e).__name__}", None, rec.rv)
 
 
 def _selector(networks: list[str]) -> str:

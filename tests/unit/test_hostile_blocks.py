@@ -282,3 +282,15 @@ def test_the_decoders_take_anything_and_stay_bounded(
         c = {"kind": "AddressClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec}
         got = kubestore.from_object(c)
         assert got is None or ipaddress.ip_address(got.address)
+
+
+def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
+    """Whatever a record makes the view raise is that object's failure (reported), not the watch's: the list or
+    watch goes on to the next object."""
+
+    class Raising:
+        def seen(self, rec: Record, source: str) -> None:
+            raise OverflowError("too wide")
+
+    kubeblocks._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
+    assert ignored.kinds == ["AddressBlock"]
