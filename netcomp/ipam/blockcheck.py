@@ -67,18 +67,18 @@ def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict
         problems.append(f"its {what} is not a mapping")
         return {}
     out: dict[str, dict[str, Any]] = {}
-    bad: list[str] = []
+    bad, shown = 0, list[str]()
     for key, doc in got.items():
-        if len(out) >= net.num_addresses:
-            bad.append(str(key)[:48])  # more than the block has: cannot all be its addresses
-        elif isinstance(doc, dict) and address_in(net, key) is not None and _holder_ok(doc, what):
+        full = len(out) >= net.num_addresses  # more than the block has: cannot all be its addresses
+        if not full and isinstance(doc, dict) and address_in(net, key) is not None and _holder_ok(doc, what):
             out[key] = doc
-        else:
-            bad.append(str(key)[:48])
+            continue
+        bad += 1
+        if len(shown) < _SHOWN:
+            shown.append(repr(key[:48]) if isinstance(key, str) else type(key).__name__)
     if bad:
-        more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
-        shown = ", ".join(repr(b) for b in bad[:_SHOWN]) + more
-        problems.append(f"{what} entries {shown} are not addresses of {net} with a holder")
+        more = f" and {bad - len(shown)} more" if bad > len(shown) else ""
+        problems.append(f"{what} entries {', '.join(shown)}{more} are not addresses of {net} with a holder")
     return out
 
 
