@@ -307,8 +307,8 @@ class BlockAllocator(BlockView):
         for s in self.view.values():
             if s.network != network or s.owner == self.node or s.net.version != version or s.name in self.held:
                 continue
-            if self.denied.get(s.name) == s.rv:
-                continue
+            if self.denied.get(s.name) == s.rv or layout.block_of(s.net.network_address) != s.net:
+                continue  # nothing to lend since its last answer; or a block of another size, which gives nothing
             lent = sum(1 << off for off in s.lent)
             free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()
             asked = sum(1 for a in self.asks.values() if a.block == s.name and not a.answered)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range
 
 SMALLEST, LARGEST = 4, 64  # the default's bounds: a small pool still splits, a /16 makes blocks of 64
+MAX_SIZE = 4096  # the largest blockSize an intent may give (intent/model.py): no block is larger
 
 
 def block_size(pool: Pool, family_set: int) -> int:
@@ -63,15 +64,11 @@ class Layout:
         return ipaddress.ip_network(f"{address}/{self._prefix(r)}", strict=False)
 
     def usable(self, net: IPNetwork) -> int:
-        """The block's offsets handed out dynamically, as bits (bit i: the block's i-th address)."""
+        """The block's offsets handed out dynamically, as bits (bit i: the block's i-th address); none for a net
+        larger than any block. From the ranges' bounds, gateways and exclusions: never a walk over addresses."""
         got = self._usable.get(net)
         if got is None:
-            base = int(net.network_address)
-            rs = [r for r in self.ranges if net.subnet_of(r.subnet)]  # type: ignore[arg-type]
-            got = 0
-            for off in range(net.num_addresses):
-                if any(r.usable(base + off) for r in rs):
-                    got |= 1 << off
+            got = 0 if net.num_addresses > MAX_SIZE else _usable_bits(net, self.ranges)
             if len(self._usable) > 4096:  # a bound: blocks seen again are computed again
                 self._usable.clear()
             self._usable[net] = got
@@ -107,6 +104,35 @@ class Layout:
     @staticmethod
     def address(net: IPNetwork, offset: int) -> IPAddress:
         return net.network_address + offset
+
+
+def _span(base: int, size: int, lo: int, hi: int) -> int:
+    """The bits of the offsets [lo, hi] (addresses as integers) inside a block of `size` from `base`."""
+    lo, hi = max(lo, base), min(hi, base + size - 1)
+    return ((1 << (hi - lo + 1)) - 1) << (lo - base) if lo <= hi else 0
+
+
+def _usable_bits(net: IPNetwork, ranges: tuple[Range, ...]) -> int:
+    base, size = int(net.network_address), net.num_addresses
+    got = 0
+    for r in ranges:
+        if r.subnet.version != net.version or not net.subnet_of(r.subnet):  # type: ignore[arg-type]
+            continue
+        bits = _span(base, size, r.first, r.last)
+        if r.gateway is not None:
+            bits &= ~_span(base, size, int(r.gateway), int(r.gateway))
+        for e in r.exclude:
+            bits &= ~_span(base, size, int(e.network_address), int(e.broadcast_address))
+        got |= bits
+    return got
+
+
+def set_bits(bits: int) -> Iterator[int]:
+    """The offsets of the set bits, lowest first: as many steps as bits set, whatever the block's size."""
+    while bits:
+        low = bits & -bits
+        yield low.bit_length() - 1
+        bits ^= low
 
 
 def lowest(bits: int, after: int = 0) -> int:

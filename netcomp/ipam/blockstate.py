@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.ipam.blocks import MAX_SIZE
 from netcomp.ipam.pool import IPAddress, IPNetwork
 from netcomp.ipam.store import Claim, holder_fields
 
@@ -43,6 +44,7 @@ class Record:
     uid: str = ""
     rv: str = ""
     created: float = 0.0
+    writers: tuple[str, ...] = ()  # who wrote the object (its managedFields' managers), to name them
 
     @property
     def net(self) -> IPNetwork:
@@ -160,7 +162,9 @@ class LocalRecord:
             return []
         out = []
         for name, b in (doc.get("blocks") or {}).items():
-            with contextlib.suppress(KeyError, ValueError, TypeError):
+            with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
+                if ipaddress.ip_network(str(b["cidr"])).num_addresses > MAX_SIZE:
+                    raise ValueError("no block is that large")
                 out.append(
                     Held(
                         name,

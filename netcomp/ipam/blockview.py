@@ -11,42 +11,22 @@ written when the watch, having shown V, shows another version with it, and was n
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from netcomp.ipam.blocks import Layout
+from netcomp.ipam.blockcheck import bits, fit, offsets, report
+from netcomp.ipam.blocks import Layout, block_name, set_bits
 from netcomp.ipam.blockstate import BlockStore, Borrowed, Held, LocalRecord, Record, Seen, claim_of
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim
 
 log = logging.getLogger("netcomp.ipam")
 TOMBSTONE = 10.0  # seconds a block whose object just went is not claimed (its holder may be claiming it again)
-
-
-def _bits(rec: Record, entries: dict[str, Any]) -> int:
-    """The offsets of a record's entries, as bits (what a node keeps of another node's block)."""
-    base, bits = int(rec.net.network_address), 0
-    for text in entries:
-        with contextlib.suppress(ValueError):  # not an address: _offsets says so where it matters
-            bits |= 1 << (int(ipaddress.ip_address(text)) - base)
-    return bits
-
-
-def _offsets(rec: Record, entries: dict[str, Any]) -> dict[int, Any]:
-    base = int(rec.net.network_address)
-    out = {}
-    for text, doc in entries.items():
-        try:
-            out[int(ipaddress.ip_address(text)) - base] = doc
-        except ValueError:
-            log.warning("block %s: %r is not an address; ignored", rec.name, text)
-    return out
 
 
 @dataclass(slots=True)
@@ -118,6 +98,7 @@ class BlockView:
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
         self.claiming: set[tuple[str, int]] = set()
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
+        self.to_adopt: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
@@ -165,12 +146,8 @@ class BlockView:
         self.write_record()
 
     def _taken(self, h: Held, layout: Layout) -> set[int]:
-        usable = layout.usable(h.net)
-        out = set()
-        for off in range(h.net.num_addresses):
-            if usable >> off & 1 and self.taken(h.network, h.address(off)) is not None:
-                out.add(off)
-        return out
+        # At most a block's size of questions (blocks.MAX_SIZE): every block held is one of the pool's.
+        return {off for off in set_bits(layout.usable(h.net)) if self.taken(h.network, h.address(off)) is not None}
 
     def save(self) -> None:
         """The blocks held changed (called with the lock held): the next write_record writes them."""
@@ -222,6 +199,11 @@ class BlockView:
     def listed(self, names: set[str], networks: set[str]) -> None:
         """A whole list of the blocks of `networks` (their names) was seen: any other block of them is gone."""
         with self._lock:
+            for name, rec in self.to_adopt.items():
+                s = self.view.get(name)  # a list cut short leaves older ones: only this list's version counts
+                if name in names and name not in self.held and s is not None and s.rv == rec.rv:
+                    self._take_mine(rec, "list")
+            self.to_adopt.clear()
             for name in [n for n, s in self.view.items() if s.network in networks and n not in names]:
                 self.gone(name)
             for name in [n for n, h in self.held.items() if h.network in networks and n not in names and not h.lost]:
@@ -253,25 +235,55 @@ class BlockView:
         ordered = source != "answer"
         mine = rec.node == self.node
         h = self.held.get(rec.name)
-        if rec.network not in self.pools and h is None and not mine:
+        pool = self.pools.get(rec.network)
+        if pool is None and h is None:
+            return  # not a network served: nothing to give from it, nothing to check it against
+        sized, why = fit(rec.net, pool) if pool is not None else (True, "")
+        if rec.name != block_name(rec.network, rec.net):
+            why = f"its name is not {block_name(rec.network, rec.net)}: forged"
+        if why and (h is None or h.net != rec.net):
+            report(rec, why)
             return
         if not ordered and not mine and rec.name in self.view:
             return  # the watch has it, in order
-        used = _bits(rec, rec.used)
-        lent = {off: str(doc.get("node", "")) for off, doc in _offsets(rec, rec.lent).items()}
+        lent = {off: str(doc.get("node", "")) for off, doc in offsets(rec, rec.lent).items()}
         self.view[rec.name] = Seen(
-            rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, used, lent, rec.node_in_cluster
+            rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, bits(rec, rec.used), lent, rec.node_in_cluster
         )
         self.tombstones.pop(rec.name, None)
         if mine:
-            if h is None and rec.name in self.creating:
-                return  # this node's create, answered in a moment
-            self._own(h if h is not None else self._adopt(rec), rec, source)
+            if h is not None:
+                self._own(h, rec, source)
+            elif rec.name in self.creating:
+                pass  # this node's create, answered in a moment
+            elif not sized:
+                report(rec, f"{rec.net} is not a block of network {rec.network!r}'s size: never held by this node")
+            elif source == "list":
+                self.to_adopt[rec.name] = rec  # adopted once the whole list shows no other node's block over it
+            else:
+                self._take_mine(rec, source)
             return
         if h is not None and not h.lost and ordered:
             self.lose(h, rec)
         if ordered:
             self._foreign(rec)
+
+    def _take_mine(self, rec: Record, source: str) -> None:
+        """A block naming this node that it did not know it held: adopted, unless another node's block covers part
+        of it (then its addresses may be in use there: anyone can write a block naming this node)."""
+        others = (s for s in self.view.values() if s.owner != self.node and s.name != rec.name)
+        over = [s for s in others if s.net.overlaps(rec.net)]
+        if over:
+            report(rec, f"it overlaps block {over[0].net} of node {over[0].owner}: never held by this node")
+            return
+        known = self.recorded.get(rec.name, {})
+        strangers = [off for off in offsets(rec, rec.used) if off not in known]
+        if strangers:  # another node's block, its node field re-pointed here: its containers' addresses are live
+            first = rec.net.network_address + strangers[0]
+            report(rec, f"its used names {len(strangers)} addresses no container of this node has ({first}, ...): "
+                        "never held by this node")  # fmt: skip
+            return
+        self._own(self._adopt(rec), rec, source)
 
     def _adopt(self, rec: Record) -> Held:
         """A block whose object names this node, which it does not know it holds (killed between creating the object
@@ -297,14 +309,14 @@ class BlockView:
         if h.lost:
             log.warning("network %s: block %s is this node's again", h.network, h.net)
         h.uid, h.lost, h.taker = rec.uid, False, None
-        h.written = _offsets(rec, rec.used)
+        h.written = offsets(rec, rec.used)
         h.rv = rec.rv
         if source != "answer":
             h.watched = rec.rv
         if source == "answer":
             self.worker.wake(write=True)
             return
-        lent = _offsets(rec, rec.lent)
+        lent = offsets(rec, rec.lent)
         changed = lent.keys() != h.lent.keys()
         h.lent = lent
         for off, (base, shown) in list(h.lending.items()):
@@ -330,7 +342,10 @@ class BlockView:
     def _foreign(self, rec: Record) -> None:
         """Another node's block: addresses it lent this node (granted to an ask, or to return), those no longer lent
         to it, and asks it answered."""
-        lent_here = {off: doc for off, doc in _offsets(rec, rec.lent).items() if doc.get("node") == self.node}
+        lent_here = {off: doc for off, doc in offsets(rec, rec.lent).items() if doc.get("node") == self.node}
+        for off in [o for o in lent_here if self._held_here(rec.net.network_address + o)]:
+            del lent_here[off]  # an address a block of this node gives: never borrowed as well
+            report(rec, f"it lends {rec.net.network_address + off}, in a block this node holds, to this node")
         fs = self._family_set(rec.network, rec.net.network_address)
         for off, doc in lent_here.items():
             key = (rec.name, off)
@@ -364,6 +379,9 @@ class BlockView:
                     ask.answered = True
                     if not ask.granted:
                         self.denied[rec.name] = rec.rv  # nothing to lend: not asked again until it changes
+
+    def _held_here(self, addr: IPAddress) -> bool:
+        return any(not h.lost and addr in h.net for h in self.held.values())
 
     def _vanished(self, name: str) -> None:
         s = self.view.pop(name, None)
@@ -424,9 +442,7 @@ class BlockView:
             if s.name in self.held or s.owner == self.node or (network is not None and s.network != network):
                 continue
             rec = Record(s.name, s.network, str(s.net), s.owner, uid=s.uid)
-            for off in range(s.net.num_addresses):
-                if s.used >> off & 1:
-                    out.append(claim_of(rec, str(s.net.network_address + off), {}, s.owner))
+            out += [claim_of(rec, str(s.net.network_address + off), {}, s.owner) for off in set_bits(s.used)]
             out += [claim_of(rec, str(s.net.network_address + o), {}, n) for o, n in s.lent.items() if n != self.node]
         return sorted(out, key=lambda c: (c.network, ipaddress.ip_address(c.address).version,
                                           int(ipaddress.ip_address(c.address))))  # fmt: skip

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from netcomp import libc
+from netcomp import foreign, libc
+from netcomp.ipam import blockcheck
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import Record
 from netcomp.ipam.pool import network_label
@@ -51,32 +52,42 @@ def to_object(rec: Record) -> dict[str, Any]:
             "spec": spec}  # fmt: skip
 
 
-def from_object(obj: dict[str, Any]) -> Record | None:
-    """The record an object is; None when it is not an AddressBlock netcomp wrote."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if obj.get("kind") not in (KIND, None) or not all(
-        isinstance(spec.get(k), str) for k in ("network", "cidr", "node")
-    ):
+def from_object(obj: Any) -> Record | None:
+    """The record an object is, with only the entries that are about its own addresses; None when it is not an
+    AddressBlock netcomp wrote or its name, network and CIDR disagree (ipam/blockcheck.py). What is left out is
+    reported (foreign.ignore); nothing here raises."""
+    if not isinstance(obj, dict) or obj.get("kind") not in (KIND, None):
         return None
-
-    def maps(key: str) -> dict[str, dict[str, Any]]:
-        got = spec.get(key)
-        if not isinstance(got, dict):
-            return {}
-        if all(isinstance(v, dict) for v in got.values()):
-            return got  # as parsed: a list's pages are large, and not copied
-        return {str(k): v for k, v in got.items() if isinstance(v, dict)}
-
-    try:
-        rec = Record(
-            str(meta.get("name", "")), spec["network"], spec["cidr"], spec["node"], bool(spec.get("nodeInCluster")),
-            maps("used"), maps("lent"), maps("requests"), str(meta.get("uid", "")),
-            str(meta.get("resourceVersion", "")), created(meta),
-        )  # fmt: skip
-        rec.net  # noqa: B018 (a cidr that is not one: not a block)
-    except ValueError:
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    meta = meta if isinstance(meta, dict) else {}
+    name = _text(meta.get("name"))
+    if not isinstance(spec, dict):
+        foreign.ignore(KIND, name, "it has no spec", obj)
         return None
-    return rec
+    net, why = blockcheck.identity(name, spec.get("network"), spec.get("cidr"))
+    node = _text(spec.get("node"))
+    if node != spec.get("node") or not node:
+        why = why or "its node is not a node's name"
+    if net is None or why:
+        foreign.ignore(KIND, name, why, obj)
+        return None
+    problems: list[str] = []
+    used = blockcheck.entries(net, spec.get("used"), "used", problems)
+    lent = blockcheck.entries(net, spec.get("lent"), "lent", problems)
+    asks = blockcheck.requests(net, spec.get("requests"), problems)
+    if problems:
+        foreign.ignore(KIND, name, "; ".join(problems) + " (the rest of the block is taken)", obj)
+    return Record(
+        name, spec["network"], spec["cidr"], node, spec.get("nodeInCluster") is True, used, lent, asks,
+        _text(meta.get("uid")), _text(meta.get("resourceVersion")), created(meta),
+        tuple(w for w in foreign.writers(obj).split(", ") if w != "unknown"),
+    )  # fmt: skip
+
+
+def _text(value: object) -> str:
+    """A metadata string (a name is at most 253 characters), or "" for anything else: never the text of a
+    nested structure, which may be deep."""
+    return value[:253] if isinstance(value, str) else ""
 
 
 def _pointer(*parts: str) -> str:
@@ -215,7 +226,7 @@ class KubeBlocks:
                 for rec in map(from_object, items):
                     if rec is not None and current():
                         names.add(rec.name)
-                        alloc.seen(rec, "list")
+                        _take(alloc, rec, "list")
             if current():
                 alloc.listed(names, {n for n in alloc.pools if network_label(n) in networks})
                 self.last_error = None
@@ -231,9 +242,10 @@ class KubeBlocks:
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self.events += 1
                 if kind == "DELETED":
-                    alloc.gone(str((obj.get("metadata") or {}).get("name", "")))
+                    meta = obj.get("metadata") if isinstance(obj, dict) else None
+                    alloc.gone(_text(meta.get("name")) if isinstance(meta, dict) else "")
                 elif kind in ("ADDED", "MODIFIED") and (rec := from_object(obj)) is not None:
-                    alloc.seen(rec, "watch")
+                    _take(alloc, rec, "watch")
             return events.rv
 
         def failed(why: str) -> None:
@@ -245,6 +257,16 @@ class KubeBlocks:
 
         keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
                        lambda e: str(self._unavailable(e)))  # fmt: skip
+
+
+def _take(alloc: BlockAllocator, rec: Record, source: str) -> None:
+    """One block into the node's view; a failure there is one object's (reported, with its traceback), never
+    the end of the list or watch of every block of the network."""
+    try:
+        alloc.seen(rec, source)
+    except Exception as e:
+        log.exception("address block %s could not be taken in", rec.name)
+        foreign.ignore(KIND, rec.name, f"taking it in failed: {type(e).__name__}", None, rec.rv)
 
 
 def _selector(networks: list[str]) -> str:

@@ -7,6 +7,7 @@ claim can never remove a later claim of the same address. Loaded only with a clu
 from __future__ import annotations
 
 import builtins
+import ipaddress
 import logging
 import threading
 from collections.abc import Callable
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from netcomp import foreign
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
-from netcomp.ipam.pool import network_label
+from netcomp.ipam.pool import claim_name, network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
 from netcomp.kube.apierrors import explain
@@ -52,21 +54,55 @@ def to_object(c: Claim) -> dict[str, Any]:
     }
 
 
-def from_object(obj: dict[str, Any]) -> Claim | None:
-    """The claim an object records; None when it is not an AddressClaim netcomp wrote."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if obj.get("kind") != KIND or not isinstance(spec.get("network"), str) or not isinstance(spec.get("address"), str):
+def from_object(obj: Any) -> Claim | None:
+    """The claim an object records; None when it is not an AddressClaim netcomp wrote, or when its name is not
+    claim_name(network, address) (the name is the lock on an address: an object under any other name is forged)
+    or a field is not of its type; those are reported (foreign.ignore). Nothing here raises."""
+    if not isinstance(obj, dict) or obj.get("kind") != KIND:
         return None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta["name"] if isinstance(meta.get("name"), str) else ""
+    why = _claim_problem(name, spec)
+    if why:
+        foreign.ignore(KIND, name[:253], why, obj)
+        return None
+    assert isinstance(spec, dict)
     return Claim(
-        name=str(meta.get("name", "")),
+        name=name,
         network=spec["network"],
         address=spec["address"],
-        node=str(spec.get("node", "")),
+        node=spec["node"],
         **holder_fields(spec),
-        node_in_cluster=bool(spec.get("nodeInCluster", False)),
-        uid=str(meta.get("uid", "")),
+        node_in_cluster=spec.get("nodeInCluster") is True,
+        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
         created=created(meta),
     )
+
+
+def _claim_problem(name: str, spec: Any) -> str:
+    """What makes an AddressClaim object's spec no claim of its name ("": nothing)."""
+    if not isinstance(spec, dict):
+        return "it has no spec"
+    network, address, node = spec.get("network"), spec.get("address"), spec.get("node")
+    if not (isinstance(network, str) and 0 < len(network) <= 253 and isinstance(node, str) and len(node) <= 253):
+        return "its network or node is not a name"
+    if not isinstance(address, str) or len(address) > 45:
+        return "its address is not an address"
+    try:
+        addr = ipaddress.ip_address(address)
+    except ValueError:
+        return f"its address {address!r} is not an address"
+    if str(addr) != address:
+        return f"its address {address!r} is not spelled as {addr}"
+    if name != (want := claim_name(network, addr)):
+        return f"its name is not {want}, the name of the claim of {addr} in network {network!r}: forged"
+    pod = spec.get("pod")
+    if any(k in spec and not isinstance(spec[k], str) for k in ("containerID", "interface")) or not (
+        pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+    ):
+        return "its holder's fields are not strings"
+    return ""
 
 
 def store_unavailable(e: Exception, plural: str) -> StoreUnavailable:
@@ -104,7 +140,7 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
 def created(meta: dict[str, Any]) -> float:
     """An object's creationTimestamp (its metadata's) in epoch seconds; 0.0 when it has none that reads."""
     stamp = meta.get("creationTimestamp")
-    if not isinstance(stamp, str):
+    if not isinstance(stamp, str) or len(stamp) > 64:
         return 0.0
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

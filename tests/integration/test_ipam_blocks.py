@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from netcomp.kube.kubestore import LABEL_NETWORK
-from tests.integration.test_cluster_ipam import (
-    BLOCKS,
-    CLAIMS,
+from tests.lab.addrs import BLOCKS, CLAIMS
+from tests.lab.clusternodes import (
     addresses,
     cached_claims,
     claims,

@@ -1,0 +1,161 @@
+"""What an AddressBlock's record may claim, checked before a node takes any of it: another node (or anyone with
+its credentials) wrote it, so it is input, not truth (docs/reliability.md, the trust model).
+
+A block's name is blocks.block_name(network, cidr): the API server's uniqueness of names is the lock on a block,
+so for each CIDR the object of that name is the only one that can hold it; an object whose name does not agree
+with its network and CIDR is forged and ignored whole. Inside a block that is what it says, each `used`, `lent`
+and `requests` entry must be about an address of that block, in its one canonical spelling; entries that are
+not are ignored, the rest of the record is taken. Every bound here is linear in what the object holds, and no
+integer wider than the block is ever built."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from netcomp import foreign
+from netcomp.ipam.blocks import MAX_SIZE, block_name
+from netcomp.ipam.blockstate import Record
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
+
+KIND = "AddressBlock"  # what foreign.ignore counts them as
+_SHOWN = 3  # bad keys quoted in a reason
+
+
+def address_in(net: IPNetwork, text: object) -> IPAddress | None:
+    """`text` as an address of `net`, when it is one spelled canonically (str(address)): two spellings of one
+    address would be two entries for it. None otherwise. Linear in the text (ipaddress parses no more than an
+    address's length before refusing)."""
+    if not isinstance(text, str) or len(text) > 45:  # the longest IPv6 text (with an embedded IPv4 tail)
+        return None
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if addr.version != net.version or addr not in net or str(addr) != text:
+        return None
+    return addr
+
+
+def identity(name: str, network: object, cidr: object) -> tuple[IPNetwork | None, str]:
+    """The block an object's name, network and CIDR agree on, or None and why not."""
+    if not isinstance(network, str) or not network or len(network) > 253:
+        return None, "its network is not a network's name"
+    if not isinstance(cidr, str) or len(cidr) > 64:
+        return None, "its cidr is not a CIDR"
+    try:
+        net = ipaddress.ip_network(cidr)  # strict: host bits set is no block
+    except ValueError:
+        return None, f"its cidr {cidr!r} is not a CIDR"
+    if str(net) != cidr:
+        return None, f"its cidr {cidr!r} is not spelled as {net}"
+    if net.num_addresses > MAX_SIZE:
+        return None, f"its cidr {cidr} is larger than any block ({MAX_SIZE} addresses)"
+    want = block_name(network, net)
+    if name != want:
+        return None, f"its name is not {want}, the name of block {cidr} of network {network!r}: forged"
+    return net, ""
+
+
+def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The entries of `used` or `lent` that are about addresses of the block (a mapping each), at most the
+    block's size of them; what was left out is said in `problems`."""
+    if got is None:
+        return {}
+    if not isinstance(got, Mapping):
+        problems.append(f"its {what} is not a mapping")
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    bad, shown = 0, list[str]()
+    for key, doc in got.items():
+        full = len(out) >= net.num_addresses  # more than the block has: cannot all be its addresses
+        if not full and isinstance(doc, dict) and address_in(net, key) is not None and _holder_ok(doc, what):
+            out[key] = doc
+            continue
+        bad += 1
+        if len(shown) < _SHOWN:
+            shown.append(repr(key[:48]) if isinstance(key, str) else type(key).__name__)
+    if bad:
+        more = f" and {bad - len(shown)} more" if bad > len(shown) else ""
+        problems.append(f"{what} entries {', '.join(shown)}{more} are not addresses of {net} with a holder")
+    return out
+
+
+_TEXT = ("containerID", "interface", "node", "request")
+
+
+def _holder_ok(doc: dict[str, Any], what: str) -> bool:
+    """A used or lent entry as store.holder_doc writes it: strings where it has strings, a pod of strings."""
+    if any(k in doc and not isinstance(doc[k], str) for k in _TEXT):
+        return False
+    if what == "lent" and not doc.get("node"):
+        return False
+    pod = doc.get("pod")
+    return pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+
+
+def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The requests of other nodes on the block: each names its node and asks for addresses of the block only
+    (exact ones, or any one), at most the block's size of them."""
+    if got is None:
+        return {}
+    if not isinstance(got, Mapping):
+        problems.append("its requests are not a mapping")
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    bad = 0
+    for key, doc in got.items():
+        ok = isinstance(key, str) and len(key) <= 300 and isinstance(doc, dict) and len(out) < net.num_addresses
+        ok = ok and isinstance(doc.get("node"), str) and bool(doc["node"])
+        asked = doc.get("addresses") if ok else None
+        if asked is not None and not (
+            isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
+        ):
+            ok = False
+        if ok:
+            out[key] = doc
+        else:
+            bad += 1
+    if bad:
+        problems.append(f"{bad} requests that name no node or ask for addresses outside {net}")
+    return out
+
+
+def fit(net: IPNetwork, pool: Pool) -> tuple[bool, str]:
+    """Whether a block is one of the pool's: (True, "") a block of the network's size in one of its range
+    sets' subnets; (False, "") in a subnet but of another size (a block held since the network's blockSize
+    changed: it holds its place, nothing is taken from it); (False, why) not in the pool at all."""
+    from netcomp.ipam.blocks import Layout
+
+    for i, ranges in enumerate(pool.sets):
+        for r in ranges:
+            if r.subnet.version == net.version and net.subnet_of(r.subnet):  # type: ignore[arg-type]
+                lay = Layout(pool, i)
+                return lay.block_of(net.network_address) == net, ""
+    return False, f"{net} is in no subnet of network {pool.network!r} ({_describe(pool)})"
+
+
+def _describe(pool: Pool) -> str:
+    return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
+
+
+def offsets(rec: Record, entries: Mapping[str, Any]) -> dict[int, Any]:
+    """A record's entries by their offset in its block (those about no address of it left out)."""
+    net = rec.net
+    base = int(net.network_address)
+    return {int(a) - base: doc for text, doc in entries.items() if (a := address_in(net, text)) is not None}
+
+
+def bits(rec: Record, entries: Mapping[str, Any]) -> int:
+    """The offsets of a record's entries as bits: never wider than its block."""
+    out = 0
+    for off in offsets(rec, entries):
+        out |= 1 << off
+    return out
+
+
+def report(rec: Record, why: str) -> None:
+    """A block ignored for what it claims, named with its writers (foreign.ignore: once per version)."""
+    managers = [{"manager": m} for m in rec.writers]
+    foreign.ignore(KIND, rec.name, why, {"metadata": {"resourceVersion": rec.rv, "managedFields": managers}})

@@ -1,0 +1,78 @@
+"""Several netcomp daemons, one per node name, each serving a lab netns of its own and following one real
+kube-apiserver (tests/lab/kubeapi.py) with the node's credentials; a Network object they share; what their
+caches and the cluster's objects say of the addresses in use."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from netcomp.settings import KubeSettings
+from tests.lab.addrs import in_use
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.kubeapi import ApiServer
+
+NETS = ("netcomp.io", "v1", "networks")
+
+
+def network(name: str, subnet: str, **ipam: Any) -> dict[str, Any]:
+    spec = {"type": "macvlan", "hostDevice": "ncm0", "ipam": {"type": "cluster", "subnet": subnet, **ipam}}
+    return {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": name}, "spec": spec}
+
+
+@contextlib.contextmanager
+def shared_network(custom: Any, obj: dict[str, Any]) -> Iterator[None]:
+    custom.create_cluster_custom_object(*NETS, obj)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            custom.delete_cluster_custom_object(*NETS, obj["metadata"]["name"])
+
+
+def claims(custom: Any, net: str | None = None) -> list[dict[str, Any]]:
+    return in_use(custom, net)
+
+
+def flushed(labs: list[DaemonLab]) -> None:
+    """Every node's writes behind done: the cluster's record is the nodes' own."""
+    for dl in labs:
+        assert dl.daemon.addresses.flush(30), dl.daemon.settings.nodeName
+
+
+@contextlib.contextmanager
+def nodes(base: Path, api: ApiServer, names: list[str], net: str, **extra: Any) -> Iterator[list[DaemonLab]]:
+    """A daemon per node name, each in a lab of its own, all following the cluster, waiting until each has
+    compiled `net`."""
+    with contextlib.ExitStack() as stack:
+        labs = []
+        for name in names:
+            kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10)
+            settings = {"kubernetes": kube, "clusterIntentDir": str(base / name / "cluster.d"), "nodeName": name}
+            settings |= {"defaultNetwork": None, "ipamGrace": 2.0, **extra}
+            (base / name).mkdir()
+            dl = stack.enter_context(daemon_lab(base / name, extra=settings, watch=True))
+            with dl.daemon.reloaded:
+                assert dl.daemon.reloaded.wait_for(lambda d=dl: net in d.daemon.state.networks(), 60), name
+            labs.append(dl)
+        yield labs
+
+
+def addresses(dl: DaemonLab, ctr: str, ifname: str = "net0") -> list[str]:
+    return [a.split("/")[0] for a in dl.lab.addrs(ctr, ifname)]
+
+
+def cached_claims(labs: list[DaemonLab]) -> set[tuple[str, str, str]]:
+    """(address, node, container) of every claim the daemons' cache entries record."""
+    out = set()
+    for dl in labs:
+        for e in dl.daemon.cache.entries():
+            for a in e.attachments:
+                out.update((c["address"], c["node"], c["container_id"]) for c in a.claims)
+    return out
+
+
+def object_claims(custom: Any, net: str) -> set[tuple[str, str, str]]:
+    return {(o["spec"]["address"], o["spec"]["node"], o["spec"]["containerID"]) for o in claims(custom, net)}

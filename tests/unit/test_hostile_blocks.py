@@ -1,0 +1,296 @@
+"""AddressBlock and AddressClaim objects written by a hostile node (any node's credentials may write them): what
+kube/kubeblocks.py and kube/kubestore.py take of them, and what a node's view of its networks' blocks
+(ipam/blockview.py) does with what is left. Nothing such an object says makes a node give an address twice,
+build an integer wider than a block, raise out of a watch, or walk a block's range under the allocator's lock.
+The same against a real kube-apiserver with two daemons: tests/integration/test_hostile_blocks.py."""
+
+from __future__ import annotations
+
+import ipaddress
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netcomp import foreign
+from netcomp.ipam import pool as poolmod
+from netcomp.ipam.allocator import Holder
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blocks import Layout, block_name
+from netcomp.ipam.blockstate import Held, LocalRecord, Record, Seen
+from netcomp.ipam.pool import Pool
+from netcomp.ipam.store import Claim
+from netcomp.kube import kubeblocks, kubestore
+
+MINE, THEIRS = "n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"
+
+
+def pool(subnet: str = "10.0.0.0/24", block: int = 16) -> Pool:
+    p = Pool.of("n", {"netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": subnet}]], "blockSize": block}}})
+    assert p is not None
+    return p
+
+
+class NoStore:
+    kind = "none"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the store was asked: {name}")
+
+
+class Ignored:
+    """foreign.ignore's counter, by kind."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def labels(self, *values: str) -> Ignored:
+        self.kinds.append(values[0])
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+
+@pytest.fixture
+def ignored() -> Any:
+    counter = Ignored()
+    foreign.count_into(counter)
+    foreign._seen.clear()
+    yield counter
+    foreign.count_into(None)
+
+
+def block(name: str, cidr: str, node: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
+    meta = {"name": name, "uid": f"u-{name}", "resourceVersion": rv, "managedFields": [{"manager": "hostile"}]}
+    return {"kind": "AddressBlock", "metadata": meta, "spec": {"network": "n", "cidr": cidr, "node": node, **spec}}
+
+
+def node_a(tmp_path: Path, p: Pool | None = None) -> BlockAllocator:
+    """node-a holding 10.0.0.0/28 of network n (blocks of 16 in 10.0.0.0/24), its list seen, nothing else."""
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    alloc = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
+    alloc.serve({"n": p or pool()})
+    alloc.load([])
+    alloc.seen(Record(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.listed({MINE}, {"n"})
+    return alloc
+
+
+def seen(alloc: BlockAllocator, obj: dict[str, Any], source: str = "watch") -> None:
+    rec = kubeblocks.from_object(obj)
+    if rec is not None:
+        alloc.seen(rec, source)
+
+
+def test_a_lent_entry_outside_its_block_is_never_borrowed(tmp_path: Path, ignored: Ignored) -> None:
+    """node-b's block lends node-a an address of node-a's own block, which node-a gave already: node-a never
+    takes it as borrowed (it would give it a second time), and says so once, naming the writer."""
+    alloc = node_a(tmp_path)
+    p = pool()
+    given = alloc.claim(p, 0, Holder("c1", "net0"))
+    alloc.settle([given])
+    lent = {given.address: {"node": "node-a", "request": "node-a.x"}}
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", lent=lent))
+    assert alloc.borrowed == {}
+    assert "AddressBlock" in ignored.kinds
+    # the view's own defence, for a record that did not come through the decoder
+    alloc.seen(Record(THEIRS, "n", "10.0.0.16/28", "node-b", lent=lent, rv="2"), "watch")
+    assert alloc.borrowed == {}
+    assert [c.address for c in alloc.claims("n")].count(given.address) == 1
+
+
+def test_a_forged_block_with_a_live_blocks_cidr_is_never_adopted(tmp_path: Path, ignored: Ignored) -> None:
+    """An object under a new name with the CIDR of node-b's live block and `node: node-a`: node-a never holds it
+    (the legitimate object of a CIDR is the one named block_name(network, cidr)); nor a correctly named block of
+    another size that overlaps node-b's; nor one of the network's size that node-b's block of another size
+    covers, whichever order a list shows them in."""
+    alloc = node_a(tmp_path)
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used={"10.0.0.17": {"containerID": "b1"}}))
+    for forged in ("n.stolen", "n.v4-10-0-0-16-27", THEIRS.upper()):
+        seen(alloc, block(forged, "10.0.0.16/28", "node-a"))
+        alloc.seen(Record(forged, "n", "10.0.0.16/28", "node-a", rv="3"), "watch")  # not through the decoder
+    wide = "10.0.0.0/26"
+    seen(alloc, block(block_name("n", ipaddress.ip_network(wide)), wide, "node-a"))
+    assert set(alloc.held) == {MINE}
+    # a list that shows the block of the network's size first, node-b's /26 over it after
+    fresh = node_a(tmp_path / "b")
+    inside = "10.0.0.32/28"
+    seen(fresh, block(block_name("n", ipaddress.ip_network(inside)), inside, "node-a"), "list")
+    seen(fresh, block("n.v4-10-0-0-0-26", "10.0.0.0/26", "node-b"), "list")
+    fresh.listed({MINE, block_name("n", ipaddress.ip_network(inside)), "n.v4-10-0-0-0-26"}, {"n"})
+    assert set(fresh.held) == {MINE}
+    assert "AddressBlock" in ignored.kinds
+
+
+def test_another_nodes_block_repointed_here_is_never_adopted(tmp_path: Path, ignored: Ignored) -> None:
+    """node-b's block, its `node` re-pointed to node-a by a hostile writer: its record lists containers node-a
+    does not have, so node-a never holds it (it would give their addresses again); a block naming node-a whose
+    used entries are node-a's own containers (node-a killed before recording it) is held again."""
+    alloc = node_a(tmp_path)
+    used = {"10.0.0.17": {"containerID": "b1", "interface": "net0"}}
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used=used))
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-a", rv="2", used=used))
+    assert set(alloc.held) == {MINE} and "AddressBlock" in ignored.kinds
+    other = "n.v4-10-0-0-32-28"
+    mine = Claim(other, "n", "10.0.0.33", "node-a", "a1", "net0", block=other)
+    again = node_a(tmp_path / "again")
+    again.load([mine])
+    seen(again, block(other, "10.0.0.32/28", "node-a", used={"10.0.0.33": {"containerID": "a1"}}))
+    assert set(again.held) == {MINE, other}
+
+
+def test_an_address_far_outside_its_block_costs_nothing(tmp_path: Path) -> None:
+    """`used` holding 255.255.255.255 (and other addresses outside the block, other spellings, IPv6 in an IPv4
+    block): ignored, and no integer wider than the block is built on the way."""
+    alloc = node_a(tmp_path)
+    bad = {
+        a: {"containerID": "x"}
+        for a in ("255.255.255.255", "0.0.0.0", "10.0.0.15", "fd00::1", "::ffff:10.0.0.17", "010.0.0.17", "nope")
+    }
+    tracemalloc.start()
+    try:
+        seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used=bad, lent=bad, requests={"k": {"node": "z",
+             "addresses": list(bad)}}))  # fmt: skip
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert alloc.view[THEIRS].used == 0 and alloc.view[THEIRS].lent == {}
+
+
+def test_an_ipv6_entry_in_an_ipv4_block_does_not_stop_the_watch(tmp_path: Path) -> None:
+    """A record read as it is (not through the decoder) with an IPv6 key in an IPv4 block: the view takes the
+    rest of it and raises nothing (the watch of every block of the network goes on)."""
+    alloc = node_a(tmp_path)
+    rec = Record(THEIRS, "n", "10.0.0.16/28", "node-b", used={"fd00::ffff:ffff": {}, "10.0.0.18": {}}, rv="4")
+    alloc.seen(rec, "watch")
+    assert alloc.view[THEIRS].used == 1 << 2
+
+
+def test_a_blocks_usable_addresses_are_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which offsets of a block are handed out comes from its ranges' bounds, gateway and exclusions, not from a
+    question per address; a block larger than any gives none."""
+    r = {"subnet": "10.0.0.0/24", "gateway": "10.0.0.1", "rangeEnd": "10.0.0.20", "exclude": ["10.0.0.4/31"]}
+    p = Pool.of("n", {"netcomp": {"pool": {"type": "cluster", "blockSize": 16, "ranges": [[r]]}}})
+    assert p is not None
+
+    def asked(self: poolmod.Range, value: int) -> bool:
+        raise AssertionError("asked per address")
+
+    lay = Layout(p, 0)
+    monkeypatch.setattr(poolmod.Range, "usable", asked)
+    assert lay.usable(ipaddress.ip_network("10.0.0.0/28")) == 0xFFFF & ~0b110011
+    assert lay.usable(ipaddress.ip_network("10.0.0.16/28")) == 0b11111
+    assert lay.usable(ipaddress.ip_network("10.0.0.0/8")) == 0
+
+
+def test_the_claims_of_other_nodes_blocks_are_counted_from_what_is_used(tmp_path: Path) -> None:
+    """explain and ipam show list the addresses other nodes use from their used bits: a view holding a huge block
+    with one address used lists one claim at once (a walk over its range would not end)."""
+    alloc = node_a(tmp_path)
+    net = ipaddress.ip_network("fd00::/64")
+    alloc.view["n.v6-fd00---64"] = Seen("n.v6-fd00---64", "n", net, "node-b", "u", "1", 1 << 40, {3: "node-c"})
+    got = {(c.address, c.node) for c in alloc.claims("n")}
+    assert got == {(str(net.network_address + 40), "node-b"), (str(net.network_address + 3), "node-c")}
+
+
+# ------------------------------------------------------------------------------------------------ AddressClaim
+
+
+def claim(name: str, address: str, **spec: Any) -> dict[str, Any]:
+    s = {"network": "n", "address": address, "node": "node-b", "containerID": "c", **spec}
+    return {"kind": "AddressClaim", "metadata": {"name": name, "uid": "u"}, "spec": s}
+
+
+def test_an_address_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
+    """An AddressClaim whose name is not claim_name(network, address), whose address is spelled otherwise, or
+    whose holder's fields are not strings is ignored (and counted); the right one is read."""
+    assert kubestore.from_object(claim("n.v4-10-0-0-5", "10.0.0.5")) is not None
+    bad = [
+        claim("n.v4-10-0-0-6", "10.0.0.5"),
+        claim("n.v6-fd00--1", "fd00:0::1"),
+        claim("n.v4-10-0-0-5", "10.0.0.5", containerID={"a": 1}),
+        claim("n.v4-10-0-0-5", "10.0.0.5", pod=["x"]),
+        claim("n.v4-10-0-0-5", "10.0.0.5", node=None),
+    ]
+    for i, obj in enumerate(bad):
+        obj["metadata"]["resourceVersion"] = str(i)  # each a version of its own: each reported
+        assert kubestore.from_object(obj) is None, obj
+    assert ignored.kinds.count("AddressClaim") == len(bad)
+
+
+# ------------------------------------------------------------------------------------------------ fuzz
+
+_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True), st.text(max_size=20)
+)
+_json = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                     max_size=4), max_leaves=30)  # fmt: skip
+_addr = st.one_of(
+    st.ip_addresses().map(str),
+    st.sampled_from(["255.255.255.255", "10.0.0.17", "10.0.0.16", "fd00::1", "::ffff:10.0.0.17", "010.0.0.1", "", "x"]),
+    st.text(max_size=50),
+)
+_entries = st.one_of(_json, st.dictionaries(_addr, _json, max_size=40))
+
+
+def _deep(depth: int) -> Any:
+    out: Any = "x"
+    for _ in range(depth):
+        out = {"pod": out}
+    return out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.one_of(st.just(THEIRS), st.text(max_size=30), _json),
+    network=st.one_of(st.just("n"), _json),
+    cidr=st.one_of(st.sampled_from(["10.0.0.16/28", "10.0.0.0/8", "0.0.0.0/0", "fd00::/100", "10.0.0.17/28"]), _json),
+    node=st.one_of(st.just("node-b"), st.just("node-a"), _json),
+    used=_entries,
+    lent=_entries,
+    requests=_entries,
+    deep=st.integers(0, 3000),
+)
+def test_the_decoders_take_anything_and_stay_bounded(
+    tmp_path_factory: pytest.TempPathFactory, name: Any, network: Any, cidr: Any, node: Any, used: Any, lent: Any,
+    requests: Any, deep: int,
+) -> None:  # fmt: skip
+    """Random and adversarial AddressBlock and AddressClaim specs (wrong types, addresses far outside, IPv6,
+    deep nesting, many entries): the decoders and the view raise nothing, and what the view keeps of a block is
+    never wider than the block."""
+    obj = {"kind": "AddressBlock", "metadata": {"name": name, "resourceVersion": "1", "uid": _deep(deep)},
+           "spec": {"network": network, "cidr": cidr, "node": node, "used": used, "lent": lent,
+                    "requests": requests, "nodeInCluster": _deep(deep)}}  # fmt: skip
+    rec = kubeblocks.from_object(obj)
+    if rec is not None:
+        assert rec.net.num_addresses <= 4096
+        assert len(rec.used) <= rec.net.num_addresses and len(rec.lent) <= rec.net.num_addresses
+        alloc = node_a(tmp_path_factory.mktemp("a"))
+        alloc.seen(rec, "watch")
+        s = alloc.view.get(rec.name)
+        if s is not None:
+            assert s.used.bit_length() <= s.net.num_addresses and all(0 <= o < s.net.num_addresses for o in s.lent)
+        alloc.claims()
+    for address in (cidr, "10.0.0.5", name):
+        spec = {"network": network, "address": address, "node": node, "containerID": used, "pod": lent}
+        c = {"kind": "AddressClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec}
+        got = kubestore.from_object(c)
+        assert got is None or ipaddress.ip_address(got.address)
+
+
+def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
+    """Whatever a record makes the view raise is that object's failure (reported), not the watch's: the list or
+    watch goes on to the next object."""
+
+    class Raising:
+        def seen(self, rec: Record, source: str) -> None:
+            raise OverflowError("too wide")
+
+    kubeblocks._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
+    assert ignored.kinds == ["AddressBlock"]
