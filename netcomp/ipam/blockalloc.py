@@ -39,6 +39,7 @@ class BlockAllocator(BlockView):
         with self._lock:
             for loaded in self.record.load():
                 self.held[loaded.name] = loaded
+            self.claiming_ahead = set(self.record.claiming)
             for c in claims:
                 if not c.block:
                     continue
@@ -173,6 +174,9 @@ class BlockAllocator(BlockView):
         rec = Record(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
         with self._lock:
             self.creating.add(rec.name)
+            self.claiming_ahead.add(rec.name)
+            self.save()
+        self.write_record()  # ahead of the create: a crash after it leaves a block this node knows it made
         try:
             got = self.store.create(rec)
         except Taken as t:
@@ -183,6 +187,8 @@ class BlockAllocator(BlockView):
             else:
                 with self._lock:
                     self.creating.discard(rec.name)
+                    self.claiming_ahead.discard(rec.name)
+                    self.save()
                     if other is None:
                         self.tombstones[rec.name] = time.monotonic() + 3600  # not a block of this network
                         log.warning("block %s of network %s: %s, never touched", net, network, t.foreign)
@@ -192,7 +198,7 @@ class BlockAllocator(BlockView):
         except StoreUnavailable as e:
             self.last_error = str(e)
             with self._lock:
-                self.creating.discard(rec.name)
+                self.creating.discard(rec.name)  # still claiming_ahead: the create may have been made
             if not on_add_path:
                 return False
             raise DelegateError(
@@ -204,6 +210,7 @@ class BlockAllocator(BlockView):
         self.crash("after-block-claim")
         with self._lock:
             self.creating.discard(rec.name)
+            self.claiming_ahead.discard(rec.name)
             h = Held(rec.name, network, layout.family_set, net, uid=got.uid, rv=got.rv)
             h.taken = self._taken(h, layout)
             h.empty_since = time.monotonic()

@@ -147,6 +147,7 @@ class LocalRecord:
 
     def __init__(self, path: Path, node: str) -> None:
         self.path, self.node = path, node
+        self.claiming: set[str] = set()  # as load found them: blocks whose create this node had begun
 
     def load(self) -> list[Held]:
         try:
@@ -160,6 +161,9 @@ class LocalRecord:
         if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
             log.warning("%s is not this node's record of its blocks (%s): ignored", self.path, doc.get("kind"))
             return []
+        claiming = doc.get("claiming")
+        if isinstance(claiming, list):
+            self.claiming = {n for n in claiming[:4096] if isinstance(n, str)}
         out = []
         for name, b in (doc.get("blocks") or {}).items():
             with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
@@ -179,15 +183,18 @@ class LocalRecord:
                 )
         return out
 
-    def save(self, held: list[Held]) -> None:
+    def save(self, held: list[Held], claiming: Iterable[str] = ()) -> None:
         """OSError as atomic_write raises it."""
-        self.write(self.encode(held))
+        self.write(self.encode(held, claiming))
 
-    def encode(self, held: Iterable[Held]) -> bytes:
-        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change."""
+    def encode(self, held: Iterable[Held], claiming: Iterable[str] = ()) -> bytes:
+        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change.
+        `claiming`: the blocks whose object this node is about to create (written ahead of the create, so that a
+        block naming this node is held again after a crash only when this node made it)."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
+            "claiming": sorted(claiming),
             "blocks": {
                 h.name: {
                     "network": h.network,

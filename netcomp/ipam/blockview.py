@@ -98,6 +98,9 @@ class BlockView:
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
         self.claiming: set[tuple[str, int]] = set()
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
+        # Blocks this node's record says it is creating (written before the create): the only blocks naming this
+        # node it takes for its own without having recorded them held (it was killed between the two).
+        self.claiming_ahead: set[str] = set()
         self.to_adopt: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
@@ -166,7 +169,7 @@ class BlockView:
         with self._lock:
             if self._generation <= self._written:
                 return None
-            return self._generation, self.record.encode(self.held.values())
+            return self._generation, self.record.encode(self.held.values(), self.claiming_ahead)
 
     def write_snapshot(self, generation: int, data: bytes) -> None:
         """A snapshot written, one at a time, unless a newer one is on disk already: two writers never leave an
@@ -269,8 +272,13 @@ class BlockView:
             self._foreign(rec)
 
     def _take_mine(self, rec: Record, source: str) -> None:
-        """A block naming this node that it did not know it held: adopted, unless another node's block covers part
-        of it (then its addresses may be in use there: anyone can write a block naming this node)."""
+        """A block naming this node that it did not know it held: adopted only when its record says it was creating
+        it (killed before recording it held), and no other node's block covers part of it. Anyone can write a
+        block naming this node, re-point another node's (its containers' addresses live there) and empty its
+        `used`: only this node's own write-ahead tells a block it made."""
+        if rec.name not in self.claiming_ahead:
+            report(rec, "it names this node, which has no record of creating it: never held by this node")
+            return
         others = (s for s in self.view.values() if s.owner != self.node and s.name != rec.name)
         over = [s for s in others if s.net.overlaps(rec.net)]
         if over:
@@ -301,6 +309,7 @@ class BlockView:
             h.taken = self._taken(h, layout)
         h.empty_since = time.monotonic() if h.empty() else None
         self.held[rec.name] = h
+        self.claiming_ahead.discard(rec.name)
         log.warning("network %s: block %s names this node, which had no record of it: held again", rec.network, net)
         self.save()
         return h

@@ -128,20 +128,29 @@ def test_a_forged_block_with_a_live_blocks_cidr_is_never_adopted(tmp_path: Path,
 
 
 def test_another_nodes_block_repointed_here_is_never_adopted(tmp_path: Path, ignored: Ignored) -> None:
-    """node-b's block, its `node` re-pointed to node-a by a hostile writer: its record lists containers node-a
-    does not have, so node-a never holds it (it would give their addresses again); a block naming node-a whose
-    used entries are node-a's own containers (node-a killed before recording it) is held again."""
+    """node-b's block, its `node` re-pointed to node-a by a hostile writer, with its `used` kept or emptied (and
+    listing node-a's own container, as one lent to it would): node-a never holds it, since its record does not say
+    it was creating that block (it would give node-b's containers' addresses again). A block the record says
+    node-a was creating (killed between the create and recording it held) is held again."""
     alloc = node_a(tmp_path)
     used = {"10.0.0.17": {"containerID": "b1", "interface": "net0"}}
     seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used=used))
     seen(alloc, block(THEIRS, "10.0.0.16/28", "node-a", rv="2", used=used))
+    seen(alloc, block(THEIRS, "10.0.0.16/28", "node-a", rv="3"))
     assert set(alloc.held) == {MINE} and "AddressBlock" in ignored.kinds
     other = "n.v4-10-0-0-32-28"
     mine = Claim(other, "n", "10.0.0.33", "node-a", "a1", "net0", block=other)
     again = node_a(tmp_path / "again")
     again.load([mine])
     seen(again, block(other, "10.0.0.32/28", "node-a", used={"10.0.0.33": {"containerID": "a1"}}))
-    assert set(again.held) == {MINE, other}
+    assert set(again.held) == {MINE}  # its container's address is in it, but node-a never recorded creating it
+    record = LocalRecord(tmp_path / "made" / "blocks.json", "node-a")
+    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")], claiming=[other])
+    made = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
+    made.serve({"n": pool()})
+    made.load([])
+    seen(made, block(other, "10.0.0.32/28", "node-a"))
+    assert set(made.held) == {MINE, other} and made.claiming_ahead == set()
 
 
 def test_an_address_far_outside_its_block_costs_nothing(tmp_path: Path) -> None:
