@@ -118,7 +118,7 @@ def _tokens(part: str) -> Iterator[str]:
 def _requirement(part: str) -> Requirement:
     toks = list(_tokens(part))
     shown = _shown(part)
-    if not toks or toks[0] in _SPECIAL and toks[0] != "!":
+    if not toks or (_is_op(toks[0]) and toks[0] != "!"):
         raise ValueError(f"{shown} is not a requirement ({_SHAPES})")
     if toks[0] == "!":
         if len(toks) != 2 or _is_op(toks[1]):
