@@ -109,7 +109,7 @@ def keep_following(
                 continue
             why = api_why(e)
             if e.status == 410:
-                why += " (listed again too often: backing off)" if watching else " (answered to a list)"
+                why += " (again soon after the last: backing off)" if watching else " (answered to a list)"
         except _ShortWatch:
             why = "the API server ended a watch at once with nothing in it"
         except Exception as e:

@@ -98,7 +98,7 @@ def test_a_410_on_a_watch_lists_again_at_once_but_not_again_and_again() -> None:
     said = follow(t, relist, watch)
     assert lists[:2] == [1000.0, 1000.0]  # the first 410: at once
     assert len(lists) <= 6, lists  # then the repeats wait
-    assert said[0].endswith("(listed again too often: backing off)")
+    assert said[0].endswith("(again soon after the last: backing off)")
 
 
 def test_a_watch_ended_at_once_with_nothing_backs_off() -> None:
