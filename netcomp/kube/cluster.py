@@ -27,7 +27,7 @@ from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
 from netcomp.kube.apierrors import explain
-from netcomp.kube.following import Backoff, keep_following
+from netcomp.kube.following import Backoff, Wakeup, keep_following
 from netcomp.kube.nodewatch import NodeWatch
 from netcomp.kube.podwatch import PodWatch
 from netcomp.kube.serviceslices import ServiceSlices
@@ -121,7 +121,7 @@ class Cluster:
         metrics: Metrics,
         node: str,
         cache: Cache | None = None,
-        backoff: Callable[[], Backoff] = Backoff,
+        backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
         (serviceslices.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
@@ -137,6 +137,9 @@ class Cluster:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = self.api_client.core()
         self.custom: Any = self.api_client.custom()
+        if backoff is None:  # every follower's, waking the others when it reaches the server again
+            wakeup = Wakeup()
+            backoff = lambda: Backoff(wakeup=wakeup)  # noqa: E731
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []

@@ -19,6 +19,37 @@ CALM = 120.0  # this long without a failure and the next one starts from FIRST_B
 SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failure (client-go's "very short watch")
 
 
+class Wakeup:
+    """The followers of one API server: when one of them lists again after the server was away, the others stop
+    backing off and try at once (it answers now), instead of each at its own jittered time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: set[threading.Event] = set()
+
+    def reached(self) -> None:
+        with self._lock:
+            for ev in self._waiting:
+                ev.set()
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        """Until `seconds` have passed, `stop` is set (seen within STOP_LATENCY) or another follower reached the
+        server."""
+        ev = threading.Event()
+        with self._lock:
+            self._waiting.add(ev)
+        try:
+            deadline = time.monotonic() + seconds
+            while not stop.is_set() and not ev.is_set() and (left := deadline - time.monotonic()) > 0:
+                ev.wait(min(left, STOP_LATENCY))
+        finally:
+            with self._lock:
+                self._waiting.discard(ev)
+
+
+STOP_LATENCY = 0.5
+
+
 class Backoff:
     """How long to wait after each failure in a row: FIRST_BACKOFF doubling up to MAX_BACKOFF, each drawn from
     its upper half (jitter: nodes that failed together do not retry together). `clock` and `wait` are the
@@ -29,8 +60,10 @@ class Backoff:
         clock: Callable[[], float] = time.monotonic,
         wait: Callable[[threading.Event, float], object] = lambda stop, s: stop.wait(s),
         rand: Callable[[], float] = random.random,
+        wakeup: Wakeup | None = None,
     ) -> None:
-        self.clock, self.wait, self.rand = clock, wait, rand
+        """`wakeup`: shared with the other followers of the same API server (it then waits, not `wait`)."""
+        self.clock, self.wait, self.rand, self.wakeup = clock, wakeup.wait if wakeup else wait, rand, wakeup
         self.failures = 0  # in a row
         self.last: float | None = None  # when the last one was
         self.retry_at: float | None = None  # when the follower tries again, while it waits
@@ -51,6 +84,11 @@ class Backoff:
     def ok(self) -> None:
         """A watch ran as it should: the next failure is the first in a row."""
         self.failures, self.last, self.retry_at = 0, None, None
+
+    def listed(self) -> None:
+        """A list was answered: the followers that share the server stop waiting when this one had failed."""
+        if self.wakeup is not None and self.failures:
+            self.wakeup.reached()
 
     def sleep(self, stop: threading.Event, seconds: float) -> None:
         self.retry_at = self.clock() + seconds
@@ -93,6 +131,7 @@ def keep_following(
         try:
             if rv is None:
                 rv = relist()
+                b.listed()
             watching, began, since = True, b.clock(), rv
             rv = watch(rv, stop)
             if not stop.is_set() and rv == since and b.clock() - began < SHORT_WATCH:

@@ -247,3 +247,27 @@ def test_events_of_a_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     ev = following.Events(call, rv="5", stop=threading.Event())
     assert [k for k, _ in ev] == ["ADDED"] and ev.rv == "10"
+
+
+def test_a_follower_that_reaches_the_server_again_wakes_the_others() -> None:
+    """Followers of one API server back off at their own jittered times; the first to list again wakes the others
+    (it answers now), so that a node catches up at once and not one kind at a time."""
+    wakeup = following.Wakeup()
+    waiting, other = Backoff(wakeup=wakeup), Backoff(wakeup=wakeup)
+    stop, done = threading.Event(), threading.Event()
+    waiting.failed()
+
+    def sleep() -> None:
+        waiting.sleep(stop, 3600)
+        done.set()
+
+    threading.Thread(target=sleep, daemon=True).start()
+    from tests.lab.poll import until
+
+    until(lambda: waiting.retry_at is not None and wakeup._waiting, "the follower backs off")
+    other.listed()  # a routine list wakes nobody
+    assert not done.wait(0.3)  # a bounded wait for what must not happen
+    other.failed()
+    other.listed()
+    assert done.wait(10)
+    stop.set()
