@@ -96,6 +96,7 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         es = kube.get("endpointSlices")
         if es:
             state = "" if es["synced"] else ", NOT SYNCED"
+            state += f", last error: {es['lastError']}" if es.get("lastError") else ""
             out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
                       f"this node{state}\n")  # fmt: skip
             for ref, why in es["refused"].items():

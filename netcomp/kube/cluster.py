@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
 from netcomp.kube.apierrors import explain
-from netcomp.kube.following import keep_following
+from netcomp.kube.following import Backoff, Wakeup, keep_following
 from netcomp.kube.nodewatch import NodeWatch
 from netcomp.kube.podwatch import PodWatch
 from netcomp.kube.serviceslices import ServiceSlices
@@ -114,10 +115,16 @@ DANM_PLURALS = [k.plural for k in danm_kinds("danm.k8s.io")]
 
 class Cluster:
     def __init__(
-        self, kube: KubeSettings, cluster_dir: Path, metrics: Metrics, node: str, cache: Cache | None = None
+        self,
+        kube: KubeSettings,
+        cluster_dir: Path,
+        metrics: Metrics,
+        node: str,
+        cache: Cache | None = None,
+        backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (serviceslices.py; with kubernetes.services)."""
+        (serviceslices.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
         from netcomp.kube.apiclient import Api
         from netcomp.kube.kubeconfig import KubeConfigError
 
@@ -130,15 +137,18 @@ class Cluster:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = self.api_client.core()
         self.custom: Any = self.api_client.custom()
+        if backoff is None:  # every follower's, waking the others when it reaches the server again
+            wakeup = Wakeup()
+            backoff = lambda: Backoff(wakeup=wakeup)  # noqa: E731
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
-        self.followers = [_Follower(self, k) for k in kinds]
-        self.pods = PodWatch(self.core, kube, node, metrics, explain)
-        self.node = NodeWatch(self.core, node, explain)
+        self.followers = [_Follower(self, k, backoff()) for k in kinds]
+        self.pods = PodWatch(self.core, kube, node, metrics, explain, backoff())
+        self.node = NodeWatch(self.core, node, explain, backoff())
         self.slices: ServiceSlices | None = None
         if kube.services and cache is not None:
-            self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache)
+            self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache, backoff)
         self._reported: dict[str, str] = {}  # file -> the error an event was recorded for
 
     def start(self, stop: threading.Event) -> None:
@@ -218,7 +228,8 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
-        errors = [f.last_error for f in self.followers if f.last_error]
+        followers: list[_Follower | PodWatch | NodeWatch] = [*self.followers, self.pods, self.node]
+        errors = [why for f in followers if (why := f.status_error())]
         return {
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
@@ -226,7 +237,7 @@ class Cluster:
             **({"danm": {k: counts.get(k, 0) for k in DANM_PLURALS}} if self.kube.danm else {}),
             "pods": self.pods.known() if self.kube.podNetworks else None,
             "podsSynced": self.pods.synced.is_set() if self.kube.podNetworks else None,
-            "lastError": errors[0] if errors else self.pods.last_error,
+            "lastError": errors[0] if errors else None,
             "endpointSlices": self.slices.status() if self.slices is not None else None,
         }
 
@@ -240,9 +251,10 @@ class _Follower:
     """One kind of object: listed, then watched from the list's resourceVersion, written into the cluster dir;
     on any error it backs off and lists again, and the files stay meanwhile."""
 
-    def __init__(self, cluster: Cluster, kind: Kind) -> None:
+    def __init__(self, cluster: Cluster, kind: Kind, backoff: Backoff) -> None:
         self.cluster = cluster
         self.kind = kind
+        self.backoff = backoff
         self.synced = threading.Event()
         self.last_error: str | None = None
         self.objects = 0
@@ -253,7 +265,7 @@ class _Follower:
             missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
             return f"{e.status} {e.reason}{missing}"
 
-        keep_following(stop, self._relist, self._watch, self._failed, explain, api_why)
+        keep_following(stop, self._relist, self._watch, self._failed, explain, api_why, self.backoff)
 
     def _list_args(self) -> tuple[str, str, str]:
         return self.kind.group, self.kind.version, self.kind.plural
@@ -320,3 +332,7 @@ class _Follower:
         if why != self.last_error:  # one line per distinct failure, not one per retry
             log.error("cluster: cannot follow %s: %s (keeping the %d known)", self.kind.label, why, len(self._files()))
         self.last_error = why
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"cannot follow {self.kind.label}: {self.last_error}{self.backoff.saying()}" if self.last_error else None

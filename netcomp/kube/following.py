@@ -1,15 +1,113 @@
 """Following a kind of object on the API server, the one way every follower here does it: list, then watch from
-the list's resourceVersion; after a 410 (a resourceVersion too old to watch from) list again at once; after any
-other failure say why, back off (1 s, doubling up to MAX_BACKOFF) and list again; until stopped, a watch the
-stop ended being no failure. What the follower knows stays meanwhile."""
+the list's resourceVersion, until stopped (a watch the stop ended being no failure). Every failure is said and
+backed off (Backoff: doubling, capped, jittered, as client-go's reflector does), with one exception: a 410 on a
+watch (its resourceVersion compacted away) lists again at once, the first time in a while. A 410 answered to the
+list itself, 410s again and again, a watch that ends at once with nothing, and any other error wait their turn,
+so that a fleet of nodes never lists together in a loop. What the follower knows stays meanwhile."""
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_BACKOFF = 30.0
+FIRST_BACKOFF = 1.0
+CALM = 120.0  # this long without a failure and the next one starts from FIRST_BACKOFF (client-go: 2 min)
+SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failure (client-go's "very short watch")
+
+
+class Wakeup:
+    """The followers of one API server: when one of them lists again after the server was away, the others stop
+    backing off and try at once (it answers now), instead of each at its own jittered time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: set[threading.Event] = set()
+
+    def reached(self) -> None:
+        with self._lock:
+            for ev in self._waiting:
+                ev.set()
+
+    def wait(self, stop: threading.Event, seconds: float) -> None:
+        """Until `seconds` have passed, `stop` is set (seen within STOP_LATENCY) or another follower reached the
+        server."""
+        ev = threading.Event()
+        with self._lock:
+            self._waiting.add(ev)
+        try:
+            deadline = time.monotonic() + seconds
+            while not stop.is_set() and not ev.is_set() and (left := deadline - time.monotonic()) > 0:
+                ev.wait(min(left, STOP_LATENCY))
+        finally:
+            with self._lock:
+                self._waiting.discard(ev)
+
+
+STOP_LATENCY = 0.5
+
+
+class Backoff:
+    """How long to wait after each failure in a row: FIRST_BACKOFF doubling up to MAX_BACKOFF, each drawn from
+    its upper half (jitter: nodes that failed together do not retry together). `clock` and `wait` are the
+    process's (time.monotonic, Event.wait) unless a test gives its own."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[threading.Event, float], object] = lambda stop, s: stop.wait(s),
+        rand: Callable[[], float] = random.random,
+        wakeup: Wakeup | None = None,
+    ) -> None:
+        """`wakeup`: shared with the other followers of the same API server (it then waits, not `wait`)."""
+        self.clock, self.wait, self.rand, self.wakeup = clock, wakeup.wait if wakeup else wait, rand, wakeup
+        self.failures = 0  # in a row
+        self.last: float | None = None  # when the last one was
+        self.retry_at: float | None = None  # when the follower tries again, while it waits
+
+    def calm(self) -> bool:
+        """Whether no failure happened for a while (the next one is the first in a row)."""
+        return self.last is None or self.clock() - self.last > CALM
+
+    def failed(self) -> float:
+        """Note a failure; the seconds to wait before trying again."""
+        if self.calm():
+            self.failures = 0
+        self.failures += 1
+        self.last = self.clock()
+        ceiling = min(FIRST_BACKOFF * 2.0 ** min(self.failures - 1, 16), MAX_BACKOFF)
+        return ceiling * (0.5 + self.rand() / 2)
+
+    def ok(self) -> None:
+        """A watch ran as it should: the next failure is the first in a row."""
+        self.failures, self.last, self.retry_at = 0, None, None
+
+    def listed(self) -> None:
+        """A list was answered: the followers that share the server stop waiting when this one had failed."""
+        if self.wakeup is not None and self.failures:
+            self.wakeup.reached()
+
+    def sleep(self, stop: threading.Event, seconds: float) -> None:
+        self.retry_at = self.clock() + seconds
+        try:
+            self.wait(stop, seconds)
+        finally:
+            self.retry_at = None
+
+    def saying(self) -> str:
+        """For a status: how many failures in a row and when the next try is, while waiting ("" otherwise)."""
+        if self.retry_at is None:
+            return ""
+        again = max(0.0, self.retry_at - self.clock())
+        times = "once" if self.failures == 1 else f"{self.failures} times in a row"
+        return f" (failed {times}; backing off, trying again in {again:.0f} s)"
+
+
+class _ShortWatch(Exception):
+    """The API server ended a watch at once with nothing in it."""
 
 
 def keep_following(
@@ -19,34 +117,48 @@ def keep_following(
     failed: Callable[[str], None],
     explain: Callable[[Exception], str],
     api_why: Callable[[Any], str] = lambda e: f"{e.status} {e.reason}",
+    backoff: Backoff | None = None,
 ) -> None:
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
-    `explain` anything else: the API server away, TLS, a timeout)."""
+    `explain` anything else: the API server away, TLS, a timeout), before the follower backs off."""
     from netcomp.kube.apierrors import ApiException
 
+    b = backoff or Backoff()
     rv: str | None = None
-    backoff = 1.0
     while not stop.is_set():
+        watching = False
         try:
             if rv is None:
                 rv = relist()
-                backoff = 1.0
+                b.listed()
+            watching, began, since = True, b.clock(), rv
             rv = watch(rv, stop)
+            if not stop.is_set() and rv == since and b.clock() - began < SHORT_WATCH:
+                raise _ShortWatch()
+            if b.clock() - began >= SHORT_WATCH:
+                b.ok()
+            continue
         except ApiException as e:
             rv = None
-            if e.status == 410 or stop.is_set():
+            if stop.is_set():
+                return
+            if e.status == 410 and watching and b.calm():
+                b.failed()  # counted: a 410 again soon waits
                 continue
-            failed(api_why(e))
+            why = api_why(e)
+            if e.status == 410:
+                why += " (again soon after the last: backing off)" if watching else " (answered to a list)"
+        except _ShortWatch:
+            why = "the API server ended a watch at once with nothing in it"
         except Exception as e:
             rv = None
             if stop.is_set():
                 return
-            failed(explain(e))
-        else:
-            continue
-        stop.wait(backoff)
-        backoff = min(backoff * 2, MAX_BACKOFF)
+            why = explain(e)
+        delay = b.failed()
+        failed(why)
+        b.sleep(stop, delay)
 
 
 WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)

@@ -1,21 +1,26 @@
 """Label selectors, read and matched as Kubernetes does: the text form `kubectl -l` and the API's labelSelector
 parameter take (apimachinery's pkg/labels/selector.go: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
 `k`, `!k`, `k>1`, `k<1`, joined by commas, all of them to hold), and the map a Service's spec.selector (or DANM's
-danm.k8s.io/selector) is: every key present with that value."""
+danm.k8s.io/selector) is: every key present with that value. The text is foreign input (a tenant's annotation):
+it is read by a scanner that looks at each character once, as apimachinery's lexer does, never by a regex that
+can backtrack, and refused past MAX_LENGTH."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from netcomp.names import label_key_problem, label_value_problem
 
-_KEY = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
-_EXISTS = re.compile(rf"\s*(!?)\s*({_KEY})\s*")
-_EQUALS = re.compile(rf"\s*({_KEY})\s*(==|=|!=)\s*([^\s,()=!]*)\s*")
-_SET = re.compile(rf"\s*({_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*")
-_ORDER = re.compile(rf"\s*({_KEY})\s*([<>])\s*(-?[0-9]+)\s*")
+# Kubernetes bounds the parts (a key's prefix 253, its name and a value 63), not the whole: 8 KiB holds 25
+# requirements with the longest keys, more than any Service asks, and keeps a refused one cheap to say why.
+MAX_LENGTH = 8192
+MAX_REQUIREMENTS = 64
+_MAX_KEY = 253 + 1 + 63  # prefix/name
+_SPECIAL = frozenset("!=(),<>")
+_OPS = {"=": "in", "==": "in", "!=": "notin", "in": "in", "notin": "notin", ">": "gt", "<": "lt"}
+_DEPTH = {"(": 1, ")": -1}
+_SHAPES = "k=v, k!=v, k in (a,b), k notin (a,b), k, !k, k>n"
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Selector:
 
 def from_map(labels: Mapping[str, str]) -> Selector:
     """A map selector (every key with its value). ValueError naming a key or value that no label can have."""
+    if len(labels) > MAX_REQUIREMENTS:
+        raise ValueError(f"{len(labels)} labels: a selector holds at most {MAX_REQUIREMENTS}")
     reqs = []
     for k, v in sorted(labels.items()):
         problem = label_key_problem(k) or label_value_problem(v)
@@ -65,16 +72,20 @@ def from_map(labels: Mapping[str, str]) -> Selector:
 
 
 def parse(text: str) -> Selector:
-    """The text form; ValueError saying which requirement is not one."""
-    reqs = [_requirement(part) for part in _split(text)] if text.strip() else []
-    return Selector(tuple(reqs))
+    """The text form; ValueError saying which requirement is not one, and why. Linear in the text's length."""
+    if len(text) > MAX_LENGTH:
+        raise ValueError(f"{len(text)} characters: a selector is at most {MAX_LENGTH}")
+    parts = _split(text) if not text.isspace() and text else []
+    if len(parts) > MAX_REQUIREMENTS:
+        raise ValueError(f"{len(parts)} requirements: a selector holds at most {MAX_REQUIREMENTS}")
+    return Selector(tuple(_requirement(part) for part in parts))
 
 
 def _split(text: str) -> list[str]:
     """At the commas outside parentheses."""
     parts, depth, start = [], 0, 0
     for i, c in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(c, 0)
+        depth += _DEPTH.get(c, 0)
         if depth < 0:
             raise ValueError(f"unbalanced ')' at character {i + 1}")
         if c == "," and depth == 0:
@@ -85,23 +96,93 @@ def _split(text: str) -> list[str]:
     return [*parts, text[start:]]
 
 
+def _tokens(part: str) -> Iterator[str]:
+    """apimachinery's lexer: whitespace separates; `!=`, `==` and the single specials are operators; any other
+    run of characters is an identifier. Each character is looked at once."""
+    i, n = 0, len(part)
+    while i < n:
+        c = part[i]
+        if c.isspace():
+            i += 1
+        elif c in _SPECIAL:
+            two = part[i : i + 2]
+            i += 2 if two in ("!=", "==") else 1
+            yield two if two in ("!=", "==") else c
+        else:
+            start = i
+            while i < n and not part[i].isspace() and part[i] not in _SPECIAL:
+                i += 1
+            yield part[start:i]
+
+
 def _requirement(part: str) -> Requirement:
-    if m := _SET.fullmatch(part):
-        values = [v.strip() for v in m[3].split(",")]
-        return _checked(Requirement(m[1], m[2], frozenset(values)), part)
-    if m := _ORDER.fullmatch(part):
-        return _checked(Requirement(m[1], "gt" if m[2] == ">" else "lt", frozenset([m[3]])), part, values=False)
-    if m := _EQUALS.fullmatch(part):
-        return _checked(Requirement(m[1], "notin" if m[2] == "!=" else "in", frozenset([m[3]])), part)
-    if m := _EXISTS.fullmatch(part):
-        return _checked(Requirement(m[2], "!exists" if m[1] else "exists"), part)
-    raise ValueError(f"{part.strip()!r} is not a requirement (k=v, k!=v, k in (a,b), k notin (a,b), k, !k, k>n)")
+    toks = list(_tokens(part))
+    shown = _shown(part)
+    if not toks or (_is_op(toks[0]) and toks[0] != "!"):
+        raise ValueError(f"{shown} is not a requirement ({_SHAPES})")
+    if toks[0] == "!":
+        if len(toks) != 2 or _is_op(toks[1]):
+            raise ValueError(f"{shown} is not a requirement: '!' takes one key ({_SHAPES})")
+        return _checked(Requirement(toks[1], "!exists"), shown)
+    key, rest = toks[0], toks[1:]
+    if not rest:
+        return _checked(Requirement(key, "exists"), shown)
+    op = _OPS.get(rest[0])
+    if op is None:
+        raise ValueError(f"{shown} is not a requirement ({_SHAPES})")
+    if rest[0] in ("in", "notin"):
+        return _checked(Requirement(key, op, _set_values(rest[1:], shown)), shown)
+    if len(rest) > 2 or any(_is_op(t) for t in rest[1:]):
+        raise ValueError(f"{shown} is not a requirement: one value after {rest[0]!r} ({_SHAPES})")
+    value = rest[1] if len(rest) == 2 else ""
+    if op in ("gt", "lt"):
+        if not _integer(value):
+            raise ValueError(f"{shown} is not a requirement: {rest[0]!r} takes an integer")
+        return _checked(Requirement(key, op, frozenset([value])), shown, values=False)
+    return _checked(Requirement(key, op, frozenset([value])), shown)
 
 
-def _checked(r: Requirement, part: str, *, values: bool = True) -> Requirement:
+def _set_values(toks: list[str], shown: str) -> frozenset[str]:
+    """The values of `(a, b)`: identifiers between commas, an empty one the empty value (as apimachinery)."""
+    if len(toks) < 2 or toks[0] != "(" or toks[-1] != ")":
+        raise ValueError(f"{shown} is not a requirement: a set is (a,b) ({_SHAPES})")
+    values, want_value = [], True
+    for t in toks[1:-1]:
+        if t == ",":
+            if want_value:
+                values.append("")
+            want_value = True
+        elif want_value and not _is_op(t) and t not in ("(", ")"):
+            values.append(t)
+            want_value = False
+        else:
+            raise ValueError(f"{shown} is not a requirement: a set's values are separated by commas")
+    if want_value:
+        values.append("")
+    return frozenset(values)
+
+
+def _is_op(tok: str) -> bool:
+    return tok in _SPECIAL or tok in ("!=", "==")
+
+
+def _integer(value: str) -> bool:
+    digits = value[1:] if value.startswith("-") else value
+    return 0 < len(digits) <= 18 and digits.isascii() and digits.isdigit()
+
+
+def _shown(part: str) -> str:
+    """A requirement as an error quotes it: bounded, so that a refusal stays one line."""
+    text = part.strip()
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _checked(r: Requirement, shown: str, *, values: bool = True) -> Requirement:
+    if len(r.key) > _MAX_KEY:  # said before the key is quoted whole
+        raise ValueError(f"{shown} is not a requirement: a label key is at most {_MAX_KEY} characters")
     problem = label_key_problem(r.key) or next(
         (p for v in (r.values if values else ()) if (p := label_value_problem(v))), None
     )
     if problem:
-        raise ValueError(f"{part.strip()!r}: {problem}")
+        raise ValueError(f"{shown} is not a requirement: {problem}")
     return r

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from netcomp.kube import following
-from netcomp.kube.following import keep_following
+from netcomp.kube.following import Backoff, keep_following
 
 log = logging.getLogger("netcomp.kube")
 
@@ -20,8 +20,11 @@ class NodeWatch:
     """`core`: the client's CoreV1Api; `changed(exists)` is called whenever what is known of the Node changes
     (from the follower's thread), and once it is first known."""
 
-    def __init__(self, core: Any, node: str, explain: Callable[[Exception], str]) -> None:
+    def __init__(
+        self, core: Any, node: str, explain: Callable[[Exception], str], backoff: Backoff | None = None
+    ) -> None:
         self.core = core
+        self.backoff = backoff or Backoff()
         self.node = node
         self.explain = explain
         self.exists: bool | None = None  # None until the API server has said
@@ -47,7 +50,7 @@ class NodeWatch:
         threading.Thread(target=self._follow, args=(stop,), name="kube-node", daemon=True).start()
 
     def _follow(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist, self._watch, self._failed, self.explain)
+        keep_following(stop, self._relist, self._watch, self._failed, self.explain, backoff=self.backoff)
 
     def _selector(self) -> str:
         return f"metadata.name={self.node}"
@@ -86,6 +89,11 @@ class NodeWatch:
             fn(exists)
 
     def _failed(self, why: str) -> None:
+        why = f"cannot follow the Node {self.node}: {why}"
         if why != self.last_error:
-            log.error("cluster: cannot follow the Node %s: %s", self.node, why)
+            log.error("cluster: %s", why)
         self.last_error = why
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None

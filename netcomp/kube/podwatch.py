@@ -23,7 +23,7 @@ from netcomp.delegate import podnets
 from netcomp.delegate.naming import PodRef
 from netcomp.errors import HostError
 from netcomp.kube import following
-from netcomp.kube.following import keep_following
+from netcomp.kube.following import Backoff, keep_following
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 
@@ -53,9 +53,16 @@ class PodWatch:
     call (apierrors.explain)."""
 
     def __init__(
-        self, core: Any, kube: KubeSettings, node: str, metrics: Metrics, explain: Callable[[Exception], str]
+        self,
+        core: Any,
+        kube: KubeSettings,
+        node: str,
+        metrics: Metrics,
+        explain: Callable[[Exception], str],
+        backoff: Backoff | None = None,
     ) -> None:
         self.core = core
+        self.backoff = backoff or Backoff()
         self.kube = kube
         self.node = node
         self.metrics = metrics
@@ -139,7 +146,7 @@ class PodWatch:
 
     def _follow(self, stop: threading.Event) -> None:
         """List the node's pods, then watch them (following.keep_following); what is known stays meanwhile."""
-        keep_following(stop, self._relist, self._watch, self._failed, self.explain)
+        keep_following(stop, self._relist, self._watch, self._failed, self.explain, backoff=self.backoff)
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node}"
@@ -186,11 +193,14 @@ class PodWatch:
 
     def _failed(self, why: str) -> None:
         self.metrics.kube_errors.labels("watch").inc()
+        why = f"cannot follow the pods of node {self.node}: {why}"
         if why != self.last_error:
-            log.error(
-                "cluster: cannot follow the pods of node %s: %s (reading pods one by one meanwhile)", self.node, why
-            )
+            log.error("cluster: %s (reading pods one by one meanwhile)", why)
         self.last_error = why
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
 
     # ------------------------------------------------------------------------------------------------ out
 

@@ -10,17 +10,18 @@ removes once its Node is gone or none of its pods is bound there. docs/kubernete
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from netcomp import foreign
+from netcomp.cni.spec import loads
 from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
 from netcomp.kube import following, slices
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.following import MAX_BACKOFF, keep_following
+from netcomp.kube.following import Backoff, keep_following
 from netcomp.kube.podwatch import PodWatch
 from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.metrics import Metrics
@@ -28,12 +29,22 @@ from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
 Key = tuple[str, str]  # (namespace, name)
+_FOLLOWED = {"Services": "the Services", "slices": "this node's EndpointSlices"}
 
 
 class ServiceSlices:
     def __init__(
-        self, core: Any, custom: Any, kube: KubeSettings, node: str, metrics: Metrics, pods: PodWatch, cache: Cache
+        self,
+        core: Any,
+        custom: Any,
+        kube: KubeSettings,
+        node: str,
+        metrics: Metrics,
+        pods: PodWatch,
+        cache: Cache,
+        backoff: Callable[[], Backoff] = Backoff,
     ) -> None:
+        """`backoff` makes each follower's and the writer's Backoff (a test's has its own clock)."""
         self.core, self.custom, self.kube, self.node = core, custom, kube, node
         self.metrics, self.pods, self.cache = metrics, pods, cache
         self.explain = pods.explain
@@ -48,8 +59,10 @@ class ServiceSlices:
         self._listed: set[str] = set()  # what has been listed once: services, slices, pods, records
         self._dirty = True
         self._busy = False  # the loop is reconciling
-        self.last_error: str | None = None
-        self._said: dict[Key, str] = {}  # the refusal logged for each Service
+        # Why following the Services or the slices, or writing, failed last (None: it works now), and how each
+        # backs off meanwhile.
+        self.errors: dict[str, str | None] = {"Services": None, "slices": None, "write": None}
+        self.backoffs = {what: backoff() for what in self.errors}
         pods.listeners.append(self._pods_seen)
         cache.listeners.append(self._record_changed)
 
@@ -72,6 +85,12 @@ class ServiceSlices:
                 "refused": {f"{ns}/{name}": why for (ns, name), why in sorted(self.refused.items())},
                 "lastError": self.last_error,
             }
+
+    @property
+    def last_error(self) -> str | None:
+        """The first failure that holds now, with how its follower backs off."""
+        what = next((w for w, why in self.errors.items() if why), None)
+        return f"{self.errors[what]}{self.backoffs[what].saying()}" if what else None
 
     def wait_written(self, timeout: float) -> bool:
         """Until every change seen has been reconciled (tests)."""
@@ -128,8 +147,8 @@ class ServiceSlices:
                     self._records.pop(key, None)
 
     def _follow_services(self, stop: threading.Event) -> None:
-        failed = functools.partial(self._failed, "the Services")
-        keep_following(stop, self._relist_services, self._watch_services, failed, self.explain, _api_why)
+        keep_following(stop, self._relist_services, self._watch_services, lambda why: self._failed("Services", why),
+                       self.explain, _api_why, self.backoffs["Services"])  # fmt: skip
 
     def _selector(self) -> str | None:
         """The Services followed: those of serviceLabelSelector, all when it is unset (None: no query parameter)."""
@@ -139,14 +158,14 @@ class ServiceSlices:
         resp: Any = self.core.list_service_for_all_namespaces(
             label_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
         )
-        doc = json.loads(resp.data)
-        read = [(_key(item), slices.read_service(item, self.kube.danmGroup)) for item in doc.get("items") or []]
+        doc = loads(resp.data)
+        read = [(_key(item), self._read_service(item)) for item in doc.get("items") or [] if isinstance(item, dict)]
         with self._cond:
             self.services, self.refused = {}, {}
             for key, got in read:
                 self._take_service(key, got)
-            self._said = {k: v for k, v in self._said.items() if k in self.refused}
             self._listed.add("services")
+            self.errors["Services"] = None
             self._touch()
         log.info("EndpointSlices: %d Services on secondary networks", len(self.services))
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
@@ -158,7 +177,7 @@ class ServiceSlices:
         for kind, obj in events:
             if kind not in ("ADDED", "MODIFIED", "DELETED"):
                 continue
-            got = slices.read_service(obj, self.kube.danmGroup) if kind != "DELETED" else None
+            got = self._read_service(obj) if kind != "DELETED" else None
             with self._cond:
                 before = (self.services.get(_key(obj)), self.refused.get(_key(obj)))
                 self._take_service(_key(obj), got)
@@ -166,22 +185,29 @@ class ServiceSlices:
                     self._touch()
         return events.rv
 
+    def _read_service(self, obj: dict[str, Any]) -> ServiceSpec | slices.Refusal | None:
+        """What a Service asks; a refusal is said once per version of it, naming who wrote it (foreign.py). A
+        Service is a tenant's: nothing in it stops the watch of the others."""
+        try:
+            got = slices.read_service(obj, self.kube.danmGroup)
+        except Exception as e:  # a shape read_service did not foresee: that Service's loss only
+            log.debug("Service %s/%s", *_key(obj), exc_info=True)
+            got = slices.Refusal(*_key(obj), f"cannot be read ({type(e).__name__})")
+        if isinstance(got, slices.Refusal):
+            foreign.ignore("Service", "/".join(_key(obj)), f"gets no EndpointSlices: {got.why}", obj)
+        return got
+
     def _take_service(self, key: Key, got: ServiceSpec | slices.Refusal | None) -> None:
         self.services.pop(key, None)
         self.refused.pop(key, None)
         if isinstance(got, ServiceSpec):
             self.services[key] = got
-        if not isinstance(got, slices.Refusal):
-            self._said.pop(key, None)
-            return
-        self.refused[key] = got.why
-        if self._said.get(key) != got.why:  # once per Service and reason, not at every list
-            log.warning("Service %s/%s gets no EndpointSlices: %s", key[0], key[1], got.why)
-            self._said[key] = got.why
+        elif isinstance(got, slices.Refusal):
+            self.refused[key] = got.why
 
     def _follow_slices(self, stop: threading.Event) -> None:
-        failed = functools.partial(self._failed, "this node's EndpointSlices")
-        keep_following(stop, self._relist_slices, self._watch_slices, failed, self.explain, _api_why)
+        keep_following(stop, self._relist_slices, self._watch_slices, lambda why: self._failed("slices", why),
+                       self.explain, _api_why, self.backoffs["slices"])  # fmt: skip
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""
@@ -203,11 +229,12 @@ class ServiceSlices:
             GROUP, version, PLURAL, label_selector=slices.own_selector(self.node),
             _request_timeout=max(self.kube.timeout, 30), _preload_content=False,
         )  # fmt: skip
-        doc = json.loads(resp.data)
+        doc = loads(resp.data)
         with self._cond:
             self.version = version
             self.actual = {_key(item): slices.digest_of(item) for item in doc.get("items") or []}
             self._listed.add("slices")
+            self.errors["slices"] = None
             self._touch()
         return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -233,18 +260,18 @@ class ServiceSlices:
 
     def _failed(self, what: str, why: str) -> None:
         self.metrics.kube_errors.labels("watch").inc()
-        why = f"cannot follow {what}: {why}"
-        if why != self.last_error:
+        why = f"cannot follow {_FOLLOWED[what]}: {why}"
+        if why != self.errors[what]:  # one line per distinct failure, not one per retry
             log.error("EndpointSlices: %s (their slices stay as they are until it answers)", why)
-        self.last_error = why
+        self.errors[what] = why
 
     # ------------------------------------------------------------------------------------------------ out
 
     def _loop(self, stop: threading.Event) -> None:
         """Reconcile whenever something changed and everything has been listed; after a failed write, again
-        after a back-off (1 s, doubling up to following.MAX_BACKOFF)."""
+        after a back-off (following.Backoff)."""
         self._read_records(None)
-        backoff = 1.0
+        backoff = self.backoffs["write"]
         while not stop.is_set():
             with self._cond:
                 if not self._cond.wait_for(lambda: (self._dirty and self.synced) or stop.is_set(), 1.0):
@@ -269,10 +296,9 @@ class ServiceSlices:
                         self._dirty = True
                     self._cond.notify_all()
             if failed:
-                stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                backoff.sleep(stop, backoff.failed())
             else:
-                backoff = 1.0
+                backoff.ok()
 
     def _reconcile(self) -> int:
         """Write what differs; the number of writes that failed."""
@@ -289,7 +315,7 @@ class ServiceSlices:
         for key in sorted(actual.keys() - want.keys()):
             failed += not self._delete(key, version)
         if not failed:
-            self.last_error = None
+            self.errors["write"] = None
         return failed
 
     def _write(self, key: Key, body: dict[str, Any], version: str, *, exists: bool) -> bool:
@@ -336,9 +362,9 @@ class ServiceSlices:
     def _write_failed(self, what: str, e: Exception) -> bool:
         self.metrics.kube_errors.labels("slice").inc()
         why = f"{what}: {_api_why(e) or self.explain(e)}"
-        if why != self.last_error:
+        if why != self.errors["write"]:
             log.error("%s (trying again)", why)
-        self.last_error = why
+        self.errors["write"] = why
         return False
 
     # ------------------------------------------------------------------------------------------------ GC
@@ -354,7 +380,7 @@ class ServiceSlices:
                 _request_timeout=max(self.kube.timeout, 30), _preload_content=False,
             )  # fmt: skip
             by_node: dict[str, list[dict[str, Any]]] = {}
-            for item in json.loads(resp.data).get("items") or []:
+            for item in loads(resp.data).get("items") or []:
                 node = str(((item.get("metadata") or {}).get("annotations") or {}).get(slices.NODE) or "")
                 if node and node != self.node:
                     by_node.setdefault(node, []).append(item)
@@ -394,7 +420,7 @@ class ServiceSlices:
         resp: Any = self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node}", _request_timeout=max(self.kube.timeout, 30), _preload_content=False
         )
-        items = json.loads(resp.data).get("items") or []
+        items = loads(resp.data).get("items") or []
         return True, {str((p.get("metadata") or {}).get("uid") or "") for p in items}
 
 
@@ -410,7 +436,7 @@ def _api_why(e: Any) -> str:
         return ""
     text = f"{status} {reason}"
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        message = json.loads(getattr(e, "body", b"") or b"").get("message")
+        message = loads(getattr(e, "body", b"") or b"").get("message")
         if message and message not in str(reason):  # netcomp's own client has it in the reason already
             text += f": {message}"
     if status == 403:

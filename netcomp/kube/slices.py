@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from netcomp.cni.spec import loads_foreign
 from netcomp.delegate.naming import namespace_of, network_key, pod_ref
 from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.record import Entry
@@ -78,9 +79,12 @@ class Refusal:
 
 
 def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> ServiceSpec | Refusal | None:
-    """What a Service asks of this node; None when it asks nothing (neither spelling's annotations)."""
-    meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
-    notes, own = meta.get("annotations") or {}, meta.get("labels") or {}
+    """What a Service asks of this node; None when it asks nothing (neither spelling's annotations). Its
+    annotations are a tenant's text: each is read by a bounded, linear parser, and anything they cannot mean is
+    a Refusal, never an exception."""
+    meta, spec = _mapping(doc.get("metadata")), _mapping(doc.get("spec"))
+    notes = {k: v for k, v in _mapping(meta.get("annotations")).items() if isinstance(v, str)}
+    own = _mapping(meta.get("labels"))
     ns, name, uid = str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or "")
     prefixes = [danm_group, *(p for p in ("danm.k8s.io", "danm.io") if p != danm_group)]
     danm = next((p for p in prefixes if any(f"{p}/{k}" in notes for k in ("selector", *DANM_KINDS))), None)
@@ -101,7 +105,8 @@ def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> Ser
         else:
             assert danm is not None
             selector, networks = _danm(notes, danm)
-        ports = tuple(_port(p, native) for p in spec.get("ports") or [] if isinstance(p, dict))
+        ports = spec.get("ports")
+        ports = tuple(_port(p, native) for p in (ports if isinstance(ports, list) else []) if isinstance(p, dict))
     except ValueError as e:
         return Refusal(ns, name, str(e))
     return ServiceSpec(
@@ -114,22 +119,29 @@ def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> Ser
         ports,
         publish_not_ready=bool(spec.get("publishNotReadyAddresses")) or notes.get(TOLERATE_UNREADY) == "true",
         headless=spec.get("clusterIP") == "None",
-        proxy_name=own.get(PROXY_NAME),
+        proxy_name=str(own[PROXY_NAME]) if own.get(PROXY_NAME) else None,
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _native(notes: Mapping[str, str], own_selector: Any) -> tuple[Selector, tuple[NetworkRef, ...]]:
     network = str(notes.get(NETWORK) or "").strip()
     ns, slash, name = network.rpartition("/")
-    if not network or not DNS_LABEL_RE.fullmatch(name) or (slash and not DNS_LABEL_RE.fullmatch(ns)):
-        raise ValueError(f"{NETWORK}: {network!r} is not a network (name, or namespace/name)")
+    if not _dns_label(name) or (slash and not _dns_label(ns)):
+        raise ValueError(f"{NETWORK}: {_shown(network)} is not a network (name, or namespace/name)")
     if SELECTOR in notes:
         try:
             selector = labelsel.parse(str(notes[SELECTOR]))
         except ValueError as e:
             raise ValueError(f"{SELECTOR}: {e}") from None
     elif isinstance(own_selector, dict) and own_selector:
-        selector = labelsel.from_map({str(k): str(v) for k, v in own_selector.items()})
+        try:
+            selector = labelsel.from_map({str(k): str(v) for k, v in own_selector.items()})
+        except ValueError as e:
+            raise ValueError(f"spec.selector: {e}") from None
     else:
         raise ValueError(f"{SELECTOR} is missing: the labels of the pods to select (as kubectl -l takes them)")
     if selector.empty:
@@ -140,7 +152,7 @@ def _native(notes: Mapping[str, str], own_selector: Any) -> tuple[Selector, tupl
 def _danm(notes: Mapping[str, str], prefix: str) -> tuple[Selector, tuple[NetworkRef, ...]]:
     key = f"{prefix}/selector"
     try:
-        labels = json.loads(notes.get(key) or "{}")
+        labels = loads_foreign(notes.get(key) or "{}")
     except ValueError as e:
         raise ValueError(f"{key}: not JSON ({e})") from None
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
@@ -155,12 +167,21 @@ def _danm(notes: Mapping[str, str], prefix: str) -> tuple[Selector, tuple[Networ
     for field_, kind in DANM_KINDS.items():
         value = str(notes.get(f"{prefix}/{field_}") or "").strip()
         if value:
-            if not DNS_LABEL_RE.fullmatch(value):
-                raise ValueError(f"{prefix}/{field_}: {value!r} is not a {kind}'s name")
+            if not _dns_label(value):
+                raise ValueError(f"{prefix}/{field_}: {_shown(value)} is not a {kind}'s name")
             networks.append(NetworkRef(kind, value))
     if not networks:
         raise ValueError(f"it names no network: {prefix}/network, /tenantNetwork or /clusterNetwork")
     return selector, tuple(networks)
+
+
+def _dns_label(name: str) -> bool:
+    return len(name) <= 63 and DNS_LABEL_RE.fullmatch(name) is not None
+
+
+def _shown(text: str) -> str:
+    """Foreign text as a refusal quotes it: bounded, so that the refusal stays one line."""
+    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _port(p: Mapping[str, Any], native: bool) -> Port:
