@@ -310,8 +310,8 @@ def test_killed_between_releasing_a_block_and_recording_it(api: ApiServer, custo
 
 def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:
     """A pod asks for an address (Multus's `ips`) inside a block another node holds: that node lends exactly it,
-    the lent entry names the pod; an address the other node's container has is refused with 11 naming it, before
-    any plugin; after the DEL the address is given back."""
+    the lent entry names the pod; an address the other node's container has is refused with 11 before any plugin,
+    saying it is taken and not by whom (the holder is no pod of the asking pod's namespace); after the DEL the address is given back."""
     from kubernetes import config
 
     from tests.integration.test_multus import annotated, attach, detach, pod
@@ -338,7 +338,9 @@ def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom:
             lent = blocks_by_name(custom, "exact")[block["metadata"]["name"]]["spec"]["lent"]
             assert (lent[wanted]["node"], lent[wanted]["pod"]["name"]) == ("node-b", "wants")
             ctr2, rc, res = attach(b, p2)
-            assert rc == 1 and res["code"] == 11 and held in res["msg"] and "node-a" in res["msg"], res
+            # Held by a container of node-a that is no pod of this namespace: taken, and by whom is not said.
+            assert rc == 1 and res["code"] == 11 and f"address {held} of network 'exact' is taken" in res["msg"], res
+            assert "node-a" not in res["msg"], res
             assert b.lab.links(ctr2) == ["lo"]
             detach(b, ctr1, p1)
         flushed(labs)
