@@ -311,7 +311,8 @@ def test_killed_between_releasing_a_block_and_recording_it(api: ApiServer, custo
 def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:
     """A pod asks for an address (Multus's `ips`) inside a block another node holds: that node lends exactly it,
     the lent entry names the pod; an address the other node's container has is refused with 11 before any plugin,
-    saying it is taken and not by whom (the holder is no pod of the asking pod's namespace); after the DEL the address is given back."""
+    saying it is taken and not by whom (the holder is no pod of the asking pod's namespace); after the DEL the
+    address is given back."""
     from kubernetes import config
 
     from tests.integration.test_multus import annotated, attach, detach, pod
