@@ -167,7 +167,7 @@ def test_no_module_is_named_like_a_stdlib_module_or_another_wings() -> None:
     assert {n: ms for n, ms in names.items() if len(ms) > 1 or any("(" in m for m in ms)} == {}
 
 
-MODULE_LINES = 450  # a module longer than this holds more than one concern: split it where its concepts part
+MODULE_LINES = 600  # a tripwire, not a target: a module this long holds more than one concern; split where they part
 FUNCTION_LINES = 80  # a function this long does more than one thing
 
 
