@@ -18,6 +18,7 @@ from typing import Any
 from netcomp import foreign
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
+from netcomp.ipam.idclaims import problem as id_problem
 from netcomp.ipam.pool import claim_name, network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
@@ -65,7 +66,7 @@ def from_object(obj: Any) -> Claim | None:
     name = meta["name"] if isinstance(meta.get("name"), str) else ""
     why = _claim_problem(name, spec)
     if why:
-        foreign.ignore(KIND, name[:253], why, obj)
+        foreign.ignore(KIND, name[:253], why, {"metadata": meta})
         return None
     assert isinstance(spec, dict)
     return Claim(
@@ -160,20 +161,30 @@ def id_to_object(c: IdClaim) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": ID_KIND, "metadata": {"name": c.name}, "spec": spec}
 
 
-def id_from_object(obj: dict[str, Any]) -> IdClaim | None:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    net = spec.get("network") or {}
-    if obj.get("kind") != ID_KIND or not isinstance(spec.get("vni"), int) or not isinstance(net, dict):
+def id_from_object(obj: Any) -> IdClaim | None:
+    """The id claim an object records; None when it is not a TenantClaim, or when it is no claim of its own name
+    (idclaims.problem: the name is the lock on an id, a claim under another is forged) or a field is not of its
+    type; those are reported (foreign.ignore). Nothing here raises."""
+    if not isinstance(obj, dict) or obj.get("kind") != ID_KIND:
         return None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta["name"] if isinstance(meta.get("name"), str) else ""
+    why = id_problem(name, spec)
+    if why:
+        foreign.ignore(ID_KIND, name[:253], why, {"metadata": meta})
+        return None
+    assert isinstance(spec, dict)
+    net = spec["network"]
     return IdClaim(
-        name=str(meta.get("name", "")),
-        profile=str(spec.get("profile", "")),
-        vni_type=str(spec.get("vniType", "")),
+        name=name,
+        profile=spec["profile"],
+        vni_type=spec["vniType"],
         vni=spec["vni"],
-        network=f"{net.get('namespace', '')}/{net.get('name', '')}",
-        network_uid=str(net.get("uid", "")),
-        node=str(spec.get("node", "")),
-        uid=str(meta.get("uid", "")),
+        network=f"{net['namespace']}/{net['name']}",
+        network_uid=net.get("uid", ""),
+        node=spec.get("node", ""),
+        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
         created=created(meta),
     )
 

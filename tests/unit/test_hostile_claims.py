@@ -1,0 +1,110 @@
+"""TenantClaim objects written by a hostile node (any node's credentials may write them): a TenantClaim counts
+only as the claim its own name is, with fields of their types and an id in its range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netcomp import foreign
+from netcomp.ipam.idclaims import IdAllocator, id_claim_name
+from netcomp.kube import kubestore
+from tests.unit.test_hostile_blocks import Ignored, _deep, _json
+
+
+@pytest.fixture
+def ignored() -> Any:
+    counter = Ignored()
+    foreign.count_into(counter)
+    foreign._seen.clear()
+    yield counter
+    foreign.count_into(None)
+
+
+# ------------------------------------------------------------------------------------------------ TenantClaim
+
+
+def tenant(name: str | None = None, vni: Any = 1000, **spec: Any) -> dict[str, Any]:
+    s = {"profile": "ens4", "vniType": "vlan", "vni": vni, "network": {"namespace": "t", "name": "net"},
+         "node": "node-b", **spec}  # fmt: skip
+    if name is None:
+        name = id_claim_name("ens4", "vlan", vni if isinstance(vni, int) else 1000)
+    return {"kind": "TenantClaim", "metadata": {"name": name, "uid": "u"}, "spec": s}
+
+
+def test_a_tenant_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
+    """A TenantClaim whose name is not id_claim_name(profile, type, id), whose id is no int of its type's range,
+    or whose holder's fields are not strings is ignored (and counted); the right one is read."""
+    got = kubestore.id_from_object(tenant())
+    assert got is not None and (got.vni, got.network, got.node) == (1000, "t/net", "node-b")
+    bad = [
+        tenant(name=id_claim_name("ens4", "vlan", 1001)),  # another id's name: forged
+        tenant(name=id_claim_name("ens4", "vlan", 5000), vni=5000),  # no VLAN id
+        tenant(name=id_claim_name("ens4", "vlan", 0), vni=0),
+        tenant(vni=True),
+        tenant(vni="1000"),
+        tenant(vniType="gre"),
+        tenant(profile={"a": 1}),
+        tenant(network=["t", "net"]),
+        tenant(network={"namespace": "t", "name": 7}),
+        tenant(network={"namespace": "t", "name": "net", "uid": {"x": 1}}),
+        tenant(node=None),
+        {"kind": "TenantClaim", "metadata": {"name": id_claim_name("ens4", "vlan", 1000)}, "spec": "x"},
+    ]
+    for i, obj in enumerate(bad):
+        obj["metadata"]["resourceVersion"] = str(i)  # each a version of its own: each reported
+        assert kubestore.id_from_object(obj) is None, obj
+    assert ignored.kinds.count("TenantClaim") == len(bad)
+
+
+def test_a_forged_tenant_claim_does_not_take_another_id() -> None:
+    """A claim of this network's id 1000 stored under the name of id 1001 neither holds 1000 for the network nor
+    keeps anyone from 1001: the view never gets it."""
+
+    class Store:
+        kind = "test"
+
+        def list(self) -> list[Any]:
+            forged = tenant(name=id_claim_name("ens4", "vlan", 1001), network={"namespace": "x", "name": "y"})
+            return [c for c in map(kubestore.id_from_object, [forged]) if c is not None]
+
+    assert IdAllocator(Store(), "node-a").claims() == []
+    a = IdAllocator(Store(), "node-a")
+    a._ensure_listed()
+    assert a.claims() == []
+
+
+_ids = st.one_of(st.integers(-(1 << 70), 1 << 70), st.sampled_from([0, 1, 4094, 4095, 16777214, 16777215]), _json)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.one_of(st.text(max_size=30), _json, st.just(id_claim_name("ens4", "vlan", 1000))),
+    profile=st.one_of(st.just("ens4"), st.text(max_size=20), _json),
+    vtype=st.one_of(st.sampled_from(["vlan", "vxlan", "x"]), _json),
+    vni=_ids,
+    network=st.one_of(st.fixed_dictionaries({"namespace": st.text(max_size=5), "name": _json}), _json),
+    node=_json,
+    meta=st.one_of(_json, st.just(None)),
+    deep=st.integers(0, 3000),
+)
+def test_the_tenant_claim_decoder_takes_anything(
+    name: Any, profile: Any, vtype: Any, vni: Any, network: Any, node: Any, meta: Any, deep: int
+) -> None:
+    """Random and adversarial TenantClaim objects (wrong types, ids out of range, deep nesting): nothing escapes,
+    and whatever is read is the claim of its name."""
+    spec = {"profile": profile, "vniType": vtype, "vni": vni, "network": network, "node": node, "x": _deep(deep)}
+    for obj in (
+        {"kind": "TenantClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec},
+        {"kind": "TenantClaim", "metadata": meta, "spec": network},
+        {"kind": "TenantClaim", "metadata": meta, "spec": spec},
+        name,
+    ):
+        got = kubestore.id_from_object(obj)
+        if got is not None:
+            assert got.name == id_claim_name(got.profile, got.vni_type, got.vni)
+            assert isinstance(got.vni, int) and 1 <= got.vni <= 16777214
+            assert all(isinstance(v, str) for v in (got.network, got.network_uid, got.node, got.uid))
