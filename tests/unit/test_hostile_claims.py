@@ -1,8 +1,10 @@
-"""TenantClaim objects written by a hostile node (any node's credentials may write them): a TenantClaim counts
-only as the claim its own name is, with fields of their types and an id in its range."""
+"""TenantClaim and AddressClaim objects written by a hostile node (any node's credentials may write them): a
+TenantClaim counts only as the claim its own name is, with fields of their types and an id in its range; an
+AddressClaim of an address outside its network's pool is ignored where the pool is known."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -10,9 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcomp import foreign
+from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
+from netcomp.ipam.store import Claim
 from netcomp.kube import kubestore
-from tests.unit.test_hostile_blocks import Ignored, _deep, _json
+from tests.unit.test_hostile_blocks import Ignored, NoStore, _deep, _json, pool
 
 
 @pytest.fixture
@@ -108,3 +112,38 @@ def test_the_tenant_claim_decoder_takes_anything(
             assert got.name == id_claim_name(got.profile, got.vni_type, got.vni)
             assert isinstance(got.vni, int) and 1 <= got.vni <= 16777214
             assert all(isinstance(v, str) for v in (got.network, got.network_uid, got.node, got.uid))
+
+
+# ------------------------------------------------------------------------------------------------ AddressClaim
+
+
+def address_claim(address: str, node: str = "node-b") -> Claim:
+    return Claim(kubestore.claim_name("n", ipaddress.ip_address(address)), "n", address, node, "c", "net1",
+                 uid=f"u-{address}")  # fmt: skip
+
+
+def test_an_address_claim_outside_the_networks_pool_is_ignored(ignored: Ignored) -> None:
+    """A claim at its right name of an address outside the network's pool is ignored (counted) where the pool is
+    known, whether the watch brings it or it was in the view before the pool was; one inside is kept, and so is
+    one of a network this node does not serve."""
+    a = Allocator(NoStore(), "node-a")
+    a.changed(address_claim("192.168.9.9").name, address_claim("192.168.9.9"))  # no pool known yet: kept
+    a.serve({"n": pool("10.0.0.0/24")})
+    assert a.claims("n") == []
+    for addr in ("10.0.0.5", "10.9.0.5", "fd00::5"):
+        a.changed(address_claim(addr).name, address_claim(addr))
+    assert [c.address for c in a.claims("n")] == ["10.0.0.5"]
+    assert ignored.kinds.count("AddressClaim") == 3
+    other = Claim(kubestore.claim_name("m", ipaddress.ip_address("10.9.0.5")), "m", "10.9.0.5", "node-b", "c", "x")
+    a.changed(other.name, other)
+    assert [c.address for c in a.claims("m")] == ["10.9.0.5"]
+
+
+def test_this_nodes_own_claim_outside_the_pool_is_kept() -> None:
+    """This node's claim outside the pool (a subnet edited under it) stays in the view: it is this node's to
+    release, which it cannot do with a claim it no longer sees."""
+    a = Allocator(NoStore(), "node-a")
+    a.serve({"n": pool("10.0.0.0/24")})
+    mine = address_claim("10.9.0.5", node="node-a")
+    a.changed(mine.name, mine)
+    assert a.claims("n") == [mine]
