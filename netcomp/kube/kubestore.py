@@ -207,6 +207,13 @@ class KubeStore:
         self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
         self._on_listed: Callable[[], None] = lambda: None
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
+        self.backoff = cluster.backoff()
+        self.last_error: str | None = None
+        cluster.reporting.append(self.status_error)
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"cannot follow {self.codec.what}: {self.last_error}{self.backoff.saying()}" if self.last_error else None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
         return store_unavailable(e, self.codec.plural)
@@ -263,19 +270,20 @@ class KubeStore:
         return True
 
     def list(self) -> list[Any]:
-        return self._list()[0]
-
-    def _list(self, selector: str | None = None) -> tuple[builtins.list[Any], str]:
-        """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion."""
-        claims, rv = [], ""
-        call = self.custom.list_cluster_custom_object
         try:
-            for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
-                                                  timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
-                rv = version
-                claims += [c for c in map(self.codec.from_object, items) if c is not None]
+            return self._list()[0]
         except Exception as e:
             raise self._unavailable(e) from None
+
+    def _list(self, selector: str | None = None) -> tuple[builtins.list[Any], str]:
+        """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion. The API's
+        exceptions as they are: the follower words a 410 and backs off by them (following.keep_following)."""
+        claims, rv = [], ""
+        call = self.custom.list_cluster_custom_object
+        for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
+                                              timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+            rv = version
+            claims += [c for c in map(self.codec.from_object, items) if c is not None]
         return claims, rv
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
@@ -304,19 +312,16 @@ class KubeStore:
         """The claims of no network label (written by hand, or by something else) at names of served networks."""
         networks, on_foreign = self._on_foreign
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
-        try:
-            call = self.custom.list_cluster_custom_object
-            for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
-                                            label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
-                for obj in items:
-                    name = str((obj.get("metadata") or {}).get("name", ""))
-                    net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
-                    claim = self.codec.from_object(obj)
-                    if net is not None and (claim is None or claim.network != net):
-                        on_foreign(name, f"object {self.codec.plural}/{name}" + (
-                            f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
-        except Exception as e:
-            raise self._unavailable(e) from None
+        call = self.custom.list_cluster_custom_object
+        for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
+                                        label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
+            for obj in items:
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
+                claim = self.codec.from_object(obj)
+                if net is not None and (claim is None or claim.network != net):
+                    on_foreign(name, f"object {self.codec.plural}/{name}" + (
+                        f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
 
     def _keep_following(self, selector: str | None, on_change: Callable[[str, Any], None], stop: threading.Event,
                         current: Callable[[], bool]) -> None:  # fmt: skip
@@ -335,6 +340,7 @@ class KubeStore:
             for c in claims:
                 on_change(c.name, c)
             known = names
+            self.last_error = None
             if selector is not None:
                 self._on_listed()
             return rv
@@ -356,11 +362,12 @@ class KubeStore:
             return events.rv
 
         def failed(why: str) -> None:
-            log.warning("%s: %s", self.codec.what, why)
+            if why != self.last_error:  # one line per distinct failure, not one per retry
+                log.warning("%s: %s", self.codec.what, why)
+            self.last_error = why
 
-        keep_following(
-            stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)), lambda e: str(self._unavailable(e))
-        )
+        keep_following(stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)),
+                       lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ for GC
 

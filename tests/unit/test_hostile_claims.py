@@ -1,10 +1,13 @@
 """TenantClaim and AddressClaim objects written by a hostile node (any node's credentials may write them): a
 TenantClaim counts only as the claim its own name is, with fields of their types and an id in its range; an
-AddressClaim of an address outside its network's pool is ignored where the pool is known."""
+AddressClaim of an address outside its network's pool is ignored where the pool is known; and the followers of
+address blocks and of claims say in GET /status why they cannot follow and how they back off."""
 
 from __future__ import annotations
 
 import ipaddress
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +16,18 @@ from hypothesis import strategies as st
 
 from netcomp import foreign
 from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockstate import LocalRecord
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
 from netcomp.ipam.store import Claim
 from netcomp.kube import kubestore
+from netcomp.kube.kubeblocks import KubeBlocks
+from netcomp.kube.kubestore import IDS, KubeStore
+from netcomp.metrics import Metrics
+from netcomp.settings import KubeSettings
+from tests.unit.test_api_client import kubeconfig
 from tests.unit.test_hostile_blocks import Ignored, NoStore, _deep, _json, pool
+from tests.unit.test_watch_backoff import FakeTime, Gone410
 
 
 @pytest.fixture
@@ -147,3 +158,60 @@ def test_this_nodes_own_claim_outside_the_pool_is_kept() -> None:
     mine = address_claim("10.9.0.5", node="node-a")
     a.changed(mine.name, mine)
     assert a.claims("n") == [mine]
+
+
+# ------------------------------------------------------------------------------------------------ status
+
+
+def cluster_for(tmp_path: Path, t: FakeTime) -> Any:
+    from netcomp.kube.cluster import Cluster
+
+    path = kubeconfig(tmp_path, {"token": "t"})
+    return Cluster(KubeSettings(kubeconfig=path), tmp_path / "cluster", Metrics(), "node-a", backoff=t.backoff)
+
+
+def watch_status(t: FakeTime, follower: Any, cluster: Any) -> list[Any]:
+    """What the cluster's status says at each wait of `follower`'s back-off."""
+    seen: list[Any] = []
+    real_wait = follower.backoff.wait
+
+    def wait(s: threading.Event, seconds: float) -> None:
+        seen.append(cluster.status()["lastError"])
+        real_wait(s, seconds)
+
+    follower.backoff.wait = wait
+    return seen
+
+
+def test_the_claims_followers_say_their_failure_and_back_off_in_status(tmp_path: Path) -> None:
+    """The AddressClaim and TenantClaim followers back off on the cluster's Backoff, and GET /status's
+    kubernetes.lastError says why they cannot follow and when they try again."""
+    for codec, what in ((kubestore.ADDRESSES, "address claims"), (IDS, "TenantConfig id claims")):
+        stop = threading.Event()
+        t = FakeTime(stop, window=10)
+        cluster = cluster_for(tmp_path, t)
+        store = KubeStore(cluster, codec)
+        store.custom = Gone410(t)
+        seen = watch_status(t, store, cluster)
+        store.follow(lambda name, claim: None, stop)
+        assert t.calls <= 5
+        assert seen[0] == f"cannot follow {what}: the API server answered 410 Gone: too old resource version: 5 " \
+            "(9) (answered to a list) (failed once; backing off, trying again in 1 s)"  # fmt: skip
+        assert seen[2].endswith("(failed 3 times in a row; backing off, trying again in 3 s)")
+
+
+def test_the_blocks_follower_says_its_failure_and_back_off_in_status(tmp_path: Path) -> None:
+    """The AddressBlock follower backs off on the cluster's Backoff, and GET /status's kubernetes.lastError says
+    why it cannot follow and when it tries again."""
+    stop = threading.Event()
+    t = FakeTime(stop, window=10)
+    cluster = cluster_for(tmp_path, t)
+    blocks = KubeBlocks(cluster)
+    blocks.custom = Gone410(t)
+    blocks.alloc = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.alloc.serve({"n": pool()})
+    seen = watch_status(t, blocks, cluster)
+    blocks._follow("netcomp.io/network in (n)", stop, lambda: True)
+    assert t.calls <= 5
+    assert seen[0] is not None and seen[0].startswith("cannot follow address blocks: the API server answered 410")
+    assert seen[0].endswith("(failed once; backing off, trying again in 1 s)")
