@@ -78,6 +78,7 @@ class Addresses:
         if pools == self.pools:
             return
         self.pools = pools
+        self.allocator.per_address.serve(pools)
         if self.blocks is not None:
             self.blocks.serve({n: p for n, p in pools.items() if not p.per_address})
         if self._following:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from netcomp import foreign
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import IPAddress, Pool, claim_name
@@ -72,12 +73,13 @@ class Allocator:
         self._foreign: dict[str, str] = {}  # names held by something that is not a claim of its network
         self.synced = threading.Event()
         self.last_error: str | None = None
+        self.pools: dict[str, Pool] = {}  # the networks served: a claim of one must lie in its pool
 
     # ------------------------------------------------------------------------------------------------ the view
 
     def load(self) -> None:
         """List every claim into the view. StoreUnavailable."""
-        claims = self.store.list()
+        claims = [c for c in self.store.list() if self._fits(c)]
         now = time.monotonic()
         with self._lock:
             self._view = {c.name: c for c in claims}
@@ -89,7 +91,29 @@ class Allocator:
         """Keep the view current until stop (a thread): the store's watch, or nothing for a node-local store."""
         self.store.follow(self.changed, stop)
 
+    def serve(self, pools: dict[str, Pool]) -> None:
+        """The pools of the networks this node serves; claims in the view outside theirs are dropped."""
+        with self._lock:
+            self.pools = dict(pools)
+            for c in [c for c in self._view.values() if not self._fits(c)]:
+                del self._view[c.name]
+                self._seen.pop(c.name, None)
+            self.updated.notify_all()
+
+    def _fits(self, c: Claim) -> bool:
+        """Whether a claim lies in its network's pool, where the pool is known: another writer may have put a
+        claim of any address at its right name. This node's own claims are kept whatever the pool says now (a
+        subnet edited under them): they are its to release, and gc_own frees what no container holds."""
+        pool = self.pools.get(c.network)
+        if pool is None or c.node == self.node or pool.range_for(ipaddress.ip_address(c.address)) is not None:
+            return True
+        why = f"its address {c.address} is in no subnet of network {c.network!r} ({_subnets(pool)})"
+        foreign.ignore("AddressClaim", c.name, why, {"metadata": {"resourceVersion": c.uid}})
+        return False
+
     def changed(self, name: str, claim: Claim | None) -> None:
+        if claim is not None and not self._fits(claim):
+            claim = None  # ignored for what it claims: as if it were not there
         with self._lock:
             if claim is None:
                 self._view.pop(name, None)
@@ -322,6 +346,10 @@ class Allocator:
                 }
             )
         return out
+
+
+def _subnets(pool: Pool) -> str:
+    return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
 
 
 def _order(c: Claim) -> tuple[str, int, int]:

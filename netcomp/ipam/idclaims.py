@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from netcomp.intent.tenancy import ClaimUnavailable, Exhausted, Profile
+from netcomp.intent.tenancy import VNI_MAX, ClaimUnavailable, Exhausted, Profile
 from netcomp.ipam.store import StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
@@ -53,6 +53,29 @@ def id_claim_name(profile: str, vni_type: str, vni: int) -> str:
     one), then the type and id: `ens4-6a1b2c3d.vlan-1000`."""
     label = re.sub(r"[^a-z0-9-]+", "-", profile.lower()).strip("-")[:40] or "profile"
     return f"{label}-{zlib.crc32(profile.encode()):08x}.{vni_type}-{vni}"
+
+
+def problem(name: str, spec: Any) -> str:
+    """What makes a stored claim's spec no claim of its name ("": nothing): another writer may have put it in the
+    store, so the name must be id_claim_name of what it claims (the name is the lock on an id), the id an int
+    within its type's range, and the holder's fields strings."""
+    if not isinstance(spec, dict):
+        return "it has no spec"
+    profile, vtype, vni, net = spec.get("profile"), spec.get("vniType"), spec.get("vni"), spec.get("network")
+    if not isinstance(profile, str) or not 0 < len(profile) <= 253:
+        return "its profile is not a name"
+    if not isinstance(vtype, str) or vtype not in VNI_MAX:
+        return f"its vniType is not one of {', '.join(VNI_MAX)}"
+    if not isinstance(vni, int) or isinstance(vni, bool) or not 1 <= vni <= VNI_MAX[vtype]:
+        return f"its vni is not a {vtype} id (1 to {VNI_MAX[vtype]})"
+    if not isinstance(net, dict) or not all(isinstance(net.get(k), str) and 0 < len(net[k]) <= 253
+                                            for k in ("namespace", "name")):  # fmt: skip
+        return "its network is not a namespace and a name"
+    if not isinstance(net.get("uid", ""), str) or not isinstance(spec.get("node", ""), str):
+        return "its holder's fields are not strings"
+    if name != (want := id_claim_name(profile, vtype, vni)):
+        return f"its name is not {want}, the name of the claim of {vtype} {vni} of {profile!r}: forged"
+    return ""
 
 
 def _order(profiles: Sequence[Profile], c: IdClaim) -> tuple[int, int]:

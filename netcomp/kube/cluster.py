@@ -143,6 +143,10 @@ class Cluster:
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
+        # kubestore's and kubeblocks' followers back off on these too (one Wakeup for the server), and their
+        # status_error is said in status with the others'.
+        self.backoff: Callable[[], Backoff] = backoff
+        self.reporting: list[Callable[[], str | None]] = []
         self.followers = [_Follower(self, k, backoff()) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain, backoff())
         self.node = NodeWatch(self.core, node, explain, backoff())
@@ -230,6 +234,7 @@ class Cluster:
         counts = {f.kind.plural: f.objects for f in self.followers}
         followers: list[_Follower | PodWatch | NodeWatch] = [*self.followers, self.pods, self.node]
         errors = [why for f in followers if (why := f.status_error())]
+        errors += [why for say in self.reporting if (why := say())]
         return {
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),

@@ -106,6 +106,12 @@ class KubeBlocks:
         self.alloc: BlockAllocator | None = None
         self.events = 0  # watch events taken in (for status and the fleet benchmark)
         self.last_error: str | None = None
+        self.backoff = cluster.backoff()
+        cluster.reporting.append(self.status_error)
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"cannot follow address blocks: {self.last_error}{self.backoff.saying()}" if self.last_error else None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
         return store_unavailable(e, PLURAL)
@@ -256,7 +262,7 @@ class KubeBlocks:
             alloc.unreachable(why)
 
         keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
-                       lambda e: str(self._unavailable(e)))  # fmt: skip
+                       lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
 
 
 def _take(alloc: BlockAllocator, rec: Record, source: str) -> None:

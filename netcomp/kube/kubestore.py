@@ -18,6 +18,7 @@ from typing import Any
 from netcomp import foreign
 from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
+from netcomp.ipam.idclaims import problem as id_problem
 from netcomp.ipam.pool import claim_name, network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
@@ -65,7 +66,7 @@ def from_object(obj: Any) -> Claim | None:
     name = meta["name"] if isinstance(meta.get("name"), str) else ""
     why = _claim_problem(name, spec)
     if why:
-        foreign.ignore(KIND, name[:253], why, obj)
+        foreign.ignore(KIND, name[:253], why, {"metadata": meta})
         return None
     assert isinstance(spec, dict)
     return Claim(
@@ -160,20 +161,30 @@ def id_to_object(c: IdClaim) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": ID_KIND, "metadata": {"name": c.name}, "spec": spec}
 
 
-def id_from_object(obj: dict[str, Any]) -> IdClaim | None:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    net = spec.get("network") or {}
-    if obj.get("kind") != ID_KIND or not isinstance(spec.get("vni"), int) or not isinstance(net, dict):
+def id_from_object(obj: Any) -> IdClaim | None:
+    """The id claim an object records; None when it is not a TenantClaim, or when it is no claim of its own name
+    (idclaims.problem: the name is the lock on an id, a claim under another is forged) or a field is not of its
+    type; those are reported (foreign.ignore). Nothing here raises."""
+    if not isinstance(obj, dict) or obj.get("kind") != ID_KIND:
         return None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta["name"] if isinstance(meta.get("name"), str) else ""
+    why = id_problem(name, spec)
+    if why:
+        foreign.ignore(ID_KIND, name[:253], why, {"metadata": meta})
+        return None
+    assert isinstance(spec, dict)
+    net = spec["network"]
     return IdClaim(
-        name=str(meta.get("name", "")),
-        profile=str(spec.get("profile", "")),
-        vni_type=str(spec.get("vniType", "")),
+        name=name,
+        profile=spec["profile"],
+        vni_type=spec["vniType"],
         vni=spec["vni"],
-        network=f"{net.get('namespace', '')}/{net.get('name', '')}",
-        network_uid=str(net.get("uid", "")),
-        node=str(spec.get("node", "")),
-        uid=str(meta.get("uid", "")),
+        network=f"{net['namespace']}/{net['name']}",
+        network_uid=net.get("uid", ""),
+        node=spec.get("node", ""),
+        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
         created=created(meta),
     )
 
@@ -196,6 +207,13 @@ class KubeStore:
         self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
         self._on_listed: Callable[[], None] = lambda: None
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
+        self.backoff = cluster.backoff()
+        self.last_error: str | None = None
+        cluster.reporting.append(self.status_error)
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"cannot follow {self.codec.what}: {self.last_error}{self.backoff.saying()}" if self.last_error else None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
         return store_unavailable(e, self.codec.plural)
@@ -252,19 +270,20 @@ class KubeStore:
         return True
 
     def list(self) -> list[Any]:
-        return self._list()[0]
-
-    def _list(self, selector: str | None = None) -> tuple[builtins.list[Any], str]:
-        """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion."""
-        claims, rv = [], ""
-        call = self.custom.list_cluster_custom_object
         try:
-            for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
-                                                  timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
-                rv = version
-                claims += [c for c in map(self.codec.from_object, items) if c is not None]
+            return self._list()[0]
         except Exception as e:
             raise self._unavailable(e) from None
+
+    def _list(self, selector: str | None = None) -> tuple[builtins.list[Any], str]:
+        """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion. The API's
+        exceptions as they are: the follower words a 410 and backs off by them (following.keep_following)."""
+        claims, rv = [], ""
+        call = self.custom.list_cluster_custom_object
+        for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
+                                              timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+            rv = version
+            claims += [c for c in map(self.codec.from_object, items) if c is not None]
         return claims, rv
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
@@ -293,19 +312,16 @@ class KubeStore:
         """The claims of no network label (written by hand, or by something else) at names of served networks."""
         networks, on_foreign = self._on_foreign
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
-        try:
-            call = self.custom.list_cluster_custom_object
-            for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
-                                            label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
-                for obj in items:
-                    name = str((obj.get("metadata") or {}).get("name", ""))
-                    net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
-                    claim = self.codec.from_object(obj)
-                    if net is not None and (claim is None or claim.network != net):
-                        on_foreign(name, f"object {self.codec.plural}/{name}" + (
-                            f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
-        except Exception as e:
-            raise self._unavailable(e) from None
+        call = self.custom.list_cluster_custom_object
+        for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
+                                        label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
+            for obj in items:
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
+                claim = self.codec.from_object(obj)
+                if net is not None and (claim is None or claim.network != net):
+                    on_foreign(name, f"object {self.codec.plural}/{name}" + (
+                        f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
 
     def _keep_following(self, selector: str | None, on_change: Callable[[str, Any], None], stop: threading.Event,
                         current: Callable[[], bool]) -> None:  # fmt: skip
@@ -324,6 +340,7 @@ class KubeStore:
             for c in claims:
                 on_change(c.name, c)
             known = names
+            self.last_error = None
             if selector is not None:
                 self._on_listed()
             return rv
@@ -345,11 +362,12 @@ class KubeStore:
             return events.rv
 
         def failed(why: str) -> None:
-            log.warning("%s: %s", self.codec.what, why)
+            if why != self.last_error:  # one line per distinct failure, not one per retry
+                log.warning("%s: %s", self.codec.what, why)
+            self.last_error = why
 
-        keep_following(
-            stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)), lambda e: str(self._unavailable(e))
-        )
+        keep_following(stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)),
+                       lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ for GC
 

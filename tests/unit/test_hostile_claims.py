@@ -1,0 +1,217 @@
+"""TenantClaim and AddressClaim objects written by a hostile node (any node's credentials may write them): a
+TenantClaim counts only as the claim its own name is, with fields of their types and an id in its range; an
+AddressClaim of an address outside its network's pool is ignored where the pool is known; and the followers of
+address blocks and of claims say in GET /status why they cannot follow and how they back off."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netcomp import foreign
+from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockstate import LocalRecord
+from netcomp.ipam.idclaims import IdAllocator, id_claim_name
+from netcomp.ipam.store import Claim
+from netcomp.kube import kubestore
+from netcomp.kube.kubeblocks import KubeBlocks
+from netcomp.kube.kubestore import IDS, KubeStore
+from netcomp.metrics import Metrics
+from netcomp.settings import KubeSettings
+from tests.unit.test_api_client import kubeconfig
+from tests.unit.test_hostile_blocks import Ignored, NoStore, _deep, _json, pool
+from tests.unit.test_watch_backoff import FakeTime, Gone410
+
+
+@pytest.fixture
+def ignored() -> Any:
+    counter = Ignored()
+    foreign.count_into(counter)
+    foreign._seen.clear()
+    yield counter
+    foreign.count_into(None)
+
+
+# ------------------------------------------------------------------------------------------------ TenantClaim
+
+
+def tenant(name: str | None = None, vni: Any = 1000, **spec: Any) -> dict[str, Any]:
+    s = {"profile": "ens4", "vniType": "vlan", "vni": vni, "network": {"namespace": "t", "name": "net"},
+         "node": "node-b", **spec}  # fmt: skip
+    if name is None:
+        name = id_claim_name("ens4", "vlan", vni if isinstance(vni, int) else 1000)
+    return {"kind": "TenantClaim", "metadata": {"name": name, "uid": "u"}, "spec": s}
+
+
+def test_a_tenant_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
+    """A TenantClaim whose name is not id_claim_name(profile, type, id), whose id is no int of its type's range,
+    or whose holder's fields are not strings is ignored (and counted); the right one is read."""
+    got = kubestore.id_from_object(tenant())
+    assert got is not None and (got.vni, got.network, got.node) == (1000, "t/net", "node-b")
+    bad = [
+        tenant(name=id_claim_name("ens4", "vlan", 1001)),  # another id's name: forged
+        tenant(name=id_claim_name("ens4", "vlan", 5000), vni=5000),  # no VLAN id
+        tenant(name=id_claim_name("ens4", "vlan", 0), vni=0),
+        tenant(vni=True),
+        tenant(vni="1000"),
+        tenant(vniType="gre"),
+        tenant(profile={"a": 1}),
+        tenant(network=["t", "net"]),
+        tenant(network={"namespace": "t", "name": 7}),
+        tenant(network={"namespace": "t", "name": "net", "uid": {"x": 1}}),
+        tenant(node=None),
+        {"kind": "TenantClaim", "metadata": {"name": id_claim_name("ens4", "vlan", 1000)}, "spec": "x"},
+    ]
+    for i, obj in enumerate(bad):
+        obj["metadata"]["resourceVersion"] = str(i)  # each a version of its own: each reported
+        assert kubestore.id_from_object(obj) is None, obj
+    assert ignored.kinds.count("TenantClaim") == len(bad)
+
+
+def test_a_forged_tenant_claim_does_not_take_another_id() -> None:
+    """A claim of this network's id 1000 stored under the name of id 1001 neither holds 1000 for the network nor
+    keeps anyone from 1001: the view never gets it."""
+
+    class Store:
+        kind = "test"
+
+        def list(self) -> list[Any]:
+            forged = tenant(name=id_claim_name("ens4", "vlan", 1001), network={"namespace": "x", "name": "y"})
+            return [c for c in map(kubestore.id_from_object, [forged]) if c is not None]
+
+    assert IdAllocator(Store(), "node-a").claims() == []
+    a = IdAllocator(Store(), "node-a")
+    a._ensure_listed()
+    assert a.claims() == []
+
+
+_ids = st.one_of(st.integers(-(1 << 70), 1 << 70), st.sampled_from([0, 1, 4094, 4095, 16777214, 16777215]), _json)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.one_of(st.text(max_size=30), _json, st.just(id_claim_name("ens4", "vlan", 1000))),
+    profile=st.one_of(st.just("ens4"), st.text(max_size=20), _json),
+    vtype=st.one_of(st.sampled_from(["vlan", "vxlan", "x"]), _json),
+    vni=_ids,
+    network=st.one_of(st.fixed_dictionaries({"namespace": st.text(max_size=5), "name": _json}), _json),
+    node=_json,
+    meta=st.one_of(_json, st.just(None)),
+    deep=st.integers(0, 3000),
+)
+def test_the_tenant_claim_decoder_takes_anything(
+    name: Any, profile: Any, vtype: Any, vni: Any, network: Any, node: Any, meta: Any, deep: int
+) -> None:
+    """Random and adversarial TenantClaim objects (wrong types, ids out of range, deep nesting): nothing escapes,
+    and whatever is read is the claim of its name."""
+    spec = {"profile": profile, "vniType": vtype, "vni": vni, "network": network, "node": node, "x": _deep(deep)}
+    for obj in (
+        {"kind": "TenantClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec},
+        {"kind": "TenantClaim", "metadata": meta, "spec": network},
+        {"kind": "TenantClaim", "metadata": meta, "spec": spec},
+        name,
+    ):
+        got = kubestore.id_from_object(obj)
+        if got is not None:
+            assert got.name == id_claim_name(got.profile, got.vni_type, got.vni)
+            assert isinstance(got.vni, int) and 1 <= got.vni <= 16777214
+            assert all(isinstance(v, str) for v in (got.network, got.network_uid, got.node, got.uid))
+
+
+# ------------------------------------------------------------------------------------------------ AddressClaim
+
+
+def address_claim(address: str, node: str = "node-b") -> Claim:
+    return Claim(kubestore.claim_name("n", ipaddress.ip_address(address)), "n", address, node, "c", "net1",
+                 uid=f"u-{address}")  # fmt: skip
+
+
+def test_an_address_claim_outside_the_networks_pool_is_ignored(ignored: Ignored) -> None:
+    """A claim at its right name of an address outside the network's pool is ignored (counted) where the pool is
+    known, whether the watch brings it or it was in the view before the pool was; one inside is kept, and so is
+    one of a network this node does not serve."""
+    a = Allocator(NoStore(), "node-a")
+    a.changed(address_claim("192.168.9.9").name, address_claim("192.168.9.9"))  # no pool known yet: kept
+    a.serve({"n": pool("10.0.0.0/24")})
+    assert a.claims("n") == []
+    for addr in ("10.0.0.5", "10.9.0.5", "fd00::5"):
+        a.changed(address_claim(addr).name, address_claim(addr))
+    assert [c.address for c in a.claims("n")] == ["10.0.0.5"]
+    assert ignored.kinds.count("AddressClaim") == 3
+    other = Claim(kubestore.claim_name("m", ipaddress.ip_address("10.9.0.5")), "m", "10.9.0.5", "node-b", "c", "x")
+    a.changed(other.name, other)
+    assert [c.address for c in a.claims("m")] == ["10.9.0.5"]
+
+
+def test_this_nodes_own_claim_outside_the_pool_is_kept() -> None:
+    """This node's claim outside the pool (a subnet edited under it) stays in the view: it is this node's to
+    release, which it cannot do with a claim it no longer sees."""
+    a = Allocator(NoStore(), "node-a")
+    a.serve({"n": pool("10.0.0.0/24")})
+    mine = address_claim("10.9.0.5", node="node-a")
+    a.changed(mine.name, mine)
+    assert a.claims("n") == [mine]
+
+
+# ------------------------------------------------------------------------------------------------ status
+
+
+def cluster_for(tmp_path: Path, t: FakeTime) -> Any:
+    from netcomp.kube.cluster import Cluster
+
+    path = kubeconfig(tmp_path, {"token": "t"})
+    return Cluster(KubeSettings(kubeconfig=path), tmp_path / "cluster", Metrics(), "node-a", backoff=t.backoff)
+
+
+def watch_status(t: FakeTime, follower: Any, cluster: Any) -> list[Any]:
+    """What the cluster's status says at each wait of `follower`'s back-off."""
+    seen: list[Any] = []
+    real_wait = follower.backoff.wait
+
+    def wait(s: threading.Event, seconds: float) -> None:
+        seen.append(cluster.status()["lastError"])
+        real_wait(s, seconds)
+
+    follower.backoff.wait = wait
+    return seen
+
+
+def test_the_claims_followers_say_their_failure_and_back_off_in_status(tmp_path: Path) -> None:
+    """The AddressClaim and TenantClaim followers back off on the cluster's Backoff, and GET /status's
+    kubernetes.lastError says why they cannot follow and when they try again."""
+    for codec, what in ((kubestore.ADDRESSES, "address claims"), (IDS, "TenantConfig id claims")):
+        stop = threading.Event()
+        t = FakeTime(stop, window=10)
+        cluster = cluster_for(tmp_path, t)
+        store = KubeStore(cluster, codec)
+        store.custom = Gone410(t)
+        seen = watch_status(t, store, cluster)
+        store.follow(lambda name, claim: None, stop)
+        assert t.calls <= 5
+        assert seen[0] == f"cannot follow {what}: the API server answered 410 Gone: too old resource version: 5 " \
+            "(9) (answered to a list) (failed once; backing off, trying again in 1 s)"  # fmt: skip
+        assert seen[2].endswith("(failed 3 times in a row; backing off, trying again in 3 s)")
+
+
+def test_the_blocks_follower_says_its_failure_and_back_off_in_status(tmp_path: Path) -> None:
+    """The AddressBlock follower backs off on the cluster's Backoff, and GET /status's kubernetes.lastError says
+    why it cannot follow and when it tries again."""
+    stop = threading.Event()
+    t = FakeTime(stop, window=10)
+    cluster = cluster_for(tmp_path, t)
+    blocks = KubeBlocks(cluster)
+    blocks.custom = Gone410(t)
+    blocks.alloc = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.alloc.serve({"n": pool()})
+    seen = watch_status(t, blocks, cluster)
+    blocks._follow("netcomp.io/network in (n)", stop, lambda: True)
+    assert t.calls <= 5
+    assert seen[0] is not None and seen[0].startswith("cannot follow address blocks: the API server answered 410")
+    assert seen[0].endswith("(failed once; backing off, trying again in 1 s)")
