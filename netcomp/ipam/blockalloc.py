@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import secrets
 import time
 import uuid
 import zlib
@@ -39,7 +40,7 @@ class BlockAllocator(BlockView):
         with self._lock:
             for loaded in self.record.load():
                 self.held[loaded.name] = loaded
-            self.claiming_ahead = set(self.record.claiming)
+            self.claiming_ahead = dict(self.record.claiming)
             for c in claims:
                 if not c.block:
                     continue
@@ -172,9 +173,10 @@ class BlockAllocator(BlockView):
         store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
         rec = Record(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
+        rec.token = secrets.token_hex(16)
         with self._lock:
             self.creating.add(rec.name)
-            self.claiming_ahead.add(rec.name)
+            self.claiming_ahead[rec.name] = rec.token
             self.save()
         self.write_record()  # ahead of the create: a crash after it leaves a block this node knows it made
         try:
@@ -182,12 +184,12 @@ class BlockAllocator(BlockView):
         except Taken as t:
             self.counted("conflict", network)
             other = t.holder if isinstance(t.holder, Record) else None
-            if other is not None and other.node == self.node:
+            if other is not None and other.node == self.node and other.token == rec.token:
                 got = other  # ours: an earlier create whose answer was lost
             else:
                 with self._lock:
                     self.creating.discard(rec.name)
-                    self.claiming_ahead.discard(rec.name)
+                    self.claiming_ahead.pop(rec.name, None)
                     self.save()
                     if other is None:
                         self.tombstones[rec.name] = time.monotonic() + 3600  # not a block of this network
@@ -210,7 +212,7 @@ class BlockAllocator(BlockView):
         self.crash("after-block-claim")
         with self._lock:
             self.creating.discard(rec.name)
-            self.claiming_ahead.discard(rec.name)
+            self.claiming_ahead.pop(rec.name, None)
             h = Held(rec.name, network, layout.family_set, net, uid=got.uid, rv=got.rv)
             h.taken = self._taken(h, layout)
             h.empty_since = time.monotonic()

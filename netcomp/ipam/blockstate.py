@@ -13,7 +13,7 @@ import contextlib
 import ipaddress
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +45,7 @@ class Record:
     rv: str = ""
     created: float = 0.0
     writers: tuple[str, ...] = ()  # who wrote the object (its managedFields' managers), to name them
+    token: str = ""  # the creating node's secret for this object (written ahead in its record): its proof of making it
 
     @property
     def net(self) -> IPNetwork:
@@ -147,7 +148,7 @@ class LocalRecord:
 
     def __init__(self, path: Path, node: str) -> None:
         self.path, self.node = path, node
-        self.claiming: set[str] = set()  # as load found them: blocks whose create this node had begun
+        self.claiming: dict[str, str] = {}  # as load found them: blocks whose create this node had begun, and tokens
 
     def load(self) -> list[Held]:
         try:
@@ -162,8 +163,8 @@ class LocalRecord:
             log.warning("%s is not this node's record of its blocks (%s): ignored", self.path, doc.get("kind"))
             return []
         claiming = doc.get("claiming")
-        if isinstance(claiming, list):
-            self.claiming = {n for n in claiming[:4096] if isinstance(n, str)}
+        if isinstance(claiming, dict):
+            self.claiming = {n: t for n, t in list(claiming.items())[:4096] if isinstance(t, str) and t}
         out = []
         for name, b in (doc.get("blocks") or {}).items():
             with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
@@ -183,18 +184,19 @@ class LocalRecord:
                 )
         return out
 
-    def save(self, held: list[Held], claiming: Iterable[str] = ()) -> None:
+    def save(self, held: list[Held], claiming: Mapping[str, str] | None = None) -> None:
         """OSError as atomic_write raises it."""
         self.write(self.encode(held, claiming))
 
-    def encode(self, held: Iterable[Held], claiming: Iterable[str] = ()) -> bytes:
+    def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
         """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change.
-        `claiming`: the blocks whose object this node is about to create (written ahead of the create, so that a
-        block naming this node is held again after a crash only when this node made it)."""
+        `claiming`: the blocks whose object this node is about to create, with the secret token the object carries
+        (written ahead of the create, so that a block naming this node is held again after a crash only when it
+        is the object this node made: anyone can write a block naming it, but not its token)."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
-            "claiming": sorted(claiming),
+            "claiming": dict(sorted((claiming or {}).items())),
             "blocks": {
                 h.name: {
                     "network": h.network,

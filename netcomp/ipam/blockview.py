@@ -100,7 +100,7 @@ class BlockView:
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
         # Blocks this node's record says it is creating (written before the create): the only blocks naming this
         # node it takes for its own without having recorded them held (it was killed between the two).
-        self.claiming_ahead: set[str] = set()
+        self.claiming_ahead: dict[str, str] = {}  # name -> the token its object carries
         self.to_adopt: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
@@ -247,6 +247,8 @@ class BlockView:
         if why and (h is None or h.net != rec.net):
             report(rec, why)
             return
+        if not mine and rec.name not in self.creating and self.claiming_ahead.pop(rec.name, None) is not None:
+            self.save()  # another node's: this node's create of it never took (and it may be re-pointed here later)
         if not ordered and not mine and rec.name in self.view:
             return  # the watch has it, in order
         lent = {off: str(doc.get("node", "")) for off, doc in offsets(rec, rec.lent).items()}
@@ -276,7 +278,7 @@ class BlockView:
         it (killed before recording it held), and no other node's block covers part of it. Anyone can write a
         block naming this node, re-point another node's (its containers' addresses live there) and empty its
         `used`: only this node's own write-ahead tells a block it made."""
-        if rec.name not in self.claiming_ahead:
+        if not rec.token or self.claiming_ahead.get(rec.name) != rec.token:
             report(rec, "it names this node, which has no record of creating it: never held by this node")
             return
         others = (s for s in self.view.values() if s.owner != self.node and s.name != rec.name)
@@ -309,7 +311,7 @@ class BlockView:
             h.taken = self._taken(h, layout)
         h.empty_since = time.monotonic() if h.empty() else None
         self.held[rec.name] = h
-        self.claiming_ahead.discard(rec.name)
+        self.claiming_ahead.pop(rec.name, None)
         log.warning("network %s: block %s names this node, which had no record of it: held again", rec.network, net)
         self.save()
         return h
@@ -355,6 +357,10 @@ class BlockView:
         for off in [o for o in lent_here if self._held_here(rec.net.network_address + o)]:
             del lent_here[off]  # an address a block of this node gives: never borrowed as well
             report(rec, f"it lends {rec.net.network_address + off}, in a block this node holds, to this node")
+        used = bits(rec, rec.used)
+        for off in [o for o in lent_here if used >> o & 1 and (rec.name, o) not in self.borrowed]:
+            del lent_here[off]  # its holder's container has it: a grant written by another than the holder
+            report(rec, f"it lends {rec.net.network_address + off} to this node while its used names it")
         fs = self._family_set(rec.network, rec.net.network_address)
         for off, doc in lent_here.items():
             key = (rec.name, off)
@@ -363,6 +369,9 @@ class BlockView:
                 b.written = b.written or (b.claim is not None and doc.get("containerID") == b.claim.container_id)
                 continue
             ask = self.asks.get(str(doc.get("request", "")))
+            if ask is not None and ask.block != rec.name:
+                report(rec, f"it grants {rec.net.network_address + off} to a request this node made on another block")
+                ask = None  # not what was asked: given back
             addr = rec.net.network_address + off
             self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, ask.key if ask else "")
             if ask is not None:

@@ -30,6 +30,9 @@ from netcomp.kube.slices import NETWORK as LABEL_NETWORK
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
+# The creating node's secret, also in its record of the blocks it holds (written ahead of the create): a block
+# naming a node is that node's only when it carries the token that node wrote ahead.
+TOKEN = "netcomp.io/claim-token"
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
 # leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
 PAGE = 10
@@ -48,8 +51,10 @@ def to_object(rec: Record) -> dict[str, Any]:
         "lent": rec.lent,
         "requests": rec.requests,
     }
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": rec.name, "labels": labels},
-            "spec": spec}  # fmt: skip
+    meta: dict[str, Any] = {"name": rec.name, "labels": labels}
+    if rec.token:
+        meta["annotations"] = {TOKEN: rec.token}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": meta, "spec": spec}
 
 
 def from_object(obj: Any) -> Record | None:
@@ -80,8 +85,13 @@ def from_object(obj: Any) -> Record | None:
     return Record(
         name, spec["network"], spec["cidr"], node, spec.get("nodeInCluster") is True, used, lent, asks,
         _text(meta.get("uid")), _text(meta.get("resourceVersion")), created(meta),
-        tuple(w for w in foreign.writers(obj).split(", ") if w != "unknown"),
+        tuple(w for w in foreign.writers(obj).split(", ") if w != "unknown"), _token(meta),
     )  # fmt: skip
+
+
+def _token(meta: dict[str, Any]) -> str:
+    notes = meta.get("annotations")
+    return _text(notes.get(TOKEN)) if isinstance(notes, dict) else ""
 
 
 def _text(value: object) -> str:

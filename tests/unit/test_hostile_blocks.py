@@ -7,6 +7,8 @@ The same against a real kube-apiserver with two daemons: tests/integration/test_
 from __future__ import annotations
 
 import ipaddress
+import json
+import threading
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcomp import foreign
+from netcomp.errors import DelegateError
 from netcomp.ipam import pool as poolmod
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
@@ -64,8 +67,11 @@ def ignored() -> Any:
     foreign.count_into(None)
 
 
-def block(name: str, cidr: str, node: str, rv: str = "1", **spec: Any) -> dict[str, Any]:
-    meta = {"name": name, "uid": f"u-{name}", "resourceVersion": rv, "managedFields": [{"manager": "hostile"}]}
+def block(name: str, cidr: str, node: str, rv: str = "1", token: str = "", **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": f"u-{name}", "resourceVersion": rv}
+    meta["managedFields"] = [{"manager": "hostile"}]
+    if token:
+        meta["annotations"] = {kubeblocks.TOKEN: token}
     return {"kind": "AddressBlock", "metadata": meta, "spec": {"network": "n", "cidr": cidr, "node": node, **spec}}
 
 
@@ -144,13 +150,36 @@ def test_another_nodes_block_repointed_here_is_never_adopted(tmp_path: Path, ign
     again.load([mine])
     seen(again, block(other, "10.0.0.32/28", "node-a", used={"10.0.0.33": {"containerID": "a1"}}))
     assert set(again.held) == {MINE}  # its container's address is in it, but node-a never recorded creating it
-    record = LocalRecord(tmp_path / "made" / "blocks.json", "node-a")
-    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")], claiming=[other])
-    made = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
-    made.serve({"n": pool()})
-    made.load([])
-    seen(made, block(other, "10.0.0.32/28", "node-a"))
-    assert set(made.held) == {MINE, other} and made.claiming_ahead == set()
+    made = written_ahead(tmp_path / "made", other, "t0k")
+    seen(made, block(other, "10.0.0.32/28", "node-a"))  # no token: not the object node-a made
+    seen(made, block(other, "10.0.0.32/28", "node-a", rv="2", token="guess"))
+    assert set(made.held) == {MINE}
+    seen(made, block(other, "10.0.0.32/28", "node-a", rv="3", token="t0k"))
+    assert set(made.held) == {MINE, other} and made.claiming_ahead == {}
+
+
+def written_ahead(tmp_path: Path, name: str, token: str) -> BlockAllocator:
+    """node-a as node_a, whose record says it was creating block `name` with `token` (killed before the answer)."""
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")], claiming={name: token})
+    alloc = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
+    alloc.serve({"n": pool()})
+    alloc.load([])
+    return alloc
+
+
+def test_a_write_ahead_whose_create_never_took_adopts_nothing(tmp_path: Path, ignored: Ignored) -> None:
+    """node-a's record says it was creating a block (its create never reached the API server); node-b made that
+    block since and uses it; a hostile writer re-points it at node-a and empties its used: node-a does not hold
+    it (the object carries node-b's token, or none), and once it has seen node-b's block its write-ahead is gone."""
+    other = "n.v4-10-0-0-32-28"
+    a = written_ahead(tmp_path, other, "t0k")
+    seen(a, block(other, "10.0.0.32/28", "node-b", rv="2", token="b-t0k", used={"10.0.0.33": {"containerID": "b1"}}))
+    assert a.claiming_ahead == {}
+    seen(a, block(other, "10.0.0.32/28", "node-a", rv="3", token="b-t0k"))
+    assert set(a.held) == {MINE} and "AddressBlock" in ignored.kinds
+    a.write_record()
+    assert json.loads((tmp_path / "blocks.json").read_text())["claiming"] == {}
 
 
 def test_an_address_far_outside_its_block_costs_nothing(tmp_path: Path) -> None:
@@ -303,3 +332,76 @@ def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
 
     kubeblocks._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
     assert ignored.kinds == ["AddressBlock"]
+
+
+class GrantStore:
+    """A block store whose every ask is answered by a hostile writer (any node's credentials may patch any block):
+    on block `name` it writes a lent entry for `address`, with the ask's own request key, as a grant."""
+
+    kind = "fake"
+
+    def __init__(self, name: str, cidr: str, address: str, used: dict[str, Any]) -> None:
+        self.name, self.cidr, self.address, self.used = name, cidr, address, used
+        self.alloc: BlockAllocator | None = None
+
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any]) -> None:
+        lent = {self.address: {"node": "node-a", "request": key}}
+        rec = kubeblocks.from_object(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
+        assert rec is not None and self.alloc is not None
+        threading.Thread(target=self.alloc.seen, args=(rec, "watch")).start()
+
+    def __getattr__(self, _: str) -> Any:
+        return lambda *a, **k: None
+
+
+def borrowing(tmp_path: Path, store: GrantStore, others: list[dict[str, Any]]) -> BlockAllocator:
+    """node-a holding 10.0.0.0/28 of a /26, every address of it given, the other blocks as `others` say."""
+    p = pool("10.0.0.0/26")
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    alloc = BlockAllocator(store, "node-a", record, timeout=2)  # type: ignore[arg-type]
+    store.alloc = alloc
+    alloc.serve({"n": p})
+    alloc.load([])
+    alloc.seen(Record(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    for obj in others:
+        seen(alloc, obj, "list")
+    alloc.listed({MINE, *(o["metadata"]["name"] for o in others)}, {"n"})
+    layout, n = Layout(p, 0), 0
+    while alloc.free_count(layout):
+        alloc.settle([alloc.claim(p, 0, Holder(f"a{n}", "net0"))])
+        n += 1
+    return alloc
+
+
+def given_or_refused(alloc: BlockAllocator) -> str:
+    try:
+        return alloc.claim(pool("10.0.0.0/26"), 0, Holder("victim", "net0")).address
+    except DelegateError as e:
+        return e.msg
+
+
+def test_a_grant_of_an_address_its_block_uses_is_never_taken(tmp_path: Path, ignored: Ignored) -> None:
+    """node-a asks node-b's block; a forged grant lends it 10.0.0.17, which the same record's `used` gives node-b's
+    container: node-a never gives it."""
+    used = {"10.0.0.17": {"containerID": "b1", "interface": "net0"}}
+    store = GrantStore(THEIRS, "10.0.0.16/28", "10.0.0.17", used)
+    full = {f"10.0.0.{i}": {"containerID": f"d{i}"} for i in range(32, 64)}
+    others = [block(THEIRS, "10.0.0.16/28", "node-b", rv="2", used=used),
+              block("n.v4-10-0-0-32-27", "10.0.0.32/27", "node-d", rv="2", used=full)]  # fmt: skip
+    alloc = borrowing(tmp_path, store, others)
+    assert "10.0.0.17" not in given_or_refused(alloc)
+    assert "AddressBlock" in ignored.kinds
+
+
+def test_a_grant_on_a_block_never_asked_is_never_taken(tmp_path: Path) -> None:
+    """node-a's ask on node-b's block answered by a forged grant, with that ask's key, on node-c's block, of an
+    address node-c's container uses and its `used` does not say: node-a never gives it."""
+    other = "n.v4-10-0-0-32-28"
+    store = GrantStore(other, "10.0.0.32/28", "10.0.0.33", {})
+    full = {f"10.0.0.{i}": {"containerID": f"d{i}"} for i in range(48, 64)}
+    others = [block(THEIRS, "10.0.0.16/28", "node-b", rv="2"),
+              block(other, "10.0.0.32/28", "node-c", rv="2", used={"10.0.0.33": {"containerID": "c1"}}),
+              block("n.v4-10-0-0-48-28", "10.0.0.48/28", "node-d", rv="2", used=full)]  # fmt: skip
+    alloc = borrowing(tmp_path, store, others)
+    assert "10.0.0.33" not in given_or_refused(alloc)
