@@ -28,6 +28,7 @@ from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
+SILENT = 60.0  # seconds a block that left an ask unanswered is not asked again (its holder may not serve it)
 
 
 class BlockAllocator(BlockView):
@@ -318,6 +319,8 @@ class BlockAllocator(BlockView):
                 continue
             if self.denied.get(s.name) == s.rv or layout.block_of(s.net.network_address) != s.net:
                 continue  # nothing to lend since its last answer; or a block of another size, which gives nothing
+            if self.silent.get(s.name, 0.0) > time.monotonic():
+                continue  # did not answer the last ask: its holder may not be serving it
             lent = sum(1 << off for off in s.lent)
             free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()
             asked = sum(1 for a in self.asks.values() if a.block == s.name and not a.answered)
@@ -331,7 +334,7 @@ class BlockAllocator(BlockView):
         with self._lock:
             one = self.view.get(exact[0]) if exact else None
             targets = ([one] if one is not None else []) if exact else self._candidates(layout)
-        for s in targets:
+        for i, s in enumerate(targets):
             if time.monotonic() >= deadline:
                 break
             key = f"{self.node}.{uuid.uuid4().hex[:8]}"
@@ -354,7 +357,8 @@ class BlockAllocator(BlockView):
                     f"and it cannot ask another node for one: {e}",
                     "nothing was claimed and no plugin was run",
                 ) from None
-            until = min(deadline, time.monotonic() + self.timeout)
+            # The time left shared by the blocks left: one whose holder never answers costs its share only.
+            until = time.monotonic() + (deadline - time.monotonic()) / (len(targets) - i)
             with self._lock:
                 self.updated.wait_for(lambda a=ask: a.answered or bool(a.granted), max(0.0, until - time.monotonic()))  # type: ignore[misc]
                 got = None
@@ -372,6 +376,8 @@ class BlockAllocator(BlockView):
                 self.counted("borrow", layout.pool.network)
                 return got
             if not answered:
+                with self._lock:
+                    self.silent[s.name] = time.monotonic() + SILENT
                 self.worker.withdraw(s.name, s.uid, key)
         return None
 

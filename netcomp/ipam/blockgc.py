@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.ipam")
 
 
+def _release_stray(a: BlockAllocator, name: str, uid: str, rv: str) -> None:
+    """An empty block naming this node that it never made, deleted only while it is the version seen empty."""
+    try:
+        ok = a.store.delete(name, uid, rv)
+    except StoreUnavailable as e:
+        log.warning("cannot delete block %s (empty, naming this node, never made by it): %s", name, e)
+        return
+    if ok:
+        log.warning("deleted block %s: empty, naming this node, never made by it", name)
+
+
 def release_empty(a: BlockAllocator) -> list[str]:
     """Delete this node's blocks empty for longer than the grace period; the names of those deleted."""
     now = time.monotonic()
@@ -42,6 +53,11 @@ def release_empty(a: BlockAllocator) -> list[str]:
         ]
         for h in todo:
             del a.held[h.name]  # nothing is given from it while it goes
+        strays = [(n, a.view[n]) for n, t in a.strays.items() if now - t >= a.grace and n in a.view]
+        a.strays = {n: t for n, t in a.strays.items() if n in a.view and now - t < a.grace}
+    for name, s in strays:
+        if s.owner == a.node and name not in a.held and not s.used and not s.lent:
+            _release_stray(a, name, s.uid, s.rv)
     for h in todo:
         try:
             ok = a.store.delete(h.name, h.uid, h.rv)

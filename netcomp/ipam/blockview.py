@@ -96,6 +96,10 @@ class BlockView:
         self.recorded: dict[str, dict[int, Claim]] = {}  # the cache's claims by block, for a block adopted later
         self.tombstones: dict[str, float] = {}
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
+        self.silent: dict[str, float] = {}  # blocks that did not answer an ask, and until when none is asked again
+        # Empty blocks naming this node that it never made (a hostile create, or its record lost), and since when:
+        # deleted past the grace period as its own empty blocks are, so that no CIDR is lost for good.
+        self.strays: dict[str, float] = {}
         self.claiming: set[tuple[str, int]] = set()
         self.creating: set[str] = set()  # blocks whose object this node is creating (the watch may show it first)
         # Blocks this node's record says it is creating (written before the create): the only blocks naming this
@@ -280,6 +284,10 @@ class BlockView:
         `used`: only this node's own write-ahead tells a block it made."""
         if not rec.token or self.claiming_ahead.get(rec.name) != rec.token:
             report(rec, "it names this node, which has no record of creating it: never held by this node")
+            if not (rec.used or rec.lent or rec.requests):
+                self.strays.setdefault(rec.name, time.monotonic())
+            else:
+                self.strays.pop(rec.name, None)
             return
         others = (s for s in self.view.values() if s.owner != self.node and s.name != rec.name)
         over = [s for s in others if s.net.overlaps(rec.net)]

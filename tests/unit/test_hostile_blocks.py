@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from netcomp import foreign
 from netcomp.errors import DelegateError
+from netcomp.ipam import blockgc
 from netcomp.ipam import pool as poolmod
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
@@ -405,3 +406,59 @@ def test_a_grant_on_a_block_never_asked_is_never_taken(tmp_path: Path) -> None:
               block("n.v4-10-0-0-48-28", "10.0.0.48/28", "node-d", rv="2", used=full)]  # fmt: skip
     alloc = borrowing(tmp_path, store, others)
     assert "10.0.0.33" not in given_or_refused(alloc)
+
+
+def test_an_empty_block_naming_this_node_that_it_never_made_is_deleted(tmp_path: Path, ignored: Ignored) -> None:
+    """An empty block naming node-a that node-a never made (a hostile create, or node-a's record lost): never
+    held, and deleted past the grace period (only while it is the version seen empty), so that no CIDR of the pool
+    is lost for good; one that is not empty is left to whoever uses it."""
+    deleted: list[tuple[str, str, str]] = []
+
+    class Deleting(NoStore):
+        def delete(self, name: str, uid: str, rv: str) -> bool:
+            deleted.append((name, uid, rv))
+            return True
+
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    alloc = BlockAllocator(Deleting(), "node-a", record, grace=0)  # type: ignore[arg-type]
+    alloc.serve({"n": pool()})
+    alloc.load([])
+    stray, used = "n.v4-10-0-0-32-28", "n.v4-10-0-0-48-28"
+    seen(alloc, block(stray, "10.0.0.32/28", "node-a", rv="4"))
+    seen(alloc, block(used, "10.0.0.48/28", "node-a", rv="5", used={"10.0.0.49": {"containerID": "x"}}))
+    blockgc.release_empty(alloc)
+    assert deleted == [(stray, f"u-{stray}", "4")] and set(alloc.held) == set()
+
+
+class SilentStore(NoStore):
+    """node-b's block lends at once; the stray block's holder never answers (it does not hold it)."""
+
+    def __init__(self, lender: str) -> None:
+        self.lender, self.asked, self.alloc = lender, [], None
+
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any]) -> None:
+        self.asked.append(name)
+        if name == self.lender:
+            lent = {"10.0.0.18": {"node": "node-a", "request": key}}
+            rec = kubeblocks.from_object(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
+            assert rec is not None and self.alloc is not None
+            threading.Thread(target=self.alloc.seen, args=(rec, "watch")).start()
+
+    def withdraw(self, *_: Any) -> None:
+        pass
+
+
+def test_a_block_whose_holder_never_answers_costs_an_add_its_share_only(tmp_path: Path) -> None:
+    """An empty block naming a node that does not hold it (its freest candidate) leaves node-a's ask unanswered:
+    the ADD asks the next block in the time left (not after its whole deadline), and later ADDs do not ask the
+    silent block again for a while."""
+    store = SilentStore(THEIRS)
+    stray = "n.v4-10-0-0-32-28"
+    full = {f"10.0.0.{i}": {"containerID": f"d{i}"} for i in range(48, 64)}
+    others = [block(THEIRS, "10.0.0.16/28", "node-b", rv="2", used={"10.0.0.17": {"containerID": "b1"}}),
+              block(stray, "10.0.0.32/28", "node-c", rv="2"),
+              block("n.v4-10-0-0-48-28", "10.0.0.48/28", "node-d", rv="2", used=full)]  # fmt: skip
+    alloc = borrowing(tmp_path, store, others)  # type: ignore[arg-type]
+    assert given_or_refused(alloc) == "10.0.0.18" and store.asked == [stray, THEIRS]
+    given_or_refused(alloc)
+    assert stray not in store.asked[2:]
