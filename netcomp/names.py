@@ -57,18 +57,25 @@ LABEL_NAME_RE = re.compile(LABEL_NAME)
 DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 
 
+def quoted(text: str, limit: int = 80) -> str:
+    """What someone wrote, quoted in a message: at most `limit` characters of it, escaped."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def label_key_problem(key: str) -> str | None:
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN_RE.fullmatch(prefix)):
-        return f"label key {key!r}: its prefix is not a DNS subdomain"
+        return f"label key {quoted(key)}: its prefix is not a DNS subdomain"
     if len(name) > 63 or not LABEL_NAME_RE.fullmatch(name):
-        return f"label key {key!r}: the name must be 1-63 characters, alphanumeric at both ends, with '-', '_', '.'"
+        return (
+            f"label key {quoted(key)}: the name must be 1-63 characters, alphanumeric at both ends, with '-', '_', '.'"
+        )
     return None
 
 
 def label_value_problem(value: str) -> str | None:
     if value and (len(value) > 63 or not LABEL_NAME_RE.fullmatch(value)):
-        return f"label value {value!r}: at most 63 characters, alphanumeric at both ends, with '-', '_', '.'"
+        return f"label value {quoted(value)}: at most 63 characters, alphanumeric at both ends, with '-', '_', '.'"
     return None
 
 
@@ -86,8 +93,7 @@ def device_id_problem(dev: str) -> str | None:
     """What is wrong with a device ID from a device plugin (None: nothing), quoting it (shortened, escaped)."""
     if PCI.fullmatch(dev) or (":" not in dev and DEVICE_NAME.fullmatch(dev)):
         return None
-    shown = dev if len(dev) <= DEVICE_NAME_MAX else dev[:DEVICE_NAME_MAX] + "..."
     return (
-        f"{shown!r} is neither a PCI address (like 0000:3b:02.1) nor a device name (1-{DEVICE_NAME_MAX} letters, "
-        "digits, '_', '.' or '-', no ':')"
+        f"{quoted(dev, DEVICE_NAME_MAX)} is neither a PCI address (like 0000:3b:02.1) nor a device name "
+        f"(1-{DEVICE_NAME_MAX} letters, digits, '_', '.' or '-', no ':')"
     )

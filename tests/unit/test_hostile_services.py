@@ -243,3 +243,12 @@ def test_a_bad_service_costs_only_itself(
     assert any("ignoring Service vnf/deep (written by mallory): gets no EndpointSlices" in s for s in said)
     assert 'netcomp_foreign_ignored_total{kind="Service"} 2' in metrics.render().decode()
     assert ss.status()["lastError"] is None
+
+
+def test_a_refusal_quotes_a_huge_label_key_or_value_shortly() -> None:
+    """A DANM selector whose one label key (or value) is 200,000 characters: the refusal kept for `netcomp status`
+    quotes at most 80 characters of it."""
+    from netcomp.names import label_key_problem, label_value_problem
+
+    for why in (label_key_problem("a" * 200_000), label_value_problem("-" * 200_000)):
+        assert why is not None and len(why) < 300, len(why or "")
