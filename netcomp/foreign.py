@@ -38,7 +38,8 @@ def count_into(counter: _Counter | None) -> None:
 
 def writers(obj: Mapping[str, Any] | None) -> str:
     """Who wrote an API object, as its managedFields say (the field managers, at most three), or 'unknown'."""
-    fields = ((obj or {}).get("metadata") or {}).get("managedFields") if isinstance(obj, Mapping) else None
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    fields = meta.get("managedFields") if isinstance(meta, Mapping) else None
     names: list[str] = []
     if isinstance(fields, list):
         for f in fields[:16]:

@@ -59,16 +59,10 @@ def from_object(obj: Any) -> Claim | None:
     """The claim an object records; None when it is not an AddressClaim netcomp wrote, or when its name is not
     claim_name(network, address) (the name is the lock on an address: an object under any other name is forged)
     or a field is not of its type; those are reported (foreign.ignore). Nothing here raises."""
-    if not isinstance(obj, dict) or obj.get("kind") != KIND:
+    got = _checked(obj, KIND, _claim_problem)
+    if got is None:
         return None
-    meta, spec = obj.get("metadata"), obj.get("spec")
-    meta = meta if isinstance(meta, dict) else {}
-    name = meta["name"] if isinstance(meta.get("name"), str) else ""
-    why = _claim_problem(name, spec)
-    if why:
-        foreign.ignore(KIND, name[:253], why, {"metadata": meta})
-        return None
-    assert isinstance(spec, dict)
+    name, meta, spec = got
     return Claim(
         name=name,
         network=spec["network"],
@@ -79,6 +73,24 @@ def from_object(obj: Any) -> Claim | None:
         uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
         created=created(meta),
     )
+
+
+def _checked(
+    obj: Any, kind: str, problem: Callable[[str, Any], str]
+) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """A claim object's name, metadata and spec when it is of `kind` and `problem` finds nothing wrong with its
+    spec under its name; otherwise None, and reported (foreign.ignore) when it is of `kind`."""
+    if not isinstance(obj, dict) or obj.get("kind") != kind:
+        return None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta["name"] if isinstance(meta.get("name"), str) else ""
+    why = problem(name, spec)
+    if why:
+        foreign.ignore(kind, name[:253], why, {"metadata": meta})
+        return None
+    assert isinstance(spec, dict)
+    return name, meta, spec
 
 
 def _claim_problem(name: str, spec: Any) -> str:
@@ -165,16 +177,10 @@ def id_from_object(obj: Any) -> IdClaim | None:
     """The id claim an object records; None when it is not a TenantClaim, or when it is no claim of its own name
     (idclaims.problem: the name is the lock on an id, a claim under another is forged) or a field is not of its
     type; those are reported (foreign.ignore). Nothing here raises."""
-    if not isinstance(obj, dict) or obj.get("kind") != ID_KIND:
+    got = _checked(obj, ID_KIND, id_problem)
+    if got is None:
         return None
-    meta, spec = obj.get("metadata"), obj.get("spec")
-    meta = meta if isinstance(meta, dict) else {}
-    name = meta["name"] if isinstance(meta.get("name"), str) else ""
-    why = id_problem(name, spec)
-    if why:
-        foreign.ignore(ID_KIND, name[:253], why, {"metadata": meta})
-        return None
-    assert isinstance(spec, dict)
+    name, meta, spec = got
     net = spec["network"]
     return IdClaim(
         name=name,

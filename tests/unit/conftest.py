@@ -1,5 +1,5 @@
-"""Fixtures of the shim tests (test_shim.py, test_shim_props.py); see shimlab.py. Nothing here runs unless a
-test asks for it."""
+"""Fixtures of the unit tests: the shims (test_shim.py, test_shim_props.py; see shimlab.py) and what netcomp.foreign
+ignores (hostile.py). Nothing here runs unless a test asks for it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.hostile import Ignored, counting
 from tests.lab.shimlab import SHIMS, Shim, build_all, pick
 
 
@@ -33,3 +34,10 @@ def sockdir() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def ignored() -> Iterator[Ignored]:
+    """What netcomp.foreign ignores during the test, counted by kind (tests/lab/hostile.py)."""
+    with counting() as counter:
+        yield counter

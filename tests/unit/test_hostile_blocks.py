@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp import foreign
 from netcomp.errors import DelegateError
 from netcomp.ipam import blockgc
 from netcomp.ipam import pool as poolmod
@@ -28,44 +27,9 @@ from netcomp.ipam.blockstate import Held, LocalRecord, Record, Seen
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim
 from netcomp.kube import kubeblocks, kubestore
+from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
 
 MINE, THEIRS = "n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"
-
-
-def pool(subnet: str = "10.0.0.0/24", block: int = 16) -> Pool:
-    p = Pool.of("n", {"netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": subnet}]], "blockSize": block}}})
-    assert p is not None
-    return p
-
-
-class NoStore:
-    kind = "none"
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the store was asked: {name}")
-
-
-class Ignored:
-    """foreign.ignore's counter, by kind."""
-
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-
-    def labels(self, *values: str) -> Ignored:
-        self.kinds.append(values[0])
-        return self
-
-    def inc(self, amount: float = 1) -> None:
-        pass
-
-
-@pytest.fixture
-def ignored() -> Any:
-    counter = Ignored()
-    foreign.count_into(counter)
-    foreign._seen.clear()
-    yield counter
-    foreign.count_into(None)
 
 
 def block(name: str, cidr: str, node: str, rv: str = "1", token: str = "", **spec: Any) -> dict[str, Any]:
@@ -265,32 +229,20 @@ def test_an_address_claim_is_taken_only_under_its_name(ignored: Ignored) -> None
 
 # ------------------------------------------------------------------------------------------------ fuzz
 
-_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True), st.text(max_size=20)
-)
-_json = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                     max_size=4), max_leaves=30)  # fmt: skip
 _addr = st.one_of(
     st.ip_addresses().map(str),
     st.sampled_from(["255.255.255.255", "10.0.0.17", "10.0.0.16", "fd00::1", "::ffff:10.0.0.17", "010.0.0.1", "", "x"]),
     st.text(max_size=50),
 )
-_entries = st.one_of(_json, st.dictionaries(_addr, _json, max_size=40))
-
-
-def _deep(depth: int) -> Any:
-    out: Any = "x"
-    for _ in range(depth):
-        out = {"pod": out}
-    return out
+_entries = st.one_of(JSON, st.dictionaries(_addr, JSON, max_size=40))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    name=st.one_of(st.just(THEIRS), st.text(max_size=30), _json),
-    network=st.one_of(st.just("n"), _json),
-    cidr=st.one_of(st.sampled_from(["10.0.0.16/28", "10.0.0.0/8", "0.0.0.0/0", "fd00::/100", "10.0.0.17/28"]), _json),
-    node=st.one_of(st.just("node-b"), st.just("node-a"), _json),
+    name=st.one_of(st.just(THEIRS), st.text(max_size=30), JSON),
+    network=st.one_of(st.just("n"), JSON),
+    cidr=st.one_of(st.sampled_from(["10.0.0.16/28", "10.0.0.0/8", "0.0.0.0/0", "fd00::/100", "10.0.0.17/28"]), JSON),
+    node=st.one_of(st.just("node-b"), st.just("node-a"), JSON),
     used=_entries,
     lent=_entries,
     requests=_entries,
@@ -303,9 +255,9 @@ def test_the_decoders_take_anything_and_stay_bounded(
     """Random and adversarial AddressBlock and AddressClaim specs (wrong types, addresses far outside, IPv6,
     deep nesting, many entries): the decoders and the view raise nothing, and what the view keeps of a block is
     never wider than the block."""
-    obj = {"kind": "AddressBlock", "metadata": {"name": name, "resourceVersion": "1", "uid": _deep(deep)},
+    obj = {"kind": "AddressBlock", "metadata": {"name": name, "resourceVersion": "1", "uid": nested(deep)},
            "spec": {"network": network, "cidr": cidr, "node": node, "used": used, "lent": lent,
-                    "requests": requests, "nodeInCluster": _deep(deep)}}  # fmt: skip
+                    "requests": requests, "nodeInCluster": nested(deep)}}  # fmt: skip
     rec = kubeblocks.from_object(obj)
     if rec is not None:
         assert rec.net.num_addresses <= 4096
@@ -318,7 +270,7 @@ def test_the_decoders_take_anything_and_stay_bounded(
         alloc.claims()
     for address in (cidr, "10.0.0.5", name):
         spec = {"network": network, "address": address, "node": node, "containerID": used, "pod": lent}
-        c = {"kind": "AddressClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec}
+        c = {"kind": "AddressClaim", "metadata": {"name": name, "uid": nested(deep)}, "spec": spec}
         got = kubestore.from_object(c)
         assert got is None or ipaddress.ip_address(got.address)
 

@@ -10,11 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp import foreign
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import LocalRecord
@@ -25,19 +23,9 @@ from netcomp.kube.kubeblocks import KubeBlocks
 from netcomp.kube.kubestore import IDS, KubeStore
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
+from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
 from tests.unit.test_api_client import kubeconfig
-from tests.unit.test_hostile_blocks import Ignored, NoStore, _deep, _json, pool
 from tests.unit.test_watch_backoff import FakeTime, Gone410
-
-
-@pytest.fixture
-def ignored() -> Any:
-    counter = Ignored()
-    foreign.count_into(counter)
-    foreign._seen.clear()
-    yield counter
-    foreign.count_into(None)
-
 
 # ------------------------------------------------------------------------------------------------ TenantClaim
 
@@ -92,18 +80,18 @@ def test_a_forged_tenant_claim_does_not_take_another_id() -> None:
     assert a.claims() == []
 
 
-_ids = st.one_of(st.integers(-(1 << 70), 1 << 70), st.sampled_from([0, 1, 4094, 4095, 16777214, 16777215]), _json)
+_ids = st.one_of(st.integers(-(1 << 70), 1 << 70), st.sampled_from([0, 1, 4094, 4095, 16777214, 16777215]), JSON)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    name=st.one_of(st.text(max_size=30), _json, st.just(id_claim_name("ens4", "vlan", 1000))),
-    profile=st.one_of(st.just("ens4"), st.text(max_size=20), _json),
-    vtype=st.one_of(st.sampled_from(["vlan", "vxlan", "x"]), _json),
+    name=st.one_of(st.text(max_size=30), JSON, st.just(id_claim_name("ens4", "vlan", 1000))),
+    profile=st.one_of(st.just("ens4"), st.text(max_size=20), JSON),
+    vtype=st.one_of(st.sampled_from(["vlan", "vxlan", "x"]), JSON),
     vni=_ids,
-    network=st.one_of(st.fixed_dictionaries({"namespace": st.text(max_size=5), "name": _json}), _json),
-    node=_json,
-    meta=st.one_of(_json, st.just(None)),
+    network=st.one_of(st.fixed_dictionaries({"namespace": st.text(max_size=5), "name": JSON}), JSON),
+    node=JSON,
+    meta=st.one_of(JSON, st.just(None)),
     deep=st.integers(0, 3000),
 )
 def test_the_tenant_claim_decoder_takes_anything(
@@ -111,9 +99,9 @@ def test_the_tenant_claim_decoder_takes_anything(
 ) -> None:
     """Random and adversarial TenantClaim objects (wrong types, ids out of range, deep nesting): nothing escapes,
     and whatever is read is the claim of its name."""
-    spec = {"profile": profile, "vniType": vtype, "vni": vni, "network": network, "node": node, "x": _deep(deep)}
+    spec = {"profile": profile, "vniType": vtype, "vni": vni, "network": network, "node": node, "x": nested(deep)}
     for obj in (
-        {"kind": "TenantClaim", "metadata": {"name": name, "uid": _deep(deep)}, "spec": spec},
+        {"kind": "TenantClaim", "metadata": {"name": name, "uid": nested(deep)}, "spec": spec},
         {"kind": "TenantClaim", "metadata": meta, "spec": network},
         {"kind": "TenantClaim", "metadata": meta, "spec": spec},
         name,
@@ -215,3 +203,19 @@ def test_the_blocks_follower_says_its_failure_and_back_off_in_status(tmp_path: P
     assert t.calls <= 5
     assert seen[0] is not None and seen[0].startswith("cannot follow address blocks: the API server answered 410")
     assert seen[0].endswith("(failed once; backing off, trying again in 1 s)")
+
+
+def test_writers_of_an_object_of_any_shape(ignored: Ignored) -> None:
+    """foreign.ignore names the writers of whatever it is given: metadata that is a list, managedFields that are not
+    a list, managers that are not strings; it never raises."""
+    from netcomp import foreign
+
+    for obj in (
+        {"metadata": []},
+        {"metadata": {"managedFields": {}}},
+        {"metadata": {"managedFields": [1, {"manager": 2}]}},
+        [],
+    ):
+        assert foreign.writers(obj) == "unknown"  # type: ignore[arg-type]
+        foreign.ignore("AddressClaim", "x", "why", obj)  # type: ignore[arg-type]
+    assert foreign.writers({"metadata": {"managedFields": [{"manager": "kubectl"}]}}) == "kubectl"

@@ -16,38 +16,16 @@ from typing import Any
 
 import pytest
 
-from netcomp import foreign
 from netcomp.cni.invoke import ExecResult
 from netcomp.delegate import dispatch
 from netcomp.errors import DelegateError
 from netcomp.host import devinfo
 from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET
+from tests.lab.hostile import Ignored
 from tests.lab.podresources import PodResourcesServer, podresources
 from tests.unit.test_devices import POD, RES, Node, req
 
 NESTED = "[" * 40 + "]" * 40  # JSON allows it; no kubelet file nests more than 4 deep
-
-
-class Counts:
-    """foreign.ignore's counter, by kind."""
-
-    def __init__(self) -> None:
-        self.by: dict[str, int] = {}
-
-    def labels(self, kind: str) -> Counts:
-        self.kind = kind
-        return self
-
-    def inc(self, amount: float = 1) -> None:
-        self.by[self.kind] = self.by.get(self.kind, 0) + int(amount)
-
-
-@pytest.fixture
-def counts() -> Iterator[Counts]:
-    c = Counts()
-    foreign.count_into(c)
-    yield c
-    foreign.count_into(None)
 
 
 @pytest.fixture
@@ -98,7 +76,7 @@ def kubelet_socket(node: Node) -> Path:
     ],
 )
 def test_a_checkpoint_that_is_not_the_kubelets_is_a_clear_error(
-    node: Node, counts: Counts, body: str, said: str
+    node: Node, ignored: Ignored, body: str, said: str
 ) -> None:
     """PodResources down, and a checkpoint of the wrong shape: code 11 saying what is wrong where, naming the
     network and the resource; ignored as foreign input (counted). A dict among the DeviceIDs never becomes one."""
@@ -109,7 +87,7 @@ def test_a_checkpoint_that_is_not_the_kubelets_is_a_clear_error(
     assert e.code == 11 and e.details == "no plugin was run", e.msg
     assert f"network vf-a takes a device of resource {RES}" in e.msg
     assert f"the kubelet checkpoint {node.checkpoint} is not the kubelet's: {said}" in e.msg
-    assert node.seen == [] and counts.by == {"checkpoint": 1}
+    assert node.seen == [] and ignored.by == {"checkpoint": 1}
     assert node.d.devices.kubelet.registered() == set()  # unknown: nothing registered as far as netcomp knows
 
 
@@ -191,7 +169,7 @@ def test_a_pod_the_current_checkpoint_lists_gets_its_devices(node: Node) -> None
 
 
 def test_a_device_info_file_nested_too_deep_is_treated_as_missing(
-    node: Node, api: PodResourcesServer, counts: Counts
+    node: Node, api: PodResourcesServer, ignored: Ignored
 ) -> None:
     """Deeper than the stdlib's parser can go (it would raise RecursionError), in a file under the size bound."""
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
@@ -206,7 +184,7 @@ def test_a_device_info_file_nested_too_deep_is_treated_as_missing(
         "version": "1.1.0",
         "pci": {"pci-address": "0000:3b:02.0"},
     }
-    assert counts.by == {"device-info": 1}
+    assert ignored.by == {"device-info": 1}
 
 
 def test_a_device_info_file_a_plugin_writes_itself_is_recorded_first_and_removed_by_del(
