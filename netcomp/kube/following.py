@@ -16,19 +16,28 @@ from typing import Any
 MAX_BACKOFF = 30.0
 FIRST_BACKOFF = 1.0
 CALM = 120.0  # this long without a failure and the next one starts from FIRST_BACKOFF (client-go: 2 min)
+WAKE_EVERY = 30.0  # seconds between two wake-ups of one API server's followers
 SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failure (client-go's "very short watch")
 
 
 class Wakeup:
     """The followers of one API server: when one of them lists again after the server was away, the others stop
-    backing off and try at once (it answers now), instead of each at its own jittered time."""
+    backing off and try at once (it answers now), instead of each at its own jittered time. At most once every
+    WAKE_EVERY seconds: where lists work and watches fail (RBAC without watch, a proxy that cuts long streams),
+    followers waking each other at every list would undo their back-off."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._waiting: set[threading.Event] = set()
+        self.clock = clock
+        self._last: float | None = None
 
     def reached(self) -> None:
         with self._lock:
+            now = self.clock()
+            if self._last is not None and now - self._last < WAKE_EVERY:
+                return
+            self._last = now
             for ev in self._waiting:
                 ev.set()
 

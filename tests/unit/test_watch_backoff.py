@@ -271,3 +271,21 @@ def test_a_follower_that_reaches_the_server_again_wakes_the_others() -> None:
     other.listed()
     assert done.wait(10)
     stop.set()
+
+
+def test_a_shared_wakeup_wakes_the_followers_at_most_once_every_wake_every() -> None:
+    """Where lists are answered and watches fail at once (RBAC without watch, a proxy that cuts long streams), each
+    follower lists after every failure: were every such list to wake the others, they would list in a loop."""
+    now = [0.0]
+    wakeup = following.Wakeup(lambda: now[0])
+    waiting = threading.Event()
+    wakeup._waiting.add(waiting)
+    wakeup.reached()
+    assert waiting.is_set()
+    waiting.clear()
+    now[0] += following.WAKE_EVERY / 2
+    wakeup.reached()
+    assert not waiting.is_set()
+    now[0] += following.WAKE_EVERY / 2
+    wakeup.reached()
+    assert waiting.is_set()
