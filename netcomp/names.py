@@ -89,9 +89,13 @@ DEVICE_NAME_MAX = 64
 DEVICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{DEVICE_NAME_MAX - 1}}}")
 
 
+# sysfs writes a PCI domain of 0x10000 and up (behind an Intel VMD) with more than four digits.
+DEVICE_PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+
+
 def device_id_problem(dev: str) -> str | None:
     """What is wrong with a device ID from a device plugin (None: nothing), quoting it (shortened, escaped)."""
-    if PCI.fullmatch(dev) or (":" not in dev and DEVICE_NAME.fullmatch(dev)):
+    if DEVICE_PCI.fullmatch(dev) or (":" not in dev and DEVICE_NAME.fullmatch(dev)):
         return None
     return (
         f"{quoted(dev, DEVICE_NAME_MAX)} is neither a PCI address (like 0000:3b:02.1) nor a device name "

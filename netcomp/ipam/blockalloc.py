@@ -29,6 +29,7 @@ from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
 SILENT = 60.0  # seconds a block that left an ask unanswered is not asked again (its holder may not serve it)
+ASK_FLOOR = 1.0  # seconds an ask waits at the least (a holder answers in milliseconds; a busy one in a second)
 
 
 class BlockAllocator(BlockView):
@@ -174,12 +175,22 @@ class BlockAllocator(BlockView):
         store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
         rec = Record(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
-        rec.token = secrets.token_hex(16)
         with self._lock:
+            # The token of an earlier create of this name that may have been made (its answer lost) is kept.
+            rec.token = self.claiming_ahead.setdefault(rec.name, secrets.token_hex(16))
             self.creating.add(rec.name)
-            self.claiming_ahead[rec.name] = rec.token
             self.save()
-        self.write_record()  # ahead of the create: a crash after it leaves a block this node knows it made
+        if not self.write_record():  # ahead of the create: a crash after it leaves a block this node knows it made
+            with self._lock:
+                self.creating.discard(rec.name)
+            if not on_add_path:
+                return False
+            raise DelegateError(
+                E_TRY_LATER,
+                f"network {network!r}: no free address in the blocks this node holds, and it cannot claim an "
+                f"address block: its record of its blocks cannot be written ({self.record.path})",
+                "nothing was claimed and no plugin was run",
+            )
         try:
             got = self.store.create(rec)
         except Taken as t:
@@ -357,8 +368,11 @@ class BlockAllocator(BlockView):
                     f"and it cannot ask another node for one: {e}",
                     "nothing was claimed and no plugin was run",
                 ) from None
-            # The time left shared by the blocks left: one whose holder never answers costs its share only.
-            until = time.monotonic() + (deadline - time.monotonic()) / (len(targets) - i)
+            # The time left shared by the blocks left, at least ASK_FLOOR each: one whose holder never answers
+            # costs its share only, and one that answers as holders do is never cut short.
+            now = time.monotonic()
+            share = max((deadline - now) / (len(targets) - i), min(ASK_FLOOR, deadline - now))
+            until = now + share
             with self._lock:
                 self.updated.wait_for(lambda a=ask: a.answered or bool(a.granted), max(0.0, until - time.monotonic()))  # type: ignore[misc]
                 got = None
@@ -376,8 +390,9 @@ class BlockAllocator(BlockView):
                 self.counted("borrow", layout.pool.network)
                 return got
             if not answered:
-                with self._lock:
-                    self.silent[s.name] = time.monotonic() + SILENT
+                if share >= ASK_FLOOR:
+                    with self._lock:
+                        self.silent[s.name] = time.monotonic() + SILENT
                 self.worker.withdraw(s.name, s.uid, key)
         return None
 

@@ -25,15 +25,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.ipam")
 
 
-def _release_stray(a: BlockAllocator, name: str, uid: str, rv: str) -> None:
-    """An empty block naming this node that it never made, deleted only while it is the version seen empty."""
+def _release_stray(a: BlockAllocator, name: str, uid: str, rv: str) -> bool:
+    """An empty block naming this node that it never made, deleted only while it is the version seen empty;
+    whether it was."""
     try:
         ok = a.store.delete(name, uid, rv)
     except StoreUnavailable as e:
         log.warning("cannot delete block %s (empty, naming this node, never made by it): %s", name, e)
-        return
+        return False
     if ok:
         log.warning("deleted block %s: empty, naming this node, never made by it", name)
+    return bool(ok)
 
 
 def release_empty(a: BlockAllocator) -> list[str]:
@@ -53,11 +55,12 @@ def release_empty(a: BlockAllocator) -> list[str]:
         ]
         for h in todo:
             del a.held[h.name]  # nothing is given from it while it goes
-        strays = [(n, a.view[n]) for n, t in a.strays.items() if now - t >= a.grace and n in a.view]
-        a.strays = {n: t for n, t in a.strays.items() if n in a.view and now - t < a.grace}
+        a.strays = {n: t for n, t in a.strays.items() if n in a.view and n not in a.held}
+        strays = [(n, a.view[n]) for n, t in a.strays.items() if now - t >= a.grace]
     for name, s in strays:
-        if s.owner == a.node and name not in a.held and not s.used and not s.lent:
-            _release_stray(a, name, s.uid, s.rv)
+        if s.owner == a.node and not s.used and not s.lent and _release_stray(a, name, s.uid, s.rv):
+            with a._lock:
+                a.strays.pop(name, None)  # kept otherwise (the API server away, a newer version): tried again
     for h in todo:
         try:
             ok = a.store.delete(h.name, h.uid, h.rv)

@@ -160,13 +160,12 @@ class BlockView:
         """The blocks held changed (called with the lock held): the next write_record writes them."""
         self._generation += 1
 
-    def write_record(self) -> None:
+    def write_record(self) -> bool:
         """The node's record of its blocks brought to what they are now, when a save asked for it since the last
-        write; returns once it is on disk (or could not be written). Called without the lock: an ADD takes it to
-        give an address, and a write is two fsyncs."""
+        write; returns once it is on disk (True) or could not be written (False, logged). Called without the
+        lock: an ADD takes it to give an address, and a write is two fsyncs."""
         snap = self.snapshot()
-        if snap is not None:
-            self.write_snapshot(*snap)
+        return self.write_snapshot(*snap) if snap is not None else True
 
     def snapshot(self) -> tuple[int, bytes] | None:
         """What the record says of the blocks held now, and the generation of that; None when it is on disk."""
@@ -175,18 +174,19 @@ class BlockView:
                 return None
             return self._generation, self.record.encode(self.held.values(), self.claiming_ahead)
 
-    def write_snapshot(self, generation: int, data: bytes) -> None:
+    def write_snapshot(self, generation: int, data: bytes) -> bool:
         """A snapshot written, one at a time, unless a newer one is on disk already: two writers never leave an
         older state after a newer one."""
         with self._write_lock:
             if generation <= self._written:
-                return
+                return True
             try:
                 self.record.write(data)
             except OSError as e:
                 log.error("cannot write %s (the blocks this node holds): %s", self.record.path, e.strerror)
-                return
+                return False
             self._written = generation
+            return True
 
     # ------------------------------------------------------------------------------------------------ the view
 
@@ -284,7 +284,7 @@ class BlockView:
         `used`: only this node's own write-ahead tells a block it made."""
         if not rec.token or self.claiming_ahead.get(rec.name) != rec.token:
             report(rec, "it names this node, which has no record of creating it: never held by this node")
-            if not (rec.used or rec.lent or rec.requests):
+            if not (rec.used or rec.lent):  # requests hold no address
                 self.strays.setdefault(rec.name, time.monotonic())
             else:
                 self.strays.pop(rec.name, None)
@@ -304,8 +304,9 @@ class BlockView:
         self._own(self._adopt(rec), rec, source)
 
     def _adopt(self, rec: Record) -> Held:
-        """A block whose object names this node, which it does not know it holds (killed between creating the object
-        and recording it; or its record lost): held from now on, with its containers' addresses from the cache."""
+        """A block whose object names this node, which it does not know it holds, made by it (killed between
+        creating the object and recording it: _take_mine checks the token): held from now on, with its
+        containers' addresses from the cache."""
         net = rec.net
         fs = next(
             (i for (n, i), lay in self.layouts.items() if n == rec.network and lay.block_of(net.network_address)), 0

@@ -234,6 +234,8 @@ class Worker:
         layout = a.layouts.get((h.network, h.family_set))
         usable = layout.usable(h.net) if layout is not None else 0
         busy = h.busy()
+        for off in h.written:
+            busy |= 1 << off  # freed here, its removal from `used` not written yet: borrowers would refuse it
         lent: dict[str, dict[str, Any]] = {}
         answered = []
         for key, req in sorted(h.asked.items()):

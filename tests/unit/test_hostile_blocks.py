@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import threading
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -301,7 +300,7 @@ class GrantStore:
         lent = {self.address: {"node": "node-a", "request": key}}
         rec = kubeblocks.from_object(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
         assert rec is not None and self.alloc is not None
-        threading.Thread(target=self.alloc.seen, args=(rec, "watch")).start()
+        self.alloc.seen(rec, "watch")  # before the ADD waits: what it does with the grant is decided, not raced
 
     def __getattr__(self, _: str) -> Any:
         return lambda *a, **k: None
@@ -394,7 +393,7 @@ class SilentStore(NoStore):
             lent = {"10.0.0.18": {"node": "node-a", "request": key}}
             rec = kubeblocks.from_object(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
             assert rec is not None and self.alloc is not None
-            threading.Thread(target=self.alloc.seen, args=(rec, "watch")).start()
+            self.alloc.seen(rec, "watch")
 
     def withdraw(self, *_: Any) -> None:
         pass
@@ -414,3 +413,17 @@ def test_a_block_whose_holder_never_answers_costs_an_add_its_share_only(tmp_path
     assert given_or_refused(alloc) == "10.0.0.18" and store.asked == [stray, THEIRS]
     given_or_refused(alloc)
     assert stray not in store.asked[2:]
+
+
+def test_a_lender_never_lends_an_address_its_used_still_names(tmp_path: Path) -> None:
+    """An address freed here whose removal from the block's `used` is not written yet is not lent: a borrower
+    would see it in `used` and refuse the grant as forged."""
+    from netcomp.ipam.worker import Worker
+
+    alloc = node_a(tmp_path)
+    seen(alloc, block(MINE, "10.0.0.0/28", "node-a", rv="5", used={"10.0.0.1": {"containerID": "gone"}},
+                      requests={"node-b.k": {"node": "node-b"}}))  # fmt: skip
+    h = alloc.held[MINE]
+    assert 1 in h.written and 1 not in h.local
+    lent, _ = Worker(alloc)._grants(h)
+    assert lent and "10.0.0.1" not in lent, lent

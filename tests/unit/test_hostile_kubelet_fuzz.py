@@ -138,3 +138,11 @@ def test_the_largest_adversarial_inputs_cost_bounded_memory() -> None:
 def _devinfo_or_value_error(data: bytes) -> None:
     with contextlib.suppress(ValueError):
         devinfo.parse(data)
+
+
+def test_a_pci_address_of_a_domain_beyond_ffff_is_a_device_id() -> None:
+    """sysfs writes the PCI domains behind an Intel VMD (0x10000 and up) with five digits or more."""
+    from netcomp.names import device_id_problem
+
+    assert device_id_problem("10000:01:00.1") is None and device_id_problem("0000:3b:02.1") is None
+    assert device_id_problem("123456789:01:00.1") is not None
