@@ -59,9 +59,10 @@ print(json.dumps(out))
 """
 
 
-def without_ptrace(*args: str) -> dict[str, Any]:
+def child(code: str, *args: str) -> dict[str, Any]:
+    """What `code` prints (JSON), run in a child whose bounding set lacks CAP_SYS_PTRACE."""
     p = subprocess.run(
-        [*NO_PTRACE, sys.executable, "-c", CHILD, *args],
+        [*NO_PTRACE, sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -70,6 +71,11 @@ def without_ptrace(*args: str) -> dict[str, Any]:
     )
     assert p.returncode == 0, p.stderr
     out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
+def without_ptrace(*args: str) -> dict[str, Any]:
+    out = child(CHILD, *args)
     assert out["ptrace"] is False  # the child really lacks it
     return out
 
@@ -283,16 +289,7 @@ def test_a_process_namespace_it_may_not_open_is_refused_naming_the_remedy(lb: La
     ctr = lb.container()
     holders.append(Holder(f"/var/run/netns/{ctr}", dumpable=True))
     path = f"/proc/{holders[-1].p.pid}/ns/net"
-    p = subprocess.run(
-        [*NO_PTRACE, sys.executable, "-c", OPEN_CHILD, path],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
-    assert p.returncode == 0, p.stderr
-    got = json.loads(p.stdout)
+    got = child(OPEN_CHILD, path)
     assert got.get("code") == 4, got
     assert got["msg"].startswith(f"cannot open network namespace {path}: Permission denied"), got
     assert "CAP_SYS_PTRACE" in got["msg"] and "drop-in" in got["msg"], got
