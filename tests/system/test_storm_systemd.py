@@ -113,8 +113,11 @@ class MachineNode:
 
 
 def leases(m: Machine) -> list[str]:
+    """host-local's lease files left, each with what it holds (the container ID and interface it was given to, or
+    nothing: a host-local killed between creating the file and writing it)."""
     found = m.text("find", LEASES, "-type", "f")
-    return [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
+    left = [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
+    return [f"{f} {m.text('head', '-c', '200', f)!r}" for f in left]
 
 
 def cache_entries(m: Machine) -> list[str]:
