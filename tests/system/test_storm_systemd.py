@@ -112,12 +112,14 @@ class MachineNode:
         return self.m.text("ip", *args)
 
 
-def leases(m: Machine) -> list[str]:
-    """host-local's lease files left, each with what it holds (the container ID and interface it was given to, or
-    nothing: a host-local killed between creating the file and writing it)."""
+def leases(m: Machine) -> tuple[list[str], list[str]]:
+    """host-local's lease files left, each with the container ID and interface it holds; and those that hold
+    nothing: host-local creates the file, then writes whose it is (plugins/ipam/host-local/backend/disk), so one
+    SIGKILLed between the two leaves a reservation no DEL can release, whoever ran it (a runtime directly too)."""
     found = m.text("find", LEASES, "-type", "f")
     left = [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
-    return [f"{f} {m.text('head', '-c', '200', f)!r}" for f in left]
+    held = {f: m.text("head", "-c", "200", f) for f in left}
+    return [f"{f} {v!r}" for f, v in held.items() if v], [f for f, v in held.items() if not v]
 
 
 def cache_entries(m: Machine) -> list[str]:
@@ -228,10 +230,12 @@ def count_leftovers(m: Machine, containers: list[Container]) -> dict[str, list[s
                 continue
             interfaces.append(f"{c.name}:{name} ({kinds.get(name)}, {addrs or 'no address'})")
     main = m.show(UNIT, "MainPID")
+    owned, half_made = leases(m)
     return {
         "interfaces": interfaces,
         "hostLinks": owned_host_links(m),
-        "leases": leases(m),
+        "leases": owned,
+        "halfMadeLeases": half_made,  # host-local's own race (leases' docstring): reported, not netcomp's leak
         "cacheEntries": cache_entries(m),
         "delegates": [p for p in unit_processes(m) if p != main],  # none left running in the unit's cgroup
     }
@@ -300,7 +304,8 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
     assert restarts == kills, "systemd restarted the daemon other than after the test's kills (a crash, the watchdog)"
     assert report.violations == [], report.violations
     assert report.requests["ADD ok"] > 0 and report.requests["DEL ok"] > 0, doc
-    assert doc["leftovers"] == {"interfaces": 0, "hostLinks": 0, "leases": 0, "cacheEntries": 0, "delegates": 0}, doc
+    left = {k: n for k, n in doc["leftovers"].items() if k != "halfMadeLeases"}
+    assert left == {"interfaces": 0, "hostLinks": 0, "leases": 0, "cacheEntries": 0, "delegates": 0}, doc
     assert "Traceback" not in log
     # systemd emptied the unit's cgroup before every restart (KillMode=mixed): the daemon never found one of its
     # predecessor's delegates still running (it would kill it, and say so).
