@@ -112,14 +112,17 @@ class MachineNode:
         return self.m.text("ip", *args)
 
 
-def leases(m: Machine) -> tuple[list[str], list[str]]:
-    """host-local's lease files left, each with the container ID and interface it holds; and those that hold
-    nothing: host-local creates the file, then writes whose it is (plugins/ipam/host-local/backend/disk), so one
+def lease_files(m: Machine) -> dict[str, str]:
+    """host-local's lease files left, with what each holds: the container ID and interface it was given to, or
+    nothing. host-local creates the file, then writes whose it is (plugins/ipam/host-local/backend/disk), so one
     SIGKILLed between the two leaves a reservation no DEL can release, whoever ran it (a runtime directly too)."""
     found = m.text("find", LEASES, "-type", "f")
     left = [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
-    held = {f: m.text("head", "-c", "200", f) for f in left}
-    return [f"{f} {v!r}" for f, v in held.items() if v], [f for f, v in held.items() if not v]
+    return {f: m.text("head", "-c", "200", f) for f in left}
+
+
+def leases(m: Machine) -> list[str]:
+    return [f"{f} {v!r}" for f, v in lease_files(m).items()]
 
 
 def cache_entries(m: Machine) -> list[str]:
@@ -230,7 +233,9 @@ def count_leftovers(m: Machine, containers: list[Container]) -> dict[str, list[s
                 continue
             interfaces.append(f"{c.name}:{name} ({kinds.get(name)}, {addrs or 'no address'})")
     main = m.show(UNIT, "MainPID")
-    owned, half_made = leases(m)
+    files = lease_files(m)
+    owned = [f"{f} {v!r}" for f, v in files.items() if v]
+    half_made = [f for f, v in files.items() if not v]
     return {
         "interfaces": interfaces,
         "hostLinks": owned_host_links(m),
