@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcomp.daemon.server.client import call  # noqa: E402
+from netcomp.ipam import blockobjects  # noqa: E402
 from netcomp.ipam.blocks import block_name  # noqa: E402
 from netcomp.ipam.pool import claim_name, network_label  # noqa: E402
-from netcomp.kube import kubeblocks  # noqa: E402
 from tests.lab import poll  # noqa: E402
 from tests.lab.kubeapi import api_server  # noqa: E402
 
@@ -85,8 +85,8 @@ def fill(custom: Any, core: Any, args: argparse.Namespace) -> float:
                                                  "pod": {"namespace": "fleet", "name": f"p{n}-{b}-{k}", "uid": "u"}}
                 for k in range(min(BLOCK, per_net - b * BLOCK))
             }  # fmt: skip
-            rec = kubeblocks.Record(block_name(net, cidr), net, str(cidr), holder, True, used)
-            blocks.append(kubeblocks.to_object(rec))
+            rec = blockobjects.Record(block_name(net, cidr), net, str(cidr), holder, True, used)
+            blocks.append(blockobjects.to_object(rec))
     claims = []
     for i in range(args.claims):
         net = f"old-{i % args.networks:03d}"
@@ -189,7 +189,9 @@ def _after_sentinel(custom: Any, base: Path) -> int:
     order of their resourceVersions, so any event the churn caused arrives before the sentinel's ADDED."""
     cidr = list(subnet(0).subnets(new_prefix=26))[-1]  # beyond the fleet's blocks and the node's own
     sentinel = str(cidr)
-    obj = kubeblocks.to_object(kubeblocks.Record(block_name("net-000", cidr), "net-000", sentinel, "fleet-0000", True))
+    obj = blockobjects.to_object(
+        blockobjects.Record(block_name("net-000", cidr), "net-000", sentinel, "fleet-0000", True)
+    )
     custom.create_cluster_custom_object("netcomp.io", "v1", "addressblocks", obj)
     try:
 

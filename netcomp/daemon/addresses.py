@@ -12,24 +12,24 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netcomp.delegate.cache import Cache
-from netcomp.delegate.record import Entry
 from netcomp.errors import DelegateError
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.allocators import Allocators
+from netcomp.ipam.background import Worker
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import LocalRecord
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim, StoreUnavailable
-from netcomp.ipam.worker import Worker
+from netcomp.records.files import Cache
+from netcomp.records.record import Entry
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.kube.cluster import Cluster
-    from netcomp.kube.kubeblocks import KubeBlocks
-    from netcomp.kube.kubestore import KubeStore
+    from netcomp.cluster.intents import Cluster
+    from netcomp.ipam.blockobjects import KubeBlocks
+    from netcomp.ipam.claimobjects import KubeStore
 
 log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
@@ -47,11 +47,12 @@ class Addresses:
         self.blocks: BlockAllocator | None = None
         self.pools: dict[str, Pool] = {}
         self._following = False
+        self.cluster = cluster
         if cluster is not None:
-            from netcomp.kube.kubeblocks import KubeBlocks  # the cluster's calls: only with a cluster
-            from netcomp.kube.kubestore import KubeStore
+            from netcomp.ipam.blockobjects import KubeBlocks  # the cluster's calls: only with a cluster
+            from netcomp.ipam.claimobjects import KubeStore
 
-            self.kube, self.kube_blocks = KubeStore(cluster), KubeBlocks(cluster)
+            self.kube, self.kube_blocks = KubeStore(cluster.handle), KubeBlocks(cluster.handle)
             record = LocalRecord(Path(settings.cacheDir) / BLOCKS_RECORD, settings.nodeName)
             self.blocks = BlockAllocator(
                 self.kube_blocks, settings.nodeName, record, grace=settings.ipamGrace,
@@ -113,8 +114,8 @@ class Addresses:
             except StoreUnavailable as e:
                 log.warning("cannot list address claims: %s", e)
             return
-        if self.settings.kubernetes is not None:
-            node = self.kube.cluster.node
+        if self.settings.kubernetes is not None and self.cluster is not None:
+            node = self.cluster.node
             node.on_change(lambda exists: setattr(self.allocator, "node_in_cluster", exists))
             node.start(stop)
             if not node.known.wait(self.settings.kubernetes.timeout):

@@ -27,11 +27,11 @@ from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
 from netcomp.delegate import listing, recovery
-from netcomp.delegate.cache import Cache
 from netcomp.delegate.podsync import PodSync
-from netcomp.delegate.record import Entry
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
+from netcomp.records.files import Cache
+from netcomp.records.record import Entry
 from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")

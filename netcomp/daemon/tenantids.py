@@ -19,7 +19,7 @@ from netcomp.ipam.localstore import LocalStore
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.kube.cluster import Cluster
+    from netcomp.cluster.intents import Cluster
 
 log = logging.getLogger("netcomp.ipam")
 
@@ -32,9 +32,9 @@ class TenantIds:
         self.cluster = cluster
         self.recompile = recompile
         if cluster is not None:
-            from netcomp.kube.kubestore import IDS, KubeStore  # the kubernetes client: only with a cluster
+            from netcomp.ipam.claimobjects import IDS, KubeStore  # the kubernetes client: only with a cluster
 
-            store: object = KubeStore(cluster, IDS)
+            store: object = KubeStore(cluster.handle, IDS)
         else:
             store = LocalStore(Path(settings.ipamDir) / "tenants", IdClaim)
         self.allocator = IdAllocator(store, settings.nodeName, self._changed_by_others)

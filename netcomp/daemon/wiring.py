@@ -22,19 +22,19 @@ from netcomp.compiler.pipeline import Pipeline
 from netcomp.daemon import faults
 from netcomp.daemon.server.connections import Limits
 from netcomp.daemon.tenantids import TenantIds
-from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.devices import Devices
 from netcomp.errors import Diagnostic, IntentError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.host import netns, ownedlinks, vfpools
-from netcomp.host.kubelet import Kubelet
 from netcomp.ipam.store import AddressAllocator
+from netcomp.kubelet.podresources import Kubelet
 from netcomp.metrics import Metrics
+from netcomp.pods.devices import Devices
+from netcomp.records.files import Cache
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
-    from netcomp.kube.cluster import Cluster
+    from netcomp.cluster.intents import Cluster
 
 log = logging.getLogger("netcomp.daemon")
 RUNTIME_CONF = "00-netcomp.conflist"
@@ -117,7 +117,7 @@ def limits(s: Settings) -> Limits:
 def cluster(settings: Settings, metrics: Metrics, cache: Cache) -> Cluster | None:
     if settings.kubernetes is None:
         return None
-    from netcomp.kube.cluster import Cluster  # the kubernetes client: only for a node with a cluster
+    from netcomp.cluster.intents import Cluster  # the kubernetes client: only for a node with a cluster
 
     return Cluster(settings.kubernetes, Path(settings.clusterIntentDir), metrics, settings.nodeName, cache)
 

@@ -15,17 +15,18 @@ from concurrent.futures import as_completed
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_ENV, E_IO
-from netcomp.delegate import asks as podasks
-from netcomp.delegate import naming, podnets, poolclaims
+from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator, as_delegate_error, why_unwritten
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError
 from netcomp.host import container, nsenter
 from netcomp.host import netns as nsutil
 from netcomp.host.netns import NetnsId
+from netcomp.pods import asks as podasks
+from netcomp.pods import multus, naming
+from netcomp.pods.multus import Ask
+from netcomp.pods.netstatus import network_status
+from netcomp.records.record import Attachment, Entry
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -57,7 +58,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
         attach(d, entry, atts, req.netns, req.pod, asks)
     except DelegateError as e:
         if req.pod is not None and d.pods is not None:  # best-effort, after the answer, as Multus does
-            reason = "NoNetworkFound" if isinstance(e, podnets.NoNetwork) else "FailedAddNetworks"
+            reason = "NoNetworkFound" if isinstance(e, multus.NoNetwork) else "FailedAddNetworks"
             d.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
         raise
     finally:

@@ -24,21 +24,22 @@ from netcomp.cni.codes import (
     E_TRY_LATER,
 )
 from netcomp.cni.invoke import Runner, RuntimeConf
-from netcomp.delegate import asks as podasks
-from netcomp.delegate import naming, podnets, podplan, poolclaims
-from netcomp.delegate.cache import Cache
-from netcomp.delegate.devices import Devices
+from netcomp.delegate import poolclaims
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.podstatus import Pods
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, HostError, NetcompError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
 from netcomp.host.netns import NetnsId
 from netcomp.ipam.store import AddressAllocator
+from netcomp.pods import asks as podasks
+from netcomp.pods import choice, multus, naming
+from netcomp.pods.devices import Devices
+from netcomp.pods.multus import Ask
+from netcomp.pods.netstatus import Pods
+from netcomp.records.files import Cache
+from netcomp.records.record import Attachment, Entry
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -87,7 +88,7 @@ class Delegator:
     # The host links netcomp made that exist now, and removing one of them (host.ownedlinks.owned / remove).
     owned_links: Callable[[], set[str]] = lambda: set()
     remove_link: Callable[[str], object] = lambda name: False
-    # The cluster (kube.cluster.Cluster) when the node has one: pod annotations in, network status out.
+    # The cluster (cluster.intents.Cluster) when the node has one: pod annotations in, network status out.
     pods: Pods | None = None
     host_netns: set[NetnsId] = field(default_factory=set)
     host_unsure: str = ""  # why the host's namespace is not known (then every ADD is refused)
@@ -146,12 +147,12 @@ class Delegator:
         already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
         pod, notes = req.pod, self.pod_annotations(req)
-        policy = self.pods.policy if self.pods is not None else podnets.Policy()
+        policy = self.pods.policy if self.pods is not None else multus.Policy()
         default = self.default_network()
         if default is not None:
             default = naming.resolve_node(default, nets)
         wants = [naming.Want(naming.resolve_node(w.network, nets), w.ifname) for w in req.wants]
-        asked = podplan.plan(pod, notes, nets, policy, req.ifname) if pod is not None else podplan.PodNetworks()
+        asked = choice.plan(pod, notes, nets, policy, req.ifname) if pod is not None else choice.PodNetworks()
         if asked.default is not None:
             default = asked.default  # the pod's choice, in the node default's place
         wants += [w for w, _ in asked.more]
@@ -162,12 +163,12 @@ class Delegator:
                 "no networks to join: no defaultNetwork is configured and none "
                 f"was asked for ({naming.ARGS_KEY} in CNI_ARGS)",
             )
-        podnets.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
+        multus.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
         named = naming.name_interfaces(default, req.ifname, wants, prefixes(nets))
         caps = _capability_args(req.config)
         atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
         for a, element in zip(atts[len(atts) - len(pod_asks) :], pod_asks, strict=True):
-            a.element = podnets.element_key(a.network, a.ifname, element)  # an annotation edit may detach it
+            a.element = multus.element_key(a.network, a.ifname, element)  # an annotation edit may detach it
         in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
         asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
         self.prepare_asks(req.container_id, atts, asks)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.spec import SUPPORTED_VERSIONS
-from netcomp.delegate import adding, verbs
+from netcomp.delegate import adding, check_gc_status
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import Request
 
@@ -25,14 +25,14 @@ def handle(d: Delegator, req: Request) -> Done:
     if req.command == "VERSION":
         return Done({"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
     if req.command == "STATUS":
-        verbs.status(d)
+        check_gc_status.status(d)
         return Done({})
     if req.command == "GC":
-        verbs.gc(d, req)
+        check_gc_status.gc(d, req)
         return Done({})
     with d.locks.hold(req.container_id):
         if req.command == "ADD":
             return Done(adding.add(d, req))
         if req.command == "DEL":
             return Done({}, d.delete(req))
-        return Done({}, verbs.check(d, req))
+        return Done({}, check_gc_status.check(d, req))

@@ -1,7 +1,7 @@
 """Why a pod or container has (or would get) the networks it has: POST /explain, `netcomp explain`.
 
 Nothing here decides anything: the networks, their interface names, the addresses asked for and the devices
-come from the ADD's own planning (Delegator.plan_attachments: podplan.py, podnets.py, naming.py, asks.py, and
+come from the ADD's own planning (Delegator.plan_attachments: choice.py, multus.py, naming.py, asks.py, and
 devices.py for the kubelet's devices), and a running pod's changes from the hot-plug's own comparison
 (podsync.py), so that every refusal reads word for word as the ADD (or the hot-plug) would give it. What is added
 is the why of each choice, for a person; nothing is claimed, made, reserved or run."""
@@ -14,18 +14,19 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import naming, podplan, poolclaims
+from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.podsync import check as hotplug_check
 from netcomp.delegate.podsync import diff as hotplug_diff
 from netcomp.delegate.podsync import pod_of
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import Pool
+from netcomp.pods import choice, naming
+from netcomp.pods.multus import Ask
+from netcomp.pods.netstatus import network_status
+from netcomp.records.record import Attachment, Entry
 
 # The container ID a plan of a pod that has no container here is made for: no record is ever under it (a CNI
 # container ID has no spaces), so the addresses and MACs other containers hold all count against it.
@@ -181,15 +182,13 @@ def _item_name(ask: Ask, a: Attachment, place: int) -> str:
     podplan names them: Multus counts the cluster default network as net0, DANM its first connection as eth0)."""
     if ask.ifname:
         return "the item's own interface"
-    if ask.kind is not None:  # DANM's: podplan._danm
+    if ask.kind is not None:  # DANM's: networks._danm
         prefix = _prefix(a)
-        why = (
-            f"the network's container_prefix {prefix!r}" if prefix else f"{podplan.DANM_PREFIX!r}: no container_prefix"
-        )
-        return f"DANM: connection {place} of the annotation is {prefix or podplan.DANM_PREFIX}{place} ({why})"
+        why = f"the network's container_prefix {prefix!r}" if prefix else f"{choice.DANM_PREFIX!r}: no container_prefix"
+        return f"DANM: connection {place} of the annotation is {prefix or choice.DANM_PREFIX}{place} ({why})"
     return (
-        f"Multus: item {place - 1} of the annotation is {podplan.MULTUS_PREFIX}{place} (the cluster default "
-        f"network is {podplan.MULTUS_PREFIX}0), whatever the network's interfacePrefix"
+        f"Multus: item {place - 1} of the annotation is {choice.MULTUS_PREFIX}{place} (the cluster default "
+        f"network is {choice.MULTUS_PREFIX}0), whatever the network's interfacePrefix"
     )
 
 

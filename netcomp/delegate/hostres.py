@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
-from netcomp.delegate.cache import Cache
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError, HostError, LinkMismatch
+from netcomp.pods.multus import Ask
+from netcomp.records.files import Cache
+from netcomp.records.record import Attachment
 
 log = logging.getLogger("netcomp.delegate")
 

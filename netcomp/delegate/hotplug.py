@@ -9,12 +9,13 @@ from typing import Any
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import adding, naming
+from netcomp.delegate import adding
 from netcomp.delegate.delegator import Delegator, prefixes
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import check_container_id
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
+from netcomp.pods import naming
+from netcomp.records.record import Attachment, Entry
 
 
 def hotplug(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.podstatus import network_status
+from netcomp.pods.netstatus import network_status
 
 
 def attachments(d: Delegator) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Hot-plug by editing the pod, as multus-dynamic-networks-controller gives Multus's users: a change of a running
 pod's k8s.v1.cni.cncf.io/networks (or DANM's interfaces) annotation attaches what the edit adds and detaches what
 it removes, through the one ADD and DEL path, with the same rules as at the pod's start. An element is what the
-record says it was attached for (podnets.element_key), so a changed one is a detach and an attach; the default
+record says it was attached for (multus.element_key), so a changed one is a detach and an attach; the default
 network does not change on a running pod. Every check an ADD of what is added makes without touching anything
 comes first (check: a refused edit detaches nothing); then what is added on free interface names (a failure
 leaves the pod as it was), then what is removed, then what takes a removed one's name. `PodSync` runs one pod at a time
@@ -17,14 +17,15 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from netcomp.delegate import adding, naming, podnets, podplan, poolclaims
+from netcomp.delegate import adding, poolclaims
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.naming import PodRef
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
+from netcomp.pods import choice, multus, naming
+from netcomp.pods.multus import Ask
+from netcomp.pods.naming import PodRef
+from netcomp.pods.netstatus import network_status
+from netcomp.records.record import Attachment, Entry
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -129,7 +130,7 @@ def diff(
     the record has that it no longer asks for."""
     assert d.pods is not None
     nets = d.networks()
-    asked = podplan.plan(pod, notes, nets, d.pods.policy, entry.ifname)
+    asked = choice.plan(pod, notes, nets, d.pods.policy, entry.ifname)
     default = next((a for a in entry.attachments if a.ifname == entry.ifname), None)
     if asked.default is not None and default is not None and asked.default != default.network:
         raise (asked.default_ask or _whole(pod)).error(
@@ -137,8 +138,8 @@ def diff(
             "delete the pod and make it again to change it",
         )
     want = [(w.network, w.ifname or "", ask) for w, ask in asked.more]
-    podnets.check_interfaces([(i, ask) for _, i, ask in want], entry.ifname, default is not None)
-    keys = {podnets.element_key(n, i, ask): (n, i, ask) for n, i, ask in want}
+    multus.check_interfaces([(i, ask) for _, i, ask in want], entry.ifname, default is not None)
+    keys = {multus.element_key(n, i, ask): (n, i, ask) for n, i, ask in want}
     current = {a.element: a for a in entry.attachments if a.element}
     removed = [a for k, a in current.items() if k not in keys]
     added = []

@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import AddressAllocator, Claim
+from netcomp.pods.multus import Ask
+from netcomp.records.record import Attachment
 
 
 def take(

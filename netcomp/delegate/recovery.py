@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.record import Entry
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
+from netcomp.records.record import Entry
 
 log = logging.getLogger("netcomp.delegate")
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from netcomp.cni.codes import E_DECODE, E_INCOMPATIBLE, E_INVALID_ENV
 from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS
-from netcomp.delegate import naming
 from netcomp.errors import DelegateError
 from netcomp.host.nsenter import check_path
 from netcomp.names import is_cni_name
+from netcomp.pods import naming
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 MAX_ID = 1024

@@ -17,7 +17,7 @@ from netcomp.doctor.node import Network
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import vfpools
-from netcomp.host.kubelet import Kubelet, NoCheckpoint
+from netcomp.kubelet.podresources import Kubelet, NoCheckpoint
 from netcomp.settings import Settings
 
 # What libcni loads from a conf dir (libcni's ConfFiles); containerd (go-cni's loadFromConfDir) and CRI-O

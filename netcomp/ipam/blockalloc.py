@@ -1,6 +1,6 @@
 """Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
 ADD's path once the node holds a block with a free address. A node claims a block by creating its object (the
-name is the lock), ahead of need (worker.py); inside its blocks it gives addresses from what it knows itself
+name is the lock), ahead of need (background.py); inside its blocks it gives addresses from what it knows itself
 (the cache records each, the ADDs in flight, what it lent, what AddressClaim objects take); the blocks' records
 are written behind, never ahead of the cache. With no block free, it borrows single addresses from other nodes'
 blocks (as Calico's libcalico-go/lib/ipam/ipam.go lets a host), but the holder stays the only one that gives

@@ -14,13 +14,18 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from netcomp.kube.apierrors import ApiException, Unreachable, words
 from netcomp.kube.kubeconfig import Endpoint, KubeConfigError, document
+
+if TYPE_CHECKING:
+    from netcomp.kube.following import Backoff
+    from netcomp.metrics import Metrics
 
 log = logging.getLogger("netcomp.kube")
 
@@ -215,6 +220,19 @@ class LibraryTransport:
 
 
 # ------------------------------------------------------------------------------------------------ the API
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What a store kept on the API server takes of the cluster: the calls (`core`, `custom`), their timeout,
+    a follower's backoff (one Wakeup for the server), where a follower's status_error is said, the counters."""
+
+    core: Any
+    custom: Any
+    timeout: float
+    backoff: Callable[[], Backoff]
+    reporting: list[Callable[[], str | None]]
+    metrics: Metrics
 
 
 class Api:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.kube.kubestore import GROUP, VERSION
+from netcomp.kube.group import GROUP, VERSION
 from tests.lab.addrs import BLOCKS, CLAIMS
 from tests.lab.clusternodes import (
     addresses,
@@ -382,10 +382,10 @@ def test_a_node_named_longer_than_a_label_value_can_claim(custom: Any) -> None:
     AddressBlock) of such a node is labelled with a hash of the name, as its EndpointSlices are, the name in its
     spec, and the API server takes it (with the name as the label it answered 422: the node could claim no
     address at all)."""
+    from netcomp.ipam import blockobjects, claimobjects
     from netcomp.ipam.blockstate import Record
     from netcomp.ipam.store import Claim
-    from netcomp.kube import kubeblocks, kubestore
-    from netcomp.kube.slices import node_label
+    from netcomp.kube.group import node_label
 
     node = "worker-" + "x" * 60 + ".rack-7.dc-east.example.internal"
     claim = Claim("longnode.v4-10-9-0-5", "longnode", "10.9.0.5", node, "c1", "net0")
@@ -393,15 +393,15 @@ def test_a_node_named_longer_than_a_label_value_can_claim(custom: Any) -> None:
     made = []
     try:
         for plural, obj in (
-            ("addressclaims", kubestore.to_object(claim)),
-            ("addressblocks", kubeblocks.to_object(block)),
+            ("addressclaims", claimobjects.to_object(claim)),
+            ("addressblocks", blockobjects.to_object(block)),
         ):
             got = custom.create_cluster_custom_object(GROUP, VERSION, plural, obj)
             made.append((plural, got["metadata"]["name"]))
             assert got["spec"]["node"] == node
             assert got["metadata"]["labels"] == {"netcomp.io/network": "longnode", "netcomp.io/node": node_label(node)}
             assert node_label(node).startswith("h-")
-        back = kubestore.from_object(custom.get_cluster_custom_object(GROUP, VERSION, "addressclaims", claim.name))
+        back = claimobjects.from_object(custom.get_cluster_custom_object(GROUP, VERSION, "addressclaims", claim.name))
         assert back is not None and back.node == node
     finally:
         for plural, name in made:

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from netcomp.kube.kubestore import GROUP, ID_PLURAL, VERSION
+from netcomp.ipam.claimobjects import ID_PLURAL
+from netcomp.kube.group import GROUP, VERSION
 from tests.integration.test_kube import kube_lab, wait_for
 from tests.integration.test_multus import attach, detach, events_of, nothing_left, pod, status_of
 from tests.lab.addrs import in_use

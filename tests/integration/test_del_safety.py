@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.host import netns as nsutil
+from netcomp.records.record import Attachment, Entry
 from tests.lab.daemonlab import DaemonLab, intent
 from tests.lab.netlab import ip
 

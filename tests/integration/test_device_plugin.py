@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET
+from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET
 from tests.lab.daemonlab import intent
 from tests.lab.netlab import Lab, ip
 from tests.lab.podresources import PodResourcesServer, podresources

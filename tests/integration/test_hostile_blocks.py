@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from netcomp.ipam.blocks import block_name
-from netcomp.kube.kubestore import labels_of
+from netcomp.ipam.claimobjects import labels_of
 from tests.lab.addrs import BLOCKS
 from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
 from tests.lab.daemonlab import DaemonLab

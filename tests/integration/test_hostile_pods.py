@@ -52,7 +52,7 @@ def explain(dl: DaemonLab, *args: str) -> tuple[int, Any]:
 
 def gone(dl: DaemonLab, ctr: str, p: dict[str, Any], *, deleted: bool = False) -> None:
     """The container's DEL (unless `deleted` already) leaves nothing of it: no interface, no record. (Not
-    multus.nothing_left: the holder's leases are the node's meanwhile.)"""
+    test_multus.nothing_left: the holder's leases are the node's meanwhile.)"""
     if not deleted:
         rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr))
         assert rc == 0, res

@@ -248,7 +248,7 @@ def test_the_kubelets_checkpoint_alone_says_what_podresources_says(kubenode: Kub
     """With PodResources as if down, the real kubelet's checkpoint is read: it was written since the kubelet made
     its device manager socket (its device plugin registered, and it gave pods devices at admission), so it is
     current, and it gives each pod what PodResources gives, a pod holding no device none (not "try later")."""
-    from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET, Kubelet
+    from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET, Kubelet
 
     ckpt = kubenode.device_plugins / "kubelet_internal_checkpoint"
     assert (kubenode.device_plugins / DEVICE_MANAGER_SOCKET).is_socket()

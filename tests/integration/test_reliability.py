@@ -368,7 +368,7 @@ def test_an_entry_written_before_the_format_had_a_version_is_deleted(tmp_path: P
 def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl_plain: DaemonLab) -> None:
     """A kind this netcomp does not read is named (CNI error 5) and the file kept; an entry of version 1 (the
     whole document, written by netcomp before outcome records) is read and DELeted."""
-    from netcomp.delegate.record import Entry
+    from netcomp.records.record import Entry
 
     dl = dl_plain
     ctr = dl.lab.container()

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from netcomp.cli.ask import _print_status
-from netcomp.delegate.cache import Cache
-from netcomp.kube.cluster import Cluster
+from netcomp.cluster.intents import Cluster
 from netcomp.metrics import Metrics
+from netcomp.records.files import Cache
 from netcomp.settings import KubeSettings
 from tests.integration.test_kube import kube_lab
 from tests.lab.goneapi import GoneApi, gone_api

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.kube import kubeblocks
-from netcomp.kube.kubestore import GROUP, PLURAL, VERSION
+from netcomp.ipam import blockobjects
+from netcomp.ipam.claimobjects import PLURAL
+from netcomp.kube.group import GROUP, VERSION
 
 CLAIMS = (GROUP, VERSION, PLURAL)
-BLOCKS = (GROUP, VERSION, kubeblocks.PLURAL)
+BLOCKS = (GROUP, VERSION, blockobjects.PLURAL)
 
 
 def in_use(custom: Any, net: str | None = None) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ service on a socket in the kubelet's device-plugins dir, registered through Regi
 kubelet's own socket there), offers the PCI addresses of a sysfs-shaped VF tree as the devices of one resource,
 and on Allocate writes a device-info file per device (device-info spec v1.1.0, type pci) where the spec says a
 device plugin writes it, `<devinfo>/dp/<resource, / as ->-<device ID>-device.json`, and the
-PCIDEVICE_<RESOURCE> variable the SR-IOV plugin sets. Messages from netcomp.host.protomsg, served with grpcio's
+PCIDEVICE_<RESOURCE> variable the SR-IOV plugin sets. Messages from netcomp.kubelet.protomsg, served with grpcio's
 generic handlers: nothing generated, no .proto read.
 
 The VF tree has the shape netcomp's sriov discovery reads (class/net/<pf>/device/virtfn<N> -> the VF's PCI dir,
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netcomp.host import protomsg
+from netcomp.kubelet import protomsg
 
 RESOURCE = "netcomp.io/testvf"
 API_VERSION = "v1beta1"

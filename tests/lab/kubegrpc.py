@@ -1,6 +1,6 @@
 """The node's gRPC APIs the tests speak, from the test side: the CRI v1alpha2 RuntimeService of containerd (what
 kubelet 1.20 speaks: a sandbox's state, pid and namespaces; stopping and removing one at teardown) and the
-kubelet's PodResources v1 List. Messages are declared with netcomp.host.protomsg from the upstream .proto files'
+kubelet's PodResources v1 List. Messages are declared with netcomp.kubelet.protomsg from the upstream .proto files'
 field numbers (k8s.io/cri-api/pkg/apis/runtime/v1alpha2/api.proto, k8s.io/kubelet/pkg/apis/podresources/v1/
 api.proto); enums travel as int32 (the same varint on the wire). Only the messages and fields used here."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from netcomp.host import protomsg
+from netcomp.kubelet import protomsg
 
 SANDBOX_READY, SANDBOX_NOTREADY = 0, 1
 

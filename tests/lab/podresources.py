@@ -16,8 +16,8 @@ from typing import Any
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before grpc is loaded: its core's INFO lines are noise here
 import grpc
 
-from netcomp.host.kubelet import PODRESOURCES_V1
-from netcomp.host.protomsg import messages
+from netcomp.kubelet.podresources import PODRESOURCES_V1
+from netcomp.kubelet.protomsg import messages
 
 MSGS = messages("v1", PODRESOURCES_V1, "tests/podresources/v1.proto")
 

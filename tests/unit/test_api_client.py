@@ -129,13 +129,13 @@ def test_a_daemon_with_a_cluster_does_not_load_the_kubernetes_library(tmp_path: 
     code = f"""
 import sys
 from pathlib import Path
-from netcomp.kube.cluster import Cluster
-from netcomp.kube.kubeblocks import KubeBlocks
-from netcomp.kube.kubestore import KubeStore
+from netcomp.cluster.intents import Cluster
+from netcomp.ipam.blockobjects import KubeBlocks
+from netcomp.ipam.claimobjects import KubeStore
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 c = Cluster(KubeSettings(kubeconfig={path!r}), Path({str(tmp_path)!r}), Metrics(), "n1")
-KubeStore(c), KubeBlocks(c)
+KubeStore(c.handle), KubeBlocks(c.handle)
 print(sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

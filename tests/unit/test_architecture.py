@@ -28,13 +28,17 @@ LEVELS = {
     "netcomp.intent": 2,
     "netcomp.settings": 3,
     "netcomp.compiler": 4,
+    "netcomp.kube": 1,  # the API client: calls, kubeconfig, errors, list-and-watch, label selectors
     "netcomp.host": 5,
+    "netcomp.kubelet": 5,  # the kubelet's side of the node: the devices it gave a pod, device-info files
     "netcomp.ipam": 5,
-    "netcomp.delegate": 6,
-    "netcomp.kube": 7,  # the cluster's side: the daemon's lifecycle, its addresses and tenant ids use it
-    "netcomp.daemon": 8,
-    "netcomp.doctor": 8,  # beside the daemon: it asks it (daemon/server/client.py) and checks what it needs
-    "netcomp.cli": 9,
+    "netcomp.records": 6,  # the write-ahead record of a container's attachments, and where records live
+    "netcomp.pods": 7,  # what a container or pod asks for: names, Multus's and DANM's spellings, network-status
+    "netcomp.delegate": 8,
+    "netcomp.cluster": 9,  # the cluster's objects followed: network objects, pods, the Node, EndpointSlices
+    "netcomp.daemon": 10,
+    "netcomp.doctor": 10,  # beside the daemon: it asks it (daemon/server/client.py) and checks what it needs
+    "netcomp.cli": 11,
 }
 TOP_LIMIT = 9  # modules at the top of netcomp/, besides the wings
 
@@ -228,9 +232,9 @@ def test_no_cni_error_code_is_a_bare_number() -> None:
         ("the CNI name pattern", r"\[A-Za-z0-9\]\[A-Za-z0-9_\.", "netcomp/names.py"),
         ("the PCI address pattern", r"\{4\}:\[0-9a-fA-F\]\{2\}", "netcomp/names.py"),
         ("the default cniVersion", r"\"1\.0\.0\"", "netcomp/cni/spec.py"),
-        ("the API group of claims and blocks", r'^GROUP\b.*"netcomp\.io"', "netcomp/kube/kubestore.py"),
-        ("the netcomp.io/network and /node labels", r'"netcomp\.io/(network|node)"', "netcomp/kube/slices.py"),
-        ("an object's creationTimestamp read", r'"creationTimestamp"(\]|\))', "netcomp/kube/kubestore.py"),
+        ("the API group of claims and blocks", r'^GROUP\b.*"netcomp\.io"', "netcomp/kube/group.py"),
+        ("the netcomp.io/network and /node labels", r'"netcomp\.io/(network|node)"', "netcomp/kube/group.py"),
+        ("an object's creationTimestamp read", r'"creationTimestamp"(\]|\))', "netcomp/kube/group.py"),
         ("a claim's holder as a document", r'"containerID": c\.container_id', "netcomp/ipam/store.py"),
         ("a claim's holder read back", r"pod\['namespace'\]", "netcomp/ipam/store.py"),
     ],

@@ -24,8 +24,8 @@ OWN_NETNS = "/proc/self/ns/net"
 def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) -> Any:
     """A Delegator over `nets` whose plugins are `fake_exec` (no default network, no interface in any netns)."""
     from netcomp.cni.invoke import Runner
-    from netcomp.delegate.cache import Cache
     from netcomp.delegate.delegator import Delegator
+    from netcomp.records.files import Cache
 
     return Delegator(
         Runner(["/bin"], exec_=fake_exec),
@@ -79,8 +79,8 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
 
 
 def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:
-    from netcomp.delegate.cache import Cache
-    from netcomp.delegate.record import Attachment, Entry
+    from netcomp.records.files import Cache
+    from netcomp.records.record import Attachment, Entry
 
     cache = Cache(tmp_path / "cache")
     assert cache.count() == 0 and cache.entries() == []
@@ -106,7 +106,7 @@ def test_an_empty_entry_is_reported_by_a_scan_and_removed_only_by_a_load(
     """An entry a power cut left empty (zero bytes, or zeros): a scan (listing, GC, start-up; no container lock)
     reports it and leaves it; a load (always under the container's lock) removes it, says so, and reads it as no
     entry. A half-written entry is not empty: it stays an error, kept for the operator."""
-    from netcomp.delegate.cache import Cache
+    from netcomp.records.files import Cache
 
     cache = Cache(tmp_path / "cache")
     cache.directory.mkdir()
@@ -197,7 +197,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
     """The write-ahead is the whole entry, its attachment `adding`, on disk before the plugin runs; the outcome is
     one RFC 7464 record appended to that same file (its inode kept: no second file made), which a reader applies."""
     from netcomp.cni.invoke import ExecResult
-    from netcomp.delegate.record import RS, Entry
+    from netcomp.records.record import RS, Entry
 
     res = b'{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}'
     seen: list[tuple[int, bytes]] = []
@@ -233,8 +233,8 @@ def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is
     stays `adding` (its ADD was never answered) and is undone. A whole record that is not JSON, or names what the
     entry has not begun, is no truncation (a disk fault, a hand edit): the entry cannot be read, and is kept for the
     operator."""
-    from netcomp.delegate.cache import Cache
-    from netcomp.delegate.record import RS, Attachment, Entry
+    from netcomp.records.files import Cache
+    from netcomp.records.record import RS, Attachment, Entry
 
     cache = Cache(tmp_path / "cache")
     entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
@@ -410,7 +410,7 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
     stand-in for it."""
     from netcomp.cni.invoke import ExecResult
     from netcomp.delegate import recovery
-    from netcomp.delegate.record import Attachment, Entry
+    from netcomp.records.record import Attachment, Entry
 
     conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
     d = _delegator(tmp_path, {"n": conf}, lambda *a: ExecResult(0, b"", b""))
@@ -437,8 +437,8 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
 def test_pod_edits_waiting_count_pods_not_records() -> None:
     """Two records of one pod waiting for their undo (its sandbox made again) are one pod edit waiting, as
     `netcomp status` says it; the undo of one leaves the pod waiting for the other."""
-    from netcomp.delegate.naming import PodRef
     from netcomp.delegate.podsync import PodSync
+    from netcomp.pods.naming import PodRef
 
     sync = PodSync(None)  # type: ignore[arg-type]  # the counts need no delegator
     web, db = PodRef("default", "web", "u1"), PodRef("default", "db", "u2")

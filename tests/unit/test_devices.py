@@ -22,16 +22,16 @@ import pytest
 
 from netcomp.cni.invoke import ExecResult, Runner
 from netcomp.delegate import dispatch, hotplug
-from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.devices import Devices
-from netcomp.delegate.naming import PodRef
-from netcomp.delegate.podnets import Policy
-from netcomp.delegate.podstatus import network_status
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
-from netcomp.host import devinfo
-from netcomp.host.kubelet import Kubelet
+from netcomp.kubelet import devinfo
+from netcomp.kubelet.podresources import Kubelet
+from netcomp.pods.devices import Devices
+from netcomp.pods.multus import Policy
+from netcomp.pods.naming import PodRef
+from netcomp.pods.netstatus import network_status
+from netcomp.records.files import Cache
 from tests.lab.podresources import MSGS, PodResourcesServer, podresources
 
 OWN_NETNS = "/proc/self/ns/net"  # a real namespace any user can open; the stand-in plugins attach nothing to it
@@ -407,8 +407,8 @@ def test_the_idle_daemon_never_imports_grpc(tmp_path: Path) -> None:
     """A node whose networks name no device plugin's resource never loads grpc (its memory stays as it was)."""
     code = (
         "import sys\n"
-        "from netcomp.delegate.devices import Devices\n"
-        "from netcomp.host.kubelet import Kubelet\n"
+        "from netcomp.pods.devices import Devices\n"
+        "from netcomp.kubelet.podresources import Kubelet\n"
         f"d = Devices(Kubelet('{tmp_path}/s', '{tmp_path}/c', 1), lambda: set(), '{tmp_path}')\n"
         "d.assign(None, 'c', [], [])\n"
         "assert 'grpc' not in sys.modules and 'google.protobuf' not in sys.modules, sorted(sys.modules)\n"

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from netcomp import fsutil
-from netcomp.delegate.cache import Cache
-from netcomp.delegate.record import Entry
+from netcomp.records.files import Cache
+from netcomp.records.record import Entry
 
 
 def test_a_discarded_file_is_gone_at_once_and_unlinked_after(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """AddressBlock and AddressClaim objects written by a hostile node (any node's credentials may write them): what
-kube/kubeblocks.py and kube/kubestore.py take of them, and what a node's view of its networks' blocks
+ipam/blockobjects.py and ipam/claimobjects.py take of them, and what a node's view of its networks' blocks
 (ipam/blockview.py) does with what is left. Nothing such an object says makes a node give an address twice,
 build an integer wider than a block, raise out of a watch, or walk a block's range under the allocator's lock.
 The same against a real kube-apiserver with two daemons: tests/integration/test_hostile_blocks.py."""
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcomp.errors import DelegateError
-from netcomp.ipam import blockgc
+from netcomp.ipam import blockgc, blockobjects, claimobjects
 from netcomp.ipam import pool as poolmod
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
@@ -25,7 +25,6 @@ from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import Held, LocalRecord, Record, Seen
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim
-from netcomp.kube import kubeblocks, kubestore
 from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
 
 MINE, THEIRS = "n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"
@@ -35,7 +34,7 @@ def block(name: str, cidr: str, node: str, rv: str = "1", token: str = "", **spe
     meta: dict[str, Any] = {"name": name, "uid": f"u-{name}", "resourceVersion": rv}
     meta["managedFields"] = [{"manager": "hostile"}]
     if token:
-        meta["annotations"] = {kubeblocks.TOKEN: token}
+        meta["annotations"] = {blockobjects.TOKEN: token}
     return {"kind": "AddressBlock", "metadata": meta, "spec": {"network": "n", "cidr": cidr, "node": node, **spec}}
 
 
@@ -52,7 +51,7 @@ def node_a(tmp_path: Path, p: Pool | None = None) -> BlockAllocator:
 
 
 def seen(alloc: BlockAllocator, obj: dict[str, Any], source: str = "watch") -> None:
-    rec = kubeblocks.from_object(obj)
+    rec = blockobjects.from_object(obj)
     if rec is not None:
         alloc.seen(rec, source)
 
@@ -212,7 +211,7 @@ def claim(name: str, address: str, **spec: Any) -> dict[str, Any]:
 def test_an_address_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
     """An AddressClaim whose name is not claim_name(network, address), whose address is spelled otherwise, or
     whose holder's fields are not strings is ignored (and counted); the right one is read."""
-    assert kubestore.from_object(claim("n.v4-10-0-0-5", "10.0.0.5")) is not None
+    assert claimobjects.from_object(claim("n.v4-10-0-0-5", "10.0.0.5")) is not None
     bad = [
         claim("n.v4-10-0-0-6", "10.0.0.5"),
         claim("n.v6-fd00--1", "fd00:0::1"),
@@ -222,7 +221,7 @@ def test_an_address_claim_is_taken_only_under_its_name(ignored: Ignored) -> None
     ]
     for i, obj in enumerate(bad):
         obj["metadata"]["resourceVersion"] = str(i)  # each a version of its own: each reported
-        assert kubestore.from_object(obj) is None, obj
+        assert claimobjects.from_object(obj) is None, obj
     assert ignored.kinds.count("AddressClaim") == len(bad)
 
 
@@ -257,7 +256,7 @@ def test_the_decoders_take_anything_and_stay_bounded(
     obj = {"kind": "AddressBlock", "metadata": {"name": name, "resourceVersion": "1", "uid": nested(deep)},
            "spec": {"network": network, "cidr": cidr, "node": node, "used": used, "lent": lent,
                     "requests": requests, "nodeInCluster": nested(deep)}}  # fmt: skip
-    rec = kubeblocks.from_object(obj)
+    rec = blockobjects.from_object(obj)
     if rec is not None:
         assert rec.net.num_addresses <= 4096
         assert len(rec.used) <= rec.net.num_addresses and len(rec.lent) <= rec.net.num_addresses
@@ -270,7 +269,7 @@ def test_the_decoders_take_anything_and_stay_bounded(
     for address in (cidr, "10.0.0.5", name):
         spec = {"network": network, "address": address, "node": node, "containerID": used, "pod": lent}
         c = {"kind": "AddressClaim", "metadata": {"name": name, "uid": nested(deep)}, "spec": spec}
-        got = kubestore.from_object(c)
+        got = claimobjects.from_object(c)
         assert got is None or ipaddress.ip_address(got.address)
 
 
@@ -282,7 +281,7 @@ def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
         def seen(self, rec: Record, source: str) -> None:
             raise OverflowError("too wide")
 
-    kubeblocks._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
+    blockobjects._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
     assert ignored.kinds == ["AddressBlock"]
 
 
@@ -298,7 +297,7 @@ class GrantStore:
 
     def ask(self, name: str, uid: str, key: str, request: dict[str, Any]) -> None:
         lent = {self.address: {"node": "node-a", "request": key}}
-        rec = kubeblocks.from_object(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
+        rec = blockobjects.from_object(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
         assert rec is not None and self.alloc is not None
         self.alloc.seen(rec, "watch")  # before the ADD waits: what it does with the grant is decided, not raced
 
@@ -391,7 +390,7 @@ class SilentStore(NoStore):
         self.asked.append(name)
         if name == self.lender:
             lent = {"10.0.0.18": {"node": "node-a", "request": key}}
-            rec = kubeblocks.from_object(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
+            rec = blockobjects.from_object(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
             assert rec is not None and self.alloc is not None
             self.alloc.seen(rec, "watch")
 
@@ -418,7 +417,7 @@ def test_a_block_whose_holder_never_answers_costs_an_add_its_share_only(tmp_path
 def test_a_lender_never_lends_an_address_its_used_still_names(tmp_path: Path) -> None:
     """An address freed here whose removal from the block's `used` is not written yet is not lent: a borrower
     would see it in `used` and refuse the grant as forged."""
-    from netcomp.ipam.worker import Worker
+    from netcomp.ipam.background import Worker
 
     alloc = node_a(tmp_path)
     seen(alloc, block(MINE, "10.0.0.0/28", "node-a", rv="5", used={"10.0.0.1": {"containerID": "gone"}},

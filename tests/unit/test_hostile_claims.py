@@ -13,14 +13,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from netcomp.ipam import claimobjects
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockobjects import KubeBlocks
 from netcomp.ipam.blockstate import LocalRecord
+from netcomp.ipam.claimobjects import IDS, KubeStore
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
 from netcomp.ipam.store import Claim
-from netcomp.kube import kubestore
-from netcomp.kube.kubeblocks import KubeBlocks
-from netcomp.kube.kubestore import IDS, KubeStore
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
@@ -41,7 +41,7 @@ def tenant(name: str | None = None, vni: Any = 1000, **spec: Any) -> dict[str, A
 def test_a_tenant_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
     """A TenantClaim whose name is not id_claim_name(profile, type, id), whose id is no int of its type's range,
     or whose holder's fields are not strings is ignored (and counted); the right one is read."""
-    got = kubestore.id_from_object(tenant())
+    got = claimobjects.id_from_object(tenant())
     assert got is not None and (got.vni, got.network, got.node) == (1000, "t/net", "node-b")
     bad = [
         tenant(name=id_claim_name("ens4", "vlan", 1001)),  # another id's name: forged
@@ -59,7 +59,7 @@ def test_a_tenant_claim_is_taken_only_under_its_name(ignored: Ignored) -> None:
     ]
     for i, obj in enumerate(bad):
         obj["metadata"]["resourceVersion"] = str(i)  # each a version of its own: each reported
-        assert kubestore.id_from_object(obj) is None, obj
+        assert claimobjects.id_from_object(obj) is None, obj
     assert ignored.kinds.count("TenantClaim") == len(bad)
 
 
@@ -72,7 +72,7 @@ def test_a_forged_tenant_claim_does_not_take_another_id() -> None:
 
         def list(self) -> list[Any]:
             forged = tenant(name=id_claim_name("ens4", "vlan", 1001), network={"namespace": "x", "name": "y"})
-            return [c for c in map(kubestore.id_from_object, [forged]) if c is not None]
+            return [c for c in map(claimobjects.id_from_object, [forged]) if c is not None]
 
     assert IdAllocator(Store(), "node-a").claims() == []
     a = IdAllocator(Store(), "node-a")
@@ -106,7 +106,7 @@ def test_the_tenant_claim_decoder_takes_anything(
         {"kind": "TenantClaim", "metadata": meta, "spec": spec},
         name,
     ):
-        got = kubestore.id_from_object(obj)
+        got = claimobjects.id_from_object(obj)
         if got is not None:
             assert got.name == id_claim_name(got.profile, got.vni_type, got.vni)
             assert isinstance(got.vni, int) and 1 <= got.vni <= 16777214
@@ -117,7 +117,7 @@ def test_the_tenant_claim_decoder_takes_anything(
 
 
 def address_claim(address: str, node: str = "node-b") -> Claim:
-    return Claim(kubestore.claim_name("n", ipaddress.ip_address(address)), "n", address, node, "c", "net1",
+    return Claim(claimobjects.claim_name("n", ipaddress.ip_address(address)), "n", address, node, "c", "net1",
                  uid=f"u-{address}")  # fmt: skip
 
 
@@ -133,7 +133,7 @@ def test_an_address_claim_outside_the_networks_pool_is_ignored(ignored: Ignored)
         a.changed(address_claim(addr).name, address_claim(addr))
     assert [c.address for c in a.claims("n")] == ["10.0.0.5"]
     assert ignored.kinds.count("AddressClaim") == 3
-    other = Claim(kubestore.claim_name("m", ipaddress.ip_address("10.9.0.5")), "m", "10.9.0.5", "node-b", "c", "x")
+    other = Claim(claimobjects.claim_name("m", ipaddress.ip_address("10.9.0.5")), "m", "10.9.0.5", "node-b", "c", "x")
     a.changed(other.name, other)
     assert [c.address for c in a.claims("m")] == ["10.9.0.5"]
 
@@ -152,7 +152,7 @@ def test_this_nodes_own_claim_outside_the_pool_is_kept() -> None:
 
 
 def cluster_for(tmp_path: Path, t: FakeTime) -> Any:
-    from netcomp.kube.cluster import Cluster
+    from netcomp.cluster.intents import Cluster
 
     path = kubeconfig(tmp_path, {"token": "t"})
     return Cluster(KubeSettings(kubeconfig=path), tmp_path / "cluster", Metrics(), "node-a", backoff=t.backoff)
@@ -174,11 +174,11 @@ def watch_status(t: FakeTime, follower: Any, cluster: Any) -> list[Any]:
 def test_the_claims_followers_say_their_failure_and_back_off_in_status(tmp_path: Path) -> None:
     """The AddressClaim and TenantClaim followers back off on the cluster's Backoff, and GET /status's
     kubernetes.lastError says why they cannot follow and when they try again."""
-    for codec, what in ((kubestore.ADDRESSES, "address claims"), (IDS, "TenantConfig id claims")):
+    for codec, what in ((claimobjects.ADDRESSES, "address claims"), (IDS, "TenantConfig id claims")):
         stop = threading.Event()
         t = FakeTime(stop, window=10)
         cluster = cluster_for(tmp_path, t)
-        store = KubeStore(cluster, codec)
+        store = KubeStore(cluster.handle, codec)
         store.custom = Gone410(t)
         seen = watch_status(t, store, cluster)
         store.follow(lambda name, claim: None, stop)
@@ -194,7 +194,7 @@ def test_the_blocks_follower_says_its_failure_and_back_off_in_status(tmp_path: P
     stop = threading.Event()
     t = FakeTime(stop, window=10)
     cluster = cluster_for(tmp_path, t)
-    blocks = KubeBlocks(cluster)
+    blocks = KubeBlocks(cluster.handle)
     blocks.custom = Gone410(t)
     blocks.alloc = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
     blocks.alloc.serve({"n": pool()})

@@ -19,8 +19,8 @@ import pytest
 from netcomp.cni.invoke import ExecResult
 from netcomp.delegate import dispatch
 from netcomp.errors import DelegateError
-from netcomp.host import devinfo
-from netcomp.host.kubelet import DEVICE_MANAGER_SOCKET
+from netcomp.kubelet import devinfo
+from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET
 from tests.lab.hostile import Ignored
 from tests.lab.podresources import PodResourcesServer, podresources
 from tests.unit.test_devices import POD, RES, Node, req

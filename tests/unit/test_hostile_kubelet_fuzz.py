@@ -1,5 +1,5 @@
 """The decoders of the kubelet's side of a node, fed random and adversarial input: the device manager's checkpoint
-(kubelet.parse_checkpoint), a device plugin's device-info file (devinfo.parse), and device IDs
+(podresources.parse_checkpoint), a device plugin's device-info file (devinfo.parse), and device IDs
 (names.device_id_problem). Nothing escapes but ValueError (the checkpoint: "not the kubelet's"; device-info:
 treated as missing); what they return has the promised types; the largest input the readers accept costs bounded
 memory."""
@@ -15,8 +15,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netcomp.host import devinfo
-from netcomp.host.kubelet import MAX_CHECKPOINT, PodDevices, _collect, parse_checkpoint
+from netcomp.kubelet import devinfo
+from netcomp.kubelet.podresources import MAX_CHECKPOINT, PodDevices, _collect, parse_checkpoint
 from netcomp.names import device_id_problem
 
 json_values = st.recursive(

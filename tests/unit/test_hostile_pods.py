@@ -1,6 +1,6 @@
 """A pod's annotations are written by a tenant: whatever they hold (JSON nested deeper than any stack, values of
 the wrong type, huge strings, addresses with IPv6 zones, bad MACs, thousands of unknown keys), the decoders of
-Multus's and DANM's annotations (delegate/podnets.py, danmnets.py, podplan.py) and what an item puts into its
+Multus's and DANM's annotations (pods/multus.py, danm_interfaces.py, choice.py) and what an item puts into its
 attachment (asks.py) answer with a CNI error 7 naming the pod and the annotation, short, and nothing else: no
 RecursionError, no TypeError, no message that copies the annotation. A seeded fuzz (hypothesis) and the shapes
 the hostile tester used. The same through the daemon, hot-plug and explain: tests/integration/test_hostile_pods.py."""
@@ -18,16 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.delegate import asks, podnets, podplan, poolclaims
-from netcomp.delegate.danmnets import DANM_KEYS
-from netcomp.delegate.naming import PodRef
-from netcomp.delegate.podnets import DANM_INTERFACES, DEFAULT_NETWORK, KNOWN_KEYS, POD_NETWORKS, Policy
-from netcomp.delegate.record import Attachment
+from netcomp.delegate import poolclaims
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Allocator, Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
+from netcomp.pods import asks, choice, multus
+from netcomp.pods.danm_interfaces import DANM_KEYS
+from netcomp.pods.multus import DANM_INTERFACES, DEFAULT_NETWORK, KNOWN_KEYS, POD_NETWORKS, Policy
+from netcomp.pods.naming import PodRef
+from netcomp.records.record import Attachment
 
 POD = PodRef("team-a", "web-0")
 HOST_LOCAL = {
@@ -60,11 +61,11 @@ def deep(n: int, inner: str = "1") -> str:
 def plan(notes: dict[str, str]) -> None:
     """Everything an ADD does with the annotations before a plugin runs: plan, identity, asks put into the
     attachments."""
-    got = podplan.plan(POD, notes, NETS, Policy(), "eth0")
+    got = choice.plan(POD, notes, NETS, Policy(), "eth0")
     items = [*([(got.default, got.default_ask)] if got.default_ask else []), *((w.network, a) for w, a in got.more)]
     for network, ask in items:
         assert network is not None
-        podnets.element_key(network, ask.ifname or "net1", ask)
+        multus.element_key(network, ask.ifname or "net1", ask)
         asks.prepare(Attachment(network, ask.ifname or "net1", NETS[network], None, "", {}), ask, [])
         asks.check_gateways(Attachment(network, "net1", NETS[network]), ask)
 
@@ -224,7 +225,7 @@ def test_an_address_another_namespaces_pod_holds_is_taken_not_by_whom(tmp_path: 
     alloc.claim(pool, 0, Holder("c-db", "net1", "team-b/secret-db"), ipaddress.ip_address("10.86.0.50"))
     alloc.claim(pool, 0, Holder("c-api", "net1", "team-a/api-0"), ipaddress.ip_address("10.86.0.51"))
     for addr, named in (("10.86.0.50", False), ("10.86.0.51", True)):
-        (ask,) = podnets.parse_networks(json.dumps([{"name": "pool", "ips": [addr]}]), POD)
+        (ask,) = multus.parse_networks(json.dumps([{"name": "pool", "ips": [addr]}]), POD)
         for attempt in ("take", "check"):
             a = Attachment("pool", "net1", POOL)
             with pytest.raises(DelegateError) as e:

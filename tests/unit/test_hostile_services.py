@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netcomp import foreign
+from netcomp.cluster.slices import Refusal, ServiceSpec, read_service
 from netcomp.kube import labels
-from netcomp.kube.slices import Refusal, ServiceSpec, read_service
 
 # ------------------------------------------------------------------------------------------------ selectors
 
@@ -190,10 +190,10 @@ class FakeCore:
 
 
 def slices_of(core: Any, tmp: Path, **kw: Any) -> Any:
-    from netcomp.delegate.cache import Cache
-    from netcomp.kube.podwatch import PodWatch
-    from netcomp.kube.serviceslices import ServiceSlices
+    from netcomp.cluster.podwatch import PodWatch
+    from netcomp.cluster.services import ServiceSlices
     from netcomp.metrics import Metrics
+    from netcomp.records.files import Cache
     from netcomp.settings import KubeSettings
 
     kube, metrics = KubeSettings(), Metrics()

@@ -1,5 +1,5 @@
 """Blocks of a pool (ipam/blocks.py), a node's record of the blocks it holds (ipam/blockstate.py; written off
-the allocator's lock, ipam/blockview.py) and the AddressBlock objects' shape (kube/kubeblocks.py): pure, or on
+the allocator's lock, ipam/blockview.py) and the AddressBlock objects' shape (ipam/blockobjects.py): pure, or on
 files in a temp dir. What the allocator does with
 them runs against a real kube-apiserver in tests/integration/test_ipam_blocks.py and test_cluster_ipam.py."""
 
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from netcomp.ipam import blockobjects
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
 from netcomp.ipam.blockstate import Held, LocalRecord, Record
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim
-from netcomp.kube import kubeblocks
 
 
 def pool(*ranges: dict[str, object], network: str = "n", block: int | None = None) -> Pool:
@@ -118,17 +118,18 @@ def test_an_address_block_object_round_trips() -> None:
                  used={"10.0.0.2": {"containerID": "c", "interface": "net0"}},
                  lent={"10.0.0.3": {"node": "node-b", "request": "r"}},
                  requests={"node-c.1": {"node": "node-c"}})  # fmt: skip
-    obj = kubeblocks.to_object(rec)
+    obj = blockobjects.to_object(rec)
     assert obj["metadata"]["labels"] == {"netcomp.io/network": "n", "netcomp.io/node": "node-a"}
     obj["metadata"].update(uid="u", resourceVersion="9", creationTimestamp="2026-01-01T00:00:00Z")
-    back = kubeblocks.from_object(obj)
+    back = blockobjects.from_object(obj)
     assert back is not None and (back.used, back.lent, back.requests) == (rec.used, rec.lent, rec.requests)
     assert (back.uid, back.rv, back.created > 0) == ("u", "9", True)
     assert (
-        kubeblocks.from_object({"kind": "AddressBlock", "spec": {"network": "n", "cidr": "nope", "node": "a"}}) is None
+        blockobjects.from_object({"kind": "AddressBlock", "spec": {"network": "n", "cidr": "nope", "node": "a"}})
+        is None
     )
-    assert kubeblocks.from_object({"kind": "AddressClaim", "spec": {}}) is None
-    assert kubeblocks._pointer("lent", "a/b~c") == "/spec/lent/a~1b~0c"
+    assert blockobjects.from_object({"kind": "AddressClaim", "spec": {}}) is None
+    assert blockobjects._pointer("lent", "a/b~c") == "/spec/lent/a~1b~0c"
 
 
 def test_a_block_size_is_a_power_of_two() -> None:
@@ -237,19 +238,19 @@ def test_an_older_snapshot_of_the_record_never_lands_after_a_newer_one(tmp_path:
 def test_a_holder_reads_the_same_in_a_claim_object_and_a_blocks_entry() -> None:
     """An AddressClaim object's spec and an AddressBlock's entry say who holds an address the same way
     (store.holder_doc), and both read back to the same claim."""
+    from netcomp.ipam import claimobjects
     from netcomp.ipam.blockstate import claim_of
     from netcomp.ipam.store import holder_doc
-    from netcomp.kube import kubestore
 
     c = Claim("n.v4-10-0-0-5", "n", "10.0.0.5", "node-a", "c1", "net0", "default/web", "pu", True)
-    obj = kubestore.to_object(c)
+    obj = claimobjects.to_object(c)
     assert {k: obj["spec"][k] for k in holder_doc(c)} == holder_doc(c)
     assert obj["spec"]["pod"] == {"namespace": "default", "name": "web", "uid": "pu"}
     obj["metadata"].update(uid="u", creationTimestamp="2026-01-01T00:00:00Z")
-    back = kubestore.from_object(obj)
+    back = claimobjects.from_object(obj)
     assert back is not None and back == Claim(**{**c.to_doc(), "uid": "u", "created": back.created})
-    assert back.created == kubeblocks.created({"creationTimestamp": "2026-01-01T00:00:00Z"}) > 0
+    assert back.created == blockobjects.created({"creationTimestamp": "2026-01-01T00:00:00Z"}) > 0
     rec = Record("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True)
     entry = claim_of(rec, "10.0.0.5", holder_doc(c), "node-a")
     assert (entry.container_id, entry.ifname, entry.pod, entry.pod_uid) == ("c1", "net0", "default/web", "pu")
-    assert kubestore.created({}) == 0.0 and kubestore.created({"creationTimestamp": "nope"}) == 0.0
+    assert claimobjects.created({}) == 0.0 and claimobjects.created({"creationTimestamp": "nope"}) == 0.0

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from netcomp.delegate.naming import PodRef, pod_ref
-from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.record import Attachment
+from netcomp.pods.naming import PodRef, pod_ref
+from netcomp.pods.netstatus import network_status
+from netcomp.records.record import Attachment
 from netcomp.settings import KubeSettings, Settings
 
 POD = PodRef("default", "p1")
@@ -47,7 +47,7 @@ def test_network_status_entries() -> None:
 
 
 def test_a_network_object_as_an_intent_file() -> None:
-    from netcomp.kube.cluster import NETWORKS
+    from netcomp.cluster.intents import NETWORKS
 
     obj = {
         "apiVersion": "netcomp.io/v1",
@@ -77,7 +77,7 @@ def test_the_cluster_is_the_lowest_intent_layer() -> None:
 
 
 def test_object_files_of_the_two_kinds_never_meet() -> None:
-    from netcomp.kube.cluster import NADS, NETWORKS
+    from netcomp.cluster.intents import NADS, NETWORKS
 
     assert NETWORKS.file_name({"name": "storage"}) == "storage.yaml"
     assert NETWORKS.file_name({"name": "a.b"}) is None  # not a network name; could look like a NAD's file
@@ -88,7 +88,7 @@ def test_object_files_of_the_two_kinds_never_meet() -> None:
 
 
 def test_an_attachment_definition_as_an_intent_file() -> None:
-    from netcomp.kube.cluster import NADS
+    from netcomp.cluster.intents import NADS
 
     obj = {
         "apiVersion": "k8s.cni.cncf.io/v1",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from netcomp.delegate import naming
 from netcomp.errors import DelegateError
+from netcomp.pods import naming
 
 
 def test_naming_explicit_then_prefix_then_net() -> None:

@@ -1,5 +1,5 @@
-"""What a pod asks for, as Multus reads it (delegate/podnets.py) and where each field goes before any plugin runs
-(delegate/asks.py), without an API server or a namespace: every field of a network selection element, both
+"""What a pod asks for, as Multus reads it (pods/multus.py) and where each field goes before any plugin runs
+(pods/asks.py), without an API server or a namespace: every field of a network selection element, both
 annotation formats, every refusal naming the pod, the annotation and the item; which network a reference means
 with namespaces and isolation; the default routes a default-route moves and how the results record them. The
 same with a real API server and real plugins: tests/integration/test_multus.py."""
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from netcomp.delegate import asks, podnets, podplan
-from netcomp.delegate.naming import PodRef, display_name, resolve_node
-from netcomp.delegate.podnets import Ask, Policy, parse_default, parse_networks, resolve
-from netcomp.delegate.record import Attachment
 from netcomp.errors import DelegateError
 from netcomp.host.container import DefaultRoute, LinkState, PolicyRoutes
+from netcomp.pods import asks, choice, multus
+from netcomp.pods.multus import Ask, Policy, parse_default, parse_networks, resolve
+from netcomp.pods.naming import PodRef, display_name, resolve_node
+from netcomp.records.record import Attachment
 
 POD = PodRef("team-a", "web-0")
 HEAD = "pod team-a/web-0: annotation k8s.v1.cni.cncf.io/networks"
@@ -192,7 +192,7 @@ def test_namespace_isolation_refuses_another_namespaces_definition_naming_both()
 
 def test_a_network_that_is_not_there_says_where_one_of_that_name_is() -> None:
     (only,) = parse_networks("only", POD)
-    with pytest.raises(podnets.NoNetwork) as e:
+    with pytest.raises(multus.NoNetwork) as e:
         resolve(only, POD, NETS, Policy())
     assert "no network team-a/only: no NetworkAttachmentDefinition team-a/only and no Network 'only'" in e.value.msg
     assert e.value.details == "definitions of that name: team-b/only"
@@ -379,8 +379,8 @@ DNETS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def danm(value: Any, nets: dict[str, dict[str, Any]] = DNETS, pod: PodRef = POD) -> podplan.PodNetworks:
-    return podplan.plan(pod, {DANM: json.dumps(value)}, nets, Policy(), "eth0")
+def danm(value: Any, nets: dict[str, dict[str, Any]] = DNETS, pod: PodRef = POD) -> choice.PodNetworks:
+    return choice.plan(pod, {DANM: json.dumps(value)}, nets, Policy(), "eth0")
 
 
 def test_danm_connections_and_their_names() -> None:
@@ -429,13 +429,13 @@ def test_a_bad_danm_connection_names_the_pod_and_the_connection(value: Any, why:
 
 
 def test_danm_tenancy_names_both_namespaces() -> None:
-    with pytest.raises(podnets.NoNetwork) as e:
+    with pytest.raises(multus.NoNetwork) as e:
         danm([{"network": "management"}], pod=PodRef("team-c", "p"))
     assert "no DanmNet team-c/management is compiled" in e.value.msg
     assert "is in namespace team-a, team-b, not the pod's ('team-c')" in e.value.details
     # Through Multus's annotation, naming the namespace: refused, whatever namespaceIsolation says.
     with pytest.raises(DelegateError) as e:
-        podplan.plan(PodRef("team-c", "p"), {podnets.POD_NETWORKS: "team-a/management"}, DNETS, Policy(), "eth0")
+        choice.plan(PodRef("team-c", "p"), {multus.POD_NETWORKS: "team-a/management"}, DNETS, Policy(), "eth0")
     assert (
         "DanmNet team-a/management is in namespace 'team-a', and pod team-c/p is in namespace 'team-c'" in e.value.msg
     )
@@ -443,25 +443,25 @@ def test_danm_tenancy_names_both_namespaces() -> None:
     with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z; pod team-a/web-0 is in"):
         danm([{"clusterNetwork": "closed"}])
     with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z"):
-        podplan.plan(POD, {podnets.POD_NETWORKS: "closed"}, DNETS, Policy(), "eth0")
+        choice.plan(POD, {multus.POD_NETWORKS: "closed"}, DNETS, Policy(), "eth0")
     # A connection's kind must be the network's: a TenantNetwork is not a DanmNet.
-    with pytest.raises(podnets.NoNetwork, match="no DanmNet team-a/internal"):
+    with pytest.raises(multus.NoNetwork, match="no DanmNet team-a/internal"):
         danm([{"network": "internal"}])
 
 
 def test_both_annotations_and_danms_default_network() -> None:
-    notes = {DANM: '[{"network": "management"}]', podnets.POD_NETWORKS: "storage"}
+    notes = {DANM: '[{"network": "management"}]', multus.POD_NETWORKS: "storage"}
     with pytest.raises(
         DelegateError, match=re.escape("annotations danm.k8s.io/interfaces (DANM's) and k8s.v1.cni.cncf.io/networks")
     ):
-        podplan.plan(POD, notes, DNETS, Policy(), "eth0")
+        choice.plan(POD, notes, DNETS, Policy(), "eth0")
     with_default = {
         **DNETS,
         "team-a.default": {"netcomp": {"type": "ipvlan", "danmKind": "TenantNetwork", "namespace": "team-a"}},
     }
-    got = podplan.plan(POD, {}, with_default, Policy(), "eth0")
+    got = choice.plan(POD, {}, with_default, Policy(), "eth0")
     assert got.default == "team-a.default" and got.default_ask is not None and got.default_ask.families == {4}
-    assert podplan.plan(POD, {}, DNETS, Policy(), "eth0").default is None  # no DANM default: the node's applies
+    assert choice.plan(POD, {}, DNETS, Policy(), "eth0").default is None  # no DANM default: the node's applies
     assert danm([], with_default).default == "team-a.default"  # an empty list too, as in DANM
 
 
@@ -503,7 +503,7 @@ def test_both_of_danms_annotation_keys_are_refused() -> None:
     with pytest.raises(
         DelegateError, match=re.escape("annotations danm.k8s.io/interfaces and danm.io/interfaces both")
     ):
-        podplan.plan(POD, notes, DNETS, Policy(), "eth0")
+        choice.plan(POD, notes, DNETS, Policy(), "eth0")
 
 
 def test_detach_finds_a_definition_by_any_of_its_names() -> None:

@@ -1,9 +1,9 @@
-"""Messages declared from a table (netcomp/host/protomsg.py) encode as protoc's classes would: the bytes are
+"""Messages declared from a table (netcomp/kubelet/protomsg.py) encode as protoc's classes would: the bytes are
 checked against the protobuf wire format written out by hand, so a wrong field number or type fails here."""
 
 import pytest
 
-from netcomp.host.protomsg import messages
+from netcomp.kubelet.protomsg import messages
 
 TABLE = {
     "Outer": [("name", 1, "string"), ("inner", 2, "repeated Inner"), ("notes", 3, "map<string, string>")],

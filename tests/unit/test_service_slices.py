@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.delegate.record import Attachment, Entry
-from netcomp.kube import labels
-from netcomp.kube.slices import (
+from netcomp.cluster.slices import (
     Attached,
     NetworkRef,
     PodInfo,
@@ -27,6 +25,8 @@ from netcomp.kube.slices import (
     slice_name,
     stale,
 )
+from netcomp.kube import labels
+from netcomp.records.record import Attachment, Entry
 
 # ------------------------------------------------------------------------------------------------ selectors
 
@@ -313,8 +313,8 @@ def test_another_nodes_slice_is_stale_only_with_proof() -> None:
 def test_an_api_error_says_the_servers_message_once() -> None:
     """netcomp's client puts the server's message into the reason already (apiclient._reason); the line says it
     once, with what to do about a 403. The library's errors carry it only in the body: said from there."""
+    from netcomp.cluster.services import _api_why
     from netcomp.kube.apierrors import ApiException
-    from netcomp.kube.serviceslices import _api_why
 
     body = json.dumps({"message": "endpointslices is forbidden"}).encode()
     for reason in ("Forbidden: endpointslices is forbidden", "Forbidden"):

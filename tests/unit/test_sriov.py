@@ -15,11 +15,11 @@ import pytest
 
 from netcomp.cni.invoke import ExecResult, Runner
 from netcomp.delegate import dispatch
-from netcomp.delegate.cache import Cache
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import vfpools
+from netcomp.records.files import Cache
 from netcomp.settings import Settings
 
 # The test process's own network namespace stands in for a container's: a real namespace any user can open, so

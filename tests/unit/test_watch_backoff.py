@@ -203,8 +203,8 @@ def test_netcomp_status_shows_the_slices_last_error() -> None:
 def test_every_follower_backs_off_and_says_so(maker: str, tmp_path: Path) -> None:
     """The Node's, the pods' and the Network objects' followers list through keep_following with their Backoff,
     and their status says the failure and the back-off."""
-    from netcomp.kube.nodewatch import NodeWatch
-    from netcomp.kube.podwatch import PodWatch
+    from netcomp.cluster.nodewatch import NodeWatch
+    from netcomp.cluster.podwatch import PodWatch
     from netcomp.metrics import Metrics
     from netcomp.settings import KubeSettings
 
@@ -219,7 +219,7 @@ def test_every_follower_backs_off_and_says_so(maker: str, tmp_path: Path) -> Non
         f = PodWatch(api, KubeSettings(), "n1", Metrics(), str, t.backoff())
         run = lambda: f._follow(stop)  # noqa: E731
     else:
-        from netcomp.kube.cluster import NETWORKS, _Follower
+        from netcomp.cluster.intents import NETWORKS, _Follower
 
         cluster: Any = type("C", (), {"custom": api, "kube": KubeSettings(), "metrics": Metrics(),
                                       "files": lambda self: []})()  # fmt: skip

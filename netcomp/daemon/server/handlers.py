@@ -18,10 +18,10 @@ from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.explain import Subject
 from netcomp.delegate.explain import explain as explain_subject
-from netcomp.delegate.naming import PodRef
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError, printable
 from netcomp.metrics import Metrics
+from netcomp.pods.naming import PodRef
 
 log = logging.getLogger("netcomp.server")
 Line = tuple[int, str, tuple[object, ...]]  # a log line: level, message, arguments

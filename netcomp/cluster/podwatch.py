@@ -1,4 +1,4 @@
-"""The pods of this node, as the ADD path needs them (delegate.podstatus.Pods), with the cluster's API server.
+"""The pods of this node, as the ADD path needs them (pods.netstatus.Pods), with the cluster's API server.
 In: the pods bound to this node are listed, then watched (only each pod's uid and the annotations netcomp reads
 are kept), so an ADD reads nothing from the API server; a pod the watch has not delivered yet is read with one
 GET, as raw JSON. Out: network-status patches and events go to a bounded queue that one writer thread empties
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from netcomp.delegate import podnets
-from netcomp.delegate.naming import PodRef
 from netcomp.errors import HostError
 from netcomp.kube import following
 from netcomp.kube.following import Backoff, keep_following
 from netcomp.metrics import Metrics
+from netcomp.pods import multus
+from netcomp.pods.naming import PodRef
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -44,12 +44,12 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
     if not isinstance(ns, str) or not isinstance(name, str):
         return None
     notes = meta.get("annotations") or {}
-    kept = {k: v for k in podnets.ANNOTATIONS if isinstance(v := notes.get(k), str)}
+    kept = {k: v for k in multus.ANNOTATIONS if isinstance(v := notes.get(k), str)}
     return (ns, name), _Pod(str(meta.get("uid") or ""), kept)
 
 
 class PodWatch:
-    """delegate.podstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `explain` words a failed
+    """pods.netstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `explain` words a failed
     call (apierrors.explain)."""
 
     def __init__(
@@ -67,7 +67,7 @@ class PodWatch:
         self.node = node
         self.metrics = metrics
         self.explain = explain
-        self.policy = podnets.Policy(
+        self.policy = multus.Policy(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
         self._pods: dict[tuple[str, str], _Pod] = {}
@@ -76,7 +76,7 @@ class PodWatch:
         self.synced = threading.Event()
         self.last_error: str | None = None
         # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
-        # or (the watch event's type, [the pod]). Listeners only take note (serviceslices.py).
+        # or (the watch event's type, [the pod]). Listeners only take note (services.py).
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
@@ -278,7 +278,7 @@ class PodWatch:
         return got.uid if got is not None else ""
 
     def _write_status(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
-        meta: dict[str, Any] = {"annotations": {podnets.NETWORK_STATUS: json.dumps(status, indent=2)}}
+        meta: dict[str, Any] = {"annotations": {multus.NETWORK_STATUS: json.dumps(status, indent=2)}}
         uid = self._uid(pod)
         if uid:
             meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
@@ -289,7 +289,7 @@ class PodWatch:
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
             why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
-            log.warning("cannot write %s of pod %s: %s", podnets.NETWORK_STATUS, pod, why)
+            log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, why)
 
     def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}

@@ -17,7 +17,7 @@ from netcomp import foreign
 from netcomp.cni.spec import loads_foreign
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
-from netcomp.host.protomsg import messages
+from netcomp.kubelet.protomsg import messages
 from netcomp.names import device_id_problem
 
 # The field numbers are the wire format: k8s.io/kubelet/pkg/apis/podresources/v1/api.proto.

@@ -3,7 +3,7 @@ JSON list of Multus's network selection elements) and `v1.multus-cni.io/default-
 node default's place). Everything is checked here, before any plugin runs (a key netcomp does not know, a value
 of the wrong type, an address or MAC that is not one, the same MAC twice, two default routes of one family),
 each a CNI error 7 naming the pod, the annotation and the item. Which network a reference means, and whether the
-pod may use it, is resolve()'s. An Ask is also what danmnets.py makes of DANM's connections, and DANM's tenancy
+pod may use it, is resolve()'s. An Ask is also what danm_interfaces.py makes of DANM's connections, and DANM's tenancy
 rules (danm_tenancy) hold for both annotations. docs/kubernetes.md, "Moving over from Multus"."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import loads_foreign
-from netcomp.delegate.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 from netcomp.errors import DelegateError
 from netcomp.names import device_id_problem, is_dns_label
+from netcomp.pods.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 
 POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"

@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from netcomp.delegate.record import READ_ERRORS, Attachment, Entry, NotJSON, UnknownKind
 from netcomp.errors import HostError
 from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
+from netcomp.records.record import READ_ERRORS, Attachment, Entry, NotJSON, UnknownKind
 
 log = logging.getLogger("netcomp.cache")
 # An entry is a few KiB (a plugin result may be up to 16 MiB: cni.invoke.MAX_STDOUT); more is not netcomp's.
@@ -60,7 +60,7 @@ class Cache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
-        # the records (kube/serviceslices.py) reads the entry again later, so a listener must only take note.
+        # the records (cluster/services.py) reads the entry again later, so a listener must only take note.
         self.listeners: list[Callable[[str, str], None]] = []
 
     def _changed(self, container_id: str, ifname: str) -> None:

@@ -4,7 +4,7 @@ any number of outcome records appended, each an RFC 7464 JSON text (an RS byte, 
 the attachments now `attached` with their results. `undo` marks one whose DEL failed, with why. Version 1
 entries (no records) and version 0 ones (no kind: everything attached, no namespace identity) are read as they
 are; a record cut short (no newline, NUL bytes) is ignored; an unknown kind is reported by name. The states, the
-versions and why a record may be cut short: docs/reliability.md. Where entries live: cache.py."""
+versions and why a record may be cut short: docs/reliability.md. Where entries live: files.py."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Attachment:
     error: str = ""  # why an `undo` attachment's DEL failed
     permanent: bool = False  # that DEL fails the same way however often it is tried (DelegateError.permanent)
     claims: list[dict[str, Any]] = field(default_factory=list)  # the addresses netcomp claimed for it (ipam/)
-    # The device a device plugin gave the pod for it (delegate/devices.py): resource, id, the device-info read
+    # The device a device plugin gave the pod for it (pods/devices.py): resource, id, the device-info read
     # from the device plugin, and the file its CNI copy is written to (named here before it is written).
     device: dict[str, Any] | None = None
     # The pod annotation's element it was attached for (delegate/podsync.py: its identity), "" for the runtime's

@@ -4,7 +4,7 @@
 are listed and watched, each written as a file in clusterIntentDir (atomically, only when it changed; removed
 with the object), the lowest intent layer: compiled, validated and watched like any intent, kept while the API
 server is away. The node's pods (podwatch.py), its Node (nodewatch.py) and its EndpointSlices for Services on
-secondary networks (serviceslices.py) are followed from here too. docs/kubernetes.md, "Network objects"."""
+secondary networks (services.py) are followed from here too. docs/kubernetes.md, "Network objects"."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
-from netcomp.delegate.cache import Cache
+from netcomp.cluster.nodewatch import NodeWatch
+from netcomp.cluster.podwatch import PodWatch
+from netcomp.cluster.services import ServiceSlices
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
@@ -28,10 +30,8 @@ from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
 from netcomp.kube.apierrors import explain
 from netcomp.kube.following import Backoff, Wakeup, keep_following
-from netcomp.kube.nodewatch import NodeWatch
-from netcomp.kube.podwatch import PodWatch
-from netcomp.kube.serviceslices import ServiceSlices
 from netcomp.metrics import Metrics
+from netcomp.records.files import Cache
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -124,8 +124,8 @@ class Cluster:
         backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (serviceslices.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
-        from netcomp.kube.apiclient import Api
+        (services.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
+        from netcomp.kube.apiclient import Api, Handle
         from netcomp.kube.kubeconfig import KubeConfigError
 
         self.kube = kube
@@ -147,6 +147,7 @@ class Cluster:
         # status_error is said in status with the others'.
         self.backoff: Callable[[], Backoff] = backoff
         self.reporting: list[Callable[[], str | None]] = []
+        self.handle = Handle(self.core, self.custom, kube.timeout, backoff, self.reporting, metrics)
         self.followers = [_Follower(self, k, backoff()) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, explain, backoff())
         self.node = NodeWatch(self.core, node, explain, backoff())

@@ -16,15 +16,17 @@ from collections.abc import Callable
 from typing import Any
 
 from netcomp import foreign
+from netcomp.cluster import slices
+from netcomp.cluster.podwatch import PodWatch
+from netcomp.cluster.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.cni.spec import loads
-from netcomp.delegate.cache import Cache
 from netcomp.errors import HostError
-from netcomp.kube import following, slices
+from netcomp.kube import following
 from netcomp.kube.apierrors import ApiException
+from netcomp.kube.group import NODE
 from netcomp.kube.following import Backoff, keep_following
-from netcomp.kube.podwatch import PodWatch
-from netcomp.kube.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
 from netcomp.metrics import Metrics
+from netcomp.records.files import Cache
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -381,7 +383,7 @@ class ServiceSlices:
             )  # fmt: skip
             by_node: dict[str, list[dict[str, Any]]] = {}
             for item in loads(resp.data).get("items") or []:
-                node = str(((item.get("metadata") or {}).get("annotations") or {}).get(slices.NODE) or "")
+                node = str(((item.get("metadata") or {}).get("annotations") or {}).get(NODE) or "")
                 if node and node != self.node:
                     by_node.setdefault(node, []).append(item)
             for node, docs in sorted(by_node.items()):

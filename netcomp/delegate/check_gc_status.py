@@ -9,10 +9,10 @@ from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE,
 from netcomp.cni.invoke import find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
 from netcomp.delegate.delegator import Delegator, as_delegate_error
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, NetcompError, printable
 from netcomp.host import netns as nsutil
+from netcomp.records.record import Attachment, Entry
 
 log = logging.getLogger("netcomp.delegate")
 

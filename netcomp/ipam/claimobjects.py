@@ -12,7 +12,6 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from netcomp import foreign
@@ -22,25 +21,22 @@ from netcomp.ipam.idclaims import problem as id_problem
 from netcomp.ipam.pool import claim_name, network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
+from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import explain
-from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Selection, keep_following
-from netcomp.kube.slices import NETWORK as LABEL_NETWORK  # labels of AddressClaims and AddressBlocks too
-from netcomp.kube.slices import NODE as LABEL_NODE
-from netcomp.kube.slices import node_label
+from netcomp.kube.group import GROUP, NETWORK, NODE, VERSION, created, node_label
 
 log = logging.getLogger("netcomp.ipam")
-GROUP, VERSION = "netcomp.io", "v1"  # AddressClaim, TenantClaim and AddressBlock objects (kubeblocks.py)
 PLURAL, KIND = "addressclaims", "AddressClaim"
 WATCH_SECONDS = 60
 
 
 def labels_of(network: str, node: str) -> dict[str, str]:
     """The labels of an AddressClaim or AddressBlock: its network's (what a node selects by) and its node's, as
-    the node's EndpointSlices are labelled (slices.node_label): its name, or a hash of it when a label value
+    the node's EndpointSlices are labelled (group.node_label): its name, or a hash of it when a label value
     cannot hold it (a node's name may be a 253-character DNS name, a label value 63; the API server refuses an
     object with a longer one). The node's name is in the spec either way."""
-    return {LABEL_NETWORK: network_label(network), LABEL_NODE: node_label(node)}
+    return {NETWORK: network_label(network), NODE: node_label(node)}
 
 
 def to_object(c: Claim) -> dict[str, Any]:
@@ -150,17 +146,6 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
                   "address claims")  # fmt: skip
 
 
-def created(meta: dict[str, Any]) -> float:
-    """An object's creationTimestamp (its metadata's) in epoch seconds; 0.0 when it has none that reads."""
-    stamp = meta.get("creationTimestamp")
-    if not isinstance(stamp, str) or len(stamp) > 64:
-        return 0.0
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
 def id_to_object(c: IdClaim) -> dict[str, Any]:
     ns, _, name = c.network.partition("/")
     spec: dict[str, Any] = {
@@ -204,18 +189,18 @@ class KubeStore:
 
     kind = "Kubernetes"
 
-    def __init__(self, cluster: Cluster, codec: Codec = ADDRESSES) -> None:
-        self.cluster = cluster
+    def __init__(self, api: Handle, codec: Codec = ADDRESSES) -> None:
+        self.api = api
         self.codec = codec
-        self.custom: Any = cluster.custom
-        self.timeout = cluster.kube.timeout
+        self.custom: Any = api.custom
+        self.timeout = api.timeout
         self.selection = Selection(f"kube-{codec.plural}", self._selected)
         self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
         self._on_listed: Callable[[], None] = lambda: None
         self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
-        self.backoff = cluster.backoff()
+        self.backoff = api.backoff()
         self.last_error: str | None = None
-        cluster.reporting.append(self.status_error)
+        api.reporting.append(self.status_error)
 
     def status_error(self) -> str | None:
         """The failure that holds now, and how the follower backs off."""
@@ -306,7 +291,7 @@ class KubeStore:
             on_listed()
             return
         labels = sorted({network_label(n) for n in networks})
-        selector = f"{LABEL_NETWORK} in ({','.join(labels)})"
+        selector = f"{NETWORK} in ({','.join(labels)})"
         self._on_foreign = (networks, on_foreign)
         self._on_change_selected, self._on_listed = on_change, on_listed
         self.selection.select(selector)
@@ -320,7 +305,7 @@ class KubeStore:
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
         call = self.custom.list_cluster_custom_object
         for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
-                                        label_selector=f"!{LABEL_NETWORK}"):  # fmt: skip
+                                        label_selector=f"!{NETWORK}"):  # fmt: skip
             for obj in items:
                 name = str((obj.get("metadata") or {}).get("name", ""))
                 net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
@@ -391,13 +376,13 @@ class KubeStore:
             raise self._unavailable(e) from None
 
     def node_exists(self, name: str) -> bool:
-        return self._read(self.cluster.core.read_node, name) is not None
+        return self._read(self.api.core.read_node, name) is not None
 
     def pod(self, ref: str) -> PodState | None:
         import json
 
         ns, _, name = ref.partition("/")
-        resp = self._read(self.cluster.core.read_namespaced_pod, name, ns)
+        resp = self._read(self.api.core.read_namespaced_pod, name, ns)
         if resp is None:
             return None
         try:

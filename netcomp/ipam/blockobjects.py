@@ -20,13 +20,13 @@ from netcomp import foreign, libc
 from netcomp.ipam import blockcheck
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import Record
+from netcomp.ipam.claimobjects import labels_of, store_unavailable
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
+from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.cluster import Cluster
 from netcomp.kube.following import Events, Selection, keep_following, pages
-from netcomp.kube.kubestore import GROUP, VERSION, created, labels_of, store_unavailable
-from netcomp.kube.slices import NETWORK as LABEL_NETWORK
+from netcomp.kube.group import GROUP, NETWORK, VERSION, created
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -108,16 +108,16 @@ def _pointer(*parts: str) -> str:
 class KubeBlocks:
     kind = "Kubernetes"
 
-    def __init__(self, cluster: Cluster) -> None:
-        self.custom: Any = cluster.custom
-        self.timeout = cluster.kube.timeout
-        self.metrics = cluster.metrics
+    def __init__(self, api: Handle) -> None:
+        self.custom: Any = api.custom
+        self.timeout = api.timeout
+        self.metrics = api.metrics
         self.selection = Selection("ipam-blocks", self._follow)
         self.alloc: BlockAllocator | None = None
         self.events = 0  # watch events taken in (for status and the fleet benchmark)
         self.last_error: str | None = None
-        self.backoff = cluster.backoff()
-        cluster.reporting.append(self.status_error)
+        self.backoff = api.backoff()
+        api.reporting.append(self.status_error)
 
     def status_error(self) -> str | None:
         """The failure that holds now, and how the follower backs off."""
@@ -286,7 +286,7 @@ def _take(alloc: BlockAllocator, rec: Record, source: str) -> None:
 
 
 def _selector(networks: list[str]) -> str:
-    return f"{LABEL_NETWORK} in ({','.join(sorted({network_label(n) for n in networks}))})"
+    return f"{NETWORK} in ({','.join(sorted({network_label(n) for n in networks}))})"
 
 
 def _networks(selector: str) -> set[str]:

@@ -16,11 +16,11 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from netcomp.delegate.naming import display_name
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
 from netcomp.ipam.pool import Pool
+from netcomp.pods.multus import Ask
+from netcomp.pods.naming import display_name
+from netcomp.records.record import Attachment, Entry
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NETCOMP_ARGS = {"ips", "mac", "ip"}  # args.cni keys netcomp sets from the element's own fields

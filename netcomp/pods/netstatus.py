@@ -1,5 +1,5 @@
 """A pod's side of an attachment, when the node has a cluster: its annotations in (read through `Pods`, which
-kube.podwatch.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
+cluster.podwatch.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
 Multus records on a pod (AddedInterface per interface, a warning when an ADD fails)."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Any, Protocol
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.spec import DEFAULT_VERSION
-from netcomp.delegate import asks, naming, podnets
-from netcomp.delegate.record import Attachment
+from netcomp.pods import asks, multus, naming
+from netcomp.records.record import Attachment
 
 
 class Pods(Protocol):
-    """The cluster's side of a pod (kube.podwatch.PodWatch)."""
+    """The cluster's side of a pod (cluster.podwatch.PodWatch)."""
 
-    policy: podnets.Policy
+    policy: multus.Policy
 
     def annotations(self, pod: naming.PodRef) -> Mapping[str, str]:
-        """The pod's annotations netcomp reads (podnets.ANNOTATIONS); {} for a pod the API server does not know.
+        """The pod's annotations netcomp reads (multus.ANNOTATIONS); {} for a pod the API server does not know.
         HostError when the API server cannot answer."""
         ...
 

@@ -1,6 +1,6 @@
 """Devices a device plugin manages: for a network whose resourceName is not one of netcomp.yaml's sriovPools, the
 kubelet has decided which device the pod gets, and netcomp uses exactly that one. The pod's device IDs per
-resource come from the kubelet (host/kubelet.py), sorted, handed to its attachments in their order, each one not
+resource come from the kubelet (kubelet/podresources.py), sorted, handed to its attachments in their order, each one not
 yet used by another attachment of the container. The device goes where the network's plugins read it, as Multus
 (pkg/types/conf.go) puts it (`deviceID`, host-device's `pciBusID`, runtimeConfig `deviceID` and
 `CNIDeviceInfoFile`); the device plugin's device-info file is copied per attachment into deviceInfoDir/cni,
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
-from netcomp.delegate.asks import declared
-from netcomp.delegate.naming import PodRef, display_name
-from netcomp.delegate.podnets import Ask
-from netcomp.delegate.record import Attachment, Entry
 from netcomp.errors import DelegateError, HostError
 from netcomp.fsutil import remove_stale_tmp
-from netcomp.host import devinfo
-from netcomp.host.kubelet import Kubelet
+from netcomp.kubelet import devinfo
+from netcomp.kubelet.podresources import Kubelet
+from netcomp.pods.asks import declared
+from netcomp.pods.multus import Ask
+from netcomp.pods.naming import PodRef, display_name
+from netcomp.records.record import Attachment, Entry
 
 log = logging.getLogger("netcomp.delegate")
 

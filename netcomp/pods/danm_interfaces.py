@@ -2,7 +2,7 @@
 `danm.io/interfaces` after DANM's rename), a JSON list of connections, each naming one DanmNet, TenantNetwork or
 ClusterNetwork with the addresses (`ip`, `ip6`) and policy routes (`proutes`, `proutes6`) it wants; and DANM's
 default network for a pod that names none. Each connection becomes an Ask, as a Multus element does in
-podnets.py, checked before any plugin runs and refused as a CNI error 7 naming the pod and the connection. The
+multus.py, checked before any plugin runs and refused as a CNI error 7 naming the pod and the connection. The
 networks are resolved by DANM's kinds, and its tenancy rules checked (podnets.danm_tenancy: the same rules hold
 for a Multus item that names a DANM network)."""
 
@@ -14,8 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
-from netcomp.delegate.naming import PodRef, namespace_of, network_key
-from netcomp.delegate.podnets import (
+from netcomp.errors import DelegateError
+from netcomp.names import is_dns_label
+from netcomp.pods.multus import (
     DANM_INTERFACES,
     DANM_NAMESPACED,
     Ask,
@@ -31,8 +32,7 @@ from netcomp.delegate.podnets import (
     shown,
     shown_keys,
 )
-from netcomp.errors import DelegateError
-from netcomp.names import is_dns_label
+from netcomp.pods.naming import PodRef, namespace_of, network_key
 
 DANM_REFS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")

@@ -1,4 +1,4 @@
-"""Which networks a pod joins, from its annotations (podnets.py reads Multus's, danmnets.py DANM's): Multus's
+"""Which networks a pod joins, from its annotations (multus.py reads Multus's, danm_interfaces.py DANM's): Multus's
 networks and default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none.
 The networks are resolved against those compiled now (which also says whether the pod may use each) and named as
 Multus and DANM name them; the caller checks the names together and puts each item's asks into its attachment."""
@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
-from netcomp.delegate import danmnets, podnets
-from netcomp.delegate.naming import PodRef, Want, check_ifname
-from netcomp.delegate.podnets import Ask, Policy
 from netcomp.errors import DelegateError
+from netcomp.pods import danm_interfaces, multus
+from netcomp.pods.multus import Ask, Policy
+from netcomp.pods.naming import PodRef, Want, check_ifname
 
 DANM_PREFIX = "eth"  # DANM's name for a connection of a network without container_prefix: eth<index>
 MULTUS_PREFIX = "net"  # Multus's name for an element of its annotation without `interface`: net<position>
@@ -32,9 +32,9 @@ class PodNetworks:
 def plan(
     pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], policy: Policy, runtime_ifname: str
 ) -> PodNetworks:
-    danm = danmnets.danm_annotation(notes, pod)
+    danm = danm_interfaces.danm_annotation(notes, pod)
     if danm is not None:
-        both = [k for k in (podnets.POD_NETWORKS, podnets.DEFAULT_NETWORK) if notes.get(k)]
+        both = [k for k in (multus.POD_NETWORKS, multus.DEFAULT_NETWORK) if notes.get(k)]
         if both:
             raise DelegateError(
                 E_INVALID_CONFIG,
@@ -43,29 +43,29 @@ def plan(
             )
         return _danm(pod, danm, nets, runtime_ifname)
     out = PodNetworks()
-    if notes.get(podnets.DEFAULT_NETWORK):
-        ask = podnets.parse_default(notes[podnets.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
+    if notes.get(multus.DEFAULT_NETWORK):
+        ask = multus.parse_default(notes[multus.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
         if ask.ifname not in (None, runtime_ifname):
             raise ask.error(f"interface: the default network is on the runtime's {runtime_ifname}")
-        out.default, out.default_ask = podnets.resolve(ask, pod, nets, policy, isolated=False), ask
-    elif not notes.get(podnets.POD_NETWORKS):
+        out.default, out.default_ask = multus.resolve(ask, pod, nets, policy, isolated=False), ask
+    elif not notes.get(multus.POD_NETWORKS):
         _danm_default(out, pod, nets)
-    value = notes.get(podnets.POD_NETWORKS)
-    asks = podnets.parse_networks(value, pod, policy.fields) if value else []
-    podnets.check_together([*([out.default_ask] if out.default_ask else []), *asks])
+    value = notes.get(multus.POD_NETWORKS)
+    asks = multus.parse_networks(value, pod, policy.fields) if value else []
+    multus.check_together([*([out.default_ask] if out.default_ask else []), *asks])
     # Multus's names (pkg/multus: "net%d" of the delegate's index): an element without `interface` is named by
     # its place in the annotation, the cluster default network being 0, whatever else the pod asks for.
     out.more = [
-        (Want(podnets.resolve(a, pod, nets, policy), a.ifname or f"{MULTUS_PREFIX}{i}"), a)
+        (Want(multus.resolve(a, pod, nets, policy), a.ifname or f"{MULTUS_PREFIX}{i}"), a)
         for i, a in enumerate(asks, start=1)
     ]
     return out
 
 
 def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str, Any]]) -> None:
-    ask = danmnets.danm_default(pod, nets)
+    ask = danm_interfaces.danm_default(pod, nets)
     if ask is not None:
-        out.default, out.default_ask = danmnets.resolve_danm(ask, pod, nets), ask
+        out.default, out.default_ask = danm_interfaces.resolve_danm(ask, pod, nets), ask
 
 
 def _danm(
@@ -78,11 +78,11 @@ def _danm(
     other one named <container_prefix><index> (eth<index> without a prefix), the index its place in the
     annotation; an empty list is DANM's default network (else the node's)."""
     out = PodNetworks()
-    conns = danmnets.parse_danm(danm[1], pod, danm[0])
+    conns = danm_interfaces.parse_danm(danm[1], pod, danm[0])
     if not conns:
         _danm_default(out, pod, nets)
         return out
-    keys = [danmnets.resolve_danm(a, pod, nets) for a in conns]
+    keys = [danm_interfaces.resolve_danm(a, pod, nets) for a in conns]
     out.default, out.default_ask = keys[0], conns[0]
     for i, (key, ask) in enumerate(zip(keys[1:], conns[1:], strict=True), start=1):
         prefix = (nets[key].get("netcomp") or {}).get("interfacePrefix") or DANM_PREFIX

@@ -2,7 +2,7 @@
 
 The node's default network gets the runtime's CNI_IFNAME. More networks come from CNI_ARGS
 (`NETCOMP_NETWORKS=a,b@ifname`), from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
-at the top of `args` or under `args.cni`), and with Kubernetes from the pod's annotations (podnets.py).
+at the top of `args` or under `args.cni`), and with Kubernetes from the pod's annotations (multus.py).
 Names: an explicit `@ifname`, else the network's interfacePrefix plus an index counted per prefix (stor0,
 stor1), else `net<index>`."""
 

@@ -1,5 +1,5 @@
 """Services on secondary networks: which Services ask for them, which of this node's pods they select, and the
-EndpointSlices the node writes for them; no I/O (serviceslices.py talks to the API server). A Service without
+EndpointSlices the node writes for them; no I/O (services.py talks to the API server). A Service without
 spec.selector asks in DANM's spelling (its svcwatcher's, nokia/danm pkg/svccontrol/utils.go: `danm.k8s.io/selector`
 and a DanmNet, TenantNetwork or ClusterNetwork; the endpoint's port is the Service's `port`) or netcomp's
 (`netcomp.io/network` and `netcomp.io/selector`; ports as kube's own controller writes them; one labelled with
@@ -10,7 +10,6 @@ in full: docs/kubernetes.md, "Services on secondary networks"."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,24 +18,24 @@ from typing import Any
 import orjson
 
 from netcomp.cni.spec import loads_foreign
-from netcomp.delegate.naming import namespace_of, network_key, pod_ref
-from netcomp.delegate.podstatus import network_status
-from netcomp.delegate.record import Entry
 from netcomp.kube import labels as labelsel
+from netcomp.kube.group import NETWORK, NODE, digest, node_label
 from netcomp.kube.labels import Selector
-from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE
+from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from netcomp.pods.naming import namespace_of, network_key, pod_ref
+from netcomp.pods.netstatus import network_status
+from netcomp.records.record import Entry
 
 GROUP, PLURAL = "discovery.k8s.io", "endpointslices"
 VERSIONS = ("v1", "v1beta1")  # the first the API server serves (v1 since Kubernetes 1.21)
 MANAGED_BY, MANAGER = "endpointslice.kubernetes.io/managed-by", "netcomp.io"
 SERVICE_NAME = "kubernetes.io/service-name"
-NODE = "netcomp.io/node"  # label (the node's name, or its hash when no label value can hold it) and annotation
 DIGEST = "netcomp.io/digest"  # of what the slice was written with: a slice is rewritten only when it changes
 HEADLESS = "service.kubernetes.io/headless"
 PROXY_NAME = "service.kubernetes.io/service-proxy-name"
 CONTROLLER_NAME = "service.kubernetes.io/endpoint-controller-name"
 TOLERATE_UNREADY = "service.alpha.kubernetes.io/tolerate-unready-endpoints"
-NETWORK, SELECTOR = "netcomp.io/network", "netcomp.io/selector"
+SELECTOR = "netcomp.io/selector"
 DANM_KINDS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 TERMINAL = ("Succeeded", "Failed")
 
@@ -283,11 +282,6 @@ def _rank(ref: NetworkRef, svc_ns: str, a: Attached) -> int | None:
 # ------------------------------------------------------------------------------------------------ slices
 
 
-def node_label(node: str) -> str:
-    """The node as a label value: its name, or a hash of it when longer than a label value may be."""
-    return node if len(node) <= 63 and LABEL_NAME_RE.fullmatch(node) else f"h-{_hash(node)}"
-
-
 def own_selector(node: str) -> str:
     return f"{MANAGED_BY}={MANAGER},{NODE}={node_label(node)}"
 
@@ -298,7 +292,7 @@ def slice_name(service: str, node: str, family: int, ports: str = "") -> str:
     tail = [f"v{family}", *([ports] if ports else [])]
     name = ".".join([service, node, *tail])
     ok = len(name) <= 253 and DNS_SUBDOMAIN_RE.fullmatch(node)
-    return name if ok else ".".join([service, _hash(node), *tail])
+    return name if ok else ".".join([service, digest(node), *tail])
 
 
 def desired(
@@ -373,7 +367,7 @@ def _slice(
         labels[HEADLESS] = ""  # as kube's controller marks them: kube-proxy does not even look
     if svc.proxy_name:
         labels[PROXY_NAME] = svc.proxy_name
-    name = slice_name(svc.name, node, family, _hash(json.dumps(ports))[:8] if named else "")
+    name = slice_name(svc.name, node, family, digest(json.dumps(ports))[:8] if named else "")
     owner = {"apiVersion": "v1", "kind": "Service", "name": svc.name, "uid": svc.uid}
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{version}",
@@ -389,7 +383,7 @@ def _slice(
         "endpoints": endpoints,
         "ports": [{"name": n, "protocol": proto, "port": num} for n, proto, num in ports],
     }
-    body["metadata"]["annotations"][DIGEST] = _hash(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+    body["metadata"]["annotations"][DIGEST] = digest(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
     return body
 
 
@@ -405,7 +399,3 @@ def stale(doc: Mapping[str, Any], node_exists: bool, pods_there: set[str]) -> bo
         return True
     uids = {str((e.get("targetRef") or {}).get("uid") or "") for e in doc.get("endpoints") or []}
     return not (uids & pods_there)
-
-
-def _hash(data: str | bytes) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:16]
