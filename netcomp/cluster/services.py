@@ -23,8 +23,8 @@ from netcomp.cni.spec import loads
 from netcomp.errors import HostError
 from netcomp.kube import following
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.group import NODE
 from netcomp.kube.following import Backoff, keep_following
+from netcomp.kube.group import NODE
 from netcomp.metrics import Metrics
 from netcomp.records.files import Cache
 from netcomp.settings import KubeSettings
