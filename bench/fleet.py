@@ -85,7 +85,7 @@ def fill(custom: Any, core: Any, args: argparse.Namespace) -> float:
                                                  "pod": {"namespace": "fleet", "name": f"p{n}-{b}-{k}", "uid": "u"}}
                 for k in range(min(BLOCK, per_net - b * BLOCK))
             }  # fmt: skip
-            rec = blockobjects.Record(block_name(net, cidr), net, str(cidr), holder, True, used)
+            rec = blockobjects.BlockRecord(block_name(net, cidr), net, str(cidr), holder, True, used)
             blocks.append(blockobjects.to_object(rec))
     claims = []
     for i in range(args.claims):
@@ -190,7 +190,7 @@ def _after_sentinel(custom: Any, base: Path) -> int:
     cidr = list(subnet(0).subnets(new_prefix=26))[-1]  # beyond the fleet's blocks and the node's own
     sentinel = str(cidr)
     obj = blockobjects.to_object(
-        blockobjects.Record(block_name("net-000", cidr), "net-000", sentinel, "fleet-0000", True)
+        blockobjects.BlockRecord(block_name("net-000", cidr), "net-000", sentinel, "fleet-0000", True)
     )
     custom.create_cluster_custom_object("netcomp.io", "v1", "addressblocks", obj)
     try:

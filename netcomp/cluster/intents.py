@@ -28,10 +28,10 @@ from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
 from netcomp.kube import following
-from netcomp.kube.apierrors import explain
+from netcomp.kube.apierrors import one_line
 from netcomp.kube.following import Backoff, Wakeup, keep_following
 from netcomp.metrics import Metrics
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -120,7 +120,7 @@ class Cluster:
         cluster_dir: Path,
         metrics: Metrics,
         node: str,
-        cache: Cache | None = None,
+        cache: Records | None = None,
         backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
@@ -149,8 +149,8 @@ class Cluster:
         self.reporting: list[Callable[[], str | None]] = []
         self.handle = Handle(self.core, self.custom, kube.timeout, backoff, self.reporting, metrics)
         self.followers = [_Follower(self, k, backoff()) for k in kinds]
-        self.pods = PodWatch(self.core, kube, node, metrics, explain, backoff())
-        self.node = NodeWatch(self.core, node, explain, backoff())
+        self.pods = PodWatch(self.core, kube, node, metrics, one_line, backoff())
+        self.node = NodeWatch(self.core, node, one_line, backoff())
         self.slices: ServiceSlices | None = None
         if kube.services and cache is not None:
             self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache, backoff)
@@ -271,7 +271,7 @@ class _Follower:
             missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
             return f"{e.status} {e.reason}{missing}"
 
-        keep_following(stop, self._relist, self._watch, self._failed, explain, api_why, self.backoff)
+        keep_following(stop, self._relist, self._watch, self._failed, one_line, api_why, self.backoff)
 
     def _list_args(self) -> tuple[str, str, str]:
         return self.kind.group, self.kind.version, self.kind.plural

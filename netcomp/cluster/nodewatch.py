@@ -21,12 +21,12 @@ class NodeWatch:
     (from the follower's thread), and once it is first known."""
 
     def __init__(
-        self, core: Any, node: str, explain: Callable[[Exception], str], backoff: Backoff | None = None
+        self, core: Any, node: str, one_line: Callable[[Exception], str], backoff: Backoff | None = None
     ) -> None:
         self.core = core
         self.backoff = backoff or Backoff()
         self.node = node
-        self.explain = explain
+        self.one_line = one_line
         self.exists: bool | None = None  # None until the API server has said
         self.known = threading.Event()
         self._listeners: list[Callable[[bool], None]] = []
@@ -50,7 +50,7 @@ class NodeWatch:
         threading.Thread(target=self._follow, args=(stop,), name="kube-node", daemon=True).start()
 
     def _follow(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist, self._watch, self._failed, self.explain, backoff=self.backoff)
+        keep_following(stop, self._relist, self._watch, self._failed, self.one_line, backoff=self.backoff)
 
     def _selector(self) -> str:
         return f"metadata.name={self.node}"

@@ -49,8 +49,8 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
 
 
 class PodWatch:
-    """pods.netstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `explain` words a failed
-    call (apierrors.explain)."""
+    """pods.netstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `one_line` words a failed
+    call (apierrors.one_line)."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class PodWatch:
         kube: KubeSettings,
         node: str,
         metrics: Metrics,
-        explain: Callable[[Exception], str],
+        one_line: Callable[[Exception], str],
         backoff: Backoff | None = None,
     ) -> None:
         self.core = core
@@ -66,7 +66,7 @@ class PodWatch:
         self.kube = kube
         self.node = node
         self.metrics = metrics
-        self.explain = explain
+        self.one_line = one_line
         self.policy = multus.Policy(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
@@ -136,7 +136,7 @@ class PodWatch:
             raise HostError(f"{e.status} {e.reason}") from None
         except Exception as e:
             self.metrics.kube_errors.labels("read").inc()
-            raise HostError(self.explain(e)) from None
+            raise HostError(self.one_line(e)) from None
         kept = _keep(doc)
         if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
             log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
@@ -146,7 +146,7 @@ class PodWatch:
 
     def _follow(self, stop: threading.Event) -> None:
         """List the node's pods, then watch them (following.keep_following); what is known stays meanwhile."""
-        keep_following(stop, self._relist, self._watch, self._failed, self.explain, backoff=self.backoff)
+        keep_following(stop, self._relist, self._watch, self._failed, self.one_line, backoff=self.backoff)
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node}"
@@ -288,7 +288,7 @@ class PodWatch:
             )
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
+            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
             log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, why)
 
     def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
@@ -322,5 +322,5 @@ class PodWatch:
             )
         except Exception as e:
             self.metrics.kube_errors.labels("event").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)
+            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
             log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"], why)

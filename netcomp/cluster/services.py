@@ -26,7 +26,7 @@ from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Backoff, keep_following
 from netcomp.kube.group import NODE
 from netcomp.metrics import Metrics
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -43,13 +43,13 @@ class ServiceSlices:
         node: str,
         metrics: Metrics,
         pods: PodWatch,
-        cache: Cache,
+        cache: Records,
         backoff: Callable[[], Backoff] = Backoff,
     ) -> None:
         """`backoff` makes each follower's and the writer's Backoff (a test's has its own clock)."""
         self.core, self.custom, self.kube, self.node = core, custom, kube, node
         self.metrics, self.pods, self.cache = metrics, pods, cache
-        self.explain = pods.explain
+        self.one_line = pods.one_line
         self._cond = threading.Condition()
         self.services: dict[Key, ServiceSpec] = {}
         self.refused: dict[Key, str] = {}
@@ -150,7 +150,7 @@ class ServiceSlices:
 
     def _follow_services(self, stop: threading.Event) -> None:
         keep_following(stop, self._relist_services, self._watch_services, lambda why: self._failed("Services", why),
-                       self.explain, _api_why, self.backoffs["Services"])  # fmt: skip
+                       self.one_line, _api_why, self.backoffs["Services"])  # fmt: skip
 
     def _selector(self) -> str | None:
         """The Services followed: those of serviceLabelSelector, all when it is unset (None: no query parameter)."""
@@ -209,7 +209,7 @@ class ServiceSlices:
 
     def _follow_slices(self, stop: threading.Event) -> None:
         keep_following(stop, self._relist_slices, self._watch_slices, lambda why: self._failed("slices", why),
-                       self.explain, _api_why, self.backoffs["slices"])  # fmt: skip
+                       self.one_line, _api_why, self.backoffs["slices"])  # fmt: skip
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""
@@ -363,7 +363,7 @@ class ServiceSlices:
 
     def _write_failed(self, what: str, e: Exception) -> bool:
         self.metrics.kube_errors.labels("slice").inc()
-        why = f"{what}: {_api_why(e) or self.explain(e)}"
+        why = f"{what}: {_api_why(e) or self.one_line(e)}"
         if why != self.errors["write"]:
             log.error("%s (trying again)", why)
         self.errors["write"] = why
@@ -408,7 +408,7 @@ class ServiceSlices:
                     log.info("EndpointSlice %s/%s of node %s removed: %s", meta.get("namespace"),
                              meta.get("name"), node, why)  # fmt: skip
         except Exception as e:
-            return {"removed": removed, "kept": kept, "error": _api_why(e) or self.explain(e)}
+            return {"removed": removed, "kept": kept, "error": _api_why(e) or self.one_line(e)}
         return {"removed": removed, "kept": kept}
 
     def _node_pods(self, node: str) -> tuple[bool, set[str]]:

@@ -24,7 +24,7 @@ from netcomp.kube.labels import Selector
 from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 from netcomp.pods.naming import namespace_of, network_key, pod_ref
 from netcomp.pods.netstatus import network_status
-from netcomp.records.record import Entry
+from netcomp.records.record import Record
 
 GROUP, PLURAL = "discovery.k8s.io", "endpointslices"
 VERSIONS = ("v1", "v1beta1")  # the first the API server serves (v1 since Kubernetes 1.21)
@@ -250,7 +250,7 @@ class Attached:
     ips: tuple[str, ...]
 
 
-def attached(entry: Entry) -> tuple[Attached, ...]:
+def attached(entry: Record) -> tuple[Attached, ...]:
     atts = entry.attached
     out = []
     for a, status in zip(atts, network_status(atts, entry.ifname), strict=True):

@@ -22,8 +22,8 @@ from netcomp.ipam.blockstate import LocalRecord
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim, StoreUnavailable
-from netcomp.records.files import Cache
-from netcomp.records.record import Entry
+from netcomp.records.files import Records
+from netcomp.records.record import Record
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds
 
 class Addresses:
     def __init__(
-        self, settings: Settings, cluster: Cluster | None, cache: Cache, counted: Callable[[str, str], None]
+        self, settings: Settings, cluster: Cluster | None, cache: Records, counted: Callable[[str, str], None]
     ) -> None:
         self.settings = settings
         self.cache = cache
@@ -103,7 +103,7 @@ class Addresses:
         self.kube.select(sorted(self.pools), changed, foreign, per_address.synced.set)
         self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
-    def start(self, stop: threading.Event, records: list[Entry]) -> None:
+    def start(self, stop: threading.Event, records: list[Record]) -> None:
         """Before serving: whether this node is a Node of the cluster (followed, not read once: a daemon usually
         starts before its kubelet registers the Node); the blocks it holds (its record, its cache); then the
         objects of the networks it serves, listed and followed (threads). An API server that does not answer now
@@ -127,7 +127,7 @@ class Addresses:
         self._following = True
         self._follow()
 
-    def recorded(self, records: list[Entry]) -> list[Claim]:
+    def recorded(self, records: list[Record]) -> list[Claim]:
         """The claims `records` (the cache's, as start-up read them) hold."""
         return [Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims]
 

@@ -30,8 +30,8 @@ from netcomp.delegate import listing, recovery
 from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
-from netcomp.records.files import Cache
-from netcomp.records.record import Entry
+from netcomp.records.files import Records
+from netcomp.records.record import Record
 from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
@@ -66,7 +66,7 @@ class Daemon:
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.exec = exec_
         self.runner = wiring.runner(self.settings, exec_, self.metrics)
-        self.cache = Cache(Path(self.settings.cacheDir))
+        self.cache = Records(Path(self.settings.cacheDir))
         self.cluster = wiring.cluster(self.settings, self.metrics, self.cache)
         self.addresses = Addresses(
             self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
@@ -286,7 +286,7 @@ class Daemon:
             "kubernetes": self.cluster.status() if self.cluster is not None else None,
         }
 
-    def recover(self) -> list[Entry]:
+    def recover(self) -> list[Record]:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
         left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on). The
         records as they are then, read once for all of start-up."""
@@ -378,7 +378,7 @@ class Daemon:
             self._last_status = now
             self.notifier.status(self.status_line())
 
-    def _start_podsync(self, records: list[Entry]) -> None:
+    def _start_podsync(self, records: list[Record]) -> None:
         """Hot-plug by editing the pod (delegate/podsync.py): the pod watch queues a pod whose annotations
         changed; every recorded pod is compared once at start (a daemon killed mid-hot-plug finishes it)."""
         kube = self.settings.kubernetes

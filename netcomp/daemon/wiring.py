@@ -30,7 +30,7 @@ from netcomp.ipam.store import AddressAllocator
 from netcomp.kubelet.podresources import Kubelet
 from netcomp.metrics import Metrics
 from netcomp.pods.devices import Devices
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.settings import Settings
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def limits(s: Settings) -> Limits:
     )
 
 
-def cluster(settings: Settings, metrics: Metrics, cache: Cache) -> Cluster | None:
+def cluster(settings: Settings, metrics: Metrics, cache: Records) -> Cluster | None:
     if settings.kubernetes is None:
         return None
     from netcomp.cluster.intents import Cluster  # the kubernetes client: only for a node with a cluster
@@ -145,7 +145,7 @@ def check_pools(settings: Settings, devices: Devices) -> None:
 def delegator(
     current: Callable[[], Settings],
     runner: Runner,
-    cache: Cache,
+    cache: Records,
     networks: Callable[[], Mapping[str, dict[str, Any]]],
     cluster: Cluster | None,
     addresses: AddressAllocator | None,

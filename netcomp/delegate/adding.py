@@ -26,7 +26,7 @@ from netcomp.pods import asks as podasks
 from netcomp.pods import multus, naming
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import network_status
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -51,7 +51,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
     try:
         atts, asks = d.plan_attachments(req)
         reserved = d.reserve(req.container_id, atts, asks)
-        entry = Entry(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+        entry = Record(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
         if req.pod is not None:
             entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
             entry.args = req.rest_args
@@ -76,7 +76,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
 
 def attach(
     d: Delegator,
-    entry: Entry,
+    entry: Record,
     new: list[Attachment],
     netns_path: str,
     pod: naming.PodRef | None = None,
@@ -123,7 +123,9 @@ def attach(
         d.host.release_links(held)
 
 
-def _target(d: Delegator, entry: Entry, new: list[Attachment], netns_path: str) -> tuple[NetnsId, int | None, set[str]]:
+def _target(
+    d: Delegator, entry: Record, new: list[Attachment], netns_path: str
+) -> tuple[NetnsId, int | None, set[str]]:
     """The namespace an ADD is to attach in: its identity and cookie, and the interfaces it holds now. Refused
     when it is the host's (or whether it is cannot be told), when the container was attached in another one, or
     when an interface of `new` is there already; no plugin has run then."""
@@ -159,7 +161,7 @@ def _target(d: Delegator, entry: Entry, new: list[Attachment], netns_path: str) 
     return nid, ck, everything
 
 
-def _run(d: Delegator, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
+def _run(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
     def one(a: Attachment) -> dict[str, Any]:
         return d.runner.add(a.conflist, d.runtime_conf(entry, a, entry.netns))
 
@@ -196,7 +198,7 @@ def _run(d: Delegator, entry: Entry, new: list[Attachment], asks: Mapping[str, A
     d.crash("before-answer")
 
 
-def _fulfil(d: Delegator, entry: Entry, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
+def _fulfil(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
     """Once every delegate succeeded: each interface has the MAC and addresses its pod asked for, and the
     default routes are where the pod's default-route puts them (recorded in the results)."""
     with nsutil.recorded(entry, entry.netns, pin=True) as target:

@@ -12,7 +12,7 @@ from netcomp.delegate.delegator import Delegator, as_delegate_error
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, NetcompError, printable
 from netcomp.host import netns as nsutil
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -36,7 +36,7 @@ def check(d: Delegator, req: Request) -> tuple[str, ...]:
     return networks
 
 
-def _check(d: Delegator, req: Request, entry: Entry) -> None:
+def _check(d: Delegator, req: Request, entry: Record) -> None:
     if entry.unfinished:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,

@@ -38,8 +38,8 @@ from netcomp.pods import choice, multus, naming
 from netcomp.pods.devices import Devices
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import Pods
-from netcomp.records.files import Cache
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.files import Records
+from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -77,7 +77,7 @@ class Delegator:
     `crash` a test hook called at named points (daemon.faults)."""
 
     runner: Runner
-    cache: Cache
+    cache: Records
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
     link_names: Callable[[str | int], set[str]] = container.link_names
@@ -226,7 +226,7 @@ class Delegator:
                 "the networks it asks for are in its annotations; no plugin was run",
             ) from None
 
-    def save(self, entry: Entry) -> None:
+    def save(self, entry: Record) -> None:
         """Write the entry (OSError as the cache raises it), or remove it when it holds nothing."""
         key = (entry.container_id, entry.ifname)
         if entry.attachments:
@@ -261,7 +261,7 @@ class Delegator:
         return cniresult.convert(main.result, version)
 
     @staticmethod
-    def runtime_conf(entry: Entry, a: Attachment, netns: str) -> RuntimeConf:
+    def runtime_conf(entry: Record, a: Attachment, netns: str) -> RuntimeConf:
         return RuntimeConf(entry.container_id, netns, a.ifname, a.args, a.capability_args)
 
     # --------------------------------------------------------------------------------------------- DEL
@@ -290,7 +290,7 @@ class Delegator:
         return networks
 
     def detach(
-        self, entry: Entry, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
+        self, entry: Record, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False
     ) -> list[DelegateError]:
         """DEL `atts` of the entry in `netns` ("" when the namespace is gone), side by side (their networks are
         independent; each conflist's own plugins go in reverse). What was deleted leaves the entry (the file goes
@@ -376,7 +376,7 @@ class Delegator:
         )
         return True
 
-    def sweep(self, entry: Entry, target: nsutil.Target, undone: list[Attachment]) -> None:
+    def sweep(self, entry: Record, target: nsutil.Target, undone: list[Attachment]) -> None:
         """After an undo of `undone`: what the namespace has beyond what it had when the ADD began and what is
         still attached, and that a plugin killed half-way (a timeout, or the daemon killed with its delegates, as
         systemd's KillMode=mixed does) leaves (container.sweep: a temporary-named link, a device it was given),
@@ -403,7 +403,7 @@ class Delegator:
         except (HostError, DelegateError) as e:
             log.error("container %s: cannot look for interfaces a killed plugin left: %s", entry.container_id, e)
 
-    def undo_unfinished(self, entry: Entry) -> None:
+    def undo_unfinished(self, entry: Record) -> None:
         """DEL what an ADD left unfinished (or a rollback left undone) before anything else is done to the
         container; DelegateError when some of it cannot be undone yet."""
         todo = entry.unfinished

@@ -26,7 +26,7 @@ from netcomp.ipam.pool import Pool
 from netcomp.pods import choice, naming
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import network_status
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 # The container ID a plan of a pod that has no container here is made for: no record is ever under it (a CNI
 # container ID has no spaces), so the addresses and MACs other containers hold all count against it.
@@ -88,7 +88,7 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     return doc
 
 
-def _find(d: Delegator, subject: Subject) -> Entry | None:
+def _find(d: Delegator, subject: Subject) -> Record | None:
     """The record of the subject's container on this node: by ID, or the pod's (its sandbox's) by name."""
     if subject.container is not None:
         check_container_id(subject.container)
@@ -102,7 +102,7 @@ def _find(d: Delegator, subject: Subject) -> Entry | None:
     return None
 
 
-def _request(subject: Subject, entry: Entry | None, pod: naming.PodRef | None) -> Request:
+def _request(subject: Subject, entry: Record | None, pod: naming.PodRef | None) -> Request:
     """The ADD the subject's runtime would send (its CNI_ARGS parsed as parse_request parses them), for the
     container recorded (the addresses it holds are its own) or for none yet."""
     if entry is not None:
@@ -120,7 +120,7 @@ def _request(subject: Subject, entry: Entry | None, pod: naming.PodRef | None) -
 
 
 def _doc(
-    subject: Subject, entry: Entry | None, pod: naming.PodRef | None, refusal: dict[str, Any] | None = None
+    subject: Subject, entry: Record | None, pod: naming.PodRef | None, refusal: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     return {
         "pod": str(pod) if pod is not None else None,
@@ -268,7 +268,7 @@ def _ipam_text(conflist: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------------ a running pod
 
 
-def _record(entry: Entry) -> list[dict[str, Any]]:
+def _record(entry: Record) -> list[dict[str, Any]]:
     """What the container's record says it got: per attachment its network, interface, addresses, MAC, device,
     state, and the annotation element it was attached for."""
     out = []
@@ -281,7 +281,7 @@ def _record(entry: Entry) -> list[dict[str, Any]]:
 
 
 def _changes(
-    d: Delegator, entry: Entry, pod: naming.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
+    d: Delegator, entry: Record, pod: naming.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
 ) -> dict[str, Any]:
     """What the pod's annotation asks now against the record, as the hot-plug compares them (podsync): what it
     attaches, what it detaches, or why it refuses the edit."""

@@ -20,7 +20,7 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
 from netcomp.errors import DelegateError, HostError, LinkMismatch
 from netcomp.pods.multus import Ask
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.records.record import Attachment
 
 log = logging.getLogger("netcomp.delegate")
@@ -37,7 +37,7 @@ class HostResources:
     """`host_link` makes a network's link when missing (host.ownedlinks.ensure); `vf_pool` lists a pool's VFs by
     resourceName (KeyError when unknown); `owned_links` / `remove_link`: the links netcomp made (host.ownedlinks)."""
 
-    cache: Cache
+    cache: Records
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     host_link: Callable[[dict[str, Any]], object]
     vf_pool: Callable[[str], list[str]]

@@ -15,7 +15,7 @@ from netcomp.delegate.request import check_container_id
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
 from netcomp.pods import naming
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 
 def hotplug(
@@ -53,7 +53,7 @@ def hotplug(
                     d.detach(entry, gone, target.path, why="detach", raise_errors=True)
             return {}
         if entry is None:
-            entry = Entry(container_id, netns, key_ifname, DEFAULT_VERSION)
+            entry = Record(container_id, netns, key_ifname, DEFAULT_VERSION)
         else:
             d.undo_unfinished(entry)
         nets = d.networks()

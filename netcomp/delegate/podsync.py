@@ -25,13 +25,13 @@ from netcomp.pods import choice, multus, naming
 from netcomp.pods.multus import Ask
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import network_status
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
 
 @dataclass
-class Outcome:
+class Synced:
     """What one sync did: interfaces added and removed, and the error that stopped it, if one did."""
 
     added: list[str] = field(default_factory=list)
@@ -39,14 +39,14 @@ class Outcome:
     error: DelegateError | None = None
 
 
-def pod_of(entry: Entry) -> PodRef | None:
+def pod_of(entry: Record) -> PodRef | None:
     p = entry.pod
     return PodRef(p["namespace"], p["name"], p.get("uid", "")) if p and p.get("namespace") and p.get("name") else None
 
 
 def sync(
     d: Delegator, container_id: str, ifname: str, wait: Callable[[tuple[str, str], PodRef], object] | None = None
-) -> Outcome | None:
+) -> Synced | None:
     """Bring one container's attachments to what its pod's annotation asks now (None: nothing to do, or not now:
     no record, a pod unknown to it, an ADD not finished, attachments to undo). `wait`: told, with the container's
     lock held, of a record whose sync waits for its attachments to be undone (PodSync.undone syncs it then)."""
@@ -72,7 +72,7 @@ def sync(
             check(d, entry, pod, added, removed)
             reserved = d.reserve(entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added})
         except DelegateError as e:
-            return _refused(d, pod, Outcome(error=e))
+            return _refused(d, pod, Synced(error=e))
         try:
             return _apply(d, entry, pod, added, removed)
         finally:
@@ -80,11 +80,11 @@ def sync(
 
 
 def _apply(
-    d: Delegator, entry: Entry, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
-) -> Outcome:
+    d: Delegator, entry: Record, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+) -> Synced:
     """What is added on free names attached, what is removed detached, what takes a removed one's name attached;
     reported. Everything that can refuse an edit without touching anything has passed (check)."""
-    out = Outcome()
+    out = Synced()
     taken = {a.ifname for a in entry.attachments}
     free = [x for x in added if x[0].ifname not in taken]
     blocked = [x for x in added if x[0].ifname in taken]
@@ -104,7 +104,7 @@ def _apply(
 
 
 def check(
-    d: Delegator, entry: Entry, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+    d: Delegator, entry: Record, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
 ) -> None:
     """Every check an ADD of the added elements makes that touches nothing, made before anything is detached:
     a refused edit leaves the pod as it was (docs/kubernetes.md, "Hot-plug by editing the pod"). What each asks
@@ -124,7 +124,7 @@ def check(
 
 
 def diff(
-    d: Delegator, entry: Entry, pod: PodRef, notes: Mapping[str, str]
+    d: Delegator, entry: Record, pod: PodRef, notes: Mapping[str, str]
 ) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
     """What the annotation asks now and the record does not have (new attachments, with their asks), and what
     the record has that it no longer asks for."""
@@ -155,7 +155,7 @@ def _whole(pod: PodRef) -> Ask:
     return Ask("", pod.namespace, f"pod {pod}")
 
 
-def _attach(d: Delegator, entry: Entry, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Outcome) -> None:
+def _attach(d: Delegator, entry: Record, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Synced) -> None:
     """Attach items already checked, prepared and reserved (sync)."""
     if not items:
         return
@@ -164,7 +164,7 @@ def _attach(d: Delegator, entry: Entry, pod: PodRef, items: list[tuple[Attachmen
     out.added += [a.ifname for a in new]
 
 
-def _report(d: Delegator, pod: PodRef, entry: Entry, out: Outcome) -> None:
+def _report(d: Delegator, pod: PodRef, entry: Record, out: Synced) -> None:
     assert d.pods is not None
     by_name = {a.ifname: a for a in entry.attachments}
     for name in out.added:
@@ -188,7 +188,7 @@ def _report(d: Delegator, pod: PodRef, entry: Entry, out: Outcome) -> None:
     )
 
 
-def _refused(d: Delegator, pod: PodRef, out: Outcome) -> Outcome:
+def _refused(d: Delegator, pod: PodRef, out: Synced) -> Synced:
     assert d.pods is not None and out.error is not None
     e = out.error
     d.pods.event(pod, "Warning", "FailedHotplug", e.full_msg + (f" ({e.details})" if e.details else ""))
@@ -247,7 +247,7 @@ class PodSync:
         with self._cond:
             return len({(p.namespace, p.name) for p in self._waiting.values()})
 
-    def all_recorded(self, records: list[Entry]) -> None:
+    def all_recorded(self, records: list[Record]) -> None:
         """Queue every pod `records` (every record, as read at start-up) name, with its containers: the records
         are not read again for them."""
         pods: dict[tuple[str, str], PodRef] = {}

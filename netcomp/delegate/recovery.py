@@ -12,7 +12,7 @@ from typing import NamedTuple
 from netcomp.delegate.delegator import Delegator
 from netcomp.errors import DelegateError, HostError
 from netcomp.host import netns as nsutil
-from netcomp.records.record import Entry
+from netcomp.records.record import Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -20,14 +20,14 @@ log = logging.getLogger("netcomp.delegate")
 class Recovered(NamedTuple):
     undone: int  # attachments
     failed: int  # attachments still to undo
-    records: list[Entry]  # every readable record as it is after the undo, for what else starts from them
+    records: list[Record]  # every readable record as it is after the undo, for what else starts from them
 
 
-def recover(d: Delegator, records: list[Entry] | None = None) -> Recovered:
+def recover(d: Delegator, records: list[Record] | None = None) -> Recovered:
     """At start-up, before serving: undo what ADDs left in progress when the daemon died (and retry
-    rollbacks that failed). `records`: every record (Cache.entries), read by the caller once for all of
+    rollbacks that failed). `records`: every record (Records.entries), read by the caller once for all of
     start-up, or here when not given."""
-    d.cache.remove_temp_files()  # never read as records: Cache.scan skips hidden names
+    d.cache.remove_temp_files()  # never read as records: Records.scan skips hidden names
     if records is None:
         records = d.cache.entries()
     entries = [e for e in records if e.unfinished]
@@ -46,10 +46,10 @@ def recover(d: Delegator, records: list[Entry] | None = None) -> Recovered:
     return Recovered(undone, failed, records)
 
 
-def _sweep(d: Delegator, records: list[Entry]) -> None:
+def _sweep(d: Delegator, records: list[Record]) -> None:
     """The device-info copies no record names removed (Devices.sweep), unless a record cannot be read: which
     copies it names cannot be known then, and a copy removed would be missing when the record is restored. The
-    entries' files are counted (Cache.count: nothing is read again); those not among `records` are unreadable."""
+    entries' files are counted (Records.count: nothing is read again); those not among `records` are unreadable."""
     assert d.devices is not None
     unreadable = d.cache.count() - len(records)
     if unreadable > 0:
@@ -59,10 +59,10 @@ def _sweep(d: Delegator, records: list[Entry]) -> None:
     d.devices.sweep(records, d.networks())
 
 
-def _read_again(d: Delegator, records: list[Entry], changed: list[Entry]) -> list[Entry]:
+def _read_again(d: Delegator, records: list[Record], changed: list[Record]) -> list[Record]:
     """records with the `changed` ones read again, one file each (an entry the undo emptied is gone, one that
-    cannot be read now is logged and left out, as Cache.entries does)."""
-    now: dict[tuple[str, str], Entry | None] = {}
+    cannot be read now is logged and left out, as Records.entries does)."""
+    now: dict[tuple[str, str], Record | None] = {}
     for e in changed:
         with d.locks.hold(e.container_id):  # every load holds the container's lock
             try:
@@ -91,8 +91,8 @@ def retry_unfinished(d: Delegator) -> tuple[int, int]:
     return _undo_all(d, entries, "retry")
 
 
-def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
-    def one(e: Entry) -> tuple[int, int]:
+def _undo_all(d: Delegator, entries: list[Record], why: str) -> tuple[int, int]:
+    def one(e: Record) -> tuple[int, int]:
         with d.locks.hold(e.container_id):
             fresh = d.cache.load(e.container_id, e.ifname)  # a request may have changed it meanwhile
             if fresh is None or not fresh.unfinished:
@@ -110,7 +110,7 @@ def _undo_all(d: Delegator, entries: list[Entry], why: str) -> tuple[int, int]:
     return undone, failed
 
 
-def _guarded(d: Delegator, fn: Callable[[Entry], tuple[int, int]], e: Entry) -> tuple[int, int]:
+def _guarded(d: Delegator, fn: Callable[[Record], tuple[int, int]], e: Record) -> tuple[int, int]:
     """fn(e); an undo that could not even start (its namespace cannot be looked for, the record cannot be read)
     is logged and left for `retry_unfinished`, as a failed DEL is: a record left `adding` by a start-up whose
     undo raised would otherwise wait for the runtime's DEL, which may never come."""

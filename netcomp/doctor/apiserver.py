@@ -16,7 +16,7 @@ import yaml
 from netcomp.doctor.checks import Check, fail, ok, skip
 from netcomp.fsutil import read_bounded
 from netcomp.kube.apiclient import Api
-from netcomp.kube.apierrors import ApiException, explain
+from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.kubeconfig import KubeConfigError
 from netcomp.settings import KubeSettings, Settings
 
@@ -54,7 +54,7 @@ def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
         doc = api.call("GET", "/version", timeout=timeout).json()
         version = doc.get("gitVersion", "?") if isinstance(doc, dict) else "?"
     except CALL_ERRORS as e:
-        found = explain(e) if isinstance(e, OSError) else f"{api.server()} answers GET /version with {explain(e)}"
+        found = one_line(e) if isinstance(e, OSError) else f"{api.server()} answers GET /version with {one_line(e)}"
         return [
             fail("apiserver", found, _reach_fix(e, kube)),
             skip("rbac", "the API server does not answer"),
@@ -128,7 +128,7 @@ def _rbac(api: Api, kube: KubeSettings, given: str | None, timeout: float) -> Ch
             if not (isinstance(doc, dict) and (doc.get("status") or {}).get("allowed")):
                 denied.append(f"{verb} {resource}" + (f".{group}" if group else ""))
     except CALL_ERRORS as e:
-        return fail("rbac", f"cannot ask the API server: {explain(e)}", "see the apiserver check")
+        return fail("rbac", f"cannot ask the API server: {one_line(e)}", "see the apiserver check")
     if denied:
         return fail(
             "rbac",
@@ -149,5 +149,5 @@ def _node(api: Api, node: str, timeout: float) -> Check:
                 "set nodeName in netcomp.yaml to this node's name in the cluster (`kubectl get nodes`); the "
                 "kubelet registers it when it starts",
             )
-        return fail("node", f"cannot read Node {node!r}: {explain(e)}", "see the rbac check")
+        return fail("node", f"cannot read Node {node!r}: {one_line(e)}", "see the rbac check")
     return ok("node", f"Node {node!r} exists")

@@ -13,7 +13,7 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call, unreachable
 from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
-from netcomp.doctor.node import Network
+from netcomp.doctor.node import NodeNetwork
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import vfpools
@@ -69,7 +69,7 @@ def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
     ), doc
 
 
-def sriov_checks(nets: Sequence[Network], settings: Settings) -> list[Check]:
+def sriov_checks(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
     """Each SR-IOV resource a network names: a pool of netcomp.yaml's sriovPools (its VFs in sysfs), or a device
     plugin's resource (the kubelet's PodResources socket, and the resource registered with the kubelet)."""
     named: dict[str, list[str]] = {}
@@ -148,7 +148,7 @@ def _resource(
             name,
             f"no device plugin registered {r} with the kubelet (its checkpoint {kubelet.checkpoint} lists: "
             f"{known}; {who})",
-            "start the device plugin that serves it (for VFs: the SR-IOV Network Device Plugin), or fix the "
+            "start the device plugin that serves it (for VFs: the SR-IOV NodeNetwork Device Plugin), or fix the "
             "networks' resourceName",
         )
     return ok(name, f"registered with the kubelet by a device plugin; PodResources at {sock} ({who})")

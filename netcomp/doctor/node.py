@@ -35,7 +35,7 @@ KERNEL_CONFIG = {
 
 
 @dataclass(frozen=True)
-class Network:
+class NodeNetwork:
     """A compiled network as the daemon serves it (its conflist, with netcomp's own block)."""
 
     name: str
@@ -72,7 +72,7 @@ class Network:
         return host_devices(self.conflist)
 
 
-def served(settings: Settings) -> tuple[list[Network], Check]:
+def served(settings: Settings) -> tuple[list[NodeNetwork], Check]:
     """The networks in outputDir (the files netcomp wrote: the daemon's last good output of each)."""
     out_dir = Path(settings.outputDir)
     try:
@@ -86,7 +86,7 @@ def served(settings: Settings) -> tuple[list[Network], Check]:
         try:
             data = read_bounded(out_dir / name, MAX_BYTES)
             if is_owned(data):
-                nets.append(Network(name[: -len(".conflist")], cnispec.loads(data)))
+                nets.append(NodeNetwork(name[: -len(".conflist")], cnispec.loads(data)))
         except (OSError, ValueError):
             continue
     if not nets:
@@ -105,7 +105,7 @@ def _users(names: set[str]) -> str:
     return ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
 
 
-def kernel(nets: Sequence[Network]) -> list[Check]:
+def kernel(nets: Sequence[NodeNetwork]) -> list[Check]:
     """Each kernel feature the networks need, tried (host/probe.py): a line per feature."""
     need: dict[str, set[str]] = {}
     for n in nets:
@@ -134,7 +134,7 @@ def kernel(nets: Sequence[Network]) -> list[Check]:
     return out
 
 
-def devices(nets: Sequence[Network], links: Mapping[str, str | None]) -> list[Check]:
+def devices(nets: Sequence[NodeNetwork], links: Mapping[str, str | None]) -> list[Check]:
     """Each host device the networks name exists in this network namespace."""
     named: dict[str, set[str]] = {}
     for n in nets:
@@ -156,7 +156,7 @@ def devices(nets: Sequence[Network], links: Mapping[str, str | None]) -> list[Ch
     return out
 
 
-def host_links(nets: Sequence[Network], links: Mapping[str, str | None]) -> list[Check]:
+def host_links(nets: Sequence[NodeNetwork], links: Mapping[str, str | None]) -> list[Check]:
     """Each VLAN/VXLAN master the networks name: there with the right kind, or made by the first ADD."""
     seen: dict[str, tuple[Mapping[str, Any], set[str]]] = {}
     for n in nets:
@@ -183,10 +183,10 @@ def host_links(nets: Sequence[Network], links: Mapping[str, str | None]) -> list
     return out
 
 
-def plugins(nets: Sequence[Network], settings: Settings) -> list[Check]:
+def plugins(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
     """Each plugin the networks run: found in pluginDirs, executable, and speaking (its VERSION answer) the
     cniVersion of every network that runs it."""
-    users: dict[str, list[Network]] = {}
+    users: dict[str, list[NodeNetwork]] = {}
     for n in nets:
         for p in n.plugins:
             users.setdefault(p, []).append(n)
@@ -194,7 +194,7 @@ def plugins(nets: Sequence[Network], settings: Settings) -> list[Check]:
     return [_plugin(p, users[p], runner, settings.pluginDirs) for p in sorted(users)]
 
 
-def _plugin(ptype: str, nets: Sequence[Network], runner: Runner, dirs: Sequence[str]) -> Check:
+def _plugin(ptype: str, nets: Sequence[NodeNetwork], runner: Runner, dirs: Sequence[str]) -> Check:
     name = f"plugin:{ptype}"
     who = f"networks {_users({n.name for n in nets})}"
     try:
@@ -224,6 +224,6 @@ def _plugin(ptype: str, nets: Sequence[Network], runner: Runner, dirs: Sequence[
     return ok(name, f"{path}, speaks CNI {spoken[0]} to {spoken[-1]} ({who})")
 
 
-def no_links(nets: Sequence[Network]) -> list[Check]:
+def no_links(nets: Sequence[NodeNetwork]) -> list[Check]:
     """The device and host link checks, when the links of the node cannot be listed."""
     return [skip("device:*", "the node's links cannot be listed")] if nets else []

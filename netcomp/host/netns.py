@@ -44,7 +44,7 @@ NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, wh
 
 
 class Recorded(Protocol):
-    """What a record says of the namespace its ADD attached (records.record.Entry): its identity, None in
+    """What a record says of the namespace its ADD attached (records.record.Record): its identity, None in
     records from before netcomp kept one, and its cookie, None in records from before netcomp kept those."""
 
     @property

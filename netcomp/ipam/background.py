@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from netcomp.ipam.blocks import lowest
-from netcomp.ipam.blockstate import Borrowed, Held, Record
+from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken, holder_doc
 
 if TYPE_CHECKING:
@@ -290,19 +290,19 @@ class Worker:
         with a._lock:
             used = {str(h.address(off)): holder_doc(c) for off, c in h.local.items()}
             lent = {str(h.address(off)): doc for off, doc in h.lent.items()}
-        rec = Record(h.name, h.network, str(h.net), a.node, a.node_in_cluster, used, lent)
+        rec = BlockRecord(h.name, h.network, str(h.net), a.node, a.node_in_cluster, used, lent)
         try:
             got = a.store.create(rec)
         except Taken as t:
-            if isinstance(t.holder, Record) and t.holder.node == a.node:
+            if isinstance(t.holder, BlockRecord) and t.holder.node == a.node:
                 got = t.holder
             else:
                 with a._lock:
-                    h.taker = t.holder if isinstance(t.holder, Record) else None
+                    h.taker = t.holder if isinstance(t.holder, BlockRecord) else None
                     if h.taker is None:  # not a block at all now: nothing to give from, nothing to hand over
                         log.error("block %s: its name is taken by %s; its addresses in use stay with their "
                                   "containers, none is given from it", h.name, t.foreign)  # fmt: skip
-                        h.lost, h.taker = True, Record(h.name, h.network, str(h.net), "?")
+                        h.lost, h.taker = True, BlockRecord(h.name, h.network, str(h.net), "?")
                 return True
         except StoreUnavailable as e:
             a.last_error = str(e)

@@ -22,8 +22,8 @@ from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blocks import Layout, block_name, lowest
-from netcomp.ipam.blockstate import Borrowed, Held, Record, Seen
-from netcomp.ipam.blockview import TOMBSTONE, Ask, BlockView
+from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen
+from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
@@ -174,7 +174,7 @@ class BlockAllocator(BlockView):
         """Create the block's object; True when this node holds it now. DelegateError 11 on an ADD's path when the
         store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
-        rec = Record(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
+        rec = BlockRecord(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
         with self._lock:
             # The token of an earlier create of this name that may have been made (its answer lost) is kept.
             rec.token = self.claiming_ahead.setdefault(rec.name, secrets.token_hex(16))
@@ -195,7 +195,7 @@ class BlockAllocator(BlockView):
             got = self.store.create(rec)
         except Taken as t:
             self.counted("conflict", network)
-            other = t.holder if isinstance(t.holder, Record) else None
+            other = t.holder if isinstance(t.holder, BlockRecord) else None
             if other is not None and other.node == self.node and other.token == rec.token:
                 got = other  # ours: an earlier create whose answer was lost
             else:
@@ -349,7 +349,7 @@ class BlockAllocator(BlockView):
             if time.monotonic() >= deadline:
                 break
             key = f"{self.node}.{uuid.uuid4().hex[:8]}"
-            ask = Ask(key, s.name)
+            ask = BlockAsk(key, s.name)
             request: dict[str, object] = {"node": self.node}
             if exact is not None:
                 request["addresses"] = [str(s.net.network_address + exact[1])]

@@ -16,7 +16,7 @@ from typing import Any
 
 from netcomp import foreign
 from netcomp.ipam.blocks import MAX_SIZE, block_name
-from netcomp.ipam.blockstate import Record
+from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 
 KIND = "AddressBlock"  # what foreign.ignore counts them as
@@ -140,14 +140,14 @@ def _describe(pool: Pool) -> str:
     return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
 
 
-def offsets(rec: Record, entries: Mapping[str, Any]) -> dict[int, Any]:
+def offsets(rec: BlockRecord, entries: Mapping[str, Any]) -> dict[int, Any]:
     """A record's entries by their offset in its block (those about no address of it left out)."""
     net = rec.net
     base = int(net.network_address)
     return {int(a) - base: doc for text, doc in entries.items() if (a := address_in(net, text)) is not None}
 
 
-def bits(rec: Record, entries: Mapping[str, Any]) -> int:
+def bits(rec: BlockRecord, entries: Mapping[str, Any]) -> int:
     """The offsets of a record's entries as bits: never wider than its block."""
     out = 0
     for off in offsets(rec, entries):
@@ -155,7 +155,7 @@ def bits(rec: Record, entries: Mapping[str, Any]) -> int:
     return out
 
 
-def report(rec: Record, why: str) -> None:
+def report(rec: BlockRecord, why: str) -> None:
     """A block ignored for what it claims, named with its writers (foreign.ignore: once per version)."""
     managers = [{"manager": m} for m in rec.writers]
     foreign.ignore(KIND, rec.name, why, {"metadata": {"resourceVersion": rec.rv, "managedFields": managers}})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from netcomp.ipam.allocator import Allocator, PodState
 from netcomp.ipam.blocks import Layout
-from netcomp.ipam.blockstate import Record, claim_of
+from netcomp.ipam.blockstate import BlockRecord, claim_of
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable
 
@@ -122,11 +122,11 @@ def gc_cluster(
 
 def _free_entries(
     a: BlockAllocator,
-    rec: Record,
+    rec: BlockRecord,
     exists: Callable[[str], bool],
     pod: Callable[[str], PodState | None],
     freed: list[Claim],
-) -> Record:
+) -> BlockRecord:
     used: dict[str, dict[str, Any] | None] = {}
     for addr, doc in rec.used.items():
         c = claim_of(rec, addr, doc, rec.node)

@@ -19,7 +19,7 @@ from typing import Any
 from netcomp import foreign, libc
 from netcomp.ipam import blockcheck
 from netcomp.ipam.blockalloc import BlockAllocator
-from netcomp.ipam.blockstate import Record
+from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.claimobjects import labels_of, store_unavailable
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
@@ -40,7 +40,7 @@ PAGE = 10
 # block's keys are its addresses.
 
 
-def to_object(rec: Record) -> dict[str, Any]:
+def to_object(rec: BlockRecord) -> dict[str, Any]:
     labels = labels_of(rec.network, rec.node)
     spec = {
         "network": rec.network,
@@ -57,7 +57,7 @@ def to_object(rec: Record) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": meta, "spec": spec}
 
 
-def from_object(obj: Any) -> Record | None:
+def from_object(obj: Any) -> BlockRecord | None:
     """The record an object is, with only the entries that are about its own addresses; None when it is not an
     AddressBlock netcomp wrote or its name, network and CIDR disagree (ipam/blockcheck.py). What is left out is
     reported (foreign.ignore); nothing here raises."""
@@ -82,7 +82,7 @@ def from_object(obj: Any) -> Record | None:
     asks = blockcheck.requests(net, spec.get("requests"), problems)
     if problems:
         foreign.ignore(KIND, name, "; ".join(problems) + " (the rest of the block is taken)", obj)
-    return Record(
+    return BlockRecord(
         name, spec["network"], spec["cidr"], node, spec.get("nodeInCluster") is True, used, lent, asks,
         _text(meta.get("uid")), _text(meta.get("resourceVersion")), created(meta),
         tuple(w for w in foreign.writers(obj).split(", ") if w != "unknown"), _token(meta),
@@ -141,7 +141,7 @@ class KubeBlocks:
         except Exception as e:
             raise self._unavailable(e) from None
 
-    def _record(self, obj: Any) -> Record:
+    def _record(self, obj: Any) -> BlockRecord:
         rec = from_object(obj)
         if rec is None:
             raise StoreUnavailable("the API server answered with something that is not a block")
@@ -149,7 +149,7 @@ class KubeBlocks:
 
     # ------------------------------------------------------------------------------------------------ BlockStore
 
-    def create(self, rec: Record) -> Record:
+    def create(self, rec: BlockRecord) -> BlockRecord:
         try:
             return self._record(self._call("create_cluster_custom_object", to_object(rec), conflict=(409,)))
         except Conflict:
@@ -160,7 +160,7 @@ class KubeBlocks:
             raise Taken(None, what) from None
         raise Taken(held) from None
 
-    def get(self, name: str) -> Record | None:
+    def get(self, name: str) -> BlockRecord | None:
         try:
             return self._record(self._call("get_cluster_custom_object", name, gone=(404,)))
         except Gone:
@@ -168,14 +168,14 @@ class KubeBlocks:
 
     def write_used(
         self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
-    ) -> Record:
+    ) -> BlockRecord:
         spec: dict[str, Any] = {"used": changes}
         if node_in_cluster is not None:
             spec["nodeInCluster"] = node_in_cluster
         body = {"metadata": {"uid": uid}, "spec": spec}
         return self._record(self._call("patch_cluster_custom_object", name, body, gone=(404, 409)))
 
-    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> Record:
+    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> BlockRecord:
         ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
         ops += [{"op": "add", "path": _pointer("lent", addr), "value": entry} for addr, entry in lent.items()]
         ops += [{"op": "remove", "path": _pointer("requests", key)} for key in answered]
@@ -205,7 +205,7 @@ class KubeBlocks:
             return False
         return True
 
-    def pages(self, networks: list[str] | None) -> Iterator[list[Record]]:
+    def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
         selector = _selector(networks) if networks is not None else None
         if networks is not None and not networks:
             return
@@ -275,7 +275,7 @@ class KubeBlocks:
                        lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
 
 
-def _take(alloc: BlockAllocator, rec: Record, source: str) -> None:
+def _take(alloc: BlockAllocator, rec: BlockRecord, source: str) -> None:
     """One block into the node's view; a failure there is one object's (reported, with its traceback), never
     the end of the list or watch of every block of the network."""
     try:

@@ -28,7 +28,7 @@ RECORD_KIND = "netcompBlocksV1"
 
 
 @dataclass(slots=True)
-class Record:
+class BlockRecord:
     """A block as its object says. `used` and `lent` by address text; a holder is {containerID, interface, pod:
     {namespace, name, uid}}; a lent entry is {node, request, and its holder once the borrower wrote it}; a request
     is {node, addresses (exact ones asked for; none: any one)}."""
@@ -52,7 +52,7 @@ class Record:
         return ipaddress.ip_network(self.cidr)
 
 
-def claim_of(rec: Record, address: str, doc: dict[str, Any], node: str) -> Claim:
+def claim_of(rec: BlockRecord, address: str, doc: dict[str, Any], node: str) -> Claim:
     """A record's entry (store.holder_doc) as a claim (for show, GC and tests): `node` holds it."""
     return Claim(
         name=rec.name,
@@ -108,7 +108,7 @@ class Held:
     cursor: int = 0
     empty_since: float | None = None
     lost: bool = False  # its object is gone or another's: nothing is given from it
-    taker: Record | None = None  # the record of the node that holds it now
+    taker: BlockRecord | None = None  # the record of the node that holds it now
 
     def busy(self) -> int:
         bits = 0
@@ -224,22 +224,22 @@ class LocalRecord:
 class BlockStore(Protocol):
     kind: str
 
-    def create(self, rec: Record) -> Record:
+    def create(self, rec: BlockRecord) -> BlockRecord:
         """The record as stored. Taken (its holder the record that has the name, or foreign); StoreUnavailable."""
         ...
 
-    def get(self, name: str) -> Record | None:
+    def get(self, name: str) -> BlockRecord | None:
         """StoreUnavailable; None when there is no such block."""
         ...
 
     def write_used(
         self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
-    ) -> Record:
+    ) -> BlockRecord:
         """Set (or remove: None) entries of `used`, and `nodeInCluster` when given, on the object of that uid. Gone;
         StoreUnavailable."""
         ...
 
-    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> Record:
+    def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> BlockRecord:
         """On version rv only: add `lent` entries and remove the `answered` requests. Conflict (another version),
         Gone; StoreUnavailable (which may have written it: the next version seen says)."""
         ...
@@ -257,6 +257,6 @@ class BlockStore(Protocol):
         """Remove the block only while it is that version; False when it is gone or changed. StoreUnavailable."""
         ...
 
-    def pages(self, networks: list[str] | None) -> Iterator[list[Record]]:
+    def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
         """Every block of those networks (None: of all), a page at a time. StoreUnavailable."""
         ...

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from netcomp.ipam.blockcheck import bits, fit, offsets, report
 from netcomp.ipam.blocks import Layout, block_name, set_bits
-from netcomp.ipam.blockstate import BlockStore, Borrowed, Held, LocalRecord, Record, Seen, claim_of
+from netcomp.ipam.blockstate import BlockRecord, BlockStore, Borrowed, Held, LocalRecord, Seen, claim_of
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim
 
@@ -30,7 +30,7 @@ TOMBSTONE = 10.0  # seconds a block whose object just went is not claimed (its h
 
 
 @dataclass(slots=True)
-class Ask:
+class BlockAsk:
     """A request of this node on another node's block: answered once the record that had it no longer has it."""
 
     key: str
@@ -92,7 +92,7 @@ class BlockView:
         self.view: dict[str, Seen] = {}  # the blocks of the networks served, by name
         self.held: dict[str, Held] = {}
         self.borrowed: dict[tuple[str, int], Borrowed] = {}
-        self.asks: dict[str, Ask] = {}
+        self.asks: dict[str, BlockAsk] = {}
         self.recorded: dict[str, dict[int, Claim]] = {}  # the cache's claims by block, for a block adopted later
         self.tombstones: dict[str, float] = {}
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
@@ -105,7 +105,7 @@ class BlockView:
         # Blocks this node's record says it is creating (written before the create): the only blocks naming this
         # node it takes for its own without having recorded them held (it was killed between the two).
         self.claiming_ahead: dict[str, str] = {}  # name -> the token its object carries
-        self.to_adopt: dict[str, Record] = {}  # blocks a list names this node in, adopted once the list is whole
+        self.to_adopt: dict[str, BlockRecord] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
@@ -190,7 +190,7 @@ class BlockView:
 
     # ------------------------------------------------------------------------------------------------ the view
 
-    def seen(self, rec: Record, source: str = "watch") -> None:
+    def seen(self, rec: BlockRecord, source: str = "watch") -> None:
         """A block's record as the store shows it now: `source` "watch", "list" (in order) or "answer" (to a write
         of this node; the module docstring says why it matters)."""
         with self._lock:
@@ -237,7 +237,7 @@ class BlockView:
 
     # ------------------------------------------------------------------------------------------------ records
 
-    def _observed(self, rec: Record, source: str) -> None:
+    def _observed(self, rec: BlockRecord, source: str) -> None:
         """`source`: "watch", "list" or "answer" (to a write of this node)."""
         ordered = source != "answer"
         mine = rec.node == self.node
@@ -277,7 +277,7 @@ class BlockView:
         if ordered:
             self._foreign(rec)
 
-    def _take_mine(self, rec: Record, source: str) -> None:
+    def _take_mine(self, rec: BlockRecord, source: str) -> None:
         """A block naming this node that it did not know it held: adopted only when its record says it was creating
         it (killed before recording it held), and no other node's block covers part of it. Anyone can write a
         block naming this node, re-point another node's (its containers' addresses live there) and empty its
@@ -303,7 +303,7 @@ class BlockView:
             return
         self._own(self._adopt(rec), rec, source)
 
-    def _adopt(self, rec: Record) -> Held:
+    def _adopt(self, rec: BlockRecord) -> Held:
         """A block whose object names this node, which it does not know it holds, made by it (killed between
         creating the object and recording it: _take_mine checks the token): held from now on, with its
         containers' addresses from the cache."""
@@ -325,7 +325,7 @@ class BlockView:
         self.save()
         return h
 
-    def _own(self, h: Held, rec: Record, source: str) -> None:
+    def _own(self, h: Held, rec: BlockRecord, source: str) -> None:
         if h.lost:
             log.warning("network %s: block %s is this node's again", h.network, h.net)
         h.uid, h.lost, h.taker = rec.uid, False, None
@@ -359,7 +359,7 @@ class BlockView:
             self.worker.wake(lend=True)
         self.worker.wake(write=True)
 
-    def _foreign(self, rec: Record) -> None:
+    def _foreign(self, rec: BlockRecord) -> None:
         """Another node's block: addresses it lent this node (granted to an ask, or to return), those no longer lent
         to it, and asks it answered."""
         lent_here = {off: doc for off, doc in offsets(rec, rec.lent).items() if doc.get("node") == self.node}
@@ -427,7 +427,7 @@ class BlockView:
             if ask.block == name:
                 ask.answered = True
 
-    def lose(self, h: Held, taker: Record | None) -> None:
+    def lose(self, h: Held, taker: BlockRecord | None) -> None:
         """The block's object is gone (taker None) or holds another node now: nothing is given from it; the worker
         claims it again, or records its containers' addresses as lent to this node on the taker's record."""
         h.lost, h.taker = True, taker
@@ -460,7 +460,7 @@ class BlockView:
             if network is not None and h.network != network:
                 continue
             out += h.local.values()
-            rec = Record(h.name, h.network, str(h.net), self.node, uid=h.uid)
+            rec = BlockRecord(h.name, h.network, str(h.net), self.node, uid=h.uid)
             out += [claim_of(rec, str(h.address(off)), doc, str(doc.get("node"))) for off, doc in h.lent.items()]
         for b in self.borrowed.values():
             if b.claim is not None and (network is None or b.network == network):
@@ -468,7 +468,7 @@ class BlockView:
         for s in self.view.values():
             if s.name in self.held or s.owner == self.node or (network is not None and s.network != network):
                 continue
-            rec = Record(s.name, s.network, str(s.net), s.owner, uid=s.uid)
+            rec = BlockRecord(s.name, s.network, str(s.net), s.owner, uid=s.uid)
             out += [claim_of(rec, str(s.net.network_address + off), {}, s.owner) for off in set_bits(s.used)]
             out += [claim_of(rec, str(s.net.network_address + o), {}, n) for o, n in s.lent.items() if n != self.node]
         return sorted(out, key=lambda c: (c.network, ipaddress.ip_address(c.address).version,

@@ -22,7 +22,7 @@ from netcomp.ipam.pool import claim_name, network_label
 from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
 from netcomp.kube import following
 from netcomp.kube.apiclient import Handle
-from netcomp.kube.apierrors import explain
+from netcomp.kube.apierrors import one_line
 from netcomp.kube.following import Selection, keep_following
 from netcomp.kube.group import GROUP, NETWORK, NODE, VERSION, created, node_label
 
@@ -126,7 +126,7 @@ def store_unavailable(e: Exception, plural: str) -> StoreUnavailable:
         if e.status == 403:
             why += f" (the node's ClusterRole must allow {plural}: packaging/kubernetes/rbac.yaml)"
         return StoreUnavailable(f"the API server answered {why}")
-    return StoreUnavailable(f"the API server cannot be reached: {explain(e)}")
+    return StoreUnavailable(f"the API server cannot be reached: {one_line(e)}")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def words(e: BaseException, url: str, timeout: float | None) -> str:
     return f"the API server at {url} cannot be reached: {type(e).__name__}: {e}"
 
 
-def explain(e: Exception) -> str:
+def one_line(e: Exception) -> str:
     """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
     IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
     systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""

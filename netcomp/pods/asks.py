@@ -20,7 +20,7 @@ from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyR
 from netcomp.ipam.pool import Pool
 from netcomp.pods.multus import Ask
 from netcomp.pods.naming import display_name
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NETCOMP_ARGS = {"ips", "mac", "ip"}  # args.cni keys netcomp sets from the element's own fields
@@ -368,5 +368,5 @@ def gateways_of(a: Attachment) -> list[str]:
     return [gw for _, gw in _defaults_of(a) if gw]
 
 
-def held_by_others(entries: Iterable[Entry], container_id: str) -> list[Attachment]:
+def held_by_others(entries: Iterable[Record], container_id: str) -> list[Attachment]:
     return [a for e in entries if e.container_id != container_id for a in e.attachments]

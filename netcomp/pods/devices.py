@@ -25,7 +25,7 @@ from netcomp.kubelet.podresources import Kubelet
 from netcomp.pods.asks import declared
 from netcomp.pods.multus import Ask
 from netcomp.pods.naming import PodRef, display_name
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -193,7 +193,7 @@ class Devices:
             except OSError as e:
                 log.error("cannot write the device-info %s of network %s: %s", dev["file"], a.network, e.strerror)
 
-    def sweep(self, entries: list[Entry], networks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    def sweep(self, entries: list[Record], networks: Mapping[str, Mapping[str, Any]]) -> list[str]:
         """At start-up, before serving: remove the CNI copies of device-info that no record names (a DEL that
         could not remove its copy). Only copies of networks of a resource (compiled now, or in a record) of
         containers with no record: a copy another CNI wrote for its own networks is left alone."""

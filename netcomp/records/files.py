@@ -16,7 +16,7 @@ from pathlib import Path
 
 from netcomp.errors import HostError
 from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
-from netcomp.records.record import READ_ERRORS, Attachment, Entry, NotJSON, UnknownKind
+from netcomp.records.record import READ_ERRORS, Attachment, NotJSON, Record, UnknownKind
 
 log = logging.getLogger("netcomp.cache")
 # An entry is a few KiB (a plugin result may be up to 16 MiB: cni.invoke.MAX_STDOUT); more is not netcomp's.
@@ -29,7 +29,7 @@ def _is_torn(data: bytes) -> bool:
 
 def _torn(path: str, data: bytes) -> bool:
     """An entry with nothing in it (empty, or only NUL bytes): netcomp never writes one, and a daemon killed
-    mid-write leaves the old entry or the new one (Cache.save); only the machine going down in the seconds after a
+    mid-write leaves the old entry or the new one (Records.save); only the machine going down in the seconds after a
     write (entries are not fsync'd: the module docstring) leaves one. It records nothing that can be undone, so it
     is removed, said in the log, and read as no entry: the runtime's DEL after the reboot succeeds instead of
     failing on it for ever. Only load() removes it: its callers hold the container's lock, so no save of that
@@ -53,7 +53,7 @@ def _entry_name(container_id: str, ifname: str) -> str:
     return hashlib.sha256(f"{container_id}\0{ifname}".encode()).hexdigest()[:32] + ".json"
 
 
-class Cache:
+class Records:
     """The cache dir (0700). File names are a hash of the container ID and the runtime's ifname, so no ID can
     name a path (CNI: a container is identified by CNI_CONTAINERID plus CNI_IFNAME)."""
 
@@ -85,7 +85,7 @@ class Cache:
         the syscalls."""
         return os.path.join(self._dir, _entry_name(container_id, ifname))
 
-    def load(self, container_id: str, ifname: str) -> Entry | None:
+    def load(self, container_id: str, ifname: str) -> Record | None:
         """The container's entry; None when it has none. An entry that cannot be read is the node's problem
         (HostError naming the file), never a reason to forget it: it stays for the operator to look at."""
         path = self._file(container_id, ifname)
@@ -98,7 +98,7 @@ class Cache:
         if _torn(path, data):
             return None
         try:
-            return Entry.from_json(data)
+            return Record.from_json(data)
         except READ_ERRORS as e:
             why = str(e) if isinstance(e, (UnknownKind, NotJSON)) else f"{type(e).__name__}: {e}"
             raise HostError(
@@ -106,7 +106,7 @@ class Cache:
                 f"({why}); it is left as it is: restore it, or undo what it records by hand and remove it"
             ) from None
 
-    def save(self, entry: Entry) -> None:
+    def save(self, entry: Record) -> None:
         """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry; so does
         ValueError, for an entry that cannot be written as JSON."""
         path, data = self._file(entry.container_id, entry.ifname), entry.to_json()
@@ -118,7 +118,7 @@ class Cache:
             atomic_write(path, data, mode=0o600, durable=False)
         self._changed(entry.container_id, entry.ifname)
 
-    def append_outcome(self, entry: Entry, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
+    def append_outcome(self, entry: Record, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
         """Record that `atts` are attached, with their results: one record appended to the file save() wrote
         (the write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written before
         the error has no newline and is ignored by readers, and the caller rolls the ADD back, which writes the
@@ -164,16 +164,16 @@ class Cache:
         except FileNotFoundError:
             return 0
 
-    def entries(self) -> list[Entry]:
+    def entries(self) -> list[Record]:
         """Every readable entry; an unreadable one is logged and skipped (scan() reports them)."""
         entries, broken = self.scan()
         for path, why in broken:
             log.warning("attachment cache entry %s cannot be read, skipped: %s", path, why)
         return entries
 
-    def scan(self) -> tuple[list[Entry], list[tuple[Path, str]]]:
+    def scan(self) -> tuple[list[Record], list[tuple[Path, str]]]:
         """The readable entries, and the files that cannot be read with why."""
-        out: list[Entry] = []
+        out: list[Record] = []
         broken: list[tuple[Path, str]] = []
         try:
             names = sorted(os.listdir(self.directory))
@@ -187,7 +187,7 @@ class Cache:
                     if _is_torn(data):  # left here: only a load under the container's lock removes it
                         broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                         continue
-                    out.append(Entry.from_json(data))
+                    out.append(Record.from_json(data))
                 except FileNotFoundError:  # removed by a DEL meanwhile
                     continue
                 except (UnknownKind, NotJSON) as e:

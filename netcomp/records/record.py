@@ -90,7 +90,7 @@ class Attachment:
 
 
 @dataclass
-class Entry:
+class Record:
     container_id: str
     netns: str
     ifname: str  # the runtime's CNI_IFNAME
@@ -107,7 +107,7 @@ class Entry:
     # the pod's annotation (delegate/podsync.py); None and "" when the runtime named no pod.
     pod: dict[str, str] | None = None
     args: str = ""
-    # Not recorded: the file this entry was last written to (Cache.save), which its outcome is appended to.
+    # Not recorded: the file this entry was last written to (Records.save), which its outcome is appended to.
     file: str = field(default="", compare=False, repr=False)
 
     @property
@@ -153,12 +153,12 @@ class Entry:
             return RS + _stdlib_json(doc, None) + b"\n"
 
     @staticmethod
-    def from_json(data: bytes) -> Entry:
+    def from_json(data: bytes) -> Record:
         """The entry the file's text records: its document, then each of its outcome records applied in turn. A
         record cut short (no newline, or NUL bytes a power cut left) is ignored; a whole one that is not what
         netcomp writes is a ValueError."""
         head, sep, tail = data.partition(RS)
-        entry = Entry._document(head.rstrip(b"\0"))
+        entry = Record._document(head.rstrip(b"\0"))
         if entry.version == 0 and sep:
             raise ValueError("outcome records after an entry of version 0")
         for record in tail.split(RS) if sep else ():
@@ -186,7 +186,7 @@ class Entry:
             a.state, a.result = "attached", result if isinstance(result, dict) else None
 
     @staticmethod
-    def _document(data: bytes) -> Entry:
+    def _document(data: bytes) -> Record:
         try:
             d = loads(data)
         except ValueError as e:
@@ -202,7 +202,7 @@ class Entry:
         atts = d.get("attachments")
         if not isinstance(atts, list):
             raise ValueError("attachments is not a list")
-        return Entry(
+        return Record(
             container_id=_str(d, "containerID"),
             netns=str(d.get("netns") or ""),
             ifname=_str(d, "ifname"),
@@ -238,7 +238,7 @@ class UnknownKind(ValueError):
         self.kind = kind
 
 
-def _legacy(d: dict[str, Any]) -> Entry:
+def _legacy(d: dict[str, Any]) -> Record:
     """An entry of version 0 (no "kind"): written after its ADD succeeded, so everything in it is attached."""
     atts = []
     for a in d.get("attachments") or []:
@@ -253,7 +253,7 @@ def _legacy(d: dict[str, Any]) -> Entry:
                 state="attached",
             )
         )
-    return Entry(
+    return Record(
         container_id=_str(d, "container_id"),
         netns=str(d.get("netns") or ""),
         ifname=_str(d, "ifname"),

@@ -383,13 +383,13 @@ def test_a_node_named_longer_than_a_label_value_can_claim(custom: Any) -> None:
     spec, and the API server takes it (with the name as the label it answered 422: the node could claim no
     address at all)."""
     from netcomp.ipam import blockobjects, claimobjects
-    from netcomp.ipam.blockstate import Record
+    from netcomp.ipam.blockstate import BlockRecord
     from netcomp.ipam.store import Claim
     from netcomp.kube.group import node_label
 
     node = "worker-" + "x" * 60 + ".rack-7.dc-east.example.internal"
     claim = Claim("longnode.v4-10-9-0-5", "longnode", "10.9.0.5", node, "c1", "net0")
-    block = Record("longnode.v4-10-9-0-0-28", "longnode", "10.9.0.0/28", node, True)
+    block = BlockRecord("longnode.v4-10-9-0-0-28", "longnode", "10.9.0.0/28", node, True)
     made = []
     try:
         for plural, obj in (

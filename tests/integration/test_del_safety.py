@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from netcomp.host import netns as nsutil
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 from tests.lab.daemonlab import DaemonLab, intent
 from tests.lab.netlab import ip
 
@@ -204,7 +204,7 @@ def entry_left_undone(dl: DaemonLab, ctr: str, conflist: dict[str, Any], ifname:
     """The entry an earlier netcomp left after such an ADD: its rollback's DEL failed the same way, `undo`."""
     nid = nsutil.identity(f"/var/run/netns/{ctr}")
     att = Attachment("v11", ifname, conflist, args=args, state="undo", error="incompatible CNI versions")
-    entry = Entry(f"ctr-{ctr}", f"/var/run/netns/{ctr}", "eth0", "1.0.0", [att], netns_id=nid)
+    entry = Record(f"ctr-{ctr}", f"/var/run/netns/{ctr}", "eth0", "1.0.0", [att], netns_id=nid)
     dl.daemon.cache.save(entry)
 
 

@@ -94,7 +94,7 @@ def test_a_failing_add_leaves_the_pod_as_it_was(admin: Any, node: DaemonLab) -> 
 
 def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin: Any, node: DaemonLab) -> None:
     """Three pods with records, one edited while the daemon is down. The daemon started again lists and reads
-    the records once (Cache.scan, the real one, counted: the address blocks, recovery and the pod sync's first
+    the records once (Records.scan, the real one, counted: the address blocks, recovery and the pod sync's first
     pass share that read, not one read per pod), and that first pass attaches what the edit asks."""
     from kubernetes import client
 

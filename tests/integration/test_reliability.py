@@ -368,7 +368,7 @@ def test_an_entry_written_before_the_format_had_a_version_is_deleted(tmp_path: P
 def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl_plain: DaemonLab) -> None:
     """A kind this netcomp does not read is named (CNI error 5) and the file kept; an entry of version 1 (the
     whole document, written by netcomp before outcome records) is read and DELeted."""
-    from netcomp.records.record import Entry
+    from netcomp.records.record import Record
 
     dl = dl_plain
     ctr = dl.lab.container()
@@ -384,7 +384,7 @@ def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl_plain: DaemonLab) -> N
     rc, err = dl.shim("DEL", ctr)
     assert rc == 1 and err["code"] == 5 and "'netcompCacheV9' is not one this netcomp reads" in err["msg"]
     assert entry.exists() and json.loads(entry.read_bytes().partition(b"\x1e")[0])["kind"] == "netcompCacheV9"
-    v1 = json.loads(Entry.from_json(written).to_json())
+    v1 = json.loads(Record.from_json(written).to_json())
     assert {a["state"] for a in v1["attachments"]} == {"attached"}
     v1["kind"] = "netcompCacheV1"
     entry.write_text(json.dumps(v1))

@@ -17,7 +17,7 @@ import pytest
 from netcomp.cli.ask import _print_status
 from netcomp.cluster.intents import Cluster
 from netcomp.metrics import Metrics
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
 from tests.integration.test_kube import kube_lab
 from tests.lab.goneapi import GoneApi, gone_api
@@ -33,7 +33,7 @@ def gone() -> Iterator[GoneApi]:
 
 def test_each_follower_lists_a_few_times_in_ten_seconds(gone: GoneApi, tmp_path: Path) -> None:
     kube = KubeSettings(kubeconfig=str(gone.kubeconfig(tmp_path / "kubeconfig")), timeout=5, services=True)
-    cluster = Cluster(kube, tmp_path / "cluster.d", Metrics(), "n1", Cache(tmp_path / "cache"))
+    cluster = Cluster(kube, tmp_path / "cluster.d", Metrics(), "n1", Records(tmp_path / "cache"))
     assert cluster.slices is not None
     ss = cluster.slices
     slices_backoff = ss.backoffs["slices"]  # the Services' error comes first in ss.status(): this one's own

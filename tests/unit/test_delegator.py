@@ -25,11 +25,11 @@ def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) 
     """A Delegator over `nets` whose plugins are `fake_exec` (no default network, no interface in any netns)."""
     from netcomp.cni.invoke import Runner
     from netcomp.delegate.delegator import Delegator
-    from netcomp.records.files import Cache
+    from netcomp.records.files import Records
 
     return Delegator(
         Runner(["/bin"], exec_=fake_exec),
-        Cache(tmp_path / "cache"),
+        Records(tmp_path / "cache"),
         lambda: nets,
         lambda: None,
         lambda netns: set(),
@@ -79,14 +79,14 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
 
 
 def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path) -> None:
-    from netcomp.records.files import Cache
-    from netcomp.records.record import Attachment, Entry
+    from netcomp.records.files import Records
+    from netcomp.records.record import Attachment, Record
 
-    cache = Cache(tmp_path / "cache")
+    cache = Records(tmp_path / "cache")
     assert cache.count() == 0 and cache.entries() == []
     big = {"cniVersion": "1.0.0", "x": 10**30}  # over 64 bits: orjson refuses, the stdlib encoder takes it
     for i, res in enumerate([{"cniVersion": "1.0.0"}, big]):
-        cache.save(Entry(f"c{i}", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, res)]))
+        cache.save(Record(f"c{i}", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, res)]))
     (tmp_path / "cache" / ".stray.json.netcomp-tmp").write_text("{")  # a crash's temp file: not an entry
     assert cache.count() == 2
     assert sorted(e.container_id for e in cache.entries()) == ["c0", "c1"]
@@ -96,7 +96,7 @@ def test_cache_entries_round_trip_and_are_counted_without_reading(tmp_path: Path
     import shutil
 
     shutil.rmtree(tmp_path / "cache")  # removed behind the daemon's back: made again by the next save
-    cache.save(Entry("c2", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, {})]))
+    cache.save(Record("c2", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1}, {})]))
     assert cache.count() == 1 and (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
@@ -106,9 +106,9 @@ def test_an_empty_entry_is_reported_by_a_scan_and_removed_only_by_a_load(
     """An entry a power cut left empty (zero bytes, or zeros): a scan (listing, GC, start-up; no container lock)
     reports it and leaves it; a load (always under the container's lock) removes it, says so, and reads it as no
     entry. A half-written entry is not empty: it stays an error, kept for the operator."""
-    from netcomp.records.files import Cache
+    from netcomp.records.files import Records
 
-    cache = Cache(tmp_path / "cache")
+    cache = Records(tmp_path / "cache")
     cache.directory.mkdir()
     empty, zeros, half = (cache.path(c, "eth0") for c in ("c1", "c2", "c3"))
     empty.write_bytes(b"")
@@ -197,7 +197,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
     """The write-ahead is the whole entry, its attachment `adding`, on disk before the plugin runs; the outcome is
     one RFC 7464 record appended to that same file (its inode kept: no second file made), which a reader applies."""
     from netcomp.cni.invoke import ExecResult
-    from netcomp.records.record import RS, Entry
+    from netcomp.records.record import RS, Record
 
     res = b'{"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}'
     seen: list[tuple[int, bytes]] = []
@@ -214,7 +214,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
     try:
         dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         [(ino, ahead)] = seen
-        assert RS not in ahead and [a.state for a in Entry.from_json(ahead).attachments] == ["adding"]
+        assert RS not in ahead and [a.state for a in Record.from_json(ahead).attachments] == ["adding"]
         path = d.cache.path("c1", "eth0")
         data = path.read_bytes()
         assert path.stat().st_ino == ino and data.startswith(ahead) and data.count(RS) == 1 and data.endswith(b"\n")
@@ -233,11 +233,11 @@ def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is
     stays `adding` (its ADD was never answered) and is undone. A whole record that is not JSON, or names what the
     entry has not begun, is no truncation (a disk fault, a hand edit): the entry cannot be read, and is kept for the
     operator."""
-    from netcomp.records.files import Cache
-    from netcomp.records.record import RS, Attachment, Entry
+    from netcomp.records.files import Records
+    from netcomp.records.record import RS, Attachment, Record
 
-    cache = Cache(tmp_path / "cache")
-    entry = Entry("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
+    cache = Records(tmp_path / "cache")
+    entry = Record("c1", "/run/netns/x", "eth0", "1.0.0", [Attachment("n", "eth0", {"a": 1})])
     cache.save(entry)
     path = cache.path("c1", "eth0")
     head = path.read_bytes()
@@ -256,7 +256,7 @@ def test_an_outcome_record_cut_short_is_ignored_and_a_whole_one_that_is_wrong_is
     path.write_bytes(head + RS + b'{"attached": [{"ifname": "eth0", "netw\n')  # whole, not JSON: not a kill's
     with pytest.raises(HostError, match="not JSON"):
         cache.load("c1", "eth0")
-    other = Entry("c1", "", "eth0", "1.0.0", [Attachment("n", "net9", {}, {"cniVersion": "1.0.0"})])
+    other = Record("c1", "", "eth0", "1.0.0", [Attachment("n", "net9", {}, {"cniVersion": "1.0.0"})])
     path.write_bytes(head + other.outcome(other.attachments))
     with pytest.raises(HostError, match=r"cannot be read.*net9"):
         cache.load("c1", "eth0")
@@ -410,12 +410,12 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
     stand-in for it."""
     from netcomp.cni.invoke import ExecResult
     from netcomp.delegate import recovery
-    from netcomp.records.record import Attachment, Entry
+    from netcomp.records.record import Attachment, Record
 
     conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
     d = _delegator(tmp_path, {"n": conf}, lambda *a: ExecResult(0, b"", b""))
     try:
-        d.cache.save(Entry("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
+        d.cache.save(Record("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
         real, calls = d.detach, []
 
         def detach(*a: Any, **k: Any) -> Any:

@@ -31,7 +31,7 @@ from netcomp.pods.devices import Devices
 from netcomp.pods.multus import Policy
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import network_status
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from tests.lab.podresources import MSGS, PodResourcesServer, podresources
 
 OWN_NETNS = "/proc/self/ns/net"  # a real namespace any user can open; the stand-in plugins attach nothing to it
@@ -107,7 +107,7 @@ class Node:
             (bin_dir / name).chmod(0o755)
         return Delegator(
             Runner([bin_dir], exec_=self.plugin),
-            Cache(self.tmp / "cache"),
+            Records(self.tmp / "cache"),
             lambda: NETS,
             lambda: None,
             lambda netns: set(),

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 from netcomp import fsutil
-from netcomp.records.files import Cache
-from netcomp.records.record import Entry
+from netcomp.records.files import Records
+from netcomp.records.record import Record
 
 
 def test_a_discarded_file_is_gone_at_once_and_unlinked_after(tmp_path: Path) -> None:
@@ -39,8 +39,8 @@ def test_what_a_crash_left_discarded_is_swept_with_the_temp_files(tmp_path: Path
 def test_a_removed_cache_entry_reads_as_none_at_once(tmp_path: Path) -> None:
     """The entry's removal (DEL's last step) is a rename: load, count and the scans see no entry from then on,
     and a new ADD of the same container writes a new one beside the one being unlinked."""
-    cache = Cache(tmp_path / "cache")
-    e = Entry("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
+    cache = Records(tmp_path / "cache")
+    e = Record("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
     e.attachments = []
     cache.save(e)
     assert cache.count() == 1
@@ -57,10 +57,10 @@ def test_a_removed_cache_entry_reads_as_none_at_once(tmp_path: Path) -> None:
 
 
 def test_a_cache_moved_by_a_reload_writes_every_entry_in_its_new_dir(tmp_path: Path) -> None:
-    """A SIGHUP that changes netcomp.yaml's cacheDir sets Cache.directory: saves, loads and removals follow it
+    """A SIGHUP that changes netcomp.yaml's cacheDir sets Records.directory: saves, loads and removals follow it
     (the str the request path uses was once left pointing at the old dir)."""
-    cache = Cache(tmp_path / "old")
-    e = Entry("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
+    cache = Records(tmp_path / "old")
+    e = Record("c1", "/var/run/netns/x", "eth0", "1.0.0", netns_id=(1, 2))
     e.attachments = []
     cache.directory = tmp_path / "new"
     cache.save(e)

@@ -22,7 +22,7 @@ from netcomp.ipam import pool as poolmod
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name
-from netcomp.ipam.blockstate import Held, LocalRecord, Record, Seen
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord, Seen
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim
 from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
@@ -45,7 +45,7 @@ def node_a(tmp_path: Path, p: Pool | None = None) -> BlockAllocator:
     alloc = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
     alloc.serve({"n": p or pool()})
     alloc.load([])
-    alloc.seen(Record(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.seen(BlockRecord(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
     alloc.listed({MINE}, {"n"})
     return alloc
 
@@ -68,7 +68,7 @@ def test_a_lent_entry_outside_its_block_is_never_borrowed(tmp_path: Path, ignore
     assert alloc.borrowed == {}
     assert "AddressBlock" in ignored.kinds
     # the view's own defence, for a record that did not come through the decoder
-    alloc.seen(Record(THEIRS, "n", "10.0.0.16/28", "node-b", lent=lent, rv="2"), "watch")
+    alloc.seen(BlockRecord(THEIRS, "n", "10.0.0.16/28", "node-b", lent=lent, rv="2"), "watch")
     assert alloc.borrowed == {}
     assert [c.address for c in alloc.claims("n")].count(given.address) == 1
 
@@ -82,7 +82,7 @@ def test_a_forged_block_with_a_live_blocks_cidr_is_never_adopted(tmp_path: Path,
     seen(alloc, block(THEIRS, "10.0.0.16/28", "node-b", used={"10.0.0.17": {"containerID": "b1"}}))
     for forged in ("n.stolen", "n.v4-10-0-0-16-27", THEIRS.upper()):
         seen(alloc, block(forged, "10.0.0.16/28", "node-a"))
-        alloc.seen(Record(forged, "n", "10.0.0.16/28", "node-a", rv="3"), "watch")  # not through the decoder
+        alloc.seen(BlockRecord(forged, "n", "10.0.0.16/28", "node-a", rv="3"), "watch")  # not through the decoder
     wide = "10.0.0.0/26"
     seen(alloc, block(block_name("n", ipaddress.ip_network(wide)), wide, "node-a"))
     assert set(alloc.held) == {MINE}
@@ -168,7 +168,7 @@ def test_an_ipv6_entry_in_an_ipv4_block_does_not_stop_the_watch(tmp_path: Path) 
     """A record read as it is (not through the decoder) with an IPv6 key in an IPv4 block: the view takes the
     rest of it and raises nothing (the watch of every block of the network goes on)."""
     alloc = node_a(tmp_path)
-    rec = Record(THEIRS, "n", "10.0.0.16/28", "node-b", used={"fd00::ffff:ffff": {}, "10.0.0.18": {}}, rv="4")
+    rec = BlockRecord(THEIRS, "n", "10.0.0.16/28", "node-b", used={"fd00::ffff:ffff": {}, "10.0.0.18": {}}, rv="4")
     alloc.seen(rec, "watch")
     assert alloc.view[THEIRS].used == 1 << 2
 
@@ -278,10 +278,10 @@ def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
     watch goes on to the next object."""
 
     class Raising:
-        def seen(self, rec: Record, source: str) -> None:
+        def seen(self, rec: BlockRecord, source: str) -> None:
             raise OverflowError("too wide")
 
-    blockobjects._take(Raising(), Record(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
+    blockobjects._take(Raising(), BlockRecord(THEIRS, "n", "10.0.0.16/28", "node-b", rv="7"), "watch")  # type: ignore[arg-type]
     assert ignored.kinds == ["AddressBlock"]
 
 
@@ -314,7 +314,7 @@ def borrowing(tmp_path: Path, store: GrantStore, others: list[dict[str, Any]]) -
     store.alloc = alloc
     alloc.serve({"n": p})
     alloc.load([])
-    alloc.seen(Record(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.seen(BlockRecord(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
     for obj in others:
         seen(alloc, obj, "list")
     alloc.listed({MINE, *(o["metadata"]["name"] for o in others)}, {"n"})

@@ -193,12 +193,12 @@ def slices_of(core: Any, tmp: Path, **kw: Any) -> Any:
     from netcomp.cluster.podwatch import PodWatch
     from netcomp.cluster.services import ServiceSlices
     from netcomp.metrics import Metrics
-    from netcomp.records.files import Cache
+    from netcomp.records.files import Records
     from netcomp.settings import KubeSettings
 
     kube, metrics = KubeSettings(), Metrics()
     pods = PodWatch(core, kube, "n1", metrics, str)
-    return ServiceSlices(core, core, kube, "n1", metrics, pods, Cache(tmp), **kw), metrics
+    return ServiceSlices(core, core, kube, "n1", metrics, pods, Records(tmp), **kw), metrics
 
 
 def good(name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from netcomp.ipam import blockobjects
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
-from netcomp.ipam.blockstate import Held, LocalRecord, Record
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim
 
@@ -114,7 +114,7 @@ def test_the_node_record_of_its_blocks_round_trips(tmp_path: Path, caplog: pytes
 
 
 def test_an_address_block_object_round_trips() -> None:
-    rec = Record("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True,
+    rec = BlockRecord("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True,
                  used={"10.0.0.2": {"containerID": "c", "interface": "net0"}},
                  lent={"10.0.0.3": {"node": "node-b", "request": "r"}},
                  requests={"node-c.1": {"node": "node-c"}})  # fmt: skip
@@ -184,7 +184,7 @@ def holding(tmp_path: Path, record: LocalRecord, taken: dict[str, str]) -> tuple
     alloc = BlockAllocator(NoStore(), "node-a", record, taken=lambda network, a: taken.get(str(a)))  # type: ignore[arg-type]
     alloc.serve({"n": p})
     alloc.load([])
-    alloc.seen(Record(BLOCK, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.seen(BlockRecord(BLOCK, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
     alloc.listed({BLOCK}, {"n"})
     return alloc, p
 
@@ -250,7 +250,7 @@ def test_a_holder_reads_the_same_in_a_claim_object_and_a_blocks_entry() -> None:
     back = claimobjects.from_object(obj)
     assert back is not None and back == Claim(**{**c.to_doc(), "uid": "u", "created": back.created})
     assert back.created == blockobjects.created({"creationTimestamp": "2026-01-01T00:00:00Z"}) > 0
-    rec = Record("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True)
+    rec = BlockRecord("n.v4-10-0-0-0-28", "n", "10.0.0.0/28", "node-a", True)
     entry = claim_of(rec, "10.0.0.5", holder_doc(c), "node-a")
     assert (entry.container_id, entry.ifname, entry.pod, entry.pod_uid) == ("c1", "net0", "default/web", "pu")
     assert claimobjects.created({}) == 0.0 and claimobjects.created({"creationTimestamp": "nope"}) == 0.0

@@ -110,17 +110,17 @@ def test_an_attachment_definition_as_an_intent_file() -> None:
 
 
 def test_an_api_call_refused_by_the_units_ip_firewall_says_what_to_do() -> None:
-    from netcomp.kube.apierrors import explain
+    from netcomp.kube.apierrors import one_line
 
     e = PermissionError(1, "Operation not permitted")
-    assert explain(e).endswith("allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)")
-    assert explain(ConnectionRefusedError(111, "Connection refused")) == (
+    assert one_line(e).endswith("allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)")
+    assert one_line(ConnectionRefusedError(111, "Connection refused")) == (
         "ConnectionRefusedError: [Errno 111] Connection refused"
     )
     # The client's words for a connect() the firewall refused, which the daemon and `netcomp doctor` both say.
     from netcomp.kube.apierrors import Unreachable, words
 
-    said = explain(Unreachable(words(PermissionError(1, "Operation not permitted"), "https://192.0.2.10:6443", 5)))
+    said = one_line(Unreachable(words(PermissionError(1, "Operation not permitted"), "https://192.0.2.10:6443", 5)))
     assert said == (
         "connecting to the API server at https://192.0.2.10:6443 is not permitted: the netcomp unit denies IP "
         "traffic (allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"

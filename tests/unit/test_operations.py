@@ -175,8 +175,8 @@ def test_a_plugin_speaks_the_cni_version_of_each_network_that_runs_it(tmp_path: 
     _answering(tmp_path / "macvlan", ["0.3.1", "0.4.0", "1.0.0"])
     s = Settings(pluginDirs=[str(tmp_path)])
 
-    def net(name: str, version: str) -> node.Network:
-        return node.Network(name, {"cniVersion": version, "name": name, "plugins": [{"type": "macvlan"}]})
+    def net(name: str, version: str) -> node.NodeNetwork:
+        return node.NodeNetwork(name, {"cniVersion": version, "name": name, "plugins": [{"type": "macvlan"}]})
 
     ok = node.plugins([net("a", "1.0.0"), net("b", "0.4.0")], s)
     assert [(c.name, c.status) for c in ok] == [("plugin:macvlan", "ok")]
@@ -192,11 +192,11 @@ def test_what_a_network_needs_of_the_kernel_and_the_devices_it_names() -> None:
     link = {"kind": "vlan", "name": "eth1.120", "link": "eth1", "id": 120}
     tagged = {"plugins": [{"type": "macvlan", "master": "eth1.120"}], "netcomp": {"hostLink": link}}
     assert host_devices(tagged) == {"eth1"}  # the VLAN link is netcomp's to make
-    assert node.Network("t", tagged).kernel() == {"macvlan", "8021q"}
+    assert node.NodeNetwork("t", tagged).kernel() == {"macvlan", "8021q"}
     moved = {"plugins": [{"type": "host-device", "device": "ens5f1"}, {"type": "tuning"}]}
-    assert host_devices(moved) == {"ens5f1"} and node.Network("m", moved).kernel() == set()
+    assert host_devices(moved) == {"ens5f1"} and node.NodeNetwork("m", moved).kernel() == set()
     bridged = {"plugins": [{"type": "bridge", "bridge": "br0"}, {"type": "ipvlan", "master": "bond0"}]}
-    assert host_devices(bridged) == {"bond0"} and node.Network("b", bridged).kernel() == {"bridge", "ipvlan"}
+    assert host_devices(bridged) == {"bond0"} and node.NodeNetwork("b", bridged).kernel() == {"bridge", "ipvlan"}
 
 
 def test_doctor_and_explain_have_man_style_help() -> None:

@@ -26,7 +26,7 @@ from netcomp.cluster.slices import (
     stale,
 )
 from netcomp.kube import labels
-from netcomp.records.record import Attachment, Entry
+from netcomp.records.record import Attachment, Record
 
 # ------------------------------------------------------------------------------------------------ selectors
 
@@ -169,7 +169,7 @@ def test_a_pod_as_the_slices_need_it() -> None:
 def test_a_cache_entry_gives_each_pod_attachment_its_addresses() -> None:
     args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=vnf;K8S_POD_NAME=lb-0;K8S_POD_UID=u0"
     r = {"cniVersion": "1.0.0", "interfaces": [{"name": "ext1", "sandbox": "/x"}], "ips": [{"address": "10.1.0.5/24"}]}
-    e = Entry("ctr", "/x", "eth0", "1.0.0")
+    e = Record("ctr", "/x", "eth0", "1.0.0")
     conf = {"netcomp": {"danmKind": "DanmNet", "namespace": "vnf"}}
     e.attachments = [Attachment("vnf.ext", "ext1", conf, r, args, state="attached"), Attachment("m", "eth0", {})]
     assert attached(e) == (Attached("vnf", "lb-0", "u0", "vnf.ext", "vnf", "DanmNet", "ext1", ("10.1.0.5",)),)

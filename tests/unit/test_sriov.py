@@ -19,7 +19,7 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.host import vfpools
-from netcomp.records.files import Cache
+from netcomp.records.files import Records
 from netcomp.settings import Settings
 
 # The test process's own network namespace stands in for a container's: a real namespace any user can open, so
@@ -94,7 +94,7 @@ def delegator(tmp_path: Path, sysfs: Path) -> tuple[Delegator, list[dict[str, An
     settings = Settings(sriovPools={"intel.com/dp": {"pfNames": ["ens1f0"], "drivers": ["iavf"]}})
     d = Delegator(
         Runner([bin_dir], exec_=plugin),
-        Cache(tmp_path / "cache"),
+        Records(tmp_path / "cache"),
         lambda: {"dataplane": VF_NET},
         lambda: None,
         lambda netns: set(),

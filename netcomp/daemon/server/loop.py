@@ -25,7 +25,7 @@ from collections.abc import Callable
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
 from netcomp.daemon.server import http1, protocol
 from netcomp.daemon.server.connections import LINGER, QUEUED, READING, WRITING, Conn, Limits, Router
-from netcomp.daemon.server.ratelog import Every
+from netcomp.daemon.server.ratelog import RateLimited
 from netcomp.errors import printable
 from netcomp.metrics import Metrics
 
@@ -70,8 +70,8 @@ class Loop:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._accept_paused_until = 0.0
-        self._accept_said = Every(log, ACCEPT_LOG_EVERY, logging.ERROR)
-        self._refusal_said = Every(log, REFUSAL_LOG_EVERY)
+        self._accept_said = RateLimited(log, ACCEPT_LOG_EVERY, logging.ERROR)
+        self._refusal_said = RateLimited(log, REFUSAL_LOG_EVERY)
         self._handed_back: list[tuple[Conn, memoryview]] = []  # answers' rests from workers, for the loop to write
         self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker, the loop's own
 

@@ -8,7 +8,7 @@ import threading
 import time
 
 
-class Every:
+class RateLimited:
     def __init__(self, log: logging.Logger, period: float, level: int = logging.WARNING) -> None:
         self.log, self.period, self.level = log, period, level
         self._lock = threading.Lock()
