@@ -61,7 +61,8 @@ class Diagnostic:
 class NetcompError(Exception):
     """Base of every error netcomp raises on purpose."""
 
-    # The networks the container's record named when the DEL or CHECK that failed read it (its log line's).
+    # The networks a failed request was about, for its log line: those an ADD planned, those a DEL's or
+    # CHECK's record named; None when it failed before it knew them.
     networks: tuple[str, ...] | None = None
 
 

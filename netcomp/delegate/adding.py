@@ -17,7 +17,7 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_ENV, E_IO
 from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator, as_delegate_error, why_unwritten
-from netcomp.delegate.request import Request
+from netcomp.delegate.request import Done, Request
 from netcomp.errors import DelegateError
 from netcomp.host import container, nsenter
 from netcomp.host import netns as nsutil
@@ -31,15 +31,18 @@ from netcomp.records.record import Attachment, Record
 log = logging.getLogger("netcomp.delegate")
 
 
-def add(d: Delegator, req: Request) -> dict[str, Any]:
-    """A runtime's ADD: the networks planned and held, attached, the pod told; the runtime's result."""
+def add(d: Delegator, req: Request) -> Done:
+    """A runtime's ADD: the networks planned and held, attached, the pod told; the runtime's result and the
+    networks attached (an error names them once they are planned)."""
     entry = d.cache.load(req.container_id, req.ifname)
     if entry is not None and entry.attached:
         if entry.request and entry.request == req.digest and not entry.unfinished:
             # The same ADD again: the runtime (or the shim, after the daemon died before its answer)
             # retries one that finished. Answer what was recorded.
             log.info("ADD of container %s repeated: answered from its record", req.container_id)
-            return d.answer(req.ifname, req.cni_version, entry.attachments)
+            return Done(
+                d.answer(req.ifname, req.cni_version, entry.attachments), tuple(a.network for a in entry.attachments)
+            )
         raise DelegateError(
             E_INVALID_CONFIG,
             f"container {req.container_id} is already attached on "
@@ -48,6 +51,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
     if entry is not None:
         d.undo_unfinished(entry)  # an earlier ADD that never answered ok: undone before this one
     reserved: list[tuple[str, ...]] = []
+    atts: list[Attachment] = []
     try:
         atts, asks = d.plan_attachments(req)
         reserved = d.reserve(req.container_id, atts, asks)
@@ -57,6 +61,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
             entry.args = req.rest_args
         attach(d, entry, atts, req.netns, req.pod, asks)
     except DelegateError as e:
+        e.networks = tuple(a.network for a in atts) if atts else None
         if req.pod is not None and d.pods is not None:  # best-effort, after the answer, as Multus does
             reason = "NoNetworkFound" if isinstance(e, multus.NoNetwork) else "FailedAddNetworks"
             d.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
@@ -71,7 +76,7 @@ def add(d: Delegator, req: Request) -> dict[str, Any]:
                 name = naming.display_name(a.network, a.conflist)
                 d.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
         d.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
-    return d.answer(req.ifname, req.cni_version, atts)
+    return Done(d.answer(req.ifname, req.cni_version, atts), tuple(a.network for a in atts))
 
 
 def attach(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,21 +124,6 @@ class Delegator:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
-
-    # --------------------------------------------------------------------------------------------- dispatch
-
-    def describe(self, req: Request, networks: Sequence[str] | None = None) -> str:
-        """The networks a request is about, for the log line (never fails): `networks` when the request said
-        (DEL and CHECK: what the container's record named, returned or on their error); "?" for a DEL or CHECK
-        that failed before it read the record; for ADD what is asked for."""
-        if networks is not None:
-            return ",".join(networks) or "-"
-        if req.command in ("DEL", "CHECK"):
-            return "?"
-        names = [n for n in [self.default_network(), *(w.network for w in req.wants)] if n]
-        if self.pods is not None and req.pod is not None:
-            names.append(f"+annotation of pod {req.pod}")  # read by ADD itself: not looked up for a log line
-        return ",".join(names) or "-"
 
     # --------------------------------------------------------------------------------------------- an ADD planned
 

@@ -3,22 +3,10 @@ hold the container's lock (one request per container at a time; different contai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from netcomp.cni.spec import SUPPORTED_VERSIONS
 from netcomp.delegate import adding, check_gc_status
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.request import Request
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """What a request did: its CNI result ({} for the verbs that have none) and, for DEL and CHECK, the networks
-    the container's record named (None: the request's own, ADD's)."""
-
-    result: dict[str, Any]
-    networks: tuple[str, ...] | None = None
+from netcomp.delegate.request import Done, Request
 
 
 def handle(d: Delegator, req: Request) -> Done:
@@ -32,7 +20,7 @@ def handle(d: Delegator, req: Request) -> Done:
         return Done({})
     with d.locks.hold(req.container_id):
         if req.command == "ADD":
-            return Done(adding.add(d, req))
+            return adding.add(d, req)
         if req.command == "DEL":
             return Done({}, d.delete(req))
         return Done({}, check_gc_status.check(d, req))

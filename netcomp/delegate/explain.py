@@ -9,7 +9,6 @@ is the why of each choice, for a person; nothing is claimed, made, reserved or r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_ENV
@@ -20,7 +19,7 @@ from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.podsync import check as hotplug_check
 from netcomp.delegate.podsync import diff as hotplug_diff
 from netcomp.delegate.podsync import pod_of
-from netcomp.delegate.request import Request, check_container_id
+from netcomp.delegate.request import Request, Subject, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import Pool
 from netcomp.pods import choice, naming
@@ -31,17 +30,6 @@ from netcomp.records.record import Attachment, Record
 # The container ID a plan of a pod that has no container here is made for: no record is ever under it (a CNI
 # container ID has no spaces), so the addresses and MACs other containers hold all count against it.
 NOT_STARTED = "(not started)"
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What to explain: a pod (namespace/name), a container by ID, or a runtime's CNI_ARGS (with the
-    interface the runtime would give, CNI_IFNAME)."""
-
-    pod: naming.PodRef | None = None
-    container: str | None = None
-    cni_args: str | None = None
-    ifname: str = "eth0"
 
 
 def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str, Any]:

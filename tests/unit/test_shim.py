@@ -20,6 +20,7 @@ import pytest
 
 from netcomp.cni import codes as cnicodes
 from netcomp.daemon.server import protocol
+from netcomp.delegate import request
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.conftest import reap
@@ -56,7 +57,7 @@ def test_daemon_down_is_a_named_error_for_every_verb_del_too(shim: Shim, sockdir
 
 def test_the_request_on_the_wire_is_the_daemons(shim: Shim, sockdir: Path) -> None:
     """What reaches the daemon: POST /cni with the shim's header and exactly the CNI variables, JSON-escaped
-    (quotes, control characters, non-ASCII, bytes that are not UTF-8), decoded by protocol.py as they were set."""
+    (quotes, control characters, non-ASCII, bytes that are not UTF-8), decoded by delegate/request.py as they were set."""
     env: dict[str, str | bytes] = {
         "CNI_COMMAND": "ADD",
         "CNI_CONTAINERID": 'a"b\\c',
@@ -76,7 +77,7 @@ def test_the_request_on_the_wire_is_the_daemons(shim: Shim, sockdir: Path) -> No
     assert lines[0] == b"POST " + protocol.CNI_PATH.encode() + b" HTTP/1.1"
     assert protocol.SHIM_HEADER.encode() + b": 1" in lines
     assert b"Content-Length: %d" % len(req.body) in lines
-    got_env, got_config, _ = protocol.decode_request(req.body)
+    got_env, got_config, _ = request.decode(req.body)
     assert got_env == {k: os.fsdecode(v) for k, v in env.items() if k != "UNRELATED"}
     assert got_config == json.loads(config)
     # The Python shim's encoder is what the compiled one must match byte for byte (test_shim_props.py compares
@@ -87,9 +88,7 @@ def test_the_request_on_the_wire_is_the_daemons(shim: Shim, sockdir: Path) -> No
 def test_wire_format_agrees_with_the_daemon() -> None:
     env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_ARGS": "K=caf\u00e9", "UNRELATED": "not sent"}
     config = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}).encode()
-    assert protocol.decode_request(plugin.encode_request(env, config)) == protocol.decode_request(
-        protocol.encode_request(env, config)
-    )
+    assert request.decode(plugin.encode_request(env, config)) == request.decode(protocol.encode_request(env, config))
     assert plugin.ENV_KEYS == protocol.ENV_KEYS and plugin.SHIM_HEADER == protocol.SHIM_HEADER
 
 

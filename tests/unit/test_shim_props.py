@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.daemon.server import protocol
+from netcomp.delegate import request
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
 from tests.lab.shimlab import SANITIZER_ENV, TAKEN, Act, Shim, answer, pick, scripted
@@ -186,7 +186,7 @@ def test_every_shim_sends_and_prints_the_same_bytes(
     assert seen[1:] == seen[:1] * (len(seen) - 1), seen
     decoded = {k: os.fsdecode(v) for k, v in full.items()}
     assert seen[0][2] == plugin.encode_request(decoded, config)
-    assert protocol.decode_request(seen[0][2])[:2] == (decoded, json.loads(config))
+    assert request.decode(seen[0][2])[:2] == (decoded, json.loads(config))
     if junk:
         err = json.loads(seen[0][1])
         assert err["cniVersion"] == (version or plugin.DEFAULT_VERSION) and err["code"] == plugin.E_PLUGIN

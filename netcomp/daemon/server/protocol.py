@@ -10,13 +10,11 @@ client side (it may import nothing of netcomp); tests/unit/test_shim.py keeps th
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from typing import Any
 
-from netcomp.cni.codes import E_DECODE, E_INVALID_ENV
 from netcomp.cni.result import FIRST_UNVERSIONED, IP_VERSIONED
-from netcomp.cni.spec import DEFAULT_VERSION, loads
+from netcomp.cni.spec import DEFAULT_VERSION
 
 CNI_PATH = "/cni"
 DELEGATE_PATH = "/delegate"
@@ -50,31 +48,6 @@ class ProtocolError(ValueError):
 def encode_request(env: dict[str, str], config: bytes) -> bytes:
     body = {"env": {k: env[k] for k in ENV_KEYS if k in env}, "config": base64.b64encode(config).decode()}
     return json.dumps(body).encode()
-
-
-def decode_request(body: bytes) -> tuple[dict[str, str], Any, bytes]:
-    """The env, the parsed network config and the config's bytes as sent, of a /cni request."""
-    try:
-        doc = loads(body)
-    except ValueError as e:
-        raise ProtocolError(E_DECODE, f"request is not JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("env"), dict) or "config" not in doc:
-        raise ProtocolError(E_DECODE, 'request must be an object with "env" and "config"')
-    env = doc["env"]
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ProtocolError(E_INVALID_ENV, "env values must be strings")
-    raw = doc["config"]
-    if not isinstance(raw, str):
-        raise ProtocolError(E_DECODE, "config must be a base64 string")
-    try:
-        data = base64.b64decode(raw, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError(E_DECODE, "config is not valid base64") from None
-    try:
-        config = loads(data)
-    except ValueError as e:
-        raise ProtocolError(E_DECODE, f"network configuration is not JSON: {e}") from None
-    return env, config, data
 
 
 def error_body(code: int, msg: str, details: str = "", version: str = DEFAULT_VERSION) -> bytes:
