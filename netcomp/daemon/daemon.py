@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from netcomp import __version__, foreign, libc, report
+from netcomp import __version__, faults, foreign, libc, report
 from netcomp.cni.invoke import Exec, kill_marked, real_exec
-from netcomp.daemon import faults, wiring
+from netcomp.daemon import wiring
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
 from netcomp.daemon.compiles import Compiles, log_changes, write_kept
 from netcomp.daemon.notify import Notifier
@@ -54,6 +54,7 @@ class Daemon:
         the daemon's own (a node). Tests run the daemon beside a netns they made and point both there.
         `state_path`: the last good state (daemon/state.py); a broken netcomp.yaml at start is then not fatal.
         IntentError when netcomp.yaml is broken and there is no last good state to run with."""
+        faults.arm(environ)  # the chaos run's NETCOMP_CRASH_AT, if any (ValueError when it names no point)
         self.load_settings = load_settings
         self.state_file = StateFile(state_path) if state_path is not None else None
         saved = self.state_file.load() if self.state_file is not None else None
@@ -81,10 +82,9 @@ class Daemon:
             self.cluster,
             self.addresses.allocator,
             link_netns,
-            environ,
         )
         if self.addresses.blocks is not None:
-            self.addresses.blocks.crash = self.delegator.crash
+            self.addresses.blocks.crash = faults.point
         self.notifier = Notifier()
         self._compiles = Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None

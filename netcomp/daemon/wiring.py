@@ -19,7 +19,6 @@ from netcomp import report
 from netcomp.cni.invoke import Exec, Runner
 from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.compiler.pipeline import Pipeline
-from netcomp.daemon import faults
 from netcomp.daemon.server.connections import Limits
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.delegate.delegator import Delegator
@@ -150,11 +149,10 @@ def delegator(
     cluster: Cluster | None,
     addresses: AddressAllocator | None,
     link_netns: str | None,
-    environ: Mapping[str, str],
 ) -> Delegator:
     """The Delegator, with the node's side plugged in: host links and the namespaces never given to a container
     in `link_netns` (None: the daemon's own), SR-IOV pools and the default network from the settings `current`
-    returns (they change on reload), the chaos hook from `environ` (daemon.faults)."""
+    returns (they change on reload)."""
 
     def vf_pool(resource: str) -> list[str]:
         spec = current().sriovPools[resource]  # KeyError: no such pool (the delegator says so)
@@ -173,7 +171,6 @@ def delegator(
         addresses=addresses,
         devices=devices(current(), lambda: set(current().sriovPools)),
         home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
-        crash=faults.from_env(environ),
     )
     d.host_netns, d.host_unsure = _host_namespaces(link_netns)
     return d

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from concurrent.futures import as_completed
 from typing import Any
 
+from netcomp import faults
 from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_ENV, E_IO
 from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator, as_delegate_error, why_unwritten
@@ -105,7 +106,7 @@ def attach(
         try:
             who = (str(pod), pod.uid) if pod is not None else ("", "")
             claims = poolclaims.take(d.addresses, new, entry.container_id, *who, asks=asks)
-            d.crash("after-claim")
+            faults.point("after-claim")
             entry.attachments.extend(new)
             try:
                 d.save(entry)  # the write-ahead: nothing runs before this is on disk
@@ -120,7 +121,7 @@ def attach(
                 d.addresses.settle(claims)  # recorded now: no longer only in flight
             if d.devices is not None:
                 d.devices.write_info(new)  # named by the write-ahead: a DEL or an undo removes it
-            d.crash("after-write-ahead")
+            faults.point("after-write-ahead")
             _run(d, entry, new, asks)
         finally:
             d.host.release_vfs(vfs)  # in the cache (or rolled back) by now: no longer needs a reservation
@@ -173,7 +174,7 @@ def _run(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, 
     futures = d.side_by_side(one, new)
     first_error: DelegateError | None = None
     for fut in as_completed(futures):
-        d.crash("between-delegates")
+        faults.point("between-delegates")
         with contextlib.suppress(Exception):
             fut.result()
     for a, fut in zip(new, futures, strict=True):
@@ -190,7 +191,7 @@ def _run(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, 
         for a in new:
             a.state = "attached"
         try:
-            d.cache.append_outcome(entry, new, d.halfway)  # one write appended to the write-ahead
+            d.cache.append_outcome(entry, new)  # one write appended to the write-ahead
         except (OSError, ValueError) as e:
             first_error = DelegateError(E_IO, f"cannot write the attachment cache: {why_unwritten(e)}")
             for a in new:
@@ -200,7 +201,7 @@ def _run(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, 
             if not d.detach(entry, new, target.path, why="rollback"):
                 d.sweep(entry, target, new)
         raise first_error
-    d.crash("before-answer")
+    faults.point("before-answer")
 
 
 def _fulfil(d: Delegator, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:

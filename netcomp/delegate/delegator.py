@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from netcomp import faults
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import (
     E_INVALID_CONFIG,
@@ -74,7 +75,7 @@ class Delegator:
     `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
     the node's default; `link_names` the interface names in a netns (a path or an fd on it:
     host.container.link_names); `host_netns` the namespaces never given to a container (host.netns.host_namespaces);
-    `crash` a test hook called at named points (daemon.faults)."""
+    """
 
     runner: Runner
     cache: Records
@@ -97,7 +98,6 @@ class Delegator:
     # The devices device plugins gave pods, for networks of a device-plugin resource (None: such a network is
     # refused as having no pool).
     devices: Devices | None = None
-    crash: Callable[[str], None] = lambda point: None
     # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
     home_netns: str = "/proc/self/ns/net"
     workers: int = 32
@@ -114,10 +114,6 @@ class Delegator:
         self.unfinished: dict[tuple[str, str], int] = {}
         self._asked: dict[tuple[str, ...], str] = {}  # (network, mac|ip, value) -> container, ADDs in flight
         self._asked_lock = threading.Lock()
-        # The chaos hook's mid-outcome point (daemon.faults): the outcome's record is written in two halves and the
-        # daemon killed between them; None (one write) unless that point is armed.
-        armed = getattr(self.crash, "at", None) == "mid-outcome"
-        self.halfway: Callable[[], None] | None = (lambda: self.crash("mid-outcome")) if armed else None
         self.host = HostResources(
             self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
@@ -314,7 +310,7 @@ class Delegator:
                     " (no retry can change this: it goes once its interface is gone)" if a.permanent else "",
                     a.error,
                 )
-        self.crash("after-del")
+        faults.point("after-del")
         entry.attachments = [a for a in entry.attachments if all(a is not d for d in done)]
         try:
             self.save(entry)

@@ -108,7 +108,7 @@ class BlockView:
         self.to_adopt: dict[str, BlockRecord] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
-        self.crash: Callable[[str], None] = lambda point: None  # daemon/faults.py's hook
+        self.crash: Callable[[str], None] = lambda point: None  # faults.py's hook
         self.worker: Wakes = _Asleep()  # worker.Worker, once started
 
     def serve(self, pools: dict[str, Pool]) -> bool:

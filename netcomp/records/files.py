@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from netcomp import faults
 from netcomp.errors import HostError
 from netcomp.fsutil import WRITE_FLAGS, atomic_write, discard, read_bounded, remove_stale_tmp
 from netcomp.records.record import READ_ERRORS, Attachment, NotJSON, Record, UnknownKind
@@ -118,12 +119,11 @@ class Records:
             atomic_write(path, data, mode=0o600, durable=False)
         self._changed(entry.container_id, entry.ifname)
 
-    def append_outcome(self, entry: Record, atts: list[Attachment], halfway: Callable[[], None] | None = None) -> None:
+    def append_outcome(self, entry: Record, atts: list[Attachment]) -> None:
         """Record that `atts` are attached, with their results: one record appended to the file save() wrote
         (the write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written before
         the error has no newline and is ignored by readers, and the caller rolls the ADD back, which writes the
-        entry whole again; ValueError, written nothing, for a result that cannot be written as JSON. `halfway`: a
-        test hook (daemon.faults, mid-outcome), called with half of the record written."""
+        entry whole again; ValueError, written nothing, for a result that cannot be written as JSON."""
         path = self._file(entry.container_id, entry.ifname)
         if entry.file and entry.file != path:  # cacheDir changed (SIGHUP) while the delegates ran: the entry
             moved = entry.file  # goes there whole, as every record does from then on
@@ -134,9 +134,9 @@ class Records:
         fd = os.open(path, WRITE_FLAGS | os.O_APPEND)
         try:
             view = memoryview(data)
-            if halfway is not None:
+            if faults.armed("mid-outcome"):  # the chaos run's point: half of the record written
                 view = view[os.write(fd, view[: len(view) // 2]) :]
-                halfway()
+                faults.point("mid-outcome")
             while view:
                 view = view[os.write(fd, view) :]
         finally:

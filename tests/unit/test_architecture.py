@@ -24,6 +24,7 @@ LEVELS = {
     "netcomp.shim": 0,  # the shim imports nothing of netcomp at all (test_shim.py)
     "netcomp.cni": 1,
     "netcomp.metrics": 1,  # the daemon's numbers: its server, its cluster side and its runner's exec count them
+    "netcomp.faults": 0,  # the one seam where a test run injects faults (the chaos run)
     "netcomp.foreign": 1,  # foreign input ignored for what it claims: logged once, counted
     "netcomp.intent": 2,
     "netcomp.settings": 3,
@@ -40,7 +41,7 @@ LEVELS = {
     "netcomp.doctor": 10,  # beside the daemon: it asks it (daemon/server/client.py) and checks what it needs
     "netcomp.cli": 11,
 }
-TOP_LIMIT = 9  # modules at the top of netcomp/, besides the wings
+TOP_LIMIT = 10  # modules at the top of netcomp/, besides the wings
 
 
 def modules() -> dict[str, Path]:

@@ -57,7 +57,8 @@ def test_daemon_down_is_a_named_error_for_every_verb_del_too(shim: Shim, sockdir
 
 def test_the_request_on_the_wire_is_the_daemons(shim: Shim, sockdir: Path) -> None:
     """What reaches the daemon: POST /cni with the shim's header and exactly the CNI variables, JSON-escaped
-    (quotes, control characters, non-ASCII, bytes that are not UTF-8), decoded by delegate/request.py as they were set."""
+    (quotes, control characters, non-ASCII, bytes that are not UTF-8), decoded by
+    delegate/request.py as they were set."""
     env: dict[str, str | bytes] = {
         "CNI_COMMAND": "ADD",
         "CNI_CONTAINERID": 'a"b\\c',

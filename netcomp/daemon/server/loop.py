@@ -58,8 +58,7 @@ class Loop:
         self.router = router
         self.on_tick: Callable[[], None] = lambda: None
         self.tick_every = 0.5
-        # Workers close connections too; notified at each close (wait_connections).
-        self._count_lock = threading.Condition(threading.Lock())
+        self._count_lock = threading.Lock()  # workers close connections too
         self._conns = 0
         self._per_peer: Counter[int] = Counter()
         self._sel = selectors.DefaultSelector()
@@ -432,9 +431,3 @@ class Loop:
             if not self._per_peer[c.pid]:
                 del self._per_peer[c.pid]
             self.metrics.connections.set(self._conns)
-            self._count_lock.notify_all()
-
-    def wait_connections(self, predicate: Callable[[int], bool], timeout: float) -> bool:
-        """Until predicate(connections open) holds after a close, or timeout (for tests and tools)."""
-        with self._count_lock:
-            return self._count_lock.wait_for(lambda: predicate(self._conns), timeout)

@@ -133,10 +133,6 @@ class Server:
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
 
-    def wait_connections(self, predicate: Callable[[int], bool], timeout: float) -> bool:
-        """Until predicate(connections open) holds after a close, or timeout (for tests and tools)."""
-        return self.loop.wait_connections(predicate, timeout)
-
     @property
     def in_flight(self) -> int:
         return self._busy

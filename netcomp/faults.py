@@ -1,9 +1,10 @@
-"""Test hooks. For the chaos run (tests/lab/chaos.py, its short run tests/chaos/): `NETCOMP_CRASH_AT=<point>[:<n>]` in
-the daemon's environment makes it SIGKILL itself the n-th time (default: the first) it passes the named point, to
-show that a daemon dying exactly there loses nothing (the points: POINTS, and docs/reliability.md, "The chaos run").
-Unset on a node, where a point costs one call that does nothing. `NETCOMP_STALL_AT=compile` makes every compile
-after the first wait for ever, as one reading a file that never answers would: the daemon must still stop on
-SIGTERM, and say it is not ready."""
+"""This module is the one seam where a test run injects faults into the daemon; no class of the core carries a
+test hook. The code calls `point(name)` at each named point; a daemon started with `NETCOMP_CRASH_AT=<point>[:<n>]`
+in its environment arms it (`arm`), and SIGKILLs itself the n-th time (default: the first) it passes that point,
+to show that a daemon dying exactly there loses nothing (POINTS; docs/reliability.md, "The chaos run"). Unarmed,
+as on a node, a point does nothing. `NETCOMP_STALL_AT=compile` makes every compile after the first wait for ever,
+as one reading a file that never answers would: the daemon must still stop on SIGTERM, and say it is not
+ready."""
 
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ log = logging.getLogger("netcomp.daemon")
 
 
 class Crash:
-    """crash(point): SIGKILL when `point` is the one armed (`at`), the n-th time; nothing otherwise. A point that
-    must do something to be reached (mid-outcome: write half a record) asks `at` first."""
+    """crash(point): SIGKILL when `point` is the one armed (`at`), the n-th time; nothing otherwise."""
 
     def __init__(self, at: str | None = None, spec: str = "", nth: int = 1) -> None:
         self.at, self._spec, self._left, self._lock = at, spec, nth, threading.Lock()
@@ -64,11 +64,25 @@ def stall_from_env(environ: Mapping[str, str]) -> Callable[[str], None]:
     return stall
 
 
-def from_env(environ: Mapping[str, str]) -> Callable[[str], None]:
+_armed = Crash()
+
+
+def arm(environ: Mapping[str, str]) -> None:
+    """Arm the point NETCOMP_CRASH_AT names (disarm all when unset); ValueError for a point that is not one."""
+    global _armed
     spec = environ.get(ENV, "")
-    if not spec:
-        return Crash()
     point, _, nth = spec.partition(":")
-    if point not in POINTS or (nth and not nth.isdigit()):
+    if spec and (point not in POINTS or (nth and not nth.isdigit())):
         raise ValueError(f"{ENV}={spec!r}: expected one of {', '.join(POINTS)}, optionally :N")
-    return Crash(point, spec, int(nth or 1))
+    _armed = Crash(point, spec, int(nth or 1)) if spec else Crash()
+
+
+def point(name: str) -> None:
+    """The daemon passes the point `name`: killed here when it is the one armed."""
+    _armed(name)
+
+
+def armed(name: str) -> bool:
+    """Whether `name` is the point armed (one that must do something to be reached asks first: mid-outcome
+    writes half a record)."""
+    return _armed.at == name
