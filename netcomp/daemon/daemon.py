@@ -6,7 +6,6 @@ main loop) is run.py's."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -26,7 +25,6 @@ from netcomp.daemon.server.server import Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
-from netcomp.delegate import listing, recovery
 from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
@@ -36,7 +34,7 @@ from netcomp.settings import Settings
 
 log = logging.getLogger("netcomp.daemon")
 STATUS_EVERY = 5.0  # seconds between STATUS= refreshes from the serving loop
-UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/recovery.py)
+UNDO_RETRY_EVERY = 300.0  # seconds between tries to finish rollbacks that failed (delegate/deleting.py)
 DRAIN_SECONDS = 30.0
 
 
@@ -239,7 +237,7 @@ class Daemon:
         if (new.kubelet, new.deviceInfoDir) != (old.kubelet, old.deviceInfoDir):
             assert self.delegator.devices is not None
             self.delegator.devices.kubelet.close()
-            self.delegator.devices = wiring.devices(new, lambda: set(self.settings.sriovPools))
+            self.delegator.use_devices(wiring.devices(new, lambda: set(self.settings.sriovPools)))
         self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
@@ -288,7 +286,7 @@ class Daemon:
 
     def recover(self) -> list[Record]:
         """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
-        left mid-ADD (recovery.recover); the address claims are listed first (and followed from then on). The
+        left mid-ADD (Delegator.recover); the address claims are listed first (and followed from then on). The
         records as they are then, read once for all of start-up."""
         records = self.delegator.cache.entries()  # the one read of every record at start-up
         self.addresses.start(self.stop_event, records)
@@ -297,7 +295,7 @@ class Daemon:
         if killed:
             log.warning("killed %d delegate processes an earlier netcomp daemon left running", killed)
         self._check_pools()
-        undone, failed, records = recovery.recover(self.delegator, records)
+        undone, failed, records = self.delegator.recover(records)
         self.metrics.recovered.labels("undone").inc(undone)
         self.metrics.recovered.labels("failed").inc(failed)
         return records
@@ -308,7 +306,7 @@ class Daemon:
         sock, self.activated = listen(self.settings.socket)
         views: dict[str, Callable[[], Any]] = {
             protocol.STATUS_PATH: self.status,
-            protocol.ATTACHMENTS_PATH: functools.partial(listing.attachments, self.delegator),
+            protocol.ATTACHMENTS_PATH: self.delegator.attachments,
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
         actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
@@ -343,7 +341,7 @@ class Daemon:
         claims freed, and (kubernetes.ipamGC) other nodes' claims whose node or pod is gone."""
 
         def retry_undo() -> object:
-            return recovery.retry_unfinished(self.delegator) if self.delegator.unfinished else None
+            return self.delegator.retry_unfinished() if self.delegator.unfinished else None
 
         tasks: list[tuple[float, Callable[[], object]]] = [
             (UNDO_RETRY_EVERY, retry_undo),
@@ -386,7 +384,7 @@ class Daemon:
             return
         self.podsync = PodSync(self.delegator)
         self.cluster.pods.on_change = self.podsync.changed
-        self.delegator.undone = self.podsync.undone  # an edit put off for an undo, synced once that is done
+        self.delegator.when_undone(self.podsync.undone)  # an edit put off for an undo, synced once that is done
         self.podsync.all_recorded(records)
         listed = self.cluster.pods.synced
         threading.Thread(target=self.podsync.run, args=(self.stop_event, listed), name="pod-sync", daemon=True).start()

@@ -158,7 +158,8 @@ def delegator(
         spec = current().sriovPools[resource]  # KeyError: no such pool (the delegator says so)
         return vfpools.pool(Path(current().sysfsRoot), spec.pfNames, spec.drivers)
 
-    d = Delegator(
+    host_netns, host_unsure = _host_namespaces(link_netns)
+    return Delegator(
         runner,
         cache,
         networks,
@@ -171,9 +172,9 @@ def delegator(
         addresses=addresses,
         devices=devices(current(), lambda: set(current().sriovPools)),
         home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",
+        host_netns=host_netns,
+        host_unsure=host_unsure,
     )
-    d.host_netns, d.host_unsure = _host_namespaces(link_netns)
-    return d
 
 
 def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:

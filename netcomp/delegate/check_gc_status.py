@@ -4,23 +4,28 @@ GC (CNI 1.1: what the runtime no longer knows is DELeted) and STATUS (is the def
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
-from netcomp.cni.invoke import find_plugin
+from netcomp.cni.invoke import Runner, find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
-from netcomp.delegate.delegator import Delegator, as_delegate_error
+from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side
+from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, NetcompError, printable
 from netcomp.host import netns as nsutil
+from netcomp.records.files import Records
 from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.delegate")
 
 
-def check(d: Delegator, req: Request) -> tuple[str, ...]:
+def check(records: Records, runner: Runner, pool: ThreadPoolExecutor, req: Request) -> tuple[str, ...]:
     """Every attachment of the container's record checked; the networks it named (on an error too: the error's
     `networks`, for the request's log line)."""
-    entry = d.cache.load(req.container_id, req.ifname)
+    entry = records.load(req.container_id, req.ifname)
     if entry is None:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,
@@ -29,14 +34,14 @@ def check(d: Delegator, req: Request) -> tuple[str, ...]:
         )
     networks = tuple(a.network for a in entry.attachments)
     try:
-        _check(d, req, entry)
+        _check(runner, pool, req, entry)
     except NetcompError as e:
         e.networks = networks
         raise
     return networks
 
 
-def _check(d: Delegator, req: Request, entry: Record) -> None:
+def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record) -> None:
     if entry.unfinished:
         raise DelegateError(
             E_UNKNOWN_CONTAINER,
@@ -54,11 +59,11 @@ def _check(d: Delegator, req: Request, entry: Record) -> None:
 
         def one(a: Attachment) -> None:
             assert a.result is not None
-            d.runner.check(a.conflist, d.runtime_conf(entry, a, target.path), a.result)
+            runner.check(a.conflist, runtime_conf(entry, a, target.path), a.result)
 
         # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
         # the container's order.
-        futures = d.side_by_side(one, entry.attachments)
+        futures = side_by_side(pool, one, entry.attachments)
         failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
         for a, exc in failures:
             if isinstance(exc, Exception):
@@ -88,27 +93,25 @@ def valid_attachments(req: Request) -> set[tuple[str, str]]:
     return valid
 
 
-def gc(d: Delegator, req: Request) -> None:
+def gc(records: Records, locks: KeyedLocks, deleting: Deleting, req: Request) -> None:
     """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
     valid = valid_attachments(req)
-    for entry in d.cache.entries():
+    for entry in records.entries():
         if (entry.container_id, entry.ifname) in valid:
             continue
         # A failed DEL stays in the cache; the next GC tries again.
-        with d.locks.hold(entry.container_id):
-            fresh = d.cache.load(entry.container_id, entry.ifname)
+        with locks.hold(entry.container_id):
+            fresh = records.load(entry.container_id, entry.ifname)
             if fresh is None:
                 continue
             try:
                 with nsutil.recorded(fresh, fresh.netns, pin=True) as target:
-                    d.detach(fresh, list(fresh.attachments), target.path, why="GC")
+                    deleting.detach(fresh, list(fresh.attachments), target.path, why="GC")
             except DelegateError as e:  # whether its namespace is gone cannot be told: kept, for the next GC
                 log.warning("GC of container %s: %s", fresh.container_id, e)
 
 
-def status(d: Delegator) -> None:
-    default = d.default_network()
-    nets = d.networks()
+def status(nets: Mapping[str, dict[str, Any]], default: str | None, plugin_dirs: list[str]) -> None:
     if default is not None and default not in nets:
         raise DelegateError(
             E_NOT_AVAILABLE,
@@ -118,6 +121,6 @@ def status(d: Delegator) -> None:
     for name in [default] if default else []:
         for ptype in plugin_types(nets[name]):
             try:
-                find_plugin(ptype, d.runner.plugin_dirs)
+                find_plugin(ptype, plugin_dirs)
             except DelegateError as e:
                 raise DelegateError(E_NOT_AVAILABLE, e.msg, f"default network {name!r}") from None

@@ -1,7 +1,7 @@
 """Why a pod or container has (or would get) the networks it has: POST /explain, `netcomp explain`.
 
 Nothing here decides anything: the networks, their interface names, the addresses asked for and the devices
-come from the ADD's own planning (Delegator.plan_attachments: choice.py, multus.py, naming.py, asks.py, and
+come from the ADD's own planning (Planning.plan: choice.py, multus.py, naming.py, asks.py, and
 devices.py for the kubelet's devices), and a running pod's changes from the hot-plug's own comparison
 (podsync.py), so that every refusal reads word for word as the ADD (or the hot-plug) would give it. What is added
 is the why of each choice, for a person; nothing is claimed, made, reserved or run."""
@@ -56,8 +56,8 @@ def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str
     asks: dict[str, Ask] = {}
     try:
         req = _request(subject, entry, pod)
-        notes = d.pod_annotations(req)  # the ADD's own words when the API server cannot say
-        atts, asks = d.plan_attachments(req)
+        notes = d.planning.pod_annotations(req)  # the ADD's own words when the API server cannot say
+        atts, asks = d.planning.plan(req)
         if d.devices is not None:
             d.devices.assign(req.pod, req.container_id, atts, [], asks)
     except DelegateError as e:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from netcomp.delegate.delegator import Delegator
 from netcomp.pods.netstatus import network_status
+from netcomp.records.files import Records
 
 
-def attachments(d: Delegator) -> dict[str, Any]:
+def attachments(records: Records) -> dict[str, Any]:
     """What is attached, from the cache (GET /attachments, `netcomp attachments`): per container its
     namespace and, per network, the interface, addresses and MAC its ADD got, the device a device plugin gave
     it, and its state when it is not attached; and the entries that cannot be read."""
-    entries, broken = d.cache.scan()
+    entries, broken = records.scan()
     out = []
     for e in sorted(entries, key=lambda e: (e.container_id, e.ifname)):
         nets = network_status(e.attachments, e.ifname)

@@ -17,8 +17,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from netcomp.delegate import adding, poolclaims
+from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator
+from netcomp.delegate.deleting import runtime_conf
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
 from netcomp.pods import choice, multus, naming
@@ -57,7 +58,7 @@ def sync(
         pod = pod_of(entry) if entry is not None else None
         if entry is None or pod is None or not entry.attached:
             return None
-        if entry.unfinished:  # undone first, as an ADD does (adding.add); by the retry every few minutes, or a DEL
+        if entry.unfinished:  # undone first, as an ADD does (Adding.add); by the retry every few minutes, or a DEL
             log.info("hot-plug of pod %s waits: container %s has attachments to undo first", pod, container_id)
             if wait is not None:
                 wait((container_id, ifname), pod)
@@ -70,13 +71,13 @@ def sync(
             if not added and not removed:
                 return None
             check(d, entry, pod, added, removed)
-            reserved = d.reserve(entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added})
+            reserved = d.planning.reserve(entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added})
         except DelegateError as e:
             return _refused(d, pod, Synced(error=e))
         try:
             return _apply(d, entry, pod, added, removed)
         finally:
-            d.unreserve(reserved)
+            d.planning.unreserve(reserved)
 
 
 def _apply(
@@ -92,7 +93,7 @@ def _apply(
         _attach(d, entry, pod, free, out)
         if removed:
             with nsutil.recorded(entry, entry.netns, pin=True) as target:
-                errors = d.detach(entry, removed, target.path, why="hot-plug detach")
+                errors = d.deleting.detach(entry, removed, target.path, why="hot-plug detach")
             out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
             if errors:
                 raise errors[-1]
@@ -108,15 +109,15 @@ def check(
 ) -> None:
     """Every check an ADD of the added elements makes that touches nothing, made before anything is detached:
     a refused edit leaves the pod as it was (docs/kubernetes.md, "Hot-plug by editing the pod"). What each asks
-    is put into its attachment here (Delegator.prepare_asks: addresses in the subnet, MACs and addresses other
+    is put into its attachment here (Planning.prepare_asks: addresses in the subnet, MACs and addresses other
     containers hold, cni-args, capabilities, gateways); then the plugins' preflight, the addresses the
     cluster's claims give another container, and the devices the pod holds, counted as they will be once
     `removed` is gone (on copies: the ADD hands them out itself)."""
     new = [a for a, _ in added]
     asks = {a.ifname: ask for a, ask in added}
-    d.prepare_asks(entry.container_id, new, asks)
+    d.planning.prepare_asks(entry.container_id, new, asks)
     for a in new:
-        d.runner.preflight(a.conflist, d.runtime_conf(entry, a, entry.netns))
+        d.runner.preflight(a.conflist, runtime_conf(entry, a, entry.netns))
     poolclaims.check(d.addresses, new, entry.container_id, pod.namespace, asks)
     if d.devices is not None and new:
         kept = [a for a in entry.attachments if all(a is not r for r in removed)]
@@ -160,7 +161,7 @@ def _attach(d: Delegator, entry: Record, pod: PodRef, items: list[tuple[Attachme
     if not items:
         return
     new = [a for a, _ in items]
-    adding.attach(d, entry, new, entry.netns, pod, {a.ifname: ask for a, ask in items})
+    d.adding.attach(entry, new, entry.netns, pod, {a.ifname: ask for a, ask in items})
     out.added += [a.ifname for a in new]
 
 
@@ -200,7 +201,7 @@ def _refused(d: Delegator, pod: PodRef, out: Synced) -> Synced:
 class PodSync:
     """Syncs pods whose annotations changed, one at a time, in a thread of its own: `changed(pod)` queues one
     (the pod watch calls it), `all_recorded(records)` queues every pod the records name (at start-up), `undone`
-    one whose sync waited for a record's undo (Delegator.undone calls it)."""
+    one whose sync waited for a record's undo (Deleting.undone calls it, set by Delegator.when_undone)."""
 
     def __init__(self, d: Delegator) -> None:
         self.d = d

@@ -162,3 +162,17 @@ def name_interfaces(
             raise DelegateError(E_INVALID_CONFIG, f"interface name {name!r} is asked for twice")
         seen.add(name)
     return out
+
+
+def prefixes(nets: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+    """Each network's interfacePrefix (None where it has none), for name_interfaces."""
+    return {n: (c.get("netcomp") or {}).get("interfacePrefix") for n, c in nets.items()}
+
+
+def refers_to(ref: str, network: str, conf: Mapping[str, Any]) -> bool:
+    """Whether `ref`, as `netcomp detach` takes it (a network, namespace/name, or a definition's bare name),
+    names `network` (whose conflist is `conf`), as resolve_node resolves it for attach."""
+    if ref in (network, display_name(network, conf)):
+        return True
+    ns = namespace_of(conf)
+    return ns is not None and "/" not in ref and network == network_key(ns, ref)

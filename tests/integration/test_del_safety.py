@@ -224,7 +224,6 @@ def test_an_undo_that_can_never_succeed_is_kept_while_its_interface_is_there(dl:
     """A plugin that refuses the version of an attachment whose interface is up (a plugin downgraded under a
     running container): the DEL fails, and the attachment is kept, marked as failing for good (shown by `netcomp
     attachments`, not retried every 5 minutes); once the interface is gone, the DEL succeeds."""
-    from netcomp.delegate import listing, recovery
 
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
@@ -236,10 +235,10 @@ def test_an_undo_that_can_never_succeed_is_kept_while_its_interface_is_there(dl:
     rc, err = dl.shim("DEL", ctr)
     assert rc == 1 and err["code"] == 1
     assert sorted(dl.lab.links(ctr)) == ["lo", "stor0"]  # the default network went; storage's could not
-    doc = listing.attachments(dl.daemon.delegator)
+    doc = dl.daemon.delegator.attachments()
     [net] = doc["containers"][0]["networks"]
     assert net["state"] == "undo" and net["permanent"] is True and "incompatible" in net["error"]
-    assert recovery.retry_unfinished(dl.daemon.delegator) == (0, 0)  # not tried again: nothing can change
+    assert dl.daemon.delegator.retry_unfinished() == (0, 0)  # not tried again: nothing can change
     ip("link", "del", "stor0", netns=ctr)
     assert dl.shim("DEL", ctr)[0] == 0
     assert dl.cache_files() == []

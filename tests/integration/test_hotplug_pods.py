@@ -202,7 +202,6 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
     the record keeps that attachment to undo, and an edit of the pod made meanwhile waits for it. The retry of
     unfinished undos (the daemon's every few minutes, called here) DELs it; the pod is synced again with no other
     edit and gets what its annotation asks now. A record removed while its edit waits is forgotten."""
-    from netcomp.delegate import recovery
     from tests.integration.test_kube import kube_lab, wait_for
     from tests.lab.daemonlab import intent
     from tests.lab.netlab import PLUGIN_DIR
@@ -241,7 +240,7 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
             assert said in out.getvalue()
             assert not any(lease.startswith("backup") for lease in dl.leases())
             before = sync.synced
-            assert recovery.retry_unfinished(d) == (1, 0)
+            assert d.retry_unfinished() == (1, 0)
             assert sync.wait_synced(before, 60), "the pod was not synced again once its undo was done"
             assert sync.waiting == 0 and d.unfinished == {}
             status, out = dl.daemon.status(), io.StringIO()

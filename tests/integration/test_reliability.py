@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from netcomp.delegate import listing
 from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.netlab import PLUGIN_DIR, ip
 from tests.lab.procdaemon import ProcNode, proc_node
@@ -359,7 +358,7 @@ def test_an_entry_written_before_the_format_had_a_version_is_deleted(tmp_path: P
         for k, v in {"@CONTAINER@": f"ctr-{ctr}", "@NETNS@": f"/var/run/netns/{ctr}", "@BASE@": str(tmp_path)}.items():
             v0 = v0.replace(k, v)
         entry.write_text(v0.replace("@MASTER@", dl.lab.master))
-        assert listing.attachments(dl.daemon.delegator)["containers"][0]["networks"][0]["interface"] == "stor0"
+        assert dl.daemon.delegator.attachments()["containers"][0]["networks"][0]["interface"] == "stor0"
         rc, res = dl.shim("DEL", ctr)
         assert rc == 0, res
         nothing_left(dl, [ctr])

@@ -2,7 +2,7 @@
 
 Checked in every comment and docstring of netcomp/, tests/ and bench/:
 - a dotted name of netcomp's (`netcomp.host.netns.cookie`; `host.netns.cookie` from a wing's name;
-  `podsync.diff` from a module's; `Delegator.pod_annotations` from a class's) names a module, and what follows
+  `podsync.diff` from a module's; `Planning.pod_annotations` from a class's) names a module, and what follows
   it names something defined in it (a function, a class, a constant, a method, an attribute an instance is given);
 - a file named `*.py`, `*.c` or `*.sh` exists (a path from the repository's root, from netcomp/, from the file's
   own folder, or a name only one file has);
@@ -247,7 +247,7 @@ def test_the_check_finds_a_name_that_went() -> None:
     assert problem("host.links.ensure") is not None
     assert problem("Server._ticker") is not None
     assert problem("host.netns.cookie") is None
-    assert problem("Delegator.plan_attachments") is None
+    assert problem("Planning.plan") is None
     assert file_problem("daemon/connections.py", PACKAGE / "x.py") is not None
     assert private_problem("_attach", PACKAGE / "delegate" / "delegator.py") is not None
     assert private_problem("_Refuse", PACKAGE / "daemon" / "server" / "http1.py") is not None

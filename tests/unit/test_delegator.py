@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from netcomp.delegate import dispatch
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError
 
@@ -69,10 +68,10 @@ def test_host_links_are_held_while_an_add_is_in_flight(tmp_path: Path) -> None:
         {"cniVersion": "1.0.0"},
     )  # fmt: skip
     try:
-        dispatch.handle(d, req)
+        d.handle(req)
         assert during == [["vx8"]] and removed == ["vx8"]  # vx7 was held by the ADD in flight
         assert d.gc_host_links() == []  # now the cache holds it: container c1 uses it
-        dispatch.handle(d, parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
+        d.handle(parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, {}))
         assert removed == ["vx8", "vx7"]  # the last user is gone, and no network names it
     finally:
         d.close()
@@ -130,7 +129,6 @@ def test_an_empty_entry_is_reported_by_a_scan_and_removed_only_by_a_load(
 
 
 def test_start_up_removes_the_temp_files_a_killed_save_left(tmp_path: Path) -> None:
-    from netcomp.delegate import recovery
 
     d = _delegator(tmp_path, {}, lambda *a: None)
     try:
@@ -139,7 +137,7 @@ def test_start_up_removes_the_temp_files_a_killed_save_left(tmp_path: Path) -> N
         stray.write_text('{"kind": "netcompCacheV1"}')
         kept = d.cache.directory / "notes.txt"  # not ours: left alone
         kept.write_text("x")
-        assert recovery.recover(d)[:2] == (0, 0)
+        assert d.recover()[:2] == (0, 0)
         assert not stray.exists() and kept.exists()
     finally:
         d.close()
@@ -149,7 +147,7 @@ def _three_network_delegator(tmp_path: Path, fake_exec):  # type: ignore[no-unty
     nets = {n: {"cniVersion": "1.0.0", "name": n, "plugins": [{"type": "sh"}]} for n in ("a", "b", "c")}
     d = _delegator(tmp_path, nets, fake_exec)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a,b,c"}
-    dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+    d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
     return d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"})
 
 
@@ -168,7 +166,7 @@ def test_del_runs_a_containers_networks_side_by_side(tmp_path: Path) -> None:
 
     d, delete = _three_network_delegator(tmp_path, fake_exec)
     try:
-        dispatch.handle(d, delete)
+        d.handle(delete)
         assert d.cache.count() == 0
     finally:
         d.close()
@@ -185,7 +183,7 @@ def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> N
     d, delete = _three_network_delegator(tmp_path, fake_exec)
     try:
         with pytest.raises(DelegateError) as e:
-            dispatch.handle(d, delete)
+            d.handle(delete)
         assert (e.value.code, e.value.full_msg) == (11, "network 'b', plugin 'sh': busy")
         entry = d.cache.load("c1", "eth0")
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]
@@ -212,7 +210,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
     d = _delegator(tmp_path, nets, fake_exec)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
     try:
-        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         [(ino, ahead)] = seen
         assert RS not in ahead and [a.state for a in Record.from_json(ahead).attachments] == ["adding"]
         path = d.cache.path("c1", "eth0")
@@ -222,7 +220,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
         assert entry is not None and [(a.state, a.result) for a in entry.attachments] == [
             ("attached", {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]})
         ]
-        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
+        d.handle(parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
         assert d.cache.count() == 0
     finally:
         d.close()
@@ -304,7 +302,7 @@ def _full_disk_add(tmp_path: Path, cache_dir: Path) -> None:
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
     try:
         with pytest.raises(DelegateError) as e:
-            dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+            d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         assert e.value.code == 5 and "cannot write the attachment cache" in e.value.full_msg
         assert calls == ["ADD", "DEL"] and d.cache.load("c1", "eth0") is None and d.cache.count() == 0
     finally:
@@ -326,11 +324,11 @@ def test_an_outcome_follows_the_cache_moved_while_the_delegates_ran(tmp_path: Pa
     d = _delegator(tmp_path, nets, fake_exec)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
     try:
-        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         entry = d.cache.load("c1", "eth0")
         assert entry is not None and [a.state for a in entry.attachments] == ["attached"]
         assert fsutil.settle(10) and os.listdir(tmp_path / "cache") == []
-        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
+        d.handle(parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
         assert d.cache.count() == 0
     finally:
         d.close()
@@ -361,12 +359,12 @@ def test_a_result_nested_too_deep_is_the_plugins_error_and_rolled_back(tmp_path:
         for levels in (1000, 65):
             out["ADD"], calls[:] = nested(levels), []
             with pytest.raises(DelegateError) as e:
-                dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+                d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
             assert e.value.code == E_OTHER and "nested deeper than 64 levels" in e.value.full_msg, e.value.full_msg
             assert [c for c, _ in calls] == ["ADD", "DEL"] and b"prevResult" not in calls[1][1]
             assert d.cache.count() == 0
         out["ADD"] = nested(64)
-        dispatch.handle(d, parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
+        d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         entry = d.cache.load("c1", "eth0")
         assert entry is not None and entry.attachments[0].state == "attached"
     finally:
@@ -409,14 +407,13 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
     come. What makes the undo raise cannot be made on demand here: the first `detach` raises HostError, a
     stand-in for it."""
     from netcomp.cni.invoke import ExecResult
-    from netcomp.delegate import recovery
     from netcomp.records.record import Attachment, Record
 
     conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
     d = _delegator(tmp_path, {"n": conf}, lambda *a: ExecResult(0, b"", b""))
     try:
         d.cache.save(Record("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
-        real, calls = d.detach, []
+        real, calls = d.deleting.detach, []
 
         def detach(*a: Any, **k: Any) -> Any:
             calls.append(k.get("why"))
@@ -424,10 +421,10 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
                 raise HostError("cannot look for the network namespace")
             return real(*a, **k)
 
-        d.detach = detach
-        assert recovery.recover(d)[:2] == (0, 1)
+        d.deleting.detach = detach  # type: ignore[method-assign]
+        assert d.recover()[:2] == (0, 1)
         assert ("c1", "eth0") in d.unfinished and d.cache.load("c1", "eth0") is not None
-        assert recovery.retry_unfinished(d) == (1, 0)
+        assert d.retry_unfinished() == (1, 0)
         assert calls == ["recovery", "retry"]
         assert d.cache.load("c1", "eth0") is None and ("c1", "eth0") not in d.unfinished
     finally:

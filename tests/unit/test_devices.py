@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from netcomp.cni.invoke import ExecResult, Runner
-from netcomp.delegate import dispatch, hotplug
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
@@ -164,7 +163,7 @@ def test_two_networks_of_one_resource_each_get_their_own_device_in_order(node: N
     """The kubelet lists devices per NUMA node and as a set: they are merged, sorted and handed out in the
     order the networks come; the same pod's devices go the same way after a restart of the daemon."""
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.1"])], "c2": [(RES, ["0000:3b:02.0", "0000:3b:02.1"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a,vf-b"))
+    node.d.handle(req("ADD", "a", "vf-a,vf-b"))
     assert node.adds() == [("net0", "0000:3b:02.0"), ("net1", "0000:3b:02.1")]
     entry = node.d.cache.load("a", "eth0")
     assert entry is not None
@@ -175,20 +174,20 @@ def test_two_networks_of_one_resource_each_get_their_own_device_in_order(node: N
     node.d.close()
     node.d = node.delegator()  # a daemon started again: DEL uses what the record says
     node.seen.clear()
-    dispatch.handle(node.d, req("DEL", "a"))
+    node.d.handle(req("DEL", "a"))
     assert sorted((s["ifname"], s["conf"]["deviceID"]) for s in node.seen) == [
         ("net0", "0000:3b:02.0"),
         ("net1", "0000:3b:02.1"),
     ]
     node.seen.clear()
-    dispatch.handle(node.d, req("ADD", "a2", "vf-a,vf-b"))  # the pod's sandbox made again
+    node.d.handle(req("ADD", "a2", "vf-a,vf-b"))  # the pod's sandbox made again
     assert node.adds() == [("net0", "0000:3b:02.0"), ("net1", "0000:3b:02.1")]
 
 
 def test_more_networks_than_devices_says_the_numbers_and_runs_nothing(node: Node, api: PodResourcesServer) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a,vf-b"))
+        node.d.handle(req("ADD", "a", "vf-a,vf-b"))
     assert ei.value.code == 7
     assert (
         f"pod default/p1: 2 networks (vf-a, vf-b) take a device of resource {RES}, and the kubelet gave the pod 1"
@@ -202,7 +201,7 @@ def test_a_pod_without_the_resource_is_refused_naming_pod_network_and_resource(
 ) -> None:
     api.pods[POD] = {"c1": [("other.io/thing", ["x"])]}
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+        node.d.handle(req("ADD", "a", "vf-a"))
     e = ei.value
     assert (
         e.code == 7
@@ -213,7 +212,7 @@ def test_a_pod_without_the_resource_is_refused_naming_pod_network_and_resource(
 
 def test_a_request_without_a_pod_is_refused(node: Node) -> None:
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a", pod=None))
+        node.d.handle(req("ADD", "a", "vf-a", pod=None))
     assert ei.value.code == 7 and "the request names no pod (K8S_POD_NAMESPACE and K8S_POD_NAME" in ei.value.msg
 
 
@@ -230,7 +229,7 @@ def test_no_socket_the_checkpoint_is_read_by_pod_uid(node: Node, layout: str) ->
     node.checkpoint.write_text(
         json.dumps({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}}, "Checksum": 1})
     )
-    dispatch.handle(node.d, req("ADD", "a", "vf-a,vf-b", uid="u-1"))
+    node.d.handle(req("ADD", "a", "vf-a,vf-b", uid="u-1"))
     assert node.adds() == [("net0", "0000:3b:02.0"), ("net1", "0000:3b:02.1")]
 
 
@@ -239,7 +238,7 @@ def test_an_api_that_never_answers_and_no_checkpoint_is_code_11_in_bounded_time(
     with podresources(node.sock, PodResourcesServer(hang=True)) as api:
         api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
         with pytest.raises(DelegateError) as ei:
-            dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+            node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     e = ei.value
     assert e.code == 11 and e.details == "no plugin was run"
     assert "did not answer in 0.3 s" in e.msg and "no kubelet checkpoint" in e.msg
@@ -251,7 +250,7 @@ def test_an_api_that_never_answers_falls_back_to_the_checkpoint(node: Node) -> N
     entries = [{"PodUID": "u-1", "ContainerName": "c", "ResourceName": RES, "DeviceIDs": {"0": ["0000:3b:02.7"]}}]
     node.checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": entries}}))
     with podresources(node.sock, PodResourcesServer(hang=True)):
-        dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+        node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     assert node.adds() == [("net0", "0000:3b:02.7")]
 
 
@@ -270,7 +269,7 @@ def test_a_definition_gets_the_device_in_every_plugin_and_as_capabilities(node: 
             }
         )
     )
-    dispatch.handle(node.d, req("ADD", "a", "default/hd"))
+    node.d.handle(req("ADD", "a", "default/hd"))
     first, second = (s["conf"] for s in node.seen)
     copy = str(node.info / "cni" / "default-hd-a_net0")
     assert first["deviceID"] == first["pciBusID"] == "0000:3b:02.0" == second["deviceID"] == second["pciBusID"]
@@ -286,17 +285,16 @@ def test_a_definition_gets_the_device_in_every_plugin_and_as_capabilities(node: 
         "version": "1.1.0",
         "pci": {"pci-address": "0000:3b:02.0", "pf-pci-address": "0000:3b:00.0"},
     }
-    from netcomp.delegate import listing
 
-    shown = listing.attachments(node.d)["containers"][0]["networks"][0]
+    shown = node.d.attachments()["containers"][0]["networks"][0]
     assert shown["device"] == {"resource": RES, "id": "0000:3b:02.0"} and shown["device-info"]["type"] == "pci"
-    dispatch.handle(node.d, req("DEL", "a"))
+    node.d.handle(req("DEL", "a"))
     assert not os.path.exists(copy)
 
 
 def test_no_device_plugin_file_gives_the_minimal_pci_record(node: Node, api: PodResourcesServer) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     entry = node.d.cache.load("a", "eth0")
     assert entry is not None and entry.attachments[0].device is not None
     assert entry.attachments[0].device["info"] == {
@@ -309,22 +307,22 @@ def test_no_device_plugin_file_gives_the_minimal_pci_record(node: Node, api: Pod
 
 def test_hotplug_takes_a_device_the_pod_holds_and_no_attachment_uses(node: Node, api: PodResourcesServer) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0", "0000:3b:02.1"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     pod = PodRef(*POD)
-    hotplug.hotplug(node.d, "ADD", "a", OWN_NETNS, "vf-b", None, "eth0", pod)
+    node.d.hotplug("ADD", "a", OWN_NETNS, "vf-b", None, "eth0", pod)
     assert node.adds() == [("net0", "0000:3b:02.0"), ("net1", "0000:3b:02.1")]
     with pytest.raises(DelegateError) as ei:
-        hotplug.hotplug(node.d, "ADD", "a", OWN_NETNS, "default/hd", None, "eth0", pod)
+        node.d.hotplug("ADD", "a", OWN_NETNS, "default/hd", None, "eth0", pod)
     assert ei.value.code == 7
     assert (
         "take a device of resource netcomp.io/vf, and the kubelet gave the pod 2, 2 of them used by its other networks"
         in ei.value.msg
     )
     with pytest.raises(DelegateError) as ei:
-        hotplug.hotplug(node.d, "ADD", "a", OWN_NETNS, "default/hd", None, "eth0")
+        node.d.hotplug("ADD", "a", OWN_NETNS, "default/hd", None, "eth0")
     assert "the request names no pod" in ei.value.msg
-    hotplug.hotplug(node.d, "DEL", "a", "", "vf-b", None, "eth0")
-    hotplug.hotplug(node.d, "ADD", "a", OWN_NETNS, "default/hd", None, "eth0", pod)
+    node.d.hotplug("DEL", "a", "", "vf-b", None, "eth0")
+    node.d.hotplug("ADD", "a", OWN_NETNS, "default/hd", None, "eth0", pod)
     assert node.adds()[-1] == ("net1", "0000:3b:02.1")  # given back by the detach
 
 
@@ -333,23 +331,23 @@ def test_a_pod_may_choose_one_of_its_devices(node: Node, api: PodResourcesServer
     node.pods.notes[POD] = {
         "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:02.1"}, {"name": "vf-b"}])
     }
-    dispatch.handle(node.d, req("ADD", "a"))
+    node.d.handle(req("ADD", "a"))
     assert node.adds() == [("net1", "0000:3b:02.1"), ("net2", "0000:3b:02.0")]  # Multus's names: by position
     node.pods.notes[POD] = {"k8s.v1.cni.cncf.io/networks": json.dumps([{"name": "vf-a", "deviceID": "0000:3b:09.7"}])}
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "b"))
+        node.d.handle(req("ADD", "b"))
     assert "deviceID 0000:3b:09.7 is not a device of resource netcomp.io/vf the kubelet gave the pod" in ei.value.msg
 
 
 def test_a_resource_that_is_a_pool_and_a_kubelet_resource_names_both(node: Node) -> None:
     node.checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": [], "RegisteredDevices": {"x.io/p": ["a"]}}}))
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "pool"))
+        node.d.handle(req("ADD", "a", "pool"))
     e = ei.value
     assert e.code == 7 and e.network == "pool"
     assert "resource x.io/p is both a VF pool of netcomp.yaml (sriovPools) and a device plugin's resource" in e.msg
     node.checkpoint.unlink()
-    dispatch.handle(node.d, req("ADD", "a", "pool"))  # a node without that device plugin: the pool's
+    node.d.handle(req("ADD", "a", "pool"))  # a node without that device plugin: the pool's
     assert node.adds() == [("net0", "0000:99:00.0")]
 
 
@@ -364,22 +362,21 @@ def test_a_device_plugins_add_never_reads_the_kubelets_checkpoint(
 
     monkeypatch.setattr(node.d.devices.kubelet, "registered", read)
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     assert node.adds() == [("net0", "0000:3b:02.0")]
 
 
 def test_start_up_sweeps_copies_no_record_names(node: Node, api: PodResourcesServer) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     cni = node.info / "cni"
     kept = {p.name for p in cni.iterdir()}
     (cni / "vf-a-gone_net0").write_text("{}")  # a DEL that could not remove it
     (cni / "vf-a-a_net7").write_text("{}")  # of a container with a record: not guessed about
     (cni / "othercni-x_net1").write_text("{}")  # another CNI's network
     (cni / ".vf-a-b_net0.netcomp-tmp").write_text("{")  # a copy's write a SIGKILL cut short
-    from netcomp.delegate import recovery
 
-    recovery.recover(node.d)
+    node.d.recover()
     assert {p.name for p in cni.iterdir()} == kept | {"vf-a-a_net7", "othercni-x_net1"}
 
 
@@ -387,19 +384,18 @@ def test_start_up_sweeps_nothing_while_a_record_cannot_be_read(node: Node, api: 
     """A record that cannot be read (a disk fault, a hand edit) may be the one that names a copy: none is
     removed at start-up then (said in the log), so the copy is there still when the record is restored."""
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     cni = node.info / "cni"
     kept = {p.name for p in cni.iterdir()}
     assert kept
     record = node.d.cache.path("a", "eth0")
     good = record.read_bytes()
     record.write_bytes(b"{not json")
-    from netcomp.delegate import recovery
 
-    recovery.recover(node.d)
+    node.d.recover()
     assert {p.name for p in cni.iterdir()} == kept and record.read_bytes() == b"{not json"
     record.write_bytes(good)
-    recovery.recover(node.d)
+    node.d.recover()
     assert {p.name for p in cni.iterdir()} == kept
 
 

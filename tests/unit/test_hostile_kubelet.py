@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from netcomp.cni.invoke import ExecResult
-from netcomp.delegate import dispatch
 from netcomp.errors import DelegateError
 from netcomp.kubelet import devinfo
 from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET
@@ -82,7 +81,7 @@ def test_a_checkpoint_that_is_not_the_kubelets_is_a_clear_error(
     network and the resource; ignored as foreign input (counted). A dict among the DeviceIDs never becomes one."""
     node.checkpoint.write_text(body)
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+        node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     e = ei.value
     assert e.code == 11 and e.details == "no plugin was run", e.msg
     assert f"network vf-a takes a device of resource {RES}" in e.msg
@@ -94,7 +93,7 @@ def test_a_checkpoint_that_is_not_the_kubelets_is_a_clear_error(
 def test_a_pool_network_is_served_while_the_checkpoint_is_malformed(node: Node) -> None:
     """The pools' conflict check reads the checkpoint: one that is not the kubelet's names no resource."""
     node.checkpoint.write_text('{"Data": "x"}')
-    dispatch.handle(node.d, req("ADD", "a", "pool"))
+    node.d.handle(req("ADD", "a", "pool"))
     assert node.adds() == [("net0", "0000:99:00.0")]
 
 
@@ -107,7 +106,7 @@ def test_a_device_id_that_is_not_one_is_refused_naming_the_resource(
 ) -> None:
     api.pods[POD] = {"c1": [(RES, ["0000:3b:02.0", bad])], "c2": [("other.io/r", ["../x"])]}
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+        node.d.handle(req("ADD", "a", "vf-a"))
     e = ei.value
     assert e.code == 7 and node.seen == [] and node.d.cache.load("a", "eth0") is None
     assert e.msg.startswith(f"pod default/p1: network vf-a takes a device of resource {RES}, and the kubelet ")
@@ -118,14 +117,14 @@ def test_a_device_id_that_is_not_one_is_refused_naming_the_resource(
 def test_the_checkpoints_device_ids_are_held_to_the_same_form(node: Node) -> None:
     checkpoint(node, [entry("u-1", {"0": ["../../etc/passwd"]})])
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+        node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     assert ei.value.code == 7 and "'../../etc/passwd' is neither a PCI address" in ei.value.msg and node.seen == []
 
 
 def test_a_device_name_of_another_bus_is_taken(node: Node, api: PodResourcesServer) -> None:
     """An auxiliary device (a Scalable Function) is named by its kernel name, not a PCI address."""
     api.pods[POD] = {"c1": [(RES, ["mlx5_core.sf.2"])]}
-    dispatch.handle(node.d, req("ADD", "a", "default/hd"))
+    node.d.handle(req("ADD", "a", "default/hd"))
     assert node.adds() == [("net0", "mlx5_core.sf.2")] * 2  # host-device and tuning
 
 
@@ -144,7 +143,7 @@ def test_with_only_the_checkpoint_a_pod_holding_no_device_is_refused_once_it_is_
         when = ctime + 10**9 if written == "before" else ctime - 10**9  # the socket made before / after the file
         os.utime(node.checkpoint, ns=(when, when))
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+        node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     e = ei.value
     assert node.seen == []
     if written == "before":
@@ -164,7 +163,7 @@ def test_with_only_the_checkpoint_a_pod_holding_no_device_is_refused_once_it_is_
 def test_a_pod_the_current_checkpoint_lists_gets_its_devices(node: Node) -> None:
     checkpoint(node, [entry("u-1", ["0000:3b:02.3"])])
     kubelet_socket(node)
-    dispatch.handle(node.d, req("ADD", "a", "vf-a", uid="u-1"))
+    node.d.handle(req("ADD", "a", "vf-a", uid="u-1"))
     assert node.adds() == [("net0", "0000:3b:02.3")]
 
 
@@ -176,7 +175,7 @@ def test_a_device_info_file_nested_too_deep_is_treated_as_missing(
     dp = devinfo.dp_path(str(node.info), RES, "0000:3b:02.0")
     dp.parent.mkdir(parents=True)
     dp.write_text("[" * 30000 + "]" * 30000)
-    dispatch.handle(node.d, req("ADD", "a", "vf-a"))
+    node.d.handle(req("ADD", "a", "vf-a"))
     entry_ = node.d.cache.load("a", "eth0")
     assert entry_ is not None and entry_.attachments[0].device is not None
     assert entry_.attachments[0].device["info"] == {
@@ -210,8 +209,8 @@ def test_a_device_info_file_a_plugin_writes_itself_is_recorded_first_and_removed
 
     node.plugin = writing  # type: ignore[method-assign]
     node.d = node.delegator()
-    dispatch.handle(node.d, req("ADD", "a", "default/hd"))
+    node.d.handle(req("ADD", "a", "default/hd"))
     copy = node.info / "cni" / "default-hd-a_net0"
     assert named_first == [str(copy)] and copy.exists()
-    dispatch.handle(node.d, req("DEL", "a"))
+    node.d.handle(req("DEL", "a"))
     assert not copy.exists()

@@ -507,7 +507,10 @@ def test_both_of_danms_annotation_keys_are_refused() -> None:
 
 
 def test_detach_finds_a_definition_by_any_of_its_names() -> None:
-    from netcomp.delegate.hotplug import _names
+    from netcomp.pods.naming import refers_to
+
+    def _names(a: Attachment, ref: str) -> bool:
+        return refers_to(ref, a.network, a.conflist)
 
     a = Attachment("team-a.fast", "net1", {"netcomp": {"namespace": "team-a"}})
     assert _names(a, "team-a/fast") and _names(a, "fast") and _names(a, "team-a.fast")

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from netcomp.cni.invoke import ExecResult, Runner
-from netcomp.delegate import dispatch
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
@@ -116,15 +115,15 @@ def req(cmd: str, cid: str, network: str = "dataplane") -> Any:
 
 def test_vfs_are_given_out_in_order_and_taken_back_by_del(delegator: tuple[Delegator, list[dict[str, Any]]]) -> None:
     d, seen = delegator
-    dispatch.handle(d, req("ADD", "a"))
-    dispatch.handle(d, req("ADD", "b"))
+    d.handle(req("ADD", "a"))
+    d.handle(req("ADD", "b"))
     assert [s["deviceID"] for s in seen] == ["0000:3b:02.0", "0000:3b:03.2"]  # 02.1 is bound to vfio-pci: not ours
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(d, req("ADD", "c"))
+        d.handle(req("ADD", "c"))
     assert ei.value.code == 11 and "no free VF in pool 'intel.com/dp' (2 VFs, all in use)" in ei.value.msg
-    dispatch.handle(d, req("DEL", "a"))
+    d.handle(req("DEL", "a"))
     assert seen[-1] == {"command": "DEL", "deviceID": "0000:3b:02.0"}  # DEL gets the VF ADD used, from the cache
-    dispatch.handle(d, req("ADD", "c"))
+    d.handle(req("ADD", "c"))
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}  # and it is free again
     assert d.host.vfs_reserved == set()
 
@@ -135,7 +134,7 @@ def test_a_resource_without_a_pool_is_a_clear_error(
     d, _ = delegator
     d.host.vf_pool = lambda rn: (_ for _ in ()).throw(KeyError(rn))  # no pool configured
     with pytest.raises(DelegateError) as ei:
-        dispatch.handle(d, req("ADD", "a"))
+        d.handle(req("ADD", "a"))
     assert ei.value.code == 7 and "resourceName 'intel.com/dp' has no pool in netcomp.yaml" in ei.value.msg
 
 
@@ -144,18 +143,17 @@ def test_hotplug_takes_a_vf_from_the_pool_and_detach_gives_it_back(
 ) -> None:
     """Hot-plug goes through the runtime's ADD path: a sriov network with a pool gets a free VF as deviceID (the
     plugin sees it), recorded; detach DELs with the same VF and frees it for the next."""
-    from netcomp.delegate import hotplug
 
     d, seen = delegator
-    hotplug.hotplug(d, "ADD", "hp1", OWN_NETNS, "dataplane", None, "eth0")
+    d.hotplug("ADD", "hp1", OWN_NETNS, "dataplane", None, "eth0")
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}
     entry = d.cache.load("hp1", "eth0")
     assert entry is not None and entry.attachments[0].conflist["plugins"][0]["deviceID"] == "0000:3b:02.0"
-    dispatch.handle(d, req("ADD", "other"))  # the runtime's ADD of another container takes the next VF
+    d.handle(req("ADD", "other"))  # the runtime's ADD of another container takes the next VF
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:03.2"}
-    hotplug.hotplug(d, "DEL", "hp1", "", "dataplane", None, "eth0")
+    d.hotplug("DEL", "hp1", "", "dataplane", None, "eth0")
     assert seen[-1] == {"command": "DEL", "deviceID": "0000:3b:02.0"}
     assert d.cache.load("hp1", "eth0") is None
-    hotplug.hotplug(d, "ADD", "hp2", OWN_NETNS, "dataplane", None, "eth0")
+    d.hotplug("ADD", "hp2", OWN_NETNS, "dataplane", None, "eth0")
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}  # free again
     assert d.host.vfs_reserved == set()

@@ -14,7 +14,7 @@ from netcomp.cni.codes import E_IO, E_OTHER
 from netcomp.cni.spec import DEFAULT_VERSION, compact
 from netcomp.daemon.server import protocol
 from netcomp.daemon.server.protocol import ProtocolError
-from netcomp.delegate import dispatch, hotplug, request
+from netcomp.delegate import request
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.explain import explain as explain_subject
 from netcomp.errors import DelegateError, HostError, printable
@@ -63,7 +63,7 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> O
     try:
         req = request.from_body(body)
         verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
-        done = dispatch.handle(delegator, req)
+        done = delegator.handle(req)
         ms, nets = (time.perf_counter() - t) * 1000, _networks(done.networks)
         line = logging.INFO, "CNI %s container=%s networks=%s ok in %.1f ms", (verb, cid, nets, ms)
         result, ok = done.result, "ok"
@@ -104,8 +104,8 @@ def delegate(delegator: Delegator, body: bytes) -> Outcome:
     hp: request.Hotplug | str = "?"
     try:
         hp = request.parse_hotplug(body)
-        result = hotplug.hotplug(
-            delegator, hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
+        result = delegator.hotplug(
+            hp.command, hp.container_id, hp.netns, hp.network, hp.ifname, hp.runtime_ifname, hp.pod
         )
         return Outcome(200, compact({"Result": result or None}), (logging.INFO, "hot-plug %s ok", (str(hp),)))
     except DelegateError as e:

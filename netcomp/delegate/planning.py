@@ -1,0 +1,121 @@
+"""An ADD planned: which networks a container joins and under which names (the default network, CNI_ARGS, the
+runtime's args and, for a pod, its annotations), what the pod asks of each attachment put into it and checked
+against what the node's other containers hold, and the MACs and addresses asked for held while the ADD is in
+flight. Nothing here runs a plugin or writes a record; `netcomp explain` plans with the same code."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
+from netcomp.delegate.request import Request
+from netcomp.errors import DelegateError, HostError
+from netcomp.pods import asks as podasks
+from netcomp.pods import choice, multus, naming
+from netcomp.pods.multus import Ask
+from netcomp.pods.netstatus import Pods
+from netcomp.records.files import Records
+from netcomp.records.record import Attachment
+
+
+class Planning:
+    """`networks` returns the compiled conflists by network name (the daemon's last good plan), `default_network`
+    the node's default; `pods` is the cluster's side of the node's pods (None: no cluster)."""
+
+    def __init__(
+        self,
+        records: Records,
+        networks: Callable[[], Mapping[str, dict[str, Any]]],
+        default_network: Callable[[], str | None],
+        pods: Pods | None,
+    ) -> None:
+        self.records, self.networks, self.default_network, self.pods = records, networks, default_network, pods
+        self._asked: dict[tuple[str, ...], str] = {}  # (network, mac|ip, value) -> container, ADDs in flight
+        self._asked_lock = threading.Lock()
+
+    def plan(self, req: Request) -> tuple[list[Attachment], dict[str, Ask]]:
+        """The attachments of an ADD, the default network first, and what the pod asks of each (by interface),
+        already put into them: every check that needs no plugin is done by now."""
+        nets = self.networks()
+        pod, notes = req.pod, self.pod_annotations(req)
+        policy = self.pods.policy if self.pods is not None else multus.Policy()
+        default = self.default_network()
+        if default is not None:
+            default = naming.resolve_node(default, nets)
+        wants = [naming.Want(naming.resolve_node(w.network, nets), w.ifname) for w in req.wants]
+        asked = choice.plan(pod, notes, nets, policy, req.ifname) if pod is not None else choice.PodNetworks()
+        if asked.default is not None:
+            default = asked.default  # the pod's choice, in the node default's place
+        wants += [w for w, _ in asked.more]
+        default_ask, pod_asks = asked.default_ask, [a for _, a in asked.more]
+        if default is None and not wants:
+            raise DelegateError(
+                E_INVALID_CONFIG,
+                "no networks to join: no defaultNetwork is configured and none "
+                f"was asked for ({naming.ARGS_KEY} in CNI_ARGS)",
+            )
+        multus.check_interfaces([(w.ifname or "", a) for w, a in asked.more], req.ifname, default is not None)
+        named = naming.name_interfaces(default, req.ifname, wants, naming.prefixes(nets))
+        rc = req.config.get("runtimeConfig")  # CNI: capabilities the runtime fills in, for delegates declaring them
+        caps = dict(rc) if isinstance(rc, dict) else {}
+        atts = [Attachment(net, ifname, nets[net], None, req.rest_args, caps) for net, ifname in named]
+        for a, element in zip(atts[len(atts) - len(pod_asks) :], pod_asks, strict=True):
+            a.element = multus.element_key(a.network, a.ifname, element)  # an annotation edit may detach it
+        in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
+        asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
+        self.prepare_asks(req.container_id, atts, asks)
+        return atts, asks
+
+    def prepare_asks(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        """Put what the pod asks of each attachment into it (asks.prepare), checked against what the node's other
+        containers hold."""
+        held: list[Attachment] | None = None
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            if held is None and (ask.ips or ask.mac):
+                held = podasks.held_by_others(self.records.entries(), container_id)
+            podasks.prepare(a, ask, held or [])
+            podasks.check_gateways(a, ask)
+
+    def reserve(self, container_id: str, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, ...]]:
+        """The MACs and addresses pods ask for, held for the ADD in flight (records show only finished ones):
+        two pods asking for one at once cannot both pass. DelegateError 7 naming the item when one is held."""
+        keys: list[tuple[str, ...]] = []
+        for a in atts:
+            ask = asks.get(a.ifname)
+            if ask is None:
+                continue
+            keys += [(a.network, "mac", ask.mac)] if ask.mac else []
+            keys += [(a.network, "ip", str(ip.ip)) for ip in ask.ips]
+        with self._asked_lock:
+            for key in keys:
+                other = self._asked.get(key)
+                if other is not None and other != container_id:
+                    ask = next(asks[a.ifname] for a in atts if a.network == key[0] and a.ifname in asks)
+                    raise ask.error(f"{key[1]} {key[2]} on network {key[0]} is being given to another container now")
+            for key in keys:
+                self._asked[key] = container_id
+        return keys
+
+    def unreserve(self, keys: list[tuple[str, ...]]) -> None:
+        with self._asked_lock:
+            for key in keys:
+                self._asked.pop(key, None)
+
+    def pod_annotations(self, req: Request) -> Mapping[str, str]:
+        """The pod's annotations netcomp reads ({} with no cluster, no pod, or a pod the API server does not
+        know); DelegateError 11 when the API server cannot say."""
+        if req.pod is None or self.pods is None:
+            return {}
+        try:
+            return self.pods.annotations(req.pod)
+        except HostError as e:
+            raise DelegateError(
+                E_TRY_LATER,
+                f"cannot read pod {req.pod} from the Kubernetes API server: {e}",
+                "the networks it asks for are in its annotations; no plugin was run",
+            ) from None
