@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,14 @@ class Runner:
         exec_: Exec = real_exec,
         timeout: float = DEFAULT_TIMEOUT,
         marker: str = "",
+        observe: Callable[[str, str, float, bool], object] = lambda plugin, verb, seconds, ok: None,
     ) -> None:
         """`marker`: the value of MARKER_ENV every plugin gets (and passes on to what it starts), so that a
-        daemon starting after a crash can find its predecessor's delegates (kill_marked)."""
+        daemon starting after a crash can find its predecessor's delegates (kill_marked). `observe` is told of
+        each exec: the plugin, the verb, how long it took and whether it succeeded (the daemon's metrics)."""
         self.plugin_dirs = [str(d) for d in plugin_dirs]
         self.exec = exec_
+        self.observe = observe
         self.timeout = timeout
         self.marker = marker
         # What each plugin binary says it speaks (VERSION), by its path and stat: asked once per binary.
@@ -127,7 +131,13 @@ class Runner:
         ptype = str(plugin.get("type", ""))
         try:
             path = find_plugin(ptype, self.plugin_dirs)
-            res = self.exec([path], self.env(command, rt), compact(plugin), self.timeout)
+            t = time.perf_counter()
+            try:
+                res = self.exec([path], self.env(command, rt), compact(plugin), self.timeout)
+            except Exception:
+                self.observe(ptype, command, time.perf_counter() - t, False)
+                raise
+            self.observe(ptype, command, time.perf_counter() - t, res.returncode == 0)
         except DelegateError as e:
             raise DelegateError(
                 e.code, e.msg, e.details, network=network, plugin=ptype, permanent=e.permanent

@@ -92,9 +92,15 @@ def pipeline(settings: Settings, tenants: TenantIds) -> Pipeline:
 
 
 def runner(settings: Settings, exec_: Exec, metrics: Metrics) -> Runner:
+    def observe(plugin: str, verb: str, seconds: float, ok: bool) -> None:
+        metrics.delegate.labels(plugin, verb).observe(seconds)
+        if not ok:
+            metrics.delegate_failures.labels(plugin, verb).inc()
+
     return Runner(
         settings.pluginDirs,
-        exec_=metrics.wrap(exec_),
+        exec_=exec_,
+        observe=observe,
         timeout=settings.pluginTimeout,
         marker=marker(settings.cacheDir),
     )

@@ -200,10 +200,9 @@ class Adding:
         return nid, ck, everything
 
     def _run(self, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
-        def one(a: Attachment) -> dict[str, Any]:
-            return self.runner.add(a.conflist, runtime_conf(entry, a, entry.netns))
-
-        futures = side_by_side(self.pool, one, new)
+        futures = side_by_side(
+            self.pool, self.runner.add, [(a.conflist, runtime_conf(entry, a, entry.netns)) for a in new]
+        )
         first_error: DelegateError | None = None
         for fut in as_completed(futures):
             faults.point("between-delegates")

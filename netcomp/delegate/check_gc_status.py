@@ -17,7 +17,7 @@ from netcomp.delegate.request import Request
 from netcomp.errors import DelegateError, NetcompError, printable
 from netcomp.host import netns as nsutil
 from netcomp.records.files import Records
-from netcomp.records.record import Attachment, Record
+from netcomp.records.record import Record
 
 log = logging.getLogger("netcomp.delegate")
 
@@ -57,13 +57,10 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
                 f"ADD attached it in {entry.netns}",
             )
 
-        def one(a: Attachment) -> None:
-            assert a.result is not None
-            runner.check(a.conflist, runtime_conf(entry, a, target.path), a.result)
-
         # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
         # the container's order.
-        futures = side_by_side(pool, one, entry.attachments)
+        calls = [(a.conflist, runtime_conf(entry, a, target.path), a.result or {}) for a in entry.attachments]
+        futures = side_by_side(pool, runner.check, calls)
         failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
         for a, exc in failures:
             if isinstance(exc, Exception):

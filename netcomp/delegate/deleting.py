@@ -30,18 +30,16 @@ from netcomp.records.record import Attachment, Record
 log = logging.getLogger("netcomp.delegate")
 
 
-def side_by_side(
-    pool: ThreadPoolExecutor, fn: Callable[[Attachment], Any], atts: list[Attachment]
-) -> list[Future[Any]]:
-    """fn(a) for each attachment side by side, in atts' order: all but the first handed to the pool, then the
+def side_by_side(pool: ThreadPoolExecutor, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Future[Any]]:
+    """fn(*args) for each of `calls` side by side, in their order: all but the first handed to the pool, then the
     first run here, by the request's own thread, which would only wait otherwise (a lone one is no hand-off at
     all)."""
-    rest = [pool.submit(fn, a) for a in atts[1:]]
-    if not atts:
+    rest = [pool.submit(fn, *args) for args in calls[1:]]
+    if not calls:
         return []
     first: Future[Any] = Future()
     try:
-        first.set_result(fn(atts[0]))
+        first.set_result(fn(*calls[0]))
     except Exception as e:
         first.set_exception(e)
     return [first, *rest]
@@ -142,11 +140,7 @@ class Deleting:
         independent; each conflist's own plugins go in reverse). What was deleted leaves the record (the file
         goes when it is empty); what failed stays as `undo` with its error, logged."""
 
-        def one(a: Attachment) -> None:
-            self.runner.delete(a.conflist, runtime_conf(entry, a, netns), a.result)
-            self._give_back(a, why, entry.container_id)  # only once its delegate has let go of them
-
-        futures = side_by_side(self.pool, one, atts)
+        futures = side_by_side(self.pool, self._delete_one, [(entry, a, netns, why) for a in atts])
         errors: list[DelegateError] = []
         done: list[Attachment] = []
         for a, fut in zip(atts, futures, strict=True):
@@ -186,6 +180,10 @@ class Deleting:
             # The error of the last network, as a DEL in reverse order would have met it first.
             raise errors[-1]
         return errors
+
+    def _delete_one(self, entry: Record, a: Attachment, netns: str, why: str) -> None:
+        self.runner.delete(a.conflist, runtime_conf(entry, a, netns), a.result)
+        self._give_back(a, why, entry.container_id)  # only once its delegate has let go of them
 
     def _give_back(self, a: Attachment, why: str, cid: str) -> None:
         """What netcomp gave a detached attachment: its addresses, its device-info copy (the device itself is

@@ -10,6 +10,7 @@ when it is not a result. docs/delegation.md, "The wire format"."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -260,7 +261,7 @@ class Server:
                 c.sock.send(_PROCESSING)
         loop.release(c)
         try:
-            self._requests.submit(lambda: self._serve(c, path, body, shim))
+            self._requests.submit(functools.partial(self._serve, c, path, body, shim))
         except RuntimeError as e:  # stopped meanwhile, or no thread to be had: told to try again, not left waiting
             log.error("cannot hand a request to a worker: %s", e)
             _send(c.sock, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
