@@ -41,6 +41,24 @@ def package(path: str) -> str:
     return path.split("/")[0] if "/" in path else path.removesuffix(".py")
 
 
+def per_thread() -> dict[str, int]:
+    """Context switches by thread name (its comm), the daemon's threads only."""
+    out: dict[str, int] = {}
+    main = str(threading.main_thread().native_id)
+    names = {str(t.native_id): t.name.rstrip("0123456789_") for t in threading.enumerate()}
+    for task in Path("/proc/self/task").iterdir():
+        if task.name == main:
+            continue
+        try:
+            name = names.get(task.name, "?")
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        n = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+        out[name] = out.get(name, 0) + n
+    return out
+
+
 def switches_and_cpu() -> tuple[int, int]:
     """Context switches (voluntary and not) and CPU nanoseconds of the daemon's threads: every thread of this
     process but the main one, which only runs the shim and waits for it."""
@@ -88,12 +106,15 @@ def main() -> None:
         dl.shim("DEL", "path-0", netns=f"/var/run/netns/{netns}")
         dl.settled()
         costs: dict[str, list[tuple[int, int]]] = {"ADD": [], "DEL": []}
+        by_thread: dict[str, dict[str, list[int]]] = {"ADD": {}, "DEL": {}}
         for i in range(args.rounds):
             for verb in ("ADD", "DEL"):
-                before = switches_and_cpu()
+                threads, before = per_thread(), switches_and_cpu()
                 rc, out = dl.shim(verb, f"path-{i + 1}", netns=f"/var/run/netns/{netns}")
                 dl.settled()
-                after = switches_and_cpu()
+                after, threads_after = switches_and_cpu(), per_thread()
+                for name, n in threads_after.items():
+                    by_thread[verb].setdefault(name, []).append(n - threads.get(name, 0))
                 assert rc == 0, out
                 costs[verb].append((after[0] - before[0], after[1] - before[1]))
     read_thread, read_frames = seen["read"]  # type: ignore[misc]
@@ -111,6 +132,8 @@ def main() -> None:
     for verb, got in costs.items():
         print(f"{verb}: {statistics.median(n for n, _ in got):.0f} context switches, "
               f"{statistics.median(c for _, c in got) / 1e6:.2f} ms of CPU in the daemon's threads (median of {len(got)})")  # fmt: skip
+        shown = {t: statistics.median(v) for t, v in by_thread[verb].items() if statistics.median(v)}
+        print("  by thread:", ", ".join(f"{t} {n:g}" for t, n in sorted(shown.items(), key=lambda x: -x[1])))
 
 
 if __name__ == "__main__":

@@ -380,13 +380,13 @@ def test_an_answer_handed_back_as_the_loop_stops_is_closed(sock_path: str) -> No
     with server.loop._count_lock:
         server.loop._conns += 1
         server.loop._per_peer[-5] += 1
-    real = server.loop._drop_held
+    real = server.drop_held
 
     def queued_now() -> list[Conn]:
         server.loop.send_answer(c, b"x" * 4_000_000)  # more than the socket takes: handed back
         return real()
 
-    server.loop._drop_held = queued_now  # type: ignore[method-assign]
+    server.drop_held = queued_now  # type: ignore[method-assign]
     server.start()
     server.shutdown()
     theirs.settimeout(30)

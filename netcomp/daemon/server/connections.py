@@ -48,11 +48,14 @@ class Router(Protocol):
     """What the loop asks of the one that serves what it reads (the Server), from the loop's thread."""
 
     def route(self, c: Conn) -> None:
-        """A complete request: answered now (Loop.answer_now), held in the queue (Loop.hold), or released to a
-        worker (Loop.release), which answers and closes it."""
+        """A complete request: answered now (Loop.answer_now), held in the router's queue (its connection watched
+        and timed by the loop), or released to a worker (Loop.release), which answers and closes it."""
 
     def after_round(self) -> None:
-        """After each round of the loop: what is held started while there is room (Loop.next_held)."""
+        """After each round of the loop: what is held started while there is room."""
 
-    def held_changed(self, held: int) -> None:
-        """How many requests the queue holds now."""
+    def dropped(self, c: Conn) -> None:
+        """A held request's connection left the queue: its client hung up, or it waited queueTimeout."""
+
+    def drop_held(self) -> list[Conn]:
+        """Every held request, out of the queue: the loop closes them as it stops."""

@@ -3,10 +3,11 @@ non-blocking sockets, so an idle or slow connection costs a file descriptor, nev
 not be served before any work: a peer uid that is not allowed, more than maxConnections (maxConnectionsPerPeer
 from one process), a request not whole within headerTimeout or larger than its bounds (http1.Incoming). A refusal
 is a CNI error object; when the body was not read, what the client still sends is read and dropped (bounded) so
-that it reads the answer. A complete request goes to the Router (server.py), which answers it, has the loop hold
-it (the queue: a held connection's client hanging up or waiting queueTimeout is the loop's to handle), or releases
-it to a worker that answers and closes it. The loop also calls `on_tick` every `tick_every` seconds: a loop that
-is stuck stops feeding the watchdog. Refusals are logged with the peer's uid and pid, at most once a minute."""
+that it reads the answer. A complete request goes to the Router (server.py), which answers it, holds it in its queue
+(the loop watches a held connection and tells the router when its client hangs up or it waited queueTimeout), or
+releases it to a worker that answers and closes it. The loop does I/O only: it decides nothing about a request.
+It also calls `on_tick` every `tick_every` seconds: a loop that is stuck stops feeding the watchdog. Refusals
+are logged with the peer's uid and pid, at most once a minute."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import selectors
 import socket
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 
 from netcomp.cni.codes import E_DECODE, E_OTHER, E_PEER, E_TRY_LATER
@@ -48,8 +49,8 @@ _SPENT = http1.Incoming()  # what a connection the loop let go of holds instead 
 
 
 class Loop:
-    """The thread that accepts and reads every connection, refuses what may not be served, holds the queue, and
-    writes the answers a worker handed back; complete requests go to its `router`."""
+    """The thread that accepts and reads every connection, refuses what may not be served, and writes the answers
+    a worker handed back; complete requests go to its `router`."""
 
     def __init__(self, sock: socket.socket, metrics: Metrics, limits: Limits, router: Router) -> None:
         self.sock = sock
@@ -72,38 +73,6 @@ class Loop:
         self._accept_said = RateLimited(log, ACCEPT_LOG_EVERY, logging.ERROR)
         self._refusal_said = RateLimited(log, REFUSAL_LOG_EVERY)
         self._handed_back: list[tuple[Conn, memoryview]] = []  # answers' rests from workers, for the loop to write
-        self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker, the loop's own
-
-    # ---------------------------------------------------------------------------------------------- the queue
-
-    def hold(self, c: Conn) -> None:
-        """Keep a complete request until the router starts it (next_held), its client hangs up (closed), or it
-        waited queueTimeout (answered: busy)."""
-        c.state = QUEUED
-        self.held.append(c)
-        self.router.held_changed(len(self.held))
-        self.watch(c)  # to see its client hang up
-        self.timer(c, time.monotonic() + self.limits.queue_timeout)
-
-    def next_held(self) -> Conn | None:
-        """The request held longest, out of the queue; None when none is."""
-        if not self.held:
-            return None
-        c = self.held.popleft()
-        self.router.held_changed(len(self.held))
-        return c
-
-    def _unhold(self, c: Conn) -> None:
-        with contextlib.suppress(ValueError):
-            self.held.remove(c)
-            self.router.held_changed(len(self.held))
-
-    def _drop_held(self) -> list[Conn]:
-        """What the queue holds, taken out of it: closed as the loop stops."""
-        left, self.held = list(self.held), deque()
-        if left:
-            self.router.held_changed(0)
-        return left
 
     # ---------------------------------------------------------------------------------------------- the loop
 
@@ -164,7 +133,7 @@ class Loop:
             for key in list(self._sel.get_map().values()):
                 if isinstance(key.data, Conn):
                     self.close(key.data)
-            for c in self._drop_held():
+            for c in self.router.drop_held():
                 self.close(c)
             self._sel.close()
             self.sock.close()  # what still waits in the backlog is refused (a shim tries again), not left hanging
@@ -265,7 +234,7 @@ class Loop:
                 msg = f"request not complete within {self.limits.header_timeout:g}s"
                 self.refuse(c, http1.Refuse(408, E_DECODE, msg, linger=True))  # it may be sending still
             elif c.state == QUEUED:  # waited queueTimeout
-                self._unhold(c)
+                self.router.dropped(c)
                 self.metrics.rejected.labels("busy").inc()
                 self.refused(c, 429, BUSY)
                 self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
@@ -279,7 +248,7 @@ class Loop:
             log.exception("bug while serving a connection")
             if c.mine:
                 if c.state == QUEUED:
-                    self._unhold(c)
+                    self.router.dropped(c)
                 with contextlib.suppress(Exception):
                     self.answer_now(c, 500, protocol.error_body(E_OTHER, "internal error", "this is a bug in netcomp"))
 
@@ -298,7 +267,7 @@ class Loop:
         elif c.state == QUEUED:
             if not data and http1.hung_up(c.sock):  # left the queue; a half-close alone still waits its answer
                 log.info("a client hung up while its request waited; not started")
-                self._unhold(c)
+                self.router.dropped(c)
                 self.close(c)
             elif not data:
                 self._unregister(c)  # half-closed: nothing more to read; checked again at its start

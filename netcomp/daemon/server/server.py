@@ -1,6 +1,6 @@
 """HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints. The Server
 routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) goes to a worker (workers.py) that runs
-it (handlers.py) and answers, at most `maxInFlight` at once, more held in the loop's queue (at most `maxQueued`,
+it (handlers.py) and answers, at most `maxInFlight` at once, more held in its queue (at most `maxQueued`,
 each up to `queueTimeout`), beyond that "try again later" (CNI code 11); a client that asks with `X-Netcomp-Shim:
 1` gets "102 Processing" as its request is started. The operator's views and actions (`/status`, `/metrics`,
 `/ipam/gc`...) run on workers of their own; `GET /healthz` (alive) and `POST /healthz` (would a CNI request be
@@ -17,12 +17,13 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
 from netcomp.daemon.server import handlers, http1, protocol
-from netcomp.daemon.server.connections import Conn, Limits
+from netcomp.daemon.server.connections import QUEUED, Conn, Limits
 from netcomp.daemon.server.loop import BUSY, Loop
 from netcomp.daemon.server.workers import Workers
 from netcomp.delegate.delegator import Delegator
@@ -70,7 +71,8 @@ class Server:
         self.draining = threading.Event()
         self.served = 0
         self._busy = 0
-        self._waiting = 0
+        self._waiting = 0  # len(held), for the other threads (under `changed`)
+        self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker (the loop's thread only)
         self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
         self.changed = threading.Condition()
@@ -211,32 +213,46 @@ class Server:
             loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
             return
         with self.changed:
-            free = self._busy < self.limits.max_in_flight and not loop.held
-            room = self._waiting < self.limits.max_queued and not self.draining.is_set()
+            free = self._busy < self.limits.max_in_flight and not self.held
+            room = len(self.held) < self.limits.max_queued and not self.draining.is_set()
         if free:
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
             loop.refused(c, 429, BUSY)
             loop.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
-        else:
-            loop.hold(c)
+        else:  # held until a slot is free, its client hangs up, or it waited queueTimeout (answered: busy)
+            c.state = QUEUED
+            self.held.append(c)
+            self._held_changed()
+            loop.watch(c)  # to see its client hang up
+            loop.timer(c, time.monotonic() + self.limits.queue_timeout)
 
     def after_round(self) -> None:
         """What the queue holds started while a slot is free (told to try again later once draining)."""
-        while self.loop.held:
+        while self.held:
             with self.changed:
                 if self._busy >= self.limits.max_in_flight and not self.draining.is_set():
                     return
-            c = self.loop.next_held()
-            if c is not None:
-                self._start(c, waited=True)
+            c = self.held.popleft()
+            self._held_changed()
+            self._start(c, waited=True)
 
-    def held_changed(self, held: int) -> None:
+    def dropped(self, c: Conn) -> None:
+        with contextlib.suppress(ValueError):
+            self.held.remove(c)
+            self._held_changed()
+
+    def drop_held(self) -> list[Conn]:
+        left, self.held = list(self.held), deque()
+        self._held_changed()
+        return left
+
+    def _held_changed(self) -> None:
         with self.changed:
-            self._waiting = held
+            self._waiting = len(self.held)
             self.changed.notify_all()
-        self.metrics.queued.set(held)
+        self.metrics.queued.set(len(self.held))
 
     # ---------------------------------------------------------------------------------------------- workers
 
