@@ -90,14 +90,8 @@ class Templates:
                 path = getattr(e, "filename", None) or name
                 raise IntentError([Diagnostic(f"template {name}: cannot read: {why}", SourceLocation(path))]) from None
             except jinja2.TemplateNotFound:
-                raise IntentError(
-                    [
-                        Diagnostic(
-                            f"template {name} not found in {self.override_dir} or the built-in templates",
-                            SourceLocation(name),
-                        )
-                    ]
-                ) from None
+                why = f"template {name} not found in {self.override_dir} or the built-in templates"
+                raise IntentError([Diagnostic(why, SourceLocation(name))]) from None
             self._cache[name] = tpl
         return tpl
 
