@@ -261,12 +261,11 @@ class Compiler:
         changed: Iterable[str | Path] | None,
         on_artifact: Callable[[Artifact], None] | None,
     ) -> Plan:
-        plan = Plan()
         try:
             files = list(files) if files is not None else discover([Path(d) for d in self.settings.intent_layers()])
         except IntentError as e:
-            plan.diagnostics.extend(e.diagnostics)
-            return plan
+            return Plan(diagnostics=list(e.diagnostics))
+        plan = Plan()
         recheck = None if changed is None else {str(p) for p in changed}
         static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
         statics_unchanged = recheck is not None and not any(

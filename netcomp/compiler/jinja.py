@@ -1,7 +1,5 @@
-"""One jinja2 environment for every backend template: StrictUndefined, no autoescape, admin overrides first.
-
-Templates write JSON; every value goes through `tojson`, and the compiler parses and re-serializes the result,
-so a template can change layout but never produce invalid or ambiguous JSON."""
+"""One jinja2 environment for every backend template: StrictUndefined, no autoescape, admin overrides first. Every
+value goes through `tojson` and render.py parses the output again, so a template never makes ambiguous JSON."""
 
 from __future__ import annotations
 

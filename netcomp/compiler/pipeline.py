@@ -95,9 +95,7 @@ class Pipeline:
             try:
                 listed = list(files) if files is not None else discover(self.layers())
             except IntentError as e:
-                plan = Plan()
-                plan.diagnostics.extend(e.diagnostics)
-                return plan
+                return Plan(diagnostics=list(e.diagnostics))
             # Taken before compiling: an input edited meanwhile makes the next run compile again.
             extra = self.claims_state() + self.devices_state()
             self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=extra)

@@ -1,7 +1,5 @@
-"""What DANM's and Multus's formats (danm.py, nad.py) share on their way onto the native Network model.
-
-Compat documents follow their origin's rules: the API server prunes unknown fields of these CRDs, so here an
-unknown key is a warning that names what is ignored, not an error."""
+"""What DANM's and Multus's formats (danm.py, nad.py) share on their way onto the native Network model. An unknown
+key is a warning here, not an error: the API server prunes unknown fields of these CRDs."""
 
 from __future__ import annotations
 
