@@ -241,8 +241,7 @@ class Compiler:
         """Compile `files` (default: discovered from the configured intent dirs). With `changed`, only those
         files are looked at again; the others are taken from the last run as they were. `on_artifact` sees each
         artifact as soon as it is rendered (an Output's Stager starts writing it), before the plan is complete."""
-        # Compiling builds many objects and no garbage cycles; the cyclic GC would rescan the growing heap
-        # again and again (about 10% of a cold compile). Pause it for the duration.
+        # Compiling builds many objects and no garbage cycles: the cyclic GC would only rescan the growing heap.
         was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -250,8 +249,7 @@ class Compiler:
         finally:
             forget_scalars()
             if was_enabled:
-                # What a compile keeps lives until the next one: move it out of the GC's sight, so that later
-                # collections do not rescan 10,000 intents' worth of objects.
+                # What a compile keeps lives until the next one: out of the GC's sight, later collections skip it.
                 gc.freeze()
                 gc.enable()
 

@@ -207,9 +207,7 @@ class Stager:
         """The staged temp file holding exactly data, now owned by the caller; None to write it afresh."""
         offered = self.staged.pop(filename, None)
         result = self.written.pop(filename, None)
-        if offered is None or offered != data or not isinstance(result, Path):
-            return None
-        return result
+        return result if offered == data and isinstance(result, Path) else None
 
     def discard(self) -> None:
         self.wait()

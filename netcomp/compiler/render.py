@@ -25,7 +25,7 @@ NODE_ONLY = "compiled away from the node: --strict makes this an error"
 
 
 def _plugins(conf: dict[str, Any]) -> tuple[str, ...]:
-    """The conflist's plugin types, one tuple per distinct list (10,000 networks use a handful)."""
+    """The conflist's plugin types, one tuple per distinct list (many networks share a handful)."""
     types = tuple(cnispec.plugin_types(conf))
     return _PLUGIN_LISTS.setdefault(types, types)
 

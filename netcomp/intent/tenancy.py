@@ -107,12 +107,11 @@ def parse_config(doc: Document) -> tuple[TenantConfig | None, list[Diagnostic]]:
         diags.append(doc.diagnostic("networkIds must be a mapping of NetworkType to NetworkID", ("networkIds",)))
     else:
         for t, nid in ids.items():
-            if not isinstance(t, str) or not t or not isinstance(nid, str) or not nid:
-                diags.append(
-                    doc.diagnostic("networkIds: NetworkType and NetworkID must be non-empty strings", ("networkIds", t))
-                )
-                continue
-            nids.append((t, nid))
+            if isinstance(t, str) and t and isinstance(nid, str) and nid:
+                nids.append((t, nid))
+            else:
+                why = "networkIds: NetworkType and NetworkID must be non-empty strings"
+                diags.append(doc.diagnostic(why, ("networkIds", t)))
     if any(d.is_error for d in diags):
         return None, diags
     return TenantConfig(name, doc.source.name, tuple(profiles), tuple(nids)), diags

@@ -72,6 +72,7 @@ def pydantic_diagnostics(
         path, _ = doc.resolve(src_loc)
         key = at.key if at else False
         where = _dotted(path)
+        disc = str(ctx.get("discriminator", "type")).strip("'")  # the key a tagged union is chosen by
         if etype == "extra_forbidden":
             name = loc[-1]
             msg = f"unknown key {name!r}"
@@ -84,14 +85,12 @@ def pydantic_diagnostics(
         elif etype == "missing":
             msg = f"missing required key {loc[-1]!r}"
         elif etype == "union_tag_invalid":
-            expected = ctx.get("expected_tags", "")
-            disc = str(ctx.get("discriminator", "type")).strip("'")
-            msg = f"unknown {disc} {ctx.get('tag')!r}; expected one of {expected}"
+            msg = f"unknown {disc} {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags', '')}"
             src_loc = (*src_loc, disc)
             path, _ = doc.resolve(src_loc)
             where = _dotted(path)
         elif etype == "union_tag_not_found":
-            msg = f"missing required key {str(ctx.get('discriminator', 'type')).strip(chr(39))!r}"
+            msg = f"missing required key {disc!r}"
             key = True
         elif etype == "string_pattern_mismatch":
             pattern = ctx.get("pattern", "")
