@@ -1,4 +1,2 @@
-"""Intents to CNI conflists on disk: the incremental Compiler (compiler.py), rendering one intent (render.py)
-through a backend (backends/) and its jinja2 template (jinja.py, templates/), the Plan it makes (plan.py), the
-output dir (output.py), the plan cache (plancache.py), and the one pipeline the CLI and the daemon both run
-(pipeline.py)."""
+"""Intents to CNI conflists on disk: the incremental Compiler renders each intent through its backend's template
+into a Plan, and the pipeline the CLI and the daemon both run writes it to the output dir."""

@@ -1,11 +1,7 @@
-"""The daemon's first compile, in a child process: what a cold compile allocates on its way (documents, models,
-templates' output) and the modules it imports (the intent models, jinja2) never enter the daemon, which keeps
-only the result: the plan, the temp files the child staged, and the compiler's memory of what it compiled,
-taken over (adopt) the first time the daemon compiles again. The child is a fork(2) made while the daemon runs
-one thread (run.py), answers through a pipe and ends with os._exit; anything that goes wrong there (or a fork
-that fails, or threads already running) means the compile is done in process: this only ever saves memory.
-The child's side, and the pickling of what it hands over, are handover.py's: only the child imports the compiler.
-"""
+"""The daemon's first compile, in a forked child, so that what a cold compile allocates and imports (the intent
+models, jinja2) never enters the daemon: it keeps the plan, the temp files the child staged and the compiler's
+memory (handover.py). Anything that goes wrong there means the compile is done in the daemon: this only saves
+memory."""
 
 from __future__ import annotations
 
@@ -33,8 +29,8 @@ if TYPE_CHECKING:
     from netcomp.compiler.compiler import Compiler
 
 log = logging.getLogger("netcomp.compiler")
-# A child that has not answered by then is stuck (a cold compile of 10,000 intents takes seconds): it is killed
-# and the daemon compiles, well inside the unit's start timeout.
+# A child that has not answered by then is stuck: it is killed and the daemon compiles, well inside the unit's
+# start timeout.
 CHILD_TIMEOUT = 120.0
 
 
@@ -82,8 +78,8 @@ def compile_forked(
     stage: bool,
     timeout: float | None = None,
 ) -> Handover | None:
-    """A full compile of `files` in a child (see the module's docstring); None when it could not be done
-    there."""
+    """A full compile of `files` in a child; None when it could not be done there (the fork failed, threads are
+    already running, the child failed or took too long)."""
     if threading.active_count() > 1:
         return None
     timeout = CHILD_TIMEOUT if timeout is None else timeout

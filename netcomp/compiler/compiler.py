@@ -1,13 +1,11 @@
-"""The compiler as a long-lived object: reads intent files and static CNI files, remembers what it parsed and
-rendered, and on the next run redoes only what changed (a daemon recompiles on every edit: work follows the
-size of the edit, not of the node). What it remembers is small: each file's intents are validated, their
-cross-intent facts taken (intent/rules.py), rendered, and *released* before the next file is read (a released
-Intent keeps its name, its facts and a Document without its data and text). A file is read again when it
-changes or the static file one of its intents names does; new templates mean every file is read again. DANM's
-TenantNetworks are parsed after every file is read, and kept whole (docs/architecture.md, "Incremental")."""
+"""The compiler as a long-lived object: it reads intent files and static CNI files, remembers what it rendered,
+and on the next run redoes only what changed, so a daemon's recompile follows the size of the edit. Each intent
+is *released* once rendered: only its name, its facts for the rules and a Document without data stay
+(docs/architecture.md, "Incremental")."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -113,69 +111,57 @@ class _Run:
 class Compiler:
     """Compile intent files into a Plan, incrementally. Not thread-safe: one owner calls compile()."""
 
-    def __init__(self, settings: Settings, *, offline: bool = True, templates: Templates | None = None) -> None:
+    def __init__(self, settings: Settings, *, offline: bool = True) -> None:
         """`settings` paths are used as they are: resolve them under a root first (Settings.rooted)."""
         self.settings = settings
         self.offline = offline
-        tdir = Path(settings.templateDir)
-        self.templates = templates or Templates(tdir if tdir.is_dir() else None)
-        self._files: dict[str, _File] = {}
-        self._names: list[str] = []
         self._statics = StaticFiles(settings.staticDirs)
         # What the installed plugins say they speak (VERSION), for static files' cniVersion.
         self._plugins = Runner(settings.pluginDirs, timeout=VERSION_TIMEOUT)
-        self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
         # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.idclaims.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
         self.claim_ids: tenancy.Claim | None = None
         # Whether a host device is on this machine; None: not checked.
         self.device_present: Callable[[str], bool] | None = None
+        self.reset_templates()
 
     def reset_templates(self) -> None:
-        """An admin template changed: load templates afresh and render everything again (every file is read
-        again: only released intents are kept)."""
+        """Load templates afresh and forget every rendering (every file is read again: intents are released)."""
         tdir = Path(self.settings.templateDir)
         self.templates = Templates(tdir if tdir.is_dir() else None)
-        self._files, self._names = {}, []
-        self._tenant_memo = {}
-
-    def layers(self) -> list[Path]:
-        return [Path(d) for d in self.settings.intent_layers()]
+        self._files: dict[str, _File] = {}
+        self._names: list[str] = []
+        self._tenant_memo: dict[tuple[str, int], _TenantEntry] = {}
 
     # ------------------------------------------------------------------------------------------ files
 
     def _read(self, path: Path, known: _File | None, run: _Run) -> _File:
-        name = str(path)
         try:
             st = os.stat(path)
             key = stat_key(st)
-            same = known is not None and known.key == key
-            raw = None if same and known is not None and known.racy is None else read_bounded(path, MAX_BYTES)
-        except OSError as e:
-            return _File(NO_KEY, (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name)),), True)
-        racy = hashlib.sha256(raw).digest() if raw is not None and is_racy(st, time.time_ns()) else None
-        if same and known is not None and raw is not None:
-            if known.racy == hashlib.sha256(raw).digest():
-                known.racy = racy  # the same content; trusted by stat alone once it is old enough
-            else:
-                same = False
-        if same and known is not None and (run.statics_unchanged or not known.statics or not self._moved(known, run)):
-            return known
-        if raw is None:  # as it was, but a static file one of its intents names changed: read and render again
-            try:
+            same = known if known is not None and known.key == key else None
+            raw = None if same is not None and same.racy is None else read_bounded(path, MAX_BYTES)
+            digest = hashlib.sha256(raw).digest() if raw is not None else None
+            racy = digest if is_racy(st, time.time_ns()) else None
+            if same is not None and digest is not None:
+                if same.racy == digest:
+                    same.racy = racy  # the same content; trusted by stat alone once it is old enough
+                else:
+                    same = None
+            if same is not None and (run.statics_unchanged or not same.statics or not self._moved(same, run)):
+                return same
+            if raw is None:  # as it was, but a static file one of its intents names changed: read and render again
                 raw = read_bounded(path, MAX_BYTES)
-            except OSError as e:
-                diag = Diagnostic(f"cannot read: {e.strerror}", SourceLocation(name))
-                return _File(NO_KEY, (), (diag,), True)
-        return self._compile_file(name, key, raw, racy, run)
+        except OSError as e:
+            return _File(NO_KEY, (), (Diagnostic(f"cannot read: {e.strerror}", SourceLocation(str(path))),), True)
+        return self._compile_file(str(path), key, raw, digest or hashlib.sha256(raw).digest(), racy, run)
 
-    def _compile_file(self, name: str, key: StatKey, raw: bytes, racy: bytes | None, run: _Run) -> _File:
-        """Parse, take facts, render and release each intent of one file."""
+    def _compile_file(self, name: str, key: StatKey, raw: bytes, digest: bytes, racy: bytes | None, run: _Run) -> _File:
+        """Parse, take facts, render and release each intent of one file (`digest`: its bytes')."""
         try:
             docs = load_documents(name, raw)
         except IntentError as e:
             return _File(key, (), tuple(e.diagnostics), True, racy)
-        digest = hashlib.sha256(raw).digest()
         renders: list[_Rendered] = []
         diags: list[Diagnostic] = []
         statics = False
@@ -255,8 +241,7 @@ class Compiler:
         """Compile `files` (default: discovered from the configured intent dirs). With `changed`, only those
         files are looked at again; the others are taken from the last run as they were. `on_artifact` sees each
         artifact as soon as it is rendered (an Output's Stager starts writing it), before the plan is complete."""
-        # Compiling builds many objects and no garbage cycles; the cyclic GC would rescan the growing heap
-        # again and again (about 10% of a cold compile). Pause it for the duration.
+        # Compiling builds many objects and no garbage cycles: the cyclic GC would only rescan the growing heap.
         was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -264,8 +249,7 @@ class Compiler:
         finally:
             forget_scalars()
             if was_enabled:
-                # What a compile keeps lives until the next one: move it out of the GC's sight, so that later
-                # collections do not rescan 10,000 intents' worth of objects.
+                # What a compile keeps lives until the next one: out of the GC's sight, later collections skip it.
                 gc.freeze()
                 gc.enable()
 
@@ -275,12 +259,11 @@ class Compiler:
         changed: Iterable[str | Path] | None,
         on_artifact: Callable[[Artifact], None] | None,
     ) -> Plan:
-        plan = Plan()
         try:
-            files = list(files) if files is not None else discover(self.layers())
+            files = list(files) if files is not None else discover([Path(d) for d in self.settings.intent_layers()])
         except IntentError as e:
-            plan.diagnostics.extend(e.diagnostics)
-            return plan
+            return Plan(diagnostics=list(e.diagnostics))
+        plan = Plan()
         recheck = None if changed is None else {str(p) for p in changed}
         static_dirs = [d.rstrip("/") + "/" for d in self.settings.staticDirs]
         statics_unchanged = recheck is not None and not any(
@@ -314,32 +297,22 @@ class Compiler:
                 failing.add(id(r.intent))
             else:
                 good.append((r.intent, r.artifact))
-        # 4. Plugins present?
+        # 4. Plugins present? Host devices there (only when asked: `netcomp validate` and `compile`; the daemon
+        # leaves it to `netcomp doctor` and the ADD)?
+        missing = missing_plugins(good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline)
+        if self.device_present is not None:
+            missing += missing_devices(good, self.device_present, offline=self.offline)
         listed: set[int] = set()
-        for intent, diag in missing_plugins(
-            good, self._plugin_lookup(), self.settings.pluginDirs, offline=self.offline
-        ):
-            if id(diag) not in listed:  # one message per plugin type
+        for intent, diag in missing:
+            if id(diag) not in listed:  # one message per plugin type or device
                 listed.add(id(diag))
                 plan.diagnostics.append(diag)
             if diag.is_error:
                 failing.add(id(intent))
-        # 4b. Host devices there (only when asked: `netcomp validate` and `compile`; the daemon leaves it to
-        # `netcomp doctor` and the ADD).
-        if self.device_present is not None:
-            for intent, diag in missing_devices(good, self.device_present, offline=self.offline):
-                if id(diag) not in listed:
-                    listed.add(id(diag))
-                    plan.diagnostics.append(diag)
-                if diag.is_error:
-                    failing.add(id(intent))
         # 5. The plan. A name that failed anywhere (say, defined twice) is left out entirely: a daemon keeps its
         # last good output rather than guess which definition was meant.
-        plan.failed_networks = {it.name for it in intents if id(it) in failing} if failing else set()
-        bad = plan.failed_networks
-        plan.artifacts = {
-            a.filename: a for it, a in good if not failing or (it.name not in bad and id(it) not in failing)
-        }
+        plan.failed_networks = {it.name for it in intents if id(it) in failing}
+        plan.artifacts = {a.filename: a for it, a in good if it.name not in plan.failed_networks}
         return plan
 
     def _tenants(self, run: _Run) -> tuple[list[_Rendered], list[Diagnostic]]:
@@ -430,11 +403,9 @@ class Compiler:
 
     def _plugin_lookup(self) -> Callable[[str], bool]:
         dirs = [Path(d) for d in self.settings.pluginDirs]
-        found: dict[str, bool] = {}
 
+        @functools.cache
         def installed(name: str) -> bool:
-            if name not in found:
-                found[name] = any(os.access(d / name, os.X_OK) and (d / name).is_file() for d in dirs)
-            return found[name]
+            return any(os.access(d / name, os.X_OK) and (d / name).is_file() for d in dirs)
 
         return installed

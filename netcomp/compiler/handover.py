@@ -1,9 +1,6 @@
-"""The compiler's memory handed from one process to another (compiler/coldstart.py: a child compiles, the
-daemon takes over), pickled: between the daemon and its own child over a pipe, never through a file.
-
-Our types are pickled as tuples of their fields (a dispatch table), which costs a fraction of the default
-pickling of slotted dataclasses (Python per object: docs/benchmarks.md). The plan's artifacts are named, not
-copied: the taker has them (its plan), and so shares their bytes."""
+"""The compiler's memory handed from the child coldstart.py forks to the daemon, pickled over a pipe (never
+through a file). Our types are pickled as tuples of their fields (a dispatch table: cheaper than the default
+pickling of slotted dataclasses); the plan's artifacts are named, not copied."""
 
 from __future__ import annotations
 
@@ -60,7 +57,7 @@ class _Pickler(pickle.Pickler):
         self.shared = shared
 
     def persistent_id(self, obj: Any) -> str | None:
-        # The plan's artifacts are named, not copied: the taker has them (its plan), and shares their bytes.
+        # The taker has the plan's artifacts (its plan), and so shares their bytes.
         if type(obj) is Artifact and self.shared.get(obj.filename) is obj:
             return obj.filename
         return None

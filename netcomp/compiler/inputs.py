@@ -13,7 +13,7 @@ from netcomp.errors import Diagnostic, IntentError, SourceLocation
 
 INTENT_SUFFIXES = (".yaml", ".yml")
 STATIC_SUFFIXES = (".conflist", ".conf", ".json")
-StatKey = bytes  # mtime and ctime (ns), size, inode: 32 bytes (a tuple of four ints was 230 per file)
+StatKey = bytes  # mtime and ctime (ns), size, inode packed: smaller than a tuple of four ints
 NO_KEY: StatKey = b""  # a file that could not be read
 _KEY = struct.Struct("=qqQQ")
 

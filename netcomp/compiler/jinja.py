@@ -1,7 +1,5 @@
-"""One jinja2 environment for every backend template: StrictUndefined, no autoescape, admin overrides first.
-
-Templates write JSON; every value goes through `tojson`, and the compiler parses and re-serializes the result,
-so a template can change layout but never produce invalid or ambiguous JSON."""
+"""One jinja2 environment for every backend template: StrictUndefined, no autoescape, admin overrides first. Every
+value goes through `tojson` and render.py parses the output again, so a template never makes ambiguous JSON."""
 
 from __future__ import annotations
 
@@ -90,14 +88,8 @@ class Templates:
                 path = getattr(e, "filename", None) or name
                 raise IntentError([Diagnostic(f"template {name}: cannot read: {why}", SourceLocation(path))]) from None
             except jinja2.TemplateNotFound:
-                raise IntentError(
-                    [
-                        Diagnostic(
-                            f"template {name} not found in {self.override_dir} or the built-in templates",
-                            SourceLocation(name),
-                        )
-                    ]
-                ) from None
+                why = f"template {name} not found in {self.override_dir} or the built-in templates"
+                raise IntentError([Diagnostic(why, SourceLocation(name))]) from None
             self._cache[name] = tpl
         return tpl
 

@@ -13,8 +13,7 @@ if TYPE_CHECKING:  # the daemon reads markers (is_owned) without importing the i
 
 
 def meta(intent: Intent, **extra: Any) -> dict[str, Any]:
-    """The `netcomp` block of a compiled conflist: proof of ownership (pruning touches only files that carry
-    it) and what the daemon needs at attach time. Plugins never see it: only `plugins[]` entries reach them."""
+    """The `netcomp` block of `intent`'s conflist, with the backend's `extra` (None values left out)."""
     out: dict[str, Any] = {"generated": True, "type": intent.network.spec.type}
     if intent.network.spec.interfacePrefix is not None:
         out["interfacePrefix"] = intent.network.spec.interfacePrefix

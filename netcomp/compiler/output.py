@@ -113,16 +113,16 @@ class Output:
     def apply(self, plan: Plan, *, keep: Collection[str] = (), staged: Stager | None = None) -> list[Change]:
         try:
             changes = self.changes(plan, keep=keep)
-        except BaseException:
-            if staged is not None:
-                staged.discard()
-            raise
-        if not changes:
-            if staged is not None:
-                staged.discard()
+            if changes:
+                if staged is not None:
+                    staged.wait()
+                self._apply(changes, staged)
             return changes
-        if staged is not None:
-            staged.wait()
+        finally:
+            if staged is not None:
+                staged.discard()
+
+    def _apply(self, changes: list[Change], staged: Stager | None) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
             if staged is None:
@@ -130,8 +130,8 @@ class Output:
             owned = self.owned()
             writes = [ch for ch in changes if ch.new is not None]
             if len(writes) > PARALLEL_MIN:
-                # fsync waits on the disk with the GIL released; concurrent fsyncs share journal commits, so a
-                # large plan is written ~2.5x faster. Each file is still written atomically on its own.
+                # fsync waits on the disk with the GIL released, and concurrent fsyncs share journal commits. Each
+                # file is still written atomically on its own.
                 _in_threads(lambda ch: self._write(ch, staged), writes, WRITERS)
             else:
                 for ch in writes:
@@ -147,20 +147,13 @@ class Output:
         except OSError as e:
             self._owned = None  # we no longer know what is on disk: re-read next time
             raise HostError(f"cannot write {e.filename or self.directory}: {e.strerror}") from None
-        finally:
-            if staged is not None:
-                staged.discard()
-        return changes
 
 
 class Stager:
     """Writes artifacts that differ from the output dir into their temp files (fsync'd, not yet visible) in
-    background threads while the compiler goes on: the disk works while the CPU compiles. apply() then only
-    renames them into place; discard() removes whatever was not published (an error anywhere in the plan
-    means nothing is published at all).
-
-    A queue and WRITERS threads, not an executor: a Future per artifact (its Condition, lock and deque) adds up,
-    at the peak of a large compile, to memory the daemon then never gives back."""
+    background threads while the compiler goes on; apply() then only renames them into place, discard() removes
+    what was not published. A queue and WRITERS threads, not an executor: a Future per artifact adds up, at the
+    peak of a large compile, to memory the daemon then never gives back."""
 
     def __init__(self, output: Output) -> None:
         self.output = output
@@ -214,9 +207,7 @@ class Stager:
         """The staged temp file holding exactly data, now owned by the caller; None to write it afresh."""
         offered = self.staged.pop(filename, None)
         result = self.written.pop(filename, None)
-        if offered is None or offered != data or not isinstance(result, Path):
-            return None
-        return result
+        return result if offered == data and isinstance(result, Path) else None
 
     def discard(self) -> None:
         self.wait()

@@ -1,13 +1,6 @@
 """The one way from intents to the output dir, for `netcomp compile` and the daemon alike: the incremental
-Compiler, the plan cache (a full run whose inputs are all as they were costs a stat of each, and reads the plan
-back), and the Output (written only where it changed, atomically, the disk working on the artifacts while the
-compiler is still rendering the rest).
-
-    plan = pipeline.compile()               # or compile(changed=paths): what those paths touch, incrementally
-    changes = pipeline.write(plan, keep=…)  # or preview(plan); discard() drops what was staged
-
-What a plan with errors means is the caller's: the CLI writes nothing (discard), the daemon writes the rest and
-keeps the last good output of what failed (keep)."""
+Compiler, the plan cache, and the Output. What a plan with errors means is the caller's: the CLI writes nothing
+(discard), the daemon writes the rest and keeps the last good output of what failed (write's `keep`)."""
 
 from __future__ import annotations
 
@@ -102,9 +95,7 @@ class Pipeline:
             try:
                 listed = list(files) if files is not None else discover(self.layers())
             except IntentError as e:
-                plan = Plan()
-                plan.diagnostics.extend(e.diagnostics)
-                return plan
+                return Plan(diagnostics=list(e.diagnostics))
             # Taken before compiling: an input edited meanwhile makes the next run compile again.
             extra = self.claims_state() + self.devices_state()
             self._fp = fingerprint(self.settings, listed, offline=self.offline, extra=extra)

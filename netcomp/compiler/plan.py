@@ -1,5 +1,4 @@
-"""The Plan: what the output dir should hold (an Artifact, file name and bytes, per network), and everything found
-on the way there. What the compiler makes and the output dir takes."""
+"""The Plan the compiler makes and the output dir takes: an Artifact (file name and bytes) per network."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""A compiled plan remembered across runs, keyed by a fingerprint of everything compilation reads.
-
-`netcomp compile` with nothing changed should cost what it takes to notice that: stat the inputs, compare the
-output. The fingerprint covers netcomp's version, the settings, every intent file's stat (mtime, ctime, size,
-inode), and the listing with stats of the static, plugin and template dirs; any difference means a real compile.
-The cache sits in the output dir under a name no runtime loads, and is JSON (never pickle: a root process reads
-it). A cache that is missing, stale or unreadable is simply ignored."""
+"""A compiled plan remembered across runs, keyed by a fingerprint of everything compilation reads (netcomp's
+version, the settings, every intent file's stat, the static, plugin and template dirs' listings with stats), so
+that a run with nothing changed costs a stat per input. It is JSON (never pickle: a root process reads it) in
+the output dir under a name no runtime loads; one missing, stale or unreadable is ignored."""
 
 from __future__ import annotations
 
@@ -28,8 +25,8 @@ from netcomp.fsutil import TMP_SUFFIX, WRITE_FLAGS, fsync_dir, is_racy, publish,
 from netcomp.settings import Settings
 
 CACHE_NAME = ".netcomp-plan.cache"
-# The most read of the cache, or of an input hashed for its content (a plugin binary is one): far above the plan
-# of the largest node (docs/benchmarks.md); what is larger is compiled rather than trusted.
+# The most read of the cache, or of an input hashed for its content (a plugin binary is one); what is larger is
+# compiled rather than trusted.
 MAX_BYTES = 256 << 20
 
 

@@ -25,7 +25,7 @@ NODE_ONLY = "compiled away from the node: --strict makes this an error"
 
 
 def _plugins(conf: dict[str, Any]) -> tuple[str, ...]:
-    """The conflist's plugin types, one tuple per distinct list (10,000 networks use a handful)."""
+    """The conflist's plugin types, one tuple per distinct list (many networks share a handful)."""
     types = tuple(cnispec.plugin_types(conf))
     return _PLUGIN_LISTS.setdefault(types, types)
 
@@ -33,33 +33,21 @@ def _plugins(conf: dict[str, Any]) -> tuple[str, ...]:
 def render(intent: Intent, templates: Templates, inp: RenderInput) -> tuple[Artifact, list[Diagnostic]]:
     """One intent to its artifact and warnings. Raises IntentError when the output is not a usable conflist (a
     broken admin template, or a static file that is not valid CNI)."""
-    backend = registry.get(intent.network.spec.type)
+    backend = registry.REGISTRY[intent.network.spec.type]
     text = templates.render(backend.template, backend.context(intent, inp))
     where = f"template {backend.template}"
     try:
         conf = orjson.loads(text)
     except orjson.JSONDecodeError as e:
-        raise IntentError(
-            [
-                intent.diagnostic(
-                    f"{where} produced invalid JSON ({e.msg} at line {e.lineno}, column {e.colno} of its output)",
-                    (),
-                )
-            ]
-        ) from None
+        why = f"{where} produced invalid JSON ({e.msg} at line {e.lineno}, column {e.colno} of its output)"
+        raise IntentError([intent.diagnostic(why)]) from None
     problems = cnispec.verify_conflist(conf)
     if isinstance(conf, dict) and conf.get("name") != intent.name:
         problems.append(f"network name is {conf.get('name')!r}, not {intent.name!r}")
     if problems:
         raise IntentError([intent.diagnostic(f"{where} produced an unusable conflist: {p}", ()) for p in problems])
     warnings = [intent.diagnostic(w, ("spec",), key=True, severity="warning") for w in cnispec.routes_without_gw(conf)]
-    art = Artifact(
-        intent.name,
-        filename_for(intent.name),
-        cnispec.dumps(conf),
-        intent.doc.source.name,
-        _plugins(conf),
-    )
+    art = Artifact(intent.name, filename_for(intent.name), cnispec.dumps(conf), intent.doc.source.name, _plugins(conf))
     return art, warnings
 
 
@@ -72,10 +60,7 @@ def missing_plugins(
 ) -> list[tuple[Intent, Diagnostic]]:
     """A plugin type absent from the plugin dirs: one diagnostic per type, at its first use. An error for a
     daemon (attach would fail); a warning when compiling offline (the node may have it)."""
-    needed: set[str] = set()
-    for _, art in plan_intents:
-        needed.update(art.plugins)
-    missing = {p for p in needed if not installed(p)}
+    missing = {p for p in {p for _, art in plan_intents for p in art.plugins} if not installed(p)}
     users: dict[str, list[Intent]] = {}
     if missing:
         for intent, art in plan_intents:

@@ -65,41 +65,25 @@ class StaticFiles:
         """The intent's static file: (its stat key, the config, None), or what is wrong with it (the key None
         when there is no readable file). `offline`: away from the node (CI), a file that is not there is a
         warning (the network is left out): the node's static dirs are not here."""
+        at = ("spec", "networkID")
         path = self.find(network_id, listing)
         if path is None:
-            dirs = ", ".join(self.dirs)
-            return (
-                None,
-                None,
-                intent.diagnostic(
-                    f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {dirs}"
-                    + (f" (left out: {NODE_ONLY})" if offline else ""),
-                    ("spec", "networkID"),
-                    severity="warning" if offline else "error",
-                ),
-            )
+            why = f"static networkID {network_id!r}: no {network_id}.conflist, .conf or .json in {', '.join(self.dirs)}"
+            why += f" (left out: {NODE_ONLY})" if offline else ""
+            return None, None, intent.diagnostic(why, at, severity="warning" if offline else "error")
         name = str(path)
         try:
             key = stat_key(os.stat(path))
         except OSError as e:
-            return (
-                None,
-                None,
-                intent.diagnostic(f"cannot read static file {name}: {e.strerror}", ("spec", "networkID")),
-            )
+            return None, None, intent.diagnostic(f"cannot read static file {name}: {e.strerror}", at)
         cached = self._parsed.get(name)
         if cached is None or cached[0] != key:
             cached = (key, self._parse(path))
             self._parsed[name] = cached
         value = cached[1]
         if isinstance(value, Diagnostic):
-            return (
-                key,
-                None,
-                intent.diagnostic(
-                    f"static networkID {network_id!r}: {value.location}: {value.message}", ("spec", "networkID")
-                ),
-            )
+            why = f"static networkID {network_id!r}: {value.location}: {value.message}"
+            return key, None, intent.diagnostic(why, at)
         return key, value, None
 
     def _parse(self, path: Path) -> StaticConfig | Diagnostic:

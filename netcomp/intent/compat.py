@@ -1,7 +1,5 @@
-"""What DANM's and Multus's formats (danm.py, nad.py) share on their way onto the native Network model.
-
-Compat documents follow their origin's rules: the API server prunes unknown fields of these CRDs, so here an
-unknown key is a warning that names what is ignored, not an error."""
+"""What DANM's and Multus's formats (danm.py, nad.py) share on their way onto the native Network model. An unknown
+key is a warning here, not an error: the API server prunes unknown fields of these CRDs."""
 
 from __future__ import annotations
 
@@ -13,26 +11,12 @@ from pydantic import ValidationError
 from netcomp.errors import Diagnostic
 from netcomp.intent.intent import Intent
 from netcomp.intent.model import Network
-from netcomp.intent.source import Document, PathKey
+from netcomp.intent.source import Document, PathKey, walk
 from netcomp.intent.validation import pydantic_diagnostics
 
-_K8S_META = {
-    "name",
-    "namespace",
-    "labels",
-    "annotations",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "managedFields",
-    "ownerReferences",
-    "finalizers",
-    "selfLink",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "generateName",
-}
+_K8S_META = {"name", "namespace", "labels", "annotations", "uid", "resourceVersion", "generation", "creationTimestamp",
+             "managedFields", "ownerReferences", "finalizers", "selfLink", "deletionTimestamp",
+             "deletionGracePeriodSeconds", "generateName"}  # fmt: skip
 
 
 class Collector:
@@ -87,28 +71,15 @@ def validate(
     namespace: str | None = None,
     meta: dict[str, Any] | None = None,
 ) -> tuple[Intent | None, list[Diagnostic]]:
-    doc = c.doc
-
     def translate(loc: Sequence[Any]) -> PathKey:
         # Drop pydantic's union tags (they are not keys of the converted data), then map to the source format.
-        node: Any = native
-        clean: list[Any] = []
-        for part in loc:
-            if (isinstance(node, dict) and part in node) or (
-                isinstance(node, list) and isinstance(part, int) and part < len(node)
-            ):
-                node = node[part]
-                clean.append(part)
-        t = tuple(clean)
-        for n in range(len(t), -1, -1):
-            if t[:n] in fieldmap:
-                return fieldmap[t[:n]]
-        return ()
+        t, _ = walk(native, loc)
+        return next((fieldmap[t[:n]] for n in range(len(t), -1, -1) if t[:n] in fieldmap), ())
 
     try:
         net = Network.model_validate(native)
     except ValidationError as e:
-        return None, [*c.diags, *pydantic_diagnostics(doc, e, translate)]
+        return None, [*c.diags, *pydantic_diagnostics(c.doc, e, translate)]
     if c.failed:
         return None, c.diags
-    return Intent(net, doc, fmt, fieldmap, inline, namespace, meta or {}), c.diags
+    return Intent(net, c.doc, fmt, fieldmap, inline, namespace, meta or {}), c.diags

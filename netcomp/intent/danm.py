@@ -21,27 +21,16 @@ DANM_MAX_NID = 11  # DANM MaxNidLength: room for its VLAN/VxLAN host interface n
 DANM_MIN_V4_PREFIX = 8  # DANM MaxNetMaskLength
 DANM_V6_POOL_PREFIX = 106  # DANM defaults allocation_pool_v6 to the first /106 of net6
 DANM_DEFAULT_PREFIX = "eth"
+BASE: PathKey = ("spec", "Options")
 
-_DANM_OPTIONS = {
-    "host_device",
-    "device_pool",
-    "cidr",
-    "allocation_pool",
-    "net6",
-    "allocation_pool_v6",
-    "container_prefix",
-    "rt_tables",
-    "routes",
-    "routes6",
-    "vlan",
-    "vxlan",
-    "alloc",
-    "alloc6",
-}
-_DANM_IGNORED = {
-    "alloc": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
-    "alloc6": "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
-}
+# DANM's options that say where addresses and links come from (the static backend ignores them all).
+_IPAM_OPTIONS = ("host_device", "cidr", "net6", "allocation_pool", "allocation_pool_v6", "routes", "routes6",
+                 "vlan", "vxlan", "device_pool")  # fmt: skip
+_DANM_IGNORED = dict.fromkeys(
+    ("alloc", "alloc6"),
+    "DANM's allocation bitmask is runtime state kept by DANM's IPAM; netcomp keeps one claim per address",
+)
+_DANM_OPTIONS = {*_IPAM_OPTIONS, "container_prefix", "rt_tables", *_DANM_IGNORED}
 DANM_FIELDMAP: dict[PathKey, PathKey] = {
     ("metadata",): ("metadata",),
     ("metadata", "name"): ("metadata", "name"),
@@ -95,45 +84,42 @@ def _routes(c: Collector, routes: Any, loc: PathKey, net: Any) -> list[dict[str,
     return out
 
 
-def _v4_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, dict[str, Any] | None]:
+def _v4_range(c: Collector, opts: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     pool = opts.get("allocation_pool") or {}
-    ploc = (*base, "allocation_pool")
+    ploc = (*BASE, "allocation_pool")
     if opts.get("cidr") in (None, ""):
         if isinstance(pool, dict) and (pool.get("start") or pool.get("end")):
             c.error("Allocation pool cannot be defined without CIDR!", ploc, key=True)
         return None, None
-    net = _cidr(c, opts["cidr"], (*base, "cidr"), 4)
+    net = _cidr(c, opts["cidr"], (*BASE, "cidr"), 4)
     if net is None:
         return None, None
     if net.prefixlen < DANM_MIN_V4_PREFIX:
-        c.error(
-            f"Netmask of the IPv4 CIDR is bigger than the maximum allowed /{DANM_MIN_V4_PREFIX}",
-            (*base, "cidr"),
-        )
+        c.error(f"Netmask of the IPv4 CIDR is bigger than the maximum allowed /{DANM_MIN_V4_PREFIX}", (*BASE, "cidr"))
         return None, None
     if not isinstance(pool, dict):
         c.error("allocation_pool: must be a mapping with start and end", ploc)
         return net, None
-    bounds = _bounds(
-        c,
-        pool,
-        ploc,
-        (net, (*base, "cidr")),
-        "Allocation pool is outside of defined CIDR",
-        "Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}",
-    )
-    if bounds is None:
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
+    return net, _range(c, pool, ploc, net, (net, (*BASE, "cidr")))
 
 
-def _bounds(
-    c: Collector, pool: dict[str, Any], ploc: PathKey, within: tuple[Any, PathKey], outside: str, reverse: str
-) -> tuple[Any, Any] | None:
-    """An allocation pool's start and end, inside `within` (a network, and where it is written) and in order. The
-    defaults are DANM's: the whole network minus its first and last address. Each error is at the bound that
-    breaks the rule (at the network, when that bound is a default)."""
+# DANM's words when an allocation pool (IPv4 or v6) breaks a rule: a bound outside the network, bounds reversed.
+_POOL_ERRORS = {
+    4: ("Allocation pool is outside of defined CIDR",
+        "Allocation pool start:{start} is bigger than or equal to allocation pool end:{end}"),
+    6: ("allocation_pool_v6 is outside of its cidr {net}",
+        "allocation_pool_v6 start:{start} is bigger than or equal to end:{end}"),
+}  # fmt: skip
+
+
+def _range(
+    c: Collector, pool: dict[str, Any], ploc: PathKey, subnet: Any, within: tuple[Any, PathKey]
+) -> dict[str, Any] | None:
+    """A range of `subnet` from a pool's start and end, inside `within` (a network, and where it is written) and in
+    order; DANM's defaults are the network minus its first and last address. An error is at the bound that breaks
+    the rule (at the network, when that bound is a default)."""
     net, net_loc = within
+    outside, reverse = _POOL_ERRORS[net.version]
     given = {k: _ip(c, pool[k], (*ploc, k)) for k in ("start", "end") if pool.get(k)}
     if None in given.values():
         return None
@@ -141,22 +127,22 @@ def _bounds(
     end = given.get("end") or net.broadcast_address - 1
     for k, addr in (("start", start), ("end", end)):
         if addr not in net:
-            c.error(outside, (*ploc, k) if k in given else net_loc)
+            c.error(outside.format(net=net), (*ploc, k) if k in given else net_loc)
             return None
     if int(end) <= int(start):
         c.error(reverse.format(start=start, end=end), (*ploc, "end" if "end" in given else "start"))
         return None
-    return start, end
+    return {"subnet": str(subnet), "rangeStart": str(start), "rangeEnd": str(end)}
 
 
-def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, dict[str, Any] | None]:
+def _v6_range(c: Collector, opts: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     pool = opts.get("allocation_pool_v6") or {}
-    ploc = (*base, "allocation_pool_v6")
+    ploc = (*BASE, "allocation_pool_v6")
     if opts.get("net6") in (None, ""):
         if isinstance(pool, dict) and any(pool.get(k) for k in ("cidr", "start", "end")):
             c.error("allocation_pool_v6 cannot be defined without net6", ploc, key=True)
         return None, None
-    net = _cidr(c, opts["net6"], (*base, "net6"), 6)
+    net = _cidr(c, opts["net6"], (*BASE, "net6"), 6)
     if net is None:
         return None, None
     if not isinstance(pool, dict):
@@ -172,23 +158,8 @@ def _v6_range(c: Collector, opts: dict[str, Any], base: PathKey) -> tuple[Any, d
         pnet_loc = (*ploc, "cidr")
     else:
         plen = max(net.prefixlen, DANM_V6_POOL_PREFIX)
-        pnet, pnet_loc = ipaddress.ip_network(f"{net.network_address}/{plen}"), (*base, "net6")
-    bounds = _bounds(
-        c,
-        pool,
-        ploc,
-        (pnet, pnet_loc),
-        f"allocation_pool_v6 is outside of its cidr {pnet}",
-        "allocation_pool_v6 start:{start} is bigger than or equal to end:{end}",
-    )
-    if bounds is None:
-        return net, None
-    return net, {"subnet": str(net), "rangeStart": str(bounds[0]), "rangeEnd": str(bounds[1])}
-
-
-BASE: PathKey = ("spec", "Options")
-_IPAM_OPTIONS = ("host_device", "cidr", "net6", "allocation_pool", "allocation_pool_v6", "routes", "routes6",
-                 "vlan", "vxlan", "device_pool")  # fmt: skip
+        pnet, pnet_loc = ipaddress.ip_network(f"{net.network_address}/{plen}"), (*BASE, "net6")
+    return net, _range(c, pool, ploc, net, (pnet, pnet_loc))
 
 
 def parse(doc: Document, tenancy: Completion | None = None) -> tuple[Intent | None, list[Diagnostic]]:
@@ -215,8 +186,8 @@ def parse(doc: Document, tenancy: Completion | None = None) -> tuple[Intent | No
     _webhook_rules(c, kind, spec, opts, nid, ntype)
     if tenancy is not None:
         opts = {**opts, **_given(tenancy)}
-    v4net, v4range = _v4_range(c, opts, BASE)
-    v6net, v6range = _v6_range(c, opts, BASE)
+    v4net, v4range = _v4_range(c, opts)
+    v6net, v6range = _v6_range(c, opts)
     routes = _routes(c, opts.get("routes"), (*BASE, "routes"), v4net)
     routes += _routes(c, opts.get("routes6"), (*BASE, "routes6"), v6net)
     if ntype in DANM_DYNAMIC:

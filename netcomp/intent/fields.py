@@ -1,8 +1,6 @@
-"""What the intent models (model.py) are built of: the patterns a value must match (validation.py says each in
-words when one does not), the field types made of them, strict parsing of CIDRs and addresses (a CIDR with host
-bits set is a typo more often than not), `Strict`, the base of every model (an unknown key is an error), and
-`BrokenAt`, what a rule across fields raises to point at the key that breaks it rather than at the mapping that
-holds it (docs/development.md, "Where an error points")."""
+"""What the intent models (model.py) are built of: the patterns a value must match (validation.py words each),
+the field types made of them, strict parsing of CIDRs and addresses, `Strict` (the base of every model: an unknown
+key is an error), and `BrokenAt` (docs/development.md, "Where an error points")."""
 
 from __future__ import annotations
 
@@ -61,6 +59,10 @@ def parse_cidr(value: Any) -> Any:
                 raise ValueError(f"{value} has host bits set; the network is {fixed}") from None
             raise ValueError(f"{value!r} is not a valid CIDR (like 10.0.0.0/24 or 2001:db8::/64)") from None
     return value
+
+
+def parse_cidrs(value: Any) -> Any:
+    return [parse_cidr(x) for x in value] if isinstance(value, list) else value
 
 
 def check_in_subnet(cls: Any, value: Any, info: ValidationInfo) -> Any:

@@ -38,10 +38,7 @@ def host_link(spec: MacvlanSpec | IpvlanSpec) -> dict[str, Any] | None:
             "vni": vx.vni,
             "port": vx.port,
         }
-        if vx.group is not None:
-            link["group"] = str(vx.group)
-        if vx.remote is not None:
-            link["remote"] = str(vx.remote)
+        link.update({k: str(v) for k, v in (("group", vx.group), ("remote", vx.remote)) if v is not None})
         return link
     return None
 

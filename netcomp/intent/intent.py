@@ -1,5 +1,4 @@
-"""An Intent: a validated network and where it came from (the document, its format, how the format's paths map
-to the model's), whatever format it was written in."""
+"""An Intent: a validated network and where it came from, whatever format it was written in."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ from netcomp.intent.source import Document, PathKey
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Intent:
-    """A validated network and where it came from.
-
-    `fieldmap` translates native model paths to the paths of the source format (DanmNet's `spec.Options.vlan`
-    for the model's `spec.vlan`), so rules can point at what the author wrote."""
+    """A validated network, its document and format. `fieldmap` translates native model paths to the source
+    format's (DanmNet's `spec.Options.vlan` for the model's `spec.vlan`), so rules point at what the author wrote."""
 
     network: Network
     doc: Document
@@ -39,12 +36,9 @@ class Intent:
         object.__setattr__(self, "name", f"{self.namespace}.{name}" if self.namespace else name)
 
     def source_loc(self, loc: Sequence[Any]) -> PathKey:
+        """The source format's path of the deepest part of `loc` the field map knows; `loc` when none."""
         loc = tuple(loc)
-        for n in range(len(loc), -1, -1):
-            mapped = self.fieldmap.get(loc[:n])
-            if mapped is not None:
-                return mapped + loc[n:] if n == len(loc) else mapped
-        return loc
+        return next((self.fieldmap[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in self.fieldmap), loc)
 
     def diagnostic(
         self,

@@ -1,13 +1,6 @@
-"""The native intent model (`netcomp.io/v1` `Network`). The JSON Schema generated from it is the contract.
-
-Every model forbids unknown keys; backends are a discriminated union on `spec.type`, IPAM on `spec.ipam.type`.
-Per-intent rules live here as validators (they get positions from the pydantic error `loc`); rules that need
-more than one intent live in rules.py.
-
-A rule across fields is reported at the key (or value) that breaks it, never at the mapping that holds it: its
-validator raises `BrokenAt(at, message)`, and validation.py extends pydantic's `loc` (the validator's own place)
-with `at`. The message names the other key. A test (test_malformed.py) keeps every model validator to that.
-"""
+"""The native intent model (`netcomp.io/v1` `Network`); the JSON Schema generated from it is the contract.
+Backends are a discriminated union on `spec.type`, IPAM on `spec.ipam.type`. Rules of one intent are validators
+here (a rule across fields raises `BrokenAt` naming the key that breaks it); rules across intents are rules.py's."""
 
 from __future__ import annotations
 
@@ -15,13 +8,7 @@ import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from netcomp.intent.fields import (
     NETWORK_ID,
@@ -40,6 +27,7 @@ from netcomp.intent.fields import (
     check_in_subnet,
     parse_address,
     parse_cidr,
+    parse_cidrs,
 )
 
 
@@ -70,11 +58,7 @@ class IPRange(Strict):
 
     _subnet = field_validator("subnet", mode="before")(parse_cidr)
     _addrs = field_validator("rangeStart", "rangeEnd", "gateway", mode="before")(parse_address)
-
-    @field_validator("exclude", mode="before")
-    @classmethod
-    def _excl(cls, v: Any) -> Any:
-        return [parse_cidr(x) for x in v] if isinstance(v, list) else v
+    _excl = field_validator("exclude", mode="before")(parse_cidrs)
 
     @field_validator("subnet")
     @classmethod
@@ -135,18 +119,18 @@ class _RangedIPAM(Strict):
 
     def all_ranges(self) -> list[IPRange]:
         """The range sets as ranges: the subnet form as one range (with `exclude` where the type has one)."""
-        if self.subnet is not None:
-            extra = {"exclude": getattr(self, "exclude", [])}
-            return [
-                IPRange(
-                    subnet=self.subnet,
-                    rangeStart=self.rangeStart,
-                    rangeEnd=self.rangeEnd,
-                    gateway=self.gateway,
-                    **extra,
-                )
-            ]
-        return list(self.ranges)
+        if self.subnet is None:
+            return list(self.ranges)
+        exclude = getattr(self, "exclude", [])
+        return [
+            IPRange(
+                subnet=self.subnet,
+                rangeStart=self.rangeStart,
+                rangeEnd=self.rangeEnd,
+                gateway=self.gateway,
+                exclude=exclude,
+            )
+        ]
 
 
 class HostLocalIPAM(_RangedIPAM):
@@ -185,10 +169,7 @@ class ClusterIPAM(_RangedIPAM):
             raise ValueError(f"blockSize {v} is not a power of two (1, 2, 4, ... 4096)")
         return v
 
-    @field_validator("exclude", mode="before")
-    @classmethod
-    def _excl(cls, v: Any) -> Any:
-        return [parse_cidr(x) for x in v] if isinstance(v, list) else v
+    _excl = field_validator("exclude", mode="before")(parse_cidrs)
 
     @field_validator("exclude")
     @classmethod

@@ -1,5 +1,5 @@
-"""Rules that need more than one intent. Each is a function from all intents to diagnostics, linear or
-n log n (the daemon reruns them on every edit of a 10,000-intent node)."""
+"""Rules that need more than one intent. Each is a function from all intents to diagnostics, linear or n log n:
+the daemon reruns them on every edit."""
 
 from __future__ import annotations
 
@@ -26,15 +26,8 @@ def duplicate_names(intents: Sequence[Intent]) -> list[Finding]:
     for it in intents:
         other = first.setdefault(it.name, it)
         if other is not it:
-            out.append(
-                (
-                    it,
-                    it.diagnostic(
-                        f"network {it.name!r} is defined twice (first at {_where(other)})",
-                        ("metadata", "name"),
-                    ),
-                )
-            )
+            msg = f"network {it.name!r} is defined twice (first at {_where(other)})"
+            out.append((it, it.diagnostic(msg, ("metadata", "name"))))
     return out
 
 
@@ -78,12 +71,8 @@ def _link_facts(it: Intent) -> _Link | None:
 
 
 def _links(intents: Sequence[Intent]) -> list[tuple[Intent, _Link]]:
-    out = []
-    for it in intents:
-        facts = it.memo["link"] if "link" in it.memo else _link_facts(it)
-        if facts is not None:
-            out.append((it, facts))
-    return out
+    facts = [(it, _link_facts(it)) for it in intents]
+    return [(it, f) for it, f in facts if f is not None]
 
 
 LinkRule = Callable[[Sequence[tuple[Intent, _Link]]], list[Finding]]
@@ -118,29 +107,19 @@ def vlan_vxlan_clashes(links: Sequence[tuple[Intent, _Link]]) -> list[Finding]:
         if f.link is not None:
             prev = owners.setdefault(f.link["name"], (it, f.link))
             if prev[0] is not it:
-                out.append(
-                    (
-                        it,
-                        it.diagnostic(
-                            f"host link name {f.link['name']!r} (cut to 15 characters) is also the link of network "
-                            f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id",
-                            _VLAN_AT if f.vlan is not None else _VNI_AT,
-                        ),
-                    )
+                msg = (
+                    f"host link name {f.link['name']!r} (cut to 15 characters) is also the link of network "
+                    f"{prev[0].name!r} on {prev[1]['link']}; rename a device or change the id"
                 )
+                out.append((it, it.diagnostic(msg, _VLAN_AT if f.vlan is not None else _VNI_AT)))
     for it, f in links:
         owner = owners.get(f.device)
         if owner is not None:
-            out.append(
-                (
-                    it,
-                    it.diagnostic(
-                        f"hostDevice {f.device!r} is the {owner[1]['kind']} link netcomp creates for network "
-                        f"{owner[0].name!r}; use {owner[1]['link']} with vlan/vxlan instead",
-                        ("spec", "hostDevice"),
-                    ),
-                )
+            msg = (
+                f"hostDevice {f.device!r} is the {owner[1]['kind']} link netcomp creates for network "
+                f"{owner[0].name!r}; use {owner[1]['link']} with vlan/vxlan instead"
             )
+            out.append((it, it.diagnostic(msg, ("spec", "hostDevice"))))
     return out
 
 

@@ -1,10 +1,7 @@
-"""YAML documents with a source position for every key and value.
-
-PyYAML's composer (libyaml's, when present: it is ~10x faster) gives nodes with marks; we build plain Python data
-from them ourselves, so that we can reject what an intent must never contain, each with a position:
-duplicate keys, tabs in indentation, aliases (and so alias bombs), merge keys, non-scalar keys, unknown tags,
-absurd nesting, and documents that are not mappings.
-"""
+"""YAML documents with a source position for every key and value. PyYAML's composer (libyaml's when present)
+gives nodes with marks; we build plain data from them ourselves, to reject with a position what an intent must
+never contain: duplicate keys, tabs in indentation, aliases (and so alias bombs), merge keys, non-scalar keys,
+unknown tags, absurd nesting, and documents that are not mappings."""
 
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ def _resolve(kind: Any, value: Any, implicit: Any) -> Any:
 
 
 def forget_scalars() -> None:
-    """Empty the resolver's cache: full after a large compile, it holds scalars (megabytes of them) that a
-    long-lived process does not need between compiles."""
+    """Empty the resolver's cache: after a large compile it holds scalars a long-lived process does not need."""
     _resolve.cache_clear()
 
 
@@ -63,14 +59,7 @@ if _Parser is not None:
 else:  # pragma: no cover - PyYAML built without libyaml
     _Loader = yaml.SafeLoader
 _constructor = SafeConstructor()
-_SCALAR_TAGS = {
-    "tag:yaml.org,2002:null",
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:str",
-    "tag:yaml.org,2002:timestamp",
-}
+_SCALAR_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "timestamp")}
 _STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
 MAX_DEPTH = 64
@@ -82,11 +71,9 @@ Pos = tuple[int, int]  # 1-based line, column
 
 @dataclass(slots=True)
 class SourceText:
-    """A file's text, kept for quoting the offending line in diagnostics.
-
-    A long-lived owner (the daemon's compiler, 10,000 files) releases it once the file is compiled: the text is
-    then read again from the file the first time a diagnostic needs it, and used only if the file still holds
-    the bytes it was compiled from (their digest); otherwise the diagnostic goes without the line."""
+    """A file's text, kept for quoting the offending line in diagnostics. A long-lived owner (the daemon's
+    compiler) releases it once the file is compiled: it is read again when a diagnostic needs it, and used only
+    if the file still holds the bytes it was compiled from (their digest); else the diagnostic goes without."""
 
     name: str
     _text: str | None
@@ -154,11 +141,9 @@ class SourceText:
 
 @dataclass(slots=True)
 class Document:
-    """One YAML document: its data, and where each value and key stands in the source.
-
-    Positions are found only when asked for (a diagnostic): the file is parsed again and its nodes indexed.
-    Loading 10,000 good intents then costs nothing for positions, and no node trees are kept in memory. A
-    released document (release()) has dropped its data too: it is built again from the text when asked for."""
+    """One YAML document: its data, and where each value and key stands in the source. Positions are found only
+    when a diagnostic asks (the file is parsed again and its nodes indexed), so good intents keep no node trees.
+    A released document (release()) has dropped its data too: it is built again from the text when asked for."""
 
     _data: dict[str, Any] | None
     source: SourceText
@@ -199,22 +184,16 @@ class Document:
 
     def _maps(self) -> tuple[dict[PathKey, Pos], dict[PathKey, Pos]]:
         if self._values is None or self._keys is None:
-            self._index()
-            if self._values is None or self._keys is None:
+            values: dict[PathKey, Pos] = {}
+            keys: dict[PathKey, Pos] = {}
+            for i, node in enumerate(_compose_all(self.source)):
+                if i == self.index and node is not None:
+                    _index_node(node, (), values, keys)
+                    break
+            if not values and self.source.lost:
                 return {}, {}  # the source is lost: no positions
+            self._values, self._keys = values, keys
         return self._values, self._keys
-
-    def _index(self) -> None:
-        values: dict[PathKey, Pos] = {}
-        keys: dict[PathKey, Pos] = {}
-        for i, node in enumerate(_compose_all(self.source)):
-            if i == self.index and node is not None:
-                _index_node(node, (), values, keys)
-                break
-        if not values and self.source.lost:
-            self._values, self._keys = None, None
-            return
-        self._values, self._keys = values, keys
 
     @property
     def start(self) -> Pos:
@@ -225,21 +204,7 @@ class Document:
         return (0, 0) if self.source.lost else (1, 1)
 
     def resolve(self, loc: Sequence[Any]) -> tuple[PathKey, bool]:
-        """Walk `loc` through the data; components that are not there (a pydantic union tag, a missing key) are
-        skipped. Returns the deepest path found and whether loc's last component was found."""
-        node: Any = self.data
-        path: list[Any] = []
-        found_last = True
-        for part in loc:
-            if (isinstance(node, dict) and part in node) or (
-                isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-            ):
-                node = node[part]
-                path.append(part)
-                found_last = True
-            else:
-                found_last = False
-        return tuple(path), found_last
+        return walk(self.data, loc)
 
     def pos(self, loc: Sequence[Any], *, key: bool = False) -> Pos:
         """Position of the value at loc (or of its key when key=True); the nearest existing ancestor otherwise."""
@@ -265,6 +230,22 @@ class Document:
         notes: Sequence[str] = (),
     ) -> Diagnostic:
         return self.source.diagnostic(message, self.pos(loc, key=key), severity, notes)
+
+
+def walk(data: Any, loc: Sequence[Any]) -> tuple[PathKey, bool]:
+    """Walk `loc` through `data`; components that are not there (a pydantic union tag, a missing key) are
+    skipped. Returns the deepest path found and whether loc's last component was found."""
+    node = data
+    path: list[Any] = []
+    found_last = True
+    for part in loc:
+        found_last = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if found_last:
+            node = node[part]
+            path.append(part)
+    return tuple(path), found_last
 
 
 class _Reject(Exception):

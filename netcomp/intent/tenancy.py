@@ -1,10 +1,6 @@
-"""DANM's TenantConfig and what DANM's admission webhook did with it to a TenantNetwork, done at compile time:
-a tenant writes a TenantNetwork without infrastructure details, and the admin's TenantConfig supplies them. One
-TenantConfig is used (the first by name). A TenantNetwork of a dynamic type gets a device profile: the one its
-`device_pool` or `host_device` names, else one tried in an order fixed by its namespace/name (every node must
-choose the same without talking; DANM chose at random), a full range passing to the next; a profile's id is
-claimed once for the whole cluster (`claim`) and becomes `vlan` or `vxlan`. `networkIds` set a type's
-NetworkID. Errors are on the TenantNetwork, at the key that decides them. docs/kubernetes.md, "TenantConfig"."""
+"""DANM's TenantConfig, and what DANM's admission webhook did with it to a TenantNetwork, done at compile time: the
+admin's TenantConfig supplies the device, the VLAN or VXLAN id and the NetworkID a tenant leaves out. The rules
+are in docs/kubernetes.md, "TenantConfig"."""
 
 from __future__ import annotations
 
@@ -111,12 +107,11 @@ def parse_config(doc: Document) -> tuple[TenantConfig | None, list[Diagnostic]]:
         diags.append(doc.diagnostic("networkIds must be a mapping of NetworkType to NetworkID", ("networkIds",)))
     else:
         for t, nid in ids.items():
-            if not isinstance(t, str) or not t or not isinstance(nid, str) or not nid:
-                diags.append(
-                    doc.diagnostic("networkIds: NetworkType and NetworkID must be non-empty strings", ("networkIds", t))
-                )
-                continue
-            nids.append((t, nid))
+            if isinstance(t, str) and t and isinstance(nid, str) and nid:
+                nids.append((t, nid))
+            else:
+                why = "networkIds: NetworkType and NetworkID must be non-empty strings"
+                diags.append(doc.diagnostic(why, ("networkIds", t)))
     if any(d.is_error for d in diags):
         return None, diags
     return TenantConfig(name, doc.source.name, tuple(profiles), tuple(nids)), diags
@@ -128,16 +123,12 @@ def _profile(doc: Document, d: Any, loc: tuple[Any, ...], diags: list[Diagnostic
         return None
     for k in d:
         if k == "alloc":
-            diags.append(
-                doc.diagnostic(
-                    "alloc: ignored: DANM's allocation bitmap; netcomp keeps a claim per id",
-                    (*loc, k),
-                    key=True,
-                    severity="warning",
-                )
-            )
+            why = "alloc: ignored: DANM's allocation bitmap; netcomp keeps a claim per id"
         elif k not in ("name", "vniType", "vniRange"):
-            diags.append(doc.diagnostic(f"unknown key {k!r} ignored", (*loc, k), key=True, severity="warning"))
+            why = f"unknown key {k!r} ignored"
+        else:
+            continue
+        diags.append(doc.diagnostic(why, (*loc, k), key=True, severity="warning"))
     vtype, vrange = d.get("vniType"), d.get("vniRange")
     if (vtype is None) != (vrange is None):
         diags.append(doc.diagnostic("vniType and vniRange must be provided together", loc, key=True))
@@ -175,17 +166,14 @@ def pick_config(configs: Sequence[tuple[TenantConfig, Document]]) -> tuple[Tenan
         return None, []
     ordered = sorted(configs, key=lambda c: c[0].name)
     used = ordered[0][0]
-    return (
-        used,
-        [
-            doc.diagnostic(
-                f"TenantConfig {c.name!r} is not used: only one is, {used.name!r} (the first by name)",
-                ("metadata", "name"),
-                severity="warning",
-            )
-            for c, doc in ordered[1:]
-        ],
-    )
+    return used, [
+        doc.diagnostic(
+            f"TenantConfig {c.name!r} is not used: only one is, {used.name!r} (the first by name)",
+            ("metadata", "name"),
+            severity="warning",
+        )
+        for c, doc in ordered[1:]
+    ]
 
 
 def dry_claims() -> Claim:
@@ -217,32 +205,25 @@ def complete(doc: Document, config: TenantConfig, claim: Claim) -> tuple[Complet
         return out, []  # a tenant's own vlan or vxlan is refused by the parser: nothing is claimed for it
     host, pool = opts.get("host_device"), opts.get("device_pool")
     where: tuple[Any, ...] = ("spec", "Options")
+
+    def refused(message: str, loc: tuple[Any, ...] = where, key: bool = True) -> tuple[None, list[Diagnostic]]:
+        return None, [doc.diagnostic(message, loc, key=key)]
+
     if pool or host:
         named = str(pool or host)
         key = "device_pool" if pool else "host_device"
         candidates = [p for p in config.profiles if p.name == named and (pool or "/" not in p.name)]
         if not candidates:
-            return None, [
-                doc.diagnostic(
-                    f"{key} {named!r} is not allowed to be used by tenants: TenantConfig {config.name!r} has no such "
-                    "profile",
-                    (*where, key),
-                )
-            ]
+            why = f"{key} {named!r} is not allowed to be used by tenants"
+            return refused(f"{why}: TenantConfig {config.name!r} has no such profile", (*where, key), key=False)
     else:
         if ntype == "sriov":
-            return None, [
-                doc.diagnostic("Spec.Options.device_pool must be provided for SR-IOV networks", where, key=True)
-            ]
+            return refused("Spec.Options.device_pool must be provided for SR-IOV networks")
         pool_free = [p for p in config.profiles if "/" not in p.name]
         if not pool_free:
-            return None, [
-                doc.diagnostic(
-                    f"TenantConfig {config.name!r} has no suitable interface profiles (host devices) for this network",
-                    where,
-                    key=True,
-                )
-            ]
+            return refused(
+                f"TenantConfig {config.name!r} has no suitable interface profiles (host devices) for this network"
+            )
         start = zlib.crc32(ref.encode()) % len(pool_free)
         candidates = pool_free[start:] + pool_free[:start]
     if candidates[0].vni_type is None:
@@ -254,15 +235,11 @@ def complete(doc: Document, config: TenantConfig, claim: Claim) -> tuple[Complet
             chosen, vni = claim(ref, uid, with_ids)
         except Exhausted:
             tried = "; ".join(p.describe() for p in with_ids)
-            return None, [
-                doc.diagnostic(
-                    f"TenantConfig {config.name!r}: every id is taken on {tried}: whole range is already reserved",
-                    where,
-                    key=True,
-                )
-            ]
+            return refused(
+                f"TenantConfig {config.name!r}: every id is taken on {tried}: whole range is already reserved"
+            )
         except ClaimUnavailable as e:
-            return None, [doc.diagnostic(f"cannot claim an id for this TenantNetwork now: {e}", where, key=True)]
+            return refused(f"cannot claim an id for this TenantNetwork now: {e}")
     return Completion(
         config.name,
         host_device=None if (host or pool) else chosen.name,

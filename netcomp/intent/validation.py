@@ -1,9 +1,7 @@
 """pydantic's errors as the author's diagnostics: each error's `loc` walked through the document (and a format's
-field map) to the key or value it is about, with a message that names what was expected.
-
-A validator's error lands where the validator runs (a model validator: its whole mapping). A rule across fields
-raises `BrokenAt` (model.py) instead, naming the key that breaks it: its path is appended to the error's `loc`
-here, before the walk, so the caret lands on that key (or its value) in every input format alike."""
+field map) to the key or value it is about, with a message that names what was expected. A rule across fields
+raises `BrokenAt` (fields.py): its path is appended to the error's `loc` before the walk, so the caret lands on
+the key that breaks it rather than on the mapping where the validator runs."""
 
 from __future__ import annotations
 
@@ -15,15 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from netcomp.errors import Diagnostic
-from netcomp.intent.fields import (
-    DNS1123_LABEL,
-    IFNAME,
-    MAC,
-    NETWORK_ID,
-    PCI_ADDRESS,
-    RESOURCE_NAME,
-    BrokenAt,
-)
+from netcomp.intent.fields import DNS1123_LABEL, IFNAME, MAC, NETWORK_ID, PCI_ADDRESS, RESOURCE_NAME, BrokenAt
 from netcomp.intent.model import Network
 from netcomp.intent.source import Document, PathKey
 
@@ -81,8 +71,8 @@ def pydantic_diagnostics(
         src_loc = translate(loc) if translate else loc
         path, _ = doc.resolve(src_loc)
         key = at.key if at else False
-        notes: list[str] = []
         where = _dotted(path)
+        disc = str(ctx.get("discriminator", "type")).strip("'")  # the key a tagged union is chosen by
         if etype == "extra_forbidden":
             name = loc[-1]
             msg = f"unknown key {name!r}"
@@ -95,14 +85,12 @@ def pydantic_diagnostics(
         elif etype == "missing":
             msg = f"missing required key {loc[-1]!r}"
         elif etype == "union_tag_invalid":
-            expected = ctx.get("expected_tags", "")
-            disc = str(ctx.get("discriminator", "type")).strip("'")
-            msg = f"unknown {disc} {ctx.get('tag')!r}; expected one of {expected}"
+            msg = f"unknown {disc} {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags', '')}"
             src_loc = (*src_loc, disc)
             path, _ = doc.resolve(src_loc)
             where = _dotted(path)
         elif etype == "union_tag_not_found":
-            msg = f"missing required key {str(ctx.get('discriminator', 'type')).strip(chr(39))!r}"
+            msg = f"missing required key {disc!r}"
             key = True
         elif etype == "string_pattern_mismatch":
             pattern = ctx.get("pattern", "")
@@ -116,5 +104,5 @@ def pydantic_diagnostics(
             elif etype == "string_too_long":
                 msg = f"{err['input']!r} is {len(str(err['input']))} characters; {msg[0].lower()}{msg[1:]}"
         text = f"{where}: {msg}" if where else msg
-        out.append(doc.diagnostic(text, path if key else src_loc, key=key, notes=notes))
+        out.append(doc.diagnostic(text, path if key else src_loc, key=key))
     return out

@@ -3,6 +3,7 @@ cluster}) for the `netcomp` block (marker.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from netcomp.intent.model import (
@@ -30,6 +31,13 @@ def _span(r: IPRange, keys: tuple[str, str, str]) -> dict[str, Any]:
 
 def _range(r: IPRange) -> dict[str, Any]:
     return {**_span(r, ("subnet", "rangeStart", "rangeEnd")), "gateway": str(r.effective_gateway)}
+
+
+def _excluding(r: IPRange, out: dict[str, Any]) -> dict[str, Any]:
+    """`out` with the range's `exclude` (whereabouts and netcomp's pools have one)."""
+    if r.exclude:
+        out["exclude"] = [str(e) for e in r.exclude]
+    return out
 
 
 def _routes(routes: list[Route], gateways: dict[int, str]) -> list[dict[str, str]]:
@@ -64,10 +72,7 @@ def _host_local(ipam: HostLocalIPAM) -> dict[str, Any]:
 
 
 def _whereabouts_range(r: IPRange) -> dict[str, Any]:
-    out = _span(r, ("range", "range_start", "range_end"))
-    if r.exclude:
-        out["exclude"] = [str(e) for e in r.exclude]
-    return out
+    return _excluding(r, _span(r, ("range", "range_start", "range_end")))
 
 
 def _whereabouts(ipam: WhereaboutsIPAM) -> dict[str, Any]:
@@ -109,35 +114,29 @@ def _cluster(ipam: ClusterIPAM) -> dict[str, Any]:
     return out
 
 
-def _pool_range(r: IPRange) -> dict[str, Any]:
-    out = _range(r)
-    if r.exclude:
-        out["exclude"] = [str(e) for e in r.exclude]
-    return out
-
-
 def pool(ipam: IPAM | None) -> dict[str, Any] | None:
     """The address pool the daemon allocates from, for the netcomp block (None unless the IPAM is cluster)."""
     if not isinstance(ipam, ClusterIPAM):
         return None
-    out: dict[str, Any] = {"type": "cluster", "ranges": _range_sets(ipam.all_ranges(), _pool_range)}
+    out: dict[str, Any] = {
+        "type": "cluster",
+        "ranges": _range_sets(ipam.all_ranges(), lambda r: _excluding(r, _range(r))),
+    }
     if ipam.blockSize is not None:
         out["blockSize"] = ipam.blockSize
     return out
 
 
+# The plugin's `ipam` section of each IPAM model; NoIPAM has none.
+_SECTIONS: dict[type, Callable[[Any], dict[str, Any]]] = {
+    HostLocalIPAM: _host_local,
+    ClusterIPAM: _cluster,
+    WhereaboutsIPAM: _whereabouts,
+    StaticIPAM: _static,
+    DHCPIPAM: lambda _: {"type": "dhcp"},
+}
+
+
 def ipam_config(ipam: IPAM | None) -> dict[str, Any] | None:
     """The plugin's `ipam` section, or None for no IPAM at all."""
-    if ipam is None or isinstance(ipam, NoIPAM):
-        return None
-    if isinstance(ipam, HostLocalIPAM):
-        return _host_local(ipam)
-    if isinstance(ipam, ClusterIPAM):
-        return _cluster(ipam)
-    if isinstance(ipam, WhereaboutsIPAM):
-        return _whereabouts(ipam)
-    if isinstance(ipam, StaticIPAM):
-        return _static(ipam)
-    if isinstance(ipam, DHCPIPAM):
-        return {"type": "dhcp"}
-    raise AssertionError(f"unhandled ipam {type(ipam).__name__}")  # pragma: no cover
+    return None if ipam is None or isinstance(ipam, NoIPAM) else _SECTIONS[type(ipam)](ipam)

@@ -14,14 +14,9 @@ from netcomp.intent.intent import Intent
 from netcomp.intent.model import IpvlanSpec, MacvlanSpec
 
 
-def _spec(intent: Intent) -> MacvlanSpec | IpvlanSpec:
+def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     spec = intent.network.spec
     assert isinstance(spec, MacvlanSpec | IpvlanSpec)
-    return spec
-
-
-def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
-    spec = _spec(intent)
     return {
         "cniVersion": inp.cni_version,
         "name": intent.name,

@@ -7,7 +7,3 @@ from netcomp.compiler.backends import macvlan, sriov, static
 from netcomp.compiler.backends.backend import Backend
 
 REGISTRY: dict[str, Backend] = {b.type: b for b in (macvlan.MACVLAN, macvlan.IPVLAN, sriov.BACKEND, static.BACKEND)}
-
-
-def get(type_: str) -> Backend:
-    return REGISTRY[type_]

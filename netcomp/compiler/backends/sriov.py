@@ -1,7 +1,5 @@
-"""sriov (k8snetworkplumbingwg/sriov-cni), with sriov-cni's field names.
-
-A fixed VF is `deviceID`; a VF pool (resourceName) goes into the netcomp block, and the daemon picks a free VF
-of that pool at attach time and sets deviceID then."""
+"""sriov (k8snetworkplumbingwg/sriov-cni), with sriov-cni's field names. A fixed VF is `deviceID`; a VF pool
+(resourceName) goes into the netcomp block, and the daemon sets deviceID to a free VF of it at attach time."""
 
 from __future__ import annotations
 

@@ -25,10 +25,8 @@ def context(intent: Intent, inp: RenderInput) -> dict[str, Any]:
     spec = intent.network.spec
     assert isinstance(spec, StaticSpec)
     conf = _conflist(intent, inp)
-    plugins = []
-    for p in conf["plugins"]:
-        # Inside a conflist, libcni injects name and cniVersion into each plugin; stale copies only mislead.
-        plugins.append({k: v for k, v in p.items() if k not in ("name", "cniVersion")})
+    # Inside a conflist, libcni injects name and cniVersion into each plugin; stale copies only mislead.
+    plugins = [{k: v for k, v in p.items() if k not in ("name", "cniVersion")} for p in conf["plugins"]]
     return {
         "cniVersion": conf.get("cniVersion") or inp.cni_version,
         "name": intent.name,
