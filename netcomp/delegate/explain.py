@@ -23,6 +23,7 @@ from netcomp.delegate.request import Request, Subject, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import Pool
 from netcomp.pods import choice, naming
+from netcomp.pods.devices import Devices
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import network_status
 from netcomp.records.record import Attachment, Record
@@ -32,62 +33,177 @@ from netcomp.records.record import Attachment, Record
 NOT_STARTED = "(not started)"
 
 
-def explain(d: Delegator, subject: Subject, *, hotplug: bool = True) -> dict[str, Any]:
-    """The explanation document (see docs/operations.md): the subject, the networks an ADD would give it now and
-    why, the refusal it would meet, and for a container attached here its record beside what its pod asks now
-    (`hotplug`: whether the daemon follows edits of a running pod's annotations)."""
-    entry = _find(d, subject)
-    if entry is not None:
-        pod = pod_of(entry)
-    else:
-        pod = subject.pod or (naming.pod_ref(subject.cni_args) if subject.cni_args else None)
-    doc = _doc(subject, entry, pod)
-    if subject.container is not None and entry is None:
-        why = f"container {subject.container} has no record on this node: it was never attached here, or it was deleted"
-        doc["refusal"] = _refusal(DelegateError(E_INVALID_ENV, why, "see `netcomp attachments`"))
-        return doc
-    if entry is not None:
-        doc["record"] = _record(entry)
-        if pod is None:  # what its runtime asked for (CNI_ARGS) is not recorded: only the record says
-            doc["changes"] = _changes(d, entry, None, None, hotplug)
+class Explainer:
+    """Explains, for `netcomp explain`, with the ADD's own parts: `d`'s planning, records and devices, its
+    addresses and pods, its runner for the hot-plug's checks."""
+
+    def __init__(self, d: Delegator) -> None:
+        self.cache, self.planning, self.adding, self.runner = d.cache, d.planning, d.adding, d.runner
+        self.networks, self.default_network, self.owned_links = d.networks, d.default_network, d.owned_links
+        self.addresses, self.pods = d.addresses, d.pods
+
+    @property
+    def devices(self) -> Devices | None:
+        return self.adding.devices
+
+    def explain(self, subject: Subject, *, hotplug: bool = True) -> dict[str, Any]:
+        """The explanation document (see docs/operations.md): the subject, the networks an ADD would give it now and
+        why, the refusal it would meet, and for a container attached here its record beside what its pod asks now
+        (`hotplug`: whether the daemon follows edits of a running pod's annotations)."""
+        entry = self._find(subject)
+        if entry is not None:
+            pod = pod_of(entry)
+        else:
+            pod = subject.pod or (naming.pod_ref(subject.cni_args) if subject.cni_args else None)
+        doc = _doc(subject, entry, pod)
+        if subject.container is not None and entry is None:
+            why = f"container {subject.container} has no record on this node: it was never attached here, or it was "
+            why += "deleted"
+            doc["refusal"] = _refusal(DelegateError(E_INVALID_ENV, why, "see `netcomp attachments`"))
             return doc
-    notes: Mapping[str, str] | None = None
-    atts: list[Attachment] = []
-    asks: dict[str, Ask] = {}
-    try:
-        req = _request(subject, entry, pod)
-        notes = d.planning.pod_annotations(req)  # the ADD's own words when the API server cannot say
-        atts, asks = d.planning.plan(req)
-        if d.devices is not None:
-            d.devices.assign(req.pod, req.container_id, atts, [], asks)
-    except DelegateError as e:
-        doc["refusal"] = _refusal(e)
-        atts, asks = [], {}
-    doc["annotations"] = dict(notes) if notes is not None and pod is not None else None
-    if atts:
-        reasons = _reasons(d, req, atts, asks)
-        cid = req.container_id
-        ns = req.pod.namespace if req.pod is not None else None
-        doc["networks"] = [
-            _network(d, cid, ns, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)
+        if entry is not None:
+            doc["record"] = _record(entry)
+            if pod is None:  # what its runtime asked for (CNI_ARGS) is not recorded: only the record says
+                doc["changes"] = self._changes(entry, None, None, hotplug)
+                return doc
+        notes: Mapping[str, str] | None = None
+        atts: list[Attachment] = []
+        asks: dict[str, Ask] = {}
+        try:
+            req = _request(subject, entry, pod)
+            notes = self.planning.pod_annotations(req)  # the ADD's own words when the API server cannot say
+            atts, asks = self.planning.plan(req)
+            if self.devices is not None:
+                self.devices.assign(req.pod, req.container_id, atts, [], asks)
+        except DelegateError as e:
+            doc["refusal"] = _refusal(e)
+            atts, asks = [], {}
+        doc["annotations"] = dict(notes) if notes is not None and pod is not None else None
+        if atts:
+            reasons = self._reasons(req, atts, asks)
+            cid = req.container_id
+            ns = req.pod.namespace if req.pod is not None else None
+            doc["networks"] = [
+                self._network(cid, ns, a, asks.get(a.ifname), *why) for a, why in zip(atts, reasons, strict=True)
+            ]
+        if entry is not None:
+            doc["changes"] = self._changes(entry, pod, notes, hotplug)
+        return doc
+
+    def _find(self, subject: Subject) -> Record | None:
+        """The record of the subject's container on this node: by ID, or the pod's (its sandbox's) by name."""
+        if subject.container is not None:
+            check_container_id(subject.container)
+            return next((e for e in self.cache.entries() if e.container_id == subject.container), None)
+        if subject.pod is not None:
+            key = (subject.pod.namespace, subject.pod.name)
+            for e in self.cache.entries():
+                p = pod_of(e)
+                if p is not None and (p.namespace, p.name) == key and (not subject.pod.uid or p.uid == subject.pod.uid):
+                    return e
+        return None
+
+    def _reasons(self, req: Request, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, str]]:
+        """Why each planned attachment is there and why its interface has its name, in plan_attachments' order: the
+        default network (on the runtime's interface), what CNI_ARGS and the runtime's args ask, then the pod's
+        annotation items, in their order."""
+        out: list[tuple[str, str]] = []
+        if atts[0].ifname == req.ifname:
+            ask = asks.get(req.ifname)
+            why = (
+                ask.where if ask is not None else f"the node's defaultNetwork ({self.default_network()}, netcomp.yaml)"
+            )
+            out.append((why, f"the runtime's interface (CNI_IFNAME {req.ifname})"))
+        from_args = len(naming.split_cni_args(req.args)[0])
+        for k, want in enumerate(req.wants):
+            a = atts[len(out)]
+            source = (
+                f"CNI_ARGS {naming.ARGS_KEY}" if k < from_args else f"the runtime's args ({naming.RUNTIME_ARGS_KEY})"
+            )
+            out.append((f"{source}: {want.network}", _want_name(want, a)))
+        for place, a in enumerate(atts[len(out) :], start=1):
+            ask = asks[a.ifname]
+            out.append((ask.where, _item_name(ask, a, place)))
+        return out
+
+    def _network(
+        self, container_id: str, namespace: str | None, a: Attachment, ask: Ask | None, why: str, name_why: str
+    ) -> dict[str, Any]:
+        meta = a.conflist.get("netcomp") or {}
+        link = host_link_of(a.conflist)
+        out: dict[str, Any] = {
+            "network": naming.display_name(a.network, a.conflist),
+            "interface": a.ifname,
+            "type": meta.get("type"),
+            "why": why,
+            "nameWhy": name_why,
+            "addresses": self._addresses(a, ask, container_id, namespace),
+            "device": {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None,
+            "hostLink": None,
+        }
+        if link is not None:
+            present = link["name"] in self.owned_links()
+            what = f"{link.get('kind')} over {link.get('link')}"
+            out["hostLink"] = f"{link['name']} ({what}): " + (
+                "present" if present else "made by the ADD (not there now)"
+            )
+        return out
+
+    def _addresses(self, a: Attachment, ask: Ask | None, container_id: str, namespace: str | None) -> dict[str, Any]:
+        """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, whether another
+        holds an address the pod asks for: named as the ADD's refusal names it, poolclaims.holding), or the IPAM
+        plugin of its conflist; and what its item asks."""
+        out: dict[str, Any] = {"asked": [str(ip) for ip in ask.ips] if ask is not None else []}
+        pool = Pool.of(a.network, a.conflist)
+        if pool is None:
+            out["from"] = _ipam_text(a.conflist)
+            return out
+        if self.addresses is None:
+            out["from"] = "netcomp's cluster pool (this daemon has no address store)"
+            return out
+        shown = self.addresses.show({a.network: pool})
+        pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []
+        free = [f"{p['ranges']} ({p['free']} of {p['size']} free)" for p in pools]
+        out["from"] = "netcomp's cluster pool: " + "; ".join(free)
+        holders = {c.address: c for c in self.addresses.claims(a.network) if c.container_id != container_id}
+        held = []
+        for ip in ask.ips if ask is not None else ():
+            c = holders.get(str(ip.ip))
+            if c is not None:
+                held.append(f"{ip.ip} is {poolclaims.holding(c.holder(), namespace)}")
+        out["held"] = held
+        return out
+
+    def _changes(
+        self, entry: Record, pod: naming.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
+    ) -> dict[str, Any]:
+        """What the pod's annotation asks now against the record, as the hot-plug compares them (podsync): what it
+        attaches, what it detaches, or why it refuses the edit."""
+        out: dict[str, Any] = {"attach": [], "detach": [], "refusal": None, "why": ""}
+        if pod is None or self.pods is None:
+            out["why"] = "not a pod's container: only its runtime changes its networks"
+            return out
+        if notes is None:
+            out["why"] = "the pod's annotations cannot be read now"
+            return out
+        try:
+            added, removed = hotplug_diff(self.networks(), self.pods.policy, entry, pod, notes)
+            hotplug_check(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
+        except DelegateError as e:
+            out["refusal"] = _refusal(e)
+            return out
+        out["attach"] = [
+            {"network": naming.display_name(a.network, a.conflist), "interface": a.ifname, "why": ask.where}
+            for a, ask in added
         ]
-    if entry is not None:
-        doc["changes"] = _changes(d, entry, pod, notes, hotplug)
-    return doc
-
-
-def _find(d: Delegator, subject: Subject) -> Record | None:
-    """The record of the subject's container on this node: by ID, or the pod's (its sandbox's) by name."""
-    if subject.container is not None:
-        check_container_id(subject.container)
-        return next((e for e in d.cache.entries() if e.container_id == subject.container), None)
-    if subject.pod is not None:
-        key = (subject.pod.namespace, subject.pod.name)
-        for e in d.cache.entries():
-            p = pod_of(e)
-            if p is not None and (p.namespace, p.name) == key and (not subject.pod.uid or p.uid == subject.pod.uid):
-                return e
-    return None
+        out["detach"] = [
+            {"network": naming.display_name(a.network, a.conflist), "interface": a.ifname} for a in removed
+        ]
+        if not added and not removed:
+            out["why"] = "the record is what the annotation asks"
+        elif not hotplug:
+            out["why"] = "kubernetes.hotplug is off: the edit takes effect when the pod is made again"
+        return out
 
 
 def _request(subject: Subject, entry: Record | None, pod: naming.PodRef | None) -> Request:
@@ -131,26 +247,6 @@ def _refusal(e: DelegateError) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ why
 
 
-def _reasons(d: Delegator, req: Request, atts: list[Attachment], asks: Mapping[str, Ask]) -> list[tuple[str, str]]:
-    """Why each planned attachment is there and why its interface has its name, in plan_attachments' order: the
-    default network (on the runtime's interface), what CNI_ARGS and the runtime's args ask, then the pod's
-    annotation items, in their order."""
-    out: list[tuple[str, str]] = []
-    if atts[0].ifname == req.ifname:
-        ask = asks.get(req.ifname)
-        why = ask.where if ask is not None else f"the node's defaultNetwork ({d.default_network()}, netcomp.yaml)"
-        out.append((why, f"the runtime's interface (CNI_IFNAME {req.ifname})"))
-    from_args = len(naming.split_cni_args(req.args)[0])
-    for k, want in enumerate(req.wants):
-        a = atts[len(out)]
-        source = f"CNI_ARGS {naming.ARGS_KEY}" if k < from_args else f"the runtime's args ({naming.RUNTIME_ARGS_KEY})"
-        out.append((f"{source}: {want.network}", _want_name(want, a)))
-    for place, a in enumerate(atts[len(out) :], start=1):
-        ask = asks[a.ifname]
-        out.append((ask.where, _item_name(ask, a, place)))
-    return out
-
-
 def _prefix(a: Attachment) -> str | None:
     value = (a.conflist.get("netcomp") or {}).get("interfacePrefix")
     return value if isinstance(value, str) and value else None
@@ -181,56 +277,6 @@ def _item_name(ask: Ask, a: Attachment, place: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ what
-
-
-def _network(
-    d: Delegator, container_id: str, namespace: str | None, a: Attachment, ask: Ask | None, why: str, name_why: str
-) -> dict[str, Any]:
-    meta = a.conflist.get("netcomp") or {}
-    link = host_link_of(a.conflist)
-    out: dict[str, Any] = {
-        "network": naming.display_name(a.network, a.conflist),
-        "interface": a.ifname,
-        "type": meta.get("type"),
-        "why": why,
-        "nameWhy": name_why,
-        "addresses": _addresses(d, a, ask, container_id, namespace),
-        "device": {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None,
-        "hostLink": None,
-    }
-    if link is not None:
-        present = link["name"] in d.owned_links()
-        what = f"{link.get('kind')} over {link.get('link')}"
-        out["hostLink"] = f"{link['name']} ({what}): " + ("present" if present else "made by the ADD (not there now)")
-    return out
-
-
-def _addresses(
-    d: Delegator, a: Attachment, ask: Ask | None, container_id: str, namespace: str | None
-) -> dict[str, Any]:
-    """Where the attachment's addresses come from: netcomp's cluster pool (how many are free, whether another
-    holds an address the pod asks for: named as the ADD's refusal names it, poolclaims.holding), or the IPAM
-    plugin of its conflist; and what its item asks."""
-    out: dict[str, Any] = {"asked": [str(ip) for ip in ask.ips] if ask is not None else []}
-    pool = Pool.of(a.network, a.conflist)
-    if pool is None:
-        out["from"] = _ipam_text(a.conflist)
-        return out
-    if d.addresses is None:
-        out["from"] = "netcomp's cluster pool (this daemon has no address store)"
-        return out
-    shown = d.addresses.show({a.network: pool})
-    pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []
-    free = [f"{p['ranges']} ({p['free']} of {p['size']} free)" for p in pools]
-    out["from"] = "netcomp's cluster pool: " + "; ".join(free)
-    holders = {c.address: c for c in d.addresses.claims(a.network) if c.container_id != container_id}
-    held = []
-    for ip in ask.ips if ask is not None else ():
-        c = holders.get(str(ip.ip))
-        if c is not None:
-            held.append(f"{ip.ip} is {poolclaims.holding(c.holder(), namespace)}")
-    out["held"] = held
-    return out
 
 
 def _ipam_text(conflist: Mapping[str, Any]) -> str:
@@ -265,34 +311,4 @@ def _record(entry: Record) -> list[dict[str, Any]]:
         n["element"] = a.element or None
         n["device"] = {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None
         out.append(n)
-    return out
-
-
-def _changes(
-    d: Delegator, entry: Record, pod: naming.PodRef | None, notes: Mapping[str, str] | None, hotplug: bool
-) -> dict[str, Any]:
-    """What the pod's annotation asks now against the record, as the hot-plug compares them (podsync): what it
-    attaches, what it detaches, or why it refuses the edit."""
-    out: dict[str, Any] = {"attach": [], "detach": [], "refusal": None, "why": ""}
-    if pod is None or d.pods is None:
-        out["why"] = "not a pod's container: only its runtime changes its networks"
-        return out
-    if notes is None:
-        out["why"] = "the pod's annotations cannot be read now"
-        return out
-    try:
-        added, removed = hotplug_diff(d, entry, pod, notes)
-        hotplug_check(d, entry, pod, added, removed)
-    except DelegateError as e:
-        out["refusal"] = _refusal(e)
-        return out
-    out["attach"] = [
-        {"network": naming.display_name(a.network, a.conflist), "interface": a.ifname, "why": ask.where}
-        for a, ask in added
-    ]
-    out["detach"] = [{"network": naming.display_name(a.network, a.conflist), "interface": a.ifname} for a in removed]
-    if not added and not removed:
-        out["why"] = "the record is what the annotation asks"
-    elif not hotplug:
-        out["why"] = "kubernetes.hotplug is off: the edit takes effect when the pod is made again"
     return out

@@ -14,16 +14,21 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from netcomp.cni.invoke import Runner
 from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.deleting import runtime_conf
+from netcomp.delegate.planning import Planning
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
+from netcomp.ipam.store import AddressAllocator
 from netcomp.pods import choice, multus, naming
-from netcomp.pods.multus import Ask
+from netcomp.pods.devices import Devices
+from netcomp.pods.multus import Ask, Policy
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import network_status
 from netcomp.records.record import Attachment, Record
@@ -45,67 +50,15 @@ def pod_of(entry: Record) -> PodRef | None:
     return PodRef(p["namespace"], p["name"], p.get("uid", "")) if p and p.get("namespace") and p.get("name") else None
 
 
-def sync(
-    d: Delegator, container_id: str, ifname: str, wait: Callable[[tuple[str, str], PodRef], object] | None = None
-) -> Synced | None:
-    """Bring one container's attachments to what its pod's annotation asks now (None: nothing to do, or not now:
-    no record, a pod unknown to it, an ADD not finished, attachments to undo). `wait`: told, with the container's
-    lock held, of a record whose sync waits for its attachments to be undone (PodSync.undone syncs it then)."""
-    if d.pods is None:
-        return None
-    with d.locks.hold(container_id):
-        entry = d.cache.load(container_id, ifname)
-        pod = pod_of(entry) if entry is not None else None
-        if entry is None or pod is None or not entry.attached:
-            return None
-        if entry.unfinished:  # undone first, as an ADD does (Adding.add); by the retry every few minutes, or a DEL
-            log.info("hot-plug of pod %s waits: container %s has attachments to undo first", pod, container_id)
-            if wait is not None:
-                wait((container_id, ifname), pod)
-            return None
-        notes = d.pods.latest(pod)
-        if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
-            return None
-        try:
-            added, removed = diff(d, entry, pod, notes)
-            if not added and not removed:
-                return None
-            check(d, entry, pod, added, removed)
-            reserved = d.planning.reserve(entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added})
-        except DelegateError as e:
-            return _refused(d, pod, Synced(error=e))
-        try:
-            return _apply(d, entry, pod, added, removed)
-        finally:
-            d.planning.unreserve(reserved)
-
-
-def _apply(
-    d: Delegator, entry: Record, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
-) -> Synced:
-    """What is added on free names attached, what is removed detached, what takes a removed one's name attached;
-    reported. Everything that can refuse an edit without touching anything has passed (check)."""
-    out = Synced()
-    taken = {a.ifname for a in entry.attachments}
-    free = [x for x in added if x[0].ifname not in taken]
-    blocked = [x for x in added if x[0].ifname in taken]
-    try:
-        _attach(d, entry, pod, free, out)
-        if removed:
-            with nsutil.recorded(entry, entry.netns, pin=True) as target:
-                errors = d.deleting.detach(entry, removed, target.path, why="hot-plug detach")
-            out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
-            if errors:
-                raise errors[-1]
-        _attach(d, entry, pod, blocked, out)
-    except DelegateError as e:
-        out.error = e
-    _report(d, pod, entry, out)
-    return out
-
-
 def check(
-    d: Delegator, entry: Record, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+    planning: Planning,
+    runner: Runner,
+    addresses: AddressAllocator | None,
+    devices: Devices | None,
+    entry: Record,
+    pod: PodRef,
+    added: list[tuple[Attachment, Ask]],
+    removed: list[Attachment],
 ) -> None:
     """Every check an ADD of the added elements makes that touches nothing, made before anything is detached:
     a refused edit leaves the pod as it was (docs/kubernetes.md, "Hot-plug by editing the pod"). What each asks
@@ -115,23 +68,21 @@ def check(
     `removed` is gone (on copies: the ADD hands them out itself)."""
     new = [a for a, _ in added]
     asks = {a.ifname: ask for a, ask in added}
-    d.planning.prepare_asks(entry.container_id, new, asks)
+    planning.prepare_asks(entry.container_id, new, asks)
     for a in new:
-        d.runner.preflight(a.conflist, runtime_conf(entry, a, entry.netns))
-    poolclaims.check(d.addresses, new, entry.container_id, pod.namespace, asks)
-    if d.devices is not None and new:
+        runner.preflight(a.conflist, runtime_conf(entry, a, entry.netns))
+    poolclaims.check(addresses, new, entry.container_id, pod.namespace, asks)
+    if devices is not None and new:
         kept = [a for a in entry.attachments if all(a is not r for r in removed)]
-        d.devices.assign(pod, entry.container_id, [copy.copy(a) for a in new], kept, asks)
+        devices.assign(pod, entry.container_id, [copy.copy(a) for a in new], kept, asks)
 
 
 def diff(
-    d: Delegator, entry: Record, pod: PodRef, notes: Mapping[str, str]
+    nets: Mapping[str, dict[str, Any]], policy: Policy, entry: Record, pod: PodRef, notes: Mapping[str, str]
 ) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
     """What the annotation asks now and the record does not have (new attachments, with their asks), and what
     the record has that it no longer asks for."""
-    assert d.pods is not None
-    nets = d.networks()
-    asked = choice.plan(pod, notes, nets, d.pods.policy, entry.ifname)
+    asked = choice.plan(pod, notes, nets, policy, entry.ifname)
     default = next((a for a in entry.attachments if a.ifname == entry.ifname), None)
     if asked.default is not None and default is not None and asked.default != default.network:
         raise (asked.default_ask or _whole(pod)).error(
@@ -156,55 +107,15 @@ def _whole(pod: PodRef) -> Ask:
     return Ask("", pod.namespace, f"pod {pod}")
 
 
-def _attach(d: Delegator, entry: Record, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Synced) -> None:
-    """Attach items already checked, prepared and reserved (sync)."""
-    if not items:
-        return
-    new = [a for a, _ in items]
-    d.adding.attach(entry, new, entry.netns, pod, {a.ifname: ask for a, ask in items})
-    out.added += [a.ifname for a in new]
-
-
-def _report(d: Delegator, pod: PodRef, entry: Record, out: Synced) -> None:
-    assert d.pods is not None
-    by_name = {a.ifname: a for a in entry.attachments}
-    for name in out.added:
-        a = by_name.get(name)
-        if a is not None and a.result is not None:
-            ips = " ".join(str(ip.get("address")) for ip in a.result.get("ips") or [])
-            net = naming.display_name(a.network, a.conflist)
-            d.pods.event(pod, "Normal", "AddedInterface", f"Add {name} [{ips}] from {net} (hot-plug)")
-    for name in out.removed:
-        d.pods.event(pod, "Normal", "RemovedInterface", f"Remove {name} (hot-plug)")
-    if out.error is not None:
-        _refused(d, pod, out)
-    d.pods.report(pod, network_status(entry.attached, entry.ifname))  # not what is left to undo
-    log.info(
-        "hot-plug of pod %s (container %s): added %s, removed %s%s",
-        pod,
-        entry.container_id,
-        ",".join(out.added) or "-",
-        ",".join(out.removed) or "-",
-        f"; failed: {out.error.full_msg}" if out.error else "",
-    )
-
-
-def _refused(d: Delegator, pod: PodRef, out: Synced) -> Synced:
-    assert d.pods is not None and out.error is not None
-    e = out.error
-    d.pods.event(pod, "Warning", "FailedHotplug", e.full_msg + (f" ({e.details})" if e.details else ""))
-    if not out.added and not out.removed:
-        log.warning("hot-plug of pod %s refused: %s", pod, e.full_msg)
-    return out
-
-
 class PodSync:
     """Syncs pods whose annotations changed, one at a time, in a thread of its own: `changed(pod)` queues one
     (the pod watch calls it), `all_recorded(records)` queues every pod the records name (at start-up), `undone`
     one whose sync waited for a record's undo (Deleting.undone calls it, set by Delegator.when_undone)."""
 
     def __init__(self, d: Delegator) -> None:
-        self.d = d
+        self.records, self.locks, self.runner, self.networks = d.cache, d.locks, d.runner, d.networks
+        self.planning, self.adding, self.deleting = d.planning, d.adding, d.deleting
+        self.pods, self.addresses = d.pods, d.addresses
         # A queued pod, and its containers' (container ID, ifname) when the records were read already (at
         # start-up); None: they are looked up in the records when its turn comes.
         self._pending: dict[tuple[str, str], tuple[PodRef, list[tuple[str, str]] | None]] = {}
@@ -281,7 +192,7 @@ class PodSync:
                 self.busy = True
             try:
                 for container_id, ifname in self._containers(pod) if containers is None else containers:
-                    sync(self.d, container_id, ifname, self._wait)
+                    self.sync(container_id, ifname)
             except Exception:
                 log.exception("hot-plug of pod %s failed", pod)
             finally:
@@ -290,11 +201,107 @@ class PodSync:
                     self.synced += 1
                     self._cond.notify_all()
 
+    def sync(self, container_id: str, ifname: str) -> Synced | None:
+        """Bring one container's attachments to what its pod's annotation asks now (None: nothing to do, or not now:
+        no record, a pod unknown to it, an ADD not finished, attachments to undo: the record is kept waiting, with
+        the container's lock held, and `undone` syncs it then)."""
+        if self.pods is None:
+            return None
+        with self.locks.hold(container_id):
+            entry = self.records.load(container_id, ifname)
+            pod = pod_of(entry) if entry is not None else None
+            if entry is None or pod is None or not entry.attached:
+                return None
+            if entry.unfinished:  # undone first, as an ADD does (Adding.add); by the retry every few minutes, or a DEL
+                log.info("hot-plug of pod %s waits: container %s has attachments to undo first", pod, container_id)
+                with self._cond:
+                    self._waiting[(container_id, ifname)] = pod
+                return None
+            notes = self.pods.latest(pod)
+            if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
+                return None
+            try:
+                added, removed = diff(self.networks(), self.pods.policy, entry, pod, notes)
+                if not added and not removed:
+                    return None
+                check(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
+                reserved = self.planning.reserve(
+                    entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added}
+                )
+            except DelegateError as e:
+                return self._refused(pod, Synced(error=e))
+            try:
+                return self._apply(entry, pod, added, removed)
+            finally:
+                self.planning.unreserve(reserved)
+
+    def _apply(
+        self, entry: Record, pod: PodRef, added: list[tuple[Attachment, Ask]], removed: list[Attachment]
+    ) -> Synced:
+        """What is added on free names attached, what is removed detached, what takes a removed one's name attached;
+        reported. Everything that can refuse an edit without touching anything has passed (check)."""
+        out = Synced()
+        taken = {a.ifname for a in entry.attachments}
+        free = [x for x in added if x[0].ifname not in taken]
+        blocked = [x for x in added if x[0].ifname in taken]
+        try:
+            self._attach(entry, pod, free, out)
+            if removed:
+                with nsutil.recorded(entry, entry.netns, pin=True) as target:
+                    errors = self.deleting.detach(entry, removed, target.path, why="hot-plug detach")
+                out.removed += [a.ifname for a in removed if all(a is not b for b in entry.attachments)]
+                if errors:
+                    raise errors[-1]
+            self._attach(entry, pod, blocked, out)
+        except DelegateError as e:
+            out.error = e
+        self._report(pod, entry, out)
+        return out
+
+    def _attach(self, entry: Record, pod: PodRef, items: list[tuple[Attachment, Ask]], out: Synced) -> None:
+        """Attach items already checked, prepared and reserved (sync)."""
+        if not items:
+            return
+        new = [a for a, _ in items]
+        self.adding.attach(entry, new, entry.netns, pod, {a.ifname: ask for a, ask in items})
+        out.added += [a.ifname for a in new]
+
+    def _report(self, pod: PodRef, entry: Record, out: Synced) -> None:
+        assert self.pods is not None
+        by_name = {a.ifname: a for a in entry.attachments}
+        for name in out.added:
+            a = by_name.get(name)
+            if a is not None and a.result is not None:
+                ips = " ".join(str(ip.get("address")) for ip in a.result.get("ips") or [])
+                net = naming.display_name(a.network, a.conflist)
+                self.pods.event(pod, "Normal", "AddedInterface", f"Add {name} [{ips}] from {net} (hot-plug)")
+        for name in out.removed:
+            self.pods.event(pod, "Normal", "RemovedInterface", f"Remove {name} (hot-plug)")
+        if out.error is not None:
+            self._refused(pod, out)
+        self.pods.report(pod, network_status(entry.attached, entry.ifname))  # not what is left to undo
+        log.info(
+            "hot-plug of pod %s (container %s): added %s, removed %s%s",
+            pod,
+            entry.container_id,
+            ",".join(out.added) or "-",
+            ",".join(out.removed) or "-",
+            f"; failed: {out.error.full_msg}" if out.error else "",
+        )
+
+    def _refused(self, pod: PodRef, out: Synced) -> Synced:
+        assert self.pods is not None and out.error is not None
+        e = out.error
+        self.pods.event(pod, "Warning", "FailedHotplug", e.full_msg + (f" ({e.details})" if e.details else ""))
+        if not out.added and not out.removed:
+            log.warning("hot-plug of pod %s refused: %s", pod, e.full_msg)
+        return out
+
     def _containers(self, pod: PodRef) -> list[tuple[str, str]]:
         """(container ID, ifname) of the records of the pod: every record read."""
         return [
             (e.container_id, e.ifname)
-            for e in self.d.cache.entries()
+            for e in self.records.entries()
             if (p := pod_of(e)) is not None and _same_pod(pod, p)
         ]
 

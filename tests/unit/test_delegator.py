@@ -431,13 +431,14 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
         d.close()
 
 
-def test_pod_edits_waiting_count_pods_not_records() -> None:
+def test_pod_edits_waiting_count_pods_not_records(tmp_path: Path) -> None:
     """Two records of one pod waiting for their undo (its sandbox made again) are one pod edit waiting, as
     `netcomp status` says it; the undo of one leaves the pod waiting for the other."""
     from netcomp.delegate.podsync import PodSync
     from netcomp.pods.naming import PodRef
 
-    sync = PodSync(None)  # type: ignore[arg-type]  # the counts need no delegator
+    d = _delegator(tmp_path, {}, lambda *a: None)
+    sync = PodSync(d)
     web, db = PodRef("default", "web", "u1"), PodRef("default", "db", "u2")
     sync._wait(("c1", "eth0"), web)
     sync._wait(("c2", "eth0"), web)
@@ -446,3 +447,4 @@ def test_pod_edits_waiting_count_pods_not_records() -> None:
     sync.undone(("c3", "eth0"), False)
     sync.undone(("c1", "eth0"), False)
     assert (sync.waiting, sync.pods_waiting) == (1, 1)
+    d.close()

@@ -16,7 +16,7 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.protocol import ProtocolError
 from netcomp.delegate import request
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.explain import explain as explain_subject
+from netcomp.delegate.explain import Explainer
 from netcomp.errors import DelegateError, HostError, printable
 from netcomp.metrics import Metrics
 
@@ -122,6 +122,6 @@ def explain(delegator: Delegator, body: bytes, *, hotplug: bool) -> dict[str, ob
     """POST /explain: what an ADD of the subject would do now, and why; nothing is changed. A subject the ADD
     would refuse outright (a container ID or interface name that is not one) is a 400, in the ADD's words."""
     try:
-        return explain_subject(delegator, request.parse_subject(body), hotplug=hotplug)
+        return Explainer(delegator).explain(request.parse_subject(body), hotplug=hotplug)
     except DelegateError as e:
         raise ProtocolError(e.code, e.full_msg, e.details) from None
