@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from netcomp.ipam.blocks import lowest
 from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held
+from netcomp.ipam.blockview import Wakes
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken, holder_doc
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ log = logging.getLogger("netcomp.ipam")
 MAX_BACKOFF = 30.0
 
 
-class Worker:
+class Worker(Wakes):
     def __init__(self, alloc: BlockAllocator) -> None:
         self.a = alloc
         self.cv = threading.Condition(alloc._lock)

@@ -1,12 +1,8 @@
-"""What an AddressBlock's record may claim, checked before a node takes any of it: another node (or anyone with
-its credentials) wrote it, so it is input, not truth (docs/reliability.md, the trust model).
-
-A block's name is blocks.block_name(network, cidr): the API server's uniqueness of names is the lock on a block,
-so for each CIDR the object of that name is the only one that can hold it; an object whose name does not agree
-with its network and CIDR is forged and ignored whole. Inside a block that is what it says, each `used`, `lent`
-and `requests` entry must be about an address of that block, in its one canonical spelling; entries that are
-not are ignored, the rest of the record is taken. Every bound here is linear in what the object holds, and no
-integer wider than the block is ever built."""
+"""What an AddressBlock's record may claim, checked before a node takes any of it: anyone with the credentials may
+have written it, so it is input, not truth (docs/reliability.md, the trust model). An object whose name does not
+agree with its network and CIDR is forged and ignored whole; inside a block, entries about no address of it, or not
+in its canonical spelling, are ignored and the rest is taken. Every check is linear in what the object holds and
+builds no integer wider than the block."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from netcomp import foreign
-from netcomp.ipam.blocks import MAX_SIZE, block_name
+from netcomp.ipam.blocks import MAX_SIZE, Layout, block_name
 from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 
@@ -126,18 +122,12 @@ def fit(net: IPNetwork, pool: Pool) -> tuple[bool, str]:
     """Whether a block is one of the pool's: (True, "") a block of the network's size in one of its range
     sets' subnets; (False, "") in a subnet but of another size (a block held since the network's blockSize
     changed: it holds its place, nothing is taken from it); (False, why) not in the pool at all."""
-    from netcomp.ipam.blocks import Layout
-
     for i, ranges in enumerate(pool.sets):
         for r in ranges:
             if r.subnet.version == net.version and net.subnet_of(r.subnet):  # type: ignore[arg-type]
                 lay = Layout(pool, i)
                 return lay.block_of(net.network_address) == net, ""
-    return False, f"{net} is in no subnet of network {pool.network!r} ({_describe(pool)})"
-
-
-def _describe(pool: Pool) -> str:
-    return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
+    return False, f"{net} is in no subnet of network {pool.network!r} ({pool.subnets()})"
 
 
 def offsets(rec: BlockRecord, entries: Mapping[str, Any]) -> dict[int, Any]:
@@ -149,10 +139,7 @@ def offsets(rec: BlockRecord, entries: Mapping[str, Any]) -> dict[int, Any]:
 
 def bits(rec: BlockRecord, entries: Mapping[str, Any]) -> int:
     """The offsets of a record's entries as bits: never wider than its block."""
-    out = 0
-    for off in offsets(rec, entries):
-        out |= 1 << off
-    return out
+    return sum(1 << off for off in offsets(rec, entries))
 
 
 def report(rec: BlockRecord, why: str) -> None:

@@ -1,10 +1,9 @@
-"""A pool in blocks: each range set split into aligned CIDRs of the network's block size (the last bits of an
-address are its offset in its block), a block held by one node at a time. Pure: which blocks a pool has, which
-addresses of a block are handed out, a block's name.
+"""A pool in blocks: which blocks a pool has, which addresses of a block are handed out, and a block's name. Each
+range set is split into aligned CIDRs of the network's block size, inside its range's subnet as Calico's IPAM blocks
+are in an IP pool (libcalico-go/lib/ipam/ipam_block.go). The module is pure: it claims nothing.
 
-Blocks are aligned inside their range's subnet, as Calico's IPAM blocks are in an IP pool
-(libcalico-go/lib/ipam/ipam_block.go): a subnet smaller than a block is one block. A block's name derives from
-(network, block), so the API server's refusal of a second object of a name is the lock on it."""
+A block's name derives from (network, block), so the API server's refusal of a second object of a name is the lock
+on it."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range, claim_name
 
 SMALLEST, LARGEST = 4, 64  # the default's bounds: a small pool still splits, a /16 makes blocks of 64
 MAX_SIZE = 4096  # the largest blockSize an intent may give (intent/model.py): no block is larger
@@ -31,10 +30,8 @@ def block_size(pool: Pool, family_set: int) -> int:
 
 
 def block_name(network: str, net: IPNetwork) -> str:
-    """The object name of a network's block: a DNS subdomain no other (network, block) has (network names have
-    no dots but a namespaced one's, which is `namespace.name`): `storage.v4-10-10-0-16-28`."""
-    text = str(net.network_address).replace(".", "-").replace(":", "-")
-    return f"{network.replace('/', '.')}.v{net.version}-{text}-{net.prefixlen}".lower()
+    """A block's object name: its first address's claim name and its prefix (`storage.v4-10-10-0-16-28`)."""
+    return f"{claim_name(network, net.network_address)}-{net.prefixlen}"
 
 
 @dataclass(slots=True)
@@ -97,13 +94,6 @@ class Layout:
                         yield net
                     break
                 pos -= n
-
-    def offset(self, net: IPNetwork, address: IPAddress) -> int:
-        return int(address) - int(net.network_address)
-
-    @staticmethod
-    def address(net: IPNetwork, offset: int) -> IPAddress:
-        return net.network_address + offset
 
 
 def _span(base: int, size: int, lo: int, hi: int) -> int:

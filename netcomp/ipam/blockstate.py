@@ -1,11 +1,6 @@
-"""What a block is, as its object records it and as a node keeps it: the record (what a block store gives and
-takes), the compact form a node keeps of the blocks of the networks it serves, the blocks it holds, the
-addresses other nodes lent it, and its own crash-safe record of the blocks it holds (a file beside the cache).
-
-A block's record says who holds it (`node`), which of its addresses the holder's containers use (`used`: written
-behind by the holder, for people and GC), which it lent to other nodes (`lent`: written by the holder when it
-lends one, completed by the borrower with its container, removed by the borrower when it gives it back) and which
-nodes ask it for addresses (`requests`: written by them, removed by the holder when it answers)."""
+"""What a block is, as its object records it (BlockRecord) and as a node keeps it: the compact form of the blocks of
+its networks (Seen), the blocks it holds (Held), the addresses other nodes lent it (Borrowed), and its crash-safe
+record of the blocks it holds (LocalRecord, a file beside the cache). It also says what a block store does."""
 
 from __future__ import annotations
 
@@ -29,9 +24,10 @@ RECORD_KIND = "netcompBlocksV1"
 
 @dataclass(slots=True)
 class BlockRecord:
-    """A block as its object says. `used` and `lent` by address text; a holder is {containerID, interface, pod:
-    {namespace, name, uid}}; a lent entry is {node, request, and its holder once the borrower wrote it}; a request
-    is {node, addresses (exact ones asked for; none: any one)}."""
+    """A block as its object says, entries by address text. `used`: the holder's containers' addresses
+    (store.holder_doc), written behind by the holder. `lent`: addresses lent to other nodes, {node, request} written
+    by the holder, completed with the container by the borrower, removed by the borrower when it gives one back.
+    `requests`: other nodes' asks, {node, addresses (exact ones; none: any one)}, removed by the holder's answer."""
 
     name: str
     network: str
@@ -183,10 +179,6 @@ class LocalRecord:
                     )
                 )
         return out
-
-    def save(self, held: list[Held], claiming: Mapping[str, str] | None = None) -> None:
-        """OSError as atomic_write raises it."""
-        self.write(self.encode(held, claiming))
 
     def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
         """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change.

@@ -1,9 +1,7 @@
 """A network's address pool, as its compiled conflist names it (`netcomp.pool`), and the names of address claims.
 
-A pool is one range set per address family (a container gets one address of each family, as host-local gives
-them); a range is a subnet with bounds (host-local's defaults: the first address after the network's to the last
-before the broadcast, the very last for IPv6), less its gateway, what it excludes, and what is no unicast
-address for a container (NOT_UNICAST: a pool of 0.0.0.0/0 must never hand out a multicast or class E address)."""
+A pool holds one range set per address family, as host-local gives one address of each. A range is a subnet with
+host-local's default bounds, less its gateway, what it excludes and what is no unicast address (NOT_UNICAST)."""
 
 from __future__ import annotations
 
@@ -106,6 +104,10 @@ class Pool:
 
     def describe(self, family_set: int = 0) -> str:
         return ", ".join(str(r.subnet) for r in self.sets[family_set])
+
+    def subnets(self) -> str:
+        """Every range set's subnets, for a message."""
+        return ", ".join(self.describe(i) for i in range(len(self.sets))) or "no ranges"
 
     def candidates(self, family_set: int, seed: str) -> Iterator[tuple[Range, IPAddress]]:
         """Every address of a range set once, starting at an offset that depends on `seed` (nodes claiming from

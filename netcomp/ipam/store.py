@@ -64,6 +64,11 @@ class Claim:
         if prefix.isdigit() and int(prefix) > addr.max_prefixlen:
             raise ValueError(f"a claim of block {d['block']!r}, whose prefix no {addr} has")
 
+    def order(self) -> tuple[str, int, int]:
+        """Where it sorts: by network, then by address, IPv4 first."""
+        a = ipaddress.ip_address(self.address)
+        return self.network, a.version, int(a)
+
     def shown(self) -> dict[str, Any]:
         """The claim as `netcomp ipam show` lists it."""
         return {"address": self.address, "node": self.node, "containerID": self.container_id,
