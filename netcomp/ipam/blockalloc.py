@@ -382,19 +382,12 @@ class BlockAllocator(BlockView):
         self.worker.wake(write=True)
 
     def _placed(self, claims: list[Claim]) -> Iterator[tuple[Claim, tuple[Held, int] | None]]:
-        """Each claim given from a block, with where its address is held (_held_at; None: it was borrowed)."""
+        """Each claim given from a block, with the held block its address is in and its offset there (None: this
+        node does not hold it, the address was borrowed)."""
         for c in claims:
             if c.block:
-                yield c, self._held_at(c)
-
-    def _held_at(self, c: Claim) -> tuple[Held, int] | None:
-        """The held block a claim's address is in, and its offset there; None when this node does not hold it
-        (a borrowed address)."""
-        addr = ipaddress.ip_address(c.address)
-        h = self.held.get(c.block)
-        if h is None or addr not in h.net:
-            return None
-        return h, int(addr) - int(h.net.network_address)
+                addr, h = ipaddress.ip_address(c.address), self.held.get(c.block)
+                yield c, (h, int(addr) - int(h.net.network_address)) if h is not None and addr in h.net else None
 
     def _borrowed_of(self, c: Claim) -> Borrowed | None:
         addr = ipaddress.ip_address(c.address)

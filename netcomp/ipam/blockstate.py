@@ -164,20 +164,15 @@ class LocalRecord:
         out = []
         for name, b in (doc.get("blocks") or {}).items():
             with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
-                if ipaddress.ip_network(str(b["cidr"])).num_addresses > MAX_SIZE:
+                net = ipaddress.ip_network(str(b["cidr"]))
+                if net.num_addresses > MAX_SIZE:
                     raise ValueError("no block is that large")
-                out.append(
-                    Held(
-                        name,
-                        str(b["network"]),
-                        int(b["familySet"]),
-                        ipaddress.ip_network(str(b["cidr"])),
-                        uid=str(b.get("uid", "")),
-                        lent={int(k): dict(v) for k, v in (b.get("lent") or {}).items()},
-                        lending={int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()},
-                        taken={int(x) for x in b.get("taken") or []},
-                    )
-                )
+                lent = {int(k): dict(v) for k, v in (b.get("lent") or {}).items()}
+                lending = {int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()}
+                taken = {int(x) for x in b.get("taken") or []}
+                held = Held(name, str(b["network"]), int(b["familySet"]), net, str(b.get("uid", "")))
+                held.lent, held.lending, held.taken = lent, lending, taken
+                out.append(held)
         return out
 
     def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
@@ -218,37 +213,29 @@ class BlockStore(Protocol):
 
     def create(self, rec: BlockRecord) -> BlockRecord:
         """The record as stored. Taken (its holder the record that has the name, or foreign); StoreUnavailable."""
-        ...
 
     def get(self, name: str) -> BlockRecord | None:
         """StoreUnavailable; None when there is no such block."""
-        ...
 
     def write_used(
         self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
     ) -> BlockRecord:
         """Set (or remove: None) entries of `used`, and `nodeInCluster` when given, on the object of that uid. Gone;
         StoreUnavailable."""
-        ...
 
     def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> BlockRecord:
         """On version rv only: add `lent` entries and remove the `answered` requests. Conflict (another version),
         Gone; StoreUnavailable (which may have written it: the next version seen says)."""
-        ...
 
     def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
         """Set (None: withdraw) a request of this node. Gone; StoreUnavailable."""
-        ...
 
     def update_lent(self, name: str, address: str, node: str, entry: dict[str, Any] | None) -> bool:
         """Replace (None: remove) a lent entry only while it is lent to `node`; False when it is not (any more).
         Gone; StoreUnavailable."""
-        ...
 
     def delete(self, name: str, uid: str, rv: str) -> bool:
         """Remove the block only while it is that version; False when it is gone or changed. StoreUnavailable."""
-        ...
 
     def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
         """Every block of those networks (None: of all), a page at a time. StoreUnavailable."""
-        ...

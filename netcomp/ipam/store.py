@@ -130,21 +130,17 @@ class Store(Protocol):
 
     def create(self, claim: Claim) -> Claim:
         """The claim as stored (uid and created set). Taken when the name exists; StoreUnavailable."""
-        ...
 
     def delete(self, claim: Claim) -> bool:
         """Remove the claim if it is still this one (same uid). False when it is gone or is another claim now.
         StoreUnavailable."""
-        ...
 
     def list(self) -> list[Claim]:
         """Every claim. StoreUnavailable."""
-        ...
 
     def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
         """Until stop: call on_change(name, claim or None when it is gone) for every change made by anyone (a
         watch), after listing. Returns at once for a store only this daemon writes."""
-        ...
 
 
 class Gone(Exception):
@@ -161,20 +157,15 @@ class AddressAllocator(Protocol):
     def claim(self, pool: Pool, family_set: int, holder: Any, exact: IPAddress | None = None) -> Claim:
         """One address of a range set of the pool (or exactly `exact`) for holder, held as in flight until
         settle(). DelegateError: 11 (exhausted, the store away, `exact` held), 7 (`exact` not in the pool)."""
-        ...
 
     def settle(self, claims: list[Claim]) -> None:
         """The claims are in a cache entry now (or were given back): no longer in flight."""
-        ...
 
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         """Give claims back. DelegateError 11 when a claim object cannot be deleted now (kept recorded)."""
-        ...
 
     def claims(self, network: str | None = None) -> list[Claim]:
         """The addresses in use (of one network), as this node knows them."""
-        ...
 
     def show(self, pools: dict[str, Pool]) -> list[dict[str, Any]]:
         """Per network its pool, what is in use and free, and every address in use (ipam show, explain)."""
-        ...
