@@ -122,10 +122,6 @@ class Allocator:
             self.updated.notify_all()
         self.synced.set()
 
-    def follow(self, stop: threading.Event) -> None:
-        """Keep the view current until stop (a thread): the store's watch, or nothing for a node-local store."""
-        self.store.follow(self.changed, stop)
-
     def serve(self, pools: dict[str, Pool]) -> None:
         """The pools of the networks this node serves; claims in the view outside theirs are dropped."""
         with self._lock:

@@ -14,6 +14,7 @@ from netcomp import foreign
 from netcomp.ipam.blocks import MAX_SIZE, Layout, block_name
 from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
+from netcomp.ipam.store import holder_ok
 
 KIND = "AddressBlock"  # what foreign.ignore counts them as
 _SHOWN = 3  # bad keys quoted in a reason
@@ -82,13 +83,8 @@ _TEXT = ("containerID", "interface", "node", "request")
 
 
 def _holder_ok(doc: dict[str, Any], what: str) -> bool:
-    """A used or lent entry as store.holder_doc writes it: strings where it has strings, a pod of strings."""
-    if any(k in doc and not isinstance(doc[k], str) for k in _TEXT):
-        return False
-    if what == "lent" and not doc.get("node"):
-        return False
-    pod = doc.get("pod")
-    return pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+    """A used or lent entry as store.holder_doc writes it; a lent one names its node."""
+    return holder_ok(doc, _TEXT) and (what != "lent" or bool(doc.get("node")))
 
 
 def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict[str, Any]]:

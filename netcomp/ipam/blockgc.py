@@ -68,9 +68,8 @@ def release_empty(a: BlockAllocator) -> list[str]:
             ok = None
             log.warning("cannot release block %s: %s", h.name, e)
         with a._lock:
-            if ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node:
-                a.held[h.name] = h  # its record changed meanwhile (a request, a lent address): kept
-            elif ok is None:
+            # Kept when the store is away, or when its record changed meanwhile (a request, a lent address).
+            if ok is None or (ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node):
                 a.held[h.name] = h
             else:
                 a.view.pop(h.name, None)

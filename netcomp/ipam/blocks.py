@@ -8,11 +8,10 @@ on it."""
 from __future__ import annotations
 
 import ipaddress
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range, claim_name
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range, claim_name, spread
 
 SMALLEST, LARGEST = 4, 64  # the default's bounds: a small pool still splits, a /16 makes blocks of 64
 MAX_SIZE = 4096  # the largest blockSize an intent may give (intent/model.py): no block is larger
@@ -72,28 +71,18 @@ class Layout:
         return got
 
     def blocks(self, seed: str) -> Iterator[IPNetwork]:
-        """Every block that hands out at least one address, each once per range that reaches it, starting at an
-        offset that depends on `seed` (nodes claiming at once mostly reach for different blocks), lazily (a
-        large IPv6 range has more blocks than could be listed)."""
+        """Every block that hands out at least one address, each once per range that reaches it, from where `seed`
+        says (pool.spread), lazily (a large IPv6 range has more blocks than could be listed)."""
         spans = []
         for r in self.ranges:
             bits = r.subnet.max_prefixlen - self._prefix(r)
             lo, hi = r.first >> bits, r.last >> bits
             if hi >= lo:
-                spans.append((r, bits, lo, hi - lo + 1))
-        total = sum(n for *_, n in spans)
-        if total == 0:
-            return
-        start = zlib.crc32(seed.encode()) % total
-        for i in range(total):
-            pos = (start + i) % total
-            for r, bits, lo, n in spans:
-                if pos < n:
-                    net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
-                    if self.usable(net):
-                        yield net
-                    break
-                pos -= n
+                spans.append(((r, bits, lo), hi - lo + 1))
+        for (r, bits, lo), pos in spread(spans, seed):
+            net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
+            if self.usable(net):
+                yield net
 
 
 def _span(base: int, size: int, lo: int, hi: int) -> int:

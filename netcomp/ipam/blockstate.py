@@ -107,11 +107,8 @@ class Held:
     taker: BlockRecord | None = None  # the record of the node that holds it now
 
     def busy(self) -> int:
-        bits = 0
-        for group in (self.local, self.pending, self.lent, self.lending, self.taken):
-            for off in group:
-                bits |= 1 << off
-        return bits
+        """The offsets given, in flight, lent, being lent or taken, as bits."""
+        return sum(1 << off for off in set().union(self.local, self.pending, self.lent, self.lending, self.taken))
 
     def empty(self) -> bool:
         return not (self.local or self.pending or self.lent or self.lending)

@@ -19,7 +19,7 @@ from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
 from netcomp.ipam.idclaims import problem as id_problem
 from netcomp.ipam.pool import claim_name, network_label
-from netcomp.ipam.store import Claim, Conflict, Gone, StoreUnavailable, Taken, holder_doc, holder_fields
+from netcomp.ipam.store import Claim, Conflict, Gone, StoreUnavailable, Taken, holder_doc, holder_fields, holder_ok
 from netcomp.kube import following
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException, one_line
@@ -45,13 +45,8 @@ def network_selector(networks: list[str]) -> str:
 def to_object(c: Claim) -> dict[str, Any]:
     spec = {"network": c.network, "address": c.address, "node": c.node, **holder_doc(c),
             "nodeInCluster": c.node_in_cluster}  # fmt: skip
-    labels = labels_of(c.network, c.node)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": c.name, "labels": labels},
-        "spec": spec,
-    }
+    meta = {"name": c.name, "labels": labels_of(c.network, c.node)}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": meta, "spec": spec}
 
 
 def from_object(obj: Any) -> Claim | None:
@@ -109,12 +104,7 @@ def _claim_problem(name: str, spec: Any) -> str:
         return f"its address {address!r} is not spelled as {addr}"
     if name != (want := claim_name(network, addr)):
         return f"its name is not {want}, the name of the claim of {addr} in network {network!r}: forged"
-    pod = spec.get("pod")
-    if any(k in spec and not isinstance(spec[k], str) for k in ("containerID", "interface")) or not (
-        pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
-    ):
-        return "its holder's fields are not strings"
-    return ""
+    return "" if holder_ok(spec) else "its holder's fields are not strings"
 
 
 def store_unavailable(e: Exception, plural: str) -> StoreUnavailable:

@@ -91,10 +91,6 @@ class IdAllocator:
         self._listed = False
         self._lock = threading.Lock()
 
-    @property
-    def kind(self) -> str:
-        return str(self.store.kind)
-
     def start(self, stop: threading.Event) -> None:
         threading.Thread(target=self.store.follow, args=(self._on_change, stop), name="tenant-ids", daemon=True).start()
 
@@ -196,10 +192,6 @@ class IdAllocator:
         except ClaimUnavailable:
             return []
         return [c for c in self.claims() if gone(c) and self._free(c, "its network is gone")]
-
-    def networks(self) -> set[str]:
-        with self._lock:
-            return {c.network for c in self._view.values()}
 
 
 def _same(c: IdClaim, network: str, uid: str) -> bool:

@@ -109,6 +109,14 @@ def holder_fields(doc: dict[str, Any]) -> HolderFields:
     )
 
 
+def holder_ok(doc: dict[str, Any], text: tuple[str, ...] = ("containerID", "interface")) -> bool:
+    """Whether a document reads as holder_doc writes it: strings for the `text` keys it has, a pod of strings."""
+    pod = doc.get("pod")
+    if any(k in doc and not isinstance(doc[k], str) for k in text):
+        return False
+    return pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+
+
 class Taken(Exception):
     """The name is taken: by `holder` (a claim of the same network), or by something that is not a claim of this
     network at all (`foreign`: another network's object, or one netcomp did not write); either way it is never
