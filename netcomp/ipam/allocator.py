@@ -213,20 +213,20 @@ class Allocator:
         try:
             got = self.store.create(want)
         except Taken as t:
+            ours = t.holder is not None and t.holder.network == pool.network
             with self._lock:
                 self._pending.discard(name)
-                if t.holder is not None and t.holder.network == pool.network:
+                if ours:
                     self._view[name] = t.holder
                     self._seen.setdefault(name, time.monotonic())
                 else:
                     self._foreign[name] = t.foreign or "not a claim of this network"
             self.counted("conflict", pool.network)
-            if t.holder is None or t.holder.network != pool.network:
+            if not ours:
                 log.warning("address %s of network %s is held by something else (%s): never touched", addr,
                             pool.network, t.foreign or "an object of another network")  # fmt: skip
             if exact:
-                who = t.holder.holder() if t.holder is not None and t.holder.network == pool.network else t.foreign
-                raise held_by(pool.network, addr, who) from None
+                raise held_by(pool.network, addr, t.holder.holder() if ours else t.foreign) from None
             return None
         except StoreUnavailable as e:
             with self._lock:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from netcomp import foreign
 from netcomp.ipam.blocks import MAX_SIZE, Layout, block_name
@@ -58,10 +58,7 @@ def identity(name: str, network: object, cidr: object) -> tuple[IPNetwork | None
 def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The entries of `used` or `lent` that are about addresses of the block (a mapping each), at most the
     block's size of them; what was left out is said in `problems`."""
-    if got is None:
-        return {}
-    if not isinstance(got, Mapping):
-        problems.append(f"its {what} is not a mapping")
+    if not _mapping(got, f"its {what} is", problems):
         return {}
     out: dict[str, dict[str, Any]] = {}
     bad, shown = 0, list[str]()
@@ -82,6 +79,13 @@ def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict
 _TEXT = ("containerID", "interface", "node", "request")
 
 
+def _mapping(got: object, what: str, problems: list[str]) -> TypeGuard[Mapping[Any, Any]]:
+    """Whether `got` is a mapping; when it is neither one nor absent, `problems` says `what` is not."""
+    if got is not None and not isinstance(got, Mapping):
+        problems.append(f"{what} not a mapping")
+    return isinstance(got, Mapping)
+
+
 def _holder_ok(doc: dict[str, Any], what: str) -> bool:
     """A used or lent entry as store.holder_doc writes it; a lent one names its node."""
     return holder_ok(doc, _TEXT) and (what != "lent" or bool(doc.get("node")))
@@ -90,10 +94,7 @@ def _holder_ok(doc: dict[str, Any], what: str) -> bool:
 def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The requests of other nodes on the block: each names its node and asks for addresses of the block only
     (exact ones, or any one), at most the block's size of them."""
-    if got is None:
-        return {}
-    if not isinstance(got, Mapping):
-        problems.append("its requests are not a mapping")
+    if not _mapping(got, "its requests are", problems):
         return {}
     out: dict[str, dict[str, Any]] = {}
     bad = 0

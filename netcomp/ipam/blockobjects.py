@@ -38,15 +38,8 @@ PAGE = 10
 
 def to_object(rec: BlockRecord) -> dict[str, Any]:
     labels = labels_of(rec.network, rec.node)
-    spec = {
-        "network": rec.network,
-        "cidr": rec.cidr,
-        "node": rec.node,
-        "nodeInCluster": rec.node_in_cluster,
-        "used": rec.used,
-        "lent": rec.lent,
-        "requests": rec.requests,
-    }
+    spec = {"network": rec.network, "cidr": rec.cidr, "node": rec.node, "nodeInCluster": rec.node_in_cluster,
+            "used": rec.used, "lent": rec.lent, "requests": rec.requests}  # fmt: skip
     meta: dict[str, Any] = {"name": rec.name, "labels": labels}
     if rec.token:
         meta["annotations"] = {TOKEN: rec.token}

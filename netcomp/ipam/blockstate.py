@@ -50,17 +50,8 @@ class BlockRecord:
 
 def claim_of(rec: BlockRecord, address: str, doc: dict[str, Any], node: str) -> Claim:
     """A record's entry (store.holder_doc) as a claim (for show, GC and tests): `node` holds it."""
-    return Claim(
-        name=rec.name,
-        network=rec.network,
-        address=address,
-        node=node,
-        **holder_fields(doc),
-        node_in_cluster=rec.node_in_cluster,
-        uid=rec.uid,
-        created=rec.created,
-        block=rec.name,
-    )
+    return Claim(rec.name, rec.network, address, node, **holder_fields(doc), node_in_cluster=rec.node_in_cluster,
+                 uid=rec.uid, created=rec.created, block=rec.name)  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -57,16 +57,8 @@ def from_object(obj: Any) -> Claim | None:
     if got is None:
         return None
     name, meta, spec = got
-    return Claim(
-        name=name,
-        network=spec["network"],
-        address=spec["address"],
-        node=spec["node"],
-        **holder_fields(spec),
-        node_in_cluster=spec.get("nodeInCluster") is True,
-        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
-        created=created(meta),
-    )
+    return Claim(name, spec["network"], spec["address"], spec["node"], **holder_fields(spec),
+                 node_in_cluster=spec.get("nodeInCluster") is True, uid=_uid(meta), created=created(meta))  # fmt: skip
 
 
 def _checked(
@@ -85,6 +77,10 @@ def _checked(
         return None
     assert isinstance(spec, dict)
     return name, meta, spec
+
+
+def _uid(meta: dict[str, Any]) -> str:
+    return meta["uid"] if isinstance(meta.get("uid"), str) else ""
 
 
 def _claim_problem(name: str, spec: Any) -> str:
@@ -139,13 +135,8 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
 
 def id_to_object(c: IdClaim) -> dict[str, Any]:
     ns, _, name = c.network.partition("/")
-    spec: dict[str, Any] = {
-        "profile": c.profile,
-        "vniType": c.vni_type,
-        "vni": c.vni,
-        "network": {"namespace": ns, "name": name, **({"uid": c.network_uid} if c.network_uid else {})},
-        "node": c.node,
-    }
+    net = {"namespace": ns, "name": name, **({"uid": c.network_uid} if c.network_uid else {})}
+    spec = {"profile": c.profile, "vniType": c.vni_type, "vni": c.vni, "network": net, "node": c.node}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": ID_KIND, "metadata": {"name": c.name}, "spec": spec}
 
 
@@ -158,17 +149,8 @@ def id_from_object(obj: Any) -> IdClaim | None:
         return None
     name, meta, spec = got
     net = spec["network"]
-    return IdClaim(
-        name=name,
-        profile=spec["profile"],
-        vni_type=spec["vniType"],
-        vni=spec["vni"],
-        network=f"{net['namespace']}/{net['name']}",
-        network_uid=net.get("uid", ""),
-        node=spec.get("node", ""),
-        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
-        created=created(meta),
-    )
+    return IdClaim(name, spec["profile"], spec["vniType"], spec["vni"], f"{net['namespace']}/{net['name']}",
+                   net.get("uid", ""), spec.get("node", ""), _uid(meta), created(meta))  # fmt: skip
 
 
 ID_PLURAL, ID_KIND = "tenantclaims", "TenantClaim"
