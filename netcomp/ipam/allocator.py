@@ -266,14 +266,8 @@ class Allocator:
         seen for longer than the grace period."""
         now = time.monotonic()
         with self._lock:
-            orphans = [
-                c
-                for c in self._view.values()
-                if c.node == self.node
-                and c.name not in referenced
-                and c.name not in self._pending
-                and now - self._seen.get(c.name, now) >= self.grace
-            ]
+            mine = [c for c in self._view.values() if c.node == self.node and c.name not in self._pending]
+            orphans = [c for c in mine if c.name not in referenced and now - self._seen.get(c.name, now) >= self.grace]
         freed = []
         for c in orphans:
             try:
@@ -289,12 +283,8 @@ class Allocator:
     def gc_cluster(
         self, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None], grace: float | None = None
     ) -> list[Claim]:
-        """Free other nodes' claims whose holder is provably gone: the node (only for claims whose node was a
-        Node of the cluster when it claimed), or the pod (it does not exist, or it is another pod of that name:
-        another uid, or another node). A pod that exists on its node keeps its address; a claim with no pod and
-        a node that exists is its node's to free (gc_own). A claim younger than the grace period (by the store's
-        clock: when it was created) is left alone: its pod may just be starting. `node_exists` / `pod` raise
-        StoreUnavailable."""
+        """Free other nodes' claims whose holder is provably gone (Allocator.gone), once older than the grace
+        period by the store's clock (its pod may just be starting). `node_exists` / `pod` raise StoreUnavailable."""
         grace = self.grace if grace is None else grace
         now = time.time()
         freed = []
@@ -311,6 +301,9 @@ class Allocator:
 
     @staticmethod
     def gone(c: Claim, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None]) -> str | None:
+        """Why a claim's holder is provably gone (None: it is not): its pod does not exist, or is another pod of that
+        name (another uid, another node); with no pod, its node is gone, if it was a Node of the cluster when it
+        claimed. A pod that exists on its node keeps its address; without a pod, gc_own is its node's to run."""
         if c.pod:
             state = pod(c.pod)
             if state is None:

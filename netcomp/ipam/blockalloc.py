@@ -20,9 +20,9 @@ from netcomp.cni.codes import E_TRY_LATER
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder, exhausted, held_by, refuse_exact, unavailable
 from netcomp.ipam.blocks import Layout, block_name, lowest
-from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen
+from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen, claim_of
 from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView
-from netcomp.ipam.pool import IPAddress, Pool
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
@@ -39,8 +39,7 @@ class BlockAllocator(BlockView):
         containers use, and those of ADDs a crash left half done: they are undone by recovery, which releases
         them)."""
         with self._lock:
-            for loaded in self.record.load():
-                self.held[loaded.name] = loaded
+            self.held.update((h.name, h) for h in self.record.load())
             self.claiming_ahead = dict(self.record.claiming)
             for c in claims:
                 if not c.block:
@@ -50,19 +49,14 @@ class BlockAllocator(BlockView):
                 if h is not None and addr in h.net:
                     h.local[int(addr) - int(h.net.network_address)] = c
                 elif c.block not in self.held:
-                    net = self._net_of(c)
+                    prefix = c.block.rsplit("-", 1)[-1]  # blocks.block_name ends in the block's prefix length
+                    net = ipaddress.ip_network(f"{c.address}/{prefix}", strict=False) if prefix.isdigit() else None
                     off = int(addr) - int(net.network_address) if net is not None else -1
                     self.recorded.setdefault(c.block, {})[off] = c
                     fs = self._family_set(c.network, addr)
                     self.borrowed[(c.block, off)] = Borrowed(c.block, c.network, fs, addr, "", c, written=False)
             for h in self.held.values():
                 h.empty_since = time.monotonic() if h.empty() else None
-
-    def _net_of(self, c: Claim) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-        prefix = c.block.rsplit("-", 1)[-1]
-        if not prefix.isdigit():
-            return None
-        return ipaddress.ip_network(f"{c.address}/{prefix}", strict=False)
 
     # ------------------------------------------------------------------------------------------------ giving
 
@@ -127,7 +121,7 @@ class BlockAllocator(BlockView):
             if h.network == network and h.family_set == fs and not h.lost
         )
 
-    def _free_block(self, layout: Layout) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    def _free_block(self, layout: Layout) -> IPNetwork | None:
         """A block nobody holds, as far as the view says (never one whose object just went, nor one overlapping a
         block of another size)."""
         network = layout.pool.network
@@ -143,14 +137,7 @@ class BlockAllocator(BlockView):
             return net
         return None
 
-    def claim_reserved(
-        self,
-        layout: Layout,
-        net: ipaddress.IPv4Network | ipaddress.IPv6Network,
-        key: tuple[str, int],
-        *,
-        on_add_path: bool,
-    ) -> None:
+    def claim_reserved(self, layout: Layout, net: IPNetwork, key: tuple[str, int], *, on_add_path: bool) -> None:
         """claim_block for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
         again whatever happens, and waiters are told."""
         try:
@@ -160,9 +147,7 @@ class BlockAllocator(BlockView):
                 self.claiming.discard(key)
                 self.updated.notify_all()
 
-    def claim_block(
-        self, layout: Layout, net: ipaddress.IPv4Network | ipaddress.IPv6Network, *, on_add_path: bool
-    ) -> bool:
+    def claim_block(self, layout: Layout, net: IPNetwork, *, on_add_path: bool) -> bool:
         """Create the block's object; True when this node holds it now. DelegateError 11 on an ADD's path when the
         store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
@@ -280,8 +265,6 @@ class BlockAllocator(BlockView):
             rec = None
         if rec is None:
             return "another node"
-        from netcomp.ipam.blockstate import claim_of
-
         doc = rec.used.get(str(addr))
         if doc is not None:
             return claim_of(rec, str(addr), doc, rec.node).holder()

@@ -102,11 +102,8 @@ def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict
         ok = isinstance(key, str) and len(key) <= 300 and isinstance(doc, dict) and len(out) < net.num_addresses
         ok = ok and isinstance(doc.get("node"), str) and bool(doc["node"])
         asked = doc.get("addresses") if ok else None
-        if asked is not None and not (
-            isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
-        ):
-            ok = False
-        if ok:
+        fits = isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
+        if ok and (asked is None or fits):
             out[key] = doc
         else:
             bad += 1

@@ -41,16 +41,8 @@ def release_empty(a: BlockAllocator) -> list[str]:
     now = time.monotonic()
     freed = []
     with a._lock:
-        todo = [
-            h
-            for h in a.held.values()
-            if not h.lost
-            and h.empty()
-            and not h.written
-            and not (h.asked.keys() - h.answered)
-            and h.empty_since is not None
-            and now - h.empty_since >= a.grace
-        ]
+        idle = [h for h in a.held.values() if h.empty_since is not None and now - h.empty_since >= a.grace]
+        todo = [h for h in idle if h.empty() and not (h.lost or h.written or h.asked.keys() - h.answered)]
         for h in todo:
             del a.held[h.name]  # nothing is given from it while it goes
         a.strays = {n: t for n, t in a.strays.items() if n in a.view and n not in a.held}

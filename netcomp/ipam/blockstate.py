@@ -164,10 +164,9 @@ class LocalRecord:
         return out
 
     def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
-        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change.
-        `claiming`: the blocks whose object this node is about to create, with the secret token the object carries
-        (written ahead of the create, so that a block naming this node is held again after a crash only when it
-        is the object this node made: anyone can write a block naming it, but not its token)."""
+        """The record of these blocks as the file holds it, taken while they cannot change. `claiming`: the blocks
+        whose object this node is about to create, with the secret token the object carries, written ahead of the
+        create: anyone can write a block naming this node, but not its token."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
@@ -189,9 +188,8 @@ class LocalRecord:
         return json.dumps(doc, indent=1).encode() + b"\n"
 
     def write(self, data: bytes) -> None:
-        """A snapshot (encode) on disk, atomically: a reader, or the next daemon, finds the one before or this
-        one. One writer at a time: atomic_write's temp file has one name per path. OSError as atomic_write
-        raises it."""
+        """A snapshot (encode) on disk, atomically; one writer at a time, as atomic_write's temp file has one name
+        per path. OSError as atomic_write raises it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(self.path, data, mode=0o600)
 

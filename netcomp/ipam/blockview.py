@@ -39,14 +39,11 @@ class Wakes:
     """What the view asks of the block worker (background.Worker). Before it starts, asking does nothing: the
     worker looks at everything when it starts."""
 
-    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None:
-        pass
+    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None: ...
 
-    def prefetch(self, key: tuple[str, int]) -> None:
-        pass
+    def prefetch(self, key: tuple[str, int]) -> None: ...
 
-    def withdraw(self, name: str, uid: str, key: str) -> None:
-        pass
+    def withdraw(self, name: str, uid: str, key: str) -> None: ...
 
 
 class BlockView:
@@ -147,9 +144,8 @@ class BlockView:
         self._generation += 1
 
     def write_record(self) -> bool:
-        """The node's record of its blocks brought to what they are now, when a save asked for it since the last
-        write; returns once it is on disk (True) or could not be written (False, logged). Called without the
-        lock: an ADD takes it to give an address, and a write is two fsyncs."""
+        """The node's record of its blocks written, when a save asked for it since the last write: True once on
+        disk, False (logged) when it cannot be. Called without the lock, which an ADD takes: a write is two fsyncs."""
         snap = self.snapshot()
         return self.write_snapshot(*snap) if snap is not None else True
 
@@ -248,7 +244,6 @@ class BlockView:
     # ------------------------------------------------------------------------------------------------ records
 
     def _observed(self, rec: BlockRecord, source: str) -> None:
-        """`source`: "watch", "list" or "answer" (to a write of this node)."""
         ordered = source != "answer"
         mine = rec.node == self.node
         h = self.held.get(rec.name)

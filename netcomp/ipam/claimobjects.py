@@ -50,9 +50,8 @@ def to_object(c: Claim) -> dict[str, Any]:
 
 
 def from_object(obj: Any) -> Claim | None:
-    """The claim an object records; None when it is not an AddressClaim netcomp wrote, or when its name is not
-    claim_name(network, address) (the name is the lock on an address: an object under any other name is forged)
-    or a field is not of its type; those are reported (foreign.ignore). Nothing here raises."""
+    """The claim an object records; None, reported by _checked, when it is no AddressClaim of its own name
+    (claim_name: the name is the lock on an address) or a field is not of its type. Nothing here raises."""
     got = _checked(obj, KIND, _claim_problem)
     if got is None:
         return None
@@ -141,9 +140,8 @@ def id_to_object(c: IdClaim) -> dict[str, Any]:
 
 
 def id_from_object(obj: Any) -> IdClaim | None:
-    """The id claim an object records; None when it is not a TenantClaim, or when it is no claim of its own name
-    (idclaims.problem: the name is the lock on an id, a claim under another is forged) or a field is not of its
-    type; those are reported (foreign.ignore). Nothing here raises."""
+    """The id claim an object records; None, reported by _checked, when it is no TenantClaim of its own name
+    (idclaims.problem: the name is the lock on an id) or a field is not of its type. Nothing here raises."""
     got = _checked(obj, ID_KIND, id_problem)
     if got is None:
         return None
