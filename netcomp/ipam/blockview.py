@@ -4,7 +4,8 @@ shows it; blockalloc.BlockAllocator gives addresses from it.
 Records come in order from the watch (whole from a list), and out of order as the answers to this node's writes,
 after which the watch may still show older versions. So an answer only tells the version to make the next grant on
 and what the node's containers' entries say; what was lent, and whether a grant made on version V was written, is
-taken from the watch only: a write on V never applies to a later version."""
+taken from the watch only: it was when the watch, having shown V, shows a version with it, and was not when that
+version lacks it (a write on V never applies to a later version)."""
 
 from __future__ import annotations
 
