@@ -81,8 +81,6 @@ class Daemon:
             self.addresses.allocator,
             link_netns,
         )
-        if self.addresses.blocks is not None:
-            self.addresses.blocks.crash = faults.point
         self.notifier = Notifier()
         self._compiles = Compiles(faults.stall_from_env(environ))
         self.server: Server | None = None

@@ -1,10 +1,7 @@
-"""Picking free addresses and claiming them, unique across every node of a network, one claim per address. A
-view of every claim (listed once, then fed by the store's watch: no LIST per ADD); a container's address is
-looked for from an offset that depends on the node and the container, skipping what the view and the ADDs in
-flight hold, and claimed by creating it under the address's name: the store refuses a second claim of a name,
-so a race is lost cleanly and the next candidate is tried. Claims are given back by their owner; `gc_own`
-releases this node's that nothing holds after the grace period, `gc_cluster` other nodes' only with proof that
-their node or pod is gone (a pod that still exists on its node keeps its address)."""
+"""Picking free addresses and claiming them one claim per address, unique across every node of a network. The view
+of every claim is listed once and then fed by the store's watch, so an ADD makes no LIST. A claim is created under
+its address's name: the store refuses a second claim of a name, so a race is lost cleanly and the next candidate is
+tried. Claims are given back by their owner; `gc_own` and `gc_cluster` free what nobody holds."""
 
 from __future__ import annotations
 
@@ -13,7 +10,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from netcomp import foreign
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
@@ -32,6 +30,43 @@ class Holder:
     ifname: str  # the interface in the container
     pod: str = ""  # namespace/name
     pod_uid: str = ""
+
+
+def refuse_exact(pool: Pool, family_set: int, addr: IPAddress) -> None:
+    """DelegateError 7 when `addr` cannot be claimed exactly (Pool.reservable says why)."""
+    why = pool.reservable(addr)
+    if why is not None:
+        where = pool.describe(family_set)
+        raise DelegateError(
+            E_INVALID_CONFIG, f"address {addr} cannot be claimed on network {pool.network!r}: {why} ({where})"
+        )
+
+
+def held_by(network: str, addr: IPAddress, who: str) -> DelegateError:
+    return DelegateError(E_TRY_LATER, f"address {addr} of network {network!r} is held by {who}", "no plugin was run")
+
+
+def exhausted(pool: Pool, family_set: int) -> DelegateError:
+    return DelegateError(
+        E_TRY_LATER,
+        f"network {pool.network!r}: no free address in {pool.describe(family_set)} "
+        f"({pool.size(family_set)} addresses, all claimed)",
+        "see `netcomp ipam show`",
+    )
+
+
+def unavailable(network: str, why: str) -> DelegateError:
+    return DelegateError(E_TRY_LATER, f"network {network!r}: {why}", "nothing was claimed and no plugin was run")
+
+
+def usage(pool: Pool, claims: list[Claim]) -> list[dict[str, Any]]:
+    """Per range set of the pool: its ranges, its size, how many of `claims` it holds and how many are free."""
+    out = []
+    for i, ranges in enumerate(pool.sets):
+        size = pool.size(i)
+        held = sum(1 for c in claims if pool.range_of(ipaddress.ip_address(c.address)) in ranges)
+        out.append({"ranges": pool.describe(i), "size": size, "claimed": held, "free": size - held})
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +122,6 @@ class Allocator:
             self.updated.notify_all()
         self.synced.set()
 
-    def follow(self, stop: threading.Event) -> None:
-        """Keep the view current until stop (a thread): the store's watch, or nothing for a node-local store."""
-        self.store.follow(self.changed, stop)
-
     def serve(self, pools: dict[str, Pool]) -> None:
         """The pools of the networks this node serves; claims in the view outside theirs are dropped."""
         with self._lock:
@@ -107,7 +138,7 @@ class Allocator:
         pool = self.pools.get(c.network)
         if pool is None or c.node == self.node or pool.range_for(ipaddress.ip_address(c.address)) is not None:
             return True
-        why = f"its address {c.address} is in no subnet of network {c.network!r} ({_subnets(pool)})"
+        why = f"its address {c.address} is in no subnet of network {c.network!r} ({pool.subnets()})"
         foreign.ignore("AddressClaim", c.name, why, {"metadata": {"resourceVersion": c.uid}})
         return False
 
@@ -148,14 +179,9 @@ class Allocator:
                 return self._foreign[name]
             return "an ADD in flight" if name in self._pending else None
 
-    def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
-        """Until predicate(every claim in the view) holds, or timeout (for tools and tests)."""
-        with self._lock:
-            return self.updated.wait_for(lambda: predicate(list(self._view.values())), timeout)
-
     def claims(self, network: str | None = None) -> list[Claim]:
         with self._lock:
-            return sorted((c for c in self._view.values() if network is None or c.network == network), key=_order)
+            return sorted((c for c in self._view.values() if network is None or c.network == network), key=Claim.order)
 
     # ------------------------------------------------------------------------------------------------ claiming
 
@@ -164,13 +190,7 @@ class Allocator:
         until settle(). DelegateError: 11 when the pool is exhausted, the store is away or `exact` is held by
         another; 7 when `exact` is not in the pool."""
         if exact is not None:
-            why = pool.reservable(exact)
-            if why is not None:
-                raise DelegateError(
-                    E_INVALID_CONFIG,
-                    f"address {exact} cannot be claimed on network {pool.network!r}: {why} "
-                    f"({pool.describe(family_set)})",
-                )
+            refuse_exact(pool, family_set, exact)
             return self._create(pool, exact, holder, exact=True)  # type: ignore[return-value]
         seed = f"{self.node}/{holder.container_id}/{holder.ifname}"
         for _, addr in pool.candidates(family_set, seed):
@@ -183,56 +203,35 @@ class Allocator:
             got = self._create(pool, addr, holder, exact=False)
             if got is not None:
                 return got
-        size = pool.size(family_set)
-        raise DelegateError(
-            E_TRY_LATER,
-            f"network {pool.network!r}: no free address in {pool.describe(family_set)} ({size} addresses, all claimed)",
-            "see `netcomp ipam show`",
-        )
+        raise exhausted(pool, family_set)
 
     def _create(self, pool: Pool, addr: IPAddress, holder: Holder, *, exact: bool) -> Claim | None:
         name = claim_name(pool.network, addr)
         with self._lock:
             self._pending.add(name)
-        want = Claim(
-            name,
-            pool.network,
-            str(addr),
-            self.node,
-            holder.container_id,
-            holder.ifname,
-            holder.pod,
-            holder.pod_uid,
-            self.node_in_cluster,
-        )
+        want = Claim(name, pool.network, str(addr), self.node, **asdict(holder), node_in_cluster=self.node_in_cluster)
         try:
             got = self.store.create(want)
         except Taken as t:
+            ours = t.holder is not None and t.holder.network == pool.network
             with self._lock:
                 self._pending.discard(name)
-                if t.holder is not None and t.holder.network == pool.network:
+                if ours:
                     self._view[name] = t.holder
                     self._seen.setdefault(name, time.monotonic())
                 else:
                     self._foreign[name] = t.foreign or "not a claim of this network"
             self.counted("conflict", pool.network)
-            if t.holder is None or t.holder.network != pool.network:
+            if not ours:
                 log.warning("address %s of network %s is held by something else (%s): never touched", addr,
                             pool.network, t.foreign or "an object of another network")  # fmt: skip
             if exact:
-                who = t.holder.holder() if t.holder is not None and t.holder.network == pool.network else t.foreign
-                raise DelegateError(
-                    E_TRY_LATER, f"address {addr} of network {pool.network!r} is held by {who}", "no plugin was run"
-                ) from None
+                raise held_by(pool.network, addr, t.holder.holder() if ours else t.foreign) from None
             return None
         except StoreUnavailable as e:
             with self._lock:
                 self._pending.discard(name)
-            raise DelegateError(
-                E_TRY_LATER,
-                f"network {pool.network!r}: cannot claim an address: {e}",
-                "nothing was claimed and no plugin was run",
-            ) from None
+            raise unavailable(pool.network, f"cannot claim an address: {e}") from None
         with self._lock:
             self._view[name] = got
             self._seen.setdefault(name, time.monotonic())
@@ -267,14 +266,8 @@ class Allocator:
         seen for longer than the grace period."""
         now = time.monotonic()
         with self._lock:
-            orphans = [
-                c
-                for c in self._view.values()
-                if c.node == self.node
-                and c.name not in referenced
-                and c.name not in self._pending
-                and now - self._seen.get(c.name, now) >= self.grace
-            ]
+            mine = [c for c in self._view.values() if c.node == self.node and c.name not in self._pending]
+            orphans = [c for c in mine if c.name not in referenced and now - self._seen.get(c.name, now) >= self.grace]
         freed = []
         for c in orphans:
             try:
@@ -290,12 +283,8 @@ class Allocator:
     def gc_cluster(
         self, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None], grace: float | None = None
     ) -> list[Claim]:
-        """Free other nodes' claims whose holder is provably gone: the node (only for claims whose node was a
-        Node of the cluster when it claimed), or the pod (it does not exist, or it is another pod of that name:
-        another uid, or another node). A pod that exists on its node keeps its address; a claim with no pod and
-        a node that exists is its node's to free (gc_own). A claim younger than the grace period (by the store's
-        clock: when it was created) is left alone: its pod may just be starting. `node_exists` / `pod` raise
-        StoreUnavailable."""
+        """Free other nodes' claims whose holder is provably gone (Allocator.gone), once older than the grace
+        period by the store's clock (its pod may just be starting). `node_exists` / `pod` raise StoreUnavailable."""
         grace = self.grace if grace is None else grace
         now = time.time()
         freed = []
@@ -312,6 +301,9 @@ class Allocator:
 
     @staticmethod
     def gone(c: Claim, node_exists: Callable[[str], bool], pod: Callable[[str], PodState | None]) -> str | None:
+        """Why a claim's holder is provably gone (None: it is not): its pod does not exist, or is another pod of that
+        name (another uid, another node); with no pod, its node is gone, if it was a Node of the cluster when it
+        claimed. A pod that exists on its node keeps its address; without a pod, gc_own is its node's to run."""
         if c.pod:
             state = pod(c.pod)
             if state is None:
@@ -332,26 +324,6 @@ class Allocator:
         out: list[dict[str, object]] = []
         for network, pool in sorted(pools.items()):
             claims = self.claims(network)
-            sizes = [pool.size(i) for i in range(len(pool.sets))]
-            held = [sum(1 for c in claims if pool.range_of(ipaddress.ip_address(c.address)) in rs) for rs in pool.sets]
-            out.append(
-                {
-                    "network": network,
-                    "store": self.store.kind,
-                    "pools": [
-                        {"ranges": pool.describe(i), "size": sizes[i], "claimed": held[i], "free": sizes[i] - held[i]}
-                        for i in range(len(pool.sets))
-                    ],
-                    "claims": [c.shown() for c in claims],
-                }
-            )
+            out.append({"network": network, "store": self.store.kind, "pools": usage(pool, claims),
+                        "claims": [c.shown() for c in claims]})  # fmt: skip
         return out
-
-
-def _subnets(pool: Pool) -> str:
-    return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
-
-
-def _order(c: Claim) -> tuple[str, int, int]:
-    a = ipaddress.ip_address(c.address)
-    return c.network, a.version, int(a)

@@ -1,13 +1,8 @@
-"""The block allocator's one thread for what goes to the store off an ADD's path:
-
-- lending: answering other nodes' requests on this node's blocks, at once (a borrower's ADD waits for it);
-- claiming again a block whose object went, or handing its addresses in use to the node that holds it now;
-- giving back borrowed addresses nobody here uses, and claiming a block ahead of need;
-- writing behind which container uses which address: each block's record brought to what this node's cache
-  says, only what differs, coalesced, once no CNI request has been served for a moment (the daemon's server
-  says when: Server.wait_quiet), never ahead of the cache (an address is written once its ADD is recorded).
-
-A store that cannot be reached is tried again after a back-off (1 s, doubling to 30 s); `flush` tries at once."""
+"""The block allocator's threads for what goes to the store off an ADD's path. One lends at once, since a
+borrower's ADD waits for it. The other claims again a block whose object went (or hands its addresses in use to the
+node that holds it now), gives back borrowed addresses nobody uses, claims a block ahead of need, and writes behind
+which container uses which address: only what differs, once the node's CNI requests leave a quiet moment
+(Server.wait_quiet), never ahead of the cache. A store that cannot be reached is tried again after a back-off."""
 
 from __future__ import annotations
 
@@ -19,8 +14,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from netcomp import faults
 from netcomp.ipam.blocks import lowest
 from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held
+from netcomp.ipam.blockview import Wakes
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken, holder_doc
 
 if TYPE_CHECKING:
@@ -30,7 +27,7 @@ log = logging.getLogger("netcomp.ipam")
 MAX_BACKOFF = 30.0
 
 
-class Worker:
+class Worker(Wakes):
     def __init__(self, alloc: BlockAllocator) -> None:
         self.a = alloc
         self.cv = threading.Condition(alloc._lock)
@@ -86,7 +83,7 @@ class Worker:
                 self.flags["write"] = self.flags["other"] = True
             self.cv.notify_all()
             try:
-                while not self._idle():
+                while self.waiting():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         log.warning("ipam: not all written within %gs: %s", timeout, "; ".join(self.waiting()[:10]))
@@ -96,9 +93,6 @@ class Worker:
                 return True
             finally:
                 self.flushing -= 1
-
-    def _idle(self) -> bool:
-        return not self.waiting()
 
     def waiting(self) -> list[str]:
         """What is left to write (for a flush that timed out)."""
@@ -155,7 +149,7 @@ class Worker:
             with self.cv:
                 self.busy = False
                 self.cv.notify_all()
-                if stop.is_set() and self._idle():
+                if stop.is_set() and not self.waiting():
                     return
                 self.cv.wait_for(self._due, 1.0)
                 if not self._due():
@@ -430,7 +424,7 @@ class Worker:
             if not changes and mark is None:
                 continue
             if not first:
-                a.crash("mid-write-behind")
+                faults.point("mid-write-behind")
             first = False
             try:
                 rec = a.store.write_used(h.name, uid, changes, node_in_cluster=mark)

@@ -1,12 +1,9 @@
 """Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
 ADD's path once the node holds a block with a free address. A node claims a block by creating its object (the
-name is the lock), ahead of need (background.py); inside its blocks it gives addresses from what it knows itself
-(the cache records each, the ADDs in flight, what it lent, what AddressClaim objects take); the blocks' records
-are written behind, never ahead of the cache. With no block free, it borrows single addresses from other nodes'
-blocks (as Calico's libcalico-go/lib/ipam/ipam.go lets a host), but the holder stays the only one that gives
-its block's addresses: it answers a request on the record by lending on a version of it. A block whose object
-went is claimed again with what the node knows (or, when another node holds it now, recorded there as lent).
-docs/kubernetes.md, "How blocks work"; docs/architecture.md, "Cluster addresses in blocks"."""
+name is the lock) and gives its addresses from what it knows itself; the records are written behind, never ahead
+of the cache (background.py). With no block free, it borrows single addresses from other nodes' blocks, as
+Calico's libcalico-go/lib/ipam/ipam.go lets a host, but only a block's holder gives its addresses: it lends them
+on a version of its record. docs/kubernetes.md, "How blocks work"."""
 
 from __future__ import annotations
 
@@ -17,19 +14,22 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
+from dataclasses import asdict
 
-from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
+from netcomp import faults
+from netcomp.cni.codes import E_TRY_LATER
 from netcomp.errors import DelegateError
-from netcomp.ipam.allocator import Holder
+from netcomp.ipam.allocator import Holder, exhausted, held_by, refuse_exact, unavailable
 from netcomp.ipam.blocks import Layout, block_name, lowest
-from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen
+from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen, claim_of
 from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView
-from netcomp.ipam.pool import IPAddress, Pool
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
 SILENT = 60.0  # seconds a block that left an ask unanswered is not asked again (its holder may not serve it)
-ASK_FLOOR = 1.0  # seconds an ask waits at the least (a holder answers in milliseconds; a busy one in a second)
+ASK_FLOOR = 1.0  # seconds an ask waits at the least (a holder answers at once; a busy one in a second)
+NO_BLOCK = "no free address in the blocks this node holds, and it cannot claim an address block"
 
 
 class BlockAllocator(BlockView):
@@ -40,8 +40,7 @@ class BlockAllocator(BlockView):
         containers use, and those of ADDs a crash left half done: they are undone by recovery, which releases
         them)."""
         with self._lock:
-            for loaded in self.record.load():
-                self.held[loaded.name] = loaded
+            self.held.update((h.name, h) for h in self.record.load())
             self.claiming_ahead = dict(self.record.claiming)
             for c in claims:
                 if not c.block:
@@ -51,19 +50,14 @@ class BlockAllocator(BlockView):
                 if h is not None and addr in h.net:
                     h.local[int(addr) - int(h.net.network_address)] = c
                 elif c.block not in self.held:
-                    net = self._net_of(c)
+                    prefix = c.block.rsplit("-", 1)[-1]  # blocks.block_name ends in the block's prefix length
+                    net = ipaddress.ip_network(f"{c.address}/{prefix}", strict=False) if prefix.isdigit() else None
                     off = int(addr) - int(net.network_address) if net is not None else -1
                     self.recorded.setdefault(c.block, {})[off] = c
                     fs = self._family_set(c.network, addr)
                     self.borrowed[(c.block, off)] = Borrowed(c.block, c.network, fs, addr, "", c, written=False)
             for h in self.held.values():
                 h.empty_since = time.monotonic() if h.empty() else None
-
-    def _net_of(self, c: Claim) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-        prefix = c.block.rsplit("-", 1)[-1]
-        if not prefix.isdigit():
-            return None
-        return ipaddress.ip_network(f"{c.address}/{prefix}", strict=False)
 
     # ------------------------------------------------------------------------------------------------ giving
 
@@ -93,22 +87,15 @@ class BlockAllocator(BlockView):
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
                 return got
-            raise DelegateError(
-                E_TRY_LATER,
-                f"network {pool.network!r}: no free address in {pool.describe(family_set)} "
-                f"({pool.size(family_set)} addresses, all claimed)",
-                "see `netcomp ipam show`",
-            )
+            raise exhausted(pool, family_set)
 
     def _wait(self, deadline: float) -> bool:
         left = deadline - time.monotonic()
         return left > 0 and (self.updated.wait(left) or time.monotonic() < deadline)
 
     def _claim(self, h: Held | Borrowed, addr: IPAddress, holder: Holder, block: str) -> Claim:
-        return Claim(
-            block, h.network, str(addr), self.node, holder.container_id, holder.ifname, holder.pod, holder.pod_uid,
-            self.node_in_cluster, block=block,
-        )  # fmt: skip
+        return Claim(block, h.network, str(addr), self.node, **asdict(holder), node_in_cluster=self.node_in_cluster,
+                     block=block)  # fmt: skip
 
     def _take(self, layout: Layout, holder: Holder) -> Claim | None:
         """An address of a held block (or a free borrowed one), marked in flight. With the lock held."""
@@ -135,7 +122,7 @@ class BlockAllocator(BlockView):
             if h.network == network and h.family_set == fs and not h.lost
         )
 
-    def _free_block(self, layout: Layout) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    def _free_block(self, layout: Layout) -> IPNetwork | None:
         """A block nobody holds, as far as the view says (never one whose object just went, nor one overlapping a
         block of another size)."""
         network = layout.pool.network
@@ -151,14 +138,7 @@ class BlockAllocator(BlockView):
             return net
         return None
 
-    def claim_reserved(
-        self,
-        layout: Layout,
-        net: ipaddress.IPv4Network | ipaddress.IPv6Network,
-        key: tuple[str, int],
-        *,
-        on_add_path: bool,
-    ) -> None:
+    def claim_reserved(self, layout: Layout, net: IPNetwork, key: tuple[str, int], *, on_add_path: bool) -> None:
         """claim_block for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
         again whatever happens, and waiters are told."""
         try:
@@ -168,9 +148,7 @@ class BlockAllocator(BlockView):
                 self.claiming.discard(key)
                 self.updated.notify_all()
 
-    def claim_block(
-        self, layout: Layout, net: ipaddress.IPv4Network | ipaddress.IPv6Network, *, on_add_path: bool
-    ) -> bool:
+    def claim_block(self, layout: Layout, net: IPNetwork, *, on_add_path: bool) -> bool:
         """Create the block's object; True when this node holds it now. DelegateError 11 on an ADD's path when the
         store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
@@ -185,12 +163,7 @@ class BlockAllocator(BlockView):
                 self.creating.discard(rec.name)
             if not on_add_path:
                 return False
-            raise DelegateError(
-                E_TRY_LATER,
-                f"network {network!r}: no free address in the blocks this node holds, and it cannot claim an "
-                f"address block: its record of its blocks cannot be written ({self.record.path})",
-                "nothing was claimed and no plugin was run",
-            )
+            raise unavailable(network, f"{NO_BLOCK}: its record of its blocks cannot be written ({self.record.path})")
         try:
             got = self.store.create(rec)
         except Taken as t:
@@ -215,13 +188,8 @@ class BlockAllocator(BlockView):
                 self.creating.discard(rec.name)  # still claiming_ahead: the create may have been made
             if not on_add_path:
                 return False
-            raise DelegateError(
-                E_TRY_LATER,
-                f"network {network!r}: no free address in the blocks this node holds, and it cannot claim an "
-                f"address block: {e}",
-                "nothing was claimed and no plugin was run",
-            ) from None
-        self.crash("after-block-claim")
+            raise unavailable(network, f"{NO_BLOCK}: {e}") from None
+        faults.point("after-block-claim")
         with self._lock:
             self.creating.discard(rec.name)
             self.claiming_ahead.pop(rec.name, None)
@@ -242,15 +210,10 @@ class BlockAllocator(BlockView):
 
     def _exact(self, layout: Layout, holder: Holder, addr: IPAddress) -> Claim:
         pool = layout.pool
-        why = pool.reservable(addr)
-        if why is not None:
-            where = pool.describe(layout.family_set)
-            raise DelegateError(
-                E_INVALID_CONFIG, f"address {addr} cannot be claimed on network {pool.network!r}: {why} ({where})"
-            )
+        refuse_exact(pool, layout.family_set, addr)
         who = self.taken(pool.network, addr)
         if who is not None:
-            raise self._held_by(pool.network, addr, who)
+            raise held_by(pool.network, addr, who)
         net = layout.block_of(addr)
         assert net is not None, "reservable: in a subnet of the set"
         name = block_name(pool.network, net)
@@ -268,7 +231,7 @@ class BlockAllocator(BlockView):
                     )
                 if h is not None:
                     if h.busy() >> off & 1:
-                        raise self._held_by(pool.network, addr, self._who(h, off))
+                        raise held_by(pool.network, addr, self._who(h, off))
                     h.pending.add(off)
                     h.empty_since = None
                     return self._claim(h, addr, holder, name)
@@ -283,13 +246,8 @@ class BlockAllocator(BlockView):
             got = self._borrow(layout, holder, (name, off), deadline)
             if got is not None:
                 return got
-            raise self._held_by(pool.network, addr, self._who_elsewhere(name, addr))
+            raise held_by(pool.network, addr, self._who_elsewhere(name, addr))
         raise DelegateError(E_TRY_LATER, f"address {addr} of network {pool.network!r}: its block changed hands", "")
-
-    def _held_by(self, network: str, addr: IPAddress, who: str) -> DelegateError:
-        return DelegateError(
-            E_TRY_LATER, f"address {addr} of network {network!r} is held by {who}", "no plugin was run"
-        )
 
     def _who(self, h: Held, off: int) -> str:
         c = h.local.get(off)
@@ -308,8 +266,6 @@ class BlockAllocator(BlockView):
             rec = None
         if rec is None:
             return "another node"
-        from netcomp.ipam.blockstate import claim_of
-
         doc = rec.used.get(str(addr))
         if doc is not None:
             return claim_of(rec, str(addr), doc, rec.node).holder()
@@ -362,12 +318,8 @@ class BlockAllocator(BlockView):
                 continue
             except StoreUnavailable as e:
                 self._forget(key)
-                raise DelegateError(
-                    E_TRY_LATER,
-                    f"network {layout.pool.network!r}: no free address in the blocks this node holds, none to claim, "
-                    f"and it cannot ask another node for one: {e}",
-                    "nothing was claimed and no plugin was run",
-                ) from None
+                why = "no free address in the blocks this node holds, none to claim, and it cannot ask another node"
+                raise unavailable(layout.pool.network, f"{why} for one: {e}") from None
             # The time left shared by the blocks left, at least ASK_FLOOR each: one whose holder never answers
             # costs its share only, and one that answers as holders do is never cut short.
             now = time.monotonic()
@@ -414,19 +366,12 @@ class BlockAllocator(BlockView):
         self.worker.wake(write=True)
 
     def _placed(self, claims: list[Claim]) -> Iterator[tuple[Claim, tuple[Held, int] | None]]:
-        """Each claim given from a block, with where its address is held (_held_at; None: it was borrowed)."""
+        """Each claim given from a block, with the held block its address is in and its offset there (None: this
+        node does not hold it, the address was borrowed)."""
         for c in claims:
             if c.block:
-                yield c, self._held_at(c)
-
-    def _held_at(self, c: Claim) -> tuple[Held, int] | None:
-        """The held block a claim's address is in, and its offset there; None when this node does not hold it
-        (a borrowed address)."""
-        addr = ipaddress.ip_address(c.address)
-        h = self.held.get(c.block)
-        if h is None or addr not in h.net:
-            return None
-        return h, int(addr) - int(h.net.network_address)
+                addr, h = ipaddress.ip_address(c.address), self.held.get(c.block)
+                yield c, (h, int(addr) - int(h.net.network_address)) if h is not None and addr in h.net else None
 
     def _borrowed_of(self, c: Claim) -> Borrowed | None:
         addr = ipaddress.ip_address(c.address)

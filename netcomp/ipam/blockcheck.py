@@ -1,23 +1,20 @@
-"""What an AddressBlock's record may claim, checked before a node takes any of it: another node (or anyone with
-its credentials) wrote it, so it is input, not truth (docs/reliability.md, the trust model).
-
-A block's name is blocks.block_name(network, cidr): the API server's uniqueness of names is the lock on a block,
-so for each CIDR the object of that name is the only one that can hold it; an object whose name does not agree
-with its network and CIDR is forged and ignored whole. Inside a block that is what it says, each `used`, `lent`
-and `requests` entry must be about an address of that block, in its one canonical spelling; entries that are
-not are ignored, the rest of the record is taken. Every bound here is linear in what the object holds, and no
-integer wider than the block is ever built."""
+"""What an AddressBlock's record may claim, checked before a node takes any of it: anyone with the credentials may
+have written it, so it is input, not truth (docs/reliability.md, the trust model). An object whose name does not
+agree with its network and CIDR is forged and ignored whole; inside a block, entries about no address of it, or not
+in its canonical spelling, are ignored and the rest is taken. Every check is linear in what the object holds and
+builds no integer wider than the block."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from netcomp import foreign
-from netcomp.ipam.blocks import MAX_SIZE, block_name
+from netcomp.ipam.blocks import MAX_SIZE, Layout, block_name
 from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
+from netcomp.ipam.store import holder_ok
 
 KIND = "AddressBlock"  # what foreign.ignore counts them as
 _SHOWN = 3  # bad keys quoted in a reason
@@ -61,10 +58,7 @@ def identity(name: str, network: object, cidr: object) -> tuple[IPNetwork | None
 def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The entries of `used` or `lent` that are about addresses of the block (a mapping each), at most the
     block's size of them; what was left out is said in `problems`."""
-    if got is None:
-        return {}
-    if not isinstance(got, Mapping):
-        problems.append(f"its {what} is not a mapping")
+    if not _mapping(got, f"its {what} is", problems):
         return {}
     out: dict[str, dict[str, Any]] = {}
     bad, shown = 0, list[str]()
@@ -85,23 +79,22 @@ def entries(net: IPNetwork, got: object, what: str, problems: list[str]) -> dict
 _TEXT = ("containerID", "interface", "node", "request")
 
 
+def _mapping(got: object, what: str, problems: list[str]) -> TypeGuard[Mapping[Any, Any]]:
+    """Whether `got` is a mapping; when it is neither one nor absent, `problems` says `what` is not."""
+    if got is not None and not isinstance(got, Mapping):
+        problems.append(f"{what} not a mapping")
+    return isinstance(got, Mapping)
+
+
 def _holder_ok(doc: dict[str, Any], what: str) -> bool:
-    """A used or lent entry as store.holder_doc writes it: strings where it has strings, a pod of strings."""
-    if any(k in doc and not isinstance(doc[k], str) for k in _TEXT):
-        return False
-    if what == "lent" and not doc.get("node"):
-        return False
-    pod = doc.get("pod")
-    return pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+    """A used or lent entry as store.holder_doc writes it; a lent one names its node."""
+    return holder_ok(doc, _TEXT) and (what != "lent" or bool(doc.get("node")))
 
 
 def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict[str, Any]]:
     """The requests of other nodes on the block: each names its node and asks for addresses of the block only
     (exact ones, or any one), at most the block's size of them."""
-    if got is None:
-        return {}
-    if not isinstance(got, Mapping):
-        problems.append("its requests are not a mapping")
+    if not _mapping(got, "its requests are", problems):
         return {}
     out: dict[str, dict[str, Any]] = {}
     bad = 0
@@ -109,11 +102,8 @@ def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict
         ok = isinstance(key, str) and len(key) <= 300 and isinstance(doc, dict) and len(out) < net.num_addresses
         ok = ok and isinstance(doc.get("node"), str) and bool(doc["node"])
         asked = doc.get("addresses") if ok else None
-        if asked is not None and not (
-            isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
-        ):
-            ok = False
-        if ok:
+        fits = isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
+        if ok and (asked is None or fits):
             out[key] = doc
         else:
             bad += 1
@@ -126,18 +116,12 @@ def fit(net: IPNetwork, pool: Pool) -> tuple[bool, str]:
     """Whether a block is one of the pool's: (True, "") a block of the network's size in one of its range
     sets' subnets; (False, "") in a subnet but of another size (a block held since the network's blockSize
     changed: it holds its place, nothing is taken from it); (False, why) not in the pool at all."""
-    from netcomp.ipam.blocks import Layout
-
     for i, ranges in enumerate(pool.sets):
         for r in ranges:
             if r.subnet.version == net.version and net.subnet_of(r.subnet):  # type: ignore[arg-type]
                 lay = Layout(pool, i)
                 return lay.block_of(net.network_address) == net, ""
-    return False, f"{net} is in no subnet of network {pool.network!r} ({_describe(pool)})"
-
-
-def _describe(pool: Pool) -> str:
-    return ", ".join(pool.describe(i) for i in range(len(pool.sets))) or "no ranges"
+    return False, f"{net} is in no subnet of network {pool.network!r} ({pool.subnets()})"
 
 
 def offsets(rec: BlockRecord, entries: Mapping[str, Any]) -> dict[int, Any]:
@@ -149,10 +133,7 @@ def offsets(rec: BlockRecord, entries: Mapping[str, Any]) -> dict[int, Any]:
 
 def bits(rec: BlockRecord, entries: Mapping[str, Any]) -> int:
     """The offsets of a record's entries as bits: never wider than its block."""
-    out = 0
-    for off in offsets(rec, entries):
-        out |= 1 << off
-    return out
+    return sum(1 << off for off in offsets(rec, entries))
 
 
 def report(rec: BlockRecord, why: str) -> None:

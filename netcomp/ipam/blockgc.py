@@ -1,20 +1,19 @@
-"""Freeing blocks and what is in them, and showing them. `release_empty`: this node's blocks that have held
-nothing for the grace period are deleted, on that very version of their record (as Calico's kube-controllers
-release an empty block's affinity after a grace period). `gc_cluster`: other nodes' blocks, page by page: an
-address whose holder is provably gone (allocator.Allocator.gone's rules) is taken off the record, and an empty
-block of a node that is gone is deleted; a pod that still exists on its node keeps its address. `show`: per
-network, its blocks and every address in use (from what this node knows when the store is away)."""
+"""Freeing blocks and what is in them, and showing them. `release_empty` deletes this node's blocks that held
+nothing for the grace period, as Calico's kube-controllers release an empty block's affinity. `gc_cluster` frees,
+in other nodes' blocks, addresses whose holder is provably gone (Allocator.gone's rules), and empty blocks of nodes
+that are gone. `show` lists a network's blocks and every address in use."""
 
 from __future__ import annotations
 
-import ipaddress
+import functools
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from netcomp.ipam.allocator import Allocator, PodState
-from netcomp.ipam.blocks import Layout
+from netcomp import faults
+from netcomp.ipam.allocator import Allocator, PodState, usage
+from netcomp.ipam.blocks import block_size
 from netcomp.ipam.blockstate import BlockRecord, claim_of
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable
@@ -43,16 +42,8 @@ def release_empty(a: BlockAllocator) -> list[str]:
     now = time.monotonic()
     freed = []
     with a._lock:
-        todo = [
-            h
-            for h in a.held.values()
-            if not h.lost
-            and h.empty()
-            and not h.written
-            and not (h.asked.keys() - h.answered)
-            and h.empty_since is not None
-            and now - h.empty_since >= a.grace
-        ]
+        idle = [h for h in a.held.values() if h.empty_since is not None and now - h.empty_since >= a.grace]
+        todo = [h for h in idle if h.empty() and not (h.lost or h.written or h.asked.keys() - h.answered)]
         for h in todo:
             del a.held[h.name]  # nothing is given from it while it goes
         a.strays = {n: t for n, t in a.strays.items() if n in a.view and n not in a.held}
@@ -65,14 +56,13 @@ def release_empty(a: BlockAllocator) -> list[str]:
         try:
             ok = a.store.delete(h.name, h.uid, h.rv)
             if ok:
-                a.crash("after-block-release")
+                faults.point("after-block-release")
         except StoreUnavailable as e:
             ok = None
             log.warning("cannot release block %s: %s", h.name, e)
         with a._lock:
-            if ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node:
-                a.held[h.name] = h  # its record changed meanwhile (a request, a lent address): kept
-            elif ok is None:
+            # Kept when the store is away, or when its record changed meanwhile (a request, a lent address).
+            if ok is None or (ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node):
                 a.held[h.name] = h
             else:
                 a.view.pop(h.name, None)
@@ -95,13 +85,7 @@ def gc_cluster(
 ) -> tuple[list[Claim], list[str]]:
     """Free other nodes' addresses whose holders are gone and the emptied blocks of nodes that are gone; the
     addresses and the blocks freed. StoreUnavailable."""
-    nodes: dict[str, bool] = {}
-
-    def exists(name: str) -> bool:
-        if name not in nodes:
-            nodes[name] = node_exists(name)
-        return nodes[name]
-
+    exists = functools.cache(node_exists)  # each node asked about once per run
     freed: list[Claim] = []
     blocks: list[str] = []
     now = time.time()
@@ -162,37 +146,22 @@ def _free_entries(
 def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:
     """One network: its range sets (size, addresses in use, free), its blocks (holder, in use, lent), and every
     address in use with who holds it."""
-    records = None
+    claims: list[Claim] = []
+    blocks: list[dict[str, Any]] = []
     try:
         records = [r for page in a.store.pages([pool.network]) for r in page if r.network == pool.network]
     except StoreUnavailable as e:
         log.warning("ipam show: %s; showing what this node knows", e)
-    if records is None:
-        claims = a.claims(pool.network)
-        blocks: list[dict[str, Any]] = []
-    else:
-        claims = []
-        blocks = []
-        for r in sorted(records, key=lambda r: (r.net.version, int(r.net.network_address))):
-            claims += [claim_of(r, addr, doc, r.node) for addr, doc in r.used.items()]
-            claims += [claim_of(r, addr, doc, str(doc.get("node"))) for addr, doc in r.lent.items()]
-            blocks.append({"block": r.cidr, "node": r.node, "used": len(r.used), "lent": len(r.lent)})
-    layouts = [Layout(pool, i) for i in range(len(pool.sets))]
-    sets = []
-    for i in range(len(pool.sets)):
-        size = pool.size(i)
-        held = sum(1 for c in claims if pool.range_of(ipaddress.ip_address(c.address)) in pool.sets[i])
-        sets.append({"ranges": pool.describe(i), "size": size, "claimed": held, "free": size - held})
+        claims, records = a.claims(pool.network), []
+    for r in sorted(records, key=lambda r: (r.net.version, int(r.net.network_address))):
+        claims += [claim_of(r, addr, doc, r.node) for addr, doc in r.used.items()]
+        claims += [claim_of(r, addr, doc, str(doc.get("node"))) for addr, doc in r.lent.items()]
+        blocks.append({"block": r.cidr, "node": r.node, "used": len(r.used), "lent": len(r.lent)})
     return {
         "network": pool.network,
         "store": a.store.kind,
-        "blockSize": [lay.size for lay in layouts],
-        "pools": sets,
+        "blockSize": [block_size(pool, i) for i in range(len(pool.sets))],
+        "pools": usage(pool, claims),
         "blocks": blocks,
-        "claims": [c.shown() for c in sorted(claims, key=_order)],
+        "claims": [c.shown() for c in sorted(claims, key=Claim.order)],
     }
-
-
-def _order(c: Claim) -> tuple[int, int]:
-    a = ipaddress.ip_address(c.address)
-    return a.version, int(a)

@@ -1,12 +1,8 @@
 """Address blocks on the Kubernetes API: one `AddressBlock` object (addressblocks.netcomp.io, cluster-scoped) per
-block a node holds, named blocks.block_name(network, block), labelled with its network (pool.network_label) so
-that a node lists (a page at a time) and watches only the blocks of the networks it serves.
-
-Writes are made so that none can undo another's: the holder's record of its containers is a merge patch of the
-addresses that changed (on the object of that uid); a request is a merge patch of one key; a lent address is
-changed by its borrower only while it is lent to it (a JSON patch whose `test` says so); a grant is made on one
-version of the record only (a JSON patch testing its resourceVersion), and a block is deleted only while it is
-that version (DeleteOptions preconditions). Loaded only with a cluster configured."""
+block a node holds, named blocks.block_name(network, block) and labelled with its network, so that a node lists and
+watches only the blocks of the networks it serves. No write can undo another's: the holder patches only the `used`
+entries that changed, a borrower changes a lent entry only while it is lent to it (a JSON patch `test`), a grant
+and a delete apply to one version of the record only. This module is loaded only with a cluster configured."""
 
 from __future__ import annotations
 
@@ -20,13 +16,13 @@ from netcomp import foreign, libc
 from netcomp.ipam import blockcheck
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import BlockRecord
-from netcomp.ipam.claimobjects import labels_of, store_unavailable
+from netcomp.ipam.claimobjects import ApiObjects, labels_of, network_selector
 from netcomp.ipam.pool import network_label
 from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.following import Events, Selection, keep_following, pages
-from netcomp.kube.group import GROUP, NETWORK, VERSION, created
+from netcomp.kube.following import Selection, keep_following
+from netcomp.kube.group import GROUP, VERSION, created
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -42,15 +38,8 @@ PAGE = 10
 
 def to_object(rec: BlockRecord) -> dict[str, Any]:
     labels = labels_of(rec.network, rec.node)
-    spec = {
-        "network": rec.network,
-        "cidr": rec.cidr,
-        "node": rec.node,
-        "nodeInCluster": rec.node_in_cluster,
-        "used": rec.used,
-        "lent": rec.lent,
-        "requests": rec.requests,
-    }
+    spec = {"network": rec.network, "cidr": rec.cidr, "node": rec.node, "nodeInCluster": rec.node_in_cluster,
+            "used": rec.used, "lent": rec.lent, "requests": rec.requests}  # fmt: skip
     meta: dict[str, Any] = {"name": rec.name, "labels": labels}
     if rec.token:
         meta["annotations"] = {TOKEN: rec.token}
@@ -105,41 +94,13 @@ def _pointer(*parts: str) -> str:
     return "/spec/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-class KubeBlocks:
-    kind = "Kubernetes"
-
+class KubeBlocks(ApiObjects):
     def __init__(self, api: Handle) -> None:
-        self.custom: Any = api.custom
-        self.timeout = api.timeout
+        super().__init__(api, PLURAL, "address blocks")
         self.metrics = api.metrics
         self.selection = Selection("ipam-blocks", self._follow)
         self.alloc: BlockAllocator | None = None
         self.events = 0  # watch events taken in (for status and the fleet benchmark)
-        self.last_error: str | None = None
-        self.backoff = api.backoff()
-        api.reporting.append(self.status_error)
-
-    def status_error(self) -> str | None:
-        """The failure that holds now, and how the follower backs off."""
-        return f"cannot follow address blocks: {self.last_error}{self.backoff.saying()}" if self.last_error else None
-
-    def _unavailable(self, e: Exception) -> StoreUnavailable:
-        return store_unavailable(e, PLURAL)
-
-    def _call(self, method: str, *args: Any, gone: tuple[int, ...] = (), conflict: tuple[int, ...] = (),
-              **kwargs: Any) -> Any:  # fmt: skip
-        try:
-            return getattr(self.custom, method)(GROUP, VERSION, PLURAL, *args, _request_timeout=self.timeout, **kwargs)
-        except ApiException as e:
-            if e.status in gone:
-                raise Gone(f"{e.status} {e.reason}") from None
-            if e.status in conflict:
-                raise Conflict(f"{e.status} {e.reason}") from None
-            raise self._unavailable(e) from None
-        except (Gone, Conflict):
-            raise
-        except Exception as e:
-            raise self._unavailable(e) from None
 
     def _record(self, obj: Any) -> BlockRecord:
         rec = from_object(obj)
@@ -206,16 +167,13 @@ class KubeBlocks:
         return True
 
     def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
-        selector = _selector(networks) if networks is not None else None
+        selector = network_selector(networks) if networks is not None else None
         if networks is not None and not networks:
             return
         try:
-            for items, _ in pages(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                                  timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+            for items, _ in self._pages(selector):
                 yield [r for r in map(from_object, items) if r is not None]
-        except ApiException as e:
-            raise self._unavailable(e) from None
-        except (OSError, ValueError) as e:
+        except (ApiException, OSError, ValueError) as e:
             raise self._unavailable(e) from None
 
     # ------------------------------------------------------------------------------------------------ following
@@ -223,7 +181,7 @@ class KubeBlocks:
     def follow(self, alloc: BlockAllocator, networks: list[str]) -> None:
         """Feed `alloc` the blocks of `networks` (listed, then watched) from now on, instead of any earlier ones."""
         self.alloc = alloc
-        self.selection.select(_selector(networks) if networks else None)
+        self.selection.select(network_selector(networks) if networks else None)
         if not networks:
             alloc.listed(set(), set())
 
@@ -235,9 +193,7 @@ class KubeBlocks:
         def relist() -> str:
             names: set[str] = set()
             rv = ""
-            call = self.custom.list_cluster_custom_object
-            for items, version in pages(call, GROUP, VERSION, PLURAL, timeout=max(self.timeout, 30), limit=PAGE,
-                                        label_selector=selector, _loads=json.loads):  # fmt: skip
+            for items, version in self._pages(selector, limit=PAGE, _loads=json.loads):
                 rv = version
                 for rec in map(from_object, items):
                     if rec is not None and current():
@@ -250,8 +206,7 @@ class KubeBlocks:
             return rv
 
         def watch(rv: str, stop: threading.Event) -> str:
-            events = Events(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, rv=rv, stop=stop,
-                            label_selector=selector, _loads=json.loads)  # fmt: skip
+            events = self._events(rv, stop, selector, _loads=json.loads)
             for kind, obj in events:
                 if not current():
                     break
@@ -271,8 +226,7 @@ class KubeBlocks:
             self.last_error = why
             alloc.unreachable(why)
 
-        keep_following(stop, relist, watch, failed, lambda e: str(self._unavailable(e)),
-                       lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
+        keep_following(stop, relist, watch, failed, self._words, self._words, self.backoff)
 
 
 def _take(alloc: BlockAllocator, rec: BlockRecord, source: str) -> None:
@@ -283,10 +237,6 @@ def _take(alloc: BlockAllocator, rec: BlockRecord, source: str) -> None:
     except Exception as e:
         log.exception("address block %s could not be taken in", rec.name)
         foreign.ignore(KIND, rec.name, f"taking it in failed: {type(e).__name__}", None, rec.rv)
-
-
-def _selector(networks: list[str]) -> str:
-    return f"{NETWORK} in ({','.join(sorted({network_label(n) for n in networks}))})"
 
 
 def _networks(selector: str) -> set[str]:

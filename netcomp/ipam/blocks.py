@@ -1,19 +1,17 @@
-"""A pool in blocks: each range set split into aligned CIDRs of the network's block size (the last bits of an
-address are its offset in its block), a block held by one node at a time. Pure: which blocks a pool has, which
-addresses of a block are handed out, a block's name.
+"""A pool in blocks: which blocks a pool has, which addresses of a block are handed out, and a block's name. Each
+range set is split into aligned CIDRs of the network's block size, inside its range's subnet as Calico's IPAM blocks
+are in an IP pool (libcalico-go/lib/ipam/ipam_block.go). The module is pure: it claims nothing.
 
-Blocks are aligned inside their range's subnet, as Calico's IPAM blocks are in an IP pool
-(libcalico-go/lib/ipam/ipam_block.go): a subnet smaller than a block is one block. A block's name derives from
-(network, block), so the API server's refusal of a second object of a name is the lock on it."""
+A block's name derives from (network, block), so the API server's refusal of a second object of a name is the lock
+on it."""
 
 from __future__ import annotations
 
 import ipaddress
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range
+from netcomp.ipam.pool import IPAddress, IPNetwork, Pool, Range, claim_name, spread
 
 SMALLEST, LARGEST = 4, 64  # the default's bounds: a small pool still splits, a /16 makes blocks of 64
 MAX_SIZE = 4096  # the largest blockSize an intent may give (intent/model.py): no block is larger
@@ -31,10 +29,8 @@ def block_size(pool: Pool, family_set: int) -> int:
 
 
 def block_name(network: str, net: IPNetwork) -> str:
-    """The object name of a network's block: a DNS subdomain no other (network, block) has (network names have
-    no dots but a namespaced one's, which is `namespace.name`): `storage.v4-10-10-0-16-28`."""
-    text = str(net.network_address).replace(".", "-").replace(":", "-")
-    return f"{network.replace('/', '.')}.v{net.version}-{text}-{net.prefixlen}".lower()
+    """A block's object name: its first address's claim name and its prefix (`storage.v4-10-10-0-16-28`)."""
+    return f"{claim_name(network, net.network_address)}-{net.prefixlen}"
 
 
 @dataclass(slots=True)
@@ -75,35 +71,18 @@ class Layout:
         return got
 
     def blocks(self, seed: str) -> Iterator[IPNetwork]:
-        """Every block that hands out at least one address, each once per range that reaches it, starting at an
-        offset that depends on `seed` (nodes claiming at once mostly reach for different blocks), lazily (a
-        large IPv6 range has more blocks than could be listed)."""
+        """Every block that hands out at least one address, each once per range that reaches it, from where `seed`
+        says (pool.spread), lazily (a large IPv6 range has more blocks than could be listed)."""
         spans = []
         for r in self.ranges:
             bits = r.subnet.max_prefixlen - self._prefix(r)
             lo, hi = r.first >> bits, r.last >> bits
             if hi >= lo:
-                spans.append((r, bits, lo, hi - lo + 1))
-        total = sum(n for *_, n in spans)
-        if total == 0:
-            return
-        start = zlib.crc32(seed.encode()) % total
-        for i in range(total):
-            pos = (start + i) % total
-            for r, bits, lo, n in spans:
-                if pos < n:
-                    net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
-                    if self.usable(net):
-                        yield net
-                    break
-                pos -= n
-
-    def offset(self, net: IPNetwork, address: IPAddress) -> int:
-        return int(address) - int(net.network_address)
-
-    @staticmethod
-    def address(net: IPNetwork, offset: int) -> IPAddress:
-        return net.network_address + offset
+                spans.append(((r, bits, lo), hi - lo + 1))
+        for (r, bits, lo), pos in spread(spans, seed):
+            net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
+            if self.usable(net):
+                yield net
 
 
 def _span(base: int, size: int, lo: int, hi: int) -> int:

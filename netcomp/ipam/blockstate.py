@@ -1,11 +1,6 @@
-"""What a block is, as its object records it and as a node keeps it: the record (what a block store gives and
-takes), the compact form a node keeps of the blocks of the networks it serves, the blocks it holds, the
-addresses other nodes lent it, and its own crash-safe record of the blocks it holds (a file beside the cache).
-
-A block's record says who holds it (`node`), which of its addresses the holder's containers use (`used`: written
-behind by the holder, for people and GC), which it lent to other nodes (`lent`: written by the holder when it
-lends one, completed by the borrower with its container, removed by the borrower when it gives it back) and which
-nodes ask it for addresses (`requests`: written by them, removed by the holder when it answers)."""
+"""What a block is, as its object records it (BlockRecord) and as a node keeps it: the compact form of the blocks of
+its networks (Seen), the blocks it holds (Held), the addresses other nodes lent it (Borrowed), and its crash-safe
+record of the blocks it holds (LocalRecord, a file beside the cache). It also says what a block store does."""
 
 from __future__ import annotations
 
@@ -29,9 +24,10 @@ RECORD_KIND = "netcompBlocksV1"
 
 @dataclass(slots=True)
 class BlockRecord:
-    """A block as its object says. `used` and `lent` by address text; a holder is {containerID, interface, pod:
-    {namespace, name, uid}}; a lent entry is {node, request, and its holder once the borrower wrote it}; a request
-    is {node, addresses (exact ones asked for; none: any one)}."""
+    """A block as its object says, entries by address text. `used`: the holder's containers' addresses
+    (store.holder_doc), written behind by the holder. `lent`: addresses lent to other nodes, {node, request} written
+    by the holder, completed with the container by the borrower, removed by the borrower when it gives one back.
+    `requests`: other nodes' asks, {node, addresses (exact ones; none: any one)}, removed by the holder's answer."""
 
     name: str
     network: str
@@ -54,17 +50,8 @@ class BlockRecord:
 
 def claim_of(rec: BlockRecord, address: str, doc: dict[str, Any], node: str) -> Claim:
     """A record's entry (store.holder_doc) as a claim (for show, GC and tests): `node` holds it."""
-    return Claim(
-        name=rec.name,
-        network=rec.network,
-        address=address,
-        node=node,
-        **holder_fields(doc),
-        node_in_cluster=rec.node_in_cluster,
-        uid=rec.uid,
-        created=rec.created,
-        block=rec.name,
-    )
+    return Claim(rec.name, rec.network, address, node, **holder_fields(doc), node_in_cluster=rec.node_in_cluster,
+                 uid=rec.uid, created=rec.created, block=rec.name)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -111,11 +98,8 @@ class Held:
     taker: BlockRecord | None = None  # the record of the node that holds it now
 
     def busy(self) -> int:
-        bits = 0
-        for group in (self.local, self.pending, self.lent, self.lending, self.taken):
-            for off in group:
-                bits |= 1 << off
-        return bits
+        """The offsets given, in flight, lent, being lent or taken, as bits."""
+        return sum(1 << off for off in set().union(self.local, self.pending, self.lent, self.lending, self.taken))
 
     def empty(self) -> bool:
         return not (self.local or self.pending or self.lent or self.lending)
@@ -168,31 +152,21 @@ class LocalRecord:
         out = []
         for name, b in (doc.get("blocks") or {}).items():
             with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
-                if ipaddress.ip_network(str(b["cidr"])).num_addresses > MAX_SIZE:
+                net = ipaddress.ip_network(str(b["cidr"]))
+                if net.num_addresses > MAX_SIZE:
                     raise ValueError("no block is that large")
-                out.append(
-                    Held(
-                        name,
-                        str(b["network"]),
-                        int(b["familySet"]),
-                        ipaddress.ip_network(str(b["cidr"])),
-                        uid=str(b.get("uid", "")),
-                        lent={int(k): dict(v) for k, v in (b.get("lent") or {}).items()},
-                        lending={int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()},
-                        taken={int(x) for x in b.get("taken") or []},
-                    )
-                )
+                lent = {int(k): dict(v) for k, v in (b.get("lent") or {}).items()}
+                lending = {int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()}
+                taken = {int(x) for x in b.get("taken") or []}
+                held = Held(name, str(b["network"]), int(b["familySet"]), net, str(b.get("uid", "")))
+                held.lent, held.lending, held.taken = lent, lending, taken
+                out.append(held)
         return out
 
-    def save(self, held: list[Held], claiming: Mapping[str, str] | None = None) -> None:
-        """OSError as atomic_write raises it."""
-        self.write(self.encode(held, claiming))
-
     def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
-        """The record of these blocks as the file holds it: a snapshot, taken while the blocks cannot change.
-        `claiming`: the blocks whose object this node is about to create, with the secret token the object carries
-        (written ahead of the create, so that a block naming this node is held again after a crash only when it
-        is the object this node made: anyone can write a block naming it, but not its token)."""
+        """The record of these blocks as the file holds it, taken while they cannot change. `claiming`: the blocks
+        whose object this node is about to create, with the secret token the object carries, written ahead of the
+        create: anyone can write a block naming this node, but not its token."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
@@ -214,9 +188,8 @@ class LocalRecord:
         return json.dumps(doc, indent=1).encode() + b"\n"
 
     def write(self, data: bytes) -> None:
-        """A snapshot (encode) on disk, atomically: a reader, or the next daemon, finds the one before or this
-        one. One writer at a time: atomic_write's temp file has one name per path. OSError as atomic_write
-        raises it."""
+        """A snapshot (encode) on disk, atomically; one writer at a time, as atomic_write's temp file has one name
+        per path. OSError as atomic_write raises it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(self.path, data, mode=0o600)
 
@@ -226,37 +199,29 @@ class BlockStore(Protocol):
 
     def create(self, rec: BlockRecord) -> BlockRecord:
         """The record as stored. Taken (its holder the record that has the name, or foreign); StoreUnavailable."""
-        ...
 
     def get(self, name: str) -> BlockRecord | None:
         """StoreUnavailable; None when there is no such block."""
-        ...
 
     def write_used(
         self, name: str, uid: str, changes: dict[str, dict[str, Any] | None], node_in_cluster: bool | None = None
     ) -> BlockRecord:
         """Set (or remove: None) entries of `used`, and `nodeInCluster` when given, on the object of that uid. Gone;
         StoreUnavailable."""
-        ...
 
     def grant(self, name: str, rv: str, lent: dict[str, dict[str, Any]], answered: list[str]) -> BlockRecord:
         """On version rv only: add `lent` entries and remove the `answered` requests. Conflict (another version),
         Gone; StoreUnavailable (which may have written it: the next version seen says)."""
-        ...
 
     def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
         """Set (None: withdraw) a request of this node. Gone; StoreUnavailable."""
-        ...
 
     def update_lent(self, name: str, address: str, node: str, entry: dict[str, Any] | None) -> bool:
         """Replace (None: remove) a lent entry only while it is lent to `node`; False when it is not (any more).
         Gone; StoreUnavailable."""
-        ...
 
     def delete(self, name: str, uid: str, rv: str) -> bool:
         """Remove the block only while it is that version; False when it is gone or changed. StoreUnavailable."""
-        ...
 
     def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
         """Every block of those networks (None: of all), a page at a time. StoreUnavailable."""
-        ...

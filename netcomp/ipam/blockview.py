@@ -1,23 +1,19 @@
-"""What a node knows of the blocks of the networks it serves, and what it does with a block's record as the
-store shows it: the blocks it holds (and what it gives from them), the compact form of the others' blocks, the
-addresses other nodes lent it, its asks for one. blockalloc.BlockAllocator gives addresses from it.
+"""What a node knows of the blocks of the networks it serves, and what it does with a block's record as the store
+shows it; blockalloc.BlockAllocator gives addresses from it.
 
-Records come in order from the watch (and whole from a list), and out of order as the answers to this node's own
-writes: an answer is newer than what the watch showed so far, but the watch may still show older versions after
-it. So an answer only tells the node the version to make its next grant on and what its containers' entries say
-now; what was lent, and whether a grant was written, is taken from the watch only: a grant made on version V is
-written when the watch, having shown V, shows another version with it, and was not when that version lacks it
-(a write on V can never apply to a later version)."""
+Records come in order from the watch (whole from a list), and out of order as the answers to this node's writes,
+after which the watch may still show older versions. So an answer only tells the version to make the next grant on
+and what the node's containers' entries say; what was lent, and whether a grant made on version V was written, is
+taken from the watch only: it was when the watch, having shown V, shows a version with it, and was not when that
+version lacks it (a write on V never applies to a later version)."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from netcomp.ipam.blockcheck import bits, fit, offsets, report
 from netcomp.ipam.blocks import Layout, block_name, set_bits
@@ -40,27 +36,15 @@ class BlockAsk:
     answered: bool = False
 
 
-class Wakes(Protocol):
-    """What the view asks of the block worker (worker.Worker)."""
+class Wakes:
+    """What the view asks of the block worker (background.Worker). Before it starts, asking does nothing: the
+    worker looks at everything when it starts."""
 
     def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None: ...
 
     def prefetch(self, key: tuple[str, int]) -> None: ...
 
     def withdraw(self, name: str, uid: str, key: str) -> None: ...
-
-
-class _Asleep:
-    """No worker yet: what it would be asked waits for worker.Worker, which looks at everything when it starts."""
-
-    def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None:
-        pass
-
-    def prefetch(self, key: tuple[str, int]) -> None:
-        pass
-
-    def withdraw(self, name: str, uid: str, key: str) -> None:
-        pass
 
 
 class BlockView:
@@ -108,8 +92,7 @@ class BlockView:
         self.to_adopt: dict[str, BlockRecord] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
-        self.crash: Callable[[str], None] = lambda point: None  # faults.py's hook
-        self.worker: Wakes = _Asleep()  # worker.Worker, once started
+        self.worker = Wakes()  # background.Worker, once started
 
     def serve(self, pools: dict[str, Pool]) -> bool:
         """The pools of the networks this node serves (block ones); True when the set of networks changed."""
@@ -161,9 +144,8 @@ class BlockView:
         self._generation += 1
 
     def write_record(self) -> bool:
-        """The node's record of its blocks brought to what they are now, when a save asked for it since the last
-        write; returns once it is on disk (True) or could not be written (False, logged). Called without the
-        lock: an ADD takes it to give an address, and a write is two fsyncs."""
+        """The node's record of its blocks written, when a save asked for it since the last write: True once on
+        disk, False (logged) when it cannot be. Called without the lock, which an ADD takes: a write is two fsyncs."""
         snap = self.snapshot()
         return self.write_snapshot(*snap) if snap is not None else True
 
@@ -200,7 +182,20 @@ class BlockView:
 
     def gone(self, name: str) -> None:
         with self._lock:
-            self._vanished(name)
+            s = self.view.pop(name, None)
+            h = self.held.get(name)
+            if h is not None:
+                if not h.lost:
+                    self.lose(h, None)
+            elif s is not None and (s.used or s.lent):
+                # Not released (a release is of an empty block): its holder may claim it again.
+                self.tombstones[name] = time.monotonic()
+            for key, b in list(self.borrowed.items()):
+                if key[0] == name and b.claim is None and not b.pending:
+                    del self.borrowed[key]
+            for ask in self.asks.values():
+                if ask.block == name:
+                    ask.answered = True
             self.updated.notify_all()
 
     def listed(self, names: set[str], networks: set[str]) -> None:
@@ -225,20 +220,30 @@ class BlockView:
             self.last_error = why
             self.updated.notify_all()
 
-    def wait_for(self, predicate: Callable[[list[Claim]], bool], timeout: float) -> bool:
-        with self._lock:
-            return self.updated.wait_for(lambda: predicate(self.claims()), timeout)
-
     def claims(self, network: str | None = None) -> list[Claim]:
-        """Every address the node knows to be in use in the blocks of its networks: its own (with their
-        containers), and the others' (with their node only: the records are not kept whole)."""
+        """Every address in use the node knows of in the blocks of its networks: its own containers', those it lent
+        (with their borrowers' containers), and in other nodes' blocks those their records give (with their node
+        only: the records are not kept whole)."""
+        out: list[Claim] = []
         with self._lock:
-            return self._known_claims(network)
+            for h in self.held.values():
+                if network is not None and h.network != network:
+                    continue
+                out += h.local.values()
+                rec = BlockRecord(h.name, h.network, str(h.net), self.node, uid=h.uid)
+                out += [claim_of(rec, str(h.address(off)), doc, str(doc.get("node"))) for off, doc in h.lent.items()]
+            out += [b.claim for b in self.borrowed.values() if b.claim and network in (None, b.network)]
+            for s in self.view.values():
+                if s.name in self.held or s.owner == self.node or (network is not None and s.network != network):
+                    continue
+                rec, base = BlockRecord(s.name, s.network, str(s.net), s.owner, uid=s.uid), s.net.network_address
+                out += [claim_of(rec, str(base + off), {}, s.owner) for off in set_bits(s.used)]
+                out += [claim_of(rec, str(base + o), {}, n) for o, n in s.lent.items() if n != self.node]
+        return sorted(out, key=Claim.order)
 
     # ------------------------------------------------------------------------------------------------ records
 
     def _observed(self, rec: BlockRecord, source: str) -> None:
-        """`source`: "watch", "list" or "answer" (to a write of this node)."""
         ordered = source != "answer"
         mine = rec.node == self.node
         h = self.held.get(rec.name)
@@ -410,23 +415,6 @@ class BlockView:
     def _held_here(self, addr: IPAddress) -> bool:
         return any(not h.lost and addr in h.net for h in self.held.values())
 
-    def _vanished(self, name: str) -> None:
-        s = self.view.pop(name, None)
-        h = self.held.get(name)
-        if h is not None:
-            if not h.lost:
-                self.lose(h, None)
-        elif s is not None and (s.used or s.lent):
-            self.tombstones[name] = (
-                time.monotonic()
-            )  # not released (a release is of an empty block): its holder may claim it again
-        for key, b in list(self.borrowed.items()):
-            if key[0] == name and b.claim is None and not b.pending:
-                del self.borrowed[key]
-        for ask in self.asks.values():
-            if ask.block == name:
-                ask.answered = True
-
     def lose(self, h: Held, taker: BlockRecord | None) -> None:
         """The block's object is gone (taker None) or holds another node now: nothing is given from it; the worker
         claims it again, or records its containers' addresses as lent to this node on the taker's record."""
@@ -451,25 +439,3 @@ class BlockView:
         log.info("network %s: block %s is gone from the API server and nothing here uses it: not held any more",
                  h.network, h.net)  # fmt: skip
         return True
-
-    def _known_claims(self, network: str | None) -> list[Claim]:
-        """Every address in use the node knows of: its own containers', those it lent (with their borrowers'
-        containers), and in other nodes' blocks the addresses their records give (with the node only)."""
-        out: list[Claim] = []
-        for h in self.held.values():
-            if network is not None and h.network != network:
-                continue
-            out += h.local.values()
-            rec = BlockRecord(h.name, h.network, str(h.net), self.node, uid=h.uid)
-            out += [claim_of(rec, str(h.address(off)), doc, str(doc.get("node"))) for off, doc in h.lent.items()]
-        for b in self.borrowed.values():
-            if b.claim is not None and (network is None or b.network == network):
-                out.append(b.claim)
-        for s in self.view.values():
-            if s.name in self.held or s.owner == self.node or (network is not None and s.network != network):
-                continue
-            rec = BlockRecord(s.name, s.network, str(s.net), s.owner, uid=s.uid)
-            out += [claim_of(rec, str(s.net.network_address + off), {}, s.owner) for off in set_bits(s.used)]
-            out += [claim_of(rec, str(s.net.network_address + o), {}, n) for o, n in s.lent.items() if n != self.node]
-        return sorted(out, key=lambda c: (c.network, ipaddress.ip_address(c.address).version,
-                                          int(ipaddress.ip_address(c.address))))  # fmt: skip

@@ -1,16 +1,16 @@
 """Address claims on the Kubernetes API: one `AddressClaim` object (addressclaims.netcomp.io, cluster-scoped) per
-claimed address, named claim_name(network, address). The API server refuses a second object of a name (409):
-that is the lock, and every node shares it. The view each daemon allocates from is listed once and then fed by a
-watch; a release deletes the object only while it is still the same claim (a uid precondition), so freeing a
-claim can never remove a later claim of the same address. Loaded only with a cluster configured."""
+claimed address, named claim_name(network, address), and TenantConfig ids as `TenantClaim` objects. The API server
+refuses a second object of a name (409): that is the lock every node shares. A release deletes an object only while
+it is the same claim (a uid precondition). This module is loaded only with a cluster configured."""
 
 from __future__ import annotations
 
 import builtins
 import ipaddress
+import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +19,10 @@ from netcomp.ipam.allocator import PodState
 from netcomp.ipam.idclaims import IdClaim
 from netcomp.ipam.idclaims import problem as id_problem
 from netcomp.ipam.pool import claim_name, network_label
-from netcomp.ipam.store import Claim, StoreUnavailable, Taken, holder_doc, holder_fields
+from netcomp.ipam.store import Claim, Conflict, Gone, StoreUnavailable, Taken, holder_doc, holder_fields, holder_ok
 from netcomp.kube import following
 from netcomp.kube.apiclient import Handle
-from netcomp.kube.apierrors import one_line
+from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.following import Selection, keep_following
 from netcomp.kube.group import GROUP, NETWORK, NODE, VERSION, created, node_label
 
@@ -33,42 +33,31 @@ WATCH_SECONDS = 60
 
 def labels_of(network: str, node: str) -> dict[str, str]:
     """The labels of an AddressClaim or AddressBlock: its network's (what a node selects by) and its node's, as
-    the node's EndpointSlices are labelled (group.node_label): its name, or a hash of it when a label value
-    cannot hold it (a node's name may be a 253-character DNS name, a label value 63; the API server refuses an
-    object with a longer one). The node's name is in the spec either way."""
+    the node's EndpointSlices are labelled (group.node_label). The node's name is in the spec either way."""
     return {NETWORK: network_label(network), NODE: node_label(node)}
+
+
+def network_selector(networks: list[str]) -> str:
+    """The label selector of the objects of `networks`."""
+    return f"{NETWORK} in ({','.join(sorted({network_label(n) for n in networks}))})"
 
 
 def to_object(c: Claim) -> dict[str, Any]:
     spec = {"network": c.network, "address": c.address, "node": c.node, **holder_doc(c),
             "nodeInCluster": c.node_in_cluster}  # fmt: skip
-    labels = labels_of(c.network, c.node)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": c.name, "labels": labels},
-        "spec": spec,
-    }
+    meta = {"name": c.name, "labels": labels_of(c.network, c.node)}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": meta, "spec": spec}
 
 
 def from_object(obj: Any) -> Claim | None:
-    """The claim an object records; None when it is not an AddressClaim netcomp wrote, or when its name is not
-    claim_name(network, address) (the name is the lock on an address: an object under any other name is forged)
-    or a field is not of its type; those are reported (foreign.ignore). Nothing here raises."""
+    """The claim an object records; None, reported by _checked, when it is no AddressClaim of its own name
+    (claim_name: the name is the lock on an address) or a field is not of its type. Nothing here raises."""
     got = _checked(obj, KIND, _claim_problem)
     if got is None:
         return None
     name, meta, spec = got
-    return Claim(
-        name=name,
-        network=spec["network"],
-        address=spec["address"],
-        node=spec["node"],
-        **holder_fields(spec),
-        node_in_cluster=spec.get("nodeInCluster") is True,
-        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
-        created=created(meta),
-    )
+    return Claim(name, spec["network"], spec["address"], spec["node"], **holder_fields(spec),
+                 node_in_cluster=spec.get("nodeInCluster") is True, uid=_uid(meta), created=created(meta))  # fmt: skip
 
 
 def _checked(
@@ -89,6 +78,10 @@ def _checked(
     return name, meta, spec
 
 
+def _uid(meta: dict[str, Any]) -> str:
+    return meta["uid"] if isinstance(meta.get("uid"), str) else ""
+
+
 def _claim_problem(name: str, spec: Any) -> str:
     """What makes an AddressClaim object's spec no claim of its name ("": nothing)."""
     if not isinstance(spec, dict):
@@ -106,19 +99,12 @@ def _claim_problem(name: str, spec: Any) -> str:
         return f"its address {address!r} is not spelled as {addr}"
     if name != (want := claim_name(network, addr)):
         return f"its name is not {want}, the name of the claim of {addr} in network {network!r}: forged"
-    pod = spec.get("pod")
-    if any(k in spec and not isinstance(spec[k], str) for k in ("containerID", "interface")) or not (
-        pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
-    ):
-        return "its holder's fields are not strings"
-    return ""
+    return "" if holder_ok(spec) else "its holder's fields are not strings"
 
 
 def store_unavailable(e: Exception, plural: str) -> StoreUnavailable:
     """Why a store of `plural` objects (netcomp.io's) cannot be used now, in an operator's words: the CRD not
     installed (404), the node's ClusterRole without it (403), another status, or the API server away."""
-    from netcomp.kube.apierrors import ApiException
-
     if isinstance(e, ApiException):
         why = f"{e.status} {e.reason}"
         if e.status == 404:
@@ -148,80 +134,95 @@ ADDRESSES = Codec(PLURAL, KIND, to_object, from_object, lambda held, want: held.
 
 def id_to_object(c: IdClaim) -> dict[str, Any]:
     ns, _, name = c.network.partition("/")
-    spec: dict[str, Any] = {
-        "profile": c.profile,
-        "vniType": c.vni_type,
-        "vni": c.vni,
-        "network": {"namespace": ns, "name": name, **({"uid": c.network_uid} if c.network_uid else {})},
-        "node": c.node,
-    }
+    net = {"namespace": ns, "name": name, **({"uid": c.network_uid} if c.network_uid else {})}
+    spec = {"profile": c.profile, "vniType": c.vni_type, "vni": c.vni, "network": net, "node": c.node}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": ID_KIND, "metadata": {"name": c.name}, "spec": spec}
 
 
 def id_from_object(obj: Any) -> IdClaim | None:
-    """The id claim an object records; None when it is not a TenantClaim, or when it is no claim of its own name
-    (idclaims.problem: the name is the lock on an id, a claim under another is forged) or a field is not of its
-    type; those are reported (foreign.ignore). Nothing here raises."""
+    """The id claim an object records; None, reported by _checked, when it is no TenantClaim of its own name
+    (idclaims.problem: the name is the lock on an id) or a field is not of its type. Nothing here raises."""
     got = _checked(obj, ID_KIND, id_problem)
     if got is None:
         return None
     name, meta, spec = got
     net = spec["network"]
-    return IdClaim(
-        name=name,
-        profile=spec["profile"],
-        vni_type=spec["vniType"],
-        vni=spec["vni"],
-        network=f"{net['namespace']}/{net['name']}",
-        network_uid=net.get("uid", ""),
-        node=spec.get("node", ""),
-        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
-        created=created(meta),
-    )
+    return IdClaim(name, spec["profile"], spec["vniType"], spec["vni"], f"{net['namespace']}/{net['name']}",
+                   net.get("uid", ""), spec.get("node", ""), _uid(meta), created(meta))  # fmt: skip
 
 
 ID_PLURAL, ID_KIND = "tenantclaims", "TenantClaim"
 IDS = Codec(ID_PLURAL, ID_KIND, id_to_object, id_from_object, lambda held, want: True, "TenantConfig id claims")
 
 
-class KubeStore:
-    """Claims of one kind (`codec`) as cluster-scoped objects of the API server."""
+class ApiObjects:
+    """Cluster-scoped objects of one plural of netcomp's API group: the calls on them, and why they cannot be
+    followed now (said in status)."""
 
     kind = "Kubernetes"
 
-    def __init__(self, api: Handle, codec: Codec = ADDRESSES) -> None:
-        self.api = api
-        self.codec = codec
+    def __init__(self, api: Handle, plural: str, what: str) -> None:
+        self.api, self.plural, self.what = api, plural, what
         self.custom: Any = api.custom
         self.timeout = api.timeout
-        self.selection = Selection(f"kube-{codec.plural}", self._selected)
-        self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
-        self._on_listed: Callable[[], None] = lambda: None
-        self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
         self.backoff = api.backoff()
         self.last_error: str | None = None
         api.reporting.append(self.status_error)
 
     def status_error(self) -> str | None:
         """The failure that holds now, and how the follower backs off."""
-        return f"cannot follow {self.codec.what}: {self.last_error}{self.backoff.saying()}" if self.last_error else None
+        return f"cannot follow {self.what}: {self.last_error}{self.backoff.saying()}" if self.last_error else None
 
     def _unavailable(self, e: Exception) -> StoreUnavailable:
-        return store_unavailable(e, self.codec.plural)
+        return store_unavailable(e, self.plural)
 
-    def create(self, claim: Any) -> Any:
-        from netcomp.kube.apierrors import ApiException
-
+    def _call(self, method: str, *args: Any, gone: tuple[int, ...] = (), conflict: tuple[int, ...] = (),
+              **kwargs: Any) -> Any:  # fmt: skip
+        """One call on the objects: Gone or Conflict for the statuses named, StoreUnavailable for other failures."""
         try:
-            obj = self.custom.create_cluster_custom_object(
-                GROUP, VERSION, self.codec.plural, self.codec.to_object(claim), _request_timeout=self.timeout
-            )
+            call = getattr(self.custom, method)
+            return call(GROUP, VERSION, self.plural, *args, _request_timeout=self.timeout, **kwargs)
         except ApiException as e:
-            if e.status != 409:
-                raise self._unavailable(e) from None
-            raise Taken(*self._holder(claim)) from None
+            if e.status in gone:
+                raise Gone(f"{e.status} {e.reason}") from None
+            if e.status in conflict:
+                raise Conflict(f"{e.status} {e.reason}") from None
+            raise self._unavailable(e) from None
+        except (Gone, Conflict):
+            raise
         except Exception as e:
             raise self._unavailable(e) from None
+
+    def _pages(self, selector: str | None, **kwargs: Any) -> Iterator[tuple[builtins.list[dict[str, Any]], str]]:
+        """The objects `selector` picks (None: all), a page at a time, with the list's resourceVersion."""
+        return following.pages(self.custom.list_cluster_custom_object, GROUP, VERSION, self.plural,
+                               timeout=max(self.timeout, 30), label_selector=selector, **kwargs)  # fmt: skip
+
+    def _events(self, rv: str, stop: threading.Event, selector: str | None, **kwargs: Any) -> following.Events:
+        return following.Events(self.custom.list_cluster_custom_object, GROUP, VERSION, self.plural, rv=rv,
+                                stop=stop, label_selector=selector, **kwargs)  # fmt: skip
+
+    def _words(self, e: Exception) -> str:
+        """A failed list or watch in store_unavailable's words (following.keep_following's explain and api_why)."""
+        return str(self._unavailable(e))
+
+
+class KubeStore(ApiObjects):
+    """Claims of one kind (`codec`) as cluster-scoped objects of the API server."""
+
+    def __init__(self, api: Handle, codec: Codec = ADDRESSES) -> None:
+        super().__init__(api, codec.plural, codec.what)
+        self.codec = codec
+        self.selection = Selection(f"kube-{codec.plural}", self._selected)
+        self._on_change_selected: Callable[[str, Any], None] = lambda name, claim: None
+        self._on_listed: Callable[[], None] = lambda: None
+        self._on_foreign: tuple[builtins.list[str], Callable[[str, str], None]] = ([], lambda name, what: None)
+
+    def create(self, claim: Any) -> Any:
+        try:
+            obj = self._call("create_cluster_custom_object", self.codec.to_object(claim), conflict=(409,))
+        except Conflict:
+            raise Taken(*self._holder(claim)) from None
         got = self.codec.from_object(obj)
         assert got is not None, "the API server returns what it stored"
         return got
@@ -229,35 +230,28 @@ class KubeStore:
     def _holder(self, claim: Any) -> tuple[Any, str]:
         """Who holds a name that was taken: the claim, or what else the object is."""
         try:
-            obj = self.custom.get_cluster_custom_object(
-                GROUP, VERSION, self.codec.plural, claim.name, _request_timeout=self.timeout
-            )
-        except Exception:
+            obj = self._call("get_cluster_custom_object", claim.name)
+        except StoreUnavailable:
             return None, ""  # gone meanwhile, or the server away: taken all the same, holder unknown
         held = self.codec.from_object(obj)
         if held is None or not self.codec.same(held, claim):
-            what = f"object {self.codec.plural}/{claim.name}" + (
-                f" of network {held.network!r}" if held else " not written by netcomp"
-            )
-            return None, what
+            return None, self._what(claim.name, held)
         return held, ""
 
-    def delete(self, claim: Any) -> bool:
-        from netcomp.kube.apierrors import ApiException
+    def _what(self, name: str, held: Any) -> str:
+        """An object at a claim's name that is not that claim: another network's claim, or not netcomp's."""
+        return f"object {self.codec.plural}/{name}" + (
+            f" of network {held.network!r}" if held else " not written by netcomp"
+        )
 
+    def delete(self, claim: Any) -> bool:
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if claim.uid:
             body["preconditions"] = {"uid": claim.uid}  # type: ignore[assignment]
-        try:
-            self.custom.delete_cluster_custom_object(
-                GROUP, VERSION, self.codec.plural, claim.name, body=body, _request_timeout=self.timeout
-            )
-        except ApiException as e:
-            if e.status in (404, 409):  # gone, or another claim of that name now: not ours to remove
-                return False
-            raise self._unavailable(e) from None
-        except Exception as e:
-            raise self._unavailable(e) from None
+        try:  # 409: another claim of that name now, not ours to remove
+            self._call("delete_cluster_custom_object", claim.name, body=body, gone=(404, 409))
+        except Gone:
+            return False
         return True
 
     def list(self) -> list[Any]:
@@ -270,16 +264,14 @@ class KubeStore:
         """Every claim (of those `selector` picks), a page at a time; and the list's resourceVersion. The API's
         exceptions as they are: the follower words a 410 and backs off by them (following.keep_following)."""
         claims, rv = [], ""
-        call = self.custom.list_cluster_custom_object
-        for items, version in following.pages(call, GROUP, VERSION, self.codec.plural,
-                                              timeout=max(self.timeout, 30), label_selector=selector):  # fmt: skip
+        for items, version in self._pages(selector):
             rv = version
             claims += [c for c in map(self.codec.from_object, items) if c is not None]
         return claims, rv
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
         """Every claim, then every change of one (following.keep_following), to on_change(name, claim or None)."""
-        self._keep_following(None, on_change, stop, lambda: True)
+        self._follow(None, on_change, stop, lambda: True)
 
     def select(self, networks: builtins.list[str], on_change: Callable[[str, Any], None],
                on_foreign: Callable[[str, str], None], on_listed: Callable[[], None]) -> None:  # fmt: skip
@@ -290,32 +282,27 @@ class KubeStore:
             self.selection.select(None)
             on_listed()
             return
-        labels = sorted({network_label(n) for n in networks})
-        selector = f"{NETWORK} in ({','.join(labels)})"
         self._on_foreign = (networks, on_foreign)
         self._on_change_selected, self._on_listed = on_change, on_listed
-        self.selection.select(selector)
+        self.selection.select(network_selector(networks))
 
     def _selected(self, selector: str, stop: threading.Event, current: Callable[[], bool]) -> None:
-        self._keep_following(selector, self._on_change_selected, stop, current)
+        self._follow(selector, self._on_change_selected, stop, current)
 
     def _foreign(self) -> None:
         """The claims of no network label (written by hand, or by something else) at names of served networks."""
         networks, on_foreign = self._on_foreign
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
-        call = self.custom.list_cluster_custom_object
-        for items, _ in following.pages(call, GROUP, VERSION, self.codec.plural, timeout=max(self.timeout, 30),
-                                        label_selector=f"!{NETWORK}"):  # fmt: skip
+        for items, _ in self._pages(f"!{NETWORK}"):
             for obj in items:
                 name = str((obj.get("metadata") or {}).get("name", ""))
                 net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
                 claim = self.codec.from_object(obj)
                 if net is not None and (claim is None or claim.network != net):
-                    on_foreign(name, f"object {self.codec.plural}/{name}" + (
-                        f" of network {claim.network!r}" if claim else " not written by netcomp"))  # fmt: skip
+                    on_foreign(name, self._what(name, claim))
 
-    def _keep_following(self, selector: str | None, on_change: Callable[[str, Any], None], stop: threading.Event,
-                        current: Callable[[], bool]) -> None:  # fmt: skip
+    def _follow(self, selector: str | None, on_change: Callable[[str, Any], None], stop: threading.Event,
+                current: Callable[[], bool]) -> None:  # fmt: skip
         known: set[str] = set()
 
         def relist() -> str:
@@ -337,9 +324,7 @@ class KubeStore:
             return rv
 
         def follow_from(rv: str, stop: threading.Event) -> str:
-            call = self.custom.list_cluster_custom_object
-            events = following.Events(call, GROUP, VERSION, self.codec.plural, rv=rv, stop=stop, seconds=WATCH_SECONDS,
-                                      label_selector=selector)  # fmt: skip
+            events = self._events(rv, stop, selector, seconds=WATCH_SECONDS)
             for kind, obj in events:
                 if not current():
                     break
@@ -357,15 +342,12 @@ class KubeStore:
                 log.warning("%s: %s", self.codec.what, why)
             self.last_error = why
 
-        keep_following(stop, relist, follow_from, failed, lambda e: str(self._unavailable(e)),
-                       lambda e: str(self._unavailable(e)), self.backoff)  # fmt: skip
+        keep_following(stop, relist, follow_from, failed, self._words, self._words, self.backoff)
 
     # ------------------------------------------------------------------------------------------------ for GC
 
     def _read(self, call: Any, *args: str) -> Any | None:
         """The raw answer of one GET (no model objects); None when the object does not exist."""
-        from netcomp.kube.apierrors import ApiException
-
         try:
             return call(*args, _request_timeout=self.timeout, _preload_content=False)
         except ApiException as e:
@@ -379,8 +361,6 @@ class KubeStore:
         return self._read(self.api.core.read_node, name) is not None
 
     def pod(self, ref: str) -> PodState | None:
-        import json
-
         ns, _, name = ref.partition("/")
         resp = self._read(self.api.core.read_namespaced_pod, name, ns)
         if resp is None:

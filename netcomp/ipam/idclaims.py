@@ -1,13 +1,8 @@
 """The VLAN and VXLAN ids a TenantConfig gives TenantNetworks (intent/tenancy.py), claimed once for the whole
-cluster as addresses are: one claim per (profile, id), created under a name only it has, so the store's
-refusal of a second create is the lock (a TenantClaim object on the API server, a file in ipamDir/tenants on a
-node with no cluster). Every node compiling a TenantNetwork asks the same question in the same order (the
-network's claim if there is one, else the lowest free id of the first profile with one) and gets the same
-answer: two nodes racing for an id both end with the one the store took first.
-
-A network that ends up with two claims (two nodes raced while a third network freed one) keeps its first, by the
-profiles' order and then the lowest id; the other is freed by whoever sees it, and the nodes recompile when the
-claims change. Claims of networks that are gone are freed by release_gone()."""
+cluster as addresses are: one claim per (profile, id) under a name only it has, a TenantClaim object on the API
+server or a file in ipamDir/tenants. Every node asks the same question in the same order, so two nodes racing for an
+id both end with the one the store took first. A network with two claims keeps its first by the profiles' order,
+then the lowest id; whoever sees the other frees it."""
 
 from __future__ import annotations
 
@@ -95,10 +90,6 @@ class IdAllocator:
         self._view: dict[str, IdClaim] = {}
         self._listed = False
         self._lock = threading.Lock()
-
-    @property
-    def kind(self) -> str:
-        return str(self.store.kind)
 
     def start(self, stop: threading.Event) -> None:
         threading.Thread(target=self.store.follow, args=(self._on_change, stop), name="tenant-ids", daemon=True).start()
@@ -201,10 +192,6 @@ class IdAllocator:
         except ClaimUnavailable:
             return []
         return [c for c in self.claims() if gone(c) and self._free(c, "its network is gone")]
-
-    def networks(self) -> set[str]:
-        with self._lock:
-            return {c.network for c in self._view.values()}
 
 
 def _same(c: IdClaim, network: str, uid: str) -> bool:

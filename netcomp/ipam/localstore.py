@@ -88,13 +88,8 @@ class LocalStore:
             return []
         except OSError as e:
             raise StoreUnavailable(f"cannot list {self.directory}: {e.strerror}") from None
-        out = []
-        for n in names:
-            if n.endswith(SUFFIX) and not n.startswith("."):
-                c = self._read(self.directory / n)
-                if c is not None:
-                    out.append(c)
-        return out
+        claims = (self._read(self.directory / n) for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+        return [c for c in claims if c is not None]
 
     def follow(self, on_change: Callable[[str, Any], None], stop: threading.Event) -> None:
         return  # only this daemon writes here: the allocator updates its view itself

@@ -1,21 +1,20 @@
 """A network's address pool, as its compiled conflist names it (`netcomp.pool`), and the names of address claims.
 
-A pool is one range set per address family (a container gets one address of each family, as host-local gives
-them); a range is a subnet with bounds (host-local's defaults: the first address after the network's to the last
-before the broadcast, the very last for IPv6), less its gateway, what it excludes, and what is no unicast
-address for a container (NOT_UNICAST: a pool of 0.0.0.0/0 must never hand out a multicast or class E address)."""
+A pool holds one range set per address family, as host-local gives one address of each. A range is a subnet with
+host-local's default bounds, less its gateway, what it excludes and what is no unicast address (NOT_UNICAST)."""
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+T = TypeVar("T")
 # Space no container is given an address in: "this network" (0/8, the unspecified address in it), loopback,
 # multicast, and class E with the limited broadcast (RFC 6890); IPv6's unspecified, loopback and multicast.
 NOT_UNICAST: tuple[IPNetwork, ...] = tuple(
@@ -107,24 +106,15 @@ class Pool:
     def describe(self, family_set: int = 0) -> str:
         return ", ".join(str(r.subnet) for r in self.sets[family_set])
 
+    def subnets(self) -> str:
+        """Every range set's subnets, for a message."""
+        return ", ".join(self.describe(i) for i in range(len(self.sets))) or "no ranges"
+
     def candidates(self, family_set: int, seed: str) -> Iterator[tuple[Range, IPAddress]]:
-        """Every address of a range set once, starting at an offset that depends on `seed` (nodes claiming from
-        one pool at once mostly start apart, so they seldom reach for the same address)."""
-        ranges = self.sets[family_set]
-        total = sum(r.last - r.first + 1 for r in ranges)
-        if total <= 0:
-            return
-        start = zlib.crc32(seed.encode()) % total
-        for i in range(total):
-            pos = (start + i) % total
-            for r in ranges:
-                span = r.last - r.first + 1
-                if pos < span:
-                    value = r.first + pos
-                    if r.usable(value):
-                        yield r, r.address(value)
-                    break
-                pos -= span
+        """Every address of a range set once, from where `seed` says (spread)."""
+        for r, pos in spread([(r, r.last - r.first + 1) for r in self.sets[family_set]], seed):
+            if r.usable(r.first + pos):
+                yield r, r.address(r.first + pos)
 
     def range_of(self, address: IPAddress) -> Range | None:
         """The range that hands `address` out (inside its rangeStart..rangeEnd, not its gateway, not excluded)."""
@@ -155,6 +145,20 @@ class Pool:
         if any(address in e for e in r.exclude):
             return "excluded from it"
         return None
+
+
+def spread(spans: Sequence[tuple[T, int]], seed: str) -> Iterator[tuple[T, int]]:
+    """Every position of the spans, (its span's item, its index there), once, starting at an offset that depends
+    on `seed`: nodes claiming from one pool at once mostly start apart, so they seldom reach for the same one."""
+    total = sum(n for _, n in spans)
+    start = zlib.crc32(seed.encode()) % total if total > 0 else 0
+    for i in range(total):
+        pos = (start + i) % total
+        for item, n in spans:
+            if pos < n:
+                yield item, pos
+                break
+            pos -= n
 
 
 def claim_name(network: str, address: IPAddress) -> str:

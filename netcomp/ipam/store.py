@@ -64,6 +64,11 @@ class Claim:
         if prefix.isdigit() and int(prefix) > addr.max_prefixlen:
             raise ValueError(f"a claim of block {d['block']!r}, whose prefix no {addr} has")
 
+    def order(self) -> tuple[str, int, int]:
+        """Where it sorts: by network, then by address, IPv4 first."""
+        a = ipaddress.ip_address(self.address)
+        return self.network, a.version, int(a)
+
     def shown(self) -> dict[str, Any]:
         """The claim as `netcomp ipam show` lists it."""
         return {"address": self.address, "node": self.node, "containerID": self.container_id,
@@ -104,6 +109,14 @@ def holder_fields(doc: dict[str, Any]) -> HolderFields:
     )
 
 
+def holder_ok(doc: dict[str, Any], text: tuple[str, ...] = ("containerID", "interface")) -> bool:
+    """Whether a document reads as holder_doc writes it: strings for the `text` keys it has, a pod of strings."""
+    pod = doc.get("pod")
+    if any(k in doc and not isinstance(doc[k], str) for k in text):
+        return False
+    return pod is None or (isinstance(pod, dict) and all(isinstance(v, str) for v in pod.values()))
+
+
 class Taken(Exception):
     """The name is taken: by `holder` (a claim of the same network), or by something that is not a claim of this
     network at all (`foreign`: another network's object, or one netcomp did not write); either way it is never
@@ -125,21 +138,17 @@ class Store(Protocol):
 
     def create(self, claim: Claim) -> Claim:
         """The claim as stored (uid and created set). Taken when the name exists; StoreUnavailable."""
-        ...
 
     def delete(self, claim: Claim) -> bool:
         """Remove the claim if it is still this one (same uid). False when it is gone or is another claim now.
         StoreUnavailable."""
-        ...
 
     def list(self) -> list[Claim]:
         """Every claim. StoreUnavailable."""
-        ...
 
     def follow(self, on_change: Callable[[str, Claim | None], None], stop: threading.Event) -> None:
         """Until stop: call on_change(name, claim or None when it is gone) for every change made by anyone (a
         watch), after listing. Returns at once for a store only this daemon writes."""
-        ...
 
 
 class Gone(Exception):
@@ -156,20 +165,15 @@ class AddressAllocator(Protocol):
     def claim(self, pool: Pool, family_set: int, holder: Any, exact: IPAddress | None = None) -> Claim:
         """One address of a range set of the pool (or exactly `exact`) for holder, held as in flight until
         settle(). DelegateError: 11 (exhausted, the store away, `exact` held), 7 (`exact` not in the pool)."""
-        ...
 
     def settle(self, claims: list[Claim]) -> None:
         """The claims are in a cache entry now (or were given back): no longer in flight."""
-        ...
 
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         """Give claims back. DelegateError 11 when a claim object cannot be deleted now (kept recorded)."""
-        ...
 
     def claims(self, network: str | None = None) -> list[Claim]:
         """The addresses in use (of one network), as this node knows them."""
-        ...
 
     def show(self, pools: dict[str, Pool]) -> list[dict[str, Any]]:
         """Per network its pool, what is in use and free, and every address in use (ipam show, explain)."""
-        ...

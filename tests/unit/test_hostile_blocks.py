@@ -41,7 +41,7 @@ def block(name: str, cidr: str, node: str, rv: str = "1", token: str = "", **spe
 def node_a(tmp_path: Path, p: Pool | None = None) -> BlockAllocator:
     """node-a holding 10.0.0.0/28 of network n (blocks of 16 in 10.0.0.0/24), its list seen, nothing else."""
     record = LocalRecord(tmp_path / "blocks.json", "node-a")
-    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    record.write(record.encode([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")]))
     alloc = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
     alloc.serve({"n": p or pool()})
     alloc.load([])
@@ -124,7 +124,7 @@ def test_another_nodes_block_repointed_here_is_never_adopted(tmp_path: Path, ign
 def written_ahead(tmp_path: Path, name: str, token: str) -> BlockAllocator:
     """node-a as node_a, whose record says it was creating block `name` with `token` (killed before the answer)."""
     record = LocalRecord(tmp_path / "blocks.json", "node-a")
-    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")], claiming={name: token})
+    record.write(record.encode([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")], {name: token}))
     alloc = BlockAllocator(NoStore(), "node-a", record)  # type: ignore[arg-type]
     alloc.serve({"n": pool()})
     alloc.load([])
@@ -309,7 +309,7 @@ def borrowing(tmp_path: Path, store: GrantStore, others: list[dict[str, Any]]) -
     """node-a holding 10.0.0.0/28 of a /26, every address of it given, the other blocks as `others` say."""
     p = pool("10.0.0.0/26")
     record = LocalRecord(tmp_path / "blocks.json", "node-a")
-    record.save([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    record.write(record.encode([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")]))
     alloc = BlockAllocator(store, "node-a", record, timeout=2)  # type: ignore[arg-type]
     store.alloc = alloc
     alloc.serve({"n": p})

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from netcomp.delegate import poolclaims
 from netcomp.errors import DelegateError
-from netcomp.ipam.allocator import Allocator, Holder
-from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.allocator import Allocator, Holder, held_by
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
 from netcomp.pods import asks, choice, multus
@@ -247,9 +246,9 @@ def test_an_address_another_namespaces_pod_holds_is_taken_not_by_whom(tmp_path: 
 
 
 def test_the_block_allocators_wording_is_the_one_hidden_reads() -> None:
-    """poolclaims.hidden finds the holder in the allocators' own words: the block allocator's too."""
+    """poolclaims.hidden finds the holder in the allocators' own words: the block allocator's too (held_by)."""
     addr = ipaddress.ip_address("10.86.0.50")
-    e = BlockAllocator._held_by(None, "pool", addr, "pod team-b/secret-db on node node-1")  # type: ignore[arg-type]
+    e = held_by("pool", addr, "pod team-b/secret-db on node node-1")
     assert poolclaims.hidden(e, addr, "pool", "team-a").msg == (
         "address 10.86.0.50 of network 'pool' is taken (not by a pod of namespace 'team-a')"
     )

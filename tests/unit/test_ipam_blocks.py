@@ -101,7 +101,7 @@ def test_the_node_record_of_its_blocks_round_trips(tmp_path: Path, caplog: pytes
     h.lent = {3: {"node": "node-b", "request": "node-b.1"}}
     h.lending = {4: ["17", True]}
     h.taken = {5}
-    rec.save([h])
+    rec.write(rec.encode([h]))
     assert (tmp_path / "ipam" / "blocks.json").stat().st_mode & 0o777 == 0o600
     [back] = rec.load()
     assert (back.name, back.uid, back.lent, back.taken) == (h.name, "u1", h.lent, {5})
@@ -179,7 +179,8 @@ class HeldWrite(LocalRecord):
 def holding(tmp_path: Path, record: LocalRecord, taken: dict[str, str]) -> tuple[BlockAllocator, Pool]:
     """An allocator of node-a holding 10.0.0.0/28 of network n, its list seen; `taken`: AddressClaim holders by
     address."""
-    LocalRecord(record.path, "node-a").save([Held(BLOCK, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")])
+    mine = LocalRecord(record.path, "node-a")
+    mine.write(mine.encode([Held(BLOCK, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")]))
     p = pool({"subnet": "10.0.0.0/24"}, block=16)
     alloc = BlockAllocator(NoStore(), "node-a", record, taken=lambda network, a: taken.get(str(a)))  # type: ignore[arg-type]
     alloc.serve({"n": p})
