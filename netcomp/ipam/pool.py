@@ -51,11 +51,8 @@ class Range:
     def usable(self, value: int) -> bool:
         if not self.first <= value <= self.last:
             return False
-        addr = (
-            ipaddress.ip_address(value)
-            if self.subnet.version == 6 or value > 0xFFFFFFFF
-            else ipaddress.IPv4Address(value)
-        )
+        # By the subnet's family: ip_address() takes a small integer for IPv4 even in an IPv6 subnet (::/96).
+        addr = ipaddress.IPv6Address(value) if self.subnet.version == 6 else ipaddress.IPv4Address(value)
         if self.gateway is not None and addr == self.gateway:
             return False
         return not any(addr in e for e in self.exclude)

@@ -35,6 +35,15 @@ def test_range_bounds_and_sizes() -> None:
     assert narrow.size == 3
 
 
+def test_an_ipv6_range_low_in_its_space_keeps_its_gateway_and_exclusions_out() -> None:
+    """A range inside ::/96 holds addresses whose integers fit in 32 bits: they are still IPv6 addresses, so the
+    gateway and the excluded ones are not handed out."""
+    r = Range.parse({"subnet": "::/120", "gateway": "::1", "exclude": ["::10/124"]})
+    assert not r.usable(1) and not r.usable(0x10) and not r.usable(0x1F)
+    assert r.usable(2) and r.usable(0x20)
+    assert r.size == 255 - 1 - 16  # ::1 to ::ff (no broadcast in IPv6), less the gateway and the /124
+
+
 def test_candidates_cover_the_pool_once_from_a_seeded_start() -> None:
     p = pool({"subnet": "10.0.0.0/27", "gateway": "10.0.0.1", "exclude": ["10.0.0.16/30"]})
     for seed in ("a", "b", "node-1/ctr/eth0"):
