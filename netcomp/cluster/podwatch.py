@@ -1,11 +1,7 @@
-"""The pods of this node, as the ADD path needs them (pods.netstatus.Pods), with the cluster's API server.
-In: the pods bound to this node are listed, then watched (only each pod's uid and the annotations netcomp reads
-are kept), so an ADD reads nothing from the API server; a pod the watch has not delivered yet is read with one
-GET, as raw JSON. Out: network-status patches and events go to a bounded queue that one writer thread empties
-at a quiet moment (no CNI request served for a moment: the server's wait_quiet): a write costs the API
-client's CPU, and on a small node the API server's, which the next request would otherwise wait for. A pod's
-statuses coalesce; events beyond QUEUE are dropped and counted; a patch carries the pod's uid as a
-precondition, so a pod made again under its name never gets the old one's status."""
+"""The pods of this node, as the ADD path needs them (pods.netstatus.Pods). In: the node's pods are listed, then
+watched (only each pod's uid and the annotations netcomp reads are kept), so an ADD reads from the API server only
+a pod the watch has not delivered yet. Out: network-status patches and events wait in a bounded queue for one
+writer thread, which writes at a quiet moment of the node's CNI requests (the server's wait_quiet)."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from netcomp.errors import HostError
-from netcomp.kube import following
-from netcomp.kube.following import Backoff, keep_following
+from netcomp.kube.following import Backoff, Follower
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
 from netcomp.pods.naming import PodRef
@@ -48,9 +43,12 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
     return (ns, name), _Pod(str(meta.get("uid") or ""), kept)
 
 
-class PodWatch:
+class PodWatch(Follower):
     """pods.netstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `one_line` words a failed
-    call (apierrors.one_line)."""
+    call (apierrors.one_line). A pod's statuses coalesce; events beyond QUEUE are dropped and counted; a patch
+    carries the pod's uid as a precondition, so a pod made again under its name never gets the old one's status."""
+
+    metrics: Metrics
 
     def __init__(
         self,
@@ -61,20 +59,16 @@ class PodWatch:
         one_line: Callable[[Exception], str],
         backoff: Backoff | None = None,
     ) -> None:
-        self.core = core
-        self.backoff = backoff or Backoff()
-        self.kube = kube
-        self.node = node
-        self.metrics = metrics
-        self.one_line = one_line
+        super().__init__(f"the pods of node {node}", core, "list_pod_for_all_namespaces", explain=one_line,
+                         backoff=backoff, timeout=max(kube.timeout, 30), loads=json.loads, metrics=metrics,
+                         field_selector=f"spec.nodeName={node}")  # fmt: skip
+        self.core, self.kube, self.node = core, kube, node
         self.policy = multus.Policy(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
-        self.synced = threading.Event()
-        self.last_error: str | None = None
         # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
         # or (the watch event's type, [the pod]). Listeners only take note (services.py).
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
@@ -90,7 +84,7 @@ class PodWatch:
 
     def start(self, stop: threading.Event) -> None:
         if self.kube.podNetworks or self.listeners:
-            threading.Thread(target=self._follow, args=(stop,), name="kube-pods", daemon=True).start()
+            threading.Thread(target=self.follow, args=(stop,), name="kube-pods", daemon=True).start()
         if self.kube.networkStatus or self.kube.events:
             threading.Thread(target=self._write_loop, args=(stop,), name="kube-writes", daemon=True).start()
 
@@ -136,7 +130,7 @@ class PodWatch:
             raise HostError(f"{e.status} {e.reason}") from None
         except Exception as e:
             self.metrics.kube_errors.labels("read").inc()
-            raise HostError(self.one_line(e)) from None
+            raise HostError(self.explain(e)) from None
         kept = _keep(doc)
         if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
             log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
@@ -144,21 +138,10 @@ class PodWatch:
             return {}
         return kept[1].annotations if kept else {}
 
-    def _follow(self, stop: threading.Event) -> None:
-        """List the node's pods, then watch them (following.keep_following); what is known stays meanwhile."""
-        keep_following(stop, self._relist, self._watch, self._failed, self.one_line, backoff=self.backoff)
-
-    def _selector(self) -> str:
-        return f"spec.nodeName={self.node}"
-
-    def _relist(self) -> str:
-        resp: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
-        )
-        doc = json.loads(resp.data)
-        pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
+    def listed(self, items: list[Any]) -> None:
+        pods = dict(kept for item in items if (kept := _keep(item)))
         for fn in self.listeners:
-            fn("LISTED", doc.get("items") or [])
+            fn("LISTED", items)
         with self._lock:
             old, self._pods = self._pods, pods
             self.changed.notify_all()
@@ -166,41 +149,26 @@ class PodWatch:
             before = old.get(key)
             if before is not None and before.uid == got.uid and before.annotations != got.annotations:
                 self.on_change(PodRef(key[0], key[1], got.uid))
-        self.last_error = None
-        self.synced.set()
         log.info("cluster: %d pods on node %s", len(pods), self.node)
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _watch(self, rv: str, stop: threading.Event) -> str:
-        call = self.core.list_pod_for_all_namespaces
-        events = following.Events(call, rv=rv, stop=stop, field_selector=self._selector())
-        for kind, obj in events:
-            kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
-            if kept is None:
-                continue
-            for fn in self.listeners:
-                fn(kind, [obj])
-            with self._lock:
-                before = self._pods.get(kept[0])
-                if kind == "DELETED":
-                    self._pods.pop(kept[0], None)
-                else:
-                    self._pods[kept[0]] = kept[1]
-                self.changed.notify_all()
-            if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
-                self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
-        return events.rv
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+        if kept is None:
+            return
+        for fn in self.listeners:
+            fn(kind, [obj])
+        with self._lock:
+            before = self._pods.get(kept[0])
+            if kind == "DELETED":
+                self._pods.pop(kept[0], None)
+            else:
+                self._pods[kept[0]] = kept[1]
+            self.changed.notify_all()
+        if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
+            self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
 
-    def _failed(self, why: str) -> None:
-        self.metrics.kube_errors.labels("watch").inc()
-        why = f"cannot follow the pods of node {self.node}: {why}"
-        if why != self.last_error:
-            log.error("cluster: %s (reading pods one by one meanwhile)", why)
-        self.last_error = why
-
-    def status_error(self) -> str | None:
-        """The failure that holds now, and how the follower backs off."""
-        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
+    def meanwhile(self) -> str:
+        return " (reading pods one by one meanwhile)"
 
     # ------------------------------------------------------------------------------------------------ out
 
@@ -288,8 +256,7 @@ class PodWatch:
             )
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
-            log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, why)
+            log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, self._why(e))
 
     def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
@@ -322,5 +289,9 @@ class PodWatch:
             )
         except Exception as e:
             self.metrics.kube_errors.labels("event").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
-            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"], why)
+            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"],
+                        self._why(e))  # fmt: skip
+
+    def _why(self, e: Exception) -> str:
+        """A failed write in a line: an error status as the server said it, anything else in an operator's words."""
+        return f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)

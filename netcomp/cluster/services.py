@@ -49,7 +49,7 @@ class ServiceSlices:
         """`backoff` makes each follower's and the writer's Backoff (a test's has its own clock)."""
         self.core, self.custom, self.kube, self.node = core, custom, kube, node
         self.metrics, self.pods, self.cache = metrics, pods, cache
-        self.one_line = pods.one_line
+        self.one_line = pods.explain
         self._cond = threading.Condition()
         self.services: dict[Key, ServiceSpec] = {}
         self.refused: dict[Key, str] = {}

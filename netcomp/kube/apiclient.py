@@ -1,10 +1,7 @@
-"""The few Kubernetes API calls the daemon makes, as raw JSON over one pool of kept-alive HTTPS connections
-(http.client and ssl: the stdlib). The `kubernetes` library's client imports its whole model tree, thousands of
-classes resident in every daemon for calls that read and write plain JSON; it is loaded only for a kubeconfig
-whose credentials need it (an exec or auth-provider plugin, a proxy: kubeconfig.py tells), and then carries the
-same calls through its ApiClient. Either way the calls keep the names and arguments of the library's CoreV1Api
-and CustomObjectsApi (`core()`, `custom()`), so code reads as it would with the library, and errors are
-apierrors.py's ApiException (status, reason) as the library's are."""
+"""The Kubernetes API calls the daemon makes, as raw JSON over a pool of kept-alive connections, or through the
+`kubernetes` library's ApiClient for a kubeconfig only it can use (kubeconfig.py tells). The calls keep the names
+and arguments of the library's CoreV1Api and CustomObjectsApi (`core()`, `custom()`), and raise apierrors.py's
+ApiException as the library raises its own."""
 
 from __future__ import annotations
 
@@ -176,8 +173,7 @@ class LibraryTransport:
         except Exception as e:
             raise KubeConfigError(str(e)) from None
 
-    def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None,
-              stream: bool) -> Any:  # fmt: skip
+    def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None) -> Any:
         from kubernetes.client.exceptions import ApiException as LibError
 
         query = None
@@ -202,11 +198,11 @@ class LibraryTransport:
 
     def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
                 ) -> Response:  # fmt: skip
-        resp = self._call(method, path, orjson.loads(body) if body else None, headers, timeout, False)
+        resp = self._call(method, path, orjson.loads(body) if body else None, headers, timeout)
         return Response(resp.status, resp.data)
 
     def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
-        resp = self._call("GET", path, None, headers, timeout, True)
+        resp = self._call("GET", path, None, headers, timeout)
         try:
             if resp.status >= 300:  # raised by the library before openapi-generator 7, returned since
                 raise ApiException(resp.status, str(resp.reason), resp.data)
@@ -331,12 +327,7 @@ class Api:
 
 
 def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
-    out = []
-    for k, v in q.items():
-        if v is None:
-            continue
-        out.append((k, ("true" if v else "false") if isinstance(v, bool) else str(v)))
-    return out
+    return [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in q.items() if v is not None]
 
 
 def _reason(resp: Response) -> str:
@@ -374,7 +365,6 @@ CUSTOM: dict[str, Route] = {
     "get_cluster_custom_object": ("GET", ONE, (*GVP, "name"), ""),
     "delete_cluster_custom_object": ("DELETE", ONE, (*GVP, "name", "body"), ""),
     "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), "merge"),
-    "replace_cluster_custom_object": ("PUT", ONE, (*GVP, "name", "body"), ""),
     "get_namespaced_custom_object": ("GET", NS_ONE, (*NS_GVP, "name"), ""),
     "create_namespaced_custom_object": ("POST", CO + "/namespaces/{namespace}/{plural}", (*NS_GVP, "body"), ""),
     "replace_namespaced_custom_object": ("PUT", NS_ONE, (*NS_GVP, "name", "body"), ""),
@@ -393,9 +383,7 @@ QUERY = {
     "resource_version": "resourceVersion",
     "timeout_seconds": "timeoutSeconds",
     "allow_watch_bookmarks": "allowWatchBookmarks",
-    "limit": "limit",
     "_continue": "continue",
-    "grace_period_seconds": "gracePeriodSeconds",
 }
 
 
@@ -424,7 +412,6 @@ class Facade:
         preload = kwargs.pop("_preload_content", True)
         watch = kwargs.pop("watch", False)
         loads = kwargs.pop("_loads", orjson.loads)
-        kwargs.pop("deserialize", None)
         query = {QUERY.get(k, k): v for k, v in kwargs.items()}
         if watch:
             return self.api.watch(path, query, timeout, loads)

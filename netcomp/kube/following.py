@@ -1,17 +1,21 @@
-"""Following a kind of object on the API server, the one way every follower here does it: list, then watch from
-the list's resourceVersion, until stopped (a watch the stop ended being no failure). Every failure is said and
-backed off (Backoff: doubling, capped, jittered, as client-go's reflector does), with one exception: a 410 on a
-watch (its resourceVersion compacted away) lists again at once, the first time in a while. A 410 answered to the
-list itself, 410s again and again, a watch that ends at once with nothing, and any other error wait their turn,
-so that a fleet of nodes never lists together in a loop. What the follower knows stays meanwhile."""
+"""Following a kind of object on the API server: list, then watch from the list's resourceVersion, until stopped.
+Every failure is said and backed off as client-go's reflector does (Backoff), so that a fleet of nodes never
+lists together in a loop; what a follower knows stays meanwhile. It also reads lists a page at a time and
+follows what a selector that changes picks."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from netcomp.metrics import Metrics
+
+log = logging.getLogger("netcomp.kube")
 
 MAX_BACKOFF = 30.0
 FIRST_BACKOFF = 1.0
@@ -130,7 +134,9 @@ def keep_following(
 ) -> None:
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
     returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
-    `explain` anything else: the API server away, TLS, a timeout), before the follower backs off."""
+    `explain` anything else: the API server away, TLS, a timeout), before the follower backs off. A 410 on a
+    watch (its resourceVersion compacted away) lists again at once, the first time in a while; a 410 answered to
+    the list, 410s again and again, a watch that ends at once with nothing, and any other error wait their turn."""
     from netcomp.kube.apierrors import ApiException
 
     b = backoff or Backoff()
@@ -215,6 +221,75 @@ class Events:
                     yield kind, obj
         finally:
             events.close()
+
+
+class Follower:
+    """One kind of object followed (keep_following) by the call `method` of `api` with `args` and `kwargs` (looked
+    up at each call): a subclass takes each list's items (`listed`) and each event of a watch (`seen`).
+    `last_error` is the failure that holds now, logged once per distinct failure, not once per retry."""
+
+    def __init__(
+        self,
+        what: str,
+        api: Any,
+        method: str,
+        *args: Any,
+        explain: Callable[[Exception], str],
+        backoff: Backoff | None,
+        timeout: float,
+        loads: Callable[[bytes], Any],
+        metrics: Metrics | None = None,
+        seconds: int = WATCH_SECONDS,
+        **kwargs: Any,
+    ) -> None:
+        self.what, self.explain, self.backoff, self.metrics = what, explain, backoff or Backoff(), metrics
+        self.api, self.method, self.args, self.kwargs = api, method, args, kwargs
+        self.timeout, self.loads, self.seconds = timeout, loads, seconds
+        self.synced = threading.Event()  # listed once
+        self.last_error: str | None = None
+
+    def listed(self, items: list[Any]) -> None:
+        raise NotImplementedError
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def meanwhile(self) -> str:
+        """What the follower does while it cannot follow, said after the failure."""
+        return ""
+
+    def api_why(self, e: Any) -> str:
+        return f"{e.status} {e.reason}"
+
+    def follow(self, stop: threading.Event) -> None:
+        keep_following(stop, self._relist, self._watch, self.failed, self.explain, self.api_why, self.backoff)
+
+    def _relist(self) -> str:
+        call = getattr(self.api, self.method)
+        doc = self.loads(call(*self.args, _request_timeout=self.timeout, _preload_content=False, **self.kwargs).data)
+        self.listed(doc.get("items") or [])
+        self.last_error = None
+        self.synced.set()
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str, stop: threading.Event) -> str:
+        call = getattr(self.api, self.method)
+        events = Events(call, *self.args, rv=rv, stop=stop, seconds=self.seconds, **self.kwargs)
+        for kind, obj in events:
+            self.seen(kind, obj)
+        return events.rv
+
+    def failed(self, why: str) -> None:
+        if self.metrics is not None:
+            self.metrics.kube_errors.labels("watch").inc()
+        why = f"cannot follow {self.what}: {why}"
+        if why != self.last_error:
+            log.error("cluster: %s%s", why, self.meanwhile())
+        self.last_error = why
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
 
 
 PAGE = 500  # objects per page of a list
