@@ -6,6 +6,7 @@ writer thread, which writes at a quiet moment of the node's CNI requests (the se
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import threading
@@ -75,7 +76,7 @@ class PodWatch(Follower):
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
         self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
-        self._events: collections.deque[tuple[str, Any, str, str, str]] = collections.deque()
+        self._events: collections.deque[tuple[PodRef | dict[str, Any], str, str, str]] = collections.deque()
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[], object] = lambda: True
@@ -182,20 +183,17 @@ class PodWatch(Follower):
 
     def event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         if self.kube.events:
-            self._put_event(("pod", pod, kind, reason, message))
+            self.object_event(pod, kind, reason, message)
 
-    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
-        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
-        self._put_event(("object", involved, kind, reason, message))
-
-    def _put_event(self, item: tuple[str, Any, str, str, str]) -> None:
+    def object_event(self, involved: PodRef | dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on a pod or on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one,
+        uid), queued; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
         with self._pending:
             if len(self._events) >= QUEUE:  # events give way: statuses have a queue of their own
                 self.metrics.kube_errors.labels("dropped").inc()
-                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, item[3], item[4][:80])
+                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, reason, message[:80])
                 return
-            self._events.append(item)
+            self._events.append((involved, kind, reason, message))
             self._pending.notify()
 
     def flush(self, timeout: float) -> bool:
@@ -219,24 +217,16 @@ class PodWatch(Follower):
                     with self._pending:
                         if self._statuses:
                             pod = next(iter(self._statuses))
-                            item: Any = ("status", pod, self._statuses.pop(pod))
+                            write = functools.partial(self._write_status, pod, self._statuses.pop(pod))
                         elif self._events:
-                            item = self._events.popleft()
+                            write = functools.partial(self._write_event, *self._events.popleft())
                         else:
                             break
-                    self._write(item)
+                    write()
             finally:
                 with self._pending:
                     self._writing = False
                     self._pending.notify_all()
-
-    def _write(self, item: Any) -> None:
-        if item[0] == "status":
-            self._write_status(item[1], item[2])
-        elif item[0] == "pod":
-            self._write_event(*item[1:])
-        else:
-            self._create_event(*item[1:])
 
     def _uid(self, pod: PodRef) -> str:
         if pod.uid:
@@ -258,14 +248,13 @@ class PodWatch(Follower):
             self.metrics.kube_errors.labels("patch").inc()
             log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, self._why(e))
 
-    def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
-        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
-        uid = self._uid(pod)
-        if uid:
-            involved["uid"] = uid
-        self._create_event(involved, kind, reason, message)
-
-    def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+    def _write_event(self, about: PodRef | dict[str, Any], kind: str, reason: str, message: str) -> None:
+        if isinstance(about, dict):
+            involved = about
+        else:
+            involved = {"apiVersion": "v1", "kind": "Pod", "namespace": about.namespace, "name": about.name}
+            if uid := self._uid(about):  # as the watch knows it, when the runtime did not say
+                involved["uid"] = uid
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = involved.get("namespace") or "default"
         body = {

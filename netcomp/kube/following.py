@@ -226,7 +226,9 @@ class Events:
 class Follower:
     """One kind of object followed (keep_following) by the call `method` of `api` with `args` and `kwargs` (looked
     up at each call): a subclass takes each list's items (`listed`) and each event of a watch (`seen`).
-    `last_error` is the failure that holds now, logged once per distinct failure, not once per retry."""
+    `last_error` is the failure that holds now, logged once per distinct failure (`said`), not once per retry."""
+
+    said = "cluster: %s%s"  # the failure, then what the follower does meanwhile
 
     def __init__(
         self,
@@ -284,7 +286,7 @@ class Follower:
             self.metrics.kube_errors.labels("watch").inc()
         why = f"cannot follow {self.what}: {why}"
         if why != self.last_error:
-            log.error("cluster: %s%s", why, self.meanwhile())
+            log.error(self.said, why, self.meanwhile())
         self.last_error = why
 
     def status_error(self) -> str | None:

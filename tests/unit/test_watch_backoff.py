@@ -172,7 +172,7 @@ def test_the_services_follower_says_it_backs_off(tmp_path: Path) -> None:
 
     t.wait = wait  # type: ignore[method-assign]
     ss.backoffs["Services"].wait = wait
-    ss._follow_services(stop)
+    ss.follows["Services"].follow(stop)
     assert t.calls <= 5
     assert seen[0] == (
         "cannot follow the Services: 410 Gone: too old resource version: 5 (9) (answered to a list) "
