@@ -25,7 +25,7 @@ from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
-from netcomp.kube.apierrors import one_line
+from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.following import Backoff, Follower, Wakeup
 from netcomp.metrics import Metrics
 from netcomp.records.files import Records
@@ -49,9 +49,8 @@ class Kind:
     kind: str = "Network"  # the object's kind (events name it)
 
     def file_name(self, meta: dict[str, Any]) -> str | None:
-        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name has no
-        dots (so `<name>.yaml` is never another kind's file); a namespace has none (so the namespace and name of
-        a namespaced object are told apart)."""
+        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name and a
+        namespace have no dots, so no two objects' files meet."""
         name, ns = meta.get("name"), meta.get("namespace")
         if not isinstance(name, str) or not _safe_name(name):
             return None
@@ -66,10 +65,8 @@ class Kind:
         return not any(len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS)
 
     def render(self, obj: dict[str, Any]) -> bytes:
-        """An object as an intent file: what the compiler reads (everything but its status and the metadata the
-        API server keeps; the uid stays, it tells an object made again under its name from the old one), and a
-        header saying where it is from (no resourceVersion: the file changes when the object's content does, not
-        when a label or the status does)."""
+        """An object as an intent file: all but its status and the metadata the API server keeps (the uid stays:
+        it tells an object made again from the old one), under a header saying where it is from."""
         meta = obj.get("metadata") or {}
         keep: dict[str, Any] = {"name": meta.get("name")}
         if self.namespaced:
@@ -119,8 +116,8 @@ class Cluster:
         cache: Records | None = None,
         backoff: Callable[[], Backoff] | None = None,
     ) -> None:
-        """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (services.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
+        """`cache`: the attachments' records, which EndpointSlices hold (services.py); `backoff` makes each
+        follower's Backoff."""
         from netcomp.kube.apiclient import Api, Handle
         from netcomp.kube.kubeconfig import KubeConfigError
 
@@ -180,11 +177,9 @@ class Cluster:
         cdir = str(self.dir).rstrip("/") + "/"
         now: dict[str, str] = {}
         for d in diagnostics:
-            f = d.location.file if d.location is not None else None
-            if d.is_error and f and f.startswith(cdir) and f not in now:
-                now[f] = (
-                    f"{Path(f).name}:{d.location.line}:{d.location.column}: {d.message}" if d.location else d.message
-                )
+            at = d.location
+            if d.is_error and at is not None and at.file and at.file.startswith(cdir) and at.file not in now:
+                now[at.file] = f"{Path(at.file).name}:{at.line}:{at.column}: {d.message}"
         for f, message in now.items():
             if self._reported.get(f) == message:
                 continue
@@ -199,20 +194,14 @@ class Cluster:
                 continue
             stem = file_name[: -len(f.kind.suffix)]
             ns, name = stem.split(".", 1) if f.kind.namespaced else ("", stem)
-            out: dict[str, Any] = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name}
-            if ns:
-                out["namespace"] = ns
-            uid = f.uids.get(file_name)
-            if uid:
-                out["uid"] = uid
-            return out
+            out = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name,
+                   "namespace": ns, "uid": f.uids.get(file_name)}  # fmt: skip
+            return {k: v for k, v in out.items() if v}
         return None
 
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from netcomp.kube.apierrors import ApiException
-
         ns, _, name = str(claim.network).partition("/")
         try:
             obj = self.custom.get_namespaced_custom_object(
@@ -227,7 +216,7 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
-        followers: list[_Follower | PodWatch | NodeWatch] = [*self.followers, self.pods, self.node]
+        followers: list[Follower] = [*self.followers, self.pods, self.node]
         errors = [why for f in followers if (why := f.status_error())]
         errors += [why for say in self.reporting if (why := say())]
         return {

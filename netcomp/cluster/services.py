@@ -1,11 +1,7 @@
 """This node's EndpointSlices for Services on secondary networks (what they hold: slices.py), kept current by a
-level-triggered loop: whatever changed (a Service, one of the node's pods, an attachment in the cache), the
-slices the node should have are worked out whole and compared with those it has (by the digest each carries),
-and only the difference is written, at a quiet moment of the node's CNI requests. In: the Services (listed and
-watched), the node's pods (PodWatch's listeners: no second watch), the cache entries. Out: only slices named and
-labelled after this node, and nothing until the Services, the slices and the pods have each been listed once.
-Gone: a Service's slices carry an owner reference to it; a node that is gone leaves its own, which `gc()`
-removes once its Node is gone or none of its pods is bound there. docs/kubernetes.md, "The slices"."""
+level-triggered loop: whatever changed, the slices the node should have are worked out whole, compared with those
+it has by their digests, and only the difference is written, at a quiet moment of the node's CNI requests. It
+writes only slices named and labelled after this node; `gc()` removes those of a node that is gone."""
 
 from __future__ import annotations
 
@@ -222,19 +218,17 @@ class ServiceSlices:
         ns, name = key
         args = (GROUP, version, ns, PLURAL)
         opts: dict[str, Any] = {"_request_timeout": self.kube.timeout, "_preload_content": False}
+        put = {
+            True: lambda: self.custom.replace_namespaced_custom_object(*args, name, body, **opts),
+            False: lambda: self.custom.create_namespaced_custom_object(*args, body, **opts),
+        }
         try:
             try:
-                if exists:
-                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
-                else:
-                    self.custom.create_namespaced_custom_object(*args, body, **opts)
+                put[exists]()
             except ApiException as e:
                 if e.status not in (404, 409):
                     raise
-                if e.status == 404:  # gone meanwhile
-                    self.custom.create_namespaced_custom_object(*args, body, **opts)
-                else:  # there already (the watch had not said)
-                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
+                put[e.status == 409]()  # 404: gone meanwhile, made; 409: there already (the watch had not said)
         except Exception as e:
             return self._write_failed(f"cannot write EndpointSlice {ns}/{name}", e)
         with self._cond:
@@ -248,11 +242,9 @@ class ServiceSlices:
             self.custom.delete_namespaced_custom_object(
                 GROUP, version, ns, PLURAL, name, body={}, _request_timeout=self.kube.timeout, _preload_content=False
             )
-        except ApiException as e:
-            if e.status != 404:
-                return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
         except Exception as e:
-            return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
+            if not (isinstance(e, ApiException) and e.status == 404):  # 404: gone already
+                return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
         with self._cond:
             self.actual.pop(key, None)
         log.info("EndpointSlice %s/%s deleted: nothing of this node for it", ns, name)

@@ -1,12 +1,7 @@
-"""Services on secondary networks: which Services ask for them, which of this node's pods they select, and the
-EndpointSlices the node writes for them; no I/O (services.py talks to the API server). A Service without
-spec.selector asks in DANM's spelling (its svcwatcher's, nokia/danm pkg/svccontrol/utils.go: `danm.k8s.io/selector`
-and a DanmNet, TenantNetwork or ClusterNetwork; the endpoint's port is the Service's `port`) or netcomp's
-(`netcomp.io/network` and `netcomp.io/selector`; ports as kube's own controller writes them; one labelled with
-netcomp.io as its `service.kubernetes.io/endpoint-controller-name`, KEP-4770, may keep its selector). Endpoints
-are the addresses attached on that network, one slice per address family (and per port set), conditions as
-kube's EndpointSlice controller sets them (pkg/controller/endpointslice/utils.go podToEndpoint). Both spellings,
-in full: docs/kubernetes.md, "Services on secondary networks"."""
+"""Services on secondary networks: which Services ask for them (in DANM's spelling, as its svcwatcher reads it,
+or in netcomp's), which of this node's pods they select, and the EndpointSlices the node writes for them, with
+endpoint conditions as kube's controller sets them (pkg/controller/endpointslice/utils.go). It does no I/O:
+services.py talks to the API server. docs/kubernetes.md, "Services on secondary networks"."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ from netcomp.cni.spec import loads_foreign
 from netcomp.kube import labels as labelsel
 from netcomp.kube.group import NETWORK, NODE, digest, node_label
 from netcomp.kube.labels import Selector
-from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from netcomp.names import DNS_SUBDOMAIN_RE, is_dns_label, quoted
 from netcomp.pods.naming import namespace_of, network_key, pod_ref
 from netcomp.pods.netstatus import network_status
 from netcomp.records.record import Record
@@ -129,8 +124,8 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 def _native(notes: Mapping[str, str], own_selector: Any) -> tuple[Selector, tuple[NetworkRef, ...]]:
     network = str(notes.get(NETWORK) or "").strip()
     ns, slash, name = network.rpartition("/")
-    if not _dns_label(name) or (slash and not _dns_label(ns)):
-        raise ValueError(f"{NETWORK}: {_shown(network)} is not a network (name, or namespace/name)")
+    if not is_dns_label(name) or (slash and not is_dns_label(ns)):
+        raise ValueError(f"{NETWORK}: {quoted(network)} is not a network (name, or namespace/name)")
     if SELECTOR in notes:
         try:
             selector = labelsel.parse(str(notes[SELECTOR]))
@@ -166,21 +161,12 @@ def _danm(notes: Mapping[str, str], prefix: str) -> tuple[Selector, tuple[Networ
     for field_, kind in DANM_KINDS.items():
         value = str(notes.get(f"{prefix}/{field_}") or "").strip()
         if value:
-            if not _dns_label(value):
-                raise ValueError(f"{prefix}/{field_}: {_shown(value)} is not a {kind}'s name")
+            if not is_dns_label(value):
+                raise ValueError(f"{prefix}/{field_}: {quoted(value)} is not a {kind}'s name")
             networks.append(NetworkRef(kind, value))
     if not networks:
         raise ValueError(f"it names no network: {prefix}/network, /tenantNetwork or /clusterNetwork")
     return selector, tuple(networks)
-
-
-def _dns_label(name: str) -> bool:
-    return len(name) <= 63 and DNS_LABEL_RE.fullmatch(name) is not None
-
-
-def _shown(text: str) -> str:
-    """Foreign text as a refusal quotes it: bounded, so that the refusal stays one line."""
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _port(p: Mapping[str, Any], native: bool) -> Port:

@@ -288,10 +288,15 @@ class Api:
         return Unreachable(words(e, self.server(), timeout))
 
     def _status_words(self, resp: Response) -> str:
-        """An error status's reason; for 401, whose credentials were refused."""
-        if resp.status == 401:  # the server's own message says only "Unauthorized"
+        """An error status's reason and, when the server says one, its message; for 401, whose credentials were
+        refused (the server's own message says only "Unauthorized")."""
+        if resp.status == 401:
             return f"Unauthorized: the API server does not accept the credentials of kubeconfig {self.endpoint.path}"
-        return _reason(resp)
+        with contextlib.suppress(ValueError, AttributeError):
+            doc = resp.json()
+            if isinstance(doc, dict) and doc.get("message"):
+                return f"{http.client.responses.get(resp.status, '')}: {doc['message']}".strip(": ")
+        return http.client.responses.get(resp.status, str(resp.status))
 
     def watch(
         self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
@@ -328,15 +333,6 @@ class Api:
 
 def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in q.items() if v is not None]
-
-
-def _reason(resp: Response) -> str:
-    """The status's reason and, when the server says one, its message."""
-    with contextlib.suppress(ValueError, AttributeError):
-        doc = resp.json()
-        if isinstance(doc, dict) and doc.get("message"):
-            return f"{http.client.responses.get(resp.status, '')}: {doc['message']}".strip(": ")
-    return http.client.responses.get(resp.status, str(resp.status))
 
 
 # ------------------------------------------------------------------------------------------------ the names
