@@ -265,12 +265,10 @@ class _Follower(Follower):
         log.info("cluster: %d %s", len(names), self.kind.label)
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind in ("ADDED", "MODIFIED"):
+        if kind != "DELETED":
             self._write(obj)
-        elif kind == "DELETED":
-            name = self.kind.file_name(obj.get("metadata") or {})
-            if name:
-                self._remove(name)
+        elif name := self.kind.file_name(obj.get("metadata") or {}):
+            self._remove(name)
         self.objects = len(self._files())
 
     def _files(self) -> list[Path]:

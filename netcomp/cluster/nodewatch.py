@@ -16,8 +16,8 @@ log = logging.getLogger("netcomp.kube")
 
 
 class NodeWatch(Follower):
-    """`core`: the client's CoreV1Api; `changed(exists)` is called whenever what is known of the Node changes
-    (from the follower's thread), and once it is first known."""
+    """`core`: the client's CoreV1Api. A function given to on_change is told whether the Node exists whenever
+    that changes (from the follower's thread), and once it is first known."""
 
     def __init__(
         self, core: Any, node: str, one_line: Callable[[Exception], str], backoff: Backoff | None = None
@@ -26,7 +26,7 @@ class NodeWatch(Follower):
                          loads=json.loads, field_selector=f"metadata.name={node}")  # fmt: skip
         self.node = node
         self.exists: bool | None = None  # None until the API server has said
-        self.known = threading.Event()
+        self.known = self.synced  # whether the Node exists is known once it was listed
         self._listeners: list[Callable[[bool], None]] = []
         self._lock = threading.Lock()
         self._started = False
@@ -50,10 +50,7 @@ class NodeWatch(Follower):
         self._set(bool(items))
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind in ("ADDED", "MODIFIED"):
-            self._set(True)
-        elif kind == "DELETED":
-            self._set(False)
+        self._set(kind != "DELETED")
 
     def _set(self, exists: bool) -> None:
         with self._lock:
@@ -61,7 +58,6 @@ class NodeWatch(Follower):
                 return
             first, self.exists = self.exists is None, exists
             listeners = list(self._listeners)
-        self.known.set()
         if exists:
             log.info("node %s is a Node of the cluster", self.node)
         elif first:

@@ -153,7 +153,7 @@ class PodWatch(Follower):
         log.info("cluster: %d pods on node %s", len(pods), self.node)
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
+        kept = _keep(obj)
         if kept is None:
             return
         for fn in self.listeners:

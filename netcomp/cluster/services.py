@@ -353,8 +353,6 @@ class _Services(_Followed):
         log.info("EndpointSlices: %d Services on secondary networks", len(ss.services))
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            return
         ss, key = self.ss, _key(obj)
         got = self._read(obj) if kind != "DELETED" else None
         with ss._cond:
@@ -404,8 +402,6 @@ class _Slices(_Followed):
             ss._touch()
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            return
         ss, key = self.ss, _key(obj)
         with ss._cond:
             before = ss.actual.get(key)

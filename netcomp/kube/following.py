@@ -225,7 +225,7 @@ class Events:
 
 class Follower:
     """One kind of object followed (keep_following) by the call `method` of `api` with `args` and `kwargs` (looked
-    up at each call): a subclass takes each list's items (`listed`) and each event of a watch (`seen`).
+    up at each call): a subclass takes each list's items (`listed`) and each change a watch tells (`seen`).
     `last_error` is the failure that holds now, logged once per distinct failure (`said`), not once per retry."""
 
     said = "cluster: %s%s"  # the failure, then what the follower does meanwhile
@@ -278,7 +278,8 @@ class Follower:
         call = getattr(self.api, self.method)
         events = Events(call, *self.args, rv=rv, stop=stop, seconds=self.seconds, **self.kwargs)
         for kind, obj in events:
-            self.seen(kind, obj)
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self.seen(kind, obj)
         return events.rv
 
     def failed(self, why: str) -> None:
