@@ -53,9 +53,8 @@ class _TLSConnection(http.client.HTTPSConnection):
 
 
 class HttpTransport:
-    """Requests over a pool of kept-alive connections: a caller takes an idle one or opens one, and gives it back
-    (at most IDLE_CONNECTIONS stay open). A kept-alive connection the server closed meanwhile is opened again
-    once, for any request: the server had not read it."""
+    """Requests over a pool of kept-alive connections (at most IDLE_CONNECTIONS stay open). A kept-alive
+    connection the server closed meanwhile is opened again once, for any request: the server had not read it."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.ep = endpoint
@@ -338,14 +337,16 @@ def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------ the names
 
 
-# The library's method name -> (HTTP method, path, its parameters in order, what a dict body is patched as).
+# The library's method name -> (HTTP method, path, its parameters in order, the content type of a dict body patched).
 Route = tuple[str, str, tuple[str, ...], str]
+STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"  # a list body's
 POD = "/api/v1/namespaces/{namespace}/pods"
 CO = "/apis/{group}/{version}"
 CORE: dict[str, Route] = {
     "read_namespaced_pod": ("GET", POD + "/{name}", ("name", "namespace"), ""),
     "list_pod_for_all_namespaces": ("GET", "/api/v1/pods", (), ""),
-    "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), "strategic"),
+    "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), STRATEGIC),
     "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events", ("namespace", "body"), ""),
     "read_node": ("GET", "/api/v1/nodes/{name}", ("name",), ""),
     "list_node": ("GET", "/api/v1/nodes", (), ""),
@@ -360,34 +361,19 @@ CUSTOM: dict[str, Route] = {
     "create_cluster_custom_object": ("POST", CO + "/{plural}", (*GVP, "body"), ""),
     "get_cluster_custom_object": ("GET", ONE, (*GVP, "name"), ""),
     "delete_cluster_custom_object": ("DELETE", ONE, (*GVP, "name", "body"), ""),
-    "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), "merge"),
+    "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), MERGE),
     "get_namespaced_custom_object": ("GET", NS_ONE, (*NS_GVP, "name"), ""),
     "create_namespaced_custom_object": ("POST", CO + "/namespaces/{namespace}/{plural}", (*NS_GVP, "body"), ""),
     "replace_namespaced_custom_object": ("PUT", NS_ONE, (*NS_GVP, "name", "body"), ""),
     "delete_namespaced_custom_object": ("DELETE", NS_ONE, (*NS_GVP, "name", "body"), ""),
     "get_api_resources": ("GET", CO, ("group", "version"), ""),
 }
-PATCH_TYPES = {
-    "strategic": "application/strategic-merge-patch+json",
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-}
-# The library's keyword arguments that are query parameters, by their names on the wire.
-QUERY = {
-    "label_selector": "labelSelector",
-    "field_selector": "fieldSelector",
-    "resource_version": "resourceVersion",
-    "timeout_seconds": "timeoutSeconds",
-    "allow_watch_bookmarks": "allowWatchBookmarks",
-    "_continue": "continue",
-}
 
 
 class Facade:
-    """CoreV1Api's or CustomObjectsApi's methods by their names (ROUTES): positional and keyword parameters as
-    the library takes them, `_request_timeout`, `_preload_content=False` for a Response instead of the JSON
-    document, `watch=True` for an iterator of events, and `_loads` to parse with (orjson's loads by default). A
-    list body is a JSON patch."""
+    """CoreV1Api's or CustomObjectsApi's methods by their names, taking their parameters as the library does, and
+    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with. A list body is a JSON
+    patch."""
 
     def __init__(self, api: Api, routes: dict[str, Route]) -> None:
         self.api, self.routes = api, routes
@@ -404,13 +390,17 @@ class Facade:
         values = dict(zip(params, args, strict=False)) | {k: kwargs.pop(k) for k in params if k in kwargs}
         body = values.pop("body", None)
         path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in values.items()})
-        timeout = kwargs.pop("_request_timeout", None)
-        preload = kwargs.pop("_preload_content", True)
-        watch = kwargs.pop("watch", False)
-        loads = kwargs.pop("_loads", orjson.loads)
-        query = {QUERY.get(k, k): v for k, v in kwargs.items()}
+        timeout, loads = kwargs.pop("_request_timeout", None), kwargs.pop("_loads", orjson.loads)
+        preload, watch = kwargs.pop("_preload_content", True), kwargs.pop("watch", False)
+        query = {_wire(k): v for k, v in kwargs.items()}
         if watch:
             return self.api.watch(path, query, timeout, loads)
-        ctype = PATCH_TYPES["json" if isinstance(body, list) else patch] if method == "PATCH" else "application/json"
+        ctype = (JSON_PATCH if isinstance(body, list) else patch) if method == "PATCH" else "application/json"
         resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype)
         return resp if not preload else (loads(resp.data) if resp.data else None)
+
+
+def _wire(name: str) -> str:
+    """A keyword argument of the library's as the query parameter it is (label_selector: labelSelector)."""
+    head, *rest = name.lstrip("_").split("_")
+    return head + "".join(word.title() for word in rest)

@@ -26,9 +26,8 @@ SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failu
 
 class Wakeup:
     """The followers of one API server: when one of them lists again after the server was away, the others stop
-    backing off and try at once (it answers now), instead of each at its own jittered time. At most once every
-    WAKE_EVERY seconds: where lists work and watches fail (RBAC without watch, a proxy that cuts long streams),
-    followers waking each other at every list would undo their back-off."""
+    backing off and try at once. At most once every WAKE_EVERY seconds: where lists work and watches fail (RBAC
+    without watch, a proxy that cuts long streams), waking at every list would undo the back-off."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
@@ -65,8 +64,7 @@ STOP_LATENCY = 0.5
 
 class Backoff:
     """How long to wait after each failure in a row: FIRST_BACKOFF doubling up to MAX_BACKOFF, each drawn from
-    its upper half (jitter: nodes that failed together do not retry together). `clock` and `wait` are the
-    process's (time.monotonic, Event.wait) unless a test gives its own."""
+    its upper half (jitter: nodes that failed together do not retry together)."""
 
     def __init__(
         self,
@@ -180,11 +178,9 @@ WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVers
 
 
 class Events:
-    """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, renewed by the server after `seconds`:
-    iterated, each event as (its type, its object as a dict) until the server ends the watch or `stop` is set;
-    `rv` is then the resourceVersion to watch from next (the last one seen). The watch asks for bookmarks (the
-    API server's "nothing for you up to here", so that a renewed watch need not start from an old version and
-    meet a 410); a BOOKMARK moves `rv` and is not yielded: it says nothing of any object."""
+    """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, ended by the server after `seconds`:
+    iterated, each event as (its type, its object), until the watch ends or `stop` is set; `rv` is then the last
+    resourceVersion seen. Bookmarks, asked for so that a renewed watch need not meet a 410, only move `rv`."""
 
     def __init__(
         self,
@@ -314,9 +310,8 @@ def pages(
 
 
 class Selection:
-    """Following objects picked by a selector that changes (the networks a node serves): each selection lists and
-    watches in a thread of its own (`run(selector, stop, current)`); a newer one stops the older, which ends at
-    its next event or when its watch expires, and whose `current()` is False from then on."""
+    """Following objects picked by a selector that changes (the networks a node serves): each selection runs in a
+    thread of its own (`run(selector, stop, current)`); a newer one stops the older, whose `current()` is False."""
 
     def __init__(self, name: str, run: Callable[[str, threading.Event, Callable[[], bool]], None]) -> None:
         self.name, self.run = name, run

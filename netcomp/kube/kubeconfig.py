@@ -1,8 +1,6 @@
-"""A kubeconfig read as kubectl reads it, for the forms a node's daemon meets: the current context's cluster
-(server URL, CA, tls-server-name, insecure-skip-tls-verify) and user (a token, a token file re-read as it
-rotates, a client certificate). What only the kubernetes library implements (exec and auth-provider plugins,
-basic auth, a proxy) is noticed, and apiclient.py hands such a kubeconfig to the library. Every file is read
-with the one bounded reader, relative names relative to the kubeconfig's directory."""
+"""A kubeconfig read as kubectl reads it, for the forms a node's daemon meets: the current context's server, CA and
+credentials (a token, a token file re-read as it rotates, a client certificate). It notices what only the
+kubernetes library implements (exec and auth-provider plugins, basic auth, a proxy) but does not read it."""
 
 from __future__ import annotations
 
@@ -59,9 +57,8 @@ def _data_or_file(d: Mapping[str, Any], key: str, base: Path) -> bytes | None:
 
 
 class Endpoint:
-    """Where the API server is and how to talk to it, from a kubeconfig's current context (the common forms: a
-    token or token file, a client certificate, a CA). `needs_library`: the context uses something only the
-    kubernetes library implements."""
+    """Where the API server is and how to talk to it, from a kubeconfig's current context. `needs_library`: the
+    context uses something only the kubernetes library implements."""
 
     def __init__(self, path: str) -> None:
         self.path = path
