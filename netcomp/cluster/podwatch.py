@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from netcomp.errors import HostError
+from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Backoff, Follower
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
@@ -102,13 +103,9 @@ class PodWatch(Follower):
     def annotations(self, pod: PodRef) -> Mapping[str, str]:
         if not self.kube.podNetworks:
             return {}
-        with self._lock:
-            got = self._pods.get((pod.namespace, pod.name))
-        if got is not None and (not pod.uid or got.uid == pod.uid):
-            self.metrics.pod_lookups.labels("watch").inc()
-            return got.annotations
-        self.metrics.pod_lookups.labels("api").inc()
-        return self._read(pod)
+        got = self.latest(pod)
+        self.metrics.pod_lookups.labels("api" if got is None else "watch").inc()
+        return got if got is not None else self._read(pod)
 
     def latest(self, pod: PodRef) -> Mapping[str, str] | None:
         with self._lock:
@@ -116,22 +113,17 @@ class PodWatch(Follower):
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from netcomp.kube.apierrors import ApiException
-
         try:
             resp: Any = self.core.read_namespaced_pod(
                 pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
             )
             doc = json.loads(resp.data)
-        except ApiException as e:
-            if e.status == 404:
+        except Exception as e:
+            if isinstance(e, ApiException) and e.status == 404:
                 log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
                 return {}
             self.metrics.kube_errors.labels("read").inc()
-            raise HostError(f"{e.status} {e.reason}") from None
-        except Exception as e:
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(self.explain(e)) from None
+            raise HostError(f"{e.status} {e.reason}" if isinstance(e, ApiException) else self.explain(e)) from None
         kept = _keep(doc)
         if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
             log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,

@@ -44,6 +44,7 @@ class ServiceSlices:
         self.core, self.custom, self.kube, self.node = core, custom, kube, node
         self.metrics, self.pods, self.cache = metrics, pods, cache
         self.one_line = pods.explain
+        self.opts: dict[str, Any] = {"_request_timeout": kube.timeout, "_preload_content": False}  # of one call
         self._cond = threading.Condition()
         self.services: dict[Key, ServiceSpec] = {}
         self.refused: dict[Key, str] = {}
@@ -150,14 +151,11 @@ class ServiceSlices:
         """The version of discovery.k8s.io the API server serves, the newest first."""
         for version in slices.VERSIONS:
             try:
-                self.custom.get_api_resources(
-                    GROUP, version, _request_timeout=self.kube.timeout, _preload_content=False
-                )
+                self.custom.get_api_resources(GROUP, version, **self.opts)
+                return version
             except ApiException as e:
-                if e.status == 404:
-                    continue
-                raise
-            return version
+                if e.status != 404:
+                    raise
         raise HostError(f"the API server serves no EndpointSlices ({GROUP} {' or '.join(slices.VERSIONS)})")
 
     # ------------------------------------------------------------------------------------------------ out
@@ -217,10 +215,9 @@ class ServiceSlices:
         """Create the slice, or replace it (unconditionally: only this node writes it)."""
         ns, name = key
         args = (GROUP, version, ns, PLURAL)
-        opts: dict[str, Any] = {"_request_timeout": self.kube.timeout, "_preload_content": False}
-        put = {
-            True: lambda: self.custom.replace_namespaced_custom_object(*args, name, body, **opts),
-            False: lambda: self.custom.create_namespaced_custom_object(*args, body, **opts),
+        put = {  # by whether the slice is there
+            True: lambda: self.custom.replace_namespaced_custom_object(*args, name, body, **self.opts),
+            False: lambda: self.custom.create_namespaced_custom_object(*args, body, **self.opts),
         }
         try:
             try:
@@ -239,9 +236,7 @@ class ServiceSlices:
     def _delete(self, key: Key, version: str) -> bool:
         ns, name = key
         try:
-            self.custom.delete_namespaced_custom_object(
-                GROUP, version, ns, PLURAL, name, body={}, _request_timeout=self.kube.timeout, _preload_content=False
-            )
+            self.custom.delete_namespaced_custom_object(GROUP, version, ns, PLURAL, name, body={}, **self.opts)
         except Exception as e:
             if not (isinstance(e, ApiException) and e.status == 404):  # 404: gone already
                 return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
@@ -285,9 +280,8 @@ class ServiceSlices:
                     body = {"preconditions": {"resourceVersion": meta.get("resourceVersion")}}
                     try:
                         self.custom.delete_namespaced_custom_object(
-                            GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body,
-                            _request_timeout=self.kube.timeout, _preload_content=False,
-                        )  # fmt: skip
+                            GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body, **self.opts
+                        )
                     except ApiException as e:
                         if e.status in (404, 409):  # gone, or written again since it was read
                             continue
@@ -303,7 +297,7 @@ class ServiceSlices:
     def _node_pods(self, node: str) -> tuple[bool, set[str]]:
         """Whether the Node exists, and the uids of the pods bound to it."""
         try:
-            self.core.read_node(node, _request_timeout=self.kube.timeout, _preload_content=False)
+            self.core.read_node(node, **self.opts)
         except ApiException as e:
             if e.status == 404:
                 return False, set()
