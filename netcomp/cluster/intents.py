@@ -60,9 +60,9 @@ class Kind:
         return f"{ns}.{name}{self.suffix}" if ok else None
 
     def owns(self, file_name: str) -> bool:
-        if not file_name.endswith(self.suffix):
-            return False
-        return not any(len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS)
+        return file_name.endswith(self.suffix) and not any(
+            len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS
+        )
 
     def render(self, obj: dict[str, Any]) -> bytes:
         """An object as an intent file: all but its status and the metadata the API server keeps (the uid stays:

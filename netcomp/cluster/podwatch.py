@@ -151,10 +151,8 @@ class PodWatch(Follower):
         for fn in self.listeners:
             fn(kind, [obj])
         with self._lock:
-            before = self._pods.get(kept[0])
-            if kind == "DELETED":
-                self._pods.pop(kept[0], None)
-            else:
+            before = self._pods.pop(kept[0], None)
+            if kind != "DELETED":
                 self._pods[kept[0]] = kept[1]
             self.changed.notify_all()
         if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
@@ -229,8 +227,7 @@ class PodWatch(Follower):
 
     def _write_status(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
         meta: dict[str, Any] = {"annotations": {multus.NETWORK_STATUS: json.dumps(status, indent=2)}}
-        uid = self._uid(pod)
-        if uid:
+        if uid := self._uid(pod):
             meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
         try:
             self.core.patch_namespaced_pod(

@@ -113,7 +113,7 @@ class ServiceSlices:
                 self._touch()
                 return
             for key, p in infos.items():
-                was = self._pods.pop(key, None) if kind == "DELETED" else self._pods.get(key)
+                was = self._pods.pop(key, None)
                 if kind != "DELETED":
                     self._pods[key] = p
                 if was != self._pods.get(key):  # a change of what the slices hold, not any change of the pod
@@ -398,10 +398,8 @@ class _Slices(_Followed):
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         ss, key = self.ss, _key(obj)
         with ss._cond:
-            before = ss.actual.get(key)
-            if kind == "DELETED":
-                ss.actual.pop(key, None)
-            else:
+            before = ss.actual.pop(key, None)
+            if kind != "DELETED":
                 ss.actual[key] = slices.digest_of(obj)
             if ss.actual.get(key) != before:  # not our own write coming back: someone else's change
                 ss._touch()

@@ -69,10 +69,6 @@ class HttpTransport:
         conn.server_name = self.ep.server_name
         return conn
 
-    def _take(self) -> tuple[http.client.HTTPConnection | None, bool]:
-        with self._lock:
-            return (self._idle.pop(), True) if self._idle else (None, False)
-
     def _give(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             if len(self._idle) < IDLE_CONNECTIONS:
@@ -83,8 +79,10 @@ class HttpTransport:
     def _send(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn, reused = self._take()
-        for attempt in (0, 1):
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        while True:
             if conn is None:
                 conn = self._open(timeout)
             elif conn.sock is not None:
@@ -95,13 +93,12 @@ class HttpTransport:
                 return conn, conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
-                if not reused or attempt:
+                if not reused:
                     raise
-                conn, reused = None, False
+                conn, reused = None, False  # once more, on a connection of its own
             except BaseException:
                 conn.close()
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
                 ) -> Response:  # fmt: skip
@@ -240,8 +237,6 @@ class Api:
             self.transport: HttpTransport | LibraryTransport = (
                 LibraryTransport(kubeconfig) if ep.needs_library else HttpTransport(ep)
             )
-        except KubeConfigError:
-            raise
         except (OSError, ValueError, TypeError, KeyError) as e:  # a CA or key ssl cannot load, a malformed field
             raise KubeConfigError(str(e)) from None
         self.endpoint = ep

@@ -62,8 +62,7 @@ def from_map(labels: Mapping[str, str]) -> Selector:
         raise ValueError(f"{len(labels)} labels: a selector holds at most {MAX_REQUIREMENTS}")
     reqs = []
     for k, v in sorted(labels.items()):
-        problem = label_key_problem(k) or label_value_problem(v)
-        if problem:
+        if problem := label_key_problem(k) or label_value_problem(v):
             raise ValueError(problem)
         reqs.append(Requirement(k, "in", frozenset([v])))
     return Selector(tuple(reqs))
