@@ -207,10 +207,8 @@ class Cluster:
             obj = self.custom.get_namespaced_custom_object(
                 self.kube.danmGroup, "v1", ns, "tenantnetworks", name, _request_timeout=self.kube.timeout
             )
-        except ApiException as e:
-            return bool(e.status != 404)
-        except Exception:
-            return True
+        except Exception as e:
+            return not (isinstance(e, ApiException) and e.status == 404)
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         return not claim.network_uid or not uid or uid == claim.network_uid
 

@@ -83,15 +83,11 @@ class ServiceSlices:
             }
 
     @property
-    def errors(self) -> dict[str, str | None]:
-        """Why following the Services or the slices, or writing, failed last (None: it works now)."""
-        return {**{what: f.last_error for what, f in self.follows.items()}, "write": self.write_error}
-
-    @property
     def last_error(self) -> str | None:
-        """The first failure that holds now, with how its follower backs off."""
-        what = next((w for w, why in self.errors.items() if why), None)
-        return f"{self.errors[what]}{self.backoffs[what].saying()}" if what else None
+        """The first failure that holds now (following the Services, the slices, or writing), with how it backs off."""
+        errors = [f.status_error() for f in self.follows.values()]
+        errors.append(f"{self.write_error}{self.backoffs['write'].saying()}" if self.write_error else None)
+        return next((why for why in errors if why), None)
 
     def wait_written(self, timeout: float) -> bool:
         """Until every change seen has been reconciled (tests)."""

@@ -9,6 +9,8 @@ import http.client
 import socket
 import ssl
 
+ALLOW = "allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md"  # through the unit's firewall
+
 
 class ApiException(Exception):
     """The API server answered with an error status (or a watch ended with an ERROR event)."""
@@ -46,10 +48,7 @@ def words(e: BaseException, url: str, timeout: float | None) -> str:
     if isinstance(e, socket.gaierror):
         return f"cannot resolve the API server's host of {url}: {e.strerror}"
     if isinstance(e, OSError) and e.errno == errno.EPERM:
-        return (
-            f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic (allow the "
-            "API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"
-        )
+        return f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic ({ALLOW})"
     if isinstance(e, OSError):
         return f"the API server at {url} cannot be reached: {e.strerror or e}"
     if isinstance(e, http.client.HTTPException):
@@ -66,8 +65,5 @@ def one_line(e: Exception) -> str:
         return f"{e.status} {e.reason}"
     text = f"{type(e).__name__}: {e}"
     if "Operation not permitted" in text or "[Errno 1]" in text:
-        text += (
-            " (the netcomp unit denies IP traffic: allow the API server with IPAddressAllow= in a drop-in, "
-            "see docs/kubernetes.md)"
-        )
+        text += f" (the netcomp unit denies IP traffic: {ALLOW})"
     return text
