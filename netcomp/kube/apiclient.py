@@ -69,13 +69,6 @@ class HttpTransport:
         conn.server_name = self.ep.server_name
         return conn
 
-    def _give(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._idle) < IDLE_CONNECTIONS:
-                self._idle.append(conn)
-                return
-        conn.close()
-
     def _send(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
@@ -108,10 +101,12 @@ class HttpTransport:
         except BaseException:
             conn.close()
             raise
-        if resp.will_close:
+        with self._lock:
+            kept = not resp.will_close and len(self._idle) < IDLE_CONNECTIONS
+            if kept:
+                self._idle.append(conn)
+        if not kept:
             conn.close()
-        else:
-            self._give(conn)
         return Response(resp.status, data)
 
     def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
@@ -172,10 +167,8 @@ class LibraryTransport:
     def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None) -> Any:
         from kubernetes.client.exceptions import ApiException as LibError
 
-        query = None
-        if "?" in path:
-            path, _, qs = path.partition("?")
-            query = urllib.parse.parse_qsl(qs)
+        path, _, qs = path.partition("?")
+        query = urllib.parse.parse_qsl(qs) or None
         try:
             if hasattr(self.api, "param_serialize"):
                 # The library as openapi-generator 7 makes it (ApiClient.param_serialize, as kubernetes 37.0 has):

@@ -131,10 +131,9 @@ def keep_following(
     backoff: Backoff | None = None,
 ) -> None:
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
-    returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
-    `explain` anything else: the API server away, TLS, a timeout), before the follower backs off. A 410 on a
-    watch (its resourceVersion compacted away) lists again at once, the first time in a while; a 410 answered to
-    the list, 410s again and again, a watch that ends at once with nothing, and any other error wait their turn."""
+    returns the last seen; `failed` is told why either failed (`api_why` words an ApiException, `explain` anything
+    else). A 410 on a watch (its resourceVersion compacted away) lists again at once, the first time in a while;
+    every other failure waits its turn."""
     from netcomp.kube.apierrors import ApiException
 
     b = backoff or Backoff()

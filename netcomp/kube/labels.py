@@ -29,14 +29,10 @@ class Requirement:
 
     def holds(self, labels: Mapping[str, str]) -> bool:
         value = labels.get(self.key)
-        if self.op == "in":
-            return value is not None and value in self.values
-        if self.op == "notin":
-            return value is None or value not in self.values
-        if self.op == "exists":
-            return value is not None
-        if self.op == "!exists":
-            return value is None
+        if self.op in ("in", "notin"):
+            return (value is not None and value in self.values) == (self.op == "in")
+        if self.op in ("exists", "!exists"):
+            return (value is not None) == (self.op == "exists")
         try:  # gt, lt: a value that is no integer never matches (apimachinery's Requirement.Matches)
             have, bound = int(value or ""), int(next(iter(self.values)))
         except ValueError:
