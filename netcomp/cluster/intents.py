@@ -172,8 +172,7 @@ class Cluster:
 
     def report_problems(self, diagnostics: list[Diagnostic]) -> None:
         """A Warning event (FailedCompile) on each object whose copy in the cluster dir has errors, once per
-        distinct message: `kubectl describe` shows why a node does not serve it (a TenantNetwork whose ranges
-        are exhausted, a misspelt key)."""
+        distinct message: `kubectl describe` shows why a node does not serve it."""
         cdir = str(self.dir).rstrip("/") + "/"
         now: dict[str, str] = {}
         for d in diagnostics:

@@ -306,8 +306,7 @@ class ServiceSlices:
 
 
 class _Followed(Follower):
-    """What ServiceSlices (`ss`) follows: a failure is said as its slices' own, an error status in _api_why's
-    words."""
+    """What ServiceSlices (`ss`) follows: a failure is said as its slices', an error status in _api_why's words."""
 
     said = "EndpointSlices: %s%s"
 

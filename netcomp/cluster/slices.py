@@ -73,9 +73,8 @@ class Refusal:
 
 
 def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> ServiceSpec | Refusal | None:
-    """What a Service asks of this node; None when it asks nothing (neither spelling's annotations). Its
-    annotations are a tenant's text: each is read by a bounded, linear parser, and anything they cannot mean is
-    a Refusal, never an exception."""
+    """What a Service asks of this node; None when it asks nothing. Its annotations are a tenant's text: anything
+    they cannot mean is a Refusal, never an exception."""
     meta, spec = _mapping(doc.get("metadata")), _mapping(doc.get("spec"))
     notes = {k: v for k, v in _mapping(meta.get("annotations")).items() if isinstance(v, str)}
     own = _mapping(meta.get("labels"))
@@ -103,18 +102,10 @@ def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> Ser
         ports = tuple(_port(p, native) for p in (ports if isinstance(ports, list) else []) if isinstance(p, dict))
     except ValueError as e:
         return Refusal(ns, name, str(e))
-    return ServiceSpec(
-        ns,
-        name,
-        uid,
-        "netcomp" if native else "danm",
-        selector,
-        networks,
-        ports,
-        publish_not_ready=bool(spec.get("publishNotReadyAddresses")) or notes.get(TOLERATE_UNREADY) == "true",
-        headless=spec.get("clusterIP") == "None",
-        proxy_name=str(own[PROXY_NAME]) if own.get(PROXY_NAME) else None,
-    )
+    not_ready = bool(spec.get("publishNotReadyAddresses")) or notes.get(TOLERATE_UNREADY) == "true"
+    proxy = str(own[PROXY_NAME]) if own.get(PROXY_NAME) else None
+    spelling, headless = "netcomp" if native else "danm", spec.get("clusterIP") == "None"
+    return ServiceSpec(ns, name, uid, spelling, selector, networks, ports, not_ready, headless, proxy)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -210,16 +201,10 @@ def read_pod(doc: Mapping[str, Any]) -> PodInfo | None:
             if isinstance(p, dict) and p.get("name") and isinstance(p.get("containerPort"), int):
                 ports.append((str(p["name"]), str(p.get("protocol") or "TCP"), p["containerPort"]))
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    return PodInfo(
-        ns,
-        name,
-        str(meta.get("uid") or ""),
-        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        str(status.get("phase") or ""),
-        any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        bool(meta.get("deletionTimestamp")),
-        tuple(sorted(ports)),
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    uid, phase = str(meta.get("uid") or ""), str(status.get("phase") or "")
+    return PodInfo(ns, name, uid, labels, phase, ready, bool(meta.get("deletionTimestamp")), tuple(sorted(ports)))
 
 
 @dataclass(frozen=True)
@@ -379,8 +364,7 @@ def digest_of(doc: Mapping[str, Any]) -> str:
 
 def stale(doc: Mapping[str, Any], node_exists: bool, pods_there: set[str]) -> bool:
     """Whether another node's slice may go: its node is no Node now, or none of the pods it names is still on that
-    node (`pods_there`: the uids of the pods bound to it). A slice naming a pod that is still there stays, whatever
-    its node's state: that node's daemon keeps it."""
+    node (`pods_there`: the uids of the pods bound to it)."""
     if not node_exists:
         return True
     uids = {str((e.get("targetRef") or {}).get("uid") or "") for e in doc.get("endpoints") or []}

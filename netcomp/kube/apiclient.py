@@ -149,8 +149,7 @@ class LibraryTransport:
         from kubernetes.config import kube_config
 
         try:
-            # Read as every file netcomp reads (fsutil.read_bounded), not whole by the library; relative file
-            # names in it are relative to its directory, as kubectl takes them.
+            # Read bounded (fsutil.read_bounded), not whole by the library; its file names relative to its folder.
             doc = document(path)
             conf = client.Configuration()
             conf.connection_pool_maxsize = LIBRARY_POOL  # the library's default, 5 per CPU, is less than one burst
@@ -171,9 +170,8 @@ class LibraryTransport:
         query = urllib.parse.parse_qsl(qs) or None
         try:
             if hasattr(self.api, "param_serialize"):
-                # The library as openapi-generator 7 makes it (ApiClient.param_serialize, as kubernetes 37.0 has):
-                # the request is built (its credentials added) then sent, and its answer comes back unread
-                # whatever its status (Api.call raises for an error status; stream below).
+                # The library as openapi-generator 7 makes it (kubernetes 37.0): the request is built with its
+                # credentials, then sent; its answer comes back unread whatever its status (Api.call raises).
                 built = self.api.param_serialize(
                     method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
                 )

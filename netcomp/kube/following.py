@@ -194,15 +194,8 @@ class Events:
         self.rv, self.stop, self.seconds = rv, stop, seconds
 
     def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        events = self.call(
-            *self.args,
-            watch=True,
-            resource_version=self.rv,
-            timeout_seconds=self.seconds,
-            _request_timeout=self.seconds + 10,
-            allow_watch_bookmarks=True,
-            **self.kwargs,
-        )
+        events = self.call(*self.args, watch=True, resource_version=self.rv, timeout_seconds=self.seconds,
+                           _request_timeout=self.seconds + 10, allow_watch_bookmarks=True, **self.kwargs)  # fmt: skip
         try:
             for event in events:
                 if self.stop.is_set():

@@ -72,9 +72,8 @@ class Endpoint:
         context = _pick(doc.get("contexts"), str(name), "context")
         cluster = _pick(doc.get("clusters"), str(context.get("cluster")), "cluster")
         user = _pick(doc.get("users"), str(context.get("user")), "user") if context.get("user") else {}
-        self.needs_library = bool(
-            user.get("exec") or user.get("auth-provider") or user.get("username") or cluster.get("proxy-url")
-        )
+        only_library = (user.get("exec"), user.get("auth-provider"), user.get("username"), cluster.get("proxy-url"))
+        self.needs_library = any(only_library)
         server = urllib.parse.urlsplit(str(cluster.get("server") or ""))
         if server.scheme not in ("https", "http") or not server.hostname:
             raise KubeConfigError(f"cluster server {cluster.get('server')!r} is not an https:// URL")
@@ -97,13 +96,12 @@ class Endpoint:
 
     def tls(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if self.verify:
-            if self.ca is not None:
-                ctx.load_verify_locations(cadata=self.ca.decode())
-            else:
-                ctx.load_default_certs()
-        else:
+        if not self.verify:
             ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        elif self.ca is not None:
+            ctx.load_verify_locations(cadata=self.ca.decode())
+        else:
+            ctx.load_default_certs()
         if self.cert is not None and self.key is not None:
             # ssl takes a certificate chain from files only: a private temp file, gone once loaded.
             with tempfile.NamedTemporaryFile(prefix="netcomp-kube-") as f:
