@@ -121,9 +121,7 @@ class Cluster:
         from netcomp.kube.apiclient import Api, Handle
         from netcomp.kube.kubeconfig import KubeConfigError
 
-        self.kube = kube
-        self.dir = cluster_dir
-        self.metrics = metrics
+        self.kube, self.dir, self.metrics = kube, cluster_dir, metrics
         try:
             api = Api(kube.kubeconfig)
         except KubeConfigError as e:
@@ -213,9 +211,8 @@ class Cluster:
 
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
-        followers: list[Follower] = [*self.followers, self.pods, self.node]
-        errors = [why for f in followers if (why := f.status_error())]
-        errors += [why for say in self.reporting if (why := say())]
+        sayers = [f.status_error for f in (*self.followers, self.pods, self.node)] + self.reporting
+        errors = [why for say in sayers if (why := say())]
         return {
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
@@ -241,9 +238,8 @@ class _Follower(Follower):
         super().__init__(kind.label, cluster.custom, "list_cluster_custom_object", kind.group, kind.version,
                          kind.plural, explain=one_line, backoff=backoff, timeout=max(cluster.kube.timeout, 30),
                          loads=orjson.loads, metrics=cluster.metrics, seconds=WATCH_SECONDS)  # fmt: skip
-        self.cluster = cluster
-        self.kind = kind
-        self.objects = 0
+        self.cluster, self.kind = cluster, kind
+        self.objects = 0  # in the cluster dir
         self.uids: dict[str, str] = {}  # file name -> the uid of its object (events name it)
 
     def api_why(self, e: Any) -> str:

@@ -65,6 +65,7 @@ class PodWatch(Follower):
                          backoff=backoff, timeout=max(kube.timeout, 30), loads=json.loads, metrics=metrics,
                          field_selector=f"spec.nodeName={node}")  # fmt: skip
         self.core, self.kube, self.node = core, kube, node
+        self.opts: dict[str, Any] = {"_request_timeout": kube.timeout, "_preload_content": False}  # of one call
         self.policy = multus.Policy(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
@@ -114,10 +115,7 @@ class PodWatch(Follower):
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
         try:
-            resp: Any = self.core.read_namespaced_pod(
-                pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
-            )
-            doc = json.loads(resp.data)
+            doc = json.loads(self.core.read_namespaced_pod(pod.name, pod.namespace, **self.opts).data)
         except Exception as e:
             if isinstance(e, ApiException) and e.status == 404:
                 log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
@@ -230,9 +228,7 @@ class PodWatch(Follower):
         if uid := self._uid(pod):
             meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
         try:
-            self.core.patch_namespaced_pod(
-                pod.name, pod.namespace, {"metadata": meta}, _request_timeout=self.kube.timeout, _preload_content=False
-            )
+            self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": meta}, **self.opts)
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
             log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, self._why(e))
@@ -262,9 +258,7 @@ class PodWatch(Follower):
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(
-                namespace, body, _request_timeout=self.kube.timeout, _preload_content=False
-            )
+            self.core.create_namespaced_event(namespace, body, **self.opts)
         except Exception as e:
             self.metrics.kube_errors.labels("event").inc()
             log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"],

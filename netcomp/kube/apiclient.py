@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.kube")
 
 IDLE_CONNECTIONS = 16  # connections kept alive for the next call; more may be open at once, then closed
+LIBRARY_POOL = 64  # the library's: a burst of ADDs (maxInFlight) each writing once, without "Connection pool is full"
 
 
 class Response:
@@ -121,12 +122,8 @@ class HttpTransport:
             conn.close()
 
 
-LIBRARY_POOL = 64  # a burst of ADDs (maxInFlight) each writing once, without "Connection pool is full"
-
-
 class _Demote(logging.Filter):
-    """urllib3's warnings (its retries, a full pool) at debug level: what an operator needs is the failure's own
-    line, in words (`words`)."""
+    """urllib3's warnings (its retries, a full pool) at debug level: an operator reads the failure's own line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING:
@@ -299,9 +296,7 @@ class Api:
                 raise
             except Exception as e:
                 raise self._unreachable(e, f"watch {path}", timeout) from e
-            if not line.strip():
-                continue
-            event = loads(line)
+            event = loads(line) if line.strip() else None  # a blank line keeps the stream alive
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "ERROR":

@@ -22,6 +22,9 @@ FIRST_BACKOFF = 1.0
 CALM = 120.0  # this long without a failure and the next one starts from FIRST_BACKOFF (client-go: 2 min)
 WAKE_EVERY = 30.0  # seconds between two wake-ups of one API server's followers
 SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failure (client-go's "very short watch")
+STOP_LATENCY = 0.5  # seconds a waiting follower may take to see that it is stopped
+WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
+PAGE = 500  # objects per page of a list
 
 
 class Wakeup:
@@ -57,9 +60,6 @@ class Wakeup:
         finally:
             with self._lock:
                 self._waiting.discard(ev)
-
-
-STOP_LATENCY = 0.5
 
 
 class Backoff:
@@ -173,9 +173,6 @@ def keep_following(
         b.sleep(stop, delay)
 
 
-WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
-
-
 class Events:
     """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, ended by the server after `seconds`:
     iterated, each event as (its type, its object), until the watch ends or `stop` is set; `rv` is then the last
@@ -281,9 +278,6 @@ class Follower:
     def status_error(self) -> str | None:
         """The failure that holds now, and how the follower backs off."""
         return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
-
-
-PAGE = 500  # objects per page of a list
 
 
 def pages(
