@@ -6,6 +6,7 @@ stay while the API server is away. The node's pods, its Node and its EndpointSli
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -128,9 +129,7 @@ class Cluster:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
         self.core: Any = api.core()
         self.custom: Any = api.custom()
-        if backoff is None:  # every follower's, waking the others when it reaches the server again
-            wakeup = Wakeup()
-            backoff = lambda: Backoff(wakeup=wakeup)  # noqa: E731
+        backoff = backoff or functools.partial(Backoff, wakeup=Wakeup())  # one Wakeup for the server's followers
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []

@@ -14,7 +14,7 @@ from typing import Any
 from netcomp import foreign
 from netcomp.cluster import slices
 from netcomp.cluster.podwatch import PodWatch
-from netcomp.cluster.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
+from netcomp.cluster.slices import GROUP, PLURAL, Attached, Key, PodInfo, ServiceSpec
 from netcomp.cni.spec import loads
 from netcomp.errors import HostError
 from netcomp.kube.apierrors import ApiException
@@ -25,7 +25,6 @@ from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
-Key = tuple[str, str]  # (namespace, name)
 
 
 class ServiceSlices:
@@ -138,10 +137,9 @@ class ServiceSlices:
                 self._records = {}
                 self._listed.add("records")
             for key, atts in got.items():
+                self._records.pop(key, None)
                 if atts:
                     self._records[key] = atts
-                else:
-                    self._records.pop(key, None)
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""

@@ -33,6 +33,8 @@ TOLERATE_UNREADY = "service.alpha.kubernetes.io/tolerate-unready-endpoints"
 SELECTOR = "netcomp.io/selector"
 DANM_KINDS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 TERMINAL = ("Succeeded", "Failed")
+PortSet = tuple[tuple[str, str, int], ...]  # (name, protocol, number) of each
+Key = tuple[str, str]  # an object's (namespace, name)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class PodInfo:
     phase: str = ""
     ready: bool = False  # its Ready condition
     terminating: bool = False
-    ports: tuple[tuple[str, str, int], ...] = ()  # the named container ports: (name, protocol, number)
+    ports: PortSet = ()  # the named container ports
 
     def port(self, name: str, protocol: str) -> int | None:
         return next((n for pname, proto, n in self.ports if pname == name and proto == protocol), None)
@@ -267,19 +269,15 @@ def slice_name(service: str, node: str, family: int, ports: str = "") -> str:
 
 
 def desired(
-    services: Iterable[ServiceSpec],
-    pods: Mapping[tuple[str, str], PodInfo],
-    records: Iterable[Attached],
-    node: str,
-    version: str,
-) -> dict[tuple[str, str], dict[str, Any]]:
+    services: Iterable[ServiceSpec], pods: Mapping[Key, PodInfo], records: Iterable[Attached], node: str, version: str
+) -> dict[Key, dict[str, Any]]:
     """Every slice this node should have, by (namespace, name)."""
-    by_pod: dict[tuple[str, str], list[Attached]] = {}
+    by_pod: dict[Key, list[Attached]] = {}
     for a in records:
         by_pod.setdefault((a.namespace, a.pod), []).append(a)
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for svc in services:
-        groups: dict[tuple[int, tuple[tuple[str, str, int], ...]], dict[tuple[str, ...], dict[str, Any]]] = {}
+        groups: dict[tuple[int, PortSet], dict[tuple[str, ...], dict[str, Any]]] = {}
         for key, atts in by_pod.items():
             pod = pods.get(key)
             if pod is None or key[0] != svc.namespace or pod.phase in TERMINAL or not svc.selector.matches(pod.labels):
@@ -302,9 +300,8 @@ def desired(
                     family = 6 if ":" in ip else 4  # a result's address, as the plugin gave it
                     eps = groups.setdefault((family, ports), {})
                     eps[(pod.namespace, pod.name, a.ifname, ip)] = _endpoint(svc, pod, ip, node, version)
-        named = any(p.target for p in svc.ports)
         for (family, ports), eps in groups.items():
-            body = _slice(svc, node, version, family, ports, [eps[k] for k in sorted(eps)], named)
+            body = _slice(svc, node, version, family, ports, [eps[k] for k in sorted(eps)])
             out[(svc.namespace, body["metadata"]["name"])] = body
     return out
 
@@ -325,19 +322,14 @@ def _endpoint(svc: ServiceSpec, pod: PodInfo, ip: str, node: str, version: str) 
 
 
 def _slice(
-    svc: ServiceSpec,
-    node: str,
-    version: str,
-    family: int,
-    ports: tuple[tuple[str, str, int], ...],
-    endpoints: list[dict[str, Any]],
-    named: bool,
+    svc: ServiceSpec, node: str, version: str, family: int, ports: PortSet, endpoints: list[dict[str, Any]]
 ) -> dict[str, Any]:
     labels = {MANAGED_BY: MANAGER, SERVICE_NAME: svc.name, NODE: node_label(node)}
     if svc.headless:
         labels[HEADLESS] = ""  # as kube's controller marks them: kube-proxy does not even look
     if svc.proxy_name:
         labels[PROXY_NAME] = svc.proxy_name
+    named = any(p.target for p in svc.ports)  # pods may resolve a named port differently: a slice per port set
     name = slice_name(svc.name, node, family, digest(json.dumps(ports))[:8] if named else "")
     owner = {"apiVersion": "v1", "kind": "Service", "name": svc.name, "uid": svc.uid}
     body: dict[str, Any] = {
