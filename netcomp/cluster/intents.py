@@ -67,7 +67,8 @@ class Kind:
 
     def render(self, obj: dict[str, Any]) -> bytes:
         """An object as an intent file: all but its status and the metadata the API server keeps (the uid stays:
-        it tells an object made again from the old one), under a header saying where it is from."""
+        it tells an object made again from the old one), under a header saying where it is from (without the
+        resourceVersion, so that a change of a label or the status leaves the file as it is)."""
         meta = obj.get("metadata") or {}
         keep: dict[str, Any] = {"name": meta.get("name")}
         if self.namespaced:
@@ -230,8 +231,7 @@ def _safe_name(name: str) -> bool:
 
 
 class _Follower(Follower):
-    """One kind of object: listed, then watched, each object written into the cluster dir; the files stay while
-    the API server is away."""
+    """One kind of object, each written into the cluster dir; the files stay while the API server is away."""
 
     def __init__(self, cluster: Cluster, kind: Kind, backoff: Backoff) -> None:
         super().__init__(kind.label, cluster.custom, "list_cluster_custom_object", kind.group, kind.version,

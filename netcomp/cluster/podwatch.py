@@ -72,8 +72,7 @@ class PodWatch(Follower):
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
-        # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
-        # or (the watch event's type, [the pod]). Listeners only take note (services.py).
+        # Told each list ("LISTED", its pods) and change (its type, [the pod]) from the follower's thread, to note.
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
