@@ -1,14 +1,12 @@
-"""The cluster, when the node has one (netcomp.yaml `kubernetes:`), through apiclient.py's calls (the
-`kubernetes` library is loaded only for a kubeconfig that needs it). Network objects as intents: the cluster's
-`networks.netcomp.io` objects (and with `networkAttachmentDefinitions` Multus's, and with `danm` DANM's kinds)
-are listed and watched, each written as a file in clusterIntentDir (atomically, only when it changed; removed
-with the object), the lowest intent layer: compiled, validated and watched like any intent, kept while the API
-server is away. The node's pods (podwatch.py), its Node (nodewatch.py) and its EndpointSlices for Services on
-secondary networks (services.py) are followed from here too. docs/kubernetes.md, "Network objects"."""
+"""The cluster, when the node has one (netcomp.yaml `kubernetes:`): its network objects (netcomp's Networks, and
+Multus's and DANM's kinds when asked) are followed into files in clusterIntentDir, the lowest intent layer, which
+stay while the API server is away. The node's pods, its Node and its EndpointSlices are followed from here too
+(podwatch.py, nodewatch.py, services.py). docs/kubernetes.md, "Network objects"."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from netcomp.cluster.nodewatch import NodeWatch
@@ -27,9 +26,8 @@ from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.intent import nad
 from netcomp.intent.source import MAX_BYTES
-from netcomp.kube import following
-from netcomp.kube.apierrors import one_line
-from netcomp.kube.following import Backoff, Wakeup, keep_following
+from netcomp.kube.apierrors import ApiException, one_line
+from netcomp.kube.following import Backoff, Follower, Wakeup
 from netcomp.metrics import Metrics
 from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
@@ -52,9 +50,8 @@ class Kind:
     kind: str = "Network"  # the object's kind (events name it)
 
     def file_name(self, meta: dict[str, Any]) -> str | None:
-        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name has no
-        dots (so `<name>.yaml` is never another kind's file); a namespace has none (so the namespace and name of
-        a namespaced object are told apart)."""
+        """The object's file in the cluster dir, or None when its name cannot be one. A Network's name and a
+        namespace have no dots, so no two objects' files meet."""
         name, ns = meta.get("name"), meta.get("namespace")
         if not isinstance(name, str) or not _safe_name(name):
             return None
@@ -64,22 +61,21 @@ class Kind:
         return f"{ns}.{name}{self.suffix}" if ok else None
 
     def owns(self, file_name: str) -> bool:
-        if not file_name.endswith(self.suffix):
-            return False
-        return not any(len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS)
+        return file_name.endswith(self.suffix) and not any(
+            len(k.suffix) > len(self.suffix) and file_name.endswith(k.suffix) for k in ALL_KINDS
+        )
 
     def render(self, obj: dict[str, Any]) -> bytes:
-        """An object as an intent file: what the compiler reads (everything but its status and the metadata the
-        API server keeps; the uid stays, it tells an object made again under its name from the old one), and a
-        header saying where it is from (no resourceVersion: the file changes when the object's content does, not
-        when a label or the status does)."""
+        """An object as an intent file: all but its status and the metadata the API server keeps (the uid stays:
+        it tells an object made again from the old one), under a header saying where it is from (without the
+        resourceVersion, so that a change of a label or the status leaves the file as it is)."""
         meta = obj.get("metadata") or {}
         keep: dict[str, Any] = {"name": meta.get("name")}
         if self.namespaced:
             keep["namespace"] = meta.get("namespace")
         if meta.get("uid"):
             keep["uid"] = meta["uid"]
-        notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == RESOURCE_NAME}
+        notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k == nad.RESOURCE_NAME}
         if notes:
             keep["annotations"] = notes  # the device plugin resource its plugins take a device of
         doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
@@ -96,7 +92,6 @@ NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=Fa
 NADS = Kind(
     "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml"
 )
-RESOURCE_NAME = nad.RESOURCE_NAME
 
 
 def danm_kinds(group: str) -> list[Kind]:
@@ -123,29 +118,23 @@ class Cluster:
         cache: Records | None = None,
         backoff: Callable[[], Backoff] | None = None,
     ) -> None:
-        """`cache`: the attachments' records, which the EndpointSlices of Services on secondary networks hold
-        (services.py; with kubernetes.services); `backoff` makes each follower's (following.Backoff)."""
+        """`cache`: the attachments' records, which EndpointSlices hold (services.py); `backoff` makes each
+        follower's Backoff."""
         from netcomp.kube.apiclient import Api, Handle
         from netcomp.kube.kubeconfig import KubeConfigError
 
-        self.kube = kube
-        self.dir = cluster_dir
-        self.metrics = metrics
+        self.kube, self.dir, self.metrics = kube, cluster_dir, metrics
         try:
-            self.api_client = Api(kube.kubeconfig)
+            api = Api(kube.kubeconfig)
         except KubeConfigError as e:
             raise HostError(f"cannot use kubeconfig {kube.kubeconfig}: {e}") from None
-        self.core: Any = self.api_client.core()
-        self.custom: Any = self.api_client.custom()
-        if backoff is None:  # every follower's, waking the others when it reaches the server again
-            wakeup = Wakeup()
-            backoff = lambda: Backoff(wakeup=wakeup)  # noqa: E731
+        self.core: Any = api.core()
+        self.custom: Any = api.custom()
+        backoff = backoff or functools.partial(Backoff, wakeup=Wakeup())  # one Wakeup for the server's followers
         kinds = [NETWORKS] if kube.networks else []
         kinds += [NADS] if kube.networkAttachmentDefinitions else []
         kinds += danm_kinds(kube.danmGroup) if kube.danm else []
-        # kubestore's and kubeblocks' followers back off on these too (one Wakeup for the server), and their
-        # status_error is said in status with the others'.
-        self.backoff: Callable[[], Backoff] = backoff
+        # The IPAM's stores' followers back off on these too, and their status_error is said with the others'.
         self.reporting: list[Callable[[], str | None]] = []
         self.handle = Handle(self.core, self.custom, kube.timeout, backoff, self.reporting, metrics)
         self.followers = [_Follower(self, k, backoff()) for k in kinds]
@@ -162,7 +151,7 @@ class Cluster:
         self.pods.start(stop)
         self.node.start(stop)
         for f in self.followers:
-            threading.Thread(target=f.run, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
+            threading.Thread(target=f.follow, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 
     def wait_synced(self, timeout: float) -> bool:
         """Until every kind followed has been listed once (or timeout)."""
@@ -181,16 +170,13 @@ class Cluster:
 
     def report_problems(self, diagnostics: list[Diagnostic]) -> None:
         """A Warning event (FailedCompile) on each object whose copy in the cluster dir has errors, once per
-        distinct message: `kubectl describe` shows why a node does not serve it (a TenantNetwork whose ranges
-        are exhausted, a misspelt key)."""
+        distinct message: `kubectl describe` shows why a node does not serve it."""
         cdir = str(self.dir).rstrip("/") + "/"
         now: dict[str, str] = {}
         for d in diagnostics:
-            f = d.location.file if d.location is not None else None
-            if d.is_error and f and f.startswith(cdir) and f not in now:
-                now[f] = (
-                    f"{Path(f).name}:{d.location.line}:{d.location.column}: {d.message}" if d.location else d.message
-                )
+            at = d.location
+            if d.is_error and at is not None and at.file and at.file.startswith(cdir) and at.file not in now:
+                now[at.file] = f"{Path(at.file).name}:{at.line}:{at.column}: {d.message}"
         for f, message in now.items():
             if self._reported.get(f) == message:
                 continue
@@ -205,37 +191,28 @@ class Cluster:
                 continue
             stem = file_name[: -len(f.kind.suffix)]
             ns, name = stem.split(".", 1) if f.kind.namespaced else ("", stem)
-            out: dict[str, Any] = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name}
-            if ns:
-                out["namespace"] = ns
-            uid = f.uids.get(file_name)
-            if uid:
-                out["uid"] = uid
-            return out
+            out = {"apiVersion": f"{f.kind.group}/{f.kind.version}", "kind": f.kind.kind, "name": name,
+                   "namespace": ns, "uid": f.uids.get(file_name)}  # fmt: skip
+            return {k: v for k, v in out.items() if v}
         return None
 
     def tenant_network_exists(self, claim: Any) -> bool:
         """Whether the TenantNetwork an id claim names is still there (the same object, when the claim knows its
         uid). True when the API server cannot say: a claim is never freed on a guess."""
-        from netcomp.kube.apierrors import ApiException
-
         ns, _, name = str(claim.network).partition("/")
         try:
             obj = self.custom.get_namespaced_custom_object(
                 self.kube.danmGroup, "v1", ns, "tenantnetworks", name, _request_timeout=self.kube.timeout
             )
-        except ApiException as e:
-            return bool(e.status != 404)
-        except Exception:
-            return True
+        except Exception as e:
+            return not (isinstance(e, ApiException) and e.status == 404)
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         return not claim.network_uid or not uid or uid == claim.network_uid
 
     def status(self) -> dict[str, Any]:
         counts = {f.kind.plural: f.objects for f in self.followers}
-        followers: list[_Follower | PodWatch | NodeWatch] = [*self.followers, self.pods, self.node]
-        errors = [why for f in followers if (why := f.status_error())]
-        errors += [why for say in self.reporting if (why := say())]
+        sayers = [f.status_error for f in (*self.followers, self.pods, self.node)] + self.reporting
+        errors = [why for say in sayers if (why := say())]
         return {
             "synced": self.synced,
             "networks": counts.get(NETWORKS.plural, 0),
@@ -253,59 +230,38 @@ def _safe_name(name: str) -> bool:
     return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".") and len(name) <= 253
 
 
-class _Follower:
-    """One kind of object: listed, then watched from the list's resourceVersion, written into the cluster dir;
-    on any error it backs off and lists again, and the files stay meanwhile."""
+class _Follower(Follower):
+    """One kind of object, each written into the cluster dir; the files stay while the API server is away."""
 
     def __init__(self, cluster: Cluster, kind: Kind, backoff: Backoff) -> None:
-        self.cluster = cluster
-        self.kind = kind
-        self.backoff = backoff
-        self.synced = threading.Event()
-        self.last_error: str | None = None
-        self.objects = 0
+        super().__init__(kind.label, cluster.custom, "list_cluster_custom_object", kind.group, kind.version,
+                         kind.plural, explain=one_line, backoff=backoff, timeout=max(cluster.kube.timeout, 30),
+                         loads=orjson.loads, metrics=cluster.metrics, seconds=WATCH_SECONDS)  # fmt: skip
+        self.cluster, self.kind = cluster, kind
+        self.objects = 0  # in the cluster dir
         self.uids: dict[str, str] = {}  # file name -> the uid of its object (events name it)
 
-    def run(self, stop: threading.Event) -> None:
-        def api_why(e: Any) -> str:
-            missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
-            return f"{e.status} {e.reason}{missing}"
+    def api_why(self, e: Any) -> str:
+        missing = f" (is the {self.kind.plural}.{self.kind.group} CRD installed?)" if e.status == 404 else ""
+        return f"{e.status} {e.reason}{missing}"
 
-        keep_following(stop, self._relist, self._watch, self._failed, one_line, api_why, self.backoff)
+    def meanwhile(self) -> str:
+        return f" (keeping the {len(self._files())} known)"
 
-    def _list_args(self) -> tuple[str, str, str]:
-        return self.kind.group, self.kind.version, self.kind.plural
-
-    def _relist(self) -> str:
-        doc: dict[str, Any] = self.cluster.custom.list_cluster_custom_object(
-            *self._list_args(), _request_timeout=max(self.cluster.kube.timeout, 30)
-        )
-        names = set()
-        for obj in doc.get("items") or []:
-            name = self._write(obj)
-            if name:
-                names.add(name)
+    def listed(self, items: list[Any]) -> None:
+        names = {name for obj in items if (name := self._write(obj))}
         for path in self._files():
             if path.name not in names:
                 self._remove(path.name)
         self.objects = len(names)
-        self.last_error = None
-        self.synced.set()
         log.info("cluster: %d %s", len(names), self.kind.label)
-        return str(doc.get("metadata", {}).get("resourceVersion") or "")
 
-    def _watch(self, rv: str, stop: threading.Event) -> str:
-        call = self.cluster.custom.list_cluster_custom_object
-        events = following.Events(call, *self._list_args(), rv=rv, stop=stop, seconds=WATCH_SECONDS)
-        for kind, obj in events:
-            if kind in ("ADDED", "MODIFIED"):
-                self._write(obj)
-            elif kind == "DELETED":
-                name = self.kind.file_name(obj.get("metadata") or {})
-                if name:
-                    self._remove(name)
-            self.objects = len(self._files())
-        return events.rv
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._write(obj)
+        elif name := self.kind.file_name(obj.get("metadata") or {}):
+            self._remove(name)
+        self.objects = len(self._files())
 
     def _files(self) -> list[Path]:
         return [p for p in self.cluster.files() if self.kind.owns(p.name)]
@@ -332,13 +288,3 @@ class _Follower:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.cluster.dir / name)
             log.info("cluster: its object is gone; removed %s", self.cluster.dir / name)
-
-    def _failed(self, why: str) -> None:
-        self.cluster.metrics.kube_errors.labels("watch").inc()
-        if why != self.last_error:  # one line per distinct failure, not one per retry
-            log.error("cluster: cannot follow %s: %s (keeping the %d known)", self.kind.label, why, len(self._files()))
-        self.last_error = why
-
-    def status_error(self) -> str | None:
-        """The failure that holds now, and how the follower backs off."""
-        return f"cannot follow {self.kind.label}: {self.last_error}{self.backoff.saying()}" if self.last_error else None

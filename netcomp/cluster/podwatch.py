@@ -1,15 +1,12 @@
-"""The pods of this node, as the ADD path needs them (pods.netstatus.Pods), with the cluster's API server.
-In: the pods bound to this node are listed, then watched (only each pod's uid and the annotations netcomp reads
-are kept), so an ADD reads nothing from the API server; a pod the watch has not delivered yet is read with one
-GET, as raw JSON. Out: network-status patches and events go to a bounded queue that one writer thread empties
-at a quiet moment (no CNI request served for a moment: the server's wait_quiet): a write costs the API
-client's CPU, and on a small node the API server's, which the next request would otherwise wait for. A pod's
-statuses coalesce; events beyond QUEUE are dropped and counted; a patch carries the pod's uid as a
-precondition, so a pod made again under its name never gets the old one's status."""
+"""The pods of this node, as the ADD path needs them (pods.netstatus.Pods). In: the node's pods are listed, then
+watched (only each pod's uid and the annotations netcomp reads are kept), so an ADD reads from the API server only
+a pod the watch has not delivered yet. Out: network-status patches and events wait in a bounded queue for one
+writer thread, which writes at a quiet moment of the node's CNI requests (the server's wait_quiet)."""
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import threading
@@ -20,8 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from netcomp.errors import HostError
-from netcomp.kube import following
-from netcomp.kube.following import Backoff, keep_following
+from netcomp.kube.apierrors import ApiException
+from netcomp.kube.following import Backoff, Follower
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
 from netcomp.pods.naming import PodRef
@@ -48,9 +45,12 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
     return (ns, name), _Pod(str(meta.get("uid") or ""), kept)
 
 
-class PodWatch:
+class PodWatch(Follower):
     """pods.netstatus.Pods for a node with a cluster. `core`: the client's CoreV1Api; `one_line` words a failed
-    call (apierrors.one_line)."""
+    call (apierrors.one_line). A pod's statuses coalesce; events beyond QUEUE are dropped and counted; a patch
+    carries the pod's uid as a precondition, so a pod made again under its name never gets the old one's status."""
+
+    metrics: Metrics
 
     def __init__(
         self,
@@ -61,27 +61,23 @@ class PodWatch:
         one_line: Callable[[Exception], str],
         backoff: Backoff | None = None,
     ) -> None:
-        self.core = core
-        self.backoff = backoff or Backoff()
-        self.kube = kube
-        self.node = node
-        self.metrics = metrics
-        self.one_line = one_line
+        super().__init__(f"the pods of node {node}", core, "list_pod_for_all_namespaces", explain=one_line,
+                         backoff=backoff, timeout=max(kube.timeout, 30), loads=json.loads, metrics=metrics,
+                         field_selector=f"spec.nodeName={node}")  # fmt: skip
+        self.core, self.kube, self.node = core, kube, node
+        self.opts: dict[str, Any] = {"_request_timeout": kube.timeout, "_preload_content": False}  # of one call
         self.policy = multus.Policy(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
-        self.synced = threading.Event()
-        self.last_error: str | None = None
-        # Told every pod as the API server gives it, from the follower's thread: ("LISTED", every pod of a list)
-        # or (the watch event's type, [the pod]). Listeners only take note (services.py).
+        # Told each list ("LISTED", its pods) and change (its type, [the pod]) from the follower's thread, to note.
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         # What waits to be written: the latest status of each pod, and events (at most QUEUE; more are dropped).
         self._pending = threading.Condition()
         self._statuses: dict[PodRef, list[dict[str, Any]]] = {}
-        self._events: collections.deque[tuple[str, Any, str, str, str]] = collections.deque()
+        self._events: collections.deque[tuple[PodRef | dict[str, Any], str, str, str]] = collections.deque()
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[], object] = lambda: True
@@ -90,7 +86,7 @@ class PodWatch:
 
     def start(self, stop: threading.Event) -> None:
         if self.kube.podNetworks or self.listeners:
-            threading.Thread(target=self._follow, args=(stop,), name="kube-pods", daemon=True).start()
+            threading.Thread(target=self.follow, args=(stop,), name="kube-pods", daemon=True).start()
         if self.kube.networkStatus or self.kube.events:
             threading.Thread(target=self._write_loop, args=(stop,), name="kube-writes", daemon=True).start()
 
@@ -107,13 +103,9 @@ class PodWatch:
     def annotations(self, pod: PodRef) -> Mapping[str, str]:
         if not self.kube.podNetworks:
             return {}
-        with self._lock:
-            got = self._pods.get((pod.namespace, pod.name))
-        if got is not None and (not pod.uid or got.uid == pod.uid):
-            self.metrics.pod_lookups.labels("watch").inc()
-            return got.annotations
-        self.metrics.pod_lookups.labels("api").inc()
-        return self._read(pod)
+        got = self.latest(pod)
+        self.metrics.pod_lookups.labels("api" if got is None else "watch").inc()
+        return got if got is not None else self._read(pod)
 
     def latest(self, pod: PodRef) -> Mapping[str, str] | None:
         with self._lock:
@@ -121,22 +113,14 @@ class PodWatch:
         return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
-        from netcomp.kube.apierrors import ApiException
-
         try:
-            resp: Any = self.core.read_namespaced_pod(
-                pod.name, pod.namespace, _request_timeout=self.kube.timeout, _preload_content=False
-            )
-            doc = json.loads(resp.data)
-        except ApiException as e:
-            if e.status == 404:
+            doc = json.loads(self.core.read_namespaced_pod(pod.name, pod.namespace, **self.opts).data)
+        except Exception as e:
+            if isinstance(e, ApiException) and e.status == 404:
                 log.warning("pod %s is not known to the API server: only the networks asked for otherwise", pod)
                 return {}
             self.metrics.kube_errors.labels("read").inc()
-            raise HostError(f"{e.status} {e.reason}") from None
-        except Exception as e:
-            self.metrics.kube_errors.labels("read").inc()
-            raise HostError(self.one_line(e)) from None
+            raise HostError(f"{e.status} {e.reason}" if isinstance(e, ApiException) else self.explain(e)) from None
         kept = _keep(doc)
         if kept is not None and pod.uid and kept[1].uid and kept[1].uid != pod.uid:
             log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
@@ -144,21 +128,10 @@ class PodWatch:
             return {}
         return kept[1].annotations if kept else {}
 
-    def _follow(self, stop: threading.Event) -> None:
-        """List the node's pods, then watch them (following.keep_following); what is known stays meanwhile."""
-        keep_following(stop, self._relist, self._watch, self._failed, self.one_line, backoff=self.backoff)
-
-    def _selector(self) -> str:
-        return f"spec.nodeName={self.node}"
-
-    def _relist(self) -> str:
-        resp: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
-        )
-        doc = json.loads(resp.data)
-        pods = dict(kept for item in doc.get("items") or [] if (kept := _keep(item)))
+    def listed(self, items: list[Any]) -> None:
+        pods = dict(kept for item in items if (kept := _keep(item)))
         for fn in self.listeners:
-            fn("LISTED", doc.get("items") or [])
+            fn("LISTED", items)
         with self._lock:
             old, self._pods = self._pods, pods
             self.changed.notify_all()
@@ -166,41 +139,24 @@ class PodWatch:
             before = old.get(key)
             if before is not None and before.uid == got.uid and before.annotations != got.annotations:
                 self.on_change(PodRef(key[0], key[1], got.uid))
-        self.last_error = None
-        self.synced.set()
         log.info("cluster: %d pods on node %s", len(pods), self.node)
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _watch(self, rv: str, stop: threading.Event) -> str:
-        call = self.core.list_pod_for_all_namespaces
-        events = following.Events(call, rv=rv, stop=stop, field_selector=self._selector())
-        for kind, obj in events:
-            kept = _keep(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
-            if kept is None:
-                continue
-            for fn in self.listeners:
-                fn(kind, [obj])
-            with self._lock:
-                before = self._pods.get(kept[0])
-                if kind == "DELETED":
-                    self._pods.pop(kept[0], None)
-                else:
-                    self._pods[kept[0]] = kept[1]
-                self.changed.notify_all()
-            if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
-                self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
-        return events.rv
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        kept = _keep(obj)
+        if kept is None:
+            return
+        for fn in self.listeners:
+            fn(kind, [obj])
+        with self._lock:
+            before = self._pods.pop(kept[0], None)
+            if kind != "DELETED":
+                self._pods[kept[0]] = kept[1]
+            self.changed.notify_all()
+        if kind == "MODIFIED" and before is not None and before.annotations != kept[1].annotations:
+            self.on_change(PodRef(kept[0][0], kept[0][1], kept[1].uid))
 
-    def _failed(self, why: str) -> None:
-        self.metrics.kube_errors.labels("watch").inc()
-        why = f"cannot follow the pods of node {self.node}: {why}"
-        if why != self.last_error:
-            log.error("cluster: %s (reading pods one by one meanwhile)", why)
-        self.last_error = why
-
-    def status_error(self) -> str | None:
-        """The failure that holds now, and how the follower backs off."""
-        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
+    def meanwhile(self) -> str:
+        return " (reading pods one by one meanwhile)"
 
     # ------------------------------------------------------------------------------------------------ out
 
@@ -214,20 +170,17 @@ class PodWatch:
 
     def event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         if self.kube.events:
-            self._put_event(("pod", pod, kind, reason, message))
+            self.object_event(pod, kind, reason, message)
 
-    def object_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        """An event on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one, uid),
-        queued like a pod's; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
-        self._put_event(("object", involved, kind, reason, message))
-
-    def _put_event(self, item: tuple[str, Any, str, str, str]) -> None:
+    def object_event(self, involved: PodRef | dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event on a pod or on any object (`involved`: apiVersion, kind, name, namespace for a namespaced one,
+        uid), queued; a cluster-scoped object's goes to namespace default, where kubectl looks for it."""
         with self._pending:
             if len(self._events) >= QUEUE:  # events give way: statuses have a queue of their own
                 self.metrics.kube_errors.labels("dropped").inc()
-                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, item[3], item[4][:80])
+                log.warning("cluster: %d events waiting; dropped %s (%s)", QUEUE, reason, message[:80])
                 return
-            self._events.append(item)
+            self._events.append((involved, kind, reason, message))
             self._pending.notify()
 
     def flush(self, timeout: float) -> bool:
@@ -251,24 +204,16 @@ class PodWatch:
                     with self._pending:
                         if self._statuses:
                             pod = next(iter(self._statuses))
-                            item: Any = ("status", pod, self._statuses.pop(pod))
+                            write = functools.partial(self._write_status, pod, self._statuses.pop(pod))
                         elif self._events:
-                            item = self._events.popleft()
+                            write = functools.partial(self._write_event, *self._events.popleft())
                         else:
                             break
-                    self._write(item)
+                    write()
             finally:
                 with self._pending:
                     self._writing = False
                     self._pending.notify_all()
-
-    def _write(self, item: Any) -> None:
-        if item[0] == "status":
-            self._write_status(item[1], item[2])
-        elif item[0] == "pod":
-            self._write_event(*item[1:])
-        else:
-            self._create_event(*item[1:])
 
     def _uid(self, pod: PodRef) -> str:
         if pod.uid:
@@ -279,26 +224,21 @@ class PodWatch:
 
     def _write_status(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
         meta: dict[str, Any] = {"annotations": {multus.NETWORK_STATUS: json.dumps(status, indent=2)}}
-        uid = self._uid(pod)
-        if uid:
+        if uid := self._uid(pod):
             meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
         try:
-            self.core.patch_namespaced_pod(
-                pod.name, pod.namespace, {"metadata": meta}, _request_timeout=self.kube.timeout, _preload_content=False
-            )
+            self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": meta}, **self.opts)
         except Exception as e:  # best-effort: the pod is attached; only its annotation is missing
             self.metrics.kube_errors.labels("patch").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
-            log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, why)
+            log.warning("cannot write %s of pod %s: %s", multus.NETWORK_STATUS, pod, self._why(e))
 
-    def _write_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
-        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name}
-        uid = self._uid(pod)
-        if uid:
-            involved["uid"] = uid
-        self._create_event(involved, kind, reason, message)
-
-    def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+    def _write_event(self, about: PodRef | dict[str, Any], kind: str, reason: str, message: str) -> None:
+        if isinstance(about, dict):
+            involved = about
+        else:
+            involved = {"apiVersion": "v1", "kind": "Pod", "namespace": about.namespace, "name": about.name}
+            if uid := self._uid(about):  # as the watch knows it, when the runtime did not say
+                involved["uid"] = uid
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = involved.get("namespace") or "default"
         body = {
@@ -317,10 +257,12 @@ class PodWatch:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(
-                namespace, body, _request_timeout=self.kube.timeout, _preload_content=False
-            )
+            self.core.create_namespaced_event(namespace, body, **self.opts)
         except Exception as e:
             self.metrics.kube_errors.labels("event").inc()
-            why = f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.one_line(e)
-            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"], why)
+            log.warning("cannot record event %s on %s %s: %s", reason, involved.get("kind"), involved["name"],
+                        self._why(e))  # fmt: skip
+
+    def _why(self, e: Exception) -> str:
+        """A failed write in a line: an error status as the server said it, anything else in an operator's words."""
+        return f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip() or self.explain(e)

@@ -1,11 +1,7 @@
 """This node's EndpointSlices for Services on secondary networks (what they hold: slices.py), kept current by a
-level-triggered loop: whatever changed (a Service, one of the node's pods, an attachment in the cache), the
-slices the node should have are worked out whole and compared with those it has (by the digest each carries),
-and only the difference is written, at a quiet moment of the node's CNI requests. In: the Services (listed and
-watched), the node's pods (PodWatch's listeners: no second watch), the cache entries. Out: only slices named and
-labelled after this node, and nothing until the Services, the slices and the pods have each been listed once.
-Gone: a Service's slices carry an owner reference to it; a node that is gone leaves its own, which `gc()`
-removes once its Node is gone or none of its pods is bound there. docs/kubernetes.md, "The slices"."""
+level-triggered loop: whatever changed, the slices the node should have are worked out whole, compared with those
+it has by their digests, and only the difference is written, at a quiet moment of the node's CNI requests. It
+writes only slices named and labelled after this node; `gc()` removes those of a node that is gone."""
 
 from __future__ import annotations
 
@@ -18,20 +14,17 @@ from typing import Any
 from netcomp import foreign
 from netcomp.cluster import slices
 from netcomp.cluster.podwatch import PodWatch
-from netcomp.cluster.slices import GROUP, PLURAL, Attached, PodInfo, ServiceSpec
+from netcomp.cluster.slices import GROUP, PLURAL, Attached, Key, PodInfo, ServiceSpec
 from netcomp.cni.spec import loads
 from netcomp.errors import HostError
-from netcomp.kube import following
 from netcomp.kube.apierrors import ApiException
-from netcomp.kube.following import Backoff, keep_following
+from netcomp.kube.following import Backoff, Follower
 from netcomp.kube.group import NODE
 from netcomp.metrics import Metrics
 from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
-Key = tuple[str, str]  # (namespace, name)
-_FOLLOWED = {"Services": "the Services", "slices": "this node's EndpointSlices"}
 
 
 class ServiceSlices:
@@ -49,7 +42,8 @@ class ServiceSlices:
         """`backoff` makes each follower's and the writer's Backoff (a test's has its own clock)."""
         self.core, self.custom, self.kube, self.node = core, custom, kube, node
         self.metrics, self.pods, self.cache = metrics, pods, cache
-        self.one_line = pods.one_line
+        self.one_line = pods.explain
+        self.opts: dict[str, Any] = {"_request_timeout": kube.timeout, "_preload_content": False}  # of one call
         self._cond = threading.Condition()
         self.services: dict[Key, ServiceSpec] = {}
         self.refused: dict[Key, str] = {}
@@ -61,16 +55,15 @@ class ServiceSlices:
         self._listed: set[str] = set()  # what has been listed once: services, slices, pods, records
         self._dirty = True
         self._busy = False  # the loop is reconciling
-        # Why following the Services or the slices, or writing, failed last (None: it works now), and how each
-        # backs off meanwhile.
-        self.errors: dict[str, str | None] = {"Services": None, "slices": None, "write": None}
-        self.backoffs = {what: backoff() for what in self.errors}
+        self.backoffs = {what: backoff() for what in ("Services", "slices", "write")}
+        self.follows = {"Services": _Services(self), "slices": _Slices(self)}
+        self.write_error: str | None = None  # why writing failed last (None: it works now)
         pods.listeners.append(self._pods_seen)
         cache.listeners.append(self._record_changed)
 
     def start(self, stop: threading.Event) -> None:
-        for name, target in (("services", self._follow_services), ("slices", self._follow_slices),
-                             ("reconcile", self._loop)):  # fmt: skip
+        for name, target in (("services", self.follows["Services"].follow),
+                             ("slices", self.follows["slices"].follow), ("reconcile", self._loop)):  # fmt: skip
             threading.Thread(target=target, args=(stop,), name=f"kube-{name}", daemon=True).start()
 
     @property
@@ -90,9 +83,10 @@ class ServiceSlices:
 
     @property
     def last_error(self) -> str | None:
-        """The first failure that holds now, with how its follower backs off."""
-        what = next((w for w, why in self.errors.items() if why), None)
-        return f"{self.errors[what]}{self.backoffs[what].saying()}" if what else None
+        """The first failure that holds now (following the Services, the slices, or writing), with how it backs off."""
+        errors = [f.status_error() for f in self.follows.values()]
+        errors.append(f"{self.write_error}{self.backoffs['write'].saying()}" if self.write_error else None)
+        return next((why for why in errors if why), None)
 
     def wait_written(self, timeout: float) -> bool:
         """Until every change seen has been reconciled (tests)."""
@@ -114,7 +108,7 @@ class ServiceSlices:
                 self._touch()
                 return
             for key, p in infos.items():
-                was = self._pods.pop(key, None) if kind == "DELETED" else self._pods.get(key)
+                was = self._pods.pop(key, None)
                 if kind != "DELETED":
                     self._pods[key] = p
                 if was != self._pods.get(key):  # a change of what the slices hold, not any change of the pod
@@ -143,129 +137,20 @@ class ServiceSlices:
                 self._records = {}
                 self._listed.add("records")
             for key, atts in got.items():
+                self._records.pop(key, None)
                 if atts:
                     self._records[key] = atts
-                else:
-                    self._records.pop(key, None)
-
-    def _follow_services(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist_services, self._watch_services, lambda why: self._failed("Services", why),
-                       self.one_line, _api_why, self.backoffs["Services"])  # fmt: skip
-
-    def _selector(self) -> str | None:
-        """The Services followed: those of serviceLabelSelector, all when it is unset (None: no query parameter)."""
-        return self.kube.serviceLabelSelector or None
-
-    def _relist_services(self) -> str:
-        resp: Any = self.core.list_service_for_all_namespaces(
-            label_selector=self._selector(), _request_timeout=max(self.kube.timeout, 30), _preload_content=False
-        )
-        doc = loads(resp.data)
-        read = [(_key(item), self._read_service(item)) for item in doc.get("items") or [] if isinstance(item, dict)]
-        with self._cond:
-            self.services, self.refused = {}, {}
-            for key, got in read:
-                self._take_service(key, got)
-            self._listed.add("services")
-            self.errors["Services"] = None
-            self._touch()
-        log.info("EndpointSlices: %d Services on secondary networks", len(self.services))
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch_services(self, rv: str, stop: threading.Event) -> str:
-        events = following.Events(
-            self.core.list_service_for_all_namespaces, rv=rv, stop=stop, label_selector=self._selector()
-        )
-        for kind, obj in events:
-            if kind not in ("ADDED", "MODIFIED", "DELETED"):
-                continue
-            got = self._read_service(obj) if kind != "DELETED" else None
-            with self._cond:
-                before = (self.services.get(_key(obj)), self.refused.get(_key(obj)))
-                self._take_service(_key(obj), got)
-                if (self.services.get(_key(obj)), self.refused.get(_key(obj))) != before:
-                    self._touch()
-        return events.rv
-
-    def _read_service(self, obj: dict[str, Any]) -> ServiceSpec | slices.Refusal | None:
-        """What a Service asks; a refusal is said once per version of it, naming who wrote it (foreign.py). A
-        Service is a tenant's: nothing in it stops the watch of the others."""
-        try:
-            got = slices.read_service(obj, self.kube.danmGroup)
-        except Exception as e:  # a shape read_service did not foresee: that Service's loss only
-            log.debug("Service %s/%s", *_key(obj), exc_info=True)
-            got = slices.Refusal(*_key(obj), f"cannot be read ({type(e).__name__})")
-        if isinstance(got, slices.Refusal):
-            foreign.ignore("Service", "/".join(_key(obj)), f"gets no EndpointSlices: {got.why}", obj)
-        return got
-
-    def _take_service(self, key: Key, got: ServiceSpec | slices.Refusal | None) -> None:
-        self.services.pop(key, None)
-        self.refused.pop(key, None)
-        if isinstance(got, ServiceSpec):
-            self.services[key] = got
-        elif isinstance(got, slices.Refusal):
-            self.refused[key] = got.why
-
-    def _follow_slices(self, stop: threading.Event) -> None:
-        keep_following(stop, self._relist_slices, self._watch_slices, lambda why: self._failed("slices", why),
-                       self.one_line, _api_why, self.backoffs["slices"])  # fmt: skip
 
     def _discover(self) -> str:
         """The version of discovery.k8s.io the API server serves, the newest first."""
         for version in slices.VERSIONS:
             try:
-                self.custom.get_api_resources(
-                    GROUP, version, _request_timeout=self.kube.timeout, _preload_content=False
-                )
+                self.custom.get_api_resources(GROUP, version, **self.opts)
+                return version
             except ApiException as e:
-                if e.status == 404:
-                    continue
-                raise
-            return version
+                if e.status != 404:
+                    raise
         raise HostError(f"the API server serves no EndpointSlices ({GROUP} {' or '.join(slices.VERSIONS)})")
-
-    def _relist_slices(self) -> str:
-        version = self._discover()
-        resp: Any = self.custom.list_cluster_custom_object(
-            GROUP, version, PLURAL, label_selector=slices.own_selector(self.node),
-            _request_timeout=max(self.kube.timeout, 30), _preload_content=False,
-        )  # fmt: skip
-        doc = loads(resp.data)
-        with self._cond:
-            self.version = version
-            self.actual = {_key(item): slices.digest_of(item) for item in doc.get("items") or []}
-            self._listed.add("slices")
-            self.errors["slices"] = None
-            self._touch()
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch_slices(self, rv: str, stop: threading.Event) -> str:
-        assert self.version is not None
-        events = following.Events(
-            self.custom.list_cluster_custom_object, GROUP, self.version, PLURAL, rv=rv, stop=stop,
-            label_selector=slices.own_selector(self.node),
-        )  # fmt: skip
-        for kind, obj in events:
-            if kind not in ("ADDED", "MODIFIED", "DELETED"):
-                continue
-            key = _key(obj)
-            with self._cond:
-                before = self.actual.get(key)
-                if kind == "DELETED":
-                    self.actual.pop(key, None)
-                else:
-                    self.actual[key] = slices.digest_of(obj)
-                if self.actual.get(key) != before:  # not our own write coming back: someone else's change
-                    self._touch()
-        return events.rv
-
-    def _failed(self, what: str, why: str) -> None:
-        self.metrics.kube_errors.labels("watch").inc()
-        why = f"cannot follow {_FOLLOWED[what]}: {why}"
-        if why != self.errors[what]:  # one line per distinct failure, not one per retry
-            log.error("EndpointSlices: %s (their slices stay as they are until it answers)", why)
-        self.errors[what] = why
 
     # ------------------------------------------------------------------------------------------------ out
 
@@ -317,27 +202,24 @@ class ServiceSlices:
         for key in sorted(actual.keys() - want.keys()):
             failed += not self._delete(key, version)
         if not failed:
-            self.errors["write"] = None
+            self.write_error = None
         return failed
 
     def _write(self, key: Key, body: dict[str, Any], version: str, *, exists: bool) -> bool:
         """Create the slice, or replace it (unconditionally: only this node writes it)."""
         ns, name = key
         args = (GROUP, version, ns, PLURAL)
-        opts: dict[str, Any] = {"_request_timeout": self.kube.timeout, "_preload_content": False}
+        put = {  # by whether the slice is there
+            True: lambda: self.custom.replace_namespaced_custom_object(*args, name, body, **self.opts),
+            False: lambda: self.custom.create_namespaced_custom_object(*args, body, **self.opts),
+        }
         try:
             try:
-                if exists:
-                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
-                else:
-                    self.custom.create_namespaced_custom_object(*args, body, **opts)
+                put[exists]()
             except ApiException as e:
                 if e.status not in (404, 409):
                     raise
-                if e.status == 404:  # gone meanwhile
-                    self.custom.create_namespaced_custom_object(*args, body, **opts)
-                else:  # there already (the watch had not said)
-                    self.custom.replace_namespaced_custom_object(*args, name, body, **opts)
+                put[e.status == 409]()  # 404: gone meanwhile, made; 409: there already (the watch had not said)
         except Exception as e:
             return self._write_failed(f"cannot write EndpointSlice {ns}/{name}", e)
         with self._cond:
@@ -348,14 +230,10 @@ class ServiceSlices:
     def _delete(self, key: Key, version: str) -> bool:
         ns, name = key
         try:
-            self.custom.delete_namespaced_custom_object(
-                GROUP, version, ns, PLURAL, name, body={}, _request_timeout=self.kube.timeout, _preload_content=False
-            )
-        except ApiException as e:
-            if e.status != 404:
-                return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
+            self.custom.delete_namespaced_custom_object(GROUP, version, ns, PLURAL, name, body={}, **self.opts)
         except Exception as e:
-            return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
+            if not (isinstance(e, ApiException) and e.status == 404):  # 404: gone already
+                return self._write_failed(f"cannot delete EndpointSlice {ns}/{name}", e)
         with self._cond:
             self.actual.pop(key, None)
         log.info("EndpointSlice %s/%s deleted: nothing of this node for it", ns, name)
@@ -364,9 +242,9 @@ class ServiceSlices:
     def _write_failed(self, what: str, e: Exception) -> bool:
         self.metrics.kube_errors.labels("slice").inc()
         why = f"{what}: {_api_why(e) or self.one_line(e)}"
-        if why != self.errors["write"]:
+        if why != self.write_error:
             log.error("%s (trying again)", why)
-        self.errors["write"] = why
+        self.write_error = why
         return False
 
     # ------------------------------------------------------------------------------------------------ GC
@@ -396,9 +274,8 @@ class ServiceSlices:
                     body = {"preconditions": {"resourceVersion": meta.get("resourceVersion")}}
                     try:
                         self.custom.delete_namespaced_custom_object(
-                            GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body,
-                            _request_timeout=self.kube.timeout, _preload_content=False,
-                        )  # fmt: skip
+                            GROUP, version, meta.get("namespace"), PLURAL, meta.get("name"), body=body, **self.opts
+                        )
                     except ApiException as e:
                         if e.status in (404, 409):  # gone, or written again since it was read
                             continue
@@ -414,7 +291,7 @@ class ServiceSlices:
     def _node_pods(self, node: str) -> tuple[bool, set[str]]:
         """Whether the Node exists, and the uids of the pods bound to it."""
         try:
-            self.core.read_node(node, _request_timeout=self.kube.timeout, _preload_content=False)
+            self.core.read_node(node, **self.opts)
         except ApiException as e:
             if e.status == 404:
                 return False, set()
@@ -424,6 +301,101 @@ class ServiceSlices:
         )
         items = loads(resp.data).get("items") or []
         return True, {str((p.get("metadata") or {}).get("uid") or "") for p in items}
+
+
+class _Followed(Follower):
+    """What ServiceSlices (`ss`) follows: a failure is said as its slices', an error status in _api_why's words."""
+
+    said = "EndpointSlices: %s%s"
+
+    def __init__(self, ss: ServiceSlices, what: str, api: Any, method: str, **kwargs: Any) -> None:
+        super().__init__(what, api, method, explain=ss.one_line, timeout=max(ss.kube.timeout, 30), loads=loads,
+                         metrics=ss.metrics, **kwargs)  # fmt: skip
+        self.ss = ss
+
+    def api_why(self, e: Any) -> str:
+        return _api_why(e)
+
+    def meanwhile(self) -> str:
+        return " (their slices stay as they are until it answers)"
+
+
+class _Services(_Followed):
+    """The Services (those of serviceLabelSelector, all when it is unset): what each asks, or why it is refused."""
+
+    def __init__(self, ss: ServiceSlices) -> None:
+        selector = ss.kube.serviceLabelSelector or None  # None: no query parameter
+        super().__init__(ss, "the Services", ss.core, "list_service_for_all_namespaces",
+                         backoff=ss.backoffs["Services"], label_selector=selector)  # fmt: skip
+
+    def listed(self, items: list[Any]) -> None:
+        ss = self.ss
+        read = [(_key(item), self._read(item)) for item in items if isinstance(item, dict)]
+        with ss._cond:
+            ss.services, ss.refused = {}, {}
+            for key, got in read:
+                self._take(key, got)
+            ss._listed.add("services")
+            ss._touch()
+        log.info("EndpointSlices: %d Services on secondary networks", len(ss.services))
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        ss, key = self.ss, _key(obj)
+        got = self._read(obj) if kind != "DELETED" else None
+        with ss._cond:
+            before = (ss.services.get(key), ss.refused.get(key))
+            self._take(key, got)
+            if (ss.services.get(key), ss.refused.get(key)) != before:
+                ss._touch()
+
+    def _read(self, obj: dict[str, Any]) -> ServiceSpec | slices.Refusal | None:
+        """What a Service asks; a refusal is said once per version of it, naming who wrote it (foreign.py). A
+        Service is a tenant's: nothing in it stops the watch of the others."""
+        try:
+            got = slices.read_service(obj, self.ss.kube.danmGroup)
+        except Exception as e:  # a shape read_service did not foresee: that Service's loss only
+            log.debug("Service %s/%s", *_key(obj), exc_info=True)
+            got = slices.Refusal(*_key(obj), f"cannot be read ({type(e).__name__})")
+        if isinstance(got, slices.Refusal):
+            foreign.ignore("Service", "/".join(_key(obj)), f"gets no EndpointSlices: {got.why}", obj)
+        return got
+
+    def _take(self, key: Key, got: ServiceSpec | slices.Refusal | None) -> None:
+        self.ss.services.pop(key, None)
+        self.ss.refused.pop(key, None)
+        if isinstance(got, ServiceSpec):
+            self.ss.services[key] = got
+        elif isinstance(got, slices.Refusal):
+            self.ss.refused[key] = got.why
+
+
+class _Slices(_Followed):
+    """This node's EndpointSlices, in the version of discovery.k8s.io the server serves: their digests."""
+
+    def __init__(self, ss: ServiceSlices) -> None:
+        super().__init__(ss, "this node's EndpointSlices", ss.custom, "list_cluster_custom_object",
+                         backoff=ss.backoffs["slices"], label_selector=slices.own_selector(ss.node))  # fmt: skip
+
+    def _relist(self) -> str:
+        self.args = (GROUP, self.ss._discover(), PLURAL)
+        return super()._relist()
+
+    def listed(self, items: list[Any]) -> None:
+        ss = self.ss
+        with ss._cond:
+            ss.version = self.args[1]
+            ss.actual = {_key(item): slices.digest_of(item) for item in items}
+            ss._listed.add("slices")
+            ss._touch()
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        ss, key = self.ss, _key(obj)
+        with ss._cond:
+            before = ss.actual.pop(key, None)
+            if kind != "DELETED":
+                ss.actual[key] = slices.digest_of(obj)
+            if ss.actual.get(key) != before:  # not our own write coming back: someone else's change
+                ss._touch()
 
 
 def _key(doc: dict[str, Any]) -> Key:

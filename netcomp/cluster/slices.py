@@ -1,12 +1,7 @@
-"""Services on secondary networks: which Services ask for them, which of this node's pods they select, and the
-EndpointSlices the node writes for them; no I/O (services.py talks to the API server). A Service without
-spec.selector asks in DANM's spelling (its svcwatcher's, nokia/danm pkg/svccontrol/utils.go: `danm.k8s.io/selector`
-and a DanmNet, TenantNetwork or ClusterNetwork; the endpoint's port is the Service's `port`) or netcomp's
-(`netcomp.io/network` and `netcomp.io/selector`; ports as kube's own controller writes them; one labelled with
-netcomp.io as its `service.kubernetes.io/endpoint-controller-name`, KEP-4770, may keep its selector). Endpoints
-are the addresses attached on that network, one slice per address family (and per port set), conditions as
-kube's EndpointSlice controller sets them (pkg/controller/endpointslice/utils.go podToEndpoint). Both spellings,
-in full: docs/kubernetes.md, "Services on secondary networks"."""
+"""Services on secondary networks: which Services ask for them (in DANM's spelling, as its svcwatcher reads it,
+or in netcomp's), which of this node's pods they select, and the EndpointSlices the node writes for them, with
+endpoint conditions as kube's controller sets them (pkg/controller/endpointslice/utils.go). It does no I/O:
+services.py talks to the API server. docs/kubernetes.md, "Services on secondary networks"."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ from netcomp.cni.spec import loads_foreign
 from netcomp.kube import labels as labelsel
 from netcomp.kube.group import NETWORK, NODE, digest, node_label
 from netcomp.kube.labels import Selector
-from netcomp.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from netcomp.names import DNS_SUBDOMAIN_RE, is_dns_label, quoted
 from netcomp.pods.naming import namespace_of, network_key, pod_ref
 from netcomp.pods.netstatus import network_status
 from netcomp.records.record import Record
@@ -38,6 +33,8 @@ TOLERATE_UNREADY = "service.alpha.kubernetes.io/tolerate-unready-endpoints"
 SELECTOR = "netcomp.io/selector"
 DANM_KINDS = {"network": "DanmNet", "tenantNetwork": "TenantNetwork", "clusterNetwork": "ClusterNetwork"}
 TERMINAL = ("Succeeded", "Failed")
+PortSet = tuple[tuple[str, str, int], ...]  # (name, protocol, number) of each
+Key = tuple[str, str]  # an object's (namespace, name)
 
 
 @dataclass(frozen=True)
@@ -78,9 +75,8 @@ class Refusal:
 
 
 def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> ServiceSpec | Refusal | None:
-    """What a Service asks of this node; None when it asks nothing (neither spelling's annotations). Its
-    annotations are a tenant's text: each is read by a bounded, linear parser, and anything they cannot mean is
-    a Refusal, never an exception."""
+    """What a Service asks of this node; None when it asks nothing. Its annotations are a tenant's text: anything
+    they cannot mean is a Refusal, never an exception."""
     meta, spec = _mapping(doc.get("metadata")), _mapping(doc.get("spec"))
     notes = {k: v for k, v in _mapping(meta.get("annotations")).items() if isinstance(v, str)}
     own = _mapping(meta.get("labels"))
@@ -108,18 +104,10 @@ def read_service(doc: Mapping[str, Any], danm_group: str = "danm.k8s.io") -> Ser
         ports = tuple(_port(p, native) for p in (ports if isinstance(ports, list) else []) if isinstance(p, dict))
     except ValueError as e:
         return Refusal(ns, name, str(e))
-    return ServiceSpec(
-        ns,
-        name,
-        uid,
-        "netcomp" if native else "danm",
-        selector,
-        networks,
-        ports,
-        publish_not_ready=bool(spec.get("publishNotReadyAddresses")) or notes.get(TOLERATE_UNREADY) == "true",
-        headless=spec.get("clusterIP") == "None",
-        proxy_name=str(own[PROXY_NAME]) if own.get(PROXY_NAME) else None,
-    )
+    not_ready = bool(spec.get("publishNotReadyAddresses")) or notes.get(TOLERATE_UNREADY) == "true"
+    proxy = str(own[PROXY_NAME]) if own.get(PROXY_NAME) else None
+    spelling, headless = "netcomp" if native else "danm", spec.get("clusterIP") == "None"
+    return ServiceSpec(ns, name, uid, spelling, selector, networks, ports, not_ready, headless, proxy)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -129,8 +117,8 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 def _native(notes: Mapping[str, str], own_selector: Any) -> tuple[Selector, tuple[NetworkRef, ...]]:
     network = str(notes.get(NETWORK) or "").strip()
     ns, slash, name = network.rpartition("/")
-    if not _dns_label(name) or (slash and not _dns_label(ns)):
-        raise ValueError(f"{NETWORK}: {_shown(network)} is not a network (name, or namespace/name)")
+    if not is_dns_label(name) or (slash and not is_dns_label(ns)):
+        raise ValueError(f"{NETWORK}: {quoted(network)} is not a network (name, or namespace/name)")
     if SELECTOR in notes:
         try:
             selector = labelsel.parse(str(notes[SELECTOR]))
@@ -166,21 +154,12 @@ def _danm(notes: Mapping[str, str], prefix: str) -> tuple[Selector, tuple[Networ
     for field_, kind in DANM_KINDS.items():
         value = str(notes.get(f"{prefix}/{field_}") or "").strip()
         if value:
-            if not _dns_label(value):
-                raise ValueError(f"{prefix}/{field_}: {_shown(value)} is not a {kind}'s name")
+            if not is_dns_label(value):
+                raise ValueError(f"{prefix}/{field_}: {quoted(value)} is not a {kind}'s name")
             networks.append(NetworkRef(kind, value))
     if not networks:
         raise ValueError(f"it names no network: {prefix}/network, /tenantNetwork or /clusterNetwork")
     return selector, tuple(networks)
-
-
-def _dns_label(name: str) -> bool:
-    return len(name) <= 63 and DNS_LABEL_RE.fullmatch(name) is not None
-
-
-def _shown(text: str) -> str:
-    """Foreign text as a refusal quotes it: bounded, so that the refusal stays one line."""
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _port(p: Mapping[str, Any], native: bool) -> Port:
@@ -207,7 +186,7 @@ class PodInfo:
     phase: str = ""
     ready: bool = False  # its Ready condition
     terminating: bool = False
-    ports: tuple[tuple[str, str, int], ...] = ()  # the named container ports: (name, protocol, number)
+    ports: PortSet = ()  # the named container ports
 
     def port(self, name: str, protocol: str) -> int | None:
         return next((n for pname, proto, n in self.ports if pname == name and proto == protocol), None)
@@ -224,16 +203,10 @@ def read_pod(doc: Mapping[str, Any]) -> PodInfo | None:
             if isinstance(p, dict) and p.get("name") and isinstance(p.get("containerPort"), int):
                 ports.append((str(p["name"]), str(p.get("protocol") or "TCP"), p["containerPort"]))
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    return PodInfo(
-        ns,
-        name,
-        str(meta.get("uid") or ""),
-        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        str(status.get("phase") or ""),
-        any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        bool(meta.get("deletionTimestamp")),
-        tuple(sorted(ports)),
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    uid, phase = str(meta.get("uid") or ""), str(status.get("phase") or "")
+    return PodInfo(ns, name, uid, labels, phase, ready, bool(meta.get("deletionTimestamp")), tuple(sorted(ports)))
 
 
 @dataclass(frozen=True)
@@ -296,19 +269,15 @@ def slice_name(service: str, node: str, family: int, ports: str = "") -> str:
 
 
 def desired(
-    services: Iterable[ServiceSpec],
-    pods: Mapping[tuple[str, str], PodInfo],
-    records: Iterable[Attached],
-    node: str,
-    version: str,
-) -> dict[tuple[str, str], dict[str, Any]]:
+    services: Iterable[ServiceSpec], pods: Mapping[Key, PodInfo], records: Iterable[Attached], node: str, version: str
+) -> dict[Key, dict[str, Any]]:
     """Every slice this node should have, by (namespace, name)."""
-    by_pod: dict[tuple[str, str], list[Attached]] = {}
+    by_pod: dict[Key, list[Attached]] = {}
     for a in records:
         by_pod.setdefault((a.namespace, a.pod), []).append(a)
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for svc in services:
-        groups: dict[tuple[int, tuple[tuple[str, str, int], ...]], dict[tuple[str, ...], dict[str, Any]]] = {}
+        groups: dict[tuple[int, PortSet], dict[tuple[str, ...], dict[str, Any]]] = {}
         for key, atts in by_pod.items():
             pod = pods.get(key)
             if pod is None or key[0] != svc.namespace or pod.phase in TERMINAL or not svc.selector.matches(pod.labels):
@@ -331,9 +300,8 @@ def desired(
                     family = 6 if ":" in ip else 4  # a result's address, as the plugin gave it
                     eps = groups.setdefault((family, ports), {})
                     eps[(pod.namespace, pod.name, a.ifname, ip)] = _endpoint(svc, pod, ip, node, version)
-        named = any(p.target for p in svc.ports)
         for (family, ports), eps in groups.items():
-            body = _slice(svc, node, version, family, ports, [eps[k] for k in sorted(eps)], named)
+            body = _slice(svc, node, version, family, ports, [eps[k] for k in sorted(eps)])
             out[(svc.namespace, body["metadata"]["name"])] = body
     return out
 
@@ -354,19 +322,14 @@ def _endpoint(svc: ServiceSpec, pod: PodInfo, ip: str, node: str, version: str) 
 
 
 def _slice(
-    svc: ServiceSpec,
-    node: str,
-    version: str,
-    family: int,
-    ports: tuple[tuple[str, str, int], ...],
-    endpoints: list[dict[str, Any]],
-    named: bool,
+    svc: ServiceSpec, node: str, version: str, family: int, ports: PortSet, endpoints: list[dict[str, Any]]
 ) -> dict[str, Any]:
     labels = {MANAGED_BY: MANAGER, SERVICE_NAME: svc.name, NODE: node_label(node)}
     if svc.headless:
         labels[HEADLESS] = ""  # as kube's controller marks them: kube-proxy does not even look
     if svc.proxy_name:
         labels[PROXY_NAME] = svc.proxy_name
+    named = any(p.target for p in svc.ports)  # pods may resolve a named port differently: a slice per port set
     name = slice_name(svc.name, node, family, digest(json.dumps(ports))[:8] if named else "")
     owner = {"apiVersion": "v1", "kind": "Service", "name": svc.name, "uid": svc.uid}
     body: dict[str, Any] = {
@@ -393,8 +356,7 @@ def digest_of(doc: Mapping[str, Any]) -> str:
 
 def stale(doc: Mapping[str, Any], node_exists: bool, pods_there: set[str]) -> bool:
     """Whether another node's slice may go: its node is no Node now, or none of the pods it names is still on that
-    node (`pods_there`: the uids of the pods bound to it). A slice naming a pod that is still there stays, whatever
-    its node's state: that node's daemon keeps it."""
+    node (`pods_there`: the uids of the pods bound to it)."""
     if not node_exists:
         return True
     uids = {str((e.get("targetRef") or {}).get("uid") or "") for e in doc.get("endpoints") or []}

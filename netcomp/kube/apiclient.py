@@ -1,10 +1,7 @@
-"""The few Kubernetes API calls the daemon makes, as raw JSON over one pool of kept-alive HTTPS connections
-(http.client and ssl: the stdlib). The `kubernetes` library's client imports its whole model tree, thousands of
-classes resident in every daemon for calls that read and write plain JSON; it is loaded only for a kubeconfig
-whose credentials need it (an exec or auth-provider plugin, a proxy: kubeconfig.py tells), and then carries the
-same calls through its ApiClient. Either way the calls keep the names and arguments of the library's CoreV1Api
-and CustomObjectsApi (`core()`, `custom()`), so code reads as it would with the library, and errors are
-apierrors.py's ApiException (status, reason) as the library's are."""
+"""The Kubernetes API calls the daemon makes, as raw JSON over a pool of kept-alive connections, or through the
+`kubernetes` library's ApiClient for a kubeconfig only it can use (kubeconfig.py tells). The calls keep the names
+and arguments of the library's CoreV1Api and CustomObjectsApi (`core()`, `custom()`), and raise apierrors.py's
+ApiException as the library raises its own."""
 
 from __future__ import annotations
 
@@ -30,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.kube")
 
 IDLE_CONNECTIONS = 16  # connections kept alive for the next call; more may be open at once, then closed
+LIBRARY_POOL = 64  # the library's: a burst of ADDs (maxInFlight) each writing once, without "Connection pool is full"
 
 
 class Response:
@@ -56,9 +54,8 @@ class _TLSConnection(http.client.HTTPSConnection):
 
 
 class HttpTransport:
-    """Requests over a pool of kept-alive connections: a caller takes an idle one or opens one, and gives it back
-    (at most IDLE_CONNECTIONS stay open). A kept-alive connection the server closed meanwhile is opened again
-    once, for any request: the server had not read it."""
+    """Requests over a pool of kept-alive connections (at most IDLE_CONNECTIONS stay open). A kept-alive
+    connection the server closed meanwhile is opened again once, for any request: the server had not read it."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.ep = endpoint
@@ -73,22 +70,13 @@ class HttpTransport:
         conn.server_name = self.ep.server_name
         return conn
 
-    def _take(self) -> tuple[http.client.HTTPConnection | None, bool]:
-        with self._lock:
-            return (self._idle.pop(), True) if self._idle else (None, False)
-
-    def _give(self, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if len(self._idle) < IDLE_CONNECTIONS:
-                self._idle.append(conn)
-                return
-        conn.close()
-
     def _send(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn, reused = self._take()
-        for attempt in (0, 1):
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        while True:
             if conn is None:
                 conn = self._open(timeout)
             elif conn.sock is not None:
@@ -99,13 +87,12 @@ class HttpTransport:
                 return conn, conn.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
-                if not reused or attempt:
+                if not reused:
                     raise
-                conn, reused = None, False
+                conn, reused = None, False  # once more, on a connection of its own
             except BaseException:
                 conn.close()
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
                 ) -> Response:  # fmt: skip
@@ -115,10 +102,12 @@ class HttpTransport:
         except BaseException:
             conn.close()
             raise
-        if resp.will_close:
+        with self._lock:
+            kept = not resp.will_close and len(self._idle) < IDLE_CONNECTIONS
+            if kept:
+                self._idle.append(conn)
+        if not kept:
             conn.close()
-        else:
-            self._give(conn)
         return Response(resp.status, data)
 
     def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
@@ -133,12 +122,8 @@ class HttpTransport:
             conn.close()
 
 
-LIBRARY_POOL = 64  # a burst of ADDs (maxInFlight) each writing once, without "Connection pool is full"
-
-
 class _Demote(logging.Filter):
-    """urllib3's warnings (its retries, a full pool) at debug level: what an operator needs is the failure's own
-    line, in words (`words`)."""
+    """urllib3's warnings (its retries, a full pool) at debug level: an operator reads the failure's own line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING:
@@ -161,8 +146,7 @@ class LibraryTransport:
         from kubernetes.config import kube_config
 
         try:
-            # Read as every file netcomp reads (fsutil.read_bounded), not whole by the library; relative file
-            # names in it are relative to its directory, as kubectl takes them.
+            # Read bounded (fsutil.read_bounded), not whole by the library; its file names relative to its folder.
             doc = document(path)
             conf = client.Configuration()
             conf.connection_pool_maxsize = LIBRARY_POOL  # the library's default, 5 per CPU, is less than one burst
@@ -176,19 +160,15 @@ class LibraryTransport:
         except Exception as e:
             raise KubeConfigError(str(e)) from None
 
-    def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None,
-              stream: bool) -> Any:  # fmt: skip
+    def _call(self, method: str, path: str, body: Any, headers: dict[str, str], timeout: float | None) -> Any:
         from kubernetes.client.exceptions import ApiException as LibError
 
-        query = None
-        if "?" in path:
-            path, _, qs = path.partition("?")
-            query = urllib.parse.parse_qsl(qs)
+        path, _, qs = path.partition("?")
+        query = urllib.parse.parse_qsl(qs) or None
         try:
             if hasattr(self.api, "param_serialize"):
-                # The library as openapi-generator 7 makes it (ApiClient.param_serialize, as kubernetes 37.0 has):
-                # the request is built (its credentials added) then sent, and its answer comes back unread
-                # whatever its status (Api.call raises for an error status; stream below).
+                # The library as openapi-generator 7 makes it (kubernetes 37.0): the request is built with its
+                # credentials, then sent; its answer comes back unread whatever its status (Api.call raises).
                 built = self.api.param_serialize(
                     method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
                 )
@@ -202,11 +182,11 @@ class LibraryTransport:
 
     def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float | None
                 ) -> Response:  # fmt: skip
-        resp = self._call(method, path, orjson.loads(body) if body else None, headers, timeout, False)
+        resp = self._call(method, path, orjson.loads(body) if body else None, headers, timeout)
         return Response(resp.status, resp.data)
 
     def stream(self, path: str, headers: dict[str, str], timeout: float | None) -> Iterator[bytes]:
-        resp = self._call("GET", path, None, headers, timeout, True)
+        resp = self._call("GET", path, None, headers, timeout)
         try:
             if resp.status >= 300:  # raised by the library before openapi-generator 7, returned since
                 raise ApiException(resp.status, str(resp.reason), resp.data)
@@ -245,8 +225,6 @@ class Api:
             self.transport: HttpTransport | LibraryTransport = (
                 LibraryTransport(kubeconfig) if ep.needs_library else HttpTransport(ep)
             )
-        except KubeConfigError:
-            raise
         except (OSError, ValueError, TypeError, KeyError) as e:  # a CA or key ssl cannot load, a malformed field
             raise KubeConfigError(str(e)) from None
         self.endpoint = ep
@@ -292,10 +270,15 @@ class Api:
         return Unreachable(words(e, self.server(), timeout))
 
     def _status_words(self, resp: Response) -> str:
-        """An error status's reason; for 401, whose credentials were refused."""
-        if resp.status == 401:  # the server's own message says only "Unauthorized"
+        """An error status's reason and, when the server says one, its message; for 401, whose credentials were
+        refused (the server's own message says only "Unauthorized")."""
+        if resp.status == 401:
             return f"Unauthorized: the API server does not accept the credentials of kubeconfig {self.endpoint.path}"
-        return _reason(resp)
+        with contextlib.suppress(ValueError, AttributeError):
+            doc = resp.json()
+            if isinstance(doc, dict) and doc.get("message"):
+                return f"{http.client.responses.get(resp.status, '')}: {doc['message']}".strip(": ")
+        return http.client.responses.get(resp.status, str(resp.status))
 
     def watch(
         self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
@@ -313,9 +296,7 @@ class Api:
                 raise
             except Exception as e:
                 raise self._unreachable(e, f"watch {path}", timeout) from e
-            if not line.strip():
-                continue
-            event = loads(line)
+            event = loads(line) if line.strip() else None  # a blank line keeps the stream alive
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "ERROR":
@@ -331,34 +312,22 @@ class Api:
 
 
 def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
-    out = []
-    for k, v in q.items():
-        if v is None:
-            continue
-        out.append((k, ("true" if v else "false") if isinstance(v, bool) else str(v)))
-    return out
-
-
-def _reason(resp: Response) -> str:
-    """The status's reason and, when the server says one, its message."""
-    with contextlib.suppress(ValueError, AttributeError):
-        doc = resp.json()
-        if isinstance(doc, dict) and doc.get("message"):
-            return f"{http.client.responses.get(resp.status, '')}: {doc['message']}".strip(": ")
-    return http.client.responses.get(resp.status, str(resp.status))
+    return [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in q.items() if v is not None]
 
 
 # ------------------------------------------------------------------------------------------------ the names
 
 
-# The library's method name -> (HTTP method, path, its parameters in order, what a dict body is patched as).
+# The library's method name -> (HTTP method, path, its parameters in order, the content type of a dict body patched).
 Route = tuple[str, str, tuple[str, ...], str]
+STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"  # a list body's
 POD = "/api/v1/namespaces/{namespace}/pods"
 CO = "/apis/{group}/{version}"
 CORE: dict[str, Route] = {
     "read_namespaced_pod": ("GET", POD + "/{name}", ("name", "namespace"), ""),
     "list_pod_for_all_namespaces": ("GET", "/api/v1/pods", (), ""),
-    "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), "strategic"),
+    "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), STRATEGIC),
     "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events", ("namespace", "body"), ""),
     "read_node": ("GET", "/api/v1/nodes/{name}", ("name",), ""),
     "list_node": ("GET", "/api/v1/nodes", (), ""),
@@ -373,37 +342,19 @@ CUSTOM: dict[str, Route] = {
     "create_cluster_custom_object": ("POST", CO + "/{plural}", (*GVP, "body"), ""),
     "get_cluster_custom_object": ("GET", ONE, (*GVP, "name"), ""),
     "delete_cluster_custom_object": ("DELETE", ONE, (*GVP, "name", "body"), ""),
-    "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), "merge"),
-    "replace_cluster_custom_object": ("PUT", ONE, (*GVP, "name", "body"), ""),
+    "patch_cluster_custom_object": ("PATCH", ONE, (*GVP, "name", "body"), MERGE),
     "get_namespaced_custom_object": ("GET", NS_ONE, (*NS_GVP, "name"), ""),
     "create_namespaced_custom_object": ("POST", CO + "/namespaces/{namespace}/{plural}", (*NS_GVP, "body"), ""),
     "replace_namespaced_custom_object": ("PUT", NS_ONE, (*NS_GVP, "name", "body"), ""),
     "delete_namespaced_custom_object": ("DELETE", NS_ONE, (*NS_GVP, "name", "body"), ""),
     "get_api_resources": ("GET", CO, ("group", "version"), ""),
 }
-PATCH_TYPES = {
-    "strategic": "application/strategic-merge-patch+json",
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-}
-# The library's keyword arguments that are query parameters, by their names on the wire.
-QUERY = {
-    "label_selector": "labelSelector",
-    "field_selector": "fieldSelector",
-    "resource_version": "resourceVersion",
-    "timeout_seconds": "timeoutSeconds",
-    "allow_watch_bookmarks": "allowWatchBookmarks",
-    "limit": "limit",
-    "_continue": "continue",
-    "grace_period_seconds": "gracePeriodSeconds",
-}
 
 
 class Facade:
-    """CoreV1Api's or CustomObjectsApi's methods by their names (ROUTES): positional and keyword parameters as
-    the library takes them, `_request_timeout`, `_preload_content=False` for a Response instead of the JSON
-    document, `watch=True` for an iterator of events, and `_loads` to parse with (orjson's loads by default). A
-    list body is a JSON patch."""
+    """CoreV1Api's or CustomObjectsApi's methods by their names, taking their parameters as the library does, and
+    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with. A list body is a JSON
+    patch."""
 
     def __init__(self, api: Api, routes: dict[str, Route]) -> None:
         self.api, self.routes = api, routes
@@ -420,14 +371,17 @@ class Facade:
         values = dict(zip(params, args, strict=False)) | {k: kwargs.pop(k) for k in params if k in kwargs}
         body = values.pop("body", None)
         path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in values.items()})
-        timeout = kwargs.pop("_request_timeout", None)
-        preload = kwargs.pop("_preload_content", True)
-        watch = kwargs.pop("watch", False)
-        loads = kwargs.pop("_loads", orjson.loads)
-        kwargs.pop("deserialize", None)
-        query = {QUERY.get(k, k): v for k, v in kwargs.items()}
+        timeout, loads = kwargs.pop("_request_timeout", None), kwargs.pop("_loads", orjson.loads)
+        preload, watch = kwargs.pop("_preload_content", True), kwargs.pop("watch", False)
+        query = {_wire(k): v for k, v in kwargs.items()}
         if watch:
             return self.api.watch(path, query, timeout, loads)
-        ctype = PATCH_TYPES["json" if isinstance(body, list) else patch] if method == "PATCH" else "application/json"
+        ctype = (JSON_PATCH if isinstance(body, list) else patch) if method == "PATCH" else "application/json"
         resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype)
         return resp if not preload else (loads(resp.data) if resp.data else None)
+
+
+def _wire(name: str) -> str:
+    """A keyword argument of the library's as the query parameter it is (label_selector: labelSelector)."""
+    head, *rest = name.lstrip("_").split("_")
+    return head + "".join(word.title() for word in rest)

@@ -1,9 +1,6 @@
-"""What goes wrong talking to the API server, in the caller's and the operator's terms: ApiException for an
-error status (status, reason, body, as the kubernetes library's own exception carries them, so code reads the
-same with either transport of apiclient.py), Unreachable when the server was not reached or broke off, and
-`words`, the one place a socket's, TLS's or urllib3's failure is put into an operator's words, and `explain`, any
-failed call in a line (the daemon's logs, CNI errors and status, and `netcomp doctor`, say the same). The names
-are few and every module of the cluster's side catches them, so they live apart from the calls."""
+"""What goes wrong talking to the API server: ApiException for an error status (as the kubernetes library's own
+exception carries it), Unreachable when the server was not reached, and the words an operator reads for either
+(`words`, `one_line`). It makes no call; every module that talks to the API server catches these."""
 
 from __future__ import annotations
 
@@ -11,6 +8,8 @@ import errno
 import http.client
 import socket
 import ssl
+
+ALLOW = "allow the API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md"  # through the unit's firewall
 
 
 class ApiException(Exception):
@@ -49,10 +48,7 @@ def words(e: BaseException, url: str, timeout: float | None) -> str:
     if isinstance(e, socket.gaierror):
         return f"cannot resolve the API server's host of {url}: {e.strerror}"
     if isinstance(e, OSError) and e.errno == errno.EPERM:
-        return (
-            f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic (allow the "
-            "API server with IPAddressAllow= in a drop-in, see docs/kubernetes.md)"
-        )
+        return f"connecting to the API server at {url} is not permitted: the netcomp unit denies IP traffic ({ALLOW})"
     if isinstance(e, OSError):
         return f"the API server at {url} cannot be reached: {e.strerror or e}"
     if isinstance(e, http.client.HTTPException):
@@ -62,16 +58,12 @@ def words(e: BaseException, url: str, timeout: float | None) -> str:
 
 def one_line(e: Exception) -> str:
     """A failed API call in a line, with what to do when it is the unit's own IP firewall that refused: systemd's
-    IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM. (Not enforced inside
-    systemd-nspawn, so the system tests cannot show it; tests/unit/test_kube_units.py checks the wording.)"""
+    IPAddressDeny= drops packets in a cgroup BPF program, which the connect() sees as EPERM."""
     if isinstance(e, Unreachable):  # worded by the client, which knows where it was going
         return str(e)
     if isinstance(e, ApiException):
         return f"{e.status} {e.reason}"
     text = f"{type(e).__name__}: {e}"
     if "Operation not permitted" in text or "[Errno 1]" in text:
-        text += (
-            " (the netcomp unit denies IP traffic: allow the API server with IPAddressAllow= in a drop-in, "
-            "see docs/kubernetes.md)"
-        )
+        text += f" (the netcomp unit denies IP traffic: {ALLOW})"
     return text

@@ -1,30 +1,36 @@
-"""Following a kind of object on the API server, the one way every follower here does it: list, then watch from
-the list's resourceVersion, until stopped (a watch the stop ended being no failure). Every failure is said and
-backed off (Backoff: doubling, capped, jittered, as client-go's reflector does), with one exception: a 410 on a
-watch (its resourceVersion compacted away) lists again at once, the first time in a while. A 410 answered to the
-list itself, 410s again and again, a watch that ends at once with nothing, and any other error wait their turn,
-so that a fleet of nodes never lists together in a loop. What the follower knows stays meanwhile."""
+"""Following a kind of object on the API server: list, then watch from the list's resourceVersion, until stopped.
+Every failure is said and backed off as client-go's reflector does (Backoff), so that a fleet of nodes never
+lists together in a loop; what a follower knows stays meanwhile. It also reads lists a page at a time and
+follows what a selector that changes picks."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from netcomp.metrics import Metrics
+
+log = logging.getLogger("netcomp.kube")
 
 MAX_BACKOFF = 30.0
 FIRST_BACKOFF = 1.0
 CALM = 120.0  # this long without a failure and the next one starts from FIRST_BACKOFF (client-go: 2 min)
 WAKE_EVERY = 30.0  # seconds between two wake-ups of one API server's followers
 SHORT_WATCH = 1.0  # a watch that ends sooner than this with no event is a failure (client-go's "very short watch")
+STOP_LATENCY = 0.5  # seconds a waiting follower may take to see that it is stopped
+WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
+PAGE = 500  # objects per page of a list
 
 
 class Wakeup:
     """The followers of one API server: when one of them lists again after the server was away, the others stop
-    backing off and try at once (it answers now), instead of each at its own jittered time. At most once every
-    WAKE_EVERY seconds: where lists work and watches fail (RBAC without watch, a proxy that cuts long streams),
-    followers waking each other at every list would undo their back-off."""
+    backing off and try at once. At most once every WAKE_EVERY seconds: where lists work and watches fail (RBAC
+    without watch, a proxy that cuts long streams), waking at every list would undo the back-off."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
@@ -56,13 +62,9 @@ class Wakeup:
                 self._waiting.discard(ev)
 
 
-STOP_LATENCY = 0.5
-
-
 class Backoff:
     """How long to wait after each failure in a row: FIRST_BACKOFF doubling up to MAX_BACKOFF, each drawn from
-    its upper half (jitter: nodes that failed together do not retry together). `clock` and `wait` are the
-    process's (time.monotonic, Event.wait) unless a test gives its own."""
+    its upper half (jitter: nodes that failed together do not retry together)."""
 
     def __init__(
         self,
@@ -129,8 +131,9 @@ def keep_following(
     backoff: Backoff | None = None,
 ) -> None:
     """`relist` lists and returns the resourceVersion to watch from; `watch` watches from one until it ends and
-    returns the last seen; `failed` is told why a list or watch failed (`api_why` words an ApiException,
-    `explain` anything else: the API server away, TLS, a timeout), before the follower backs off."""
+    returns the last seen; `failed` is told why either failed (`api_why` words an ApiException, `explain` anything
+    else). A 410 on a watch (its resourceVersion compacted away) lists again at once, the first time in a while;
+    every other failure waits its turn."""
     from netcomp.kube.apierrors import ApiException
 
     b = backoff or Backoff()
@@ -170,15 +173,10 @@ def keep_following(
         b.sleep(stop, delay)
 
 
-WATCH_SECONDS = 300  # a watch is renewed this often (from the last resourceVersion seen)
-
-
 class Events:
-    """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, renewed by the server after `seconds`:
-    iterated, each event as (its type, its object as a dict) until the server ends the watch or `stop` is set;
-    `rv` is then the resourceVersion to watch from next (the last one seen). The watch asks for bookmarks (the
-    API server's "nothing for you up to here", so that a renewed watch need not start from an old version and
-    meet a 410); a BOOKMARK moves `rv` and is not yielded: it says nothing of any object."""
+    """One watch of `list_call(*args, **kwargs)` from resourceVersion `rv`, ended by the server after `seconds`:
+    iterated, each event as (its type, its object), until the watch ends or `stop` is set; `rv` is then the last
+    resourceVersion seen. Bookmarks, asked for so that a renewed watch need not meet a 410, only move `rv`."""
 
     def __init__(
         self,
@@ -193,15 +191,8 @@ class Events:
         self.rv, self.stop, self.seconds = rv, stop, seconds
 
     def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        events = self.call(
-            *self.args,
-            watch=True,
-            resource_version=self.rv,
-            timeout_seconds=self.seconds,
-            _request_timeout=self.seconds + 10,
-            allow_watch_bookmarks=True,
-            **self.kwargs,
-        )
+        events = self.call(*self.args, watch=True, resource_version=self.rv, timeout_seconds=self.seconds,
+                           _request_timeout=self.seconds + 10, allow_watch_bookmarks=True, **self.kwargs)  # fmt: skip
         try:
             for event in events:
                 if self.stop.is_set():
@@ -217,7 +208,76 @@ class Events:
             events.close()
 
 
-PAGE = 500  # objects per page of a list
+class Follower:
+    """One kind of object followed (keep_following) by the call `method` of `api` with `args` and `kwargs` (looked
+    up at each call): a subclass takes each list's items (`listed`) and each change a watch tells (`seen`).
+    `last_error` is the failure that holds now, logged once per distinct failure (`said`), not once per retry."""
+
+    said = "cluster: %s%s"  # the failure, then what the follower does meanwhile
+
+    def __init__(
+        self,
+        what: str,
+        api: Any,
+        method: str,
+        *args: Any,
+        explain: Callable[[Exception], str],
+        backoff: Backoff | None,
+        timeout: float,
+        loads: Callable[[bytes], Any],
+        metrics: Metrics | None = None,
+        seconds: int = WATCH_SECONDS,
+        **kwargs: Any,
+    ) -> None:
+        self.what, self.explain, self.backoff, self.metrics = what, explain, backoff or Backoff(), metrics
+        self.api, self.method, self.args, self.kwargs = api, method, args, kwargs
+        self.timeout, self.loads, self.seconds = timeout, loads, seconds
+        self.synced = threading.Event()  # listed once
+        self.last_error: str | None = None
+
+    def listed(self, items: list[Any]) -> None:
+        raise NotImplementedError
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def meanwhile(self) -> str:
+        """What the follower does while it cannot follow, said after the failure."""
+        return ""
+
+    def api_why(self, e: Any) -> str:
+        return f"{e.status} {e.reason}"
+
+    def follow(self, stop: threading.Event) -> None:
+        keep_following(stop, self._relist, self._watch, self.failed, self.explain, self.api_why, self.backoff)
+
+    def _relist(self) -> str:
+        call = getattr(self.api, self.method)
+        doc = self.loads(call(*self.args, _request_timeout=self.timeout, _preload_content=False, **self.kwargs).data)
+        self.listed(doc.get("items") or [])
+        self.last_error = None
+        self.synced.set()
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str, stop: threading.Event) -> str:
+        call = getattr(self.api, self.method)
+        events = Events(call, *self.args, rv=rv, stop=stop, seconds=self.seconds, **self.kwargs)
+        for kind, obj in events:
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self.seen(kind, obj)
+        return events.rv
+
+    def failed(self, why: str) -> None:
+        if self.metrics is not None:
+            self.metrics.kube_errors.labels("watch").inc()
+        why = f"cannot follow {self.what}: {why}"
+        if why != self.last_error:
+            log.error(self.said, why, self.meanwhile())
+        self.last_error = why
+
+    def status_error(self) -> str | None:
+        """The failure that holds now, and how the follower backs off."""
+        return f"{self.last_error}{self.backoff.saying()}" if self.last_error else None
 
 
 def pages(
@@ -236,9 +296,8 @@ def pages(
 
 
 class Selection:
-    """Following objects picked by a selector that changes (the networks a node serves): each selection lists and
-    watches in a thread of its own (`run(selector, stop, current)`); a newer one stops the older, which ends at
-    its next event or when its watch expires, and whose `current()` is False from then on."""
+    """Following objects picked by a selector that changes (the networks a node serves): each selection runs in a
+    thread of its own (`run(selector, stop, current)`); a newer one stops the older, whose `current()` is False."""
 
     def __init__(self, name: str, run: Callable[[str, threading.Event, Callable[[], bool]], None]) -> None:
         self.name, self.run = name, run

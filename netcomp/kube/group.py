@@ -1,6 +1,5 @@
-"""netcomp's own names on the API server: its API group, the labels it writes on its objects (AddressClaims,
-AddressBlocks, EndpointSlices), and an object's creation time as netcomp reads it. Defined here once, used by the
-IPAM's stores and the cluster's EndpointSlices; this module makes no call."""
+"""netcomp's own names on the API server, defined once: its API group, the labels it writes on its objects, and an
+object's creation time as netcomp reads it. This module makes no call."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""A kubeconfig read as kubectl reads it, for the forms a node's daemon meets: the current context's cluster
-(server URL, CA, tls-server-name, insecure-skip-tls-verify) and user (a token, a token file re-read as it
-rotates, a client certificate). What only the kubernetes library implements (exec and auth-provider plugins,
-basic auth, a proxy) is noticed, and apiclient.py hands such a kubeconfig to the library. Every file is read
-with the one bounded reader, relative names relative to the kubeconfig's directory."""
+"""A kubeconfig read as kubectl reads it, for the forms a node's daemon meets: the current context's server, CA and
+credentials (a token, a token file re-read as it rotates, a client certificate). It notices what only the
+kubernetes library implements (exec and auth-provider plugins, basic auth, a proxy) but does not read it."""
 
 from __future__ import annotations
 
@@ -59,9 +57,8 @@ def _data_or_file(d: Mapping[str, Any], key: str, base: Path) -> bytes | None:
 
 
 class Endpoint:
-    """Where the API server is and how to talk to it, from a kubeconfig's current context (the common forms: a
-    token or token file, a client certificate, a CA). `needs_library`: the context uses something only the
-    kubernetes library implements."""
+    """Where the API server is and how to talk to it, from a kubeconfig's current context. `needs_library`: the
+    context uses something only the kubernetes library implements."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -75,9 +72,8 @@ class Endpoint:
         context = _pick(doc.get("contexts"), str(name), "context")
         cluster = _pick(doc.get("clusters"), str(context.get("cluster")), "cluster")
         user = _pick(doc.get("users"), str(context.get("user")), "user") if context.get("user") else {}
-        self.needs_library = bool(
-            user.get("exec") or user.get("auth-provider") or user.get("username") or cluster.get("proxy-url")
-        )
+        only_library = (user.get("exec"), user.get("auth-provider"), user.get("username"), cluster.get("proxy-url"))
+        self.needs_library = any(only_library)
         server = urllib.parse.urlsplit(str(cluster.get("server") or ""))
         if server.scheme not in ("https", "http") or not server.hostname:
             raise KubeConfigError(f"cluster server {cluster.get('server')!r} is not an https:// URL")
@@ -100,13 +96,12 @@ class Endpoint:
 
     def tls(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if self.verify:
-            if self.ca is not None:
-                ctx.load_verify_locations(cadata=self.ca.decode())
-            else:
-                ctx.load_default_certs()
-        else:
+        if not self.verify:
             ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        elif self.ca is not None:
+            ctx.load_verify_locations(cadata=self.ca.decode())
+        else:
+            ctx.load_default_certs()
         if self.cert is not None and self.key is not None:
             # ssl takes a certificate chain from files only: a private temp file, gone once loaded.
             with tempfile.NamedTemporaryFile(prefix="netcomp-kube-") as f:

@@ -1,16 +1,14 @@
-"""Label selectors, read and matched as Kubernetes does: the text form `kubectl -l` and the API's labelSelector
-parameter take (apimachinery's pkg/labels/selector.go: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
-`k`, `!k`, `k>1`, `k<1`, joined by commas, all of them to hold), and the map a Service's spec.selector (or DANM's
-danm.k8s.io/selector) is: every key present with that value. The text is foreign input (a tenant's annotation):
-it is read by a scanner that looks at each character once, as apimachinery's lexer does, never by a regex that
-can backtrack, and refused past MAX_LENGTH."""
+"""Label selectors, read and matched as Kubernetes does (apimachinery's pkg/labels/selector.go): the text form
+`kubectl -l` and the API's labelSelector take, and the map a Service's spec.selector (or DANM's selector) is. The
+text is foreign input: it is read by a scanner that looks at each character once, never by a regex that can
+backtrack, and refused past MAX_LENGTH."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from netcomp.names import label_key_problem, label_value_problem
+from netcomp.names import label_key_problem, label_value_problem, quoted
 
 # Kubernetes bounds the parts (a key's prefix 253, its name and a value 63), not the whole: 8 KiB holds 25
 # requirements with the longest keys, more than any Service asks, and keeps a refused one cheap to say why.
@@ -31,14 +29,10 @@ class Requirement:
 
     def holds(self, labels: Mapping[str, str]) -> bool:
         value = labels.get(self.key)
-        if self.op == "in":
-            return value is not None and value in self.values
-        if self.op == "notin":
-            return value is None or value not in self.values
-        if self.op == "exists":
-            return value is not None
-        if self.op == "!exists":
-            return value is None
+        if self.op in ("in", "notin"):
+            return (value is not None and value in self.values) == (self.op == "in")
+        if self.op in ("exists", "!exists"):
+            return (value is not None) == (self.op == "exists")
         try:  # gt, lt: a value that is no integer never matches (apimachinery's Requirement.Matches)
             have, bound = int(value or ""), int(next(iter(self.values)))
         except ValueError:
@@ -64,8 +58,7 @@ def from_map(labels: Mapping[str, str]) -> Selector:
         raise ValueError(f"{len(labels)} labels: a selector holds at most {MAX_REQUIREMENTS}")
     reqs = []
     for k, v in sorted(labels.items()):
-        problem = label_key_problem(k) or label_value_problem(v)
-        if problem:
+        if problem := label_key_problem(k) or label_value_problem(v):
             raise ValueError(problem)
         reqs.append(Requirement(k, "in", frozenset([v])))
     return Selector(tuple(reqs))
@@ -117,7 +110,7 @@ def _tokens(part: str) -> Iterator[str]:
 
 def _requirement(part: str) -> Requirement:
     toks = list(_tokens(part))
-    shown = _shown(part)
+    shown = quoted(part.strip())  # bounded: a refusal stays one line
     if not toks or (_is_op(toks[0]) and toks[0] != "!"):
         raise ValueError(f"{shown} is not a requirement ({_SHAPES})")
     if toks[0] == "!":
@@ -169,12 +162,6 @@ def _is_op(tok: str) -> bool:
 def _integer(value: str) -> bool:
     digits = value[1:] if value.startswith("-") else value
     return 0 < len(digits) <= 18 and digits.isascii() and digits.isdigit()
-
-
-def _shown(part: str) -> str:
-    """A requirement as an error quotes it: bounded, so that a refusal stays one line."""
-    text = part.strip()
-    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _checked(r: Requirement, shown: str, *, values: bool = True) -> Requirement:

@@ -36,15 +36,14 @@ def test_each_follower_lists_a_few_times_in_ten_seconds(gone: GoneApi, tmp_path:
     cluster = Cluster(kube, tmp_path / "cluster.d", Metrics(), "n1", Records(tmp_path / "cache"))
     assert cluster.slices is not None
     ss = cluster.slices
-    slices_backoff = ss.backoffs["slices"]  # the Services' error comes first in ss.status(): this one's own
     runs: dict[str, tuple[Any, Callable[[threading.Event], None], Callable[[], str | None], str]] = {
-        "Networks": (cluster.followers[0].backoff, cluster.followers[0].run, lambda: cluster.status()["lastError"],
+        "Networks": (cluster.followers[0].backoff, cluster.followers[0].follow, lambda: cluster.status()["lastError"],
                      "/apis/netcomp.io/v1/networks"),
-        "pods": (cluster.pods.backoff, cluster.pods._follow, cluster.pods.status_error, "/api/v1/pods"),
-        "Node": (cluster.node.backoff, cluster.node._follow, cluster.node.status_error, "/api/v1/nodes"),
-        "Services": (ss.backoffs["Services"], ss._follow_services, lambda: ss.status()["lastError"],
+        "pods": (cluster.pods.backoff, cluster.pods.follow, cluster.pods.status_error, "/api/v1/pods"),
+        "Node": (cluster.node.backoff, cluster.node.follow, cluster.node.status_error, "/api/v1/nodes"),
+        "Services": (ss.backoffs["Services"], ss.follows["Services"].follow, lambda: ss.status()["lastError"],
                      "/api/v1/services"),
-        "slices": (ss.backoffs["slices"], ss._follow_slices, lambda: f"{ss.errors['slices']}{slices_backoff.saying()}",
+        "slices": (ss.backoffs["slices"], ss.follows["slices"].follow, ss.follows["slices"].status_error,
                    "/apis/discovery.k8s.io/v1"),
     }  # fmt: skip
     for what, (backoff, run, error, path) in runs.items():

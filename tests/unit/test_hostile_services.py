@@ -226,7 +226,7 @@ def test_a_bad_service_costs_only_itself(
     ss, metrics = slices_of(core, tmp_path)
     foreign.count_into(metrics.foreign_ignored)
     monkeypatch.setattr(foreign, "_seen", set())
-    follower = threading.Thread(target=ss._follow_services, args=(stop,), daemon=True)
+    follower = threading.Thread(target=ss.follows["Services"].follow, args=(stop,), daemon=True)
     try:
         follower.start()
         follower.join(120)  # a deadline only: it ends when the watch has delivered everything

@@ -311,8 +311,8 @@ def test_another_nodes_slice_is_stale_only_with_proof() -> None:
 
 
 def test_an_api_error_says_the_servers_message_once() -> None:
-    """netcomp's client puts the server's message into the reason already (apiclient._reason); the line says it
-    once, with what to do about a 403. The library's errors carry it only in the body: said from there."""
+    """netcomp's client puts the server's message into the reason already (apiclient.Api._status_words); the line
+    says it once, with what to do about a 403. The library's errors carry it only in the body: said from there."""
     from netcomp.cluster.services import _api_why
     from netcomp.kube.apierrors import ApiException
 

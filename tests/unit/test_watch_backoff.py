@@ -172,7 +172,7 @@ def test_the_services_follower_says_it_backs_off(tmp_path: Path) -> None:
 
     t.wait = wait  # type: ignore[method-assign]
     ss.backoffs["Services"].wait = wait
-    ss._follow_services(stop)
+    ss.follows["Services"].follow(stop)
     assert t.calls <= 5
     assert seen[0] == (
         "cannot follow the Services: 410 Gone: too old resource version: 5 (9) (answered to a list) "
@@ -214,17 +214,17 @@ def test_every_follower_backs_off_and_says_so(maker: str, tmp_path: Path) -> Non
     api = Gone410(t)
     if maker == "node":
         f: Any = NodeWatch(api, "n1", str, t.backoff())
-        run: Callable[[], None] = lambda: f._follow(stop)  # noqa: E731
+        run: Callable[[], None] = lambda: f.follow(stop)  # noqa: E731
     elif maker == "pods":
         f = PodWatch(api, KubeSettings(), "n1", Metrics(), str, t.backoff())
-        run = lambda: f._follow(stop)  # noqa: E731
+        run = lambda: f.follow(stop)  # noqa: E731
     else:
         from netcomp.cluster.intents import NETWORKS, _Follower
 
         cluster: Any = type("C", (), {"custom": api, "kube": KubeSettings(), "metrics": Metrics(),
                                       "files": lambda self: []})()  # fmt: skip
         f = _Follower(cluster, NETWORKS, t.backoff())
-        run = lambda: f.run(stop)  # noqa: E731
+        run = lambda: f.follow(stop)  # noqa: E731
     real_wait = f.backoff.wait
 
     def wait(s: threading.Event, seconds: float) -> None:
