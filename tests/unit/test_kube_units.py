@@ -87,6 +87,17 @@ def test_object_files_of_the_two_kinds_never_meet() -> None:
     assert NADS.owns("team-a.m.nad.yaml") and not NADS.owns("storage.yaml") and not NADS.owns("x.nad.yml")
 
 
+def test_an_event_on_a_broken_object_names_its_own_kind() -> None:
+    """A FailedCompile event's involvedObject is the object's own kind, so that `kubectl describe` of it shows
+    the event: a NetworkAttachmentDefinition is not a Network."""
+    from netcomp.cluster.intents import ALL_KINDS
+
+    kinds = {k.plural: k.kind for k in ALL_KINDS}
+    assert kinds["networks"] == "Network"
+    assert kinds["network-attachment-definitions"] == "NetworkAttachmentDefinition"
+    assert kinds["danmnets"] == "DanmNet" and kinds["tenantnetworks"] == "TenantNetwork"
+
+
 def test_an_attachment_definition_as_an_intent_file() -> None:
     from netcomp.cluster.intents import NADS
 
