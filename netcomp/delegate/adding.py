@@ -22,7 +22,7 @@ from netcomp.delegate import poolclaims
 from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side, why_unwritten
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.planning import Planning
-from netcomp.delegate.request import Done, Request
+from netcomp.delegate.request import Reply, Request
 from netcomp.errors import DelegateError
 from netcomp.host import container, nsenter
 from netcomp.host import netns as nsutil
@@ -71,7 +71,7 @@ class Adding:
         self.host_netns, self.host_unsure = host_netns, host_unsure
         self.devices: Devices | None = None
 
-    def add(self, req: Request) -> Done:
+    def add(self, req: Request) -> Reply:
         """A runtime's ADD: the networks planned and held, attached, the pod told; the runtime's result and the
         networks attached (an error names them once they are planned)."""
         entry = self.records.load(req.container_id, req.ifname)
@@ -81,7 +81,7 @@ class Adding:
                 # retries one that finished. Answer what was recorded.
                 log.info("ADD of container %s repeated: answered from its record", req.container_id)
                 networks = tuple(a.network for a in entry.attachments)
-                return Done(answer(req.ifname, req.cni_version, entry.attachments), networks)
+                return Reply(answer(req.ifname, req.cni_version, entry.attachments), networks)
             raise DelegateError(
                 E_INVALID_CONFIG,
                 f"container {req.container_id} is already attached on "
@@ -115,7 +115,7 @@ class Adding:
                     name = naming.display_name(a.network, a.conflist)
                     self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
             self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
-        return Done(answer(req.ifname, req.cni_version, atts), tuple(a.network for a in atts))
+        return Reply(answer(req.ifname, req.cni_version, atts), tuple(a.network for a in atts))
 
     def attach(
         self,

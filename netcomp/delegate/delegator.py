@@ -22,7 +22,7 @@ from netcomp.delegate.deleting import Deleting, Recovered
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.planning import Planning
-from netcomp.delegate.request import Done, Request, check_container_id
+from netcomp.delegate.request import Reply, Request, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.host import container
 from netcomp.host import netns as nsutil
@@ -100,23 +100,23 @@ class Delegator:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
-    def handle(self, req: Request) -> Done:
+    def handle(self, req: Request) -> Reply:
         """A runtime's request, served: VERSION, STATUS and GC need no container; ADD, DEL and CHECK hold the
         container's lock (one request per container at a time; different containers in parallel)."""
         if req.command == "VERSION":
-            return Done({"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
+            return Reply({"cniVersion": req.cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)})
         if req.command == "STATUS":
             check_gc_status.status(self.networks(), self.default_network(), self.runner.plugin_dirs)
-            return Done({})
+            return Reply({})
         if req.command == "GC":
             check_gc_status.gc(self.cache, self.locks, self.deleting, req)
-            return Done({})
+            return Reply({})
         with self.locks.hold(req.container_id):
             if req.command == "ADD":
                 return self.adding.add(req)
             if req.command == "DEL":
-                return Done({}, self.deleting.delete(req))
-            return Done({}, check_gc_status.check(self.cache, self.runner, self.pool, req))
+                return Reply({}, self.deleting.delete(req))
+            return Reply({}, check_gc_status.check(self.cache, self.runner, self.pool, req))
 
     def hotplug(
         self,

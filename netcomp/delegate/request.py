@@ -50,7 +50,7 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
+class Reply:
     """What a request did: its CNI result ({} for the verbs that have none) and the networks it was about (those
     an ADD attached, those a DEL's or CHECK's record named), for its log line."""
 
