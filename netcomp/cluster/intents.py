@@ -90,7 +90,12 @@ class Kind:
 
 NETWORKS = Kind("Network objects", "netcomp.io", "v1", "networks", namespaced=False)
 NADS = Kind(
-    "NetworkAttachmentDefinitions", "k8s.cni.cncf.io", "v1", "network-attachment-definitions", True, ".nad.yaml",
+    "NetworkAttachmentDefinitions",
+    "k8s.cni.cncf.io",
+    "v1",
+    "network-attachment-definitions",
+    True,
+    ".nad.yaml",
     "NetworkAttachmentDefinition",
 )
 

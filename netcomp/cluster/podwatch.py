@@ -81,7 +81,7 @@ class PodWatch(Follower):
         self._writing = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[], object] = lambda: True
-        # Told of a pod whose network annotations changed (delegate.podsync.PodSync.changed), once serving.
+        # Told of a pod whose network annotations changed (cluster.podsync.PodSync.changed), once serving.
         self.on_change: Callable[[PodRef], object] = lambda pod: None
 
     def start(self, stop: threading.Event) -> None:

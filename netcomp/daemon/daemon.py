@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from netcomp import __version__, faults, foreign, libc, report
+from netcomp.cluster.podsync import PodSync
 from netcomp.cni.invoke import Exec, kill_marked, real_exec
 from netcomp.daemon import wiring
 from netcomp.daemon.addresses import CLUSTER_GC_EVERY, Addresses
@@ -25,7 +26,6 @@ from netcomp.daemon.server.server import Server, listen
 from netcomp.daemon.state import Snapshot, State, StateFile
 from netcomp.daemon.tenantids import TenantIds
 from netcomp.daemon.watch import Watcher
-from netcomp.delegate.podsync import PodSync
 from netcomp.errors import Diagnostic, HostError
 from netcomp.metrics import Metrics
 from netcomp.records.files import Records
@@ -375,7 +375,7 @@ class Daemon:
             self.notifier.status(self.status_line())
 
     def _start_podsync(self, records: list[Record]) -> None:
-        """Hot-plug by editing the pod (delegate/podsync.py): the pod watch queues a pod whose annotations
+        """Hot-plug by editing the pod (cluster/podsync.py): the pod watch queues a pod whose annotations
         changed; every recorded pod is compared once at start (a daemon killed mid-hot-plug finishes it)."""
         kube = self.settings.kubernetes
         if self.cluster is None or kube is None or not (kube.hotplug and kube.podNetworks):

@@ -93,7 +93,7 @@ class Delegator:
 
     def when_undone(self, undone: Callable[[tuple[str, str], bool], object]) -> None:
         """Tell `undone`, with the container's lock held, of a record written with nothing left to undo or
-        removed: its (container ID, ifname) and whether the record is still there (delegate/podsync.PodSync.undone:
+        removed: its (container ID, ifname) and whether the record is still there (cluster/podsync.PodSync.undone:
         a pod edit put off until that undo is done is synced again)."""
         self.deleting.undone = undone
 

@@ -16,9 +16,7 @@ from netcomp.cni.spec import DEFAULT_VERSION
 from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
-from netcomp.delegate.podsync import check as hotplug_check
-from netcomp.delegate.podsync import diff as hotplug_diff
-from netcomp.delegate.podsync import pod_of
+from netcomp.delegate.planning import check_edit, diff_edit, pod_of
 from netcomp.delegate.request import Request, Subject, check_container_id
 from netcomp.errors import DelegateError
 from netcomp.ipam.pool import Pool
@@ -187,8 +185,8 @@ class Explainer:
             out["why"] = "the pod's annotations cannot be read now"
             return out
         try:
-            added, removed = hotplug_diff(self.networks(), self.pods.policy, entry, pod, notes)
-            hotplug_check(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
+            added, removed = diff_edit(self.networks(), self.pods.policy, entry, pod, notes)
+            check_edit(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
         except DelegateError as e:
             out["refusal"] = _refusal(e)
             return out

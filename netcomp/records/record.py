@@ -42,7 +42,7 @@ class Attachment:
     # The device a device plugin gave the pod for it (pods/devices.py): resource, id, the device-info read
     # from the device plugin, and the file its CNI copy is written to (named here before it is written).
     device: dict[str, Any] | None = None
-    # The pod annotation's element it was attached for (delegate/podsync.py: its identity), "" for the runtime's
+    # The pod annotation's element it was attached for (cluster/podsync.py: its identity), "" for the runtime's
     # own networks (the default network, CNI_ARGS): an edit of the annotation detaches what it no longer names.
     element: str = ""
 
@@ -104,7 +104,7 @@ class Record:
     # ones was left by a plugin killed half-way (a macvlan under its temporary name) and is removed.
     links_before: list[str] | None = None
     # The pod (namespace, name, uid) and the CNI_ARGS its delegates get, for a hot-plug that follows an edit of
-    # the pod's annotation (delegate/podsync.py); None and "" when the runtime named no pod.
+    # the pod's annotation (cluster/podsync.py); None and "" when the runtime named no pod.
     pod: dict[str, str] | None = None
     args: str = ""
     # Not recorded: the file this entry was last written to (Records.save), which its outcome is appended to.

@@ -36,7 +36,7 @@ LEVELS = {
     "netcomp.records": 6,  # the write-ahead record of a container's attachments, and where records live
     "netcomp.pods": 7,  # what a container or pod asks for: names, Multus's and DANM's spellings, network-status
     "netcomp.delegate": 8,
-    "netcomp.cluster": 9,  # the cluster's objects followed: network objects, pods, the Node, EndpointSlices
+    "netcomp.cluster": 9,  # the cluster's objects followed: network objects, pods, the Node, EndpointSlices, pod edits
     "netcomp.daemon": 10,
     "netcomp.doctor": 10,  # beside the daemon: it asks it (daemon/server/client.py) and checks what it needs
     "netcomp.cli": 11,

@@ -2,7 +2,7 @@
 
 Checked in every comment and docstring of netcomp/, tests/ and bench/:
 - a dotted name of netcomp's (`netcomp.host.netns.cookie`; `host.netns.cookie` from a wing's name;
-  `podsync.diff` from a module's; `Planning.pod_annotations` from a class's) names a module, and what follows
+  `planning.diff_edit` from a module's; `Planning.pod_annotations` from a class's) names a module, and what follows
   it names something defined in it (a function, a class, a constant, a method, an attribute an instance is given);
 - a file named `*.py`, `*.c` or `*.sh` exists (a path from the repository's root, from netcomp/, from the file's
   own folder, or a name only one file has);

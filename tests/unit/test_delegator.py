@@ -434,7 +434,7 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
 def test_pod_edits_waiting_count_pods_not_records(tmp_path: Path) -> None:
     """Two records of one pod waiting for their undo (its sandbox made again) are one pod edit waiting, as
     `netcomp status` says it; the undo of one leaves the pod waiting for the other."""
-    from netcomp.delegate.podsync import PodSync
+    from netcomp.cluster.podsync import PodSync
     from netcomp.pods.naming import PodRef
 
     d = _delegator(tmp_path, {}, lambda *a: None)

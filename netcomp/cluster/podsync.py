@@ -11,24 +11,16 @@ docs/kubernetes.md, "Hot-plug by editing the pod"."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from netcomp.cni.invoke import Runner
-from netcomp.delegate import poolclaims
 from netcomp.delegate.delegator import Delegator
-from netcomp.delegate.deleting import runtime_conf
-from netcomp.delegate.planning import Planning
+from netcomp.delegate.planning import check_edit, diff_edit, pod_of
 from netcomp.errors import DelegateError
 from netcomp.host import netns as nsutil
-from netcomp.ipam.store import AddressAllocator
-from netcomp.pods import choice, multus, naming
-from netcomp.pods.devices import Devices
-from netcomp.pods.multus import Ask, Policy
+from netcomp.pods import naming
+from netcomp.pods.multus import Ask
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import network_status
 from netcomp.records.record import Attachment, Record
@@ -43,68 +35,6 @@ class Synced:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     error: DelegateError | None = None
-
-
-def pod_of(entry: Record) -> PodRef | None:
-    p = entry.pod
-    return PodRef(p["namespace"], p["name"], p.get("uid", "")) if p and p.get("namespace") and p.get("name") else None
-
-
-def check(
-    planning: Planning,
-    runner: Runner,
-    addresses: AddressAllocator | None,
-    devices: Devices | None,
-    entry: Record,
-    pod: PodRef,
-    added: list[tuple[Attachment, Ask]],
-    removed: list[Attachment],
-) -> None:
-    """Every check an ADD of the added elements makes that touches nothing, made before anything is detached:
-    a refused edit leaves the pod as it was (docs/kubernetes.md, "Hot-plug by editing the pod"). What each asks
-    is put into its attachment here (Planning.prepare_asks: addresses in the subnet, MACs and addresses other
-    containers hold, cni-args, capabilities, gateways); then the plugins' preflight, the addresses the
-    cluster's claims give another container, and the devices the pod holds, counted as they will be once
-    `removed` is gone (on copies: the ADD hands them out itself)."""
-    new = [a for a, _ in added]
-    asks = {a.ifname: ask for a, ask in added}
-    planning.prepare_asks(entry.container_id, new, asks)
-    for a in new:
-        runner.preflight(a.conflist, runtime_conf(entry, a, entry.netns))
-    poolclaims.check(addresses, new, entry.container_id, pod.namespace, asks)
-    if devices is not None and new:
-        kept = [a for a in entry.attachments if all(a is not r for r in removed)]
-        devices.assign(pod, entry.container_id, [copy.copy(a) for a in new], kept, asks)
-
-
-def diff(
-    nets: Mapping[str, dict[str, Any]], policy: Policy, entry: Record, pod: PodRef, notes: Mapping[str, str]
-) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
-    """What the annotation asks now and the record does not have (new attachments, with their asks), and what
-    the record has that it no longer asks for."""
-    asked = choice.plan(pod, notes, nets, policy, entry.ifname)
-    default = next((a for a in entry.attachments if a.ifname == entry.ifname), None)
-    if asked.default is not None and default is not None and asked.default != default.network:
-        raise (asked.default_ask or _whole(pod)).error(
-            f"the default network ({entry.ifname}) of a running pod does not change: it is {default.network}",
-            "delete the pod and make it again to change it",
-        )
-    want = [(w.network, w.ifname or "", ask) for w, ask in asked.more]
-    multus.check_interfaces([(i, ask) for _, i, ask in want], entry.ifname, default is not None)
-    keys = {multus.element_key(n, i, ask): (n, i, ask) for n, i, ask in want}
-    current = {a.element: a for a in entry.attachments if a.element}
-    removed = [a for k, a in current.items() if k not in keys]
-    added = []
-    for key, (net, ifname, ask) in keys.items():
-        if key in current:
-            continue
-        a = Attachment(net, ifname, nets[net], None, entry.args, {}, element=key)
-        added.append((a, ask))
-    return added, removed
-
-
-def _whole(pod: PodRef) -> Ask:
-    return Ask("", pod.namespace, f"pod {pod}")
 
 
 class PodSync:
@@ -221,10 +151,10 @@ class PodSync:
             if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
                 return None
             try:
-                added, removed = diff(self.networks(), self.pods.policy, entry, pod, notes)
+                added, removed = diff_edit(self.networks(), self.pods.policy, entry, pod, notes)
                 if not added and not removed:
                     return None
-                check(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
+                check_edit(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
                 reserved = self.planning.reserve(
                     entry.container_id, [a for a, _ in added], {a.ifname: k for a, k in added}
                 )
