@@ -127,6 +127,10 @@ def test_adds_and_dels_go_on_while_the_api_server_is_away(api: ApiServer, custom
             assert held == {str(a) for a in net if str(a) not in ("10.111.0.0", "10.111.0.1", "10.111.0.255")}
         finally:
             api.start_apiserver()
+        # Restarted while the API server was away, the node has not read its block's record yet: what it gave
+        # meanwhile is written once it has (a flush writes what the node knows it must).
+        blocks_of = dl.daemon.addresses.blocks
+        assert blocks_of is not None and blocks_of.synced.wait(90), "the blocks were not listed again"
         flushed(labs)
         assert object_claims(custom, "away") == cached_claims(labs)
         for ctr in [first, *during]:
