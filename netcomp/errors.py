@@ -1,13 +1,5 @@
-"""The exception tree, and where in the author's text a problem is.
-
-Each class says whose fault it is (as nmstate's error.py does), so callers and operators know what to fix:
-
-- IntentError: the config author's. An intent, netcomp.yaml or a static CNI file is wrong. Carries diagnostics
-  with file, line and column.
-- HostError: the node's. A device is missing, the kernel lacks a feature, a directory is not writable.
-- DelegateError: a CNI plugin's. It answered with a CNI error; code, msg and details are kept verbatim.
-- InternalError: ours. A bug in netcomp; the message asks for a report.
-"""
+"""The exception tree, and where in the author's text a problem is. Each class says whose fault it is (as
+nmstate's error.py does), so that callers and operators know what to fix."""
 
 from __future__ import annotations
 
@@ -71,12 +63,8 @@ class IntentError(NetcompError):
 
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = diagnostics
-        first = diagnostics[0] if diagnostics else None
-        text = (
-            f"{first.location}: {first.message}"
-            if first and first.location
-            else (first.message if first else "invalid intent")
-        )
+        first = diagnostics[0] if diagnostics else Diagnostic("invalid intent")
+        text = f"{first.location}: {first.message}" if first.location else first.message
         if len(diagnostics) > 1:
             text += f" (and {len(diagnostics) - 1} more)"
         super().__init__(text)
@@ -114,14 +102,8 @@ class DelegateError(NetcompError):
     @property
     def full_msg(self) -> str:
         """The message with whose it is in front: `network 'x', plugin 'y': msg` (details stay apart)."""
-        where = ", ".join(
-            p
-            for p in (
-                f"network {self.network!r}" if self.network else "",
-                f"plugin {self.plugin!r}" if self.plugin else "",
-            )
-            if p
-        )
+        named = (("network", self.network), ("plugin", self.plugin))
+        where = ", ".join(f"{kind} {name!r}" for kind, name in named if name)
         return f"{where}: {self.msg}" if where else self.msg
 
 
