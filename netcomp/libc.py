@@ -1,8 +1,6 @@
-"""Every libc function netcomp calls through ctypes, each declared once (argument and result types) and each call
-checked: OSError with the call's errno (the spawn family returns its error number, which cni/spawn.py checks).
-glibc's and musl's names and types; None where this libc lacks a function. When Python 3.12 is the floor, setns() and
-unshare() give way to os.setns and os.unshare; the others have no os equivalent (the spawn family: cni/spawn.py
-says why os.posix_spawn is not used)."""
+"""Declares every libc function netcomp calls through ctypes once, and checks each call: OSError with its errno
+(the spawn family returns its error number: cni/spawn.py checks it). A function this libc lacks is None. With
+Python 3.12 as the floor, setns() and unshare() give way to os.setns and os.unshare."""
 
 from __future__ import annotations
 

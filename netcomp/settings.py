@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket as _socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -23,9 +23,7 @@ DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
 PodField = Literal[
     "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
 ]
-POD_FIELDS: tuple[PodField, ...] = (
-    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
-)  # fmt: skip
+POD_FIELDS: tuple[PodField, ...] = get_args(PodField)
 
 
 class SriovPool(BaseModel):

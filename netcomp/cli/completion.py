@@ -1,9 +1,6 @@
-"""bash completion for `netcomp`, generated from the argument parser (parser.py), so that it offers every command
-and option there is, and nothing that is gone. The Debian package installs the generated script,
-packaging/netcomp.bash-completion; `make completion` writes it again, and tests/unit/test_completion.py fails
-when it differs from what the parser gives. It needs nothing but bash. What an option's value or a positional
-argument completes to is read from the parser too: its choices, else what its metavar says it is (a table
-below); anything else (a container ID, a network name) completes to nothing."""
+"""Generates bash completion for `netcomp` from the argument parser (parser.py), so that it offers every command
+and option there is. `make completion` writes packaging/netcomp.bash-completion; a test fails when it differs. An
+option's value completes to its choices, else to what its metavar names (METAVAR_KINDS), else to nothing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The `netcomp` command: dispatch to the module of each command, and the last line of defence, where an
-internal error is reported without a traceback (unless --debug), and a reader that goes away (`netcomp status |
-head -1`) or a Ctrl-C ends the command quietly, with the status a shell gives a process killed by SIGPIPE (141)
-or SIGINT (130). Each command module is imported when its command runs, so that `netcomp --help` and the quick
-commands import nothing heavy."""
+"""The `netcomp` command: dispatch to the module of each command, imported when its command runs (so that
+`--help` imports nothing heavy), and the last line of defence: an internal error reported without a traceback
+(unless --debug); a reader gone away or a Ctrl-C end it quietly, with the status a shell gives (141, 130)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The cluster as the daemon meets it: the API server reached with the kubeconfig netcomp.yaml names, every
-verb of the packaged ClusterRole that these settings need granted to that identity (asked with
-SelfSubjectAccessReview, as `kubectl auth can-i` asks), and this node's Node object. The calls go through the
-daemon's own client (kube/apiclient.py: its TLS, credentials and timeouts), and a failure is said in the words
-the daemon says it in (kube/apierrors.py)."""
+"""Checks the cluster as the daemon meets it: the API server reached with netcomp.yaml's kubeconfig, every verb of
+the packaged ClusterRole these settings need granted (SelfSubjectAccessReview, as `kubectl auth can-i` asks), and
+this node's Node. It calls through the daemon's own client and says failures in the daemon's words."""
 
 from __future__ import annotations
 

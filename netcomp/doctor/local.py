@@ -13,7 +13,7 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call, unreachable
 from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
-from netcomp.doctor.node import NodeNetwork
+from netcomp.doctor.node import NodeNetwork, grouped
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import vfpools
@@ -72,11 +72,7 @@ def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
 def sriov_checks(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
     """Each SR-IOV resource a network names: a pool of netcomp.yaml's sriovPools (its VFs in sysfs), or a device
     plugin's resource (the kubelet's PodResources socket, and the resource registered with the kubelet)."""
-    named: dict[str, list[str]] = {}
-    for n in nets:
-        r = n.meta.get("resourceName")
-        if isinstance(r, str) and r:
-            named.setdefault(r, []).append(n.name)
+    named = grouped(nets, lambda n: [r] if isinstance(r := n.meta.get("resourceName"), str) and r else [])
     if not named:
         return []
     k = settings.kubelet
@@ -93,10 +89,10 @@ def sriov_checks(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]
 
 
 def _resource(
-    r: str, users: list[str], settings: Settings, kubelet: Kubelet, registered: set[str], unreadable: str
+    r: str, users: list[NodeNetwork], settings: Settings, kubelet: Kubelet, registered: set[str], unreadable: str
 ) -> Check:
     name = f"sriov:{r}"
-    who = f"networks {', '.join(users)}"
+    who = f"networks {', '.join(n.name for n in users)}"
     pool = settings.sriovPools.get(r)
     if pool is not None:
         if unreadable:

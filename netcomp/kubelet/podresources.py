@@ -1,8 +1,6 @@
-"""The devices the kubelet gave a pod, as its device manager recorded them: the PodResources v1 API first
-(k8s.io/kubelet/pkg/apis/podresources/v1, `List`, matched on the pod's namespace and name), the device
-manager's checkpoint file when that API cannot answer (matched on the pod's UID), as Multus reads them
-(pkg/kubeletclient). grpc is imported on the first call: a node whose networks name no device-plugin resource
-never loads it."""
+"""Reads the devices the kubelet gave a pod, as Multus does (pkg/kubeletclient): the PodResources v1 API first
+(`List`, matched on namespace and name), the device manager's checkpoint when that cannot answer (matched on the
+pod's UID). grpc is imported on the first call, so a node with no device-plugin network never loads it."""
 
 from __future__ import annotations
 
@@ -110,15 +108,10 @@ class Kubelet:
 
     def _not_current(self, ckpt: Checkpoint) -> str:
         """Why the checkpoint may not list every device the running kubelet gave ("" when it does). The kubelet
-        writes it whenever it gives a pod devices, during the pod's admission, before it asks the runtime for
-        the sandbox whose ADD this is (devicemanager's allocateContainerResources ends in writeCheckpoint), and
-        each write holds every pod it knows. So a checkpoint written by the kubelet running now, or by the one
-        before it that it read back at start, lists the pod if the pod holds a device. What is not known to be
-        so: a file beside which no kubelet made its device manager socket (a checkpoint path that is not the
-        kubelet's), or one last written before that socket was made (the kubelet running now may have started
-        without reading it, and has not written since: its device plugins register again within seconds of its
-        start, and each registration writes it). The kubelet keeps both in one dir (devicemanager's
-        newManagerImpl makes its checkpoint manager on the socket's dir)."""
+        writes it, whole, whenever it gives a pod devices, before it asks for the sandbox whose ADD this is
+        (devicemanager's allocateContainerResources ends in writeCheckpoint). Not known to be current: a file with
+        no device manager socket beside it (newManagerImpl keeps both in one dir), or one last written before that
+        socket was made (by a kubelet before the running one, which may not have read it)."""
         sock = os.path.join(os.path.dirname(self.checkpoint), DEVICE_MANAGER_SOCKET)
         try:
             st = os.stat(sock)
