@@ -62,10 +62,6 @@ class _Watched:
         return getattr(self._stream, name)
 
 
-def _watch(stream: TextIO) -> TextIO:
-    return cast(TextIO, _Watched(stream))
-
-
 def _silence(stream: TextIO) -> None:
     """Point the stream's file descriptor at /dev/null: what is still buffered in it goes nowhere, and the flush
     at interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError"). Python's own advice (the
@@ -78,8 +74,8 @@ def _silence(stream: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    out = _watch(stdout or sys.stdout)
-    err = _watch(stderr or sys.stderr)
+    out = cast(TextIO, _Watched(stdout or sys.stdout))
+    err = cast(TextIO, _Watched(stderr or sys.stderr))
     try:
         try:
             return _run(argv, out, err)

@@ -47,18 +47,16 @@ def read_dp(root: str, resource: str, device_id: str) -> dict[str, Any] | None:
     object is logged and treated as missing."""
     path = dp_path(root, resource, device_id)
     try:
-        info = parse(read_bounded(path, MAX_FILE, follow=False))
+        return parse(read_bounded(path, MAX_FILE, follow=False))
     except FileNotFoundError:
-        info = None
+        pass
     except OSError as e:
         log.warning("device-info %s of device %s is unusable: %s", path, device_id, e.strerror)
-        info = None
     except ValueError as e:
         foreign.ignore("device-info", str(path), str(e))
-        info = None
-    if info is None and PCI.fullmatch(device_id):
-        info = {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
-    return info
+    if PCI.fullmatch(device_id):
+        return {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
+    return None
 
 
 def parse(data: bytes) -> dict[str, Any]:

@@ -100,10 +100,8 @@ class Kubelet:
         if not uid:
             raise HostError(f"{why}; the request names no pod UID (K8S_POD_UID) to look for in {self.checkpoint}")
         held = [(r, ids) for u, r, ids in ckpt.entries if u == uid]
-        if not held:
-            stale = self._not_current(ckpt)
-            if stale:
-                raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid}, and {stale}")
+        if not held and (stale := self._not_current(ckpt)):
+            raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid}, and {stale}")
         return _collect(held, "checkpoint")
 
     def _not_current(self, ckpt: Checkpoint) -> str:
@@ -141,16 +139,11 @@ class Kubelet:
             else:
                 why = f"{code.name if code else ''} {e.details() if hasattr(e, 'details') else e}".strip()
             raise HostError(f"the kubelet's PodResources API ({self.socket}): {why}") from None
-        held: list[tuple[str, Sequence[str]]] = []
-        found = False
-        for pod in answer.pod_resources:
-            if pod.namespace != namespace or pod.name != name:
-                continue
-            found = True
-            held += [(d.resource_name, d.device_ids) for c in pod.containers for d in c.devices]
-        if not found:
+        pods = [pod for pod in answer.pod_resources if pod.namespace == namespace and pod.name == name]
+        if not pods:
             # Not admitted yet as far as this answer goes: the checkpoint is written at admission.
             raise HostError(f"the kubelet's PodResources API does not list pod {namespace}/{name}")
+        held = [(d.resource_name, d.device_ids) for pod in pods for c in pod.containers for d in c.devices]
         return _collect(held, "PodResources")
 
     def _connect(self) -> tuple[Any, dict[str, Any]]:
