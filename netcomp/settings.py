@@ -252,15 +252,14 @@ class Settings(BaseModel):
         return self.model_copy(update=update)
 
 
-def load_settings(path: str | Path | None, root: Root | None = None, *, required: bool = False) -> Settings:
+def load_settings(path: str | Path | None, root: Root | None = None) -> Settings:
     """Read netcomp.yaml (default location under root when path is None). A missing default file means
     defaults; a missing file named explicitly is an error."""
-    explicit = path is not None
     p = Path(path) if path is not None else (root or Root())(paths.CONFIG_FILE)
     try:
         raw = read_bounded(p, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
-        if explicit or required:
+        if path is not None:
             raise IntentError([Diagnostic("config file not found", SourceLocation(str(p)))]) from None
         return Settings()
     except OSError as e:

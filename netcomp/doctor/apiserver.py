@@ -100,14 +100,8 @@ def cluster_role(path: Path) -> list[dict[str, Any]]:
     raise ValueError(f"{path} holds no ClusterRole")
 
 
-def _rbac_file(given: str | None) -> Path | None:
-    if given:
-        return Path(given)
-    return next((p for p in RBAC_FILES if p.is_file()), None)
-
-
 def _rbac(api: Api, kube: KubeSettings, given: str | None, timeout: float) -> Check:
-    path = _rbac_file(given)
+    path = Path(given) if given else next((p for p in RBAC_FILES if p.is_file()), None)
     if path is None:
         return skip("rbac", f"no ClusterRole manifest to check against ({', '.join(map(str, RBAC_FILES))}; --rbac)")
     try:
