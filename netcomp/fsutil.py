@@ -151,11 +151,8 @@ def publish(tmp: str | Path, path: str | Path) -> None:
 def atomic_write(
     path: str | Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True, durable: bool = True
 ) -> None:
-    """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
-
-    Batch writers pass sync_dir=False and call fsync_dir once at the end. durable=False skips both fsyncs: the
-    file is still replaced atomically (a crash of the writer never leaves it half written), but a power loss may
-    lose the last writes."""
+    """Write data to path atomically: temp file, fsync, rename, then (with sync_dir) fsync the directory.
+    durable=False skips both fsyncs: the file is still replaced atomically, but a power loss may lose it."""
     publish(write_tmp(os.fspath(path), data, mode=mode, durable=durable), path)
     if sync_dir and durable:
         fsync_dir(Path(path).parent)

@@ -1,6 +1,6 @@
-"""The `netcomp` command: dispatch to the module of each command, imported when its command runs (so that
-`--help` imports nothing heavy), and the last line of defence: an internal error reported without a traceback
-(unless --debug); a reader gone away or a Ctrl-C end it quietly, with the status a shell gives (141, 130)."""
+"""Runs the `netcomp` command: imports only the module of the command given (so that `--help` imports nothing
+heavy), and is the last line of defence: an internal error is reported without a traceback (unless --debug); a
+reader gone away or a Ctrl-C ends the command quietly, with the status a shell gives (141, 130)."""
 
 from __future__ import annotations
 
@@ -63,9 +63,8 @@ class _Watched:
 
 
 def _silence(stream: TextIO) -> None:
-    """Point the stream's file descriptor at /dev/null: what is still buffered in it goes nowhere, and the flush
-    at interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError"). Python's own advice (the
-    `signal` module's note on SIGPIPE)."""
+    """Point the stream's file descriptor at /dev/null, so that the flush at interpreter exit cannot fail again
+    (the `signal` module's note on SIGPIPE advises it)."""
     with contextlib.suppress(AttributeError, OSError, ValueError):  # a StringIO has no descriptor
         fd = stream.fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)

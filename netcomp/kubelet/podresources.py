@@ -40,10 +40,8 @@ DEVICE_MANAGER_SOCKET = "kubelet.sock"
 
 @dataclass(frozen=True)
 class PodDevices:
-    """The device IDs a pod's containers hold, per resource, sorted (the kubelet keeps them as a set: sorted,
-    every ADD and every restart hands them out alike); `source` says which record they came from; `bad`: per
-    resource, what is wrong with an ID the kubelet gave for it (names.device_id_problem): its devices are not
-    handed out."""
+    """The device IDs a pod's containers hold, per resource, sorted (so every ADD and restart hands them out
+    alike); `bad`: per resource, what is wrong with an ID the kubelet gave (its devices are not handed out)."""
 
     devices: Mapping[str, tuple[str, ...]]
     source: str  # "PodResources" or "checkpoint"
@@ -52,9 +50,8 @@ class PodDevices:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The device manager's checkpoint, its shape checked (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/
-    checkpoint/checkpoint.go): per entry (pod UID, resource, device IDs); the resources device plugins
-    registered; when it was last written (ns), taken before it was read."""
+    """The device manager's checkpoint (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go), its shape checked:
+    (pod UID, resource, device IDs) entries, the resources registered, its mtime taken before it was read."""
 
     entries: tuple[tuple[str, str, tuple[str, ...]], ...]
     registered: frozenset[str]
