@@ -35,11 +35,6 @@ class SriovPool(BaseModel):
     drivers: list[str] = Field(default_factory=list, description="Only VFs bound to one of these drivers")
 
 
-def _hostname() -> str:
-    """The default node name: the hostname, as Kubernetes spells a Node's (lower case)."""
-    return _socket.gethostname().lower()
-
-
 class KubeletSettings(BaseModel):
     """Where the kubelet says which devices its device plugins gave a pod (networks of a device-plugin resource)."""
 
@@ -204,7 +199,7 @@ class Settings(BaseModel):
     )
     # Addresses (ipam: {type: cluster})
     nodeName: str = Field(
-        default_factory=_hostname,
+        default_factory=lambda: _socket.gethostname().lower(),  # as Kubernetes spells a Node's name
         min_length=1,
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",

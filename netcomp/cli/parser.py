@@ -21,10 +21,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--config",
-        "-c",
-        metavar="FILE",
-        help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)",
+        "--config", "-c", metavar="FILE", help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)"
     )
     p.add_argument(
         "--root",
@@ -60,10 +57,7 @@ def _compile_opts(p: argparse.ArgumentParser) -> None:
         help="look up static networkIDs here (repeatable; replaces staticDirs)",
     )
     p.add_argument(
-        "--plugin-dir",
-        action="append",
-        metavar="DIR",
-        help="CNI plugin dir (repeatable; replaces pluginDirs)",
+        "--plugin-dir", action="append", metavar="DIR", help="CNI plugin dir (repeatable; replaces pluginDirs)"
     )
     p.add_argument("--cni-version", choices=get_args(CniVersion), help="cniVersion to emit")
     p.add_argument(
@@ -145,8 +139,7 @@ def _daemon(sub: Any) -> None:
 
 
 def _status(sub: Any) -> None:
-    st = _command(sub, "status", "ask the running daemon how it is")
-    _state(st)
+    _state(_command(sub, "status", "ask the running daemon how it is"))
 
 
 def _attachments(sub: Any) -> None:

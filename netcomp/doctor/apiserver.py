@@ -58,10 +58,11 @@ def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
             skip("rbac", "the API server does not answer"),
             skip("node", "the API server does not answer"),
         ]
-    out = [ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}")]
-    out.append(_rbac(api, kube, rbac_file, timeout))
-    out.append(_node(api, settings.nodeName, timeout))
-    return out
+    return [
+        ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}"),
+        _rbac(api, kube, rbac_file, timeout),
+        _node(api, settings.nodeName, timeout),
+    ]
 
 
 def _reach_fix(e: Exception, kube: KubeSettings) -> str:

@@ -26,31 +26,23 @@ def messages(package: str, table: Table, file_name: str = "") -> dict[str, Any]:
     for name, fields in table.items():
         msg = proto.message_type.add(name=name)
         for fname, number, ftype in fields:
-            label = f.LABEL_OPTIONAL
-            if ftype.startswith("map<"):
+            base = ftype.removeprefix("repeated ")
+            label = f.LABEL_OPTIONAL if base == ftype else f.LABEL_REPEATED
+            kind: dict[str, Any]
+            if ftype.startswith("map<"):  # a repeated message of key and value, as protoc declares it
                 key, value = (t.strip() for t in ftype[4:-1].split(","))
                 entry = msg.nested_type.add(name=_entry_name(fname))
                 entry.options.map_entry = True
                 entry.field.add(name="key", number=1, type=_scalar(f, key), label=f.LABEL_OPTIONAL)
                 entry.field.add(name="value", number=2, type=_scalar(f, value), label=f.LABEL_OPTIONAL)
-                msg.field.add(
-                    name=fname,
-                    number=number,
-                    type=f.TYPE_MESSAGE,
-                    label=f.LABEL_REPEATED,
-                    type_name=f".{package}.{name}.{_entry_name(fname)}",
-                )
-                continue
-            if ftype.startswith("repeated "):
-                label, ftype = f.LABEL_REPEATED, ftype.removeprefix("repeated ")
-            if ftype in _SCALARS:
-                msg.field.add(name=fname, number=number, type=_scalar(f, ftype), label=label)
-            elif ftype in table:
-                msg.field.add(
-                    name=fname, number=number, type=f.TYPE_MESSAGE, label=label, type_name=f".{package}.{ftype}"
-                )
+                label, kind = f.LABEL_REPEATED, {"type": f.TYPE_MESSAGE, "type_name": f".{package}.{name}.{entry.name}"}
+            elif base in _SCALARS:
+                kind = {"type": _scalar(f, base)}
+            elif base in table:
+                kind = {"type": f.TYPE_MESSAGE, "type_name": f".{package}.{base}"}
             else:
-                raise ValueError(f"{name}.{fname}: unknown type {ftype!r}")
+                raise ValueError(f"{name}.{fname}: unknown type {base!r}")
+            msg.field.add(name=fname, number=number, label=label, **kind)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}")) for name in table}
