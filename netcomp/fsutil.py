@@ -158,9 +158,8 @@ def atomic_write(
         fsync_dir(Path(path).parent)
 
 
-# A file modified this recently may be modified again within the same filesystem timestamp tick (coarse clocks,
-# and some filesystems keep 1-2 s): its stat then cannot tell the two versions apart. Such a file is "racily
-# clean" (git's term) and its content must be compared as well.
+# A file modified this recently may change again within the same timestamp tick, unseen by its stat: it is
+# "racily clean" (git's term), and its content must be compared as well.
 RACY_NS = 3_000_000_000
 
 

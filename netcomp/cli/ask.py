@@ -88,13 +88,11 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         waiting = doc.get("podEditsWaiting") or 0
         edits = f"; {waiting} pod {'edit waits' if waiting == 1 else 'edits wait'} for the undo" if waiting else ""
         out.write(f"  {undo} attachment{'' if undo == 1 else 's'} to undo (netcomp attachments lists them){edits}\n")
-    kube = doc.get("kubernetes")
-    if kube:
+    if kube := doc.get("kubernetes"):
         synced = "synced" if kube["synced"] else "NOT SYNCED"
         why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
         out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
-        es = kube.get("endpointSlices")
-        if es:
+        if es := kube.get("endpointSlices"):
             state = "" if es["synced"] else ", NOT SYNCED"
             state += f", last error: {es['lastError']}" if es.get("lastError") else ""
             out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
@@ -123,8 +121,7 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
             out.write(f"freed block {b} (its node is gone)\n")
         out.write(f"{len(doc['freed'])} addresses of other nodes freed, {len(blocks)} blocks, "
                   f"{doc.get('freedOwn', 0)} of this node\n")  # fmt: skip
-        slices = doc.get("endpointSlices")
-        if slices is not None:
+        if (slices := doc.get("endpointSlices")) is not None:
             for r in slices["removed"]:
                 out.write(f"removed EndpointSlice {r['namespace']}/{r['name']} of node {r['node']}\n")
             if slices.get("error"):

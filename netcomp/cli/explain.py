@@ -60,8 +60,7 @@ def print_text(doc: dict[str, Any], out: TextIO) -> None:
         out.write("an ADD now would attach:\n" if not doc["running"] else "what an ADD of it would attach now:\n")
         for n in doc["networks"]:
             _network(n, out)
-    refusal = doc.get("refusal")
-    if refusal:
+    if refusal := doc.get("refusal"):
         out.write(f"REFUSED (CNI error {refusal['code']}): {refusal['msg']}\n")
         if refusal.get("details"):
             out.write(f"  {refusal['details']}\n")
