@@ -1,5 +1,5 @@
-"""The exception tree, and where in the author's text a problem is. Each class says whose fault it is (as
-nmstate's error.py does), so that callers and operators know what to fix."""
+"""Defines the exception tree, each class saying whose fault it is (as nmstate's error.py does), and where in the
+author's text a problem is."""
 
 from __future__ import annotations
 
@@ -85,8 +85,7 @@ class LinkMismatch(HostError):
 
 class DelegateError(NetcompError):
     """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section). `permanent`:
-    it fails the same way however often it is tried (the exec cannot take its arguments, the plugin refuses the
-    config's version), so a retry is pointless."""
+    it fails the same way however often it is tried (the exec cannot take its arguments, say): no retry helps."""
 
     def __init__(
         self, code: int, msg: str, details: str = "", *, network: str = "", plugin: str = "", permanent: bool = False

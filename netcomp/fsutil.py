@@ -1,8 +1,6 @@
-"""Reads files within a bound, and writes them so that a reader never sees a half-written one.
-
-Every file netcomp reads goes through `read_bounded`. Temp files are named `.<name>.netcomp-tmp` in the target's
-directory: the same filesystem, so `os.replace` is atomic, and an ending no runtime loads (not .conf, .conflist
-or .json)."""
+"""Reads files within a bound (`read_bounded`, for every file netcomp reads), and writes them so that a reader
+never sees a half-written one: a temp file `.<name>.netcomp-tmp` in the same directory (so `os.replace` is atomic,
+and no runtime loads it), then a rename."""
 
 from __future__ import annotations
 
@@ -48,13 +46,10 @@ def size_text(n: int) -> str:
 
 def read_bounded(path: str | os.PathLike[str], limit: int, *, follow: bool = True) -> bytes:
     """The bytes of the regular file at path, at most `limit` of them, symlinks followed only with `follow`. An
-    OSError otherwise, whose strerror a diagnostic can quote after the file's name (`not a regular file: a FIFO`,
-    `larger than 16 MiB, the most netcomp reads of it`).
-
-    The path is stat'ed before it is opened, and not opened unless it is a regular file: opening a FIFO blocks
-    until a writer comes, and opening some devices does something (a watchdog starts counting). It is opened
-    with O_NONBLOCK all the same (a FIFO swapped in between must not block either), and checked again with
-    fstat. Procfs files say size 0 and are read up to the limit."""
+    OSError otherwise, whose strerror a diagnostic can quote after the file's name (`not a regular file: a FIFO`).
+    The path is opened only if its stat says it is a regular file (opening a FIFO blocks; opening some devices
+    starts something, a watchdog), with O_NONBLOCK all the same (in case it was swapped since), and checked again
+    with fstat. Procfs files say size 0 and are read up to the limit."""
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError as e:

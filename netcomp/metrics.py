@@ -1,7 +1,6 @@
-"""Prometheus metrics: requests per verb and outcome with latency, and every delegate exec per plugin and verb
-(observed through the runner's Exec seam). The text format (0.0.4) is written here exactly as prometheus_client
-writes it (a unit test compares the two byte for byte): importing prometheus_client would load modules a daemon
-never runs, its HTTP servers among them (docs/benchmarks.md)."""
+"""Counts the daemon's Prometheus metrics: requests per verb and outcome with latency, and every delegate exec per
+plugin and verb. It writes the text format (0.0.4) exactly as prometheus_client does (a unit test compares them),
+without importing it: its HTTP servers are modules a daemon never runs (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Every name rule in one place (as libcni keeps them in pkg/utils/utils.go): what a network, a plugin or a
-container may be called, what an interface may be called (in a request, and in an intent), what an SR-IOV VF's
-PCI address looks like. A rule written twice is a bug waiting for its first divergence."""
+"""Keeps every name rule in one place (as libcni's pkg/utils/utils.go does): what a network, a plugin, a container,
+an interface (in a request, in an intent), a Kubernetes label or a device may be called."""
 
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ def is_cni_name(name: str) -> bool:
 
 
 def ifname_problem(name: str) -> str | None:
-    """What is wrong with an interface name a runtime or a pod gives (None: nothing): Linux's rules (1-15 bytes,
-    no '/', ':' or whitespace, not '.' or '..') and ours (printable ASCII only: a name with control characters or
-    non-ASCII breaks tools and logs, though the kernel takes it)."""
+    """What is wrong with an interface name a runtime or a pod gives (None: nothing): Linux's rules, and printable
+    ASCII only (the kernel takes control characters and non-ASCII, but they break tools and logs)."""
     plain = all("!" <= c <= "~" and c not in "/:" for c in name)
     if not name or len(name) > IFNAMSIZ or name in (".", "..") or not plain:
         return "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'"

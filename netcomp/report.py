@@ -1,4 +1,4 @@
-"""Diagnostics for people (compiler style, as netplan prints them) and for programs (JSON)."""
+"""Formats diagnostics for people (compiler style, as netplan prints them) and for programs (JSON)."""
 
 from __future__ import annotations
 

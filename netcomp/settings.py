@@ -1,4 +1,5 @@
-"""netcomp.yaml: the node's settings. Every key has a default; unknown keys are errors with positions."""
+"""Loads netcomp.yaml, the node's settings: every key has a default, and an unknown key is an error with its
+position."""
 
 from __future__ import annotations
 

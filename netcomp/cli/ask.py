@@ -1,5 +1,5 @@
-"""The commands that ask the running daemon: `netcomp status`, `attachments`, `attach`, `detach`. They work
-whatever state netcomp.yaml is in: with it broken, the socket is taken from the daemon's last good state."""
+"""Runs the commands that ask the running daemon: `netcomp status`, `attachments`, `ipam`, `attach`, `detach`.
+They work whatever state netcomp.yaml is in: with it broken, the socket is the daemon's last good one."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
         elif args.command == "attachments":
             status, doc = call(settings.socket, "GET", protocol.ATTACHMENTS_PATH, timeout=30)
+        elif args.command == "ipam" and args.action == "show":
+            status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
         elif args.command == "ipam":
-            if args.action == "show":
-                status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
-            else:
-                status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
+            status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
         else:
             body = {
                 "command": "ADD" if args.command == "attach" else "DEL",

@@ -1,4 +1,4 @@
-"""`netcomp validate` and `netcomp compile`."""
+"""Runs `netcomp validate` and `netcomp compile`."""
 
 from __future__ import annotations
 

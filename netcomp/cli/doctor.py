@@ -1,5 +1,5 @@
-"""`netcomp doctor`: whether this node can serve its networks (netcomp/doctor/). With netcomp.yaml broken, the
-daemon runs on its last good settings: those are checked, and the config line says what is broken."""
+"""Runs `netcomp doctor`. With netcomp.yaml broken the daemon runs on its last good settings: those are checked,
+and the config line says what is broken."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`netcomp explain`: why a pod or container has (or would get) the networks it has, asked of the running daemon
-(POST /explain: it answers with the objects and the code the ADD uses, delegate/explain.py) and printed."""
+"""Runs `netcomp explain`: it asks the running daemon (POST /explain, answered with the ADD's own code) why a
+pod or container has, or would get, its networks, and prints the answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `netcomp` command line: every command, its options and its help."""
+"""Declares the `netcomp` command line: every command, its options and its help."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`netcomp schema`: JSON Schemas generated from the models, the contract for config authors and their editors
+"""Runs `netcomp schema`: prints the JSON Schemas generated from the models, the contract for config authors
 (checked in under schemas/; a test fails when they are stale)."""
 
 from __future__ import annotations

@@ -25,8 +25,7 @@ RBAC_FILES = (
 )
 DANM_GROUPS = ("danm.k8s.io", "danm.io")
 MAX_MANIFEST_BYTES = 1 << 20  # the packaged one is a few KiB
-# The objects netcomp reads only with a setting on (rbac.yaml's comments say the same); every other rule of the
-# ClusterRole is needed always.
+# The objects netcomp reads only with a setting on (as rbac.yaml's comments say); every other rule is always needed.
 NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
     ("netcomp.io", "networks"): lambda k: k.networks,
     ("k8s.cni.cncf.io", "network-attachment-definitions"): lambda k: k.networkAttachmentDefinitions,

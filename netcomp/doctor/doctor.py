@@ -1,5 +1,5 @@
-"""Every check of a node, in the order an operator bringing one up meets them (netcomp doctor --help lists them;
-docs/operations.md says what each means)."""
+"""Runs every check of a node, in the order an operator bringing one up meets them (docs/operations.md says what
+each means)."""
 
 from __future__ import annotations
 

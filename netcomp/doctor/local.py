@@ -1,5 +1,5 @@
-"""The node's own parts: the daemon (asked on its socket), SR-IOV (netcomp's VF pools, or the kubelet's device
-plugins), and the container runtime's conf dir."""
+"""Checks the node's own parts: the daemon (asked on its socket), SR-IOV (netcomp's VF pools, or the kubelet's
+device plugins), and the container runtime's conf dir."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The node's side of its networks: the compiled networks it serves, what each needs of the kernel, the host
-devices and VLAN/VXLAN masters each names, and the CNI plugins each runs (found, executable, speaking the
-network's cniVersion)."""
+"""Checks the node's side of its networks: the compiled networks it serves, the kernel features, host devices and
+VLAN/VXLAN masters they need, and the CNI plugins they run (found, executable, speaking their cniVersion)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The device-info spec's files (k8snetworkplumbingwg/device-info-spec): a device plugin writes one per device it
-manages under dp/, the CNI side copies it per attachment under cni/ for the pod's applications, and removes it
-when the attachment goes."""
+"""Reads and copies the device-info spec's files (k8snetworkplumbingwg/device-info-spec): a device plugin writes
+one per device under dp/; netcomp copies it per attachment under cni/, and removes the copy with the attachment."""
 
 from __future__ import annotations
 
