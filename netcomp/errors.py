@@ -18,9 +18,7 @@ class SourceLocation:
     column: int = 0
 
     def __str__(self) -> str:
-        if self.line <= 0:
-            return self.file
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{self.file}:{self.line}:{self.column}" if self.line > 0 else self.file
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,7 @@ def _libc() -> ctypes.CDLL | None:
 @functools.cache
 def function(name: str) -> Any:
     """libc's `name` with its declared types (PROTOTYPES), or None where this libc has no such function."""
-    lib = _libc()
-    fn = getattr(lib, name, None) if lib is not None else None
+    fn = getattr(_libc(), name, None)  # None too where there is no C library
     if fn is not None:
         fn.restype, fn.argtypes = PROTOTYPES[name]
     return fn

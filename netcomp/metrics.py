@@ -45,9 +45,7 @@ def _escape(value: str) -> str:
 
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> str:
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}" if pairs else ""
 
 
 class _Series:

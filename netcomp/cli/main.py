@@ -16,16 +16,11 @@ from netcomp.cli.parser import build_parser
 
 # The module that runs each command: run(args, out, err) -> exit code.
 COMMANDS = {
-    "validate": "netcomp.cli.compile",
-    "compile": "netcomp.cli.compile",
+    **dict.fromkeys(("validate", "compile"), "netcomp.cli.compile"),
+    **dict.fromkeys(("status", "attachments", "ipam", "attach", "detach"), "netcomp.cli.ask"),
     "schema": "netcomp.cli.schema",
     "install-shim": "netcomp.cli.install_shim",
     "daemon": "netcomp.cli.daemon",
-    "status": "netcomp.cli.ask",
-    "attachments": "netcomp.cli.ask",
-    "ipam": "netcomp.cli.ask",
-    "attach": "netcomp.cli.ask",
-    "detach": "netcomp.cli.ask",
     "doctor": "netcomp.cli.doctor",
     "explain": "netcomp.cli.explain",
 }
