@@ -61,8 +61,7 @@ def has(*names: str) -> bool:
 
 
 def _errno_call(name: str, *args: Any) -> int:
-    """A call that returns -1 and sets errno on failure: its result, or OSError with that errno (and its text, as
-    os's functions raise it)."""
+    """A call that returns -1 and sets errno on failure: its result, or OSError as os's functions raise it."""
     fn = function(name)
     if fn is None:
         raise OSError(errno.ENOSYS, f"{name} is not in this C library")
@@ -89,8 +88,7 @@ def set_pdeathsig(signum: int) -> None:
 
 
 def malloc_trim() -> bool:
-    """glibc's malloc_trim(3): the C heap's free pages given back to the system. False where there is none (not
-    glibc): nothing is done."""
+    """glibc's malloc_trim(3): the C heap's free pages back to the system. False, nothing done, without glibc."""
     fn = function("malloc_trim")
     return bool(fn(0)) if fn is not None else False
 

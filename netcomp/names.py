@@ -46,8 +46,7 @@ def ifname_problem(name: str) -> str | None:
 
 # Kubernetes labels (apimachinery's pkg/util/validation/validation.go): a key is a qualified name, an optional DNS
 # subdomain prefix and '/', then a name of at most 63 characters; a value is such a name or empty.
-LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-LABEL_NAME_RE = re.compile(LABEL_NAME)
+LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 
 

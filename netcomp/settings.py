@@ -225,8 +225,7 @@ class Settings(BaseModel):
     )
 
     def intent_layers(self) -> list[str]:
-        """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
-        node's own dirs."""
+        """The intent dirs, lowest precedence first: the cluster's objects (when read) under the node's own."""
         kube = self.kubernetes
         if kube is not None and (kube.networks or kube.networkAttachmentDefinitions or kube.danm):
             return [self.clusterIntentDir, *self.intentDirs]

@@ -97,8 +97,7 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
 
 
 def _case(name: str, parser: argparse.ArgumentParser) -> list[str]:
-    """The branch of one command (or of none, name ""): its options, and what their values and its positional
-    arguments complete to."""
+    """The branch of one command (name "": before any): its options, and what their values and positionals offer."""
     options = [o for a in parser._actions for o in a.option_strings]
     valued = [a for a in parser._actions if a.option_strings and a.nargs != 0]
     positionals = [a for a in parser._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]

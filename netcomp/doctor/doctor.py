@@ -11,8 +11,7 @@ from netcomp.settings import Settings
 
 
 def run(settings: Settings, *, rbac_file: str | None = None) -> list[Check]:
-    """The checks of this node with these settings. None of them needs the daemon but its own: the networks are
-    the files it wrote."""
+    """The checks of this node with these settings; none needs the daemon but its own (networks are its files)."""
     checks = [local.daemon(settings)]
     nets, found = node.served(settings)
     checks.append(found)

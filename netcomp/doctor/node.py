@@ -66,8 +66,7 @@ class NodeNetwork:
         return need
 
     def devices(self) -> set[str]:
-        """The host devices it names (a host link's parent, each plugin's master or device: render.host_devices;
-        the host link itself is hostlink's check)."""
+        """The host devices it names (render.host_devices); the host link itself is hostlink's check."""
         return host_devices(self.conflist)
 
 
@@ -165,8 +164,7 @@ def host_links(nets: Sequence[NodeNetwork], links: Mapping[str, str | None]) -> 
 
 
 def plugins(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
-    """Each plugin the networks run: found in pluginDirs, executable, and speaking (its VERSION answer) the
-    cniVersion of every network that runs it."""
+    """Each plugin the networks run: found in pluginDirs, executable, speaking (VERSION) their cniVersions."""
     users = grouped(nets, lambda n: n.plugins)
     runner = Runner(settings.pluginDirs, timeout=min(settings.pluginTimeout, 10.0))
     return [_plugin(p, users[p], runner, settings.pluginDirs) for p in sorted(users)]

@@ -162,16 +162,14 @@ class Kubelet:
             return self._list, self._msgs
 
     def registered(self) -> set[str]:
-        """The resources device plugins registered with the kubelet, as its checkpoint says (empty when there is
-        none, a node without device plugins, or when it cannot be read; one that is not the kubelet's is logged)."""
+        """The resources device plugins registered with the kubelet, as its checkpoint says (none when it cannot)."""
         try:
             return set(self._checkpoint().registered)
         except HostError:
             return set()
 
     def _checkpoint(self) -> Checkpoint:
-        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input
-        (logged once, counted)."""
+        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input."""
         try:
             return self.read_checkpoint()
         except NotKubelets as e:
