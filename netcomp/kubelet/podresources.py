@@ -36,6 +36,7 @@ MAX_CHECKPOINT = 16 << 20
 # The device manager's own socket, made anew by each kubelet start in the checkpoint's dir (pkg/kubelet/cm/
 # devicemanager: pluginapi.KubeletSocket, the checkpoint manager made on its dir).
 DEVICE_MANAGER_SOCKET = "kubelet.sock"
+NULL = type(None)
 
 
 @dataclass(frozen=True)
@@ -215,49 +216,37 @@ def _collect(held: Iterable[tuple[str, Sequence[str]]], source: str) -> PodDevic
 def parse_checkpoint(data: bytes) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], frozenset[str]]:
     """A checkpoint's bytes as (entries, registered resources): see Checkpoint. ValueError, naming the place,
     for anything that is not its JSON: nesting too deep, a wrong type where a field is read."""
-    doc = loads_foreign(data)
-    if not isinstance(doc, dict):
-        raise ValueError(f"the document is {_kind(doc)}, not an object")
-    body = doc.get("Data")
-    if not isinstance(body, dict):
-        raise ValueError(f"Data is {_kind(body)}, not an object")
-    raw = body.get("PodDeviceEntries")
-    if not isinstance(raw, (list, type(None))):
-        raise ValueError(f"Data.PodDeviceEntries is {_kind(raw)}, not a list")
+    doc = _checked(loads_foreign(data), dict, "the document", "an object")
+    body = _checked(doc.get("Data"), dict, "Data", "an object")
+    raw = _checked(body.get("PodDeviceEntries"), (list, NULL), "Data.PodDeviceEntries", "a list")
     entries = tuple(_entry(e, f"Data.PodDeviceEntries[{i}]") for i, e in enumerate(raw or []))
-    reg = body.get("RegisteredDevices")
-    if not isinstance(reg, (dict, type(None))):
-        raise ValueError(f"Data.RegisteredDevices is {_kind(reg)}, not an object")
+    reg = _checked(body.get("RegisteredDevices"), (dict, NULL), "Data.RegisteredDevices", "an object")
     return entries, frozenset(reg or {})
 
 
 def _entry(e: Any, where: str) -> tuple[str, str, tuple[str, ...]]:
-    if not isinstance(e, dict):
-        raise ValueError(f"{where} is {_kind(e)}, not an object")
+    _checked(e, dict, where, "an object")
     for key in ("PodUID", "ResourceName"):
-        if not isinstance(e.get(key), str):
-            raise ValueError(f"{where}.{key} is {_kind(e.get(key))}, not a string")
+        _checked(e.get(key), str, f"{where}.{key}", "a string")
     return e["PodUID"], e["ResourceName"], _ids(e.get("DeviceIDs"), f"{where}.DeviceIDs")
 
 
 def _ids(value: Any, where: str) -> tuple[str, ...]:
     """An entry's DeviceIDs: a list before kubelet 1.20, a map of NUMA node to list since (null: none)."""
-    if not isinstance(value, (dict, list, type(None))):
-        raise ValueError(f"{where} is {_kind(value)}, not a list or an object")
+    _checked(value, (dict, list, NULL), where, "a list or an object")
     lists = value.items() if isinstance(value, dict) else [("", value)]
     out: list[str] = []
     for numa, ids in lists:
         at = f"{where}[{numa!r}]" if numa else where
-        if not isinstance(ids, (list, type(None))):
-            raise ValueError(f"{at} is {_kind(ids)}, not a list")
-        for i, dev in enumerate(ids or []):
-            if not isinstance(dev, str):
-                raise ValueError(f"{at}[{i}] is {_kind(dev)}, not a string")
+        for i, dev in enumerate(_checked(ids, (list, NULL), at, "a list") or []):
+            _checked(dev, str, f"{at}[{i}]", "a string")
         out += ids or []
     return tuple(out)
 
 
-def _kind(value: Any) -> str:
-    """A JSON value's type, in words, for a message that must not quote what it holds."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number")
+def _checked(value: Any, types: type | tuple[type, ...], where: str, what: str) -> Any:
+    """The value, when it is one of `types`; else ValueError naming where it is and its kind, never what it holds."""
+    if not isinstance(value, types):
+        names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", NULL: "null"}
+        raise ValueError(f"{where} is {names.get(type(value), 'a number')}, not {what}")
+    return value
