@@ -9,10 +9,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
-
-from netcomp.cni.invoke import Exec, ExecResult
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 INF = float("inf")
@@ -245,23 +243,6 @@ class Metrics:
             self.kube_errors.labels(op)
         for kind in FOREIGN_KINDS:
             self.foreign_ignored.labels(kind)
-
-    def wrap(self, inner: Exec) -> Exec:
-        def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
-            plugin, verb = os.path.basename(argv[-1]), env.get("CNI_COMMAND", "")
-            t = time.perf_counter()
-            try:
-                res = inner(argv, env, stdin, timeout)
-            except Exception:
-                self.delegate_failures.labels(plugin, verb).inc()
-                raise
-            finally:
-                self.delegate.labels(plugin, verb).observe(time.perf_counter() - t)
-            if res.returncode != 0:
-                self.delegate_failures.labels(plugin, verb).inc()
-            return res
-
-        return timed
 
     def render(self) -> bytes:
         created = _created_series()
