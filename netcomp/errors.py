@@ -1,13 +1,5 @@
-"""The exception tree, and where in the author's text a problem is.
-
-Each class says whose fault it is (as nmstate's error.py does), so callers and operators know what to fix:
-
-- IntentError: the config author's. An intent, netcomp.yaml or a static CNI file is wrong. Carries diagnostics
-  with file, line and column.
-- HostError: the node's. A device is missing, the kernel lacks a feature, a directory is not writable.
-- DelegateError: a CNI plugin's. It answered with a CNI error; code, msg and details are kept verbatim.
-- InternalError: ours. A bug in netcomp; the message asks for a report.
-"""
+"""Defines the exception tree, each class saying whose fault it is (as nmstate's error.py does), and where in the
+author's text a problem is."""
 
 from __future__ import annotations
 
@@ -26,9 +18,7 @@ class SourceLocation:
     column: int = 0
 
     def __str__(self) -> str:
-        if self.line <= 0:
-            return self.file
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{self.file}:{self.line}:{self.column}" if self.line > 0 else self.file
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +61,8 @@ class IntentError(NetcompError):
 
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = diagnostics
-        first = diagnostics[0] if diagnostics else None
-        text = (
-            f"{first.location}: {first.message}"
-            if first and first.location
-            else (first.message if first else "invalid intent")
-        )
+        first = diagnostics[0] if diagnostics else Diagnostic("invalid intent")
+        text = f"{first.location}: {first.message}" if first.location else first.message
         if len(diagnostics) > 1:
             text += f" (and {len(diagnostics) - 1} more)"
         super().__init__(text)
@@ -97,8 +83,7 @@ class LinkMismatch(HostError):
 
 class DelegateError(NetcompError):
     """A CNI plugin failed. code/msg/details are what the plugin said (CNI spec, "Error" section). `permanent`:
-    it fails the same way however often it is tried (the exec cannot take its arguments, the plugin refuses the
-    config's version), so a retry is pointless."""
+    it fails the same way however often it is tried (the exec cannot take its arguments, say): no retry helps."""
 
     def __init__(
         self, code: int, msg: str, details: str = "", *, network: str = "", plugin: str = "", permanent: bool = False
@@ -114,14 +99,8 @@ class DelegateError(NetcompError):
     @property
     def full_msg(self) -> str:
         """The message with whose it is in front: `network 'x', plugin 'y': msg` (details stay apart)."""
-        where = ", ".join(
-            p
-            for p in (
-                f"network {self.network!r}" if self.network else "",
-                f"plugin {self.plugin!r}" if self.plugin else "",
-            )
-            if p
-        )
+        named = (("network", self.network), ("plugin", self.plugin))
+        where = ", ".join(f"{kind} {name!r}" for kind, name in named if name)
         return f"{where}: {self.msg}" if where else self.msg
 
 

@@ -1,8 +1,7 @@
-"""What netcomp does with input another writer made (another node's AddressBlock, a tenant's Service or pod
-annotation, the kubelet's files) that it cannot take: the object is ignored for what it claims, named once in the
-log with who wrote it (its managedFields' managers), and counted in `netcomp_foreign_ignored_total` by kind. It
-never raises: a bad object costs its writer, never the watch around it. Also the bounds every reader of foreign
-JSON applies are cni/spec.py's (loads_foreign)."""
+"""Ignores input another writer made (another node's AddressBlock, a tenant's Service, the kubelet's files) for
+what it claims: named once in the log with its writers (managedFields), counted in `netcomp_foreign_ignored_total`
+by kind, never raised, so that a bad object costs its writer, never the watch. The bounds on foreign JSON are
+cni/spec.py's (loads_foreign)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Reading files within a bound, and writing them so that a reader never sees a half-written one.
-
-Every file netcomp reads goes through `read_bounded`: a regular file only (a FIFO, a device or a socket at the
-path is refused before it is opened, so nothing blocks and no device is touched), at most a limit of bytes (a 2 GB
-file or /dev/zero behind a symlink never reaches memory), symlinks followed only where the caller expects one.
-
-Temp files are named `.<name>.netcomp-tmp` in the target's directory: same filesystem, so `os.replace` is atomic,
-and an ending no runtime loads (not .conf, .conflist or .json). Multus wrote its config in place and users found it
-empty; libcni and netplan write-then-rename, as we do.
-"""
+"""Reads files within a bound (`read_bounded`, for every file netcomp reads), and writes them so that a reader
+never sees a half-written one: a temp file `.<name>.netcomp-tmp` in the same directory (so `os.replace` is atomic,
+and no runtime loads it), then a rename."""
 
 from __future__ import annotations
 
@@ -29,12 +22,9 @@ TMP_SUFFIX = ".netcomp-tmp"
 WRITE_FLAGS = os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
 # A file discard() took out of its directory's view, waiting for its storage to be freed.
 GONE_SUFFIX = ".netcomp-gone"
-
-
-# Paths as the caller gives them: str on the path of every CNI request (pathlib's arithmetic costs more there than
-# the syscalls), Path elsewhere.
+# Paths as the caller gives them: str on the path of every CNI request (pathlib costs more there than the
+# syscalls), Path elsewhere.
 P = TypeVar("P", str, Path)
-
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -55,15 +45,11 @@ def size_text(n: int) -> str:
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int, *, follow: bool = True) -> bytes:
-    """The bytes of the regular file at path, at most `limit` of them. An OSError otherwise, whose strerror
-    says why in words a diagnostic can quote after the file's name: FileNotFoundError as open(2) raises it; a
-    path that is not a regular file (`not a regular file: a FIFO`), is a symlink when `follow` is False, or
-    holds more than `limit` bytes (`larger than 16 MiB, the most netcomp reads of it`).
-
-    The path is stat'ed before it is opened, and not opened unless it is a regular file: opening a FIFO blocks
-    until a writer comes, and opening some devices does something (a watchdog starts counting). It is opened
-    with O_NONBLOCK all the same (a FIFO swapped in between the stat and the open must not block either), and
-    what was opened is checked again with fstat. Procfs files say size 0 and are read up to the limit."""
+    """The bytes of the regular file at path, at most `limit` of them, symlinks followed only with `follow`. An
+    OSError otherwise, whose strerror a diagnostic can quote after the file's name (`not a regular file: a FIFO`).
+    The path is opened only if its stat says it is a regular file (opening a FIFO blocks; opening some devices
+    starts something, a watchdog), with O_NONBLOCK all the same (in case it was swapped since), and checked again
+    with fstat. Procfs files say size 0 and are read up to the limit."""
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError as e:
@@ -160,19 +146,15 @@ def publish(tmp: str | Path, path: str | Path) -> None:
 def atomic_write(
     path: str | Path, data: bytes, *, mode: int = 0o644, sync_dir: bool = True, durable: bool = True
 ) -> None:
-    """Write data to path atomically: temp file, fsync, rename, then (optionally) fsync the directory.
-
-    Batch writers pass sync_dir=False and call fsync_dir once at the end. durable=False skips both fsyncs: the
-    file is still replaced atomically (a crash of the writer never leaves it half written), but a power loss may
-    lose the last writes."""
+    """Write data to path atomically: temp file, fsync, rename, then (with sync_dir) fsync the directory.
+    durable=False skips both fsyncs: the file is still replaced atomically, but a power loss may lose it."""
     publish(write_tmp(os.fspath(path), data, mode=mode, durable=durable), path)
     if sync_dir and durable:
         fsync_dir(Path(path).parent)
 
 
-# A file modified this recently may be modified again within the same filesystem timestamp tick (coarse clocks,
-# and some filesystems keep 1-2 s): its stat then cannot tell the two versions apart. Such a file is "racily
-# clean" (git's term) and its content must be compared as well.
+# A file modified this recently may change again within the same timestamp tick, unseen by its stat: it is
+# "racily clean" (git's term), and its content must be compared as well.
 RACY_NS = 3_000_000_000
 
 
@@ -191,12 +173,9 @@ def remove_stale_tmp(directory: Path) -> None:
 
 def discard(path: str | Path) -> bool:
     """Remove path as every reader of its directory sees it, at once: it is renamed to a hidden name (atomic; a
-    crash leaves it there for remove_stale_tmp), and a thread of its own unlinks it. False when there was no
-    such file.
-
-    Why not unlink here: on ext4, unlinking a file whose blocks are on disk (one that lived past the kernel's
-    writeback, or one renamed over another, which is written out at once: auto_da_alloc) frees its blocks in the
-    unlink, mostly waiting, on the path of a DEL; a rename costs a fraction of it (docs/benchmarks.md)."""
+    crash leaves it for remove_stale_tmp), and a thread of its own unlinks it. False when there was no such file.
+    Not unlinked here: on ext4, unlinking a file whose blocks are on disk frees them in the unlink, mostly
+    waiting, on the path of a DEL (docs/benchmarks.md)."""
     trash = _beside(os.fspath(path), f".{os.getpid()}-{next(_serial)}{GONE_SUFFIX}")
     try:
         os.rename(path, trash)
@@ -260,9 +239,8 @@ class _Janitor:
 
 def _unlink(path: str) -> None:
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     except OSError as e:  # left for the next start's sweep
         log.warning("cannot remove %s: %s", path, e.strerror)
 

@@ -1,8 +1,6 @@
-"""Every libc function netcomp calls through ctypes, each declared once (argument and result types) and each call
-checked: OSError with the call's errno (the spawn family returns its error number, which cni/spawn.py checks).
-glibc's and musl's names and types; None where this libc lacks a function. When Python 3.12 is the floor, setns() and
-unshare() give way to os.setns and os.unshare; the others have no os equivalent (the spawn family: cni/spawn.py
-says why os.posix_spawn is not used)."""
+"""Declares every libc function netcomp calls through ctypes once, and checks each call: OSError with its errno
+(the spawn family returns its error number: cni/spawn.py checks it). A function this libc lacks is None. With
+Python 3.12 as the floor, setns() and unshare() give way to os.setns and os.unshare."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ def _libc() -> ctypes.CDLL | None:
 @functools.cache
 def function(name: str) -> Any:
     """libc's `name` with its declared types (PROTOTYPES), or None where this libc has no such function."""
-    lib = _libc()
-    fn = getattr(lib, name, None) if lib is not None else None
+    fn = getattr(_libc(), name, None)  # None too where there is no C library
     if fn is not None:
         fn.restype, fn.argtypes = PROTOTYPES[name]
     return fn
@@ -64,8 +61,7 @@ def has(*names: str) -> bool:
 
 
 def _errno_call(name: str, *args: Any) -> int:
-    """A call that returns -1 and sets errno on failure: its result, or OSError with that errno (and its text, as
-    os's functions raise it)."""
+    """A call that returns -1 and sets errno on failure: its result, or OSError as os's functions raise it."""
     fn = function(name)
     if fn is None:
         raise OSError(errno.ENOSYS, f"{name} is not in this C library")
@@ -92,8 +88,7 @@ def set_pdeathsig(signum: int) -> None:
 
 
 def malloc_trim() -> bool:
-    """glibc's malloc_trim(3): the C heap's free pages given back to the system. False where there is none (not
-    glibc): nothing is done."""
+    """glibc's malloc_trim(3): the C heap's free pages back to the system. False, nothing done, without glibc."""
     fn = function("malloc_trim")
     return bool(fn(0)) if fn is not None else False
 

@@ -1,11 +1,6 @@
-"""Prometheus metrics: requests per verb and outcome with latency, and every delegate exec per plugin and verb
-(observed through the runner's Exec seam).
-
-The exposition is written here, in the Prometheus text format (0.0.4) exactly as prometheus_client writes it
-(the `_total` suffix of counters, `_created` series, label order, Go's float formatting: a unit test compares
-the two byte for byte), because the daemon needs four kinds of number and a text page, and importing
-prometheus_client costs resident memory for modules (its HTTP servers, urllib, wsgiref) a daemon never runs
-(docs/benchmarks.md)."""
+"""Counts the daemon's Prometheus metrics: requests per verb and outcome with latency, and every delegate exec per
+plugin and verb. It writes the text format (0.0.4) exactly as prometheus_client does (a unit test compares them),
+without importing it: its HTTP servers are modules a daemon never runs (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +9,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
-
-from netcomp.cni.invoke import Exec, ExecResult
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 INF = float("inf")
@@ -50,9 +43,7 @@ def _escape(value: str) -> str:
 
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> str:
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}" if pairs else ""
 
 
 class _Series:
@@ -73,6 +64,9 @@ class _Family:
     """A metric family: a name, help, label names, and a series per label values (in the order first used).
     `labels(...)` gives a child: the same family bound to one series (made on first use, at 0)."""
 
+    kind = ""  # its TYPE in the exposition
+    bounds: tuple[float, ...] = ()  # a histogram's buckets' upper bounds
+
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> None:
         self.name = name
         self.documentation = documentation
@@ -85,7 +79,7 @@ class _Family:
             self._mine = self._series[()] = self._new()
 
     def _new(self) -> _Series:
-        return _Series(0)
+        return _Series(len(self.bounds))
 
     def _one(self) -> _Series:
         if self._mine is None:
@@ -114,32 +108,44 @@ class _Family:
     def pairs(self, values: tuple[str, ...]) -> list[tuple[str, str]]:
         return list(zip(self.labelnames, values, strict=True))
 
+    def _exposed(self) -> str:
+        """The name its samples and its HELP and TYPE lines carry."""
+        return self.name
+
+    def _samples(self, pairs: list[tuple[str, str]], value: float, buckets: Sequence[float]) -> list[str]:
+        return [f"{self._exposed()}{_labels(pairs)} {go_float(value)}\n"]
+
     def lines(self, created: bool) -> list[str]:
-        raise NotImplementedError
+        """Its part of the page: HELP, TYPE, each series' samples, then (not for a gauge) when each was made."""
+        head, doc = self._exposed(), _help(self.documentation)
+        out = [f"# HELP {head} {doc}\n", f"# TYPE {head} {self.kind}\n"]
+        with self._lock:
+            series = [(values, s.value, list(s.buckets), s.created) for values, s in self._series.items()]
+        for values, value, buckets, _ in series:
+            out += self._samples(self.pairs(values), value, buckets)
+        if created and series and self.kind != "gauge":
+            out += [f"# HELP {self.name}_created {doc}\n", f"# TYPE {self.name}_created gauge\n"]
+            for values, _, _, when in series:
+                out.append(f"{self.name}_created{_labels(self.pairs(values))} {go_float(when)}\n")
+        return out
 
 
 class Counter(_Family):
+    kind = "counter"
+
     def inc(self, amount: float = 1) -> None:
         if amount < 0:
             raise ValueError("counters only go up")
         with self._lock:
             self._one().value += amount
 
-    def lines(self, created: bool) -> list[str]:
-        total, doc = f"{self.name}_total", _help(self.documentation)
-        out = [f"# HELP {total} {doc}\n", f"# TYPE {total} counter\n"]
-        with self._lock:
-            series = list(self._series.items())
-        for values, s in series:
-            out.append(f"{total}{_labels(self.pairs(values))} {go_float(s.value)}\n")
-        if created and series:
-            out += [f"# HELP {self.name}_created {doc}\n", f"# TYPE {self.name}_created gauge\n"]
-            for values, s in series:
-                out.append(f"{self.name}_created{_labels(self.pairs(values))} {go_float(s.created)}\n")
-        return out
+    def _exposed(self) -> str:
+        return f"{self.name}_total"
 
 
 class Gauge(_Family):
+    kind = "gauge"
+
     def set(self, value: float) -> None:
         with self._lock:
             self._one().value = float(value)
@@ -149,30 +155,14 @@ class Gauge(_Family):
             self._one().value += amount
 
     def dec(self, amount: float = 1) -> None:
-        with self._lock:
-            self._one().value -= amount
-
-    def lines(self, created: bool) -> list[str]:
-        out = [f"# HELP {self.name} {_help(self.documentation)}\n", f"# TYPE {self.name} gauge\n"]
-        with self._lock:
-            series = list(self._series.items())
-        for values, s in series:
-            out.append(f"{self.name}{_labels(self.pairs(values))} {go_float(s.value)}\n")
-        return out
+        self.inc(-amount)
 
 
 class Histogram(_Family):
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str] = (), *, buckets: Sequence[float] = BUCKETS
-    ) -> None:
-        bounds = [float(b) for b in buckets]
-        if bounds != sorted(bounds):
-            raise ValueError("buckets not in sorted order")
-        self.bounds = (*bounds, INF) if bounds[-1] != INF else tuple(bounds)
-        super().__init__(name, documentation, labelnames)
+    """Observations in BUCKETS (and +Inf)."""
 
-    def _new(self) -> _Series:
-        return _Series(len(self.bounds))
+    kind = "histogram"
+    bounds = (*BUCKETS, INF)
 
     def observe(self, amount: float) -> None:
         with self._lock:
@@ -183,47 +173,18 @@ class Histogram(_Family):
                     s.buckets[i] += 1
                     break
 
-    def lines(self, created: bool) -> list[str]:
-        doc = _help(self.documentation)
-        out = [f"# HELP {self.name} {doc}\n", f"# TYPE {self.name} histogram\n"]
-        with self._lock:
-            series = [(values, s.value, list(s.buckets), s.created) for values, s in self._series.items()]
-        for values, total, buckets, _ in series:
-            pairs = self.pairs(values)
-            acc = 0.0
-            for bound, n in zip(self.bounds, buckets, strict=True):
-                acc += n
-                out.append(f"{self.name}_bucket{_labels([*pairs, ('le', go_float(bound))])} {go_float(acc)}\n")
-            out.append(f"{self.name}_count{_labels(pairs)} {go_float(acc)}\n")
-            if self.bounds[0] >= 0:
-                out.append(f"{self.name}_sum{_labels(pairs)} {go_float(total)}\n")
-        if created and series:
-            out += [f"# HELP {self.name}_created {doc}\n", f"# TYPE {self.name}_created gauge\n"]
-            for values, _, _, when in series:
-                out.append(f"{self.name}_created{_labels(self.pairs(values))} {go_float(when)}\n")
-        return out
+    def _samples(self, pairs: list[tuple[str, str]], value: float, buckets: Sequence[float]) -> list[str]:
+        out: list[str] = []
+        acc = 0.0
+        for bound, n in zip(self.bounds, buckets, strict=True):
+            acc += n
+            out.append(f"{self.name}_bucket{_labels([*pairs, ('le', go_float(bound))])} {go_float(acc)}\n")
+        out.append(f"{self.name}_count{_labels(pairs)} {go_float(acc)}\n")
+        return [*out, f"{self.name}_sum{_labels(pairs)} {go_float(value)}\n"]
 
 
 def _help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
-
-
-F = TypeVar("F", bound=_Family)
-
-
-class Registry:
-    """The families in the order they were made, rendered as one page."""
-
-    def __init__(self) -> None:
-        self.families: list[_Family] = []
-
-    def add(self, family: F) -> F:
-        self.families.append(family)
-        return family
-
-    def render(self) -> bytes:
-        created = _created_series()
-        return "".join(line for f in self.families for line in f.lines(created)).encode()
 
 
 # What netcomp_foreign_ignored_total counts, shown at 0 from the start (netcomp/foreign.py takes any kind).
@@ -231,62 +192,50 @@ FOREIGN_KINDS = ("AddressBlock", "AddressClaim", "Service", "Pod", "checkpoint",
 
 
 class Metrics:
+    """The daemon's families; the page shows them in the order they are made here."""
+
     def __init__(self) -> None:
-        r = Registry()
-        self.registry = r
-        self.foreign_ignored = r.add(
-            Counter(
-                "netcomp_foreign_ignored",
-                "Objects and files other writers made that netcomp ignored for what they claim (logged once each, "
-                "naming the writer), by kind",
-                ["kind"],
-            )
+        self.foreign_ignored = Counter(
+            "netcomp_foreign_ignored",
+            "Objects and files other writers made that netcomp ignored for what they claim (logged once each, "
+            "naming the writer), by kind",
+            ["kind"],
         )
-        self.requests = r.add(Counter("netcomp_cni_requests", "CNI requests served", ["verb", "outcome"]))
-        self.latency = r.add(Histogram("netcomp_cni_request_seconds", "CNI request latency", ["verb"]))
-        self.delegate = r.add(
-            Histogram("netcomp_delegate_seconds", "Delegate plugin execution time", ["plugin", "verb"])
+        self.requests = Counter("netcomp_cni_requests", "CNI requests served", ["verb", "outcome"])
+        self.latency = Histogram("netcomp_cni_request_seconds", "CNI request latency", ["verb"])
+        self.delegate = Histogram("netcomp_delegate_seconds", "Delegate plugin execution time", ["plugin", "verb"])
+        self.delegate_failures = Counter(
+            "netcomp_delegate_failures", "Delegate plugin executions that failed", ["plugin", "verb"]
         )
-        self.delegate_failures = r.add(
-            Counter("netcomp_delegate_failures", "Delegate plugin executions that failed", ["plugin", "verb"])
+        self.in_flight = Gauge("netcomp_requests_in_flight", "Requests being served")
+        self.queued = Gauge("netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)")
+        self.connections = Gauge("netcomp_connections", "Connections open on the socket")
+        self.ipam = Counter(
+            "netcomp_ipam_claims",
+            "Addresses (ipam: {type: cluster}) by event: allocation, borrow (from another node's block), "
+            "conflict (taken by another: the store refused the name), release, rollback, gc, block (a block "
+            "claimed), release-block",
+            ["event", "network"],
         )
-        self.in_flight = r.add(Gauge("netcomp_requests_in_flight", "Requests being served"))
-        self.queued = r.add(Gauge("netcomp_requests_queued", "Requests waiting for a slot (maxInFlight)"))
-        self.connections = r.add(Gauge("netcomp_connections", "Connections open on the socket"))
-        self.ipam = r.add(
-            Counter(
-                "netcomp_ipam_claims",
-                "Addresses (ipam: {type: cluster}) by event: allocation, borrow (from another node's block), "
-                "conflict (taken by another: the store refused the name), release, rollback, gc, block (a block "
-                "claimed), release-block",
-                ["event", "network"],
-            )
+        self.recovered = Counter(
+            "netcomp_recovered_attachments",
+            "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",
+            ["outcome"],
         )
-        self.recovered = r.add(
-            Counter(
-                "netcomp_recovered_attachments",
-                "Attachments a daemon found unfinished at start-up (left by one that died mid-ADD), by outcome",
-                ["outcome"],
-            )
+        self.networks = Gauge("netcomp_networks", "Networks compiled and served")
+        self.degraded = Gauge("netcomp_degraded", "1 when an intent is broken and its last good output is kept")
+        self.rejected = Counter("netcomp_requests_rejected", "Requests refused before serving", ["reason"])
+        self.kube_errors = Counter(
+            "netcomp_kubernetes_errors",
+            "Kubernetes API calls that failed (watch: objects, pods, Services; read, patch: pods; event; slice: "
+            "EndpointSlice writes; dropped: writes the full queue could not take)",
+            ["op"],
         )
-        self.networks = r.add(Gauge("netcomp_networks", "Networks compiled and served"))
-        self.degraded = r.add(Gauge("netcomp_degraded", "1 when an intent is broken and its last good output is kept"))
-        self.rejected = r.add(Counter("netcomp_requests_rejected", "Requests refused before serving", ["reason"]))
-        self.kube_errors = r.add(
-            Counter(
-                "netcomp_kubernetes_errors",
-                "Kubernetes API calls that failed (watch: objects, pods, Services; read, patch: pods; event; slice: "
-                "EndpointSlice writes; dropped: writes the full queue could not take)",
-                ["op"],
-            )
-        )
-        self.pod_lookups = r.add(
-            Counter(
-                "netcomp_pod_lookups",
-                "Pods an ADD looked up, by where they came from: watch (the node's pods, no API call) or api (a "
-                "GET: a pod the watch had not delivered yet)",
-                ["source"],
-            )
+        self.pod_lookups = Counter(
+            "netcomp_pod_lookups",
+            "Pods an ADD looked up, by where they came from: watch (the node's pods, no API call) or api (a "
+            "GET: a pod the watch had not delivered yet)",
+            ["source"],
         )
         for source in ("watch", "api"):
             self.pod_lookups.labels(source)  # shown at 0 before the first ADD
@@ -295,22 +244,7 @@ class Metrics:
         for kind in FOREIGN_KINDS:
             self.foreign_ignored.labels(kind)
 
-    def wrap(self, inner: Exec) -> Exec:
-        def timed(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
-            plugin, verb = os.path.basename(argv[-1]), env.get("CNI_COMMAND", "")
-            t = time.perf_counter()
-            try:
-                res = inner(argv, env, stdin, timeout)
-            except Exception:
-                self.delegate_failures.labels(plugin, verb).inc()
-                raise
-            finally:
-                self.delegate.labels(plugin, verb).observe(time.perf_counter() - t)
-            if res.returncode != 0:
-                self.delegate_failures.labels(plugin, verb).inc()
-            return res
-
-        return timed
-
     def render(self) -> bytes:
-        return self.registry.render()
+        created = _created_series()
+        families = [f for f in vars(self).values() if isinstance(f, _Family)]
+        return "".join(line for f in families for line in f.lines(created)).encode()

@@ -1,6 +1,5 @@
-"""Every name rule in one place (as libcni keeps them in pkg/utils/utils.go): what a network, a plugin or a
-container may be called, what an interface may be called (in a request, and in an intent), what an SR-IOV VF's
-PCI address looks like. A rule written twice is a bug waiting for its first divergence."""
+"""Keeps every name rule in one place (as libcni's pkg/utils/utils.go does): what a network, a plugin, a container,
+an interface (in a request, in an intent), a Kubernetes label or a device may be called."""
 
 from __future__ import annotations
 
@@ -37,23 +36,17 @@ def is_cni_name(name: str) -> bool:
 
 
 def ifname_problem(name: str) -> str | None:
-    """What is wrong with an interface name a runtime or a pod gives (None: nothing): Linux's rules (1-15 bytes,
-    no '/', ':' or whitespace, not '.' or '..') and ours (printable ASCII only: a name with control characters or
-    non-ASCII breaks tools and logs, though the kernel takes it)."""
-    if (
-        not name
-        or len(name) > IFNAMSIZ
-        or name in (".", "..")
-        or not all("!" <= c <= "~" and c not in "/:" for c in name)
-    ):
+    """What is wrong with an interface name a runtime or a pod gives (None: nothing): Linux's rules, and printable
+    ASCII only (the kernel takes control characters and non-ASCII, but they break tools and logs)."""
+    plain = all("!" <= c <= "~" and c not in "/:" for c in name)
+    if not name or len(name) > IFNAMSIZ or name in (".", "..") or not plain:
         return "1 to 15 characters of printable ASCII; no space, '/' or ':'; not '.' or '..'"
     return None
 
 
 # Kubernetes labels (apimachinery's pkg/util/validation/validation.go): a key is a qualified name, an optional DNS
 # subdomain prefix and '/', then a name of at most 63 characters; a value is such a name or empty.
-LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-LABEL_NAME_RE = re.compile(LABEL_NAME)
+LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 
 
@@ -79,16 +72,11 @@ def label_value_problem(value: str) -> str | None:
     return None
 
 
-# A device ID a device plugin gave a pod: the kubelet passes on what the plugin said, and it goes into plugin
-# configs (deviceID, pciBusID) and file names (device-info). VFs, and vDPA devices on VFs, are named by their PCI
-# address; a device on another bus by its kernel name, as /sys/bus/<bus>/devices lists it (an auxiliary device,
-# a Scalable Function: `mlx5_core.sf.2`). An ID with ':' claims to be a PCI address and must be one, so that a
-# mistyped address is refused rather than passed on as a name. Either form is one path component with no
-# control character, short enough for a file name.
+# A device ID a device plugin gave a pod goes into plugin configs (deviceID, pciBusID) and file names
+# (device-info). It is a PCI address (VFs, vDPA devices on VFs), or a kernel name as /sys/bus/<bus>/devices lists
+# it (a Scalable Function: `mlx5_core.sf.2`); an ID with ':' must be a PCI address, so a mistyped one is refused.
 DEVICE_NAME_MAX = 64
 DEVICE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{DEVICE_NAME_MAX - 1}}}")
-
-
 # sysfs writes a PCI domain of 0x10000 and up (behind an Intel VMD) with more than four digits.
 DEVICE_PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 

@@ -1,5 +1,5 @@
-"""Every default location netcomp uses, resolved under a root (netplan's --root-dir), so tests, dry runs and
-self-contained trees work without touching the real system."""
+"""Names every default location netcomp uses, resolved under a root (netplan's --root-dir), so that tests, dry runs
+and self-contained trees never touch the real system."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Diagnostics for people (compiler style, as netplan prints them) and for programs (JSON)."""
+"""Formats diagnostics for people (compiler style, as netplan prints them) and for programs (JSON)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ def format_text(d: Diagnostic) -> str:
     lines = [f"{where}{d.severity}: {d.message}"]
     if d.source_line is not None and d.location and d.location.column > 0:
         src = d.source_line.replace("\t", " ")
-        lines.append(f"  {src}")
-        lines.append("  " + " " * (d.location.column - 1) + "^")
+        lines += [f"  {src}", "  " + " " * (d.location.column - 1) + "^"]
     lines.extend(f"  note: {n}" for n in d.notes)
     return "\n".join(lines)
 
@@ -29,14 +28,9 @@ def sort_key(d: Diagnostic) -> tuple[str, int, int, str]:
 def format_all(diags: Sequence[Diagnostic]) -> str:
     body = [format_text(d) for d in sorted(diags, key=sort_key)]
     errors = sum(1 for d in diags if d.is_error)
-    warnings = len(diags) - errors
-    if errors or warnings:
-        parts = []
-        if errors:
-            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
-        if warnings:
-            parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}")
-        body.append(", ".join(parts))
+    counts = ((errors, "error"), (len(diags) - errors, "warning"))
+    if diags:
+        body.append(", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in counts if n))
     return "\n".join(body)
 
 
@@ -45,6 +39,6 @@ def as_json(diags: Sequence[Diagnostic], **extra: Any) -> str:
         "diagnostics": [d.as_dict() for d in sorted(diags, key=sort_key)],
         "errors": sum(1 for d in diags if d.is_error),
         "warnings": sum(1 for d in diags if not d.is_error),
+        **extra,
     }
-    doc.update(extra)
     return json.dumps(doc, indent=2)

@@ -1,10 +1,11 @@
-"""netcomp.yaml: the node's settings. Every key has a default; unknown keys are errors with positions."""
+"""Loads netcomp.yaml, the node's settings: every key has a default, and an unknown key is an error with its
+position."""
 
 from __future__ import annotations
 
 import socket as _socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -23,9 +24,7 @@ DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
 PodField = Literal[
     "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
 ]
-POD_FIELDS: tuple[PodField, ...] = (
-    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
-)  # fmt: skip
+POD_FIELDS: tuple[PodField, ...] = get_args(PodField)
 
 
 class SriovPool(BaseModel):
@@ -35,11 +34,6 @@ class SriovPool(BaseModel):
 
     pfNames: list[str] = Field(min_length=1, description="Physical functions whose VFs form the pool")
     drivers: list[str] = Field(default_factory=list, description="Only VFs bound to one of these drivers")
-
-
-def _hostname() -> str:
-    """The default node name: the hostname, as Kubernetes spells a Node's (lower case)."""
-    return _socket.gethostname().lower()
 
 
 class KubeletSettings(BaseModel):
@@ -206,7 +200,7 @@ class Settings(BaseModel):
     )
     # Addresses (ipam: {type: cluster})
     nodeName: str = Field(
-        default_factory=_hostname,
+        default_factory=lambda: _socket.gethostname().lower(),  # as Kubernetes spells a Node's name
         min_length=1,
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
@@ -231,8 +225,7 @@ class Settings(BaseModel):
     )
 
     def intent_layers(self) -> list[str]:
-        """The intent dirs to compile, lowest precedence first: the cluster's objects (when read) under the
-        node's own dirs."""
+        """The intent dirs, lowest precedence first: the cluster's objects (when read) under the node's own."""
         kube = self.kubernetes
         if kube is not None and (kube.networks or kube.networkAttachmentDefinitions or kube.danm):
             return [self.clusterIntentDir, *self.intentDirs]
@@ -254,15 +247,14 @@ class Settings(BaseModel):
         return self.model_copy(update=update)
 
 
-def load_settings(path: str | Path | None, root: Root | None = None, *, required: bool = False) -> Settings:
+def load_settings(path: str | Path | None, root: Root | None = None) -> Settings:
     """Read netcomp.yaml (default location under root when path is None). A missing default file means
     defaults; a missing file named explicitly is an error."""
-    explicit = path is not None
     p = Path(path) if path is not None else (root or Root())(paths.CONFIG_FILE)
     try:
         raw = read_bounded(p, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
-        if explicit or required:
+        if path is not None:
             raise IntentError([Diagnostic("config file not found", SourceLocation(str(p)))]) from None
         return Settings()
     except OSError as e:

@@ -1,4 +1,4 @@
-"""`python3 -m netcomp.cli` (the Debian package's /usr/bin/netcomp runs it so)."""
+"""Runs `python3 -m netcomp.cli`, as the Debian package's /usr/bin/netcomp does."""
 
 from netcomp.cli.exits import EX_INTERRUPTED
 

@@ -1,5 +1,5 @@
-"""The commands that ask the running daemon: `netcomp status`, `attachments`, `attach`, `detach`. They work
-whatever state netcomp.yaml is in: with it broken, the socket is taken from the daemon's last good state."""
+"""Runs the commands that ask the running daemon: `netcomp status`, `attachments`, `ipam`, `attach`, `detach`.
+They work whatever state netcomp.yaml is in: with it broken, the socket is the daemon's last good one."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=10)
         elif args.command == "attachments":
             status, doc = call(settings.socket, "GET", protocol.ATTACHMENTS_PATH, timeout=30)
+        elif args.command == "ipam" and args.action == "show":
+            status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
         elif args.command == "ipam":
-            if args.action == "show":
-                status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
-            else:
-                status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
+            status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
         else:
             body = {
                 "command": "ADD" if args.command == "attach" else "DEL",
@@ -88,13 +87,11 @@ def _print_status(doc: dict[str, Any], out: TextIO) -> None:
         waiting = doc.get("podEditsWaiting") or 0
         edits = f"; {waiting} pod {'edit waits' if waiting == 1 else 'edits wait'} for the undo" if waiting else ""
         out.write(f"  {undo} attachment{'' if undo == 1 else 's'} to undo (netcomp attachments lists them){edits}\n")
-    kube = doc.get("kubernetes")
-    if kube:
+    if kube := doc.get("kubernetes"):
         synced = "synced" if kube["synced"] else "NOT SYNCED"
         why = f", last error: {kube['lastError']}" if kube.get("lastError") else ""
         out.write(f"  cluster: {synced}, {kube['networks']} Network objects{why}\n")
-        es = kube.get("endpointSlices")
-        if es:
+        if es := kube.get("endpointSlices"):
             state = "" if es["synced"] else ", NOT SYNCED"
             state += f", last error: {es['lastError']}" if es.get("lastError") else ""
             out.write(f"  EndpointSlices: {es['services']} Services on secondary networks, {es['slices']} slices of "
@@ -123,8 +120,7 @@ def _print_ipam(doc: dict[str, Any], out: TextIO) -> None:
             out.write(f"freed block {b} (its node is gone)\n")
         out.write(f"{len(doc['freed'])} addresses of other nodes freed, {len(blocks)} blocks, "
                   f"{doc.get('freedOwn', 0)} of this node\n")  # fmt: skip
-        slices = doc.get("endpointSlices")
-        if slices is not None:
+        if (slices := doc.get("endpointSlices")) is not None:
             for r in slices["removed"]:
                 out.write(f"removed EndpointSlice {r['namespace']}/{r['name']} of node {r['node']}\n")
             if slices.get("error"):

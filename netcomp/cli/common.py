@@ -1,4 +1,4 @@
-"""What the daemon's commands share: the settings (resolved under --root) and where the last good state is."""
+"""Finds what the daemon's commands share: the settings (resolved under --root) and the last good state."""
 
 from __future__ import annotations
 

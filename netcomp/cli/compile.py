@@ -1,4 +1,4 @@
-"""`netcomp validate` and `netcomp compile`."""
+"""Runs `netcomp validate` and `netcomp compile`."""
 
 from __future__ import annotations
 
@@ -44,12 +44,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     pipeline.device_present = devices.__contains__
     pipeline.devices_state = lambda: "\0".join(sorted(devices))
     # Paths named on the command line are the user's, relative to the cwd; configured ones live under root.
-    if args.paths:
-        missing = [p for p in args.paths if not Path(p).exists()]
-        if missing:
-            for p in missing:
-                print(f"netcomp: {p}: no such file or directory", file=err)
-            return EX_NOINPUT
+    missing = [p for p in args.paths if not Path(p).exists()]
+    for p in missing:
+        print(f"netcomp: {p}: no such file or directory", file=err)
+    if missing:
+        return EX_NOINPUT
     layers = [Path(p) for p in args.paths] if args.paths else pipeline.layers()
     try:
         files = discover(layers)
@@ -76,12 +75,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EX_IOERR
     summary = [{"change": c.kind, "file": str(out_dir / c.filename)} for c in changes]
     if args.output == "json":
-        out.write(
-            report.as_json(
-                plan.diagnostics, changes=summary, networks=sorted(a.network for a in plan.artifacts.values())
-            )
-            + "\n"
-        )
+        networks = sorted(a.network for a in plan.artifacts.values())
+        _report(args, plan.diagnostics, out, err, changes=summary, networks=networks)
     else:
         if plan.diagnostics:
             print(report.format_all(plan.diagnostics), file=err)
@@ -95,9 +90,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 verb = {"add": "wrote", "change": "updated", "remove": "removed"}[c.kind]
                 print(f"{verb} {out_dir / c.filename}", file=err)
             print(f"{len(plan.artifacts)} networks, {len(changes)} changed", file=err)
-    if args.check and changes:
-        return EX_FAIL
-    return EX_OK
+    return EX_FAIL if args.check and changes else EX_OK
 
 
 def _report(args: argparse.Namespace, diags: list, out: TextIO, err: TextIO, **extra: object) -> None:  # type: ignore[type-arg]

@@ -1,9 +1,6 @@
-"""bash completion for `netcomp`, generated from the argument parser (parser.py), so that it offers every command
-and option there is, and nothing that is gone. The Debian package installs the generated script,
-packaging/netcomp.bash-completion; `make completion` writes it again, and tests/unit/test_completion.py fails
-when it differs from what the parser gives. It needs nothing but bash. What an option's value or a positional
-argument completes to is read from the parser too: its choices, else what its metavar says it is (a table
-below); anything else (a container ID, a network name) completes to nothing."""
+"""Generates bash completion for `netcomp` from the argument parser (parser.py), so that it offers every command
+and option there is. `make completion` writes packaging/netcomp.bash-completion; a test fails when it differs. An
+option's value completes to its choices, else to what its metavar names (METAVAR_KINDS), else to nothing."""
 
 from __future__ import annotations
 
@@ -100,8 +97,7 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
 
 
 def _case(name: str, parser: argparse.ArgumentParser) -> list[str]:
-    """The branch of one command (or of none, name ""): its options, and what their values and its positional
-    arguments complete to."""
+    """The branch of one command (name "": before any): its options, and what their values and positionals offer."""
     options = [o for a in parser._actions for o in a.option_strings]
     valued = [a for a in parser._actions if a.option_strings and a.nargs != 0]
     positionals = [a for a in parser._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]

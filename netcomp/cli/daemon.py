@@ -1,4 +1,4 @@
-"""`netcomp daemon`: the host daemon in the foreground (netcomp.service runs it)."""
+"""Runs `netcomp daemon`: the host daemon in the foreground, as netcomp.service starts it."""
 
 from __future__ import annotations
 

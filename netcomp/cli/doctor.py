@@ -1,5 +1,5 @@
-"""`netcomp doctor`: whether this node can serve its networks (netcomp/doctor/). With netcomp.yaml broken, the
-daemon runs on its last good settings: those are checked, and the config line says what is broken."""
+"""Runs `netcomp doctor`. With netcomp.yaml broken the daemon runs on its last good settings: those are checked,
+and the config line says what is broken."""
 
 from __future__ import annotations
 
@@ -22,12 +22,9 @@ def _config(args: argparse.Namespace) -> tuple[Settings, Check]:
     if r.broken is None:
         found = f"{where} loads" if Path(where).exists() else f"no {where}: the defaults"
         return r.settings, report.ok("config", found)
-    first, errors = r.broken.diagnostics[0], len(r.broken.diagnostics)
-    broken = f"{first.location}: {first.message}" if first.location else first.message
-    more = f" (and {errors - 1} more)" if errors > 1 else ""
     return r.settings, report.fail(
         "config",
-        f"broken: {broken}{more}; checking with {'its last good settings' if r.last_good else 'the defaults'}",
+        f"broken: {r.broken}; checking with {'its last good settings' if r.last_good else 'the defaults'}",
         "fix netcomp.yaml (`netcomp validate` shows every error), then `systemctl reload netcomp`",
     )
 

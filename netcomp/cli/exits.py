@@ -1,4 +1,4 @@
-"""Exit codes of the `netcomp` command, in one place. They follow sysexits(3) where it has a word for the case."""
+"""Names the exit codes of the `netcomp` command, in one place, as sysexits(3) does where it has a word."""
 
 EX_OK = 0
 EX_FAIL = 1  # the command ran and the answer is no: compile --check found changes, attachments found an

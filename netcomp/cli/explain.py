@@ -1,5 +1,5 @@
-"""`netcomp explain`: why a pod or container has (or would get) the networks it has, asked of the running daemon
-(POST /explain: it answers with the objects and the code the ADD uses, delegate/explain.py) and printed."""
+"""Runs `netcomp explain`: it asks the running daemon (POST /explain, answered with the ADD's own code) why a
+pod or container has, or would get, its networks, and prints the answer."""
 
 from __future__ import annotations
 
@@ -60,8 +60,7 @@ def print_text(doc: dict[str, Any], out: TextIO) -> None:
         out.write("an ADD now would attach:\n" if not doc["running"] else "what an ADD of it would attach now:\n")
         for n in doc["networks"]:
             _network(n, out)
-    refusal = doc.get("refusal")
-    if refusal:
+    if refusal := doc.get("refusal"):
         out.write(f"REFUSED (CNI error {refusal['code']}): {refusal['msg']}\n")
         if refusal.get("details"):
             out.write(f"  {refusal['details']}\n")

@@ -1,4 +1,4 @@
-"""`netcomp install-shim`: the CNI plugin runtimes exec, on a node without the Debian package."""
+"""Runs `netcomp install-shim`: installs the CNI plugin runtimes exec on a node without the Debian package."""
 
 from __future__ import annotations
 

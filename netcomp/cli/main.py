@@ -1,8 +1,6 @@
-"""The `netcomp` command: dispatch to the module of each command, and the last line of defence, where an
-internal error is reported without a traceback (unless --debug), and a reader that goes away (`netcomp status |
-head -1`) or a Ctrl-C ends the command quietly, with the status a shell gives a process killed by SIGPIPE (141)
-or SIGINT (130). Each command module is imported when its command runs, so that `netcomp --help` and the quick
-commands import nothing heavy."""
+"""Runs the `netcomp` command: imports only the module of the command given (so that `--help` imports nothing
+heavy), and is the last line of defence: an internal error is reported without a traceback (unless --debug); a
+reader gone away or a Ctrl-C ends the command quietly, with the status a shell gives (141, 130)."""
 
 from __future__ import annotations
 
@@ -18,16 +16,11 @@ from netcomp.cli.parser import build_parser
 
 # The module that runs each command: run(args, out, err) -> exit code.
 COMMANDS = {
-    "validate": "netcomp.cli.compile",
-    "compile": "netcomp.cli.compile",
+    **dict.fromkeys(("validate", "compile"), "netcomp.cli.compile"),
+    **dict.fromkeys(("status", "attachments", "ipam", "attach", "detach"), "netcomp.cli.ask"),
     "schema": "netcomp.cli.schema",
     "install-shim": "netcomp.cli.install_shim",
     "daemon": "netcomp.cli.daemon",
-    "status": "netcomp.cli.ask",
-    "attachments": "netcomp.cli.ask",
-    "ipam": "netcomp.cli.ask",
-    "attach": "netcomp.cli.ask",
-    "detach": "netcomp.cli.ask",
     "doctor": "netcomp.cli.doctor",
     "explain": "netcomp.cli.explain",
 }
@@ -64,14 +57,9 @@ class _Watched:
         return getattr(self._stream, name)
 
 
-def _watch(stream: TextIO) -> TextIO:
-    return cast(TextIO, _Watched(stream))
-
-
 def _silence(stream: TextIO) -> None:
-    """Point the stream's file descriptor at /dev/null: what is still buffered in it goes nowhere, and the flush
-    at interpreter exit cannot fail again ("Exception ignored ... BrokenPipeError"). Python's own advice (the
-    `signal` module's note on SIGPIPE)."""
+    """Point the stream's file descriptor at /dev/null, so that the flush at interpreter exit cannot fail again
+    (the `signal` module's note on SIGPIPE advises it)."""
     with contextlib.suppress(AttributeError, OSError, ValueError):  # a StringIO has no descriptor
         fd = stream.fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -80,8 +68,8 @@ def _silence(stream: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    out = _watch(stdout or sys.stdout)
-    err = _watch(stderr or sys.stderr)
+    out = cast(TextIO, _Watched(stdout or sys.stdout))
+    err = cast(TextIO, _Watched(stderr or sys.stderr))
     try:
         try:
             return _run(argv, out, err)

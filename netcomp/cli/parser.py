@@ -1,4 +1,4 @@
-"""The `netcomp` command line: every command, its options and its help."""
+"""Declares the `netcomp` command line: every command, its options and its help."""
 
 from __future__ import annotations
 
@@ -21,10 +21,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--config",
-        "-c",
-        metavar="FILE",
-        help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)",
+        "--config", "-c", metavar="FILE", help="netcomp.yaml (default: /etc/netcomp/netcomp.yaml under --root)"
     )
     p.add_argument(
         "--root",
@@ -60,10 +57,7 @@ def _compile_opts(p: argparse.ArgumentParser) -> None:
         help="look up static networkIDs here (repeatable; replaces staticDirs)",
     )
     p.add_argument(
-        "--plugin-dir",
-        action="append",
-        metavar="DIR",
-        help="CNI plugin dir (repeatable; replaces pluginDirs)",
+        "--plugin-dir", action="append", metavar="DIR", help="CNI plugin dir (repeatable; replaces pluginDirs)"
     )
     p.add_argument("--cni-version", choices=get_args(CniVersion), help="cniVersion to emit")
     p.add_argument(
@@ -89,22 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(
-    sub: Any, name: str, help: str, description: str | None = None, epilog: str | None = None
+    sub: Any, name: str, help: str, description: str | None = None, epilog: str | None = None, *, common: bool = True
 ) -> argparse.ArgumentParser:
-    """A command's parser; every command answers --help and --version. `epilog`: the sections a man page has
-    after its options (written as they are printed)."""
+    """A command's parser; every command answers --help and --version, and with `common` takes _common's options.
+    `epilog`: the sections a man page has after its options (written as they are printed)."""
     fmt = argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter
     p: argparse.ArgumentParser = sub.add_parser(
         name, help=help, description=description or help, epilog=epilog, formatter_class=fmt
     )
     p.add_argument("--version", action="version", version=f"netcomp {__version__}")
+    if common:
+        _common(p)
     return p
 
 
 def _validate(sub: Any) -> None:
     v = _command(sub, "validate", "check intents; exit 65 on errors", "Load and check intents as compile would, "
                  "without writing anything.")  # fmt: skip
-    _common(v)
     _compile_opts(v)
 
 
@@ -117,7 +112,6 @@ def _compile(sub: Any) -> None:
         "conflists of networks that are gone (only files netcomp wrote), and writes nothing at all when any intent "
         "has an error.",
     )
-    _common(c)
     _compile_opts(c)
     c.add_argument("--out", metavar="DIR", help="output dir (default: outputDir under --root)")
     mode = c.add_mutually_exclusive_group()
@@ -127,7 +121,7 @@ def _compile(sub: Any) -> None:
 
 
 def _schema(sub: Any) -> None:
-    s = _command(sub, "schema", "print the JSON Schema of intents (or of netcomp.yaml)")
+    s = _command(sub, "schema", "print the JSON Schema of intents (or of netcomp.yaml)", common=False)
     s.add_argument("which", nargs="?", choices=SCHEMAS, default="network", help="which schema (default network)")
 
 
@@ -140,26 +134,22 @@ def _daemon(sub: Any) -> None:
         "re-reads netcomp.yaml and every intent (a broken edit keeps the last good output); SIGTERM drains requests "
         "in flight and stops.",
     )
-    _common(d)
     d.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     _state(d)
 
 
 def _status(sub: Any) -> None:
-    st = _command(sub, "status", "ask the running daemon how it is")
-    _common(st)
-    _state(st)
+    _state(_command(sub, "status", "ask the running daemon how it is"))
 
 
 def _attachments(sub: Any) -> None:
-    at = _command(
+    _command(
         sub,
         "attachments",
         "list the containers attached and their networks",
         "Every container the daemon has attached (from its cache): namespace, and per network the interface, "
         "addresses and MAC; and any cache entry that cannot be read.",
     )
-    _common(at)
 
 
 def _ipam(sub: Any) -> None:
@@ -173,7 +163,6 @@ def _ipam(sub: Any) -> None:
         "blocks of nodes that are gone (a pod that still exists on its node keeps its address), and remove the "
         "EndpointSlices of other nodes whose Node or pods are gone.",
     )
-    _common(i)
     _state(i)
     i.add_argument("action", choices=("show", "gc"))
     i.add_argument("network", nargs="?", help="only this network (show)")
@@ -188,6 +177,7 @@ def _install_shim(sub: Any) -> None:
         "without the Debian package: the compiled shim, built with the node's `cc`, when there is one; else the "
         "Python shim (written into --shim-dir, byte-compiled for /usr/bin/python3, behind a launcher). Both do the "
         "same on the wire; the compiled one starts in well under a millisecond.",
+        common=False,
     )
     i.add_argument(
         "--cni-bin-dir",
@@ -210,7 +200,6 @@ def _attach(sub: Any) -> None:
         ("detach", "take a network out of a running container"),
     ):
         a = _command(sub, verb, text, text + " (through the daemon's /delegate endpoint)")
-        _common(a)
         a.add_argument("container", metavar="CONTAINER", help="the container ID")
         a.add_argument("netns", metavar="NETNS", help="path of the container's network namespace (ignored by detach)")
         a.add_argument("network", metavar="NETWORK", help="the network's name")
@@ -309,7 +298,6 @@ def _doctor(sub: Any) -> None:
         "without it.",
         DOCTOR_EPILOG,
     )
-    _common(d)
     _state(d)
     d.add_argument(
         "--rbac",
@@ -329,7 +317,6 @@ def _explain(sub: Any) -> None:
         "would meet, in the ADD's words.",
         EXPLAIN_EPILOG,
     )
-    _common(e)
     _state(e)
     which = e.add_mutually_exclusive_group(required=True)
     which.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod (attached on this node or not yet)")

@@ -1,4 +1,4 @@
-"""`netcomp schema`: JSON Schemas generated from the models, the contract for config authors and their editors
+"""Runs `netcomp schema`: prints the JSON Schemas generated from the models, the contract for config authors
 (checked in under schemas/; a test fails when they are stale)."""
 
 from __future__ import annotations
@@ -11,29 +11,20 @@ from typing import Any
 SCHEMAS = ("network", "config")
 
 
-def _model(name: str) -> Any:
+def dumps(name: str = "network") -> str:
+    """The JSON Schema of intents (`network`) or of netcomp.yaml (`config`), as schemas/ holds it."""
     if name == "network":
         from netcomp.intent.model import Network
 
-        return Network
-    if name == "config":
+        doc: dict[str, Any] = Network.model_json_schema(mode="validation")
+    elif name == "config":
         from netcomp.settings import Settings
 
-        return Settings
-    raise KeyError(name)
-
-
-def schema(name: str = "network") -> dict[str, Any]:
-    model = _model(name)
-    out: dict[str, Any] = model.model_json_schema(mode="validation")
-    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    if name == "config":
-        out["title"] = "netcomp.yaml"
-    return out
-
-
-def dumps(name: str = "network") -> str:
-    return json.dumps(schema(name), indent=2) + "\n"
+        doc = Settings.model_json_schema(mode="validation") | {"title": "netcomp.yaml"}
+    else:
+        raise KeyError(name)
+    doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def run(args: Any, out: Any, err: Any) -> int:

@@ -1,8 +1,6 @@
-"""The cluster as the daemon meets it: the API server reached with the kubeconfig netcomp.yaml names, every
-verb of the packaged ClusterRole that these settings need granted to that identity (asked with
-SelfSubjectAccessReview, as `kubectl auth can-i` asks), and this node's Node object. The calls go through the
-daemon's own client (kube/apiclient.py: its TLS, credentials and timeouts), and a failure is said in the words
-the daemon says it in (kube/apierrors.py)."""
+"""Checks the cluster as the daemon meets it: the API server reached with netcomp.yaml's kubeconfig, every verb of
+the packaged ClusterRole these settings need granted (SelfSubjectAccessReview, as `kubectl auth can-i` asks), and
+this node's Node. It calls through the daemon's own client and says failures in the daemon's words."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ RBAC_FILES = (
 )
 DANM_GROUPS = ("danm.k8s.io", "danm.io")
 MAX_MANIFEST_BYTES = 1 << 20  # the packaged one is a few KiB
-# The objects netcomp reads only with a setting on (rbac.yaml's comments say the same); every other rule of the
-# ClusterRole is needed always.
+# The objects netcomp reads only with a setting on (as rbac.yaml's comments say); every other rule is always needed.
 NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
     ("netcomp.io", "networks"): lambda k: k.networks,
     ("k8s.cni.cncf.io", "network-attachment-definitions"): lambda k: k.networkAttachmentDefinitions,
@@ -60,10 +57,11 @@ def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
             skip("rbac", "the API server does not answer"),
             skip("node", "the API server does not answer"),
         ]
-    out = [ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}")]
-    out.append(_rbac(api, kube, rbac_file, timeout))
-    out.append(_node(api, settings.nodeName, timeout))
-    return out
+    return [
+        ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}"),
+        _rbac(api, kube, rbac_file, timeout),
+        _node(api, settings.nodeName, timeout),
+    ]
 
 
 def _reach_fix(e: Exception, kube: KubeSettings) -> str:
@@ -102,14 +100,8 @@ def cluster_role(path: Path) -> list[dict[str, Any]]:
     raise ValueError(f"{path} holds no ClusterRole")
 
 
-def _rbac_file(given: str | None) -> Path | None:
-    if given:
-        return Path(given)
-    return next((p for p in RBAC_FILES if p.is_file()), None)
-
-
 def _rbac(api: Api, kube: KubeSettings, given: str | None, timeout: float) -> Check:
-    path = _rbac_file(given)
+    path = Path(given) if given else next((p for p in RBAC_FILES if p.is_file()), None)
     if path is None:
         return skip("rbac", f"no ClusterRole manifest to check against ({', '.join(map(str, RBAC_FILES))}; --rbac)")
     try:

@@ -1,4 +1,4 @@
-"""A check's outcome, and the report of all of them: one line each for people, a document for programs."""
+"""Keeps a check's outcome, and reports all of them: a line each for people, a document for programs."""
 
 from __future__ import annotations
 

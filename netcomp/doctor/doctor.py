@@ -1,5 +1,5 @@
-"""Every check of a node, in the order an operator bringing one up meets them (netcomp doctor --help lists them;
-docs/operations.md says what each means)."""
+"""Runs every check of a node, in the order an operator bringing one up meets them (docs/operations.md says what
+each means)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from netcomp.settings import Settings
 
 
 def run(settings: Settings, *, rbac_file: str | None = None) -> list[Check]:
-    """The checks of this node with these settings. None of them needs the daemon but its own: the networks are
-    the files it wrote."""
-    checks = [local.daemon(settings)[0]]
+    """The checks of this node with these settings; none needs the daemon but its own (networks are its files)."""
+    checks = [local.daemon(settings)]
     nets, found = node.served(settings)
     checks.append(found)
     checks += node.kernel(nets)

@@ -1,5 +1,5 @@
-"""The node's own parts: the daemon (asked on its socket), SR-IOV (netcomp's VF pools, or the kubelet's device
-plugins), and the container runtime's conf dir."""
+"""Checks the node's own parts: the daemon (asked on its socket), SR-IOV (netcomp's VF pools, or the kubelet's
+device plugins), and the container runtime's conf dir."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call, unreachable
 from netcomp.daemon.wiring import RUNTIME_CONF, runtime_config
 from netcomp.doctor.checks import Check, fail, ok, skip, warn
-from netcomp.doctor.node import NodeNetwork
+from netcomp.doctor.node import NodeNetwork, grouped
 from netcomp.errors import HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import vfpools
@@ -33,27 +32,24 @@ CHECKPOINT_FIX = (
 )
 
 
-def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
-    """The daemon's /status, and its line: generation, networks, degraded intents with their positions."""
+def daemon(settings: Settings) -> Check:
+    """The daemon's /status, in a line: generation, networks, degraded intents with their positions."""
     name = "daemon"
     try:
         status, doc = call(settings.socket, "GET", protocol.STATUS_PATH, timeout=ANSWER_SECONDS)
     except TimeoutError:
-        return fail(
-            name,
-            f"no answer on {settings.socket} within {ANSWER_SECONDS:g} s (starting, or hung)",
-            "`systemctl status netcomp`; `journalctl -u netcomp` says what it is doing",
-        ), None
+        found = f"no answer on {settings.socket} within {ANSWER_SECONDS:g} s (starting, or hung)"
+        return fail(name, found, "`systemctl status netcomp`; `journalctl -u netcomp` says what it is doing")
     except OSError as e:
-        return fail(name, *unreachable(settings.socket, e)), None
+        return fail(name, *unreachable(settings.socket, e))
     if status != 200 or not isinstance(doc, dict):
-        return fail(name, f"answered {status} on {protocol.STATUS_PATH}: {doc}", "`journalctl -u netcomp`"), None
+        return fail(name, f"answered {status} on {protocol.STATUS_PATH}: {doc}", "`journalctl -u netcomp`")
     head = f"generation {doc.get('generation')}, {len(doc.get('networks') or [])} networks"
     if not doc.get("ready"):
-        return warn(name, f"starting ({head})", "wait for it to be ready"), doc
+        return warn(name, f"starting ({head})", "wait for it to be ready")
     errors = [d for d in doc.get("diagnostics") or [] if d.get("severity") == "error"]
     if not errors:
-        return ok(name, f"ready on {settings.socket}, {head}"), doc
+        return ok(name, f"ready on {settings.socket}, {head}")
     where = [
         (f"{d['file']}:{d['line']}:{d['column']}: " if d.get("file") else "") + str(d.get("message"))
         for d in errors[:MAX_SHOWN]
@@ -66,17 +62,13 @@ def daemon(settings: Settings) -> tuple[Check, dict[str, Any] | None]:
         + (f"; keeping the last good output of {', '.join(kept)}" if kept else ""),
         "fix the intents at those positions (`netcomp status` lists them all); the last good output is served "
         "meanwhile",
-    ), doc
+    )
 
 
 def sriov_checks(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
     """Each SR-IOV resource a network names: a pool of netcomp.yaml's sriovPools (its VFs in sysfs), or a device
     plugin's resource (the kubelet's PodResources socket, and the resource registered with the kubelet)."""
-    named: dict[str, list[str]] = {}
-    for n in nets:
-        r = n.meta.get("resourceName")
-        if isinstance(r, str) and r:
-            named.setdefault(r, []).append(n.name)
+    named = grouped(nets, lambda n: [r] if isinstance(r := n.meta.get("resourceName"), str) and r else [])
     if not named:
         return []
     k = settings.kubelet
@@ -93,10 +85,10 @@ def sriov_checks(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]
 
 
 def _resource(
-    r: str, users: list[str], settings: Settings, kubelet: Kubelet, registered: set[str], unreadable: str
+    r: str, users: list[NodeNetwork], settings: Settings, kubelet: Kubelet, registered: set[str], unreadable: str
 ) -> Check:
     name = f"sriov:{r}"
-    who = f"networks {', '.join(users)}"
+    who = f"networks {', '.join(n.name for n in users)}"
     pool = settings.sriovPools.get(r)
     if pool is not None:
         if unreadable:

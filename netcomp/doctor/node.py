@@ -1,11 +1,10 @@
-"""The node's side of its networks: the compiled networks it serves, what each needs of the kernel, the host
-devices and VLAN/VXLAN masters each names, and the CNI plugins each runs (found, executable, speaking the
-network's cniVersion)."""
+"""Checks the node's side of its networks: the compiled networks it serves, the kernel features, host devices and
+VLAN/VXLAN masters they need, and the CNI plugins they run (found, executable, speaking their cniVersion)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,8 +66,7 @@ class NodeNetwork:
         return need
 
     def devices(self) -> set[str]:
-        """The host devices it names (a host link's parent, each plugin's master or device: render.host_devices;
-        the host link itself is hostlink's check)."""
+        """The host devices it names (render.host_devices); the host link itself is hostlink's check."""
         return host_devices(self.conflist)
 
 
@@ -100,17 +98,23 @@ def served(settings: Settings) -> tuple[list[NodeNetwork], Check]:
     return nets, ok("networks", f"{len(nets)} compiled in {out_dir}: {shown}")
 
 
-def _users(names: set[str]) -> str:
-    listed = sorted(names)
-    return ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
+def grouped(nets: Sequence[NodeNetwork], keys: Callable[[NodeNetwork], Iterable[str]]) -> dict[str, list[NodeNetwork]]:
+    """The networks under each key they have (a kernel feature, a device, a plugin), in their order."""
+    out: dict[str, list[NodeNetwork]] = {}
+    for n in nets:
+        for key in keys(n):
+            out.setdefault(key, []).append(n)
+    return out
+
+
+def _users(nets: Iterable[NodeNetwork]) -> str:
+    listed = sorted({n.name for n in nets})
+    return "networks " + ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
 
 
 def kernel(nets: Sequence[NodeNetwork]) -> list[Check]:
     """Each kernel feature the networks need, tried (host/probe.py): a line per feature."""
-    need: dict[str, set[str]] = {}
-    for n in nets:
-        for k in n.kernel():
-            need.setdefault(k, set()).add(n.name)
+    need = grouped(nets, NodeNetwork.kernel)
     if not need:
         return []
     kinds = sorted(need)
@@ -120,83 +124,55 @@ def kernel(nets: Sequence[NodeNetwork]) -> list[Check]:
         return [warn(f"kernel:{k}", f"not tried: {e}", "run netcomp doctor as root") for k in kinds]
     out = []
     for k in kinds:
-        users = f"networks {_users(need[k])}"
+        users = _users(need[k])
         if got[k] is None:
             out.append(ok(f"kernel:{k}", f"the kernel makes {k} links ({users})"))
-        else:
-            out.append(
-                fail(
-                    f"kernel:{k}",
-                    f"the kernel cannot make {k} links: {got[k]} ({users} need them)",
-                    f"load the module (`modprobe {k}`) or run a kernel built with {KERNEL_CONFIG[k]}",
-                )
-            )
+            continue
+        fix = f"load the module (`modprobe {k}`) or run a kernel built with {KERNEL_CONFIG[k]}"
+        out.append(fail(f"kernel:{k}", f"the kernel cannot make {k} links: {got[k]} ({users} need them)", fix))
     return out
 
 
 def devices(nets: Sequence[NodeNetwork], links: Mapping[str, str | None]) -> list[Check]:
     """Each host device the networks name exists in this network namespace."""
-    named: dict[str, set[str]] = {}
-    for n in nets:
-        for dev in n.devices():
-            named.setdefault(dev, set()).add(n.name)
     out = []
-    for dev in sorted(named):
-        users = f"networks {_users(named[dev])}"
+    for dev, users in sorted(grouped(nets, NodeNetwork.devices).items()):
         if dev in links:
-            out.append(ok(f"device:{dev}", f"present ({links[dev] or 'a device'}; {users})"))
-        else:
-            out.append(
-                fail(
-                    f"device:{dev}",
-                    f"no such device on this node ({users} name it)",
-                    "fix hostDevice in the networks' intents, or bring the device up (`ip link`)",
-                )
-            )
+            out.append(ok(f"device:{dev}", f"present ({links[dev] or 'a device'}; {_users(users)})"))
+            continue
+        fix = "fix hostDevice in the networks' intents, or bring the device up (`ip link`)"
+        out.append(fail(f"device:{dev}", f"no such device on this node ({_users(users)} name it)", fix))
     return out
 
 
 def host_links(nets: Sequence[NodeNetwork], links: Mapping[str, str | None]) -> list[Check]:
     """Each VLAN/VXLAN master the networks name: there with the right kind, or made by the first ADD."""
-    seen: dict[str, tuple[Mapping[str, Any], set[str]]] = {}
-    for n in nets:
-        link = n.host_link
-        if link is not None:
-            seen.setdefault(str(link["name"]), (link, set()))[1].add(n.name)
     out = []
-    for name, (link, users) in sorted(seen.items()):
+    for name, users in sorted(grouped(nets, lambda n: [str(n.host_link["name"])] if n.host_link else []).items()):
+        link = users[0].host_link or {}  # the first network's, as it names the link
         kind, parent = str(link.get("kind")), str(link.get("link"))
-        what = f"{kind} over {parent}, networks {_users(users)}"
+        what = f"{kind} over {parent}, {_users(users)}"
         if name not in links:
             out.append(ok(f"hostlink:{name}", f"not there yet: the first ADD makes it ({what})"))
         elif links[name] != kind:
-            out.append(
-                fail(
-                    f"hostlink:{name}",
-                    f"a link of that name is {links[name] or 'a device'}, not {kind} ({what}): netcomp never "
-                    "touches it, and the networks' ADDs fail",
-                    f"remove or rename the link {name}, or change the networks' vlan/vxlan",
-                )
-            )
+            found = f"a link of that name is {links[name] or 'a device'}, not {kind} ({what})"
+            fix = f"remove or rename the link {name}, or change the networks' vlan/vxlan"
+            out.append(fail(f"hostlink:{name}", f"{found}: netcomp never touches it, and the networks' ADDs fail", fix))
         else:
             out.append(ok(f"hostlink:{name}", f"present ({what})"))
     return out
 
 
 def plugins(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
-    """Each plugin the networks run: found in pluginDirs, executable, and speaking (its VERSION answer) the
-    cniVersion of every network that runs it."""
-    users: dict[str, list[NodeNetwork]] = {}
-    for n in nets:
-        for p in n.plugins:
-            users.setdefault(p, []).append(n)
+    """Each plugin the networks run: found in pluginDirs, executable, speaking (VERSION) their cniVersions."""
+    users = grouped(nets, lambda n: n.plugins)
     runner = Runner(settings.pluginDirs, timeout=min(settings.pluginTimeout, 10.0))
     return [_plugin(p, users[p], runner, settings.pluginDirs) for p in sorted(users)]
 
 
 def _plugin(ptype: str, nets: Sequence[NodeNetwork], runner: Runner, dirs: Sequence[str]) -> Check:
     name = f"plugin:{ptype}"
-    who = f"networks {_users({n.name for n in nets})}"
+    who = _users(nets)
     try:
         path = find_plugin(ptype, dirs)
     except DelegateError:

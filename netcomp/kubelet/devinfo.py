@@ -1,6 +1,5 @@
-"""The device-info spec's files (k8snetworkplumbingwg/device-info-spec): a device plugin writes one per device it
-manages under dp/, the CNI side copies it per attachment under cni/ for the pod's applications, and removes it
-when the attachment goes."""
+"""Reads and copies the device-info spec's files (k8snetworkplumbingwg/device-info-spec): a device plugin writes
+one per device under dp/; netcomp copies it per attachment under cni/, and removes the copy with the attachment."""
 
 from __future__ import annotations
 
@@ -35,36 +34,31 @@ def dp_path(root: str, resource: str, device_id: str) -> Path:
 
 
 def cni_path(root: str, network: str, container_id: str, ifname: str) -> Path:
-    """Where an attachment's copy goes: the spec asks only for a name unique per attachment; this is Multus's
-    (`<network>-<container>_<ifname>`, a definition's network as namespace-name), so tools written for Multus
-    find it."""
+    """Where an attachment's copy goes: Multus's name (`<network>-<container>_<ifname>`), so that tools written
+    for Multus find it (the spec asks only for a name unique per attachment)."""
     return Path(root) / "cni" / f"{flat(network)}-{container_id}_{ifname}"
 
 
 def read_dp(root: str, resource: str, device_id: str) -> dict[str, Any] | None:
-    """The device plugin's info of a device; for a PCI address with no file (a device plugin that writes none),
-    the spec's minimal pci record; None for any other device without one. A file that is not the spec's JSON
-    object is logged and treated as missing."""
+    """The device plugin's info of a device; for a PCI address without a usable file, the spec's minimal pci
+    record; else None. A file that is not the spec's JSON object is logged and treated as missing."""
     path = dp_path(root, resource, device_id)
     try:
-        info = parse(read_bounded(path, MAX_FILE, follow=False))
+        return parse(read_bounded(path, MAX_FILE, follow=False))
     except FileNotFoundError:
-        info = None
+        pass
     except OSError as e:
         log.warning("device-info %s of device %s is unusable: %s", path, device_id, e.strerror)
-        info = None
     except ValueError as e:
         foreign.ignore("device-info", str(path), str(e))
-        info = None
-    if info is None and PCI.fullmatch(device_id):
-        info = {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
-    return info
+    if PCI.fullmatch(device_id):
+        return {"type": "pci", "version": VERSION, "pci": {"pci-address": device_id}}
+    return None
 
 
 def parse(data: bytes) -> dict[str, Any]:
-    """A device-info file's bytes as its object. ValueError for anything that is not the spec's JSON object: not
-    JSON, nested too deep, no `type` string, a `version` that is not a string, the type's own section (`pci`,
-    `vdpa`, ...) not an object."""
+    """A device-info file's bytes as its object. ValueError for anything else: not JSON, nested too deep, no
+    `type` string, a `version` that is not a string, the type's own section (`pci`, `vdpa`, ...) not an object."""
     doc = loads_foreign(data)
     if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
         raise ValueError("not a device-info object (no type)")

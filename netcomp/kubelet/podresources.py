@@ -1,8 +1,6 @@
-"""The devices the kubelet gave a pod, as its device manager recorded them: the PodResources v1 API first
-(k8s.io/kubelet/pkg/apis/podresources/v1, `List`, matched on the pod's namespace and name), the device
-manager's checkpoint file when that API cannot answer (matched on the pod's UID), as Multus reads them
-(pkg/kubeletclient). grpc is imported on the first call: a node whose networks name no device-plugin resource
-never loads it."""
+"""Reads the devices the kubelet gave a pod, as Multus does (pkg/kubeletclient): the PodResources v1 API first
+(`List`, matched on namespace and name), the device manager's checkpoint when that cannot answer (matched on the
+pod's UID). grpc is imported on the first call, so a node with no device-plugin network never loads it."""
 
 from __future__ import annotations
 
@@ -38,14 +36,13 @@ MAX_CHECKPOINT = 16 << 20
 # The device manager's own socket, made anew by each kubelet start in the checkpoint's dir (pkg/kubelet/cm/
 # devicemanager: pluginapi.KubeletSocket, the checkpoint manager made on its dir).
 DEVICE_MANAGER_SOCKET = "kubelet.sock"
+NULL = type(None)
 
 
 @dataclass(frozen=True)
 class PodDevices:
-    """The device IDs a pod's containers hold, per resource, sorted (the kubelet keeps them as a set: sorted,
-    every ADD and every restart hands them out alike); `source` says which record they came from; `bad`: per
-    resource, what is wrong with an ID the kubelet gave for it (names.device_id_problem): its devices are not
-    handed out."""
+    """The device IDs a pod's containers hold, per resource, sorted (so every ADD and restart hands them out
+    alike); `bad`: per resource, what is wrong with an ID the kubelet gave (its devices are not handed out)."""
 
     devices: Mapping[str, tuple[str, ...]]
     source: str  # "PodResources" or "checkpoint"
@@ -54,9 +51,8 @@ class PodDevices:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The device manager's checkpoint, its shape checked (k8s.io/kubernetes pkg/kubelet/cm/devicemanager/
-    checkpoint/checkpoint.go): per entry (pod UID, resource, device IDs); the resources device plugins
-    registered; when it was last written (ns), taken before it was read."""
+    """The device manager's checkpoint (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go), its shape checked:
+    (pod UID, resource, device IDs) entries, the resources registered, its mtime taken before it was read."""
 
     entries: tuple[tuple[str, str, tuple[str, ...]], ...]
     registered: frozenset[str]
@@ -102,23 +98,16 @@ class Kubelet:
         if not uid:
             raise HostError(f"{why}; the request names no pod UID (K8S_POD_UID) to look for in {self.checkpoint}")
         held = [(r, ids) for u, r, ids in ckpt.entries if u == uid]
-        if not held:
-            stale = self._not_current(ckpt)
-            if stale:
-                raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid}, and {stale}")
+        if not held and (stale := self._not_current(ckpt)):
+            raise HostError(f"{why}; the checkpoint {self.checkpoint} does not know pod uid {uid}, and {stale}")
         return _collect(held, "checkpoint")
 
     def _not_current(self, ckpt: Checkpoint) -> str:
         """Why the checkpoint may not list every device the running kubelet gave ("" when it does). The kubelet
-        writes it whenever it gives a pod devices, during the pod's admission, before it asks the runtime for
-        the sandbox whose ADD this is (devicemanager's allocateContainerResources ends in writeCheckpoint), and
-        each write holds every pod it knows. So a checkpoint written by the kubelet running now, or by the one
-        before it that it read back at start, lists the pod if the pod holds a device. What is not known to be
-        so: a file beside which no kubelet made its device manager socket (a checkpoint path that is not the
-        kubelet's), or one last written before that socket was made (the kubelet running now may have started
-        without reading it, and has not written since: its device plugins register again within seconds of its
-        start, and each registration writes it). The kubelet keeps both in one dir (devicemanager's
-        newManagerImpl makes its checkpoint manager on the socket's dir)."""
+        writes it, whole, whenever it gives a pod devices, before it asks for the sandbox whose ADD this is
+        (devicemanager's allocateContainerResources ends in writeCheckpoint). Not known to be current: a file with
+        no device manager socket beside it (newManagerImpl keeps both in one dir), or one last written before that
+        socket was made (by a kubelet before the running one, which may not have read it)."""
         sock = os.path.join(os.path.dirname(self.checkpoint), DEVICE_MANAGER_SOCKET)
         try:
             st = os.stat(sock)
@@ -148,16 +137,11 @@ class Kubelet:
             else:
                 why = f"{code.name if code else ''} {e.details() if hasattr(e, 'details') else e}".strip()
             raise HostError(f"the kubelet's PodResources API ({self.socket}): {why}") from None
-        held: list[tuple[str, Sequence[str]]] = []
-        found = False
-        for pod in answer.pod_resources:
-            if pod.namespace != namespace or pod.name != name:
-                continue
-            found = True
-            held += [(d.resource_name, d.device_ids) for c in pod.containers for d in c.devices]
-        if not found:
+        pods = [pod for pod in answer.pod_resources if pod.namespace == namespace and pod.name == name]
+        if not pods:
             # Not admitted yet as far as this answer goes: the checkpoint is written at admission.
             raise HostError(f"the kubelet's PodResources API does not list pod {namespace}/{name}")
+        held = [(d.resource_name, d.device_ids) for pod in pods for c in pod.containers for d in c.devices]
         return _collect(held, "PodResources")
 
     def _connect(self) -> tuple[Any, dict[str, Any]]:
@@ -179,16 +163,14 @@ class Kubelet:
             return self._list, self._msgs
 
     def registered(self) -> set[str]:
-        """The resources device plugins registered with the kubelet, as its checkpoint says (empty when there is
-        none, a node without device plugins, or when it cannot be read; one that is not the kubelet's is logged)."""
+        """The resources device plugins registered with the kubelet, as its checkpoint says (none when it cannot)."""
         try:
             return set(self._checkpoint().registered)
         except HostError:
             return set()
 
     def _checkpoint(self) -> Checkpoint:
-        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input
-        (logged once, counted)."""
+        """read_checkpoint, for the daemon: a file that is not the kubelet's is also ignored as foreign input."""
         try:
             return self.read_checkpoint()
         except NotKubelets as e:
@@ -234,49 +216,37 @@ def _collect(held: Iterable[tuple[str, Sequence[str]]], source: str) -> PodDevic
 def parse_checkpoint(data: bytes) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], frozenset[str]]:
     """A checkpoint's bytes as (entries, registered resources): see Checkpoint. ValueError, naming the place,
     for anything that is not its JSON: nesting too deep, a wrong type where a field is read."""
-    doc = loads_foreign(data)
-    if not isinstance(doc, dict):
-        raise ValueError(f"the document is {_kind(doc)}, not an object")
-    body = doc.get("Data")
-    if not isinstance(body, dict):
-        raise ValueError(f"Data is {_kind(body)}, not an object")
-    raw = body.get("PodDeviceEntries")
-    if not isinstance(raw, (list, type(None))):
-        raise ValueError(f"Data.PodDeviceEntries is {_kind(raw)}, not a list")
+    doc = _checked(loads_foreign(data), dict, "the document", "an object")
+    body = _checked(doc.get("Data"), dict, "Data", "an object")
+    raw = _checked(body.get("PodDeviceEntries"), (list, NULL), "Data.PodDeviceEntries", "a list")
     entries = tuple(_entry(e, f"Data.PodDeviceEntries[{i}]") for i, e in enumerate(raw or []))
-    reg = body.get("RegisteredDevices")
-    if not isinstance(reg, (dict, type(None))):
-        raise ValueError(f"Data.RegisteredDevices is {_kind(reg)}, not an object")
+    reg = _checked(body.get("RegisteredDevices"), (dict, NULL), "Data.RegisteredDevices", "an object")
     return entries, frozenset(reg or {})
 
 
 def _entry(e: Any, where: str) -> tuple[str, str, tuple[str, ...]]:
-    if not isinstance(e, dict):
-        raise ValueError(f"{where} is {_kind(e)}, not an object")
+    _checked(e, dict, where, "an object")
     for key in ("PodUID", "ResourceName"):
-        if not isinstance(e.get(key), str):
-            raise ValueError(f"{where}.{key} is {_kind(e.get(key))}, not a string")
+        _checked(e.get(key), str, f"{where}.{key}", "a string")
     return e["PodUID"], e["ResourceName"], _ids(e.get("DeviceIDs"), f"{where}.DeviceIDs")
 
 
 def _ids(value: Any, where: str) -> tuple[str, ...]:
     """An entry's DeviceIDs: a list before kubelet 1.20, a map of NUMA node to list since (null: none)."""
-    if not isinstance(value, (dict, list, type(None))):
-        raise ValueError(f"{where} is {_kind(value)}, not a list or an object")
+    _checked(value, (dict, list, NULL), where, "a list or an object")
     lists = value.items() if isinstance(value, dict) else [("", value)]
     out: list[str] = []
     for numa, ids in lists:
         at = f"{where}[{numa!r}]" if numa else where
-        if not isinstance(ids, (list, type(None))):
-            raise ValueError(f"{at} is {_kind(ids)}, not a list")
-        for i, dev in enumerate(ids or []):
-            if not isinstance(dev, str):
-                raise ValueError(f"{at}[{i}] is {_kind(dev)}, not a string")
+        for i, dev in enumerate(_checked(ids, (list, NULL), at, "a list") or []):
+            _checked(dev, str, f"{at}[{i}]", "a string")
         out += ids or []
     return tuple(out)
 
 
-def _kind(value: Any) -> str:
-    """A JSON value's type, in words, for a message that must not quote what it holds."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number")
+def _checked(value: Any, types: type | tuple[type, ...], where: str, what: str) -> Any:
+    """The value, when it is one of `types`; else ValueError naming where it is and its kind, never what it holds."""
+    if not isinstance(value, types):
+        names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", NULL: "null"}
+        raise ValueError(f"{where} is {names.get(type(value), 'a number')}, not {what}")
+    return value
