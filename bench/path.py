@@ -18,7 +18,6 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 import traceback
 from pathlib import Path
 
@@ -130,10 +129,11 @@ def main() -> None:
     threads = list(dict.fromkeys(t for t, _ in path))
     print(f"package crossings: {crossings}; threads: {' -> '.join(threads)}")
     for verb, got in costs.items():
-        print(f"{verb}: {statistics.median(n for n, _ in got):.0f} context switches, "
-              f"{statistics.median(c for _, c in got) / 1e6:.2f} ms of CPU in the daemon's threads (median of {len(got)})")  # fmt: skip
+        n, cpu = statistics.median(n for n, _ in got), statistics.median(c for _, c in got) / 1e6
+        print(f"{verb}: {n:.0f} context switches, {cpu:.2f} ms of CPU in the daemon's threads (median of {len(got)})")
         shown = {t: statistics.median(v) for t, v in by_thread[verb].items() if statistics.median(v)}
-        print("  by thread:", ", ".join(f"{t} {n:g}" for t, n in sorted(shown.items(), key=lambda x: -x[1])))
+        by_count = sorted(shown.items(), key=lambda x: -x[1])
+        print("  by thread:", ", ".join(f"{t} {n:g}" for t, n in by_count))
 
 
 if __name__ == "__main__":
