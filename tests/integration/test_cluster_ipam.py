@@ -305,7 +305,7 @@ def test_an_object_of_another_network_at_a_claims_name_is_never_touched(
 
 def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) -> None:
     """No cluster: the same allocation, claims as files in ipamDir; exhaustion names the pool; nothing left."""
-    from tests.lab.daemonlab import intent
+    from tests.lab.intents import intent
 
     with daemon_lab(tmp_path, extra={"ipamDir": str(tmp_path / "claims"), "defaultNetwork": None}) as dl:
         spec = f"{{type: macvlan, hostDevice: {dl.lab.master}, ipam: {{type: cluster, subnet: 10.103.0.0/29}}}}"

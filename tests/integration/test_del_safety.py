@@ -17,7 +17,8 @@ import pytest
 
 from netcomp.host import netns as nsutil
 from netcomp.records.record import Attachment, Record
-from tests.lab.daemonlab import DaemonLab, intent
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.intents import intent
 from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET
-from tests.lab.daemonlab import intent
+from tests.lab.intents import intent
 from tests.lab.netlab import Lab, ip
 from tests.lab.podresources import PodResourcesServer, podresources
 from tests.lab.procdaemon import ProcNode, proc_node

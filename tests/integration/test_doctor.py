@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.lab.daemonlab import intent
+from tests.lab.intents import intent
 from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab
 from tests.lab.poll import until

@@ -204,7 +204,7 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
     edit and gets what its annotation asks now. A record removed while its edit waits is forgotten."""
     from netcomp.delegate import recovery
     from tests.integration.test_kube import kube_lab, wait_for
-    from tests.lab.daemonlab import intent
+    from tests.lab.intents import intent
     from tests.lab.netlab import PLUGIN_DIR
 
     plugins, state = tmp_path / "plugins", tmp_path / "plugin-state"

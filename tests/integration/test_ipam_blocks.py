@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from netcomp.ipam.claimobjects import LABEL_NETWORK
+from netcomp.kube.group import NETWORK as LABEL_NETWORK
 from tests.lab.addrs import BLOCKS, CLAIMS
 from tests.lab.clusternodes import (
     addresses,

@@ -19,7 +19,8 @@ import pytest
 
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
-from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.intents import intent
 from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
 
 pytestmark = pytest.mark.root

@@ -18,10 +18,10 @@ import pytest
 
 from netcomp.host import netns as nsutil
 from netcomp.host.nsenter import open_netns
+from tests.lab.checkout import ROOT
 from tests.lab.netlab import Lab, ip, lab
 
 pytestmark = pytest.mark.root
-ROOT = Path(__file__).resolve().parents[2]
 NO_PTRACE = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"]
 CAP_SYS_PTRACE = 19
 

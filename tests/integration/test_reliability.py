@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from netcomp.delegate import listing
+from tests.lab.checkout import ROOT
 from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.netlab import PLUGIN_DIR, ip
 from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def gated_plugin(base: Path, wrapped: str = "macvlan") -> tuple[Path, Path, Path]:

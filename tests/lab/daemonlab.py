@@ -14,9 +14,11 @@ from typing import Any
 
 from netcomp.daemon.daemon import Daemon
 from netcomp.settings import Settings
+from tests.lab.checkout import PACKAGE
+from tests.lab.intents import intent
 from tests.lab.netlab import PLUGIN_DIR, Lab, lab
 
-SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"
+SHIM = PACKAGE / "shim" / "plugin.py"
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
@@ -52,10 +54,6 @@ def run_shim(
     )
     out = p.stdout.decode()
     return p.returncode, json.loads(out) if out.strip() else None
-
-
-def intent(name: str, spec: str) -> str:
-    return f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 
 
 @dataclass

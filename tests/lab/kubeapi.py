@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import reap
+from tests.lab.checkout import ROOT
+from tests.lab.processes import reap
 
-ROOT = Path(__file__).resolve().parents[2]
 BINS = Path(os.environ.get("NETCOMP_KUBE_BINS", "/var/cache/netcomp-test/kube")) / "bin"
 ADMIN_TOKEN, NODE_TOKEN = "netcomp-test-admin-token", "netcomp-test-node-token"
 READY_SECONDS = 90

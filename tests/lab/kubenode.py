@@ -43,6 +43,7 @@ import yaml
 from tests.lab import nodens, noderuntime
 from tests.lab.danm import danmnet
 from tests.lab.deviceplugin import RESOURCE, DevicePlugin, VfTree, make_vf_tree
+from tests.lab.intents import intent
 from tests.lab.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
 from tests.lab.kubegrpc import Cri
 from tests.lab.netlab import PLUGIN_DIR, ip
@@ -325,9 +326,7 @@ def _write_netcomp(node: KubeNode, extra: dict[str, Any]) -> None:
     (d / "static.d" / "lab-bridge.conflist").write_text(json.dumps(bridge_conflist(node.hostlocal_dir)))
     for fname, spec in node_networks(node.hostlocal_dir).items():
         name = fname[3:-5]
-        (d / "networks.d" / fname).write_text(
-            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
-        )
+        (d / "networks.d" / fname).write_text(intent(name, spec))
     settings = {
         "intentDirs": [str(d / "networks.d")],
         "outputDir": str(d / "out"),

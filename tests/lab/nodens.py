@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import reap
 from tests.lab.netlab import ip
+from tests.lab.processes import reap
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # What the kubelet sets, and the value it wants (it writes only a value that differs).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import reap
+from tests.lab.processes import reap
 
 
 @dataclass

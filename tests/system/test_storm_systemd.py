@@ -17,7 +17,7 @@ when the main process is SIGKILLed is SIGKILLed by systemd at once, the daemon i
 not after TimeoutStopSec; the new daemon undoes the unfinished ADD and the runtime's ADD then succeeds.
 
 Debian 12 is this machine (the package installed here, purged afterwards; the machine boots this /usr); Debian 13
-is the cached trixie root on a throw-away overlay (test_under_systemd.node). Everything the test makes lives in the
+is the cached trixie root on a throw-away overlay (debpackage.installed_machine). Everything the test makes lives in the
 machine (namespaces, links, leases) and goes with it."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 
 from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.debpackage import NSBRIDGE, Dist, installed_machine
+from tests.lab.intents import intent
 from tests.lab.nspawn import Machine
-from tests.system.conftest import Dist
-from tests.system.test_under_systemd import INTENT, NSBRIDGE, node
 
 pytestmark = pytest.mark.root
 
@@ -77,7 +77,7 @@ def configure(
     conf = {**NSBRIDGE, "plugins": [{**plugin, "ipam": {"type": "host-local", "subnet": bridge}}]}
     m.put("/etc/netcomp/static.d/nsbridge.conflist", json.dumps(conf))
     for name, spec in {"mgmt": "{type: static, networkID: nsbridge}", **networks}.items():
-        m.put(f"/etc/netcomp/networks.d/{name}.yaml", INTENT.format(name=name, spec=spec))
+        m.put(f"/etc/netcomp/networks.d/{name}.yaml", intent(name, spec))
     for name, script in plugins.items():
         m.put(f"{PLUGINS}/{name}", script)
         m.run("chmod", "0755", f"{PLUGINS}/{name}")
@@ -251,7 +251,7 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
     t0 = time.monotonic()
     seed, containers, workers = 9, 15, 5
     rng = random.Random(seed)
-    with node(dist, request) as m:
+    with installed_machine(dist, request) as m:
         chaos = CHAOS_PLUGIN.replace("@STATE@", STATE).replace("@PLUGIN@", "/usr/lib/cni")
         # pluginTimeout: the chaos plugin's "hang" fault is killed after 3 s, not the default 60. The default
         # network's range is small (29 addresses), so host-local hands each address out again every few dozen
@@ -338,7 +338,7 @@ exec /usr/lib/cni/macvlan
 def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
     dist: Dist, request: pytest.FixtureRequest
 ) -> None:
-    with node(dist, request) as m:
+    with installed_machine(dist, request) as m:
         m.put("/etc/netcomp/static.d/blocky.conflist", static_conflist("blocky", "blocky", "10.208.0.0/24"))
         configure(m, {"blocky": "{type: static, networkID: blocky}"}, {"blocky": BLOCKING_PLUGIN})
         m.run("mkfifo", f"{STATE}/fifo")

@@ -13,8 +13,9 @@ import pytest
 
 from netcomp import paths
 from netcomp.settings import Settings, load_settings
+from tests.lab.checkout import ROOT
 
-PKG = Path(__file__).resolve().parents[2] / "packaging"
+PKG = ROOT / "packaging"
 NETCOMP = str(Path(sys.executable).parent / "netcomp")
 MAX_EXPOSURE = 3.0  # docs/packaging.md
 

@@ -18,9 +18,8 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call
 from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
+from tests.lab.checkout import ROOT
 from tests.lab.minidaemon import mini_daemon
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*argv: str) -> tuple[int, str, str]:
