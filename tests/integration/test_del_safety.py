@@ -48,20 +48,6 @@ def cni_env(dl: DaemonLab, command: str, ctr: str, args: str = "") -> dict[str, 
 # ------------------------------------------------------------------------------------------ the namespace
 
 
-@pytest.fixture(params=["by handle", "by /proc"])
-def search(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the namespace is looked for: this kernel opens namespaces by their id (Linux 6.18); on older
-    ones the daemon searches /proc (every process in it, those whose namespaces it may not read too: this
-    machine's PID 1 is one, whatever the capabilities)."""
-    if not hasattr(nsutil, "_handles"):  # a netcomp that does not look for it (the test then fails, as it should)
-        return str(request.param)
-    if request.param == "by /proc":
-        monkeypatch.setattr(nsutil, "_handles", lambda: False)
-    elif not nsutil._handles():  # the kernel's own answer, where it has one
-        pytest.skip("this kernel opens no namespace by file handle")
-    return str(request.param)
-
-
 def test_del_runs_in_the_namespace_add_recorded_when_its_path_names_another_now(dl: DaemonLab, search: str) -> None:
     """CNI_NETNS a symlink to A at ADD, pointed at B before the DEL: the DEL finds A and runs there (its
     interfaces go, and with them the addresses); B is untouched. Before, A kept its interfaces holding the

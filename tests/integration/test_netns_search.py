@@ -80,14 +80,6 @@ def without_ptrace(*args: str) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture(params=["handle", "proc"])
-def search(request: pytest.FixtureRequest) -> str:
-    """Both ways a namespace is looked for: by file handle (Linux 6.18), and the /proc search of older kernels."""
-    if request.param == "handle" and not nsutil._handles():
-        pytest.skip("this kernel opens no namespace by file handle")
-    return str(request.param)
-
-
 @pytest.fixture
 def lb() -> Iterator[Lab]:
     with lab() as it:

@@ -332,7 +332,7 @@ def test_restart_with_a_broken_netcomp_yaml_runs_the_last_good_settings(tmp_path
 def test_first_start_with_a_broken_netcomp_yaml_and_no_last_good_state(tmp_path: Path) -> None:
     import subprocess
 
-    from tests.lab.procdaemon import NETCOMP
+    from tests.lab.checkout import NETCOMP
 
     cfg = tmp_path / "netcomp.yaml"
     cfg.write_text("maxInFlight: [\n")

@@ -37,6 +37,7 @@ from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_contain
 from tests.lab.debpackage import NSBRIDGE, Dist, installed_machine
 from tests.lab.intents import intent
 from tests.lab.nspawn import Machine
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
@@ -198,7 +199,7 @@ class SystemdKiller:
                 self.m.run("systemctl", "kill", "-s", "KILL", f"--kill-whom={whom}", "netcomp")
                 with self.storm.lock:
                     self.storm.report.kills[whom] += 1
-                self.m.until("systemd to restart netcomp", lambda main=main: restarted(self.m, main), timeout=30)
+                until(lambda main=main: restarted(self.m, main), "timed out waiting for systemd to restart netcomp", 30)
                 self.starts.append(time.monotonic())
                 self.restart_seconds.append(self.starts[-1] - t0)
         except Exception as e:  # a restart that never came fails the test, after the storm is wound down
@@ -282,11 +283,11 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
         # The tunnel's VXLAN host link goes once no network names it.
         m.run("rm", "/etc/netcomp/networks.d/tunnel.yaml")
         m.run("systemctl", "reload", "netcomp")
-        m.until(
-            "the reload to drop the tunnel network",
+        until(
             lambda: (
                 "tunnel" not in {n["name"] for n in json.loads(m.text("netcomp", "status", "-o", "json"))["networks"]}
             ),
+            "timed out waiting for the reload to drop the tunnel network",
         )
         report.leftovers = count_leftovers(m, storm.containers)
         restarts = int(m.show(UNIT, "NRestarts")) - restarts_before
@@ -351,13 +352,13 @@ def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
         try:
             # The blocking delegate has done the macvlan's work, and the default network's delegate (run beside
             # it) has finished: the unfinished ADD made real interfaces and took real leases.
-            m.until(
-                "the delegate to block, the other to finish",
+            until(
                 lambda: (
                     m.run("test", "-s", f"{STATE}/ctr-k1.pid", check=False).returncode == 0
                     and all(namespace(target, "k1").get(i) for i in ("eth0", "net0"))
                     and len(leases(m)) == 2
                 ),
+                "timed out waiting for the delegate to block, the other to finish",
             )
             blocked = m.text("cat", f"{STATE}/ctr-k1.pid")
             assert blocked in unit_processes(m)
@@ -365,7 +366,7 @@ def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
             main = m.show(UNIT, "MainPID")
             t0 = time.monotonic()
             m.run("systemctl", "kill", "-s", "KILL", "--kill-whom=main", "netcomp")
-            m.until("systemd to restart netcomp", lambda: restarted(m, main), timeout=40)
+            until(lambda: restarted(m, main), "timed out waiting for systemd to restart netcomp", 40)
             seconds = time.monotonic() - t0
         finally:
             add.join(timeout=120)

@@ -6,17 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from netcomp import paths
 from netcomp.settings import Settings, load_settings
-from tests.lab.checkout import ROOT
+from tests.lab.checkout import NETCOMP, ROOT
 
 PKG = ROOT / "packaging"
-NETCOMP = str(Path(sys.executable).parent / "netcomp")
 MAX_EXPOSURE = 3.0  # docs/packaging.md
 
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is missing")

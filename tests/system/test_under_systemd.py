@@ -18,6 +18,7 @@ import pytest
 from tests.lab.debpackage import NSBRIDGE, Dist, installed_machine
 from tests.lab.intents import intent
 from tests.lab.nspawn import Machine
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
@@ -90,13 +91,13 @@ def test_service_under_real_systemd(dist: Dist, request: pytest.FixtureRequest) 
         # kill -9: systemd restarts it (Restart=on-failure) and DEL still works, from the cache.
         pid = m.show("netcomp.service", "MainPID")
         m.run("kill", "-9", pid)
-        m.until(
-            "systemd to restart netcomp",
+        until(
             lambda: (
                 m.show("netcomp.service", "NRestarts") == "1"
                 and m.show("netcomp.service", "ActiveState") == "active"
                 and m.show("netcomp.service", "MainPID") not in ("0", pid)
             ),
+            "timed out waiting for systemd to restart netcomp",
         )
         rc, res = shim(m, "DEL", "ctr1")
         assert rc == 0, res
