@@ -1,37 +1,23 @@
+"""Fixtures every kind of test may ask for: a directory of stand-in plugins (tests/lab/standins.py), and a root
+for `netcomp daemon --root` with two networks (tests/lab/sdnotify.py), for the integration tests of the daemon
+under systemd's protocols and the system tests of the installed one."""
+
 from __future__ import annotations
 
-import os
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "packaging" / "examples"
-UPDATE_GOLDEN = os.environ.get("NETCOMP_UPDATE_GOLDEN") == "1"
-KNOWN_PLUGINS = ("macvlan", "ipvlan", "sriov", "bridge", "host-local", "static", "dhcp", "whereabouts")
-
-
-def reap(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Wait for a process told to stop; kill it if it has not within timeout."""
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def make_plugin_dir(path: Path, names: tuple[str, ...] = KNOWN_PLUGINS) -> Path:
-    """Executable stand-ins for plugins: the compiler only checks that a plugin file exists and is executable."""
-    path.mkdir(parents=True, exist_ok=True)
-    for n in names:
-        p = path / n
-        p.write_text("#!/bin/sh\nexit 1\n")
-        p.chmod(p.stat().st_mode | stat.S_IXUSR)
-    return path
+from tests.lab.sdnotify import make_root
+from tests.lab.standins import make_plugin_dir
 
 
 @pytest.fixture
 def plugin_dir(tmp_path: Path) -> Path:
     return make_plugin_dir(tmp_path / "cni-bin")
+
+
+@pytest.fixture
+def daemon_root(tmp_path: Path) -> dict[str, Path]:
+    """Skipped unless root, with the Debian CNI plugins."""
+    return make_root(tmp_path)

@@ -11,7 +11,6 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +30,9 @@ from tests.lab.clusternodes import (
 )
 from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.kubeapi import ApiServer
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
-NETS = ("netcomp.io", "v1", "networks")
-
-
-@pytest.fixture(scope="module")
-def custom(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    return client.CustomObjectsApi(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
-
-
-@pytest.fixture(scope="module")
-def core(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
 
 
 # ------------------------------------------------------------------------------------------------ the storm
@@ -213,10 +198,12 @@ def test_a_claim_nothing_records_is_freed_after_the_grace_period(api: ApiServer,
         assert rc == 0, (res, node.logs())
         held = res["ips"][0]["address"].split("/")[0]
         assert held != orphan[0]["spec"]["address"]
-        deadline = time.monotonic() + 60
-        while {o["spec"]["address"] for o in claims(custom, "crashy")} != {held}:
-            assert time.monotonic() < deadline, (claims(custom, "crashy"), node.logs())
-            time.sleep(0.5)  # the daemon's maintenance frees it on its own schedule: polled with a deadline
+        until(  # the daemon's maintenance frees it on its own schedule: polled
+            lambda: {o["spec"]["address"] for o in claims(custom, "crashy")} == {held},
+            lambda: (claims(custom, "crashy"), node.logs()),
+            60,
+            0.5,
+        )
         assert "recorded nowhere" in node.logs()
         assert node.shim("DEL", ctr)[0] == 0
         assert claims(custom, "crashy") == []
@@ -305,7 +292,7 @@ def test_an_object_of_another_network_at_a_claims_name_is_never_touched(
 
 def test_a_node_without_a_cluster_keeps_claims_in_a_local_store(tmp_path: Path) -> None:
     """No cluster: the same allocation, claims as files in ipamDir; exhaustion names the pool; nothing left."""
-    from tests.lab.daemonlab import intent
+    from tests.lab.intents import intent
 
     with daemon_lab(tmp_path, extra={"ipamDir": str(tmp_path / "claims"), "defaultNetwork": None}) as dl:
         spec = f"{{type: macvlan, hostDevice: {dl.lab.master}, ipam: {{type: cluster, subnet: 10.103.0.0/29}}}}"

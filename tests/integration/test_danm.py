@@ -18,57 +18,49 @@ import pytest
 
 from netcomp.ipam.claimobjects import ID_PLURAL
 from netcomp.kube.group import GROUP, VERSION
-from tests.integration.test_kube import kube_lab, wait_for
-from tests.integration.test_multus import attach, detach, events_of, nothing_left, pod, status_of
 from tests.lab.addrs import in_use
-from tests.lab.daemonlab import DaemonLab
-from tests.lab.danm import DANM_API, danmnet
+from tests.lab.daemonlab import DaemonLab, kube_lab, wait_for
+from tests.lab.danm import DANM, DANM_API, DANM_GROUP, danmnet
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS, attach, detach, events_of, nothing_left, pod, status_of
 from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
-G = ("danm.k8s.io", "v1")
-DANM = "danm.k8s.io/interfaces"
-
-
-@pytest.fixture(scope="module")
-def admin(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    for ns in ("team-a", "team-b"):
-        client.CoreV1Api(c).create_namespace({"metadata": {"name": ns}})
-    custom = client.CustomObjectsApi(c)
-    tconf = {
-        "apiVersion": DANM_API,
-        "kind": "TenantConfig",
-        "metadata": {"name": "tconf"},
-        "hostDevices": [{"name": "ncm0", "vniType": "vxlan", "vniRange": "5100-5101"}],
-    }
-    custom.create_cluster_custom_object(*G, "tenantconfigs", tconf)
-    custom.create_namespaced_custom_object(*G, "team-a", "danmnets", danmnet("management", "team-a", "10.62.0.0/24"))
-    external = danmnet("external", None, "10.61.0.0/24", kind="ClusterNetwork", container_prefix="ext", rt_tables=300)
-    external["spec"]["AllowedTenants"] = ["team-a"]
-    custom.create_cluster_custom_object(*G, "clusternetworks", external)
-    internal = danmnet("internal", "team-a", None, kind="TenantNetwork", container_prefix="int")
-    del internal["spec"]["Options"]["host_device"]  # the TenantConfig gives it
-    custom.create_namespaced_custom_object(*G, "team-a", "tenantnetworks", internal)
-    return c
 
 
 KEYS = ["team-a.management", "external", "team-a.internal"]
 
 
 @contextlib.contextmanager
-def danm_node(api: ApiServer, base: Path, node: str = "node-a", keys: list[str] = KEYS) -> Iterator[DaemonLab]:
+def danm_lab(api: ApiServer, base: Path, node: str = "node-a", keys: list[str] = KEYS) -> Iterator[DaemonLab]:
     with kube_lab(base, api.node_kubeconfig, danm=True, settings={"nodeName": node, "ipamGrace": 1.0}) as dl:
         wait_for(dl, lambda: all(k in dl.daemon.state.networks() for k in keys), "the DANM objects compiled")
         yield dl
 
 
 @pytest.fixture(scope="module")
-def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonLab]:
-    with danm_node(api, tmp_path_factory.mktemp("danm-node")) as dl:
+def danm_node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonLab]:
+    """node-a, following DANM's objects: a TenantConfig (ncm0, VXLAN ids 5100-5101), team-a's DanmNet
+    management, the ClusterNetwork external (team-a's only), team-a's TenantNetwork internal."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(admin)
+    tconf = {
+        "apiVersion": DANM_API,
+        "kind": "TenantConfig",
+        "metadata": {"name": "tconf"},
+        "hostDevices": [{"name": "ncm0", "vniType": "vxlan", "vniRange": "5100-5101"}],
+    }
+    custom.create_cluster_custom_object(*DANM_GROUP, "tenantconfigs", tconf)
+    management = danmnet("management", "team-a", "10.62.0.0/24")
+    custom.create_namespaced_custom_object(*DANM_GROUP, "team-a", "danmnets", management)
+    external = danmnet("external", None, "10.61.0.0/24", kind="ClusterNetwork", container_prefix="ext", rt_tables=300)
+    external["spec"]["AllowedTenants"] = ["team-a"]
+    custom.create_cluster_custom_object(*DANM_GROUP, "clusternetworks", external)
+    internal = danmnet("internal", "team-a", None, kind="TenantNetwork", container_prefix="int")
+    del internal["spec"]["Options"]["host_device"]  # the TenantConfig gives it
+    custom.create_namespaced_custom_object(*DANM_GROUP, "team-a", "tenantnetworks", internal)
+    with danm_lab(api, tmp_path_factory.mktemp("danm-node")) as dl:
         yield dl
 
 
@@ -79,20 +71,20 @@ def danm_pod(admin: Any, dl: DaemonLab, name: str, value: Any, ns: str = "team-a
 # ------------------------------------------------------------------------------------------------ the fields
 
 
-def test_a_danm_pod_field_by_field(admin: Any, node: DaemonLab) -> None:
+def test_a_danm_pod_field_by_field(admin: Any, danm_node: DaemonLab) -> None:
     conns = [
         {"network": "management", "ip": "dynamic"},
         {"clusterNetwork": "external", "ip": "10.61.0.50/24", "proutes": {"10.70.0.0/16": "10.61.0.1"}},
         {"tenantNetwork": "internal", "ip": "none"},
     ]
-    with danm_pod(admin, node, "telco", conns) as p:
-        ctr, rc, res = attach(node, p)
+    with danm_pod(admin, danm_node, "telco", conns) as p:
+        ctr, rc, res = attach(danm_node, p)
         assert rc == 0, res
         # DANM's names: eth0 (the first connection, in the node default's place), ext1, int2.
-        assert sorted(node.lab.links(ctr)) == ["eth0", "ext1", "int2", "lo"]
-        assert node.lab.addrs(ctr, "eth0")[0].startswith("10.62.0.")
-        assert node.lab.addrs(ctr, "ext1") == ["10.61.0.50/24"]
-        assert node.lab.addrs(ctr, "int2") == []  # ip: none
+        assert sorted(danm_node.lab.links(ctr)) == ["eth0", "ext1", "int2", "lo"]
+        assert danm_node.lab.addrs(ctr, "eth0")[0].startswith("10.62.0.")
+        assert danm_node.lab.addrs(ctr, "ext1") == ["10.61.0.50/24"]
+        assert danm_node.lab.addrs(ctr, "int2") == []  # ip: none
         assert "from 10.61.0.50/24 lookup 300" in ip("rule", netns=ctr)  # tables are 32-bit: DANM's example
         # svcwatcher_demo uses 300
         assert ip("route", "show", "table", "300", netns=ctr).split()[:5] == [
@@ -103,40 +95,40 @@ def test_a_danm_pod_field_by_field(admin: Any, node: DaemonLab) -> None:
             "ext1",
         ]
         # The TenantNetwork's link: the TenantConfig's device and the first VXLAN id of its range.
-        tconf = node.daemon.state.networks()["team-a.internal"]["netcomp"]
+        tconf = danm_node.daemon.state.networks()["team-a.internal"]["netcomp"]
         assert tconf["hostLink"]["name"] == "vx5100" and tconf["tenantConfig"]["name"] == "tconf"
-        status = status_of(admin, node, p)
+        status = status_of(admin, danm_node, p)
         assert [(s["name"], s["interface"], s.get("default", False)) for s in status] == [
             ("team-a/management", "eth0", True),
             ("external", "ext1", False),
             ("team-a/internal", "int2", False),
         ]
         assert status[1]["ips"] == ["10.61.0.50"] and status[2]["ips"] == []
-        assert sorted(m for _, r, m in events_of(admin, node, p) if r == "AddedInterface")[1:] == [
+        assert sorted(m for _, r, m in events_of(admin, danm_node, p) if r == "AddedInterface")[1:] == [
             "Add ext1 [10.61.0.50/24] from external",
             "Add int2 [] from team-a/internal",
         ]
-        detach(node, ctr, p)
+        detach(danm_node, ctr, p)
 
 
-def test_an_exact_danm_address_is_claimed_for_the_cluster(admin: Any, node: DaemonLab) -> None:
+def test_an_exact_danm_address_is_claimed_for_the_cluster(admin: Any, danm_node: DaemonLab) -> None:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin)
     with (
-        danm_pod(admin, node, "first", [{"network": "management", "ip": "10.62.0.9"}]) as p1,
-        danm_pod(admin, node, "second", [{"network": "management", "ip": "10.62.0.9/24"}]) as p2,
+        danm_pod(admin, danm_node, "first", [{"network": "management", "ip": "10.62.0.9"}]) as p1,
+        danm_pod(admin, danm_node, "second", [{"network": "management", "ip": "10.62.0.9/24"}]) as p2,
     ):
-        ctr1, rc, res = attach(node, p1)
-        assert rc == 0 and node.lab.addrs(ctr1, "eth0") == ["10.62.0.9/24"], res
-        assert node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
+        ctr1, rc, res = attach(danm_node, p1)
+        assert rc == 0 and danm_node.lab.addrs(ctr1, "eth0") == ["10.62.0.9/24"], res
+        assert danm_node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
         holders = [o["spec"]["pod"]["name"] for o in in_use(custom)]
         assert holders == ["first"]
-        ctr2, rc, res = attach(node, p2)
+        ctr2, rc, res = attach(danm_node, p2)
         assert rc == 1 and res["code"] == 11 and "team-a/first" in res["msg"], res
         assert res["msg"].startswith("pod team-a/second: annotation danm.k8s.io/interfaces: connection 0")
-        assert node.lab.links(ctr2) == ["lo"]
-        detach(node, ctr1, p1)
+        assert danm_node.lab.links(ctr2) == ["lo"]
+        detach(danm_node, ctr1, p1)
 
 
 @pytest.mark.parametrize(
@@ -155,45 +147,45 @@ def test_an_exact_danm_address_is_claimed_for_the_cluster(admin: Any, node: Daem
     ],
 )
 def test_danm_refusals_name_the_pod_and_leave_nothing(
-    admin: Any, node: DaemonLab, ns: str, value: Any, words: str
+    admin: Any, danm_node: DaemonLab, ns: str, value: Any, words: str
 ) -> None:
-    with danm_pod(admin, node, "refused", value, ns=ns) as p:
-        ctr, rc, res = attach(node, p)
+    with danm_pod(admin, danm_node, "refused", value, ns=ns) as p:
+        ctr, rc, res = attach(danm_node, p)
         assert rc == 1 and res["code"] == 7, res
         assert res["msg"].startswith(f"pod {ns}/refused: annotation danm.k8s.io/interfaces: connection 0"), res
         assert words in res["msg"] + res.get("details", ""), res
         if "management is compiled" in words:
             assert "is in namespace team-a, not the pod's ('team-b')" in res["details"]
-        nothing_left(node, ctr)
-        assert [r for _, r, _ in events_of(admin, node, p)] in (["NoNetworkFound"], ["FailedAddNetworks"])
+        nothing_left(danm_node, ctr)
+        assert [r for _, r, _ in events_of(admin, danm_node, p)] in (["NoNetworkFound"], ["FailedAddNetworks"])
 
 
-def test_a_pod_with_both_annotations_is_refused(admin: Any, node: DaemonLab) -> None:
-    notes = {DANM: '[{"network": "management"}]', "k8s.v1.cni.cncf.io/networks": "storage"}
-    with pod(admin, node, "both", "team-a", **notes) as p:
-        ctr, rc, res = attach(node, p)
+def test_a_pod_with_both_annotations_is_refused(admin: Any, danm_node: DaemonLab) -> None:
+    notes = {DANM: '[{"network": "management"}]', NETWORKS: "storage"}
+    with pod(admin, danm_node, "both", "team-a", **notes) as p:
+        ctr, rc, res = attach(danm_node, p)
         assert rc == 1 and "annotations danm.k8s.io/interfaces (DANM's) and k8s.v1.cni.cncf.io/networks" in res["msg"]
-        nothing_left(node, ctr)
+        nothing_left(danm_node, ctr)
 
 
 # ------------------------------------------------------------------------------------------------ TenantConfig
 
 
 def test_a_tenant_network_gets_one_device_and_id_on_every_node(
-    api: ApiServer, admin: Any, node: DaemonLab, tmp_path: Path
+    api: ApiServer, admin: Any, danm_node: DaemonLab, tmp_path: Path
 ) -> None:
     """A second node compiles team-a/internal with the device and VXLAN id the first one claimed: one
     TenantClaim object, the same host link in both compiled files."""
     from kubernetes import client
 
-    with danm_node(api, tmp_path / "b", "node-b") as other:
-        here, there = node.daemon.state.networks(), other.daemon.state.networks()
+    with danm_lab(api, tmp_path / "b", "node-b") as other:
+        here, there = danm_node.daemon.state.networks(), other.daemon.state.networks()
         assert here["team-a.internal"]["netcomp"]["hostLink"] == there["team-a.internal"]["netcomp"]["hostLink"]
         claims = client.CustomObjectsApi(admin).list_cluster_custom_object(GROUP, VERSION, ID_PLURAL)["items"]
         assert [c["spec"]["vni"] for c in claims if c["spec"]["network"]["name"] == "internal"] == [5100]
 
 
-def test_an_exhausted_range_is_reported_and_served_once_an_id_is_free(admin: Any, node: DaemonLab) -> None:
+def test_an_exhausted_range_is_reported_and_served_once_an_id_is_free(admin: Any, danm_node: DaemonLab) -> None:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin)
@@ -203,32 +195,36 @@ def test_an_exhausted_range_is_reported_and_served_once_an_id_is_free(admin: Any
         for name in ("second", "third"):
             obj = danmnet(name, "team-a", None, kind="TenantNetwork")
             del obj["spec"]["Options"]["host_device"]
-            custom.create_namespaced_custom_object(*G, "team-a", "tenantnetworks", obj)
+            custom.create_namespaced_custom_object(*DANM_GROUP, "team-a", "tenantnetworks", obj)
             made.append(name)
-        wait_for(node, lambda: "team-a.second" in node.daemon.state.networks(), "the second one compiled (5101)")
-        copy = str(node.base / "cluster.d" / "team-a.third.tenantnetwork.yaml")
         wait_for(
-            node,
+            danm_node, lambda: "team-a.second" in danm_node.daemon.state.networks(), "the second one compiled (5101)"
+        )
+        copy = str(danm_node.base / "cluster.d" / "team-a.third.tenantnetwork.yaml")
+        wait_for(
+            danm_node,
             lambda: any(
                 d["file"] == copy and "whole range is already reserved" in d["message"]
-                for d in node.daemon.status()["diagnostics"]
+                for d in danm_node.daemon.status()["diagnostics"]
             ),
             "the third one reported",
         )
-        assert "team-a.third" not in node.daemon.state.networks()
+        assert "team-a.third" not in danm_node.daemon.state.networks()
         # On the object too: kubectl describe tenantnetwork third shows it.
-        assert node.daemon.cluster is not None and node.daemon.cluster.pods.flush(30)
+        assert danm_node.daemon.cluster is not None and danm_node.daemon.cluster.pods.flush(30)
         events = core.list_namespaced_event("team-a", field_selector="involvedObject.name=third").items
         assert [(e.type, e.reason, e.involved_object.kind) for e in events] == [
             ("Warning", "FailedCompile", "TenantNetwork")
         ]
         assert "whole range is already reserved" in events[0].message and "node node-a" in events[0].message
         # The second one deleted: its id is freed (confirmed gone by the API server), the third compiles with it.
-        custom.delete_namespaced_custom_object(*G, "team-a", "tenantnetworks", "second")
+        custom.delete_namespaced_custom_object(*DANM_GROUP, "team-a", "tenantnetworks", "second")
         made.remove("second")
-        wait_for(node, lambda: "team-a.third" in node.daemon.state.networks(), "the third one served with 5101")
-        assert node.daemon.state.networks()["team-a.third"]["netcomp"]["hostLink"]["name"] == "vx5101"
+        wait_for(
+            danm_node, lambda: "team-a.third" in danm_node.daemon.state.networks(), "the third one served with 5101"
+        )
+        assert danm_node.daemon.state.networks()["team-a.third"]["netcomp"]["hostLink"]["name"] == "vx5101"
     finally:
         for name in made:
             with contextlib.suppress(Exception):
-                custom.delete_namespaced_custom_object(*G, "team-a", "tenantnetworks", name)
+                custom.delete_namespaced_custom_object(*DANM_GROUP, "team-a", "tenantnetworks", name)

@@ -17,7 +17,8 @@ import pytest
 
 from netcomp.host import netns as nsutil
 from netcomp.records.record import Attachment, Record
-from tests.lab.daemonlab import DaemonLab, intent
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.intents import intent
 from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
@@ -45,20 +46,6 @@ def cni_env(dl: DaemonLab, command: str, ctr: str, args: str = "") -> dict[str, 
 
 
 # ------------------------------------------------------------------------------------------ the namespace
-
-
-@pytest.fixture(params=["by handle", "by /proc"])
-def search(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the namespace is looked for: this kernel opens namespaces by their id (Linux 6.18); on older
-    ones the daemon searches /proc (every process in it, those whose namespaces it may not read too: this
-    machine's PID 1 is one, whatever the capabilities)."""
-    if not hasattr(nsutil, "_handles"):  # a netcomp that does not look for it (the test then fails, as it should)
-        return str(request.param)
-    if request.param == "by /proc":
-        monkeypatch.setattr(nsutil, "_handles", lambda: False)
-    elif not nsutil._handles():  # the kernel's own answer, where it has one
-        pytest.skip("this kernel opens no namespace by file handle")
-    return str(request.param)
 
 
 def test_del_runs_in_the_namespace_add_recorded_when_its_path_names_another_now(dl: DaemonLab, search: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from netcomp.kubelet.podresources import DEVICE_MANAGER_SOCKET
-from tests.lab.daemonlab import intent
+from tests.lab.intents import intent
 from tests.lab.netlab import Lab, ip
 from tests.lab.podresources import PodResourcesServer, podresources
 from tests.lab.procdaemon import ProcNode, proc_node
@@ -84,14 +84,17 @@ def copies(base: Path) -> list[str]:
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Any:
+def kubelet(tmp_path: Path) -> Any:
+    """The kubelet's PodResources API (a stand-in): pod default/p1 holds 02.1 in its container c, 02.0 in d."""
     state = PodResourcesServer()
     state.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.1"])], "d": [(RES, ["0000:3b:02.0"])]}
     with podresources(str(tmp_path / "pod-resources.sock"), state):
         yield state
 
 
-def test_each_network_gets_the_pods_own_device_and_del_gives_it_back(tmp_path: Path, api: PodResourcesServer) -> None:
+def test_each_network_gets_the_pods_own_device_and_del_gives_it_back(
+    tmp_path: Path, kubelet: PodResourcesServer
+) -> None:
     with node(tmp_path) as n:
         macs = {link: mac(n.lab.host, link) for link in VFS.values()}
         ctr = n.lab.container()
@@ -104,17 +107,17 @@ def test_each_network_gets_the_pods_own_device_and_del_gives_it_back(tmp_path: P
         info = json.loads((tmp_path / "devinfo" / "cni" / f"vf-b-ctr-{ctr}_net1").read_text())
         assert info["pci"] == {"pci-address": "0000:3b:02.1", "pf-pci-address": "0000:3b:00.0"}
         n.restart()  # the record, not a new answer of the kubelet, says what DEL gives back
-        api.pods.clear()
+        kubelet.pods.clear()
         code, out = n.shim("DEL", ctr, ifname="net0")
         assert code == 0, out
         assert host_links(n) == set(VFS.values()) and copies(tmp_path) == [] and n.cache_files() == []
 
 
-def test_refusals_run_no_plugin(tmp_path: Path, api: PodResourcesServer) -> None:
+def test_refusals_run_no_plugin(tmp_path: Path, kubelet: PodResourcesServer) -> None:
     """A pod that holds one device asks for two networks of its resource; a pod that holds none; a request
     naming no pod: each refused before anything runs, the links where they were."""
     with node(tmp_path) as n:
-        api.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.0"])]}
+        kubelet.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.0"])]}
         ctr = n.lab.container()
         code, out = n.shim("ADD", ctr, args=f"{POD_ARGS};NETCOMP_NETWORKS=vf-a,vf-b", ifname="net0")
         assert code == 1 and out["code"] == 7
@@ -122,7 +125,7 @@ def test_refusals_run_no_plugin(tmp_path: Path, api: PodResourcesServer) -> None
             "2 networks (vf-a, vf-b) take a device of resource netcomp.io/testvf, and the kubelet gave the pod 1"
             in (out["msg"])
         )
-        api.pods[("default", "p1")] = {"c": []}
+        kubelet.pods[("default", "p1")] = {"c": []}
         code, out = n.shim("ADD", ctr, args=f"{POD_ARGS};NETCOMP_NETWORKS=vf-a", ifname="net0")
         assert code == 1 and out["msg"] == (
             "pod default/p1: network vf-a takes a device of resource netcomp.io/testvf, and the kubelet gave the "
@@ -133,11 +136,11 @@ def test_refusals_run_no_plugin(tmp_path: Path, api: PodResourcesServer) -> None
         assert host_links(n) == set(VFS.values()) and copies(tmp_path) == [] and n.cache_files() == []
 
 
-def test_a_device_id_that_is_not_one_is_refused(tmp_path: Path, api: PodResourcesServer) -> None:
+def test_a_device_id_that_is_not_one_is_refused(tmp_path: Path, kubelet: PodResourcesServer) -> None:
     """The kubelet passes on what the device plugin said: a path among the pod's IDs refuses the resource (code
     7, named), before any plugin runs."""
     with node(tmp_path) as n:
-        api.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.0", "../../../etc/passwd"])]}
+        kubelet.pods[("default", "p1")] = {"c": [(RES, ["0000:3b:02.0", "../../../etc/passwd"])]}
         ctr = n.lab.container()
         code, out = n.shim("ADD", ctr, args=f"{POD_ARGS};NETCOMP_NETWORKS=vf-a", ifname="net0")
         assert code == 1 and out["code"] == 7, out
@@ -175,7 +178,9 @@ def test_podresources_down_the_kubelets_current_checkpoint_answers(tmp_path: Pat
         assert host_links(n) == set(VFS.values()) and n.cache_files() == []
 
 
-def test_killed_before_the_outcome_is_recorded_the_restart_undoes_it(tmp_path: Path, api: PodResourcesServer) -> None:
+def test_killed_before_the_outcome_is_recorded_the_restart_undoes_it(
+    tmp_path: Path, kubelet: PodResourcesServer
+) -> None:
     """SIGKILL with both devices in the container and half of the record that says so written: the runtime was
     never told, so the daemon that starts again undoes both attachments (the links back on the host) and removes
     their device-info copies; the runtime's retried ADD then succeeds."""
@@ -196,7 +201,7 @@ def test_killed_before_the_outcome_is_recorded_the_restart_undoes_it(tmp_path: P
 
 
 def test_killed_after_the_write_ahead_the_undo_of_what_never_ran_completes(
-    tmp_path: Path, api: PodResourcesServer
+    tmp_path: Path, kubelet: PodResourcesServer
 ) -> None:
     """SIGKILL once the record and the device-info copies are written, before any plugin ran. host-device's DEL of
     an interface it never moved fails ("failed to find net0"): the undo still completes, as nothing of those

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.lab.daemonlab import intent
+from tests.lab.checkout import NETCOMP
+from tests.lab.intents import intent
 from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab
 from tests.lab.poll import until
-from tests.lab.procdaemon import NETCOMP, ProcNode, kube_proc_node
+from tests.lab.procdaemon import ProcNode, kube_proc_node
 
 pytestmark = pytest.mark.root
 NODE = "node-d"
@@ -32,16 +33,12 @@ NOT_SERVED = ("40-broken.yaml", "50-signal.yaml", "70-tagged.yaml")
 
 
 @pytest.fixture(scope="module")
-def admin(api: ApiServer) -> Any:
-    from kubernetes import client, config
+def doctor_node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
+    """node-d (its Node object made), the daemon as a process following the cluster, its plugins the real ones
+    symlinked into a dir of its own."""
+    from kubernetes import client
 
-    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    client.CoreV1Api(c).create_node({"metadata": {"name": NODE}})
-    return c
-
-
-@pytest.fixture(scope="module")
-def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
+    client.CoreV1Api(admin).create_node({"metadata": {"name": NODE}})
     base = tmp_path_factory.mktemp("doctor")
 
     def setup(base: Path, lb: Lab) -> None:
@@ -75,8 +72,8 @@ def failing(checks: dict[str, dict[str, str]]) -> list[str]:
     return [name for name, c in checks.items() if c["status"] == "fail"]
 
 
-def test_a_healthy_node_passes(node: ProcNode) -> None:
-    rc, checks, text = doctor(node)
+def test_a_healthy_node_passes(doctor_node: ProcNode) -> None:
+    rc, checks, text = doctor(doctor_node)
     assert rc == 0, text
     assert failing(checks) == []
     assert list(checks) == [
@@ -105,11 +102,11 @@ def test_a_healthy_node_passes(node: ProcNode) -> None:
     assert text.splitlines()[-1] == "15 checks: all passed"
 
 
-def test_a_missing_plugin(node: ProcNode) -> None:
-    link = node.base / "cni-bin" / "macvlan"
+def test_a_missing_plugin(doctor_node: ProcNode) -> None:
+    link = doctor_node.base / "cni-bin" / "macvlan"
     link.unlink()
     try:
-        rc, checks, text = doctor(node)
+        rc, checks, text = doctor(doctor_node)
     finally:
         link.symlink_to(Path(PLUGIN_DIR) / "macvlan")
     assert rc == 1, text
@@ -117,7 +114,7 @@ def test_a_missing_plugin(node: ProcNode) -> None:
     c = checks["plugin:macvlan"]
     assert (
         c["found"]
-        == f"not found (or not executable) in {node.base / 'cni-bin'} (networks backup, storage, tunnel run it)"
+        == f"not found (or not executable) in {doctor_node.base / 'cni-bin'} (networks backup, storage, tunnel run it)"
     )
     assert "containernetworking-plugins" in c["fix"]
     assert "FAIL  plugin:macvlan" in text and text.splitlines()[-1] == "15 checks: 1 failed (plugin:macvlan)"
@@ -138,13 +135,13 @@ def serving(node: ProcNode, **files: str) -> Iterator[None]:
         node.reload()
 
 
-def test_kernel_features_this_kernel_lacks(node: ProcNode) -> None:
+def test_kernel_features_this_kernel_lacks(doctor_node: ProcNode) -> None:
     """ipvlan and 8021q (a VLAN master): this kernel makes neither, which the plugins find only at the first ADD."""
-    ipam = f"ipam: {{type: host-local, dataDir: {node.base}/ipam, subnet: 10.9"
+    ipam = f"ipam: {{type: host-local, dataDir: {doctor_node.base}/ipam, subnet: 10.9"
     signal = intent("signal", f"{{type: ipvlan, hostDevice: ncm0, mode: l2, {ipam}5.0.0/24}}}}")
     tagged = intent("tagged", f"{{type: macvlan, hostDevice: ncm0, vlan: 120, {ipam}7.0.0/24}}}}")
-    with serving(node, **{"80-signal.yaml": signal, "81-tagged.yaml": tagged}):
-        rc, checks, text = doctor(node)
+    with serving(doctor_node, **{"80-signal.yaml": signal, "81-tagged.yaml": tagged}):
+        rc, checks, text = doctor(doctor_node)
     assert rc == 1, text
     assert failing(checks) == ["kernel:8021q", "kernel:ipvlan"]
     ipvlan = checks["kernel:ipvlan"]
@@ -153,33 +150,35 @@ def test_kernel_features_this_kernel_lacks(node: ProcNode) -> None:
     assert checks["kernel:8021q"]["found"].endswith("(networks tagged need them)")
     assert checks["hostlink:ncm0.120"]["status"] == "ok"  # it is the kernel that cannot make it
     # Nothing was left in the node's netns by the test of the kernel.
-    out = subprocess.run([IP, "-n", node.lab.host, "-o", "link"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [IP, "-n", doctor_node.lab.host, "-o", "link"], capture_output=True, text=True, check=True
+    ).stdout
     assert sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines()) == ["lo", "ncm0", "ncm0p"]
 
 
-def test_a_cni_version_the_plugins_do_not_speak(node: ProcNode) -> None:
+def test_a_cni_version_the_plugins_do_not_speak(doctor_node: ProcNode) -> None:
     modern = {
         "cniVersion": "1.1.0",
         "name": "modern",
         "plugins": [{"type": "bridge", "bridge": "ncmod0", "ipam": {"type": "host-local", "subnet": "10.96.0.0/24"}}],
     }
-    static = node.base / "static.d" / "modern.conflist"
+    static = doctor_node.base / "static.d" / "modern.conflist"
     static.write_text(json.dumps(modern))
     try:
-        with serving(node, **{"85-modern.yaml": intent("modern", "{type: static, networkID: modern}")}):
-            rc, checks, text = doctor(node)
+        with serving(doctor_node, **{"85-modern.yaml": intent("modern", "{type: static, networkID: modern}")}):
+            rc, checks, text = doctor(doctor_node)
     finally:
         static.unlink()
     assert rc == 1, text
     assert failing(checks) == ["plugin:bridge", "plugin:host-local"]
     bridge = checks["plugin:bridge"]
     assert bridge["found"] == (
-        f"{node.base / 'cni-bin' / 'bridge'} speaks CNI 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, not 1.1.0 (the "
-        "cniVersion of modern)"
+        f"{doctor_node.base / 'cni-bin' / 'bridge'} speaks CNI 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, not 1.1.0 "
+        "(the cniVersion of modern)"
     )
 
 
-def test_an_rbac_verb_taken_away_on_the_api_server(node: ProcNode, admin: Any) -> None:
+def test_an_rbac_verb_taken_away_on_the_api_server(doctor_node: ProcNode, admin: Any) -> None:
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(admin)
@@ -191,14 +190,14 @@ def test_an_rbac_verb_taken_away_on_the_api_server(node: ProcNode, admin: Any) -
     rbac.patch_cluster_role("netcomp-node", {"rules": less})
     try:
         _until_allowed(admin, "patch", "pods", False)
-        rc, checks, text = doctor(node)
+        rc, checks, text = doctor(doctor_node)
     finally:
         rbac.patch_cluster_role("netcomp-node", {"rules": before})
         _until_allowed(admin, "patch", "pods", True)
     assert rc == 1, text
     assert failing(checks) == ["rbac"]
     found = checks["rbac"]["found"]
-    assert found.startswith(f"not granted to the identity in {node.base / 'lab.kubeconfig'}: patch pods (1 of ")
+    assert found.startswith(f"not granted to the identity in {doctor_node.base / 'lab.kubeconfig'}: patch pods (1 of ")
     assert "rbac.yaml" in checks["rbac"]["fix"]
 
 
@@ -219,12 +218,12 @@ def _until_allowed(admin: Any, verb: str, resource: str, allowed: bool) -> None:
 
 @pytest.mark.parametrize("fault", ["down", "token", "untrusted"])
 def test_api_server_faults_said_as_the_daemon_says_them(
-    node: ProcNode, api: ApiServer, tmp_path: Path, fault: str
+    doctor_node: ProcNode, api: ApiServer, tmp_path: Path, fault: str
 ) -> None:
     """Nothing listening at the kubeconfig's address (connection refused), a token the server does not know (401),
     a CA that did not sign the server's certificate: the apiserver line says it in the daemon's words (its CNI
     errors say the same, test_kube.py), with the fix for that fault; the checks that need the server are skipped."""
-    lab = yaml.safe_load((node.base / "lab.kubeconfig").read_text())
+    lab = yaml.safe_load((doctor_node.base / "lab.kubeconfig").read_text())
     url = lab["clusters"][0]["cluster"]["server"]
     if fault == "down":
         url = f"https://127.0.0.1:{free_port()}"  # free here; in the node's netns only the forwarder listens
@@ -232,8 +231,8 @@ def test_api_server_faults_said_as_the_daemon_says_them(
     if fault == "untrusted":
         distrust(cfg, tmp_path)
     conf = tmp_path / "netcomp.yaml"
-    conf.write_text(yaml.safe_dump({**node.settings, "kubernetes": {"kubeconfig": str(cfg), "timeout": 10}}))
-    rc, checks, text = doctor(node, conf)
+    conf.write_text(yaml.safe_dump({**doctor_node.settings, "kubernetes": {"kubeconfig": str(cfg), "timeout": 10}}))
+    rc, checks, text = doctor(doctor_node, conf)
     assert rc == 1, text
     assert failing(checks) == ["apiserver"]
     skipped = [(checks[name]["status"], checks[name]["found"]) for name in ("rbac", "node")]
@@ -258,42 +257,42 @@ def test_api_server_faults_said_as_the_daemon_says_them(
     assert line.split(None, 2)[2] == f"{found}; fix: {fix}"
 
 
-def test_another_file_before_netcomps_in_the_runtimes_conf_dir(node: ProcNode) -> None:
-    other = node.base / "net.d" / "00-another.conflist"
+def test_another_file_before_netcomps_in_the_runtimes_conf_dir(doctor_node: ProcNode) -> None:
+    other = doctor_node.base / "net.d" / "00-another.conflist"
     other.write_text(json.dumps({"cniVersion": "1.0.0", "name": "another", "plugins": [{"type": "bridge"}]}))
     try:
-        rc, checks, text = doctor(node)
+        rc, checks, text = doctor(doctor_node)
     finally:
         other.unlink()
     assert rc == 1, text
     assert failing(checks) == ["runtime"]
     assert checks["runtime"]["found"] == (
-        f"the runtime picks {other}, not {node.base / 'net.d' / '00-netcomp.conflist'}: 00-another.conflist sorts "
-        "first (containerd and CRI-O take the first file by name)"
+        f"the runtime picks {other}, not {doctor_node.base / 'net.d' / '00-netcomp.conflist'}: 00-another.conflist "
+        "sorts first (containerd and CRI-O take the first file by name)"
     )
     assert checks["runtime"]["fix"].startswith("remove 00-another.conflist from ")
 
 
-def test_a_daemon_that_does_not_answer(node: ProcNode) -> None:
+def test_a_daemon_that_does_not_answer(doctor_node: ProcNode) -> None:
     """Doctor runs without the daemon: its line says so; the checks that need no daemon still run."""
-    node.stop()
+    doctor_node.stop()
     try:
-        rc, checks, text = doctor(node)
+        rc, checks, text = doctor(doctor_node)
     finally:
-        node.start()
+        doctor_node.start()
     assert rc == 1, text
     assert failing(checks) == ["daemon"]
     # The socket stays (systemd's socket unit holds it, here the test): a connection waits for a daemon.
-    assert checks["daemon"]["found"] == f"no answer on {node.sock} within 10 s (starting, or hung)"
+    assert checks["daemon"]["found"] == f"no answer on {doctor_node.sock} within 10 s (starting, or hung)"
     assert checks["plugin:macvlan"]["status"] == "ok"
 
 
 @pytest.mark.parametrize("body", ['{"Data": []}', '{"Data": "x"}', '{"Data": ' + "[" * 40 + "]" * 40 + "}"])
-def test_a_checkpoint_that_is_not_the_kubelets(node: ProcNode, tmp_path: Path, body: str) -> None:
+def test_a_checkpoint_that_is_not_the_kubelets(doctor_node: ProcNode, tmp_path: Path, body: str) -> None:
     """A network of a device plugin's resource, and the kubelet's checkpoint not its JSON: the resource's line
     fails saying what is wrong with it (exit 1, as for any failing check), and every other check is shown."""
     res = "netcomp.io/dpvf"
-    (node.base / "static.d" / "dp.conflist").write_text(
+    (doctor_node.base / "static.d" / "dp.conflist").write_text(
         json.dumps({"cniVersion": "1.0.0", "name": "dp", "plugins": [{"type": "host-device"}]})
     )
     ckpt, sock = tmp_path / "kubelet_internal_checkpoint", tmp_path / "pod-resources.sock"
@@ -302,13 +301,13 @@ def test_a_checkpoint_that_is_not_the_kubelets(node: ProcNode, tmp_path: Path, b
         s.bind(str(sock))  # a socket is there: the line is about the checkpoint
     conf = tmp_path / "netcomp.yaml"
     kubelet = {"podResourcesSocket": str(sock), "checkpoint": str(ckpt), "timeout": 2}
-    conf.write_text(yaml.safe_dump({**node.settings, "kubelet": kubelet}))
+    conf.write_text(yaml.safe_dump({**doctor_node.settings, "kubelet": kubelet}))
     try:
         spec = f"{{type: static, networkID: dp, resourceName: {res}}}"
-        with serving(node, **{"86-dp.yaml": intent("dp", spec)}):
-            rc, checks, text = doctor(node, conf)
+        with serving(doctor_node, **{"86-dp.yaml": intent("dp", spec)}):
+            rc, checks, text = doctor(doctor_node, conf)
     finally:
-        (node.base / "static.d" / "dp.conflist").unlink()
+        (doctor_node.base / "static.d" / "dp.conflist").unlink()
     assert rc == 1, text
     assert failing(checks) == [f"sriov:{res}"], text
     found = checks[f"sriov:{res}"]["found"]

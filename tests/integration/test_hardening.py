@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
+from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.intents import intent
 from tests.lab.poll import until
 from tests.lab.procdaemon import ProcNode, proc_node
 from tests.lab.wire import post, raw

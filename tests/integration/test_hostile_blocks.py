@@ -25,13 +25,6 @@ pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
-def custom(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    return client.CustomObjectsApi(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
-
-
-@pytest.fixture(scope="module")
 def hostile(api: ApiServer) -> Any:
     """The API as any node may use it: the node token of the packaged ClusterRole."""
     from kubernetes import client, config

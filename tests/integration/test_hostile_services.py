@@ -14,32 +14,21 @@ from typing import Any
 import pytest
 
 from netcomp.kube import labels
-from tests.integration.test_service_slices import (  # noqa: F401 (fixtures)
-    NETWORKS,
-    NS,
-    admin,
-    attach,
-    core,
-    custom,
-    delete_service,
-    make_pod,
-    node,
-    service,
-    wait_view,
-)
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS
+from tests.lab.services import NS, attach_to, delete_service, make_pod, service, service_node, wait_view
 
 pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
-def node_a(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonLab]:  # noqa: F811
-    with node(api, tmp_path_factory.mktemp("hostile") / "a", "node-a") as a:
+def node_a(api: ApiServer, service_networks: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonLab]:
+    with service_node(api, tmp_path_factory.mktemp("hostile") / "a", "node-a") as a:
         yield a
 
 
-def test_a_hostile_service_costs_only_itself(core: Any, custom: Any, admin: Any, node_a: DaemonLab) -> None:  # noqa: F811
+def test_a_hostile_service_costs_only_itself(core: Any, custom: Any, admin: Any, node_a: DaemonLab) -> None:
     deep = '{"a":' * 5_000 + '"b"' + "}" * 5_000
     bad = {
         "deep": {"danm.k8s.io/selector": deep, "danm.k8s.io/network": "internal"},
@@ -54,7 +43,7 @@ def test_a_hostile_service_costs_only_itself(core: Any, custom: Any, admin: Any,
         service(core, "web", notes, [{"name": "http", "port": 80}])
         undo.callback(delete_service, core, "web")
         p = make_pod(core, node_a, "web-1", {"app": "web"}, {NETWORKS: "ext"})
-        _, ip = attach(admin, node_a, p, "ext")
+        _, ip = attach_to(admin, node_a, p, "ext")
         wait_view(custom, "web", {"node-a": [("web-1", ip, False)]})
         cluster = node_a.daemon.cluster
         assert cluster is not None and cluster.slices is not None

@@ -16,83 +16,70 @@ from typing import Any
 import pytest
 
 from netcomp.cli.ask import _print_status
-from tests.integration.test_multus import NETWORKS, admin, attach, cni_args, detach, events_of, node, pod, status_of
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS, STATUS, attach, cni_args, detach, edit, events_of, links, pod, status_of
 
 pytestmark = pytest.mark.root
-__all__ = ["admin", "node"]  # fixtures, used by name
 
 
-def edit(admin: Any, dl: DaemonLab, p: dict[str, Any], value: str) -> None:
-    """Patch the pod's networks annotation and wait until the daemon's watch saw it and the sync ran."""
-    from kubernetes import client
-
-    assert dl.daemon.podsync is not None and dl.daemon.cluster is not None
-    before = dl.daemon.podsync.synced
-    client.CoreV1Api(admin).patch_namespaced_pod(p["name"], p["ns"], {"metadata": {"annotations": {NETWORKS: value}}})
-    assert dl.daemon.podsync.wait_synced(before, 60), "the edit was not synced"
-
-
-def links(dl: DaemonLab, ctr: str) -> list[str]:
-    return sorted(x for x in dl.lab.links(ctr) if x != "lo")
-
-
-def test_an_edit_attaches_what_it_adds_and_detaches_what_it_removes(admin: Any, node: DaemonLab) -> None:
-    with pod(admin, node, "editme", **{NETWORKS: "storage"}) as p:
-        ctr, rc, res = attach(node, p)
+def test_an_edit_attaches_what_it_adds_and_detaches_what_it_removes(admin: Any, multus_node: DaemonLab) -> None:
+    with pod(admin, multus_node, "editme", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        assert links(node, ctr) == ["eth0", "net1"]
-        storage_addr = node.lab.addrs(ctr, "net1")
-        edit(admin, node, p, "storage, backup")
-        assert links(node, ctr) == ["eth0", "net1", "net2"]
-        assert node.lab.addrs(ctr, "net1") == storage_addr  # untouched
-        assert node.lab.addrs(ctr, "net2")[0].startswith("10.80.0.")
-        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+        assert links(multus_node, ctr) == ["eth0", "net1"]
+        storage_addr = multus_node.lab.addrs(ctr, "net1")
+        edit(admin, multus_node, p, "storage, backup")
+        assert links(multus_node, ctr) == ["eth0", "net1", "net2"]
+        assert multus_node.lab.addrs(ctr, "net1") == storage_addr  # untouched
+        assert multus_node.lab.addrs(ctr, "net2")[0].startswith("10.80.0.")
+        assert [(s["name"], s["interface"]) for s in status_of(admin, multus_node, p)] == [
             ("mgmt", "eth0"),
             ("storage", "net1"),
             ("backup", "net2"),
         ]
         # storage removed: backup moves to position 1, so Multus's name for it is net1 now (a detach and an
         # attach), and storage's lease is freed.
-        edit(admin, node, p, "backup")
-        assert links(node, ctr) == ["eth0", "net1"] and node.lab.addrs(ctr, "net1")[0].startswith("10.80.0.")
-        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+        edit(admin, multus_node, p, "backup")
+        assert links(multus_node, ctr) == ["eth0", "net1"] and multus_node.lab.addrs(ctr, "net1")[0].startswith(
+            "10.80.0."
+        )
+        assert [(s["name"], s["interface"]) for s in status_of(admin, multus_node, p)] == [
             ("mgmt", "eth0"),
             ("backup", "net1"),
         ]
-        assert not any(lease.startswith("storage") for lease in node.leases())
-        reasons = [(r, m.split(" [")[0]) for _, r, m in events_of(admin, node, p)]
+        assert not any(lease.startswith("storage") for lease in multus_node.leases())
+        reasons = [(r, m.split(" [")[0]) for _, r, m in events_of(admin, multus_node, p)]
         assert ("RemovedInterface", "Remove net1 (hot-plug)") in reasons and (
             "RemovedInterface",
             "Remove net2 (hot-plug)",
         ) in reasons
         # An explicit interface name: a rename of the same network is a detach and an attach.
-        edit(admin, node, p, "backup@bk7")
-        assert links(node, ctr) == ["bk7", "eth0"]
-        detach(node, ctr, p)
+        edit(admin, multus_node, p, "backup@bk7")
+        assert links(multus_node, ctr) == ["bk7", "eth0"]
+        detach(multus_node, ctr, p)
 
 
-def test_a_failing_add_leaves_the_pod_as_it_was(admin: Any, node: DaemonLab) -> None:
+def test_a_failing_add_leaves_the_pod_as_it_was(admin: Any, multus_node: DaemonLab) -> None:
     """'signal' is an ipvlan network, which this kernel refuses ("operation not supported"): its plugin fails,
     the ADD is rolled back, the pod keeps what it had, and a warning event says why."""
-    with pod(admin, node, "failing", **{NETWORKS: "storage"}) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "failing", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        edit(admin, node, p, "storage, signal")
-        assert links(node, ctr) == ["eth0", "net1"]
-        warnings = [m for kind, r, m in events_of(admin, node, p) if kind == "Warning" and r == "FailedHotplug"]
+        edit(admin, multus_node, p, "storage, signal")
+        assert links(multus_node, ctr) == ["eth0", "net1"]
+        warnings = [m for kind, r, m in events_of(admin, multus_node, p) if kind == "Warning" and r == "FailedHotplug"]
         assert any("network 'signal', plugin 'ipvlan'" in m for m in warnings), warnings
-        assert [(s["name"], s["interface"]) for s in status_of(admin, node, p)] == [
+        assert [(s["name"], s["interface"]) for s in status_of(admin, multus_node, p)] == [
             ("mgmt", "eth0"),
             ("storage", "net1"),
         ]
-        edit(admin, node, p, "storage@eth0")  # refused before anything runs: the runtime's interface
-        assert links(node, ctr) == ["eth0", "net1"]
-        detach(node, ctr, p)
+        edit(admin, multus_node, p, "storage@eth0")  # refused before anything runs: the runtime's interface
+        assert links(multus_node, ctr) == ["eth0", "net1"]
+        detach(multus_node, ctr, p)
 
 
-def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin: Any, node: DaemonLab) -> None:
+def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin: Any, multus_node: DaemonLab) -> None:
     """Three pods with records, one edited while the daemon is down. The daemon started again lists and reads
     the records once (Records.scan, the real one, counted: the address blocks, recovery and the pod sync's first
     pass share that read, not one read per pod), and that first pass attaches what the edit asks."""
@@ -101,17 +88,17 @@ def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin
     from netcomp.daemon.daemon import Daemon
 
     with contextlib.ExitStack() as stack:
-        pods = [stack.enter_context(pod(admin, node, f"many-{i}", **{NETWORKS: "storage"})) for i in range(3)]
+        pods = [stack.enter_context(pod(admin, multus_node, f"many-{i}", **{NETWORKS: "storage"})) for i in range(3)]
         ctrs = []
         for p in pods:
-            ctr, rc, res = attach(node, p)
+            ctr, rc, res = attach(multus_node, p)
             assert rc == 0, res
             ctrs.append(ctr)
-        node.daemon.stop(drain=5)
+        multus_node.daemon.stop(drain=5)
         edited = {"metadata": {"annotations": {NETWORKS: "storage, backup"}}}
         client.CoreV1Api(admin).patch_namespaced_pod(pods[0]["name"], pods[0]["ns"], edited)
-        d = Daemon(lambda: node.settings, exec_=node.lab.exec_in_host, link_netns=node.lab.host,
-                   state_path=node.base / "state.json")  # fmt: skip
+        d = Daemon(lambda: multus_node.settings, exec_=multus_node.lab.exec_in_host, link_netns=multus_node.lab.host,
+                   state_path=multus_node.base / "state.json")  # fmt: skip
         scans: list[str] = []
         scan = d.cache.scan
 
@@ -120,22 +107,24 @@ def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin
             return scan()
 
         d.cache.scan = counted  # type: ignore[method-assign]
-        node.daemon = d  # the module's fixture stops it
+        multus_node.daemon = d  # the module's fixture stops it
         d.start_cluster()
         d.reload()
         d.start()
         d.watch()
         assert d.podsync is not None and d.podsync.wait_synced(2, 60), "the start-up pass did not sync 3 pods"
-        assert links(node, ctrs[0]) == ["eth0", "net1", "net2"]
-        assert [links(node, c) for c in ctrs[1:]] == [["eth0", "net1"], ["eth0", "net1"]]
+        assert links(multus_node, ctrs[0]) == ["eth0", "net1", "net2"]
+        assert [links(multus_node, c) for c in ctrs[1:]] == [["eth0", "net1"], ["eth0", "net1"]]
         # The EndpointSlices' thread (kube-reconcile) reads the records it follows on its own, beside start-up.
         assert [t for t in scans if t != "kube-reconcile"] == ["MainThread"]
         for ctr, p in zip(ctrs[1:], pods[1:], strict=True):
-            assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
-        detach(node, ctrs[0], pods[0])  # and nothing of the three is left
+            assert multus_node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+        detach(multus_node, ctrs[0], pods[0])  # and nothing of the three is left
 
 
-def test_a_restart_syncs_a_pod_that_an_earlier_pod_of_its_name_left_a_record_of(admin: Any, node: DaemonLab) -> None:
+def test_a_restart_syncs_a_pod_that_an_earlier_pod_of_its_name_left_a_record_of(
+    admin: Any, multus_node: DaemonLab
+) -> None:
     """Records of one pod name: the live pod's, one an earlier pod of that name left (another uid: its DEL never
     came) listed after it, and one of the live pod's whose namespace is gone listed before it. The start-up pass
     syncs the live pod's container with an edit made while the daemon was down, whichever record is read last
@@ -145,36 +134,39 @@ def test_a_restart_syncs_a_pod_that_an_earlier_pod_of_its_name_left_a_record_of(
 
     from netcomp.daemon.daemon import Daemon
 
-    with pod(admin, node, "twice", **{NETWORKS: "storage"}) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "twice", **{NETWORKS: "storage"}) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        real = node.daemon.cache.path(f"ctr-{ctr}", "eth0")
-        stale = next(c for c in (f"ctr-stale{i}" for i in range(999)) if node.daemon.cache.path(c, "eth0") > real)
+        real = multus_node.daemon.cache.path(f"ctr-{ctr}", "eth0")
+        stale = next(
+            c for c in (f"ctr-stale{i}" for i in range(999)) if multus_node.daemon.cache.path(c, "eth0") > real
+        )
         doc = json.loads(real.read_bytes().partition(b"\x1e")[0])
         doc |= {"containerID": stale, "pod": doc["pod"] | {"uid": "0000-earlier-pod"}}
         doc["attachments"] = [a | {"state": "attached"} for a in doc["attachments"]]
-        planted = [node.daemon.cache.path(stale, "eth0")]
+        planted = [multus_node.daemon.cache.path(stale, "eth0")]
         planted[0].write_text(json.dumps(doc))
-        gone = next(c for c in (f"ctr-gone{i}" for i in range(999)) if node.daemon.cache.path(c, "eth0") < real)
+        gone = next(c for c in (f"ctr-gone{i}" for i in range(999)) if multus_node.daemon.cache.path(c, "eth0") < real)
         doc |= {"containerID": gone, "pod": doc["pod"] | {"uid": p["uid"]}, "netns": "/var/run/netns/nc-gone-0"}
-        planted.append(node.daemon.cache.path(gone, "eth0"))
+        planted.append(multus_node.daemon.cache.path(gone, "eth0"))
         planted[1].write_text(json.dumps(doc))
         try:
-            node.daemon.stop(drain=5)
+            multus_node.daemon.stop(drain=5)
             edited = {"metadata": {"annotations": {NETWORKS: "storage, backup"}}}
             client.CoreV1Api(admin).patch_namespaced_pod(p["name"], p["ns"], edited)
-            node.daemon = d = Daemon(lambda: node.settings, exec_=node.lab.exec_in_host, link_netns=node.lab.host,
-                                     state_path=node.base / "state.json")  # fmt: skip
+            lab = multus_node.lab
+            multus_node.daemon = d = Daemon(lambda: multus_node.settings, exec_=lab.exec_in_host, link_netns=lab.host,
+                                            state_path=multus_node.base / "state.json")  # fmt: skip
             d.start_cluster()
             d.reload()
             d.start()
             d.watch()
             assert d.podsync is not None and d.podsync.wait_synced(0, 60)
-            assert links(node, ctr) == ["eth0", "net1", "net2"]
+            assert links(multus_node, ctr) == ["eth0", "net1", "net2"]
         finally:
             for f in planted:
                 f.unlink()
-        detach(node, ctr, p)
+        detach(multus_node, ctr, p)
 
 
 # A delegate whose ADD makes its interface (the real macvlan) and then fails, and whose first DEL of an interface
@@ -202,8 +194,8 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
     the record keeps that attachment to undo, and an edit of the pod made meanwhile waits for it. The retry of
     unfinished undos (the daemon's every few minutes, called here) DELs it; the pod is synced again with no other
     edit and gets what its annotation asks now. A record removed while its edit waits is forgotten."""
-    from tests.integration.test_kube import kube_lab, wait_for
-    from tests.lab.daemonlab import intent
+    from tests.lab.daemonlab import kube_lab, wait_for
+    from tests.lab.intents import intent
     from tests.lab.netlab import PLUGIN_DIR
 
     plugins, state = tmp_path / "plugins", tmp_path / "plugin-state"
@@ -263,7 +255,7 @@ def test_an_edit_made_while_an_undo_waits_is_carried_out_once_it_is_undone(
 
 
 def test_hotplug_can_be_turned_off(api: ApiServer, admin: Any, tmp_path: Path) -> None:
-    from tests.integration.test_kube import kube_lab
+    from tests.lab.daemonlab import kube_lab
 
     with kube_lab(tmp_path, api.node_kubeconfig, hotplug=False) as dl:
         assert dl.daemon.podsync is None
@@ -317,7 +309,7 @@ def _wait_status(stream: Any, core: Any, interfaces: list[str]) -> bool:
     for event in stream.stream(
         core.list_namespaced_pod, "default", field_selector="metadata.name=killed", timeout_seconds=110
     ):
-        got = (event["object"].metadata.annotations or {}).get("k8s.v1.cni.cncf.io/network-status")
+        got = (event["object"].metadata.annotations or {}).get(STATUS)
         if got and [s["interface"] for s in json.loads(got)] == interfaces:
             stream.stop()
             return True

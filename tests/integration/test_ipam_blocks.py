@@ -12,7 +12,6 @@ import contextlib
 import ipaddress
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,6 @@ from tests.lab.kubeapi import ApiServer
 from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture(scope="module")
-def custom(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    return client.CustomObjectsApi(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
 
 
 def blocks(custom: Any, net: str) -> list[dict[str, Any]]:
@@ -156,10 +148,8 @@ def test_a_block_deleted_behind_a_nodes_back_is_claimed_again(api: ApiServer, cu
         [block] = blocks(custom, "lost")
         name, uid = block["metadata"]["name"], block["metadata"]["uid"]
         custom.delete_cluster_custom_object(*BLOCKS, name)
-        deadline = time.monotonic() + 30
-        while not [b for b in blocks(custom, "lost") if b["metadata"]["uid"] != uid]:
-            assert time.monotonic() < deadline, "claimed again"
-            time.sleep(0.2)  # the node reacts to the watch on its own schedule: polled with a deadline
+        # The node reacts to the watch on its own schedule: polled.
+        until(lambda: [b for b in blocks(custom, "lost") if b["metadata"]["uid"] != uid], "claimed again", 30, 0.2)
         flushed(labs)
         [block] = blocks(custom, "lost")
         assert block["spec"]["node"] == "node-a" and set(block["spec"]["used"]) == mine
@@ -167,10 +157,12 @@ def test_a_block_deleted_behind_a_nodes_back_is_claimed_again(api: ApiServer, cu
         # Now another node takes it over (etcd restored from a backup where node-z held it, say).
         taken = {**block, "spec": {**block["spec"], "node": "node-z", "used": {}, "lent": {}, "requests": {}}}
         custom.replace_cluster_custom_object(*BLOCKS, name, taken)
-        deadline = time.monotonic() + 30
-        while set(blocks_by_name(custom, "lost")[name]["spec"].get("lent") or {}) != mine:
-            assert time.monotonic() < deadline, blocks_by_name(custom, "lost")[name]
-            time.sleep(0.2)  # as above
+        until(
+            lambda: set(blocks_by_name(custom, "lost")[name]["spec"].get("lent") or {}) == mine,
+            lambda: blocks_by_name(custom, "lost")[name],
+            30,
+            0.2,
+        )
         lent = blocks_by_name(custom, "lost")[name]["spec"]["lent"]
         assert {e["node"] for e in lent.values()} == {"node-a"}
         ctr = dl.lab.container()
@@ -312,16 +304,15 @@ def test_killed_between_releasing_a_block_and_recording_it(api: ApiServer, custo
         assert blocks(custom, "freed") == [], node.logs()
 
 
-def test_an_exact_address_in_another_nodes_block_is_lent(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+def test_an_exact_address_in_another_nodes_block_is_lent(
+    api: ApiServer, admin: Any, custom: Any, tmp_path: Path
+) -> None:
     """A pod asks for an address (Multus's `ips`) inside a block another node holds: that node lends exactly it,
     the lent entry names the pod; an address the other node's container has is refused with 11 before any plugin,
     saying it is taken and not by whom (the holder is no pod of the asking pod's namespace); after the DEL the
     address is given back."""
-    from kubernetes import config
+    from tests.lab.labpods import annotated, attach, detach, pod
 
-    from tests.integration.test_multus import annotated, attach, detach, pod
-
-    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
     net = network("exact", "10.117.0.0/24", blockSize=16)
     with shared_network(custom, net), nodes(tmp_path, api, ["node-a", "node-b"], "exact") as labs:
         a, b = labs

@@ -11,7 +11,7 @@ import io
 import json
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,44 +19,13 @@ import pytest
 
 from netcomp.cli.ask import _print_status
 from netcomp.settings import KubeSettings
-from tests.lab.daemonlab import DaemonLab, daemon_lab, intent
-from tests.lab.kubeapi import NODE_TOKEN, ApiServer, distrust, free_port
+from tests.lab.daemonlab import DaemonLab, kube_lab, wait_for
+from tests.lab.intents import intent
+from tests.lab.kubeapi import NETS, NODE_TOKEN, ApiServer, distrust, free_port
+from tests.lab.labpods import STATUS, pod_asking
+from tests.lab.multus import NAD, NADS, nad
 
 pytestmark = pytest.mark.root
-GVP = ("netcomp.io", "v1", "networks")
-STATUS = "k8s.v1.cni.cncf.io/network-status"
-
-
-@pytest.fixture(scope="module")
-def admin(api: ApiServer) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-
-
-def kube_lab(
-    base: Path, kubeconfig: Path, timeout: float = 10, settings: dict[str, Any] | None = None, **kube_settings: Any
-) -> Any:
-    """A daemon lab following the cluster; `settings`: more of netcomp.yaml's, `kube_settings`: of kubernetes:."""
-    kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout, **kube_settings)
-    extra = {"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d"), **(settings or {})}
-    return daemon_lab(base, extra=extra, watch=True)
-
-
-def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Until cond holds after a compile (the daemon notifies every one), or fail saying what did not happen."""
-    with dl.daemon.reloaded:
-        assert dl.daemon.reloaded.wait_for(cond, timeout), f"not within {timeout}s: {what}"
-
-
-def pod_asking(name: str, networks: str) -> dict[str, Any]:
-    """A pod object asking for networks (no kubelet runs it: the test attaches its "sandbox" itself)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
-        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
-    }
 
 
 def subnet(dl: DaemonLab, network: str) -> str | None:
@@ -76,7 +45,7 @@ def test_network_objects_are_compiled_and_followed(api: ApiServer, admin: Any, t
             "ipam": {"type": "host-local", "dataDir": f"{dl.base}/ipam", "subnet": "10.91.0.0/24"},
         }
         obj = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "fabric"}, "spec": spec}
-        custom.create_cluster_custom_object(*GVP, obj)
+        custom.create_cluster_custom_object(*NETS, obj)
         try:
             wait_for(dl, lambda: subnet(dl, "fabric") == "10.91.0.0/24", "the new object compiled")
             ctr = dl.lab.container()
@@ -84,11 +53,11 @@ def test_network_objects_are_compiled_and_followed(api: ApiServer, admin: Any, t
             assert dl.lab.addrs(ctr, "fab0")[0].startswith("10.91.0.")
 
             edit = {"spec": {"ipam": {**spec["ipam"], "subnet": "10.92.0.0/24"}}}
-            custom.patch_cluster_custom_object(*GVP, "fabric", edit)
+            custom.patch_cluster_custom_object(*NETS, "fabric", edit)
             wait_for(dl, lambda: subnet(dl, "fabric") == "10.92.0.0/24", "the edit compiled")
 
             # A broken edit: its position is in the node's copy of the object; the last good version stays.
-            custom.patch_cluster_custom_object(*GVP, "fabric", {"spec": {"colour": "blue"}})
+            custom.patch_cluster_custom_object(*NETS, "fabric", {"spec": {"colour": "blue"}})
             wait_for(dl, lambda: dl.daemon.state.current.degraded, "the broken edit reported")
             status = dl.daemon.status()
             copy = str(dl.base / "cluster.d" / "fabric.yaml")
@@ -106,14 +75,14 @@ def test_network_objects_are_compiled_and_followed(api: ApiServer, admin: Any, t
             wait_for(dl, lambda: subnet(dl, "fabric") == "10.93.0.0/24", "the node's file taking precedence")
             (dl.base / "networks.d" / "fabric.yaml").unlink()
 
-            custom.delete_cluster_custom_object(*GVP, "fabric")
+            custom.delete_cluster_custom_object(*NETS, "fabric")
             wait_for(dl, lambda: "fabric" not in dl.daemon.state.networks(), "the deleted object gone")
             assert not (dl.base / "cluster.d" / "fabric.yaml").exists()
             assert dl.shim("DEL", ctr)[0] == 0  # from the cache: the network is gone
             assert dl.lab.links(ctr) == ["lo"] and dl.leases() == []
         finally:
             with _absent():
-                custom.delete_cluster_custom_object(*GVP, "fabric")
+                custom.delete_cluster_custom_object(*NETS, "fabric")
 
 
 def test_pod_annotation_attaches_and_network_status_is_written(api: ApiServer, admin: Any, tmp_path: Path) -> None:
@@ -156,7 +125,6 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
     from kubernetes import client
 
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
-    nad_gvp = ("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions")
     with kube_lab(tmp_path, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
         config = {
             "cniVersion": "0.3.1",
@@ -165,13 +133,7 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
             "bridge": "ncnad0",
             "ipam": {"type": "host-local", "subnet": "10.95.0.0/24", "dataDir": f"{dl.base}/ipam"},
         }
-        nad = {
-            "apiVersion": "k8s.cni.cncf.io/v1",
-            "kind": "NetworkAttachmentDefinition",
-            "metadata": {"name": "nad-br", "namespace": "default"},
-            "spec": {"config": json.dumps(config)},
-        }
-        custom.create_namespaced_custom_object(*nad_gvp, nad)
+        custom.create_namespaced_custom_object(*NAD, "default", NADS, nad("default", "nad-br", config))
         core.create_namespaced_pod("default", pod_asking("p2", "default/nad-br"))
         try:
             wait_for(dl, lambda: "default.nad-br" in dl.daemon.state.networks(), "the definition compiled")
@@ -182,12 +144,12 @@ def test_multus_attachment_definitions_serve_pods_unchanged(api: ApiServer, admi
             assert dl.shim("ADD", ctr, args=args)[0] == 0
             assert dl.lab.addrs(ctr, "net1")[0].startswith("10.95.0.")
             assert dl.shim("DEL", ctr, args=args)[0] == 0
-            custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
+            custom.delete_namespaced_custom_object(*NAD, "default", NADS, "nad-br")
             wait_for(dl, lambda: "default.nad-br" not in dl.daemon.state.networks(), "the deleted definition gone")
         finally:
             core.delete_namespaced_pod("p2", "default", grace_period_seconds=0)
             with _absent():
-                custom.delete_namespaced_custom_object(*nad_gvp, "nad-br")
+                custom.delete_namespaced_custom_object(*NAD, "default", NADS, "nad-br")
 
 
 def test_an_api_server_that_does_not_answer(api: ApiServer, tmp_path: Path) -> None:
@@ -256,7 +218,7 @@ def test_a_node_catches_up_when_the_api_server_comes_back(api: ApiServer, admin:
     with kube_lab(tmp_path / "node", kubeconfig, timeout=1) as dl:
         assert not dl.daemon.status()["kubernetes"]["synced"]
         spec = {"type": "static", "networkID": "lab-bridge"}
-        custom.create_cluster_custom_object(*GVP, {"apiVersion": "netcomp.io/v1", "kind": "Network",
+        custom.create_cluster_custom_object(*NETS, {"apiVersion": "netcomp.io/v1", "kind": "Network",
                                                    "metadata": {"name": "late"}, "spec": spec})  # fmt: skip
         try:
             with relay(port, int(api.url.rsplit(":", 1)[1])):
@@ -264,7 +226,7 @@ def test_a_node_catches_up_when_the_api_server_comes_back(api: ApiServer, admin:
                 status = dl.daemon.status()["kubernetes"]
                 assert status["synced"] and status["lastError"] is None
         finally:
-            custom.delete_cluster_custom_object(*GVP, "late")
+            custom.delete_cluster_custom_object(*NETS, "late")
 
 
 @contextlib.contextmanager

@@ -18,8 +18,11 @@ from typing import Any
 
 import pytest
 
+from tests.lab.addrs import BLOCKS, CLAIMS
+from tests.lab.danm import DANM
 from tests.lab.kubegrpc import pod_devices
 from tests.lab.kubenode import DEFAULT_SUBNET, VFS, KubeNode
+from tests.lab.labpods import NETWORKS
 from tests.lab.nodepods import (
     delete,
     gone,
@@ -32,10 +35,6 @@ from tests.lab.nodepods import (
 )
 
 pytestmark = pytest.mark.root
-CLAIMS = ("netcomp.io", "v1", "addressclaims")
-BLOCKS = ("netcomp.io", "v1", "addressblocks")
-MULTUS = "k8s.v1.cni.cncf.io/networks"
-DANM = "danm.k8s.io/interfaces"
 
 
 def recorded(node: KubeNode, network: str, address: str) -> dict[str, Any]:
@@ -136,12 +135,12 @@ PLUGIN_RESOURCE = "netcomp.io/testvf"
 # deleted pod from the API server at its next status sync, up to 10 s later).
 SCENARIOS: dict[str, dict[str, Any]] = {
     "plain": {},
-    "multus": {"annotations": {MULTUS: "storage@st9, fast"}},
+    "multus": {"annotations": {NETWORKS: "storage@st9, fast"}},
     "danm": {"annotations": {DANM: json.dumps([{"network": "management", "ip": "dynamic"}])}},
-    "pooled": {"annotations": {MULTUS: "pool"}},
+    "pooled": {"annotations": {NETWORKS: "pool"}},
     "vf": {"limits": {PLUGIN_RESOURCE: "1"}},
-    "hostdev": {"annotations": {MULTUS: "vfdirect@vf0"}},
-    "sriov": {"limits": {PLUGIN_RESOURCE: "1"}, "annotations": {MULTUS: "vfnet"}},
+    "hostdev": {"annotations": {NETWORKS: "vfdirect@vf0"}},
+    "sriov": {"limits": {PLUGIN_RESOURCE: "1"}, "annotations": {NETWORKS: "vfnet"}},
 }
 
 
@@ -279,7 +278,7 @@ def test_the_pods_are_deleted_with_nothing_left(kubenode: KubeNode, pods: dict[s
 
 def test_ten_pods_at_once(kubenode: KubeNode) -> None:
     names = [f"many-{i}" for i in range(10)]
-    with posted(kubenode, *(manifest(kubenode, n, annotations={MULTUS: "storage"}) for n in names)) as pods:
+    with posted(kubenode, *(manifest(kubenode, n, annotations={NETWORKS: "storage"}) for n in names)) as pods:
         addresses = []
         for n in names:
             status = attached(kubenode, pods[n], [("mgmt", "eth0"), ("storage", "net1")])

@@ -7,172 +7,19 @@ leaving nothing behind. The daemon runs with the packaged ClusterRole's rights o
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_kube import kube_lab, wait_for
 from tests.lab.addrs import in_use
-from tests.lab.daemonlab import DaemonLab
+from tests.lab.daemonlab import DaemonLab, kube_lab, wait_for
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import annotated, attach, detach, events_of, nothing_left, pod, status_of
+from tests.lab.multus import NAD, NADS
 from tests.lab.netlab import ip
 
 pytestmark = pytest.mark.root
-NAD = ("k8s.cni.cncf.io", "v1")
-NADS = "network-attachment-definitions"
-NETS = ("netcomp.io", "v1", "networks")
-STATUS = "k8s.v1.cni.cncf.io/network-status"
-NAMESPACES = ("team-a", "team-b")
-
-
-@pytest.fixture(scope="module")
-def admin(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    core = client.CoreV1Api(c)
-    for ns in NAMESPACES:
-        core.create_namespace({"metadata": {"name": ns}})
-    return c
-
-
-@pytest.fixture(scope="module")
-def node(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonLab]:
-    """One node for the module: the lab's networks (mgmt the default, storage and backup macvlan on host-local,
-    signal ipvlan), a cluster pool network, and the definitions below, all followed from the cluster."""
-    from kubernetes import client
-
-    custom = client.CustomObjectsApi(admin)
-    base = tmp_path_factory.mktemp("node")
-    defs = [
-        ("kube-system", "gw-net", bridge("ncgw0", "10.88.0.0/24", base, isDefaultGateway=True)),
-        ("team-a", "fast", bridge("ncfa0", "10.89.0.0/24", base)),
-        ("team-b", "fast", bridge("ncfb0", "10.90.0.0/24", base)),
-        ("team-a", "shaped", shaped(base)),
-        ("team-a", "p2p", ptp(base)),
-    ]
-    for ns, name, config in defs:
-        custom.create_namespaced_custom_object(*NAD, ns, NADS, nad(ns, name, config))
-    pool = {"type": "macvlan", "hostDevice": "ncm0", "ipam": {"type": "cluster", "subnet": "10.86.0.0/24"}}
-    custom.create_cluster_custom_object(*NETS, {**intent_obj("pool"), "spec": pool})
-    with kube_lab(base, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
-        keys = ["kube-system.gw-net", "team-a.fast", "team-b.fast", "team-a.shaped", "team-a.p2p", "pool"]
-        wait_for(dl, lambda: all(k in dl.daemon.state.networks() for k in keys), "the definitions compiled")
-        yield dl
-
-
-def intent_obj(name: str) -> dict[str, Any]:
-    return {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": name}}
-
-
-def nad(ns: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "k8s.cni.cncf.io/v1",
-        "kind": "NetworkAttachmentDefinition",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"config": json.dumps(config)},
-    }
-
-
-def bridge(dev: str, subnet: str, base: Path, **extra: Any) -> dict[str, Any]:
-    ipam = {"type": "host-local", "subnet": subnet, "dataDir": f"{base}/ipam"}
-    return {
-        "cniVersion": "1.0.0",
-        "name": dev,
-        "type": "bridge",
-        "bridge": dev,
-        "isGateway": True,
-        "ipam": ipam,
-        **extra,
-    }
-
-
-def shaped(base: Path) -> dict[str, Any]:
-    """A bridge with portmap and bandwidth, both declaring their capabilities (as Multus's docs write them)."""
-    return {
-        "cniVersion": "1.0.0",
-        "name": "shaped",
-        "plugins": [
-            {k: v for k, v in bridge("ncsh0", "10.91.0.0/24", base).items() if k not in ("cniVersion", "name")},
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-            {"type": "bandwidth", "capabilities": {"bandwidth": True}},
-        ],
-    }
-
-
-def ptp(base: Path) -> dict[str, Any]:
-    """ptp: a plugin that sets no MAC a pod asks for (reads neither the capability nor CNI_ARGS MAC)."""
-    ipam = {"type": "host-local", "subnet": "10.92.0.0/24", "dataDir": f"{base}/ipam"}
-    return {"cniVersion": "1.0.0", "name": "p2p", "type": "ptp", "ipam": ipam}
-
-
-@contextlib.contextmanager
-def pod(admin: Any, dl: DaemonLab, name: str, ns: str = "team-a", **annotations: str) -> Iterator[dict[str, Any]]:
-    """A pod bound to the node (no kubelet runs it: the test attaches its sandbox itself), deleted after."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(admin)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": dict(annotations)},
-        "spec": {"nodeName": dl.settings.nodeName, "containers": [{"name": "c", "image": "registry.invalid/none"}]},
-    }
-    created = core.create_namespaced_pod(ns, body)
-    try:
-        yield {"ns": ns, "name": name, "uid": created.metadata.uid}
-    finally:
-        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
-
-
-NETWORKS = "k8s.v1.cni.cncf.io/networks"
-DEFAULT = "v1.multus-cni.io/default-network"
-
-
-def annotated(value: Any, default: str | None = None) -> dict[str, str]:
-    out = {NETWORKS: value if isinstance(value, str) else json.dumps(value)}
-    if default is not None:
-        out[DEFAULT] = default
-    return out
-
-
-def cni_args(p: dict[str, Any], ctr: str) -> str:
-    """What kubelet's runtimes pass (containerd and CRI-O both give the pod's uid)."""
-    return (
-        f"IgnoreUnknown=1;K8S_POD_NAMESPACE={p['ns']};K8S_POD_NAME={p['name']};K8S_POD_INFRA_CONTAINER_ID={ctr};"
-        f"K8S_POD_UID={p['uid']}"
-    )
-
-
-def attach(dl: DaemonLab, p: dict[str, Any]) -> tuple[str, int, Any]:
-    ctr = dl.lab.container()
-    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr))
-    return ctr, rc, res
-
-
-def status_of(admin: Any, dl: DaemonLab, p: dict[str, Any]) -> list[dict[str, Any]]:
-    from kubernetes import client
-
-    assert dl.daemon.cluster is not None and dl.daemon.cluster.pods.flush(30)
-    got = client.CoreV1Api(admin).read_namespaced_pod(p["name"], p["ns"]).metadata.annotations or {}
-    return json.loads(got[STATUS]) if STATUS in got else []
-
-
-def events_of(admin: Any, dl: DaemonLab, p: dict[str, Any]) -> list[tuple[str, str, str]]:
-    from kubernetes import client
-
-    assert dl.daemon.cluster is not None and dl.daemon.cluster.pods.flush(30)
-    items = client.CoreV1Api(admin).list_namespaced_event(p["ns"], field_selector=f"involvedObject.name={p['name']}")
-    out = []
-    for e in items.items:
-        if e.involved_object.uid == p["uid"]:  # not an earlier pod's of the same name
-            assert e.source.component == "netcomp" and e.reporting_instance == dl.settings.nodeName
-            out.append((e.type, e.reason, e.message))
-    return out
 
 
 def default_routes(ctr: str) -> list[str]:
@@ -183,39 +30,27 @@ def default_routes(ctr: str) -> list[str]:
     return sorted(" ".join(line.split()[:5]) for line in lines)
 
 
-def nothing_left(dl: DaemonLab, ctr: str) -> None:
-    assert dl.lab.links(ctr) == ["lo"]
-    assert dl.leases() == []
-    assert dl.cache_files() == []
-
-
-def detach(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
-    rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr))
-    assert rc == 0, res
-    nothing_left(dl, ctr)
-
-
 # ------------------------------------------------------------------------------------------------ the fields
 
 
-def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, node: DaemonLab) -> None:
+def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, multus_node: DaemonLab) -> None:
     """The issue's pod: a static address, a fixed MAC and the default route on a secondary network."""
     ask = [{"name": "storage", "ips": ["10.79.0.50/24"], "mac": "02:00:00:00:00:50", "default-route": ["10.79.0.1"]}]
-    with pod(admin, node, "cnf", **annotated(ask)) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "cnf", **annotated(ask)) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        assert sorted(node.lab.links(ctr)) == ["eth0", "lo", "net1"]
-        assert node.lab.addrs(ctr, "net1") == ["10.79.0.50/24"]
-        assert node.lab.mac(ctr, "net1") == "02:00:00:00:00:50"
+        assert sorted(multus_node.lab.links(ctr)) == ["eth0", "lo", "net1"]
+        assert multus_node.lab.addrs(ctr, "net1") == ["10.79.0.50/24"]
+        assert multus_node.lab.mac(ctr, "net1") == "02:00:00:00:00:50"
         assert default_routes(ctr) == ["default via 10.79.0.1 dev net1"]
-        eth0 = node.lab.addrs(ctr, "eth0")[0]
-        status = status_of(admin, node, p)
+        eth0 = multus_node.lab.addrs(ctr, "eth0")[0]
+        status = status_of(admin, multus_node, p)
         assert status == [
             {
                 "name": "mgmt",
                 "interface": "eth0",
                 "ips": [eth0.split("/")[0]],
-                "mac": node.lab.mac(ctr, "eth0"),
+                "mac": multus_node.lab.mac(ctr, "eth0"),
                 "default": True,
             },
             {
@@ -226,61 +61,61 @@ def test_a_cnf_pod_gets_its_address_mac_and_default_route(admin: Any, node: Daem
                 "gateway": ["10.79.0.1"],
             },
         ]
-        assert sorted(events_of(admin, node, p)) == [
+        assert sorted(events_of(admin, multus_node, p)) == [
             ("Normal", "AddedInterface", f"Add eth0 [{eth0}] from mgmt"),
             ("Normal", "AddedInterface", "Add net1 [10.79.0.50/24] from storage"),
         ]
-        detach(node, ctr, p)
+        detach(multus_node, ctr, p)
 
 
-def test_the_default_network_annotation_and_a_default_route_elsewhere(admin: Any, node: DaemonLab) -> None:
+def test_the_default_network_annotation_and_a_default_route_elsewhere(admin: Any, multus_node: DaemonLab) -> None:
     """v1.multus-cni.io/default-network (a definition in multusNamespace, kube-system) takes the node default's
     place on eth0; a default-route on another network takes the default route from it, in the namespace and in
     the results (the runtime's answer included)."""
     ask = [{"name": "backup", "interface": "bk0", "default-route": ["10.80.0.1"]}]
-    with pod(admin, node, "choosy", **annotated(ask, default="gw-net")) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "choosy", **annotated(ask, default="gw-net")) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        assert node.lab.addrs(ctr, "eth0")[0].startswith("10.88.0.")  # gw-net, not mgmt's 10.77.0.0/24
+        assert multus_node.lab.addrs(ctr, "eth0")[0].startswith("10.88.0.")  # gw-net, not mgmt's 10.77.0.0/24
         assert default_routes(ctr) == ["default via 10.80.0.1 dev bk0"]  # gw-net's own default moved off eth0
         assert not [r for r in res.get("routes", []) if r["dst"] == "0.0.0.0/0"], res  # the answer says so too
-        status = {s["name"]: s for s in status_of(admin, node, p)}
+        status = {s["name"]: s for s in status_of(admin, multus_node, p)}
         assert status["kube-system/gw-net"]["default"] is True and "gateway" not in status["kube-system/gw-net"]
         assert status["backup"]["gateway"] == ["10.80.0.1"]
-        detach(node, ctr, p)
+        detach(multus_node, ctr, p)
 
 
-def test_an_exact_address_from_a_cluster_pool(admin: Any, node: DaemonLab) -> None:
+def test_an_exact_address_from_a_cluster_pool(admin: Any, multus_node: DaemonLab) -> None:
     """ips on a pool network is an exact claim: the cluster's record of the address names the pod; another pod
     asking for it is refused naming the holder, before any plugin, claiming nothing."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin)
     with (
-        pod(admin, node, "holder", **annotated([{"name": "pool", "ips": ["10.86.0.7/24"]}])) as p1,
-        pod(admin, node, "late", **annotated([{"name": "pool", "ips": ["10.86.0.7"]}])) as p2,
+        pod(admin, multus_node, "holder", **annotated([{"name": "pool", "ips": ["10.86.0.7/24"]}])) as p1,
+        pod(admin, multus_node, "late", **annotated([{"name": "pool", "ips": ["10.86.0.7"]}])) as p2,
     ):
-        ctr1, rc, res = attach(node, p1)
+        ctr1, rc, res = attach(multus_node, p1)
         assert rc == 0, res
-        assert node.lab.addrs(ctr1, "net1") == ["10.86.0.7/24"]  # Multus's name: the annotation's first element
-        assert node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
+        assert multus_node.lab.addrs(ctr1, "net1") == ["10.86.0.7/24"]  # Multus's name: the annotation's first element
+        assert multus_node.daemon.addresses.flush(30)  # the cluster's record of addresses is written behind
         (claim,) = in_use(custom, "pool")
         assert (claim["spec"]["address"], claim["spec"]["pod"]["name"]) == ("10.86.0.7", "holder")
 
-        ctr2, rc, res = attach(node, p2)
+        ctr2, rc, res = attach(multus_node, p2)
         assert rc == 1 and res["code"] == 11, res
         assert res["msg"].startswith("pod team-a/late: annotation k8s.v1.cni.cncf.io/networks: item 0 ('pool'): ")
         assert "10.86.0.7" in res["msg"] and "team-a/holder" in res["msg"] + res.get("details", ""), res
-        assert node.lab.links(ctr2) == ["lo"]
-        assert node.daemon.addresses.flush(30)
+        assert multus_node.lab.links(ctr2) == ["lo"]
+        assert multus_node.daemon.addresses.flush(30)
         assert len(in_use(custom, "pool")) == 1
-        assert ("Warning", "FailedAddNetworks") in [e[:2] for e in events_of(admin, node, p2)]
-        detach(node, ctr1, p1)
-        assert node.daemon.addresses.flush(30)
+        assert ("Warning", "FailedAddNetworks") in [e[:2] for e in events_of(admin, multus_node, p2)]
+        detach(multus_node, ctr1, p1)
+        assert multus_node.daemon.addresses.flush(30)
         assert not in_use(custom, "pool")
 
 
-def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, node: DaemonLab) -> None:
+def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, multus_node: DaemonLab) -> None:
     """portMappings and bandwidth as runtimeConfig to the plugins that declare them (portmap's DNAT and
     bandwidth's qdisc appear in the node's namespace); cni-args in every plugin's args.cni (the conflist the
     delegates were given, as the cache records it)."""
@@ -292,54 +127,54 @@ def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, node: DaemonLab
             "cni-args": {"team": "a"},
         }
     ]
-    with pod(admin, node, "shaped", **annotated(ask)) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "shaped", **annotated(ask)) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        nat = ip("netns", "exec", node.lab.host, "iptables", "-t", "nat", "-S")
+        nat = ip("netns", "exec", multus_node.lab.host, "iptables", "-t", "nat", "-S")
         assert "--dport 18080" in nat and "10.91.0." in nat, nat
-        (entry,) = node.daemon.cache.entries()
+        (entry,) = multus_node.daemon.cache.entries()
         (shaped_att,) = [a for a in entry.attachments if a.network == "team-a.shaped"]
         assert shaped_att.result is not None
         (veth,) = [i["name"] for i in shaped_att.result["interfaces"] if i["name"].startswith("veth")]
-        qdisc = ip("netns", "exec", node.lab.host, "tc", "qdisc", "show", "dev", veth)
+        qdisc = ip("netns", "exec", multus_node.lab.host, "tc", "qdisc", "show", "dev", veth)
         assert "tbf" in qdisc and "rate 1Mbit" in qdisc, qdisc
         assert [pl.get("args") for pl in shaped_att.conflist["plugins"]] == [{"cni": {"team": "a"}}] * 3
         assert shaped_att.capability_args["portMappings"] == ask[0]["portMappings"]
-        detach(node, ctr, p)
-        assert "--dport 18080" not in ip("netns", "exec", node.lab.host, "iptables", "-t", "nat", "-S")
+        detach(multus_node, ctr, p)
+        assert "--dport 18080" not in ip("netns", "exec", multus_node.lab.host, "iptables", "-t", "nat", "-S")
 
 
-def test_multus_names_elements_by_position(admin: Any, node: DaemonLab) -> None:
+def test_multus_names_elements_by_position(admin: Any, multus_node: DaemonLab) -> None:
     """An element without `interface` is net<position>, counted from 1 (the cluster default is 0) over every
     element, named or not, whatever prefix its network has: what pods and scripts written for Multus expect, in
     the namespace, network-status and events alike."""
-    with pod(admin, node, "positions", **annotated("storage@st9, backup, team-a/fast")) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "positions", **annotated("storage@st9, backup, team-a/fast")) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        assert sorted(node.lab.links(ctr)) == ["eth0", "lo", "net2", "net3", "st9"]
-        status = status_of(admin, node, p)
+        assert sorted(multus_node.lab.links(ctr)) == ["eth0", "lo", "net2", "net3", "st9"]
+        status = status_of(admin, multus_node, p)
         assert [(s["name"], s["interface"]) for s in status] == [
             ("mgmt", "eth0"),
             ("storage", "st9"),
             ("backup", "net2"),
             ("team-a/fast", "net3"),
         ]
-        added = sorted(m.split(" [")[0] for _, r, m in events_of(admin, node, p) if r == "AddedInterface")
+        added = sorted(m.split(" [")[0] for _, r, m in events_of(admin, multus_node, p) if r == "AddedInterface")
         assert added == ["Add eth0", "Add net2", "Add net3", "Add st9"]
-        detach(node, ctr, p)
+        detach(multus_node, ctr, p)
 
 
 # ------------------------------------------------------------------------------------------------ namespaces
 
 
-def test_two_namespaces_definitions_of_one_name_are_two_networks(admin: Any, node: DaemonLab) -> None:
-    with pod(admin, node, "ns-own", **annotated("fast, team-b/fast@other0")) as p:
-        ctr, rc, res = attach(node, p)
+def test_two_namespaces_definitions_of_one_name_are_two_networks(admin: Any, multus_node: DaemonLab) -> None:
+    with pod(admin, multus_node, "ns-own", **annotated("fast, team-b/fast@other0")) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        assert node.lab.addrs(ctr, "net1")[0].startswith("10.89.0.")  # team-a/fast: the pod's own namespace
-        assert node.lab.addrs(ctr, "other0")[0].startswith("10.90.0.")  # team-b/fast, asked for by namespace
-        assert [s["name"] for s in status_of(admin, node, p)] == ["mgmt", "team-a/fast", "team-b/fast"]
-        detach(node, ctr, p)
+        assert multus_node.lab.addrs(ctr, "net1")[0].startswith("10.89.0.")  # team-a/fast: the pod's own namespace
+        assert multus_node.lab.addrs(ctr, "other0")[0].startswith("10.90.0.")  # team-b/fast, asked for by namespace
+        assert [s["name"] for s in status_of(admin, multus_node, p)] == ["mgmt", "team-a/fast", "team-b/fast"]
+        detach(multus_node, ctr, p)
 
 
 def test_namespace_isolation_refuses_another_namespaces_definition(admin: Any, api: ApiServer, tmp_path: Path) -> None:
@@ -401,54 +236,54 @@ def test_namespace_isolation_refuses_another_namespaces_definition(admin: Any, a
     ],
 )
 def test_bad_input_is_a_cni_error_naming_the_pod_and_leaves_nothing(
-    admin: Any, node: DaemonLab, value: Any, code: int, words: str
+    admin: Any, multus_node: DaemonLab, value: Any, code: int, words: str
 ) -> None:
     """Each refused naming the pod, the annotation and the item; nothing left: no interface, no lease, no
     record; a warning event on the pod. (The MAC ptp does not set is found after its plugins ran: rolled back.)"""
-    with pod(admin, node, "bad", **annotated(value)) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "bad", **annotated(value)) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 1 and res["code"] == code, res
         assert res["msg"].startswith("pod team-a/bad: annotation "), res
         assert words in res["msg"], res
-        nothing_left(node, ctr)
-        reasons = [e[:2] for e in events_of(admin, node, p)]
+        nothing_left(multus_node, ctr)
+        reasons = [e[:2] for e in events_of(admin, multus_node, p)]
         assert reasons and all(kind == "Warning" for kind, _ in reasons)
         assert ("NoNetworkFound" if value == "nope" else "FailedAddNetworks") in [r for _, r in reasons]
 
 
-def test_an_address_another_pod_holds_on_a_host_local_network(admin: Any, node: DaemonLab) -> None:
+def test_an_address_another_pod_holds_on_a_host_local_network(admin: Any, multus_node: DaemonLab) -> None:
     with (
-        pod(admin, node, "first", **annotated([{"name": "storage", "ips": ["10.79.0.60"]}])) as p1,
-        pod(admin, node, "second", **annotated([{"name": "storage", "ips": ["10.79.0.60/24"]}])) as p2,
+        pod(admin, multus_node, "first", **annotated([{"name": "storage", "ips": ["10.79.0.60"]}])) as p1,
+        pod(admin, multus_node, "second", **annotated([{"name": "storage", "ips": ["10.79.0.60/24"]}])) as p2,
     ):
-        ctr1, rc, res = attach(node, p1)
-        assert rc == 0 and node.lab.addrs(ctr1, "net1") == ["10.79.0.60/24"], res
-        ctr2, rc, res = attach(node, p2)
+        ctr1, rc, res = attach(multus_node, p1)
+        assert rc == 0 and multus_node.lab.addrs(ctr1, "net1") == ["10.79.0.60/24"], res
+        ctr2, rc, res = attach(multus_node, p2)
         assert rc == 1 and res["code"] == 7, res
         assert "item 0 ('storage'): ips: 10.79.0.60 on network storage is held by another container" in res["msg"]
-        assert node.lab.links(ctr2) == ["lo"]
-        detach(node, ctr1, p1)
+        assert multus_node.lab.links(ctr2) == ["lo"]
+        detach(multus_node, ctr1, p1)
 
 
-def test_pods_come_from_the_nodes_watch(admin: Any, node: DaemonLab) -> None:
+def test_pods_come_from_the_nodes_watch(admin: Any, multus_node: DaemonLab) -> None:
     """A pod bound to the node is delivered by the watch before its ADD: the ADD reads nothing from the API
     server (the lookups metric says where each came from)."""
-    assert node.daemon.cluster is not None
-    pods = node.daemon.cluster.pods
-    lookups = node.daemon.metrics.pod_lookups
-    with pod(admin, node, "watched", **annotated("backup")) as p:
+    assert multus_node.daemon.cluster is not None
+    pods = multus_node.daemon.cluster.pods
+    lookups = multus_node.daemon.metrics.pod_lookups
+    with pod(admin, multus_node, "watched", **annotated("backup")) as p:
         with pods.changed:
             assert pods.changed.wait_for(lambda: pods.has("team-a", "watched"), 30)
         before = (lookups.labels("watch").value(), lookups.labels("api").value())
-        ctr, rc, res = attach(node, p)
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
         after = (lookups.labels("watch").value(), lookups.labels("api").value())
         assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
-        detach(node, ctr, p)
+        detach(multus_node, ctr, p)
 
 
 def test_a_failure_reading_the_pods_namespace_rolls_the_add_back(
-    admin: Any, node: DaemonLab, monkeypatch: pytest.MonkeyPatch
+    admin: Any, multus_node: DaemonLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Netlink trouble while checking what the pod asked for (made to happen: a kernel that refuses netlink on
     demand does not exist here, so the read is replaced by one that fails as pyroute2 does): the ADD is rolled
@@ -460,7 +295,7 @@ def test_a_failure_reading_the_pods_namespace_rolls_the_add_back(
         raise HostError(f"cannot read interface {ifname} in {netns}: [Errno 105] No buffer space available")
 
     monkeypatch.setattr(container, "link_state", broken)
-    with pod(admin, node, "netlink", **annotated([{"name": "storage", "mac": "02:00:00:00:00:71"}])) as p:
-        ctr, rc, res = attach(node, p)
+    with pod(admin, multus_node, "netlink", **annotated([{"name": "storage", "mac": "02:00:00:00:00:71"}])) as p:
+        ctr, rc, res = attach(multus_node, p)
         assert rc == 1 and res["code"] == 5 and "No buffer space available" in res["msg"], res
-        nothing_left(node, ctr)
+        nothing_left(multus_node, ctr)

@@ -18,18 +18,19 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_kube import STATUS, kube_lab, pod_asking, wait_for
 from tests.lab import multusshim as ms
-from tests.lab.daemonlab import daemon_lab
+from tests.lab.daemonlab import daemon_lab, kube_lab, wait_for
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import STATUS, pod_asking
+from tests.lab.multus import NAD, NADS, nad
 from tests.lab.netlab import ip
+from tests.lab.poll import until
 from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
@@ -45,7 +46,7 @@ POD_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
+def shim_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcNode]:
     """The daemon as on a node, and `<base>/multus/multus.sock`, a symlink to its socket: the daemonSocketDir
     of the docs' setup."""
     base = tmp_path_factory.mktemp("mshim")
@@ -130,17 +131,17 @@ def check_detached(node: ProcNode, ctr: str, cache: list[str], leases: list[str]
 # ------------------------------------------------------------------------------------------- on the wire
 
 
-def test_readiness_check_is_answered(node: ProcNode) -> None:
-    sock = str(socket_dir(node) / ms.SOCKET_NAME)
+def test_readiness_check_is_answered(shim_node: ProcNode) -> None:
+    sock = str(socket_dir(shim_node) / ms.SOCKET_NAME)
     assert ms.exchange(sock, ms.healthz()) == (200, b'{"ok":true}')
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_add_check_del_as_multus_shim_sends_them(node: ProcNode, version: str) -> None:
-    sock = str(socket_dir(node) / ms.SOCKET_NAME)
-    cache, leases = node.cache_files(), node.leases()
-    ctr = node.lab.container()
-    stdin = conf(version, socket_dir(node))
+def test_add_check_del_as_multus_shim_sends_them(shim_node: ProcNode, version: str) -> None:
+    sock = str(socket_dir(shim_node) / ms.SOCKET_NAME)
+    cache, leases = shim_node.cache_files(), shim_node.leases()
+    ctr = shim_node.lab.container()
+    stdin = conf(version, socket_dir(shim_node))
 
     status, body = cni(sock, "ADD", ctr, stdin)
     assert status == 200, body
@@ -149,8 +150,8 @@ def test_add_check_del_as_multus_shim_sends_them(node: ProcNode, version: str) -
     assert result is not None and result["cniVersion"] in ms.ONE_X
     rc, printed = ms.outcome("ADD", stdin, status, body)
     assert rc == 0
-    check_attached(node, ctr, version, printed)
-    assert len(node.cache_files()) == len(cache) + 1
+    check_attached(shim_node, ctr, version, printed)
+    assert len(shim_node.cache_files()) == len(cache) + 1
 
     if version != "0.3.1":  # multus-shim refuses CHECK itself below 0.4.0
         with_prev = json.dumps({**json.loads(stdin), "prevResult": printed}).encode()
@@ -159,16 +160,16 @@ def test_add_check_del_as_multus_shim_sends_them(node: ProcNode, version: str) -
 
     status, body = cni(sock, "DEL", ctr, stdin)
     assert (status, ms.outcome("DEL", stdin, status, body)) == (200, (0, None)), body
-    check_detached(node, ctr, cache, leases)
+    check_detached(shim_node, ctr, cache, leases)
     # DEL again (the runtime may repeat it): nothing to do, success.
     assert cni(sock, "DEL", ctr, stdin)[0] == 200
 
 
-def test_a_refused_request_reaches_the_runtime_in_multus_shims_words(node: ProcNode) -> None:
-    sock = str(socket_dir(node) / ms.SOCKET_NAME)
-    cache, leases = node.cache_files(), node.leases()
-    ctr = node.lab.container()
-    stdin = conf("1.0.0", socket_dir(node))
+def test_a_refused_request_reaches_the_runtime_in_multus_shims_words(shim_node: ProcNode) -> None:
+    sock = str(socket_dir(shim_node) / ms.SOCKET_NAME)
+    cache, leases = shim_node.cache_files(), shim_node.leases()
+    ctr = shim_node.lab.container()
+    stdin = conf("1.0.0", socket_dir(shim_node))
 
     status, body = cni(sock, "ADD", ctr, stdin, args="IgnoreUnknown=1;NETCOMP_NETWORKS=nosuchnet")
     err = json.loads(body)
@@ -178,7 +179,7 @@ def test_a_refused_request_reaches_the_runtime_in_multus_shims_words(node: ProcN
     assert rc == 1 and printed["code"] == 999
     assert printed["msg"].startswith("CmdAdd (shim): CNI request failed with status 400: '{")
     assert f"'{body.decode()}'" in printed["msg"] and '"code": 7' in printed["msg"]
-    check_detached(node, ctr, cache, leases)
+    check_detached(shim_node, ctr, cache, leases)
 
     # A refused DEL is logged by multus-shim and reported as done: the runtime never sees it.
     status, body = cni(sock, "DEL", "../../etc", stdin)
@@ -194,18 +195,18 @@ def test_a_refused_request_reaches_the_runtime_in_multus_shims_words(node: ProcN
     env = {k: v for k, v in environ("ADD", ctr).items() if k.startswith("CNI_") and k != "CNI_PATH"}
     delegate = '{"env":' + ms.go_json(env) + ',"config":"e30=","interfaceAttributes":{"cni-args":null}}'
     status, body = ms.exchange(sock, ms.post("/delegate", delegate.encode()))
-    assert status == 400 and json.loads(body)["code"] == 7 and node.lab.links(ctr) == ["lo"]
+    assert status == 400 and json.loads(body)["code"] == 7 and shim_node.lab.links(ctr) == ["lo"]
 
 
-def test_readiness_check_waits_in_the_backlog_for_a_restarting_daemon(node: ProcNode) -> None:
+def test_readiness_check_waits_in_the_backlog_for_a_restarting_daemon(shim_node: ProcNode) -> None:
     """With the socket held as netcomp.socket holds it, a readiness check made while the daemon is down is
     answered by the next one: multus-shim's ADD (and its one-shot DEL check) does not fail on a restart."""
-    node.kill()
+    shim_node.kill()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(120)
-        s.connect(str(socket_dir(node) / ms.SOCKET_NAME))
+        s.connect(str(socket_dir(shim_node) / ms.SOCKET_NAME))
         s.sendall(ms.healthz())
-        node.start()
+        shim_node.start()
         assert ms.read_answer(s) == (200, b'{"ok":true}')
 
 
@@ -346,20 +347,20 @@ def run_shim(env: dict[str, str], stdin: bytes) -> tuple[int, Any, str]:
 def wait_pending(path: str, timeout: float = 30) -> None:
     """Until a connection waits in the backlog of the listening socket at `path` (ss shows a listener's pending
     connections as its Recv-Q), or fail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def pending() -> bool:
         out = subprocess.run(["ss", "-Hxl"], capture_output=True, text=True, timeout=30, check=True).stdout
-        if any(f[4] == path and int(f[2]) > 0 for f in (line.split() for line in out.splitlines()) if len(f) > 4):
-            return
-    raise AssertionError(f"no connection waiting on {path} within {timeout}s")
+        return any(f[4] == path and int(f[2]) > 0 for f in (line.split() for line in out.splitlines()) if len(f) > 4)
+
+    until(pending, f"no connection waiting on {path} within {timeout}s", timeout, 0.02)
 
 
 @needs_binary
 @pytest.mark.parametrize("version", VERSIONS)
-def test_real_multus_shim_add_check_del(node: ProcNode, tmp_path: Path, version: str) -> None:
-    cache, leases = node.cache_files(), node.leases()
-    ctr = node.lab.container()
-    with recorder(tmp_path / "multus", node.sock) as rec:
+def test_real_multus_shim_add_check_del(shim_node: ProcNode, tmp_path: Path, version: str) -> None:
+    cache, leases = shim_node.cache_files(), shim_node.leases()
+    ctr = shim_node.lab.container()
+    with recorder(tmp_path / "multus", shim_node.sock) as rec:
         stdin = conf(version, rec.dir)
         env = environ("ADD", ctr)
         rc, printed, err = run_shim(env, stdin)
@@ -368,7 +369,7 @@ def test_real_multus_shim_add_check_del(node: ProcNode, tmp_path: Path, version:
         assert rec.requests() == [ms.healthz(), ms.cni(env, stdin)]
         status, body = ms.split_answer(rec.exchanges[1][1])
         assert ms.outcome("ADD", stdin, status, body) == (rc, printed)
-        check_attached(node, ctr, version, printed)
+        check_attached(shim_node, ctr, version, printed)
 
         with_prev = json.dumps({**json.loads(stdin), "prevResult": printed}).encode()
         env = environ("CHECK", ctr)
@@ -383,13 +384,13 @@ def test_real_multus_shim_add_check_del(node: ProcNode, tmp_path: Path, version:
         env = environ("DEL", ctr)
         assert run_shim(env, stdin)[:2] == (0, None)
         assert rec.requests()[-2:] == [ms.healthz(), ms.cni(env, stdin)]
-    check_detached(node, ctr, cache, leases)
+    check_detached(shim_node, ctr, cache, leases)
 
 
 @needs_binary
-def test_real_multus_shim_answers_gc_status_and_version_itself(node: ProcNode, tmp_path: Path) -> None:
-    ctr = node.lab.container()
-    with recorder(tmp_path / "multus", node.sock) as rec:
+def test_real_multus_shim_answers_gc_status_and_version_itself(shim_node: ProcNode, tmp_path: Path) -> None:
+    ctr = shim_node.lab.container()
+    with recorder(tmp_path / "multus", shim_node.sock) as rec:
         stdin = conf("1.1.0", rec.dir)
         for verb in ("GC", "STATUS"):
             assert run_shim(environ(verb, ctr), stdin)[:2] == (0, None)
@@ -399,35 +400,35 @@ def test_real_multus_shim_answers_gc_status_and_version_itself(node: ProcNode, t
 
 
 @needs_binary
-def test_real_multus_shim_error_and_restart(node: ProcNode, tmp_path: Path) -> None:
+def test_real_multus_shim_error_and_restart(shim_node: ProcNode, tmp_path: Path) -> None:
     """Through the docs' setup (the multus.sock symlink): a refused ADD printed as the wire-level test predicts,
     then an ADD started while the daemon is down, finished by the next one."""
-    cache, leases = node.cache_files(), node.leases()
-    ctr = node.lab.container()
-    stdin = conf("0.3.1", socket_dir(node))
+    cache, leases = shim_node.cache_files(), shim_node.leases()
+    ctr = shim_node.lab.container()
+    stdin = conf("0.3.1", socket_dir(shim_node))
     env = environ("ADD", ctr, args="IgnoreUnknown=1;NETCOMP_NETWORKS=nosuchnet")
     rc, printed, _ = run_shim(env, stdin)
-    status, body = ms.exchange(str(socket_dir(node) / ms.SOCKET_NAME), ms.cni(env, stdin))
+    status, body = ms.exchange(str(socket_dir(shim_node) / ms.SOCKET_NAME), ms.cni(env, stdin))
     assert (rc, printed) == ms.outcome("ADD", stdin, status, body)
     assert rc == 1 and '"code": 7' in printed["msg"]
-    check_detached(node, ctr, cache, leases)
+    check_detached(shim_node, ctr, cache, leases)
 
-    node.kill()
+    shim_node.kill()
     (tmp_path / "stdin").write_bytes(stdin)
     with open(tmp_path / "stdin", "rb") as f:
         p = subprocess.Popen([str(MULTUS_SHIM)], stdin=f, stdout=subprocess.PIPE, env=environ("ADD", ctr))
     try:
-        wait_pending(node.sock)  # its readiness check waits in the backlog
-        node.start()
+        wait_pending(shim_node.sock)  # its readiness check waits in the backlog
+        shim_node.start()
         out, _ = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     assert p.returncode == 0
-    check_attached(node, ctr, "0.3.1", json.loads(out))
+    check_attached(shim_node, ctr, "0.3.1", json.loads(out))
     assert run_shim(environ("DEL", ctr), stdin)[:2] == (0, None)
-    check_detached(node, ctr, cache, leases)
+    check_detached(shim_node, ctr, cache, leases)
 
 
 # ------------------------------------------------------------------------------ a Multus node's pods
@@ -445,41 +446,30 @@ def run_verb(client: str, daemon_socket_dir: Path, env: dict[str, str], stdin: b
 
 
 @pytest.mark.parametrize("client", ["wire", pytest.param("binary", marks=needs_binary)])
-def test_a_multus_node_keeps_its_pods_and_definitions(api: ApiServer, tmp_path: Path, client: str) -> None:
+def test_a_multus_node_keeps_its_pods_and_definitions(
+    api: ApiServer, core: Any, custom: Any, tmp_path: Path, client: str
+) -> None:
     """The move the issue names: Multus's shim and conf file kept, its NetworkAttachmentDefinition and the pod's
     annotation as they were, the daemon swapped. Kubelet's CNI_ARGS name the pod; nothing netcomp-specific is
     sent."""
-    from kubernetes import client as k8s
-    from kubernetes import config, watch
+    from kubernetes import watch
     from kubernetes.client.exceptions import ApiException
 
-    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    core, custom = k8s.CoreV1Api(admin), k8s.CustomObjectsApi(admin)
-    nad_gvp = ("k8s.cni.cncf.io", "v1", "default", "network-attachment-definitions")
-    nad, pod = f"mshim-{client}", f"mshim-{client}"
+    name, pod = f"mshim-{client}", f"mshim-{client}"
     with kube_lab(tmp_path, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
         conf_doc = {
             "cniVersion": "0.3.1",
-            "name": nad,
+            "name": name,
             "type": "bridge",
             "bridge": "ncmsh0",
             "ipam": {"type": "host-local", "subnet": "10.96.0.0/24", "dataDir": f"{dl.base}/ipam"},
         }
-        spec = {"config": json.dumps(conf_doc)}
-        custom.create_namespaced_custom_object(
-            *nad_gvp,
-            {
-                "apiVersion": "k8s.cni.cncf.io/v1",
-                "kind": "NetworkAttachmentDefinition",
-                "metadata": {"name": nad},
-                "spec": spec,
-            },
-        )
-        core.create_namespaced_pod("default", pod_asking(pod, f"default/{nad}@net1"))
+        custom.create_namespaced_custom_object(*NAD, "default", NADS, nad("default", name, conf_doc))
+        core.create_namespaced_pod("default", pod_asking(pod, f"default/{name}@net1"))
         try:
 
             def compiled() -> bool:  # `<name>`, or `<namespace>.<name>` where definitions keep their namespace
-                return any(n.rsplit(".", 1)[-1] == nad for n in dl.daemon.state.networks())
+                return any(n.rsplit(".", 1)[-1] == name for n in dl.daemon.state.networks())
 
             wait_for(dl, compiled, "the NetworkAttachmentDefinition compiled")
             d = tmp_path / "multus"
@@ -513,4 +503,4 @@ def test_a_multus_node_keeps_its_pods_and_definitions(api: ApiServer, tmp_path: 
             with contextlib.suppress(ApiException):
                 core.delete_namespaced_pod(pod, "default", grace_period_seconds=0)
             with contextlib.suppress(ApiException):
-                custom.delete_namespaced_custom_object(*nad_gvp, nad)
+                custom.delete_namespaced_custom_object(*NAD, "default", NADS, name)

@@ -18,10 +18,10 @@ import pytest
 
 from netcomp.host import netns as nsutil
 from netcomp.host.nsenter import open_netns
+from tests.lab.checkout import ROOT
 from tests.lab.netlab import Lab, ip, lab
 
 pytestmark = pytest.mark.root
-ROOT = Path(__file__).resolve().parents[2]
 NO_PTRACE = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"]
 CAP_SYS_PTRACE = 19
 
@@ -78,14 +78,6 @@ def without_ptrace(*args: str) -> dict[str, Any]:
     out = child(CHILD, *args)
     assert out["ptrace"] is False  # the child really lacks it
     return out
-
-
-@pytest.fixture(params=["handle", "proc"])
-def search(request: pytest.FixtureRequest) -> str:
-    """Both ways a namespace is looked for: by file handle (Linux 6.18), and the /proc search of older kernels."""
-    if request.param == "handle" and not nsutil._handles():
-        pytest.skip("this kernel opens no namespace by file handle")
-    return str(request.param)
 
 
 @pytest.fixture

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.checkout import ROOT
 from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.netlab import PLUGIN_DIR, ip
 from tests.lab.procdaemon import ProcNode, proc_node
 
 pytestmark = pytest.mark.root
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def gated_plugin(base: Path, wrapped: str = "macvlan") -> tuple[Path, Path, Path]:
@@ -330,7 +331,7 @@ def test_restart_with_a_broken_netcomp_yaml_runs_the_last_good_settings(tmp_path
 def test_first_start_with_a_broken_netcomp_yaml_and_no_last_good_state(tmp_path: Path) -> None:
     import subprocess
 
-    from tests.lab.procdaemon import NETCOMP
+    from tests.lab.checkout import NETCOMP
 
     cfg = tmp_path / "netcomp.yaml"
     cfg.write_text("maxInFlight: [\n")

@@ -10,103 +10,30 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from netcomp.daemon.daemon import Daemon
-from tests.integration.test_kube import kube_lab, wait_for
-from tests.integration.test_multus import cni_args, status_of
 from tests.lab.daemonlab import DaemonLab
-from tests.lab.danm import danmnet
 from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS, cni_args
+from tests.lab.services import ES, NS, attach_to, delete_service, make_pod, service, service_node, wait_view
 
 pytestmark = pytest.mark.root
-NS = "vnf"
-ES = ("discovery.k8s.io", "v1beta1")
-DANM = ("danm.k8s.io", "v1")
-NODES = ("node-a", "node-b")
-View = dict[str, list[tuple[str, str, bool]]]  # node -> (pod, address, ready) of its slices
 
 
 @pytest.fixture(scope="module")
-def admin(api: ApiServer) -> Any:
-    from kubernetes import client, config
-
-    c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    core, custom = client.CoreV1Api(c), client.CustomObjectsApi(c)
-    core.create_namespace({"metadata": {"name": NS}})
-    for node in NODES:  # the Nodes the pods are bound to (no kubelet registers them here)
-        core.create_node({"metadata": {"name": node}})
-    ipam = {"type": "cluster", "subnet": "10.66.0.0/24"}
-    ext = {"apiVersion": "netcomp.io/v1", "kind": "Network", "metadata": {"name": "ext"}}
-    custom.create_cluster_custom_object("netcomp.io", "v1", "networks", {**ext, "spec": {
-        "type": "macvlan", "hostDevice": "ncm0", "ipam": ipam}})  # fmt: skip
-    internal = danmnet("internal", NS, "10.67.0.0/24", container_prefix="int")
-    custom.create_namespaced_custom_object(*DANM, NS, "danmnets", internal)
-    return c
-
-
-@pytest.fixture(scope="module")
-def custom(admin: Any) -> Any:
-    from kubernetes import client
-
-    return client.CustomObjectsApi(admin)
-
-
-@pytest.fixture(scope="module")
-def core(admin: Any) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(admin)
-
-
-@contextlib.contextmanager
-def node(api: ApiServer, base: Path, name: str) -> Iterator[DaemonLab]:
-    base.mkdir()
-    settings = {"nodeName": name, "ipamGrace": 2.0}
-    with kube_lab(base, api.node_kubeconfig, danm=True, settings=settings) as dl:
-        wait_for(dl, lambda: {"ext", f"{NS}.internal"} <= set(dl.daemon.state.networks()), "the networks compiled")
-        yield dl
-
-
-@pytest.fixture(scope="module")
-def nodes(api: ApiServer, admin: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[DaemonLab]]:
+def nodes(
+    api: ApiServer, service_networks: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[DaemonLab]]:
     base = tmp_path_factory.mktemp("svc")
-    with node(api, base / "a", "node-a") as a, node(api, base / "b", "node-b") as b:
+    with service_node(api, base / "a", "node-a") as a, service_node(api, base / "b", "node-b") as b:
         yield [a, b]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def service(core: Any, name: str, notes: dict[str, str], ports: list[dict[str, Any]]) -> dict[str, Any]:
-    body = {"metadata": {"name": name, "annotations": notes}, "spec": {"clusterIP": "None", "ports": ports}}
-    return core.create_namespaced_service(NS, body).to_dict()  # type: ignore[no-any-return]
-
-
-def make_pod(core: Any, dl: DaemonLab, name: str, labels: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
-    body = {
-        "metadata": {"name": name, "labels": labels, "annotations": notes},
-        "spec": {"nodeName": dl.settings.nodeName, "containers": [{"name": "c", "image": "registry.invalid/none"}]},
-    }
-    created = core.create_namespaced_pod(NS, body)
-    return {"ns": NS, "name": name, "uid": created.metadata.uid}
-
-
-def attach(admin: Any, dl: DaemonLab, p: dict[str, Any], network: str) -> tuple[str, str]:
-    """ADD the pod's sandbox; (container, its address on `network`), read from its namespace and matched
-    against the network-status the node wrote."""
-    ctr = dl.lab.container()
-    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr))
-    assert rc == 0, res
-    [entry] = [s for s in status_of(admin, dl, p) if s["name"] == network]
-    [addr] = [a.split("/")[0] for a in dl.lab.addrs(ctr, entry["interface"])]
-    assert entry["ips"] == [addr]
-    return ctr, addr
 
 
 def detach(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
@@ -114,53 +41,9 @@ def detach(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
     assert rc == 0, res
 
 
-def delete_service(core: Any, name: str) -> None:
-    # Kubernetes 1.20 answers a Service's DELETE with a Status, which the client would read as a Service.
-    core.delete_namespaced_service(name, NS, _preload_content=False)
-
-
 def ready(core: Any, p: dict[str, Any], is_ready: bool = True) -> None:
     cond = [{"type": "Ready", "status": "True" if is_ready else "False"}]
     core.patch_namespaced_pod_status(p["name"], NS, {"status": {"phase": "Running", "conditions": cond}})
-
-
-def view_of(items: list[dict[str, Any]], svc: str) -> View:
-    out: View = {}
-    for s in items:
-        meta = s["metadata"]
-        if meta["labels"].get("kubernetes.io/service-name") != svc:
-            continue
-        node = meta["labels"]["netcomp.io/node"]
-        assert meta["name"].startswith(f"{svc}.{node}.v4") and meta["annotations"]["netcomp.io/node"] == node
-        for e in s.get("endpoints") or []:
-            assert e["topology"] == {"kubernetes.io/hostname": node}  # each node writes its own pods only
-            out.setdefault(node, []).append((e["targetRef"]["name"], e["addresses"][0], e["conditions"]["ready"]))
-    return {n: sorted(v) for n, v in out.items()}
-
-
-def wait_view(custom: Any, svc: str, want: View, timeout: float = 60) -> list[dict[str, Any]]:
-    """Until the slices of `svc` say `want`: listed, then watched (no sleep), or fail showing what they say."""
-    from kubernetes import watch
-
-    deadline = time.monotonic() + timeout
-    doc = custom.list_namespaced_custom_object(*ES, NS, "endpointslices")
-    items = {s["metadata"]["name"]: s for s in doc["items"]}
-    rv = doc["metadata"]["resourceVersion"]
-    while view_of(list(items.values()), svc) != want:
-        left = deadline - time.monotonic()
-        assert left > 0, f"slices of {svc}: {view_of(list(items.values()), svc)}, not {want}"
-        w = watch.Watch()
-        for ev in w.stream(custom.list_namespaced_custom_object, *ES, NS, "endpointslices", resource_version=rv,
-                           timeout_seconds=max(1, int(left))):  # fmt: skip
-            obj = ev["object"]
-            rv = obj["metadata"]["resourceVersion"]
-            if ev["type"] == "DELETED":
-                items.pop(obj["metadata"]["name"], None)
-            else:
-                items[obj["metadata"]["name"]] = obj
-            if view_of(list(items.values()), svc) == want:
-                w.stop()
-    return list(items.values())
 
 
 def written(*labs: DaemonLab) -> None:
@@ -177,9 +60,6 @@ def known(dl: DaemonLab, p: dict[str, Any], cond: Callable[[bool], bool] = bool)
         assert pods.changed.wait_for(lambda: cond(pods.has(NS, p["name"])), 30)
 
 
-NETWORKS = "k8s.v1.cni.cncf.io/networks"
-
-
 # ------------------------------------------------------------------------------------------------ netcomp's spelling
 
 
@@ -193,9 +73,9 @@ def test_a_service_follows_its_pods_across_two_nodes(
     a1 = make_pod(core, a, "web-a1", {"app": "web"}, on_ext)
     b1 = make_pod(core, b, "web-b1", {"app": "web"}, on_ext)
     db = make_pod(core, a, "db-a1", {"app": "db"}, on_ext)  # not selected
-    ctr_a1, ip_a1 = attach(admin, a, a1, "ext")
-    ctr_b1, ip_b1 = attach(admin, b, b1, "ext")
-    attach(admin, a, db, "ext")
+    ctr_a1, ip_a1 = attach_to(admin, a, a1, "ext")
+    ctr_b1, ip_b1 = attach_to(admin, b, b1, "ext")
+    attach_to(admin, a, db, "ext")
     items = wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, False)], "node-b": [("web-b1", ip_b1, False)]})
     [sa] = [s for s in items if s["metadata"]["name"] == "web.node-a.v4"]
     assert sa["addressType"] == "IPv4" and sa["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
@@ -212,7 +92,7 @@ def test_a_service_follows_its_pods_across_two_nodes(
 
     # A pod created, then deleted.
     a2 = make_pod(core, a, "web-a2", {"app": "web"}, on_ext)
-    ctr_a2, ip_a2 = attach(admin, a, a2, "ext")
+    ctr_a2, ip_a2 = attach_to(admin, a, a2, "ext")
     want = {"node-a": [("web-a1", ip_a1, True), ("web-a2", ip_a2, False)], "node-b": [("web-b1", ip_b1, False)]}
     wait_view(custom, "web", want)
     detach(a, ctr_a2, a2)
@@ -224,7 +104,7 @@ def test_a_service_follows_its_pods_across_two_nodes(
     core.delete_namespaced_pod("web-b1", NS, grace_period_seconds=0)
     known(b, b1, lambda has: not has)
     b1 = make_pod(core, a, "web-b1", {"app": "web"}, on_ext)
-    ctr_b1, ip_b1 = attach(admin, a, b1, "ext")
+    ctr_b1, ip_b1 = attach_to(admin, a, b1, "ext")
     items = wait_view(custom, "web", {"node-a": [("web-a1", ip_a1, True), ("web-b1", ip_b1, False)]})
     assert [s["metadata"]["name"] for s in items if "web." in s["metadata"]["name"]] == ["web.node-a.v4"]
 
@@ -256,8 +136,8 @@ def test_danms_svcwatcher_service(core: Any, custom: Any, admin: Any, nodes: lis
     lb0 = make_pod(core, a, "lb-0", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "dynamic"}])})
     lb1 = make_pod(core, b, "lb-1", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "dynamic"}])})
     bare = make_pod(core, b, "lb-2", {"app": "lb"}, {conn: json.dumps([{"network": "internal", "ip": "none"}])})
-    ctr0, ip0 = attach(admin, a, lb0, f"{NS}/internal")
-    ctr1, ip1 = attach(admin, b, lb1, f"{NS}/internal")
+    ctr0, ip0 = attach_to(admin, a, lb0, f"{NS}/internal")
+    ctr1, ip1 = attach_to(admin, b, lb1, f"{NS}/internal")
     ctr2 = b.lab.container()
     assert b.shim("ADD", ctr2, args=cni_args(bare, ctr2))[0] == 0
     for p in (lb0, lb1):
@@ -312,8 +192,8 @@ def test_restart_api_server_away_and_a_slice_deleted_by_hand(
     service(core, "api", notes, [{"port": 443}])
     on_storage = {NETWORKS: "storage"}
     p1, p2 = (make_pod(core, a, f"api-{i}", {"app": "api"}, on_storage) for i in (1, 2))
-    ctr1, ip1 = attach(admin, a, p1, "storage")
-    ctr2, ip2 = attach(admin, a, p2, "storage")
+    ctr1, ip1 = attach_to(admin, a, p1, "storage")
+    ctr2, ip2 = attach_to(admin, a, p2, "storage")
     wait_view(custom, "api", {"node-a": [("api-1", ip1, False), ("api-2", ip2, False)]})
 
     # A slice deleted by hand is written again.
@@ -360,8 +240,8 @@ def test_the_gc_removes_a_gone_nodes_slices_only_with_proof(
     service(core, "gc", notes, [{"port": 7}])
     on_ext = {NETWORKS: "ext"}
     pa, pb = make_pod(core, a, "gc-a", {"app": "gc"}, on_ext), make_pod(core, b, "gc-b", {"app": "gc"}, on_ext)
-    ctr_a, ip_a = attach(admin, a, pa, "ext")
-    ctr_b, ip_b = attach(admin, b, pb, "ext")
+    ctr_a, ip_a = attach_to(admin, a, pa, "ext")
+    ctr_b, ip_b = attach_to(admin, b, pb, "ext")
     wait_view(custom, "gc", {"node-a": [("gc-a", ip_a, False)], "node-b": [("gc-b", ip_b, False)]})
     # node-b's daemon stops with its pod still bound there: its slice stays, and so it does after a GC.
     written(b)

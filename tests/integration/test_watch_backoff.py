@@ -19,10 +19,9 @@ from netcomp.cluster.intents import Cluster
 from netcomp.metrics import Metrics
 from netcomp.records.files import Records
 from netcomp.settings import KubeSettings
-from tests.integration.test_kube import kube_lab
-from tests.lab.goneapi import GoneApi, gone_api
+from tests.lab.daemonlab import kube_lab
+from tests.lab.goneapi import FakeTime, GoneApi, gone_api
 from tests.lab.poll import until
-from tests.unit.test_watch_backoff import FakeTime
 
 
 @pytest.fixture

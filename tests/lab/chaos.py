@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from netcomp.faults import POINTS
-from tests.lab.daemonlab import intent
+from tests.lab.intents import intent
 from tests.lab.netlab import PLUGIN_DIR, Lab, ip
 from tests.lab.procdaemon import ProcNode, proc_node
 

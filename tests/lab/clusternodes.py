@@ -9,12 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from netcomp.settings import KubeSettings
 from tests.lab.addrs import in_use
-from tests.lab.daemonlab import DaemonLab, daemon_lab
-from tests.lab.kubeapi import ApiServer
-
-NETS = ("netcomp.io", "v1", "networks")
+from tests.lab.daemonlab import DaemonLab, kube_lab, wait_for
+from tests.lab.kubeapi import NETS, ApiServer
 
 
 def network(name: str, subnet: str, **ipam: Any) -> dict[str, Any]:
@@ -49,13 +46,10 @@ def nodes(base: Path, api: ApiServer, names: list[str], net: str, **extra: Any) 
     with contextlib.ExitStack() as stack:
         labs = []
         for name in names:
-            kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10)
-            settings = {"kubernetes": kube, "clusterIntentDir": str(base / name / "cluster.d"), "nodeName": name}
-            settings |= {"defaultNetwork": None, "ipamGrace": 2.0, **extra}
             (base / name).mkdir()
-            dl = stack.enter_context(daemon_lab(base / name, extra=settings, watch=True))
-            with dl.daemon.reloaded:
-                assert dl.daemon.reloaded.wait_for(lambda d=dl: net in d.daemon.state.networks(), 60), name
+            settings = {"nodeName": name, "defaultNetwork": None, "ipamGrace": 2.0, **extra}
+            dl = stack.enter_context(kube_lab(base / name, api.node_kubeconfig, settings=settings))
+            wait_for(dl, lambda d=dl: net in d.daemon.state.networks(), f"{name} compiling {net}")
             labs.append(dl)
         yield labs
 

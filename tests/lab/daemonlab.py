@@ -1,5 +1,6 @@
 """A daemon serving a test's own netns lab: real plugins (run inside the lab's host netns through the Exec seam),
-real shim (exec'd as the runtime would: /usr/bin/python3 -I -S), real socket, temp dirs for everything."""
+real shim (exec'd as the runtime would: /usr/bin/python3 -I -S), real socket, temp dirs for everything; with
+`kubernetes:` configured, one following a cluster (kube_lab)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from netcomp.daemon.daemon import Daemon
-from netcomp.settings import Settings
+from netcomp.settings import KubeSettings, Settings
+from tests.lab.checkout import PACKAGE
+from tests.lab.intents import intent
 from tests.lab.netlab import PLUGIN_DIR, Lab, lab
 
-SHIM = Path(__file__).resolve().parents[2] / "netcomp" / "shim" / "plugin.py"
+SHIM = PACKAGE / "shim" / "plugin.py"
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
@@ -52,10 +55,6 @@ def run_shim(
     )
     out = p.stdout.decode()
     return p.returncode, json.loads(out) if out.strip() else None
-
-
-def intent(name: str, spec: str) -> str:
-    return f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 
 
 @dataclass
@@ -212,3 +211,18 @@ def daemon_lab(
             yield dl
         finally:
             dl.daemon.stop(drain=5)
+
+
+def kube_lab(
+    base: Path, kubeconfig: Path, timeout: float = 10, settings: dict[str, Any] | None = None, **kube_settings: Any
+) -> contextlib.AbstractContextManager[DaemonLab]:
+    """A daemon lab following the cluster; `settings`: more of netcomp.yaml's, `kube_settings`: of kubernetes:."""
+    kube = KubeSettings(kubeconfig=str(kubeconfig), timeout=timeout, **kube_settings)
+    extra = {"kubernetes": kube, "clusterIntentDir": str(base / "cluster.d"), **(settings or {})}
+    return daemon_lab(base, extra=extra, watch=True)
+
+
+def wait_for(dl: DaemonLab, cond: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Until cond holds after a compile (the daemon notifies every one), or fail saying what did not happen."""
+    with dl.daemon.reloaded:
+        assert dl.daemon.reloaded.wait_for(cond, timeout), f"not within {timeout}s: {what}"

@@ -1,11 +1,13 @@
 """DANM's network objects as the tests create them in the API server (tests/lab/kubeapi.py installs DANM's
-CRDs)."""
+CRDs), and the annotation a pod asks for DANM's networks in."""
 
 from __future__ import annotations
 
 from typing import Any
 
 DANM_API = "danm.k8s.io/v1"
+DANM_GROUP = ("danm.k8s.io", "v1")
+DANM = "danm.k8s.io/interfaces"  # the pod's annotation
 
 
 def danmnet(name: str, ns: str | None, cidr: str | None, kind: str = "DanmNet", **opts: Any) -> dict[str, Any]:

@@ -80,21 +80,30 @@ class VfTree:
         return self.root / "bus" / "pci" / "devices"
 
 
-def make_vf_tree(root: Path, pf: str, pf_address: str, vfs: list[tuple[str, str]], driver: str = "iavf") -> VfTree:
+def make_sysfs(root: Path, pf: str, pf_address: str, vfs: dict[int, tuple[str, str]], links: dict[str, str]) -> None:
+    """`root` shaped as /sys for a PF with VFs: class/net/<pf>/device -> the PF's PCI dir, which has virtfn<N> ->
+    ../<VF address> for each VF (index N: (address, driver)); each VF's bus/pci/devices dir has its driver link
+    and, where `links` names one for its address, net/<link>."""
     pf_dir = root / "devices" / "pci0000:00" / pf_address
     pf_dir.mkdir(parents=True)
     (root / "class" / "net" / pf).mkdir(parents=True)
     os.symlink(pf_dir, root / "class" / "net" / pf / "device")
-    # Absolute, so that the link resolves where the tree is bound too (host-device resolves it and takes the
-    # driver's name from what it finds: hasDpdkDriver in plugins/main/host-device/host-device.go).
-    drivers = root / "bus" / "pci" / "drivers" / driver
-    drivers.mkdir(parents=True)
-    for index, (addr, ifname) in enumerate(vfs):
+    for index, (addr, driver) in vfs.items():
         (pf_dir.parent / addr).mkdir()
         os.symlink(f"../{addr}", pf_dir / f"virtfn{index}")
         dev = root / "bus" / "pci" / "devices" / addr
-        (dev / "net" / ifname).mkdir(parents=True)
+        dev.mkdir(parents=True)
+        if addr in links:
+            (dev / "net" / links[addr]).mkdir(parents=True)
+        # Absolute, so that the link resolves where the tree is bound too (host-device resolves it and takes the
+        # driver's name from what it finds: hasDpdkDriver in plugins/main/host-device/host-device.go).
+        drivers = root / "bus" / "pci" / "drivers" / driver
+        drivers.mkdir(parents=True, exist_ok=True)
         os.symlink(drivers, dev / "driver")
+
+
+def make_vf_tree(root: Path, pf: str, pf_address: str, vfs: list[tuple[str, str]], driver: str = "iavf") -> VfTree:
+    make_sysfs(root, pf, pf_address, {i: (addr, driver) for i, (addr, _) in enumerate(vfs)}, dict(vfs))
     return VfTree(root, pf, pf_address, tuple(vfs))
 
 

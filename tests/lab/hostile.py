@@ -1,5 +1,5 @@
 """What the tests of hostile input share: netcomp.foreign's counter caught (which kinds were ignored, how many),
-adversarial JSON for hypothesis, a nesting of any depth, a cluster pool and a block store that must not be asked."""
+adversarial JSON for hypothesis, a nesting of any depth, a cluster pool in blocks of 16."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from netcomp import foreign
 from netcomp.ipam.pool import Pool
+from tests.lab import pools
 
 
 class Ignored:
@@ -62,13 +63,4 @@ JSON = st.recursive(
 
 
 def pool(subnet: str = "10.0.0.0/24", block: int = 16) -> Pool:
-    p = Pool.of("n", {"netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": subnet}]], "blockSize": block}}})
-    assert p is not None
-    return p
-
-
-class NoStore:
-    kind = "none"
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the store was asked: {name}")
+    return pools.pool({"subnet": subnet}, block=block)

@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,12 +19,14 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import reap
+from tests.lab.checkout import ROOT
+from tests.lab.poll import until
+from tests.lab.processes import reap
 
-ROOT = Path(__file__).resolve().parents[2]
 BINS = Path(os.environ.get("NETCOMP_KUBE_BINS", "/var/cache/netcomp-test/kube")) / "bin"
 ADMIN_TOKEN, NODE_TOKEN = "netcomp-test-admin-token", "netcomp-test-node-token"
 READY_SECONDS = 90
+NETS = ("netcomp.io", "v1", "networks")  # netcomp's Network objects: group, version, plural
 
 
 @dataclass
@@ -46,26 +47,29 @@ class ApiServer:
     def start_apiserver(self) -> None:
         """kube-apiserver again, on the same port, with the same state (etcd kept it)."""
         self.procs[1] = subprocess.Popen(self.procs[1].args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_SECONDS
-        while not _ready(self.url, self.ca):
-            if self.procs[1].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("kube-apiserver did not come back")
-            time.sleep(0.2)  # an external process starting: polled with a deadline
+        _until_ready(self.url, self.ca, self.procs[1:], self.log.name)
 
     def kubeconfig(self, path: Path, token: str, server: str | None = None) -> Path:
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": "t", "cluster": {"server": server or self.url, "certificate-authority": str(self.ca)}}
-            ],
-            "users": [{"name": "u", "user": {"token": token}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
-            "current-context": "t",
-        }
-        path.write_text(yaml.safe_dump(doc))
-        path.chmod(0o600)
-        return path
+        cluster = {"server": server or self.url, "certificate-authority": str(self.ca)}
+        return Path(write_kubeconfig(path, {"token": token}, cluster))
+
+
+def write_kubeconfig(path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None) -> str:
+    """A kubeconfig at `path` as kubectl writes one (one cluster, one user, the context naming both), readable by
+    its owner only; `cluster` by default an API server at https://api.test:6443 whose certificate is not checked
+    (for a client that never connects)."""
+    cluster = cluster or {"server": "https://api.test:6443", "insecure-skip-tls-verify": True}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "t", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+        "current-context": "t",
+    }
+    path.write_text(yaml.safe_dump(doc))
+    path.chmod(0o600)
+    return str(path)
 
 
 def distrust(kubeconfig: Path, work: Path) -> None:
@@ -91,6 +95,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _until_ready(url: str, ca: Path, procs: list[subprocess.Popen[bytes]], logs: str) -> None:
+    """Until the API server at `url` answers /readyz (polled: an external process starting); RuntimeError if one
+    of `procs` exits first."""
+
+    def ready() -> bool:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[0]} exited: see {logs}")
+        return _ready(url, ca)
+
+    until(ready, f"kube-apiserver not ready in {READY_SECONDS}s: see {logs}", READY_SECONDS, 0.2)
 
 
 def _ready(url: str, ca: Path) -> bool:
@@ -163,14 +180,7 @@ def api_server(work: Path) -> Iterator[ApiServer]:
             )
         )
         url, ca = f"https://127.0.0.1:{api_port}", certs / "apiserver.crt"
-        deadline = time.monotonic() + READY_SECONDS
-        while not _ready(url, ca):
-            for p in procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited: see {work}/*.log")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kube-apiserver not ready in {READY_SECONDS}s: see {work}/apiserver.log")
-            time.sleep(0.2)  # an external process starting: polled with a deadline
+        _until_ready(url, ca, procs, f"{work}/*.log")
         api = ApiServer(url, ca, work / "admin.kubeconfig", work / "node.kubeconfig", procs, logs[1])
         api.kubeconfig(api.admin_kubeconfig, ADMIN_TOKEN)
         api.kubeconfig(api.node_kubeconfig, NODE_TOKEN)
@@ -208,16 +218,17 @@ def _install_manifests(api: ApiServer) -> None:
     ext.create_custom_resource_definition(NAD_CRD)
     for crd in DANM_CRDS:
         ext.create_custom_resource_definition(crd)
-    deadline = time.monotonic() + 30
     names = ["networks.netcomp.io", "addressblocks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"]
-    for name in [*names, *(crd["metadata"]["name"] for crd in DANM_CRDS)]:
-        while True:
-            crd = ext.read_custom_resource_definition(name)
-            if any(cond.type == "Established" and cond.status == "True" for cond in crd.status.conditions or []):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the CRD {name} was not established in 30s")
-            time.sleep(0.1)  # the API server establishing the CRD: polled with a deadline
+    names += [crd["metadata"]["name"] for crd in DANM_CRDS]
+
+    def established(name: str) -> bool:
+        conditions = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    def left() -> list[str]:
+        return [n for n in names if not established(n)]
+
+    until(lambda: not left(), lambda: f"CRDs not established in 30s: {left()}", 30)
 
 
 # Multus's kind, as Multus's own manifest defines it (the schema trimmed to what it declares).

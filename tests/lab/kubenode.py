@@ -30,8 +30,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +39,16 @@ import pytest
 import yaml
 
 from tests.lab import nodens, noderuntime
+from tests.lab.checkout import NETCOMP
 from tests.lab.danm import danmnet
 from tests.lab.deviceplugin import RESOURCE, DevicePlugin, VfTree, make_vf_tree
+from tests.lab.intents import intent
 from tests.lab.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
 from tests.lab.kubegrpc import Cri
 from tests.lab.netlab import PLUGIN_DIR, ip
 from tests.lab.noderuntime import NODE_IP, READY_SECONDS, poll
+from tests.lab.sdnotify import wait_ready
 
-NETCOMP = str(Path(sys.executable).parent / "netcomp")
 MASTER = "ncm0"  # the macvlan master, a veth end in the node's netns
 PF, PF_ADDRESS = "ncpf0", "0000:3b:00.0"
 VFS = [("0000:3b:02.0", "ncvf0"), ("0000:3b:02.1", "ncvf1"), ("0000:3b:02.2", "ncvf2")]
@@ -325,9 +325,7 @@ def _write_netcomp(node: KubeNode, extra: dict[str, Any]) -> None:
     (d / "static.d" / "lab-bridge.conflist").write_text(json.dumps(bridge_conflist(node.hostlocal_dir)))
     for fname, spec in node_networks(node.hostlocal_dir).items():
         name = fname[3:-5]
-        (d / "networks.d" / fname).write_text(
-            f"apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
-        )
+        (d / "networks.d" / fname).write_text(intent(name, spec))
     settings = {
         "intentDirs": [str(d / "networks.d")],
         "outputDir": str(d / "out"),
@@ -374,14 +372,7 @@ def _start_netcomp(node: KubeNode) -> None:
     try:
         argv = [NETCOMP, "daemon", "--config", str(node.netcomp_config), "--state", str(d / "state.json")]
         proc = node.ns.start("netcomp", argv, {"NOTIFY_SOCKET": str(notify_path)})
-        deadline = time.monotonic() + READY_SECONDS
-        notify.settimeout(1.0)
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"netcomp's daemon did not say READY=1:\n{node.ns.log('netcomp')}")
-            with contextlib.suppress(TimeoutError):
-                if b"READY=1" in notify.recv(65536).split(b"\n"):
-                    return
+        wait_ready(notify, proc, READY_SECONDS, lambda: node.ns.log("netcomp"))
     finally:
         notify.close()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from netcomp.daemon.daemon import Daemon
 from netcomp.settings import Settings
-from tests.conftest import make_plugin_dir
+from tests.lab.standins import make_plugin_dir
 
 
 @dataclass(frozen=True)

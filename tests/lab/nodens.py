@@ -23,12 +23,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import reap
 from tests.lab.netlab import ip
+from tests.lab.poll import within
+from tests.lab.processes import reap
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # What the kubelet sets, and the value it wants (it writes only a value that differs).
@@ -170,9 +170,7 @@ def destroy(ns: NodeNamespaces) -> list[str]:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + 10
-        while ns.pids() and time.monotonic() < deadline:
-            time.sleep(0.1)  # processes of the node exiting after the signal: polled with a deadline
+        within(lambda: not ns.pids(), 10)  # processes of the node exiting after the signal
     left += [f"process {pid} ({_comm(pid)}) still in the node's mount namespace" for pid in ns.pids()]
     if ns.mntns.exists():
         subprocess.run(["umount", str(ns.mntns)], check=False, capture_output=True, timeout=30)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.lab.kubenode import KubeNode
+from tests.lab.labpods import STATUS
 from tests.lab.nodeimages import BUSYBOX_IMAGE
 from tests.lab.poll import until
 
-STATUS = "k8s.v1.cni.cncf.io/network-status"
 NAMESPACE = "default"
 GONE_SECONDS = 120  # the kubelet removes a deleted pod's containers and sandbox by its container GC, once a minute
 # Exits at SIGTERM, so a delete takes no grace period to its end (sleep as PID 1 would ignore SIGTERM).
@@ -173,12 +173,12 @@ def network_status(pod: Any) -> list[dict[str, Any]]:
 def with_status(node: KubeNode, pod: Any, timeout: float = 30) -> Any:
     """The pod again, once it carries network-status (written after the ADD's answer, so it may follow Running
     by a moment)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = core(node).read_namespaced_pod(pod.metadata.name, NAMESPACE)
-        if network_status(pod) or time.monotonic() > deadline:
-            return pod
-        time.sleep(0.1)  # the daemon's status writer runs after a quiet moment: polled with a deadline
+
+    def read() -> Any:
+        got = core(node).read_namespaced_pod(pod.metadata.name, NAMESPACE)
+        return got if network_status(got) else None
+
+    return until(read, f"no network-status on pod {pod.metadata.name} within {timeout}s", timeout)
 
 
 def interfaces(node: KubeNode, pod: Any) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import reap
+from tests.lab.poll import until
+from tests.lab.processes import reap
 
 
 @dataclass
@@ -49,14 +50,6 @@ class Machine:
 
     def show(self, unit: str, prop: str) -> str:
         return self.text("systemctl", "show", "-p", prop, "--value", unit)
-
-    def until(self, what: str, cond: object, timeout: float = 60.0) -> None:
-        """Wait for a condition of the machine (bounded; the machine is another system, so we ask it)."""
-        deadline = time.monotonic() + timeout
-        while not cond():  # type: ignore[operator]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.1)
 
 
 def _leader(nspawn_pid: int) -> int | None:
@@ -176,19 +169,19 @@ def machine(name: str, binds: Sequence[tuple[str, str, bool]] = (), root: Path |
         nspawn = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         m: Machine | None = None
         try:
-            deadline = time.monotonic() + 60
-            leader = None
-            while leader is None:  # the container's PID 1 appears as nspawn's child named systemd
+
+            def leader() -> int | None:  # the container's PID 1 appears as nspawn's child named systemd
                 assert nspawn.poll() is None, "systemd-nspawn exited during boot"
-                assert time.monotonic() < deadline, "the container's systemd did not start"
-                leader = _leader(nspawn.pid)
-                if leader is None:
-                    time.sleep(0.05)
-            m = Machine(name, nspawn, leader)
-            state = ""
-            while state not in ("running", "degraded"):  # the first calls fail with "Failed to connect to bus"
-                assert time.monotonic() < deadline, f"the container did not finish booting: {state!r}"
-                state = m.run("systemctl", "is-system-running", "--wait", check=False).stdout.decode().strip()
+                return _leader(nspawn.pid)
+
+            m = Machine(name, nspawn, until(leader, "the container's systemd did not start", 60, 0.05))
+            states = [""]
+
+            def booted() -> bool:  # the first calls fail with "Failed to connect to bus"
+                states.append(m.run("systemctl", "is-system-running", "--wait", check=False).stdout.decode().strip())
+                return states[-1] in ("running", "degraded")
+
+            until(booted, lambda: f"the container did not finish booting: {states[-1]!r}", 60)
             yield m
         finally:
             if m is not None:

@@ -12,8 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +19,12 @@ from typing import Any
 
 import yaml
 
+from tests.lab.checkout import NETCOMP
 from tests.lab.daemonlab import PYTHON, run_shim, write_networks
 from tests.lab.kubeapi import NODE_TOKEN, ApiServer, reachable_from
 from tests.lab.netlab import IP, PLUGIN_DIR, Lab, ip, lab
+from tests.lab.sdnotify import wait_ready
 
-NETCOMP = str(Path(sys.executable).parent / "netcomp")
 # Puts the listening socket (passed as fd N) on fd 3 with LISTEN_PID set to its own pid, then execs the daemon
 # through `ip netns exec` (which execs without forking: the pid stays the one LISTEN_PID names).
 _ACTIVATE = (
@@ -103,20 +102,8 @@ class ProcNode:
             self.wait_ready()
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the daemon exited ({self.proc.returncode}) before READY=1:\n{self.logs()}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no READY=1 within {timeout}s:\n{self.logs()}")
-            self.notify.settimeout(min(left, 1.0))  # and look at the process again each second
-            try:
-                if b"READY=1" in self.notify.recv(65536).split(b"\n"):
-                    return
-            except TimeoutError:
-                continue
+        assert self.proc is not None
+        wait_ready(self.notify, self.proc, timeout, self.logs)
 
     def kill(self) -> None:
         """SIGKILL, as the OOM killer or a watchdog would; its delegates live on (their own process groups)."""

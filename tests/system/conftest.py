@@ -6,29 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # pyenv's python on PATH must not reach the build (INFRA)
-# Made by scripts/trixie-root.sh (`make trixie-root`); never written by the tests, which use overlays of it.
-TRIXIE_ROOT = Path(os.environ.get("NETCOMP_TRIXIE_ROOT", "/var/cache/netcomp-test/trixie/root"))
-
-
-def run(*argv: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=check, **kw)  # type: ignore[call-overload]
-
-
-def checkout_copy(work: Path) -> Path:
-    """The working tree as it is (tests also run before a commit), without caches and build output."""
-    junk = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".*_cache", ".hypothesis", "*.egg-info", "build")
-    shutil.copytree(ROOT, work / "netcomp", symlinks=True, ignore=junk)
-    shutil.rmtree(work / "netcomp" / "debian" / "netcomp", ignore_errors=True)
-    return work / "netcomp"
+from tests.lab.checkout import checkout_copy
+from tests.lab.debpackage import CLEAN_PATH, TRIXIE_ROOT, Dist, run
 
 
 @pytest.fixture(scope="session")
@@ -111,20 +95,6 @@ def trixie_deb(trixie_root: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (pkg,) = work.glob("netcomp_*.deb")
     return pkg
-
-
-@dataclass
-class Dist:
-    """A Debian release the package is built for and tested on: `root` is "/" for this machine."""
-
-    name: str
-    root: Path
-    deb: Path
-
-    @property
-    def python(self) -> str:
-        """The minor version of the root's python3, e.g. "3.11" (from its /usr/bin/python3 -> python3.11)."""
-        return os.readlink(self.root / "usr/bin/python3").removeprefix("python")
 
 
 @pytest.fixture(scope="session", params=["debian12", "debian13"])

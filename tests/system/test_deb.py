@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.conftest import run
+from tests.lab.debpackage import run
 
 pytestmark = pytest.mark.root
 

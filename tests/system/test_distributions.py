@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.debpackage import CLEAN_PATH, Dist, run
 from tests.lab.nspawn import run_in
-from tests.system.conftest import CLEAN_PATH, Dist, run
 
 pytestmark = pytest.mark.root
 

@@ -8,20 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import test_systemd_interface as svc
-from tests.integration.test_systemd_interface import node  # noqa: F401  (the fixture)
+from tests.lab.sdnotify import notify_sequence, socket_activate
 
 pytestmark = pytest.mark.root
+INSTALLED = "/usr/bin/netcomp"
 
 
-@pytest.fixture
-def installed_netcomp(installed: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(svc, "NETCOMP", "/usr/bin/netcomp")
+def test_installed_notify_sequence(installed: None, daemon_root: dict[str, Path]) -> None:
+    notify_sequence(daemon_root, INSTALLED)
 
 
-def test_installed_notify_sequence(installed_netcomp: None, node: dict[str, Path]) -> None:  # noqa: F811
-    svc.test_notify_sequence_watching_degraded_and_recovery(node)
-
-
-def test_installed_under_systemd_socket_activate(installed_netcomp: None, node: dict[str, Path]) -> None:  # noqa: F811
-    svc.test_under_systemd_socket_activate(node)
+def test_installed_under_systemd_socket_activate(installed: None, daemon_root: dict[str, Path]) -> None:
+    socket_activate(daemon_root, INSTALLED)

@@ -36,12 +36,12 @@ from typing import Any
 
 import pytest
 
+from tests.lab.intents import intent
 from tests.lab.nspawn import Machine, machine
 
 pytestmark = pytest.mark.root
 
 IMAGE = "localhost/netcomp-test-bb"
-INTENT = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 MGMT_BRIDGE = {
     "cniVersion": "1.0.0",
     "name": "podbridge",
@@ -210,7 +210,7 @@ def test_podman_runs_containers_on_netcomp_networks(installed: None, tmp_path: P
         m.put("/etc/netcomp/netcomp.yaml", "defaultNetwork: mgmt\nwriteRuntimeConfig: true\n")
         m.put("/etc/netcomp/static.d/podbridge.conflist", json.dumps(MGMT_BRIDGE))
         for name, spec in NETWORKS.items():
-            m.put(f"/etc/netcomp/networks.d/{name}.yaml", INTENT.format(name=name, spec=spec))
+            m.put(f"/etc/netcomp/networks.d/{name}.yaml", intent(name, spec))
         m.run("ip", "link", "add", "m0", "type", "veth", "peer", "name", "m0p")
         m.run("ip", "link", "set", "m0", "up")
         m.run("ip", "link", "set", "m0p", "up")

@@ -17,7 +17,7 @@ when the main process is SIGKILLed is SIGKILLed by systemd at once, the daemon i
 not after TimeoutStopSec; the new daemon undoes the unfinished ADD and the runtime's ADD then succeeds.
 
 Debian 12 is this machine (the package installed here, purged afterwards; the machine boots this /usr); Debian 13
-is the cached trixie root on a throw-away overlay (test_under_systemd.node). Everything the test makes lives in the
+is the cached trixie root on a throw-away overlay (debpackage.installed_machine). Everything the test makes lives in the
 machine (namespaces, links, leases) and goes with it."""
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from typing import Any
 import pytest
 
 from tests.lab.chaos import CHAOS_PLUGIN, Container, Report, Storm, make_containers, namespace
+from tests.lab.debpackage import NSBRIDGE, Dist, installed_machine
+from tests.lab.intents import intent
 from tests.lab.nspawn import Machine
-from tests.system.conftest import Dist
-from tests.system.test_under_systemd import INTENT, NSBRIDGE, node
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
@@ -77,7 +78,7 @@ def configure(
     conf = {**NSBRIDGE, "plugins": [{**plugin, "ipam": {"type": "host-local", "subnet": bridge}}]}
     m.put("/etc/netcomp/static.d/nsbridge.conflist", json.dumps(conf))
     for name, spec in {"mgmt": "{type: static, networkID: nsbridge}", **networks}.items():
-        m.put(f"/etc/netcomp/networks.d/{name}.yaml", INTENT.format(name=name, spec=spec))
+        m.put(f"/etc/netcomp/networks.d/{name}.yaml", intent(name, spec))
     for name, script in plugins.items():
         m.put(f"{PLUGINS}/{name}", script)
         m.run("chmod", "0755", f"{PLUGINS}/{name}")
@@ -198,7 +199,7 @@ class SystemdKiller:
                 self.m.run("systemctl", "kill", "-s", "KILL", f"--kill-whom={whom}", "netcomp")
                 with self.storm.lock:
                     self.storm.report.kills[whom] += 1
-                self.m.until("systemd to restart netcomp", lambda main=main: restarted(self.m, main), timeout=30)
+                until(lambda main=main: restarted(self.m, main), "timed out waiting for systemd to restart netcomp", 30)
                 self.starts.append(time.monotonic())
                 self.restart_seconds.append(self.starts[-1] - t0)
         except Exception as e:  # a restart that never came fails the test, after the storm is wound down
@@ -251,7 +252,7 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
     t0 = time.monotonic()
     seed, containers, workers = 9, 15, 5
     rng = random.Random(seed)
-    with node(dist, request) as m:
+    with installed_machine(dist, request) as m:
         chaos = CHAOS_PLUGIN.replace("@STATE@", STATE).replace("@PLUGIN@", "/usr/lib/cni")
         # pluginTimeout: the chaos plugin's "hang" fault is killed after 3 s, not the default 60. The default
         # network's range is small (29 addresses), so host-local hands each address out again every few dozen
@@ -282,11 +283,11 @@ def test_storm_under_systemd_leaves_nothing(dist: Dist, request: pytest.FixtureR
         # The tunnel's VXLAN host link goes once no network names it.
         m.run("rm", "/etc/netcomp/networks.d/tunnel.yaml")
         m.run("systemctl", "reload", "netcomp")
-        m.until(
-            "the reload to drop the tunnel network",
+        until(
             lambda: (
                 "tunnel" not in {n["name"] for n in json.loads(m.text("netcomp", "status", "-o", "json"))["networks"]}
             ),
+            "timed out waiting for the reload to drop the tunnel network",
         )
         report.leftovers = count_leftovers(m, storm.containers)
         restarts = int(m.show(UNIT, "NRestarts")) - restarts_before
@@ -338,7 +339,7 @@ exec /usr/lib/cni/macvlan
 def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
     dist: Dist, request: pytest.FixtureRequest
 ) -> None:
-    with node(dist, request) as m:
+    with installed_machine(dist, request) as m:
         m.put("/etc/netcomp/static.d/blocky.conflist", static_conflist("blocky", "blocky", "10.208.0.0/24"))
         configure(m, {"blocky": "{type: static, networkID: blocky}"}, {"blocky": BLOCKING_PLUGIN})
         m.run("mkfifo", f"{STATE}/fifo")
@@ -351,13 +352,13 @@ def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
         try:
             # The blocking delegate has done the macvlan's work, and the default network's delegate (run beside
             # it) has finished: the unfinished ADD made real interfaces and took real leases.
-            m.until(
-                "the delegate to block, the other to finish",
+            until(
                 lambda: (
                     m.run("test", "-s", f"{STATE}/ctr-k1.pid", check=False).returncode == 0
                     and all(namespace(target, "k1").get(i) for i in ("eth0", "net0"))
                     and len(leases(m)) == 2
                 ),
+                "timed out waiting for the delegate to block, the other to finish",
             )
             blocked = m.text("cat", f"{STATE}/ctr-k1.pid")
             assert blocked in unit_processes(m)
@@ -365,7 +366,7 @@ def test_killmode_mixed_kills_a_blocked_delegate_and_restarts_promptly(
             main = m.show(UNIT, "MainPID")
             t0 = time.monotonic()
             m.run("systemctl", "kill", "-s", "KILL", "--kill-whom=main", "netcomp")
-            m.until("systemd to restart netcomp", lambda: restarted(m, main), timeout=40)
+            until(lambda: restarted(m, main), "timed out waiting for systemd to restart netcomp", 40)
             seconds = time.monotonic() - t0
         finally:
             add.join(timeout=120)

@@ -6,16 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from netcomp import paths
 from netcomp.settings import Settings, load_settings
+from tests.lab.checkout import NETCOMP, ROOT
 
-PKG = Path(__file__).resolve().parents[2] / "packaging"
-NETCOMP = str(Path(sys.executable).parent / "netcomp")
+PKG = ROOT / "packaging"
 MAX_EXPOSURE = 3.0  # docs/packaging.md
 
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is missing")

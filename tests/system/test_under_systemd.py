@@ -10,32 +10,19 @@ installed in the container with apt, where its maintainer scripts start the unit
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.lab.nspawn import Machine, machine
-from tests.system.conftest import CLEAN_PATH, Dist
+from tests.lab.debpackage import NSBRIDGE, Dist, installed_machine
+from tests.lab.intents import intent
+from tests.lab.nspawn import Machine
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
-INTENT = "apiVersion: netcomp.io/v1\nkind: Network\nmetadata: {{name: {name}}}\nspec: {spec}\n"
 SHIMCONF = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp"}).encode()
-NSBRIDGE = {
-    "cniVersion": "1.0.0",
-    "name": "nsbridge",
-    "plugins": [
-        {
-            "type": "bridge",
-            "bridge": "ncns0",
-            "isGateway": True,
-            "ipam": {"type": "host-local", "subnet": "10.201.0.0/24"},
-        }
-    ],
-}
 
 
 def shim(m: Machine, command: str, ctr: str, args: str = "") -> tuple[int, dict[str, Any] | None]:
@@ -62,39 +49,16 @@ def leftovers(m: Machine) -> list[str]:
     return [f for f in found.splitlines() if not f.rsplit("/", 1)[-1].startswith(("last_reserved_ip", "lock"))]
 
 
-@contextlib.contextmanager
-def node(dist: Dist, request: pytest.FixtureRequest) -> Iterator[Machine]:
-    """A booted systemd with the package installed and its units stopped, so that the test starts them."""
-    name = f"ncsys-{dist.name}"
-    if dist.root.samefile("/"):
-        request.getfixturevalue("installed")  # on this machine; purged when the test ends
-        with machine(name) as m:
-            # A first boot enables units by preset: netcomp's started with the machine.
-            m.run("systemctl", "stop", "netcomp.service", "netcomp.socket")
-            yield m
-        return
-    with machine(name, binds=[(str(dist.deb.parent), "/debs", False)], root=dist.root) as m:
-        env = {"PATH": CLEAN_PATH, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C.UTF-8"}
-        m.run("apt-get", "install", "-y", "-q", f"/debs/{dist.deb.name}", env=env)
-        # The maintainer scripts enabled and started the units, as on any node with systemd.
-        assert m.show("netcomp.socket", "UnitFileState") == "enabled"
-        assert m.show("netcomp.service", "ActiveState") == "active"
-        m.run("systemctl", "stop", "netcomp.service", "netcomp.socket")
-        yield m
-
-
 def test_service_under_real_systemd(dist: Dist, request: pytest.FixtureRequest) -> None:
-    with node(dist, request) as m:
+    with installed_machine(dist, request) as m:
         m.put("/etc/netcomp/netcomp.yaml", "defaultNetwork: mgmt\n")
         m.put("/etc/netcomp/static.d/nsbridge.conflist", json.dumps(NSBRIDGE))
-        m.put(
-            "/etc/netcomp/networks.d/mgmt.yaml", INTENT.format(name="mgmt", spec="{type: static, networkID: nsbridge}")
-        )
+        m.put("/etc/netcomp/networks.d/mgmt.yaml", intent("mgmt", "{type: static, networkID: nsbridge}"))
         m.put(
             "/etc/netcomp/networks.d/storage.yaml",
-            INTENT.format(
-                name="storage",
-                spec="{type: macvlan, hostDevice: m0, interfacePrefix: stor, ipam: {type: host-local, "
+            intent(
+                "storage",
+                "{type: macvlan, hostDevice: m0, interfacePrefix: stor, ipam: {type: host-local, "
                 "subnet: 10.202.0.0/24}}",
             ),
         )
@@ -118,9 +82,7 @@ def test_service_under_real_systemd(dist: Dist, request: pytest.FixtureRequest) 
         # An intent edit, then `systemctl reload`: the new network is served.
         m.put(
             "/etc/netcomp/networks.d/backup.yaml",
-            INTENT.format(
-                name="backup", spec="{type: macvlan, hostDevice: m0, ipam: {type: host-local, subnet: 10.203.0.0/24}}"
-            ),
+            intent("backup", "{type: macvlan, hostDevice: m0, ipam: {type: host-local, subnet: 10.203.0.0/24}}"),
         )
         m.run("systemctl", "reload", "netcomp")
         status = json.loads(m.text("netcomp", "status", "-o", "json"))
@@ -129,13 +91,13 @@ def test_service_under_real_systemd(dist: Dist, request: pytest.FixtureRequest) 
         # kill -9: systemd restarts it (Restart=on-failure) and DEL still works, from the cache.
         pid = m.show("netcomp.service", "MainPID")
         m.run("kill", "-9", pid)
-        m.until(
-            "systemd to restart netcomp",
+        until(
             lambda: (
                 m.show("netcomp.service", "NRestarts") == "1"
                 and m.show("netcomp.service", "ActiveState") == "active"
                 and m.show("netcomp.service", "MainPID") not in ("0", pid)
             ),
+            "timed out waiting for systemd to restart netcomp",
         )
         rc, res = shim(m, "DEL", "ctr1")
         assert rc == 0, res

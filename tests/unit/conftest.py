@@ -1,5 +1,6 @@
-"""Fixtures of the unit tests: the shims (test_shim.py, test_shim_props.py; see shimlab.py) and what netcomp.foreign
-ignores (hostile.py). Nothing here runs unless a test asks for it."""
+"""Fixtures of the unit tests: the shims (test_shim.py, test_shim_props.py; see shimlab.py), what netcomp.foreign
+ignores (hostile.py), and the node of the device tests with its kubelet's PodResources API (tests/lab/devicenode.py,
+tests/lab/podresources.py). Nothing here runs unless a test asks for it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.devicenode import DeviceNode
 from tests.lab.hostile import Ignored, counting
+from tests.lab.podresources import PodResourcesServer, podresources
 from tests.lab.shimlab import SHIMS, Shim, build_all, pick
 
 
@@ -41,3 +44,16 @@ def ignored() -> Iterator[Ignored]:
     """What netcomp.foreign ignores during the test, counted by kind (tests/lab/hostile.py)."""
     with counting() as counter:
         yield counter
+
+
+@pytest.fixture
+def device_node(tmp_path: Path) -> DeviceNode:
+    """A node's Delegator with stand-in plugins, its kubelet's socket and checkpoint in tmp_path (devicenode.py)."""
+    return DeviceNode(tmp_path)
+
+
+@pytest.fixture
+def pod_resources(device_node: DeviceNode) -> Iterator[PodResourcesServer]:
+    """The kubelet's PodResources API of the device node: a stand-in whose answers the test sets."""
+    with podresources(device_node.sock) as state:
+        yield state

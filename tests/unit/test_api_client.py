@@ -7,34 +7,20 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from netcomp.kube.apiclient import Api, Response
 from netcomp.kube.kubeconfig import Endpoint, KubeConfigError
-
-
-def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None) -> str:
-    import yaml
-
-    cluster = cluster or {"server": "https://api.test:6443", "insecure-skip-tls-verify": True}
-    doc = {
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }  # fmt: skip
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(doc))
-    return str(tmp_path / "kubeconfig")
+from tests.lab.kubeapi import write_kubeconfig
 
 
 def test_a_kubeconfig_with_a_token_or_a_token_file(tmp_path: Path) -> None:
-    ep = Endpoint(kubeconfig(tmp_path, {"token": "abc"}))
+    ep = Endpoint(write_kubeconfig(tmp_path / "kubeconfig", {"token": "abc"}))
     got = (ep.host, ep.port, ep.verify, ep.authorization(), ep.needs_library)
     assert got == ("api.test", 6443, False, "Bearer abc", False)
     (tmp_path / "token").write_text("one\n")
-    ep = Endpoint(kubeconfig(tmp_path, {"tokenFile": "token"}))  # relative to the kubeconfig's dir
+    ep = Endpoint(write_kubeconfig(tmp_path / "kubeconfig", {"tokenFile": "token"}))  # relative to the kubeconfig's dir
     assert ep.authorization() == "Bearer one"
     (tmp_path / "token").write_text("two\n")  # rotated: read again
     assert ep.authorization() == "Bearer two"
@@ -42,14 +28,14 @@ def test_a_kubeconfig_with_a_token_or_a_token_file(tmp_path: Path) -> None:
 
 def test_a_kubeconfig_the_library_must_read(tmp_path: Path) -> None:
     for user in ({"exec": {"command": "x"}}, {"auth-provider": {"name": "oidc"}}, {"username": "a", "password": "b"}):
-        assert Endpoint(kubeconfig(tmp_path, user)).needs_library
+        assert Endpoint(write_kubeconfig(tmp_path / "kubeconfig", user)).needs_library
     with_proxy = {"server": "https://api.test", "proxy-url": "http://proxy:3128"}
-    assert Endpoint(kubeconfig(tmp_path, {"token": "t"}, with_proxy)).needs_library
+    assert Endpoint(write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"}, with_proxy)).needs_library
 
 
 def test_a_kubeconfig_that_is_wrong_says_what(tmp_path: Path) -> None:
     with pytest.raises(KubeConfigError, match="not an https:// URL"):
-        Endpoint(kubeconfig(tmp_path, {"token": "t"}, {"server": "api.test"}))
+        Endpoint(write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"}, {"server": "api.test"}))
     (tmp_path / "kubeconfig").write_text("just text")
     with pytest.raises(KubeConfigError, match="no mapping"):
         Endpoint(str(tmp_path / "kubeconfig"))
@@ -58,9 +44,13 @@ def test_a_kubeconfig_that_is_wrong_says_what(tmp_path: Path) -> None:
     for text in ("false", "true", "no", 1):  # a string, not YAML's boolean: kubectl refuses it; never read as true
         with pytest.raises(KubeConfigError, match="insecure-skip-tls-verify is not true or false"):
             Endpoint(
-                kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a.test", "insecure-skip-tls-verify": text})
+                write_kubeconfig(
+                    tmp_path / "kubeconfig",
+                    {"token": "t"},
+                    {"server": "https://a.test", "insecure-skip-tls-verify": text},
+                )
             )
-    assert Endpoint(kubeconfig(tmp_path, {"token": "t"}, {"server": "https://a.test"})).verify
+    assert Endpoint(write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"}, {"server": "https://a.test"})).verify
 
 
 def test_a_client_certificate_and_a_ca_as_data(tmp_path: Path) -> None:
@@ -77,7 +67,7 @@ def test_a_client_certificate_and_a_ca_as_data(tmp_path: Path) -> None:
         "client-key-data": base64.b64encode(key).decode(),
     }
     cluster = {"server": "https://api.test", "certificate-authority-data": base64.b64encode(cert).decode()}
-    ep = Endpoint(kubeconfig(tmp_path, user, cluster))
+    ep = Endpoint(write_kubeconfig(tmp_path / "kubeconfig", user, cluster))
     assert ep.cert == cert and ep.key == key and ep.verify
     ctx = ep.tls()
     assert ctx.cert_store_stats()["x509_ca"] == 1
@@ -98,7 +88,7 @@ class Recorded:
 
 
 def test_calls_by_the_librarys_names(tmp_path: Path) -> None:
-    api = Api(kubeconfig(tmp_path, {"token": "t"}))
+    api = Api(write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"}))
     rec = Recorded(b'{"items": []}')
     api.transport = rec  # type: ignore[assignment]
     custom, core = api.custom(), api.core()
@@ -125,7 +115,7 @@ def test_a_daemon_with_a_cluster_does_not_load_the_kubernetes_library(tmp_path: 
     import subprocess
     import sys
 
-    path = kubeconfig(tmp_path, {"token": "t"})
+    path = write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"})
     code = f"""
 import sys
 from pathlib import Path
@@ -145,7 +135,11 @@ print(sorted(m for m in sys.modules if m == "kubernetes" or m.startswith("kubern
 def test_an_ipv6_server_is_named_as_a_url_names_it(tmp_path: Path) -> None:
     """[::1]:6443, so that an error naming the server reads as an address an operator can paste."""
     api = Api(
-        kubeconfig(tmp_path, {"token": "t"}, {"server": "https://[fd00::1]:6443", "insecure-skip-tls-verify": True})
+        write_kubeconfig(
+            tmp_path / "kubeconfig",
+            {"token": "t"},
+            {"server": "https://[fd00::1]:6443", "insecure-skip-tls-verify": True},
+        )
     )
     assert (api.endpoint.host, api.server()) == ("fd00::1", "https://[fd00::1]:6443")
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "netcomp"
+from tests.lab.checkout import PACKAGE, ROOT
 
 # The wings and the few modules at the top, by level: a module imports only from its own level or below.
 LEVELS = {

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from netcomp.fsutil import read_bounded
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.lab.checkout import ROOT
 
 
 def test_a_regular_file_within_the_limit_is_read(tmp_path: Path) -> None:

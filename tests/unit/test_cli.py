@@ -12,24 +12,8 @@ import pytest
 from netcomp.cli.main import main
 from netcomp.compiler.compiler import Compiler
 from netcomp.settings import Settings
-from tests.conftest import EXAMPLES
-
-GOOD = """apiVersion: netcomp.io/v1
-kind: Network
-metadata:
-  name: {name}
-spec:
-  type: macvlan
-  hostDevice: {dev}
-  ipam:
-    type: host-local
-    subnet: {subnet}
-"""
-
-
-# lo: a host device every machine has (one that is not there is a warning away from the node, an error with
-# --strict: test_what_only_a_node_has_is_a_warning_unless_strict).
-DEVICE = "lo"
+from tests.lab.checkout import EXAMPLES
+from tests.lab.intents import DEVICE, GOOD
 
 
 def run(*argv: str) -> tuple[int, str, str]:

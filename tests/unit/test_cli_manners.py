@@ -20,9 +20,10 @@ from netcomp import __version__
 from netcomp.cli.exits import EX_INTERRUPTED, EX_PIPE
 from netcomp.cli.main import COMMANDS, main
 from netcomp.cli.parser import build_parser
-from tests.conftest import ROOT, reap
+from tests.lab.checkout import ROOT
+from tests.lab.intents import DEVICE, GOOD
 from tests.lab.minidaemon import mini_daemon
-from tests.unit.test_cli import DEVICE, GOOD
+from tests.lab.processes import reap
 
 NETCOMP = [sys.executable, "-m", "netcomp.cli"]
 

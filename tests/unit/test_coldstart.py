@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.lab.checkout import ROOT
+
 SCENARIO = textwrap.dedent(
     """
     import sys, threading
@@ -92,7 +94,7 @@ def _run(tmp_path: Path, plugin_dir: Path, mode: str) -> str:
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
     )
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout + p.stderr
@@ -151,7 +153,7 @@ def test_tenant_networks_are_compiled_in_the_daemon(tmp_path: Path, plugin_dir: 
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "forked False claims True" in p.stdout

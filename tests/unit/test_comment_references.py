@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "netcomp"
+from tests.lab.checkout import PACKAGE, ROOT
+
 SOURCES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
 
 # The first word of a dotted word that is not a Python name though it reads like one.

@@ -14,7 +14,7 @@ import pytest
 from netcomp.cli import completion
 from netcomp.cli.parser import build_parser
 from netcomp.settings import CniVersion
-from tests.conftest import ROOT
+from tests.lab.checkout import ROOT
 
 SCRIPT = ROOT / "packaging" / "netcomp.bash-completion"
 

@@ -19,7 +19,7 @@ from netcomp.daemon.server.client import call
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import Pool, Range
-from tests.conftest import ROOT
+from tests.lab.checkout import ROOT
 from tests.lab.minidaemon import MiniDaemon, mini_daemon
 
 DASHBOARD = ROOT / "packaging" / "grafana" / "netcomp-dashboard.json"

@@ -14,10 +14,7 @@ import pytest
 
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError, HostError
-
-# The test process's own network namespace stands in for a container's: a real namespace any user can open, so
-# the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.
-OWN_NETNS = "/proc/self/ns/net"
+from tests.lab.standins import OWN_NETNS
 
 
 def _delegator(tmp_path: Path, nets: dict[str, Any], fake_exec: Any, **kw: Any) -> Any:

@@ -15,6 +15,7 @@ import pytest
 
 from netcomp.cni.invoke import STDERR_TAIL, real_exec, seal_fds
 from netcomp.errors import DelegateError
+from tests.lab.checkout import ROOT
 
 PY = sys.executable
 
@@ -165,7 +166,7 @@ def test_seal_fds_fills_a_closed_stdin_so_pipes_never_take_0_to_2() -> None:
     """A daemon started with stdin closed: seal_fds puts /dev/null there, and a plugin still gets its own stdin
     (were fd 0 free, a pipe would take it and the child's stdio set-up could overwrite it)."""
     code = (
-        "import os, sys; os.close(0); sys.path[:0] = [" + repr(str(Path(__file__).resolve().parents[2])) + "]\n"
+        "import os, sys; os.close(0); sys.path[:0] = [" + repr(str(ROOT)) + "]\n"
         "from netcomp.cni.invoke import real_exec, seal_fds\n"
         "seal_fds(); print(os.readlink('/proc/self/fd/0'))\n"
         "r = real_exec([sys.executable, '-I', '-c', 'import sys; print(sys.stdin.read()[::-1])'], {}, b'abc', 30)\n"

@@ -11,9 +11,9 @@ import pytest
 from netcomp.compiler.compiler import Compiler, discover
 from netcomp.compiler.output import Output
 from netcomp.settings import Settings
-from tests.conftest import EXAMPLES, UPDATE_GOLDEN
+from tests.lab.checkout import EXAMPLES, ROOT, UPDATE_GOLDEN
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = ROOT / "tests" / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
 
 

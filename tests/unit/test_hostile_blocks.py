@@ -25,7 +25,8 @@ from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord, Seen
 from netcomp.ipam.pool import Pool
 from netcomp.ipam.store import Claim
-from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
+from tests.lab.hostile import JSON, Ignored, nested, pool
+from tests.lab.pools import NoStore
 
 MINE, THEIRS = "n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"
 

@@ -23,9 +23,10 @@ from netcomp.ipam.idclaims import IdAllocator, id_claim_name
 from netcomp.ipam.store import Claim
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
-from tests.lab.hostile import JSON, Ignored, NoStore, nested, pool
-from tests.unit.test_api_client import kubeconfig
-from tests.unit.test_watch_backoff import FakeTime, Gone410
+from tests.lab.goneapi import FakeTime, Gone410
+from tests.lab.hostile import JSON, Ignored, nested, pool
+from tests.lab.kubeapi import write_kubeconfig
+from tests.lab.pools import NoStore
 
 # ------------------------------------------------------------------------------------------------ TenantClaim
 
@@ -154,7 +155,7 @@ def test_this_nodes_own_claim_outside_the_pool_is_kept() -> None:
 def cluster_for(tmp_path: Path, t: FakeTime) -> Any:
     from netcomp.cluster.intents import Cluster
 
-    path = kubeconfig(tmp_path, {"token": "t"})
+    path = write_kubeconfig(tmp_path / "kubeconfig", {"token": "t"})
     return Cluster(KubeSettings(kubeconfig=path), tmp_path / "cluster", Metrics(), "node-a", backoff=t.backoff)
 
 

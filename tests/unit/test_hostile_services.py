@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from netcomp import foreign
 from netcomp.cluster.slices import Refusal, ServiceSpec, read_service
 from netcomp.kube import labels
+from tests.lab.services import slices_of
 
 # ------------------------------------------------------------------------------------------------ selectors
 
@@ -187,18 +188,6 @@ class FakeCore:
     def _watch(self) -> Iterator[dict[str, Any]]:
         yield from self.events
         self.stop.set()
-
-
-def slices_of(core: Any, tmp: Path, **kw: Any) -> Any:
-    from netcomp.cluster.podwatch import PodWatch
-    from netcomp.cluster.services import ServiceSlices
-    from netcomp.metrics import Metrics
-    from netcomp.records.files import Records
-    from netcomp.settings import KubeSettings
-
-    kube, metrics = KubeSettings(), Metrics()
-    pods = PodWatch(core, kube, "n1", metrics, str)
-    return ServiceSlices(core, core, kube, "n1", metrics, pods, Records(tmp), **kw), metrics
 
 
 def good(name: str) -> dict[str, Any]:

@@ -13,15 +13,9 @@ import pytest
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Allocator, Holder, PodState
 from netcomp.ipam.localstore import LocalStore
-from netcomp.ipam.pool import Pool, Range, claim_name
+from netcomp.ipam.pool import Range, claim_name
 from netcomp.ipam.store import Claim, Taken
-
-
-def pool(*ranges: dict[str, object], network: str = "n") -> Pool:
-    conf = {"netcomp": {"pool": {"type": "cluster", "ranges": [list(ranges)]}}}
-    p = Pool.of(network, conf)
-    assert p is not None
-    return p
+from tests.lab.pools import pool
 
 
 def test_range_bounds_and_sizes() -> None:

@@ -10,7 +10,6 @@ import ipaddress
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,15 +20,7 @@ from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim
-
-
-def pool(*ranges: dict[str, object], network: str = "n", block: int | None = None) -> Pool:
-    doc: dict[str, Any] = {"type": "cluster", "ranges": [list(ranges)]}
-    if block is not None:
-        doc["blockSize"] = block
-    p = Pool.of(network, {"netcomp": {"pool": doc}})
-    assert p is not None
-    return p
+from tests.lab.pools import NoStore, pool
 
 
 def test_the_default_block_size_follows_the_pool() -> None:
@@ -146,16 +137,6 @@ def test_a_block_size_is_a_power_of_two() -> None:
 # ------------------------------------------------------------------------------------------------ the record's writes
 
 BLOCK = "n.v4-10-0-0-0-28"
-
-
-class NoStore:
-    """The allocator's store where nothing under test asks it (an address from a block held, the record): any
-    call fails the test."""
-
-    kind = "none"
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the store was asked: {name}")
 
 
 class HeldWrite(LocalRecord):

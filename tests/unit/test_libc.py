@@ -6,13 +6,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import re
-from pathlib import Path
 
 import pytest
 
 from netcomp import libc
-
-PACKAGE = Path(__file__).resolve().parents[2] / "netcomp"
+from tests.lab.checkout import PACKAGE
 
 
 def test_only_libc_py_loads_a_c_library() -> None:

@@ -17,7 +17,7 @@ import pytest
 from netcomp.compiler.compiler import Compiler
 from netcomp.intent import model
 from netcomp.settings import Settings
-from tests.conftest import UPDATE_GOLDEN
+from tests.lab.checkout import UPDATE_GOLDEN
 
 CORPUS = Path(__file__).parent / "malformed"
 STATIC = CORPUS / "static"

@@ -18,9 +18,9 @@ from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call
 from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
+from tests.lab.checkout import ROOT
+from tests.lab.kubeapi import write_kubeconfig
 from tests.lab.minidaemon import mini_daemon
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -131,16 +131,8 @@ def test_doctors_api_checks_use_the_daemons_client_without_the_kubernetes_librar
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         url = f"https://127.0.0.1:{taken.getsockname()[1]}"
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "clusters": [{"name": "c", "cluster": {"server": url, "insecure-skip-tls-verify": True}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "x",
-                }
-            )
+        kubeconfig = write_kubeconfig(
+            tmp_path / "kubeconfig", {"token": "t"}, {"server": url, "insecure-skip-tls-verify": True}
         )
         conf = tmp_path / "netcomp.yaml"
         dirs = {k: str(tmp_path / k) for k in ("outputDir", "cacheDir", "runtimeConfDir")}
@@ -267,7 +259,7 @@ def test_sriov_resources_and_the_devices_explain_hands_out(tmp_path: Path, sockd
     """A device plugin's resource: doctor wants the kubelet's PodResources socket and the resource registered;
     explain hands the pod the device the kubelet's checkpoint says it holds (no PodResources answers here: the
     ADD's fallback), or refuses in the ADD's words. A pool of sriovPools: its VFs in sysfs."""
-    from tests.unit.test_sriov import make_sysfs
+    from tests.lab.deviceplugin import make_sysfs
 
     checkpoint = tmp_path / "kubelet_internal_checkpoint"
     entries = [
@@ -277,7 +269,7 @@ def test_sriov_resources_and_the_devices_explain_hands_out(tmp_path: Path, sockd
         json.dumps({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {"intel.com/vf": []}}})
     )
     sysfs = tmp_path / "sys"
-    make_sysfs(sysfs, "ens1f0", "0000:3b:00.0", {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.2", "vfio-pci")})
+    make_sysfs(sysfs, "ens1f0", "0000:3b:00.0", {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.2", "vfio-pci")}, {})
     kubelet = {"podResourcesSocket": str(sockdir / "pr.sock"), "checkpoint": str(checkpoint)}
     pools = {"own.io/vf": {"pfNames": ["ens1f0"], "drivers": ["iavf"]}, "none.io/vf": {"pfNames": ["ens9"]}}
     with mini_daemon(tmp_path, sockdir, kubelet=kubelet, sriovPools=pools, sysfsRoot=str(sysfs)) as d:

@@ -11,7 +11,7 @@ from netcomp.cli import schema
 from netcomp.compiler.compiler import Compiler
 from netcomp.intent.source import load_documents
 from netcomp.settings import Settings
-from tests.conftest import EXAMPLES, ROOT
+from tests.lab.checkout import EXAMPLES, ROOT
 
 DOC = ROOT / "docs" / "intents.md"
 BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)

@@ -23,11 +23,11 @@ from netcomp.daemon.server import protocol
 from netcomp.delegate import request
 from netcomp.shim import install as shimlaunch
 from netcomp.shim import plugin
-from tests.conftest import reap
+from tests.lab.checkout import ROOT
+from tests.lab.processes import reap
 from tests.lab.shimlab import HANG, SHIMS, TAKEN, Act, Shim, answer, once, pick, scripted
 
 SHIM = Path(plugin.__file__)
-ROOT = Path(__file__).resolve().parents[2]
 ADD = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.lab.checkout import ROOT
 
 SCRIPT = textwrap.dedent(
     f"""

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from netcomp.cni import process, spawn
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.lab.checkout import ROOT
 
 
 def test_other_threads_run_while_the_child_has_not_exec_d_yet(tmp_path: Path) -> None:

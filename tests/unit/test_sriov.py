@@ -7,7 +7,6 @@ plugin is a stand-in that records the config it is given (the real delegates are
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +19,16 @@ from netcomp.errors import DelegateError
 from netcomp.host import vfpools
 from netcomp.records.files import Records
 from netcomp.settings import Settings
-
-# The test process's own network namespace stands in for a container's: a real namespace any user can open, so
-# the delegator's checks of it run for real; the plugins here are fakes and attach nothing to it.
-OWN_NETNS = "/proc/self/ns/net"
-
-
-def make_sysfs(root: Path, pf: str, bus: str, vfs: dict[int, tuple[str, str]]) -> None:
-    """/sys/class/net/<pf>/device -> the PF's PCI dir, with virtfn<N> -> ../<VF address> and each VF's driver."""
-    pf_dir = root / "devices" / "pci0000:00" / bus
-    pf_dir.mkdir(parents=True)
-    (root / "class" / "net" / pf).mkdir(parents=True)
-    os.symlink(pf_dir, root / "class" / "net" / pf / "device")
-    for index, (addr, driver) in vfs.items():
-        (pf_dir.parent / addr).mkdir()
-        os.symlink(f"../{addr}", pf_dir / f"virtfn{index}")
-        dev = root / "bus" / "pci" / "devices" / addr
-        dev.mkdir(parents=True)
-        os.symlink(f"../../../../bus/pci/drivers/{driver}", dev / "driver")
+from tests.lab.deviceplugin import make_sysfs
+from tests.lab.standins import OWN_NETNS
 
 
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
-    make_sysfs(
-        root,
-        "ens1f0",
-        "0000:3b:00.0",
-        {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.1", "vfio-pci"), 10: ("0000:3b:03.2", "iavf")},
-    )
-    make_sysfs(root, "ens1f1", "0000:3b:00.1", {0: ("0000:3b:0a.0", "iavf")})
+    vfs = {0: ("0000:3b:02.0", "iavf"), 1: ("0000:3b:02.1", "vfio-pci"), 10: ("0000:3b:03.2", "iavf")}
+    make_sysfs(root, "ens1f0", "0000:3b:00.0", vfs, {})
+    make_sysfs(root, "ens1f1", "0000:3b:00.1", {0: ("0000:3b:0a.0", "iavf")}, {})
     return root
 
 

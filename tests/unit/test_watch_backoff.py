@@ -13,36 +13,9 @@ from typing import Any
 import pytest
 
 from netcomp.kube import following
-from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import MAX_BACKOFF, Backoff, keep_following
-
-
-class FakeTime:
-    """A clock that moves only when the follower waits; `stop` is set once `window` seconds have passed, or
-    after `most` calls of anything (a follower that never waits would otherwise run for ever)."""
-
-    def __init__(self, stop: threading.Event, window: float, most: int = 1000) -> None:
-        self.now, self.stop, self.window, self.most = 1000.0, stop, window, most
-        self.waits: list[float] = []
-        self.calls = 0
-        self.seen: list[str] = []  # what `look` said at each wait
-
-    def clock(self) -> float:
-        return self.now
-
-    def wait(self, stop: threading.Event, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-        if self.now - 1000.0 >= self.window:
-            stop.set()
-
-    def call(self) -> None:
-        self.calls += 1
-        if self.calls >= self.most:
-            self.stop.set()
-
-    def backoff(self, rand: Callable[[], float] = lambda: 0.5) -> Backoff:
-        return Backoff(clock=self.clock, wait=self.wait, rand=rand)
+from tests.lab.goneapi import FakeTime, Gone410, gone_error
+from tests.lab.services import slices_of
 
 
 def follow(t: FakeTime, relist: Callable[[], str], watch: Callable[[str, threading.Event], str]) -> list[str]:
@@ -51,17 +24,13 @@ def follow(t: FakeTime, relist: Callable[[], str], watch: Callable[[str, threadi
     return said
 
 
-def gone() -> ApiException:
-    return ApiException(410, "Gone: too old resource version: 5 (9)")
-
-
 def test_a_410_answered_to_the_list_backs_off() -> None:
     """Every follower listed again at once: 2,420 requests in 10 s from one node."""
     t = FakeTime(threading.Event(), window=10)
 
     def relist() -> str:
         t.call()
-        raise gone()
+        raise gone_error()
 
     said = follow(t, relist, lambda rv, stop: rv)
     assert t.calls <= 5, t.calls  # 10 s: waits of at least 0.5, 1, 2, 4 s
@@ -93,7 +62,7 @@ def test_a_410_on_a_watch_lists_again_at_once_but_not_again_and_again() -> None:
 
     def watch(rv: str, stop: threading.Event) -> str:
         t.call()
-        raise gone()
+        raise gone_error()
 
     said = follow(t, relist, watch)
     assert lists[:2] == [1000.0, 1000.0]  # the first 410: at once
@@ -143,23 +112,7 @@ def test_a_stop_while_waiting_ends_it() -> None:
 # ------------------------------------------------------------------------------------------------ status
 
 
-class Gone410:
-    """An API server's CoreV1Api and CustomObjectsApi that answers 410 to every list."""
-
-    def __init__(self, t: FakeTime) -> None:
-        self.t = t
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        def call(*args: Any, **kw: Any) -> Any:
-            self.t.call()
-            raise gone()
-
-        return call
-
-
 def test_the_services_follower_says_it_backs_off(tmp_path: Path) -> None:
-    from tests.unit.test_hostile_services import slices_of
-
     stop = threading.Event()
     t = FakeTime(stop, window=10)
     ss, _ = slices_of(Gone410(t), tmp_path, backoff=t.backoff)
