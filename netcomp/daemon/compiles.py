@@ -1,8 +1,6 @@
-"""A daemon's compiles, around the pipeline's: those under way (when each began, so that one that never ends
-makes the daemon not ready rather than hanging it; the last one's failure no input explains), what each wrote,
-logged in a few lines however many files a cold start writes, and the files of kept networks written again from
-the last good state when the output dir lost them (a reboot empties /run). The reload itself is the Daemon's
-(daemon.py): it decides what is compiled and kept."""
+"""A daemon's compiles, around the pipeline's: those under way (so that one that never ends makes the daemon not
+ready rather than hanging it), what each wrote, logged in a few lines however many files, and the files of kept
+networks written again when the output dir lost them. The reload itself is the Daemon's (daemon.py)."""
 
 from __future__ import annotations
 
@@ -26,9 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcomp.daemon")
 
-# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a line per
-# file of a cold start with thousands of networks would flood the journal and slow the start). Every file at debug
-# level.
+# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a cold start
+# with thousands of networks must not flood the journal), and every file at debug level.
 LOG_EACH_FILE = 20
 
 

@@ -1,7 +1,6 @@
-"""The Daemon: its parts wired together (compiler, output, state, delegator, server, watcher, cluster; each
-built from the settings by wiring.py), the reload that compiles and keeps the last good version of what an edit
-broke (compiles.py keeps count of them), start-up recovery, status, stop. The process around it (signals, the
-main loop) is run.py's."""
+"""The Daemon: its parts wired together (each built from the settings by wiring.py), the reload that compiles and
+keeps the last good version of what an edit broke, start-up recovery, status, stop. The process around it
+(signals, the main loop) is run.py's."""
 
 from __future__ import annotations
 
@@ -63,7 +62,6 @@ class Daemon:
         self.metrics = Metrics()
         foreign.count_into(self.metrics.foreign_ignored)
         self.state = State(current=saved.snapshot()) if saved is not None else State()
-        self.exec = exec_
         self.runner = wiring.runner(self.settings, exec_, self.metrics)
         self.cache = Records(Path(self.settings.cacheDir))
         self.cluster = wiring.cluster(self.settings, self.metrics, self.cache)
@@ -131,8 +129,7 @@ class Daemon:
         """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
         that has run longer than compileTimeout, which may never finish (a file that never answers)."""
         since = self._compiles.oldest()
-        took = time.monotonic() - since if since is not None else 0.0
-        if since is None or took < self.settings.compileTimeout:
+        if since is None or (took := time.monotonic() - since) < self.settings.compileTimeout:
             return None
         return f"a compile has not finished in {took:.0f}s (compileTimeout {self.settings.compileTimeout:g}s)"
 
@@ -178,12 +175,8 @@ class Daemon:
             if self.cluster is not None:
                 self.cluster.report_problems(plan.diagnostics)  # events on the objects whose copy is broken
             wiring.write_runtime_config(self.settings)
-            log.info(
-                "generation %d: %d networks%s",
-                snap.generation,
-                len(snap.networks),
-                f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
-            )
+            kept = f", degraded ({len(snap.kept)} kept)" if snap.degraded else ""
+            log.info("generation %d: %d networks%s", snap.generation, len(snap.networks), kept)
             self.notifier.status(self.status_line())
             libc.malloc_trim()  # what the compile freed goes back to the system, not only to the heap
             with self.reloaded:
@@ -312,14 +305,9 @@ class Daemon:
         actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
         hotplug = self.podsync is not None
         queries = {protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug)}
+        limits = wiring.limits(self.settings)
         self.server = Server(
-            sock,
-            self.delegator,
-            self.metrics,
-            limits=wiring.limits(self.settings),
-            views=views,
-            actions=actions,
-            queries=queries,
+            sock, self.delegator, self.metrics, limits=limits, views=views, actions=actions, queries=queries
         )
         self.server.loop.on_tick = self._tick
         self.server.stuck = self.stuck
@@ -395,13 +383,11 @@ class Daemon:
         the background."""
         if self.cluster is None or self.settings.kubernetes is None:
             return
+        timeout = self.settings.kubernetes.timeout
         self.cluster.start(self.stop_event)
-        if self.cluster.followers and not self.cluster.wait_synced(self.settings.kubernetes.timeout):
-            log.warning(
-                "cluster: no list of objects within %gs; starting with the %d known",
-                self.settings.kubernetes.timeout,
-                len(self.cluster.files()),
-            )
+        if self.cluster.followers and not self.cluster.wait_synced(timeout):
+            known = len(self.cluster.files())
+            log.warning("cluster: no list of objects within %gs; starting with the %d known", timeout, known)
 
     def watch(self, *, start: bool = True) -> None:
         """Recompile on every change in the intent, static and template dirs. The watches are made now: no

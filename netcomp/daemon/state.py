@@ -1,11 +1,6 @@
 """The daemon's current networks: the last good compile, kept per network when an edit breaks it; and that last
-good state on disk, so that a restart is a reload.
-
-The state file (`/var/lib/netcomp/state.json` under --root, or `netcomp daemon --state FILE`) holds the settings
-in force and every network served, with the intent file each came from. A daemon starting with a broken
-netcomp.yaml runs with the settings it holds; one starting with a broken intent, or a static file gone, keeps the
-network it holds, exactly as a SIGHUP reload would (docs/packaging.md). It is written (atomically, fsync'd) after
-each compile that changed what is served; it names its format (`"kind": "netcompStateV1"`)."""
+good state on disk (the settings in force and every network served, `"kind": "netcompStateV1"`), so that a
+restart is a reload (docs/reliability.md, "The last good state")."""
 
 from __future__ import annotations
 

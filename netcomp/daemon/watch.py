@@ -1,9 +1,6 @@
-"""Watching intent, static and template dirs with inotify (inotify-simple).
-
-A dir that does not exist yet is watched through its nearest existing ancestor, so creating it later is seen;
-files replaced by rename (editors, config management) arrive as MOVED_TO; a dir removed as a whole arrives as
-DELETE_SELF. Bursts are debounced: after the first event, events are collected until `quiet` seconds pass
-without one (at most `longest` seconds), then the callback gets every path that changed."""
+"""Watching intent, static and template dirs with inotify (inotify-simple). A dir that does not exist yet is
+watched through its nearest existing ancestor; a burst of events is collected until `quiet` seconds pass without
+one (at most `longest`), then the callback gets every path that changed."""
 
 from __future__ import annotations
 
@@ -11,21 +8,14 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from inotify_simple import INotify, flags
 
 log = logging.getLogger("netcomp.watch")
-MASK = (
-    flags.CREATE
-    | flags.DELETE
-    | flags.CLOSE_WRITE
-    | flags.MOVED_TO
-    | flags.MOVED_FROM
-    | flags.ATTRIB
-    | flags.DELETE_SELF
-    | flags.MOVE_SELF
-)
+MASK = flags.CREATE | flags.DELETE | flags.CLOSE_WRITE | flags.MOVED_TO | flags.MOVED_FROM | flags.ATTRIB
+MASK |= flags.DELETE_SELF | flags.MOVE_SELF  # the watched dir itself removed or renamed
 
 
 class Watcher:
@@ -86,8 +76,6 @@ class Watcher:
         return out
 
     def run(self, stop: threading.Event) -> None:
-        import time
-
         while not stop.is_set():
             changed = self._collect(500)
             if not changed:

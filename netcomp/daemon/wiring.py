@@ -1,9 +1,7 @@
 """The daemon's parts built from its settings (netcomp.yaml, or the last good ones while it is broken): the
-compiler's pipeline, the plugins' runner (its marker, which finds the delegates an earlier daemon of the same
-cache dir left running), the cluster when there is one, the devices a kubelet gave, the Delegator with the
-host's side of the node plugged in (its links, its SR-IOV pools, the namespaces never given to a container),
-the server's limits, and the runtime's entry for the shim. The Daemon (daemon.py) builds them once and some
-again when netcomp.yaml changes; what each part does is its own module's."""
+compiler's pipeline, the plugins' runner, the cluster, the devices, the Delegator with the host's side of the node
+plugged in, the server's limits, and the runtime's entry for the shim. The Daemon (daemon.py) builds them once,
+and some again when netcomp.yaml changes; what each part does is its own module's."""
 
 from __future__ import annotations
 
@@ -138,13 +136,9 @@ def check_pools(settings: Settings, devices: Devices) -> None:
     """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
     ADDs are refused (devices.py); said once, at start and on reload."""
     both = set(settings.sriovPools) & devices.kubelet.registered()
+    msg = "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are refused "
     for name in sorted(both):
-        log.error(
-            "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
-            "refused until the pool is removed from netcomp.yaml",
-            name,
-            settings.kubelet.checkpoint,
-        )
+        log.error(msg + "until the pool is removed from netcomp.yaml", name, settings.kubelet.checkpoint)
 
 
 def delegator(

@@ -1,11 +1,8 @@
 """HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints. The Server
-routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) goes to a worker (workers.py) that runs
-it (handlers.py) and answers, at most `maxInFlight` at once, more held in its queue (at most `maxQueued`,
-each up to `queueTimeout`), beyond that "try again later" (CNI code 11); a client that asks with `X-Netcomp-Shim:
-1` gets "102 Processing" as its request is started. The operator's views and actions (`/status`, `/metrics`,
-`/ipam/gc`...) run on workers of their own; `GET /healthz` (alive) and `POST /healthz` (would a CNI request be
-taken now: Multus's shim's readiness check) are answered by the loop. Every answer is a CNI error object in JSON
-when it is not a result. docs/delegation.md, "The wire format"."""
+routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) runs on a worker (handlers.py), at most
+`maxInFlight` at once, up to `maxQueued` more held in its queue for `queueTimeout`, beyond that "try again later"
+(CNI code 11). The operator's endpoints (`/status`, `/metrics`, `/ipam/gc`...) run on workers of their own;
+`/healthz` and `/readyz` are answered by the loop. docs/delegation.md, "The wire format"."""
 
 from __future__ import annotations
 
@@ -58,7 +55,6 @@ class Server:
         /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc);
         `queries`: POST endpoints that read the request's body and change nothing (/explain). All run on workers
         of their own, apart from the CNI requests' slots."""
-        # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
         self.loop = Loop(sock, metrics, limits, self)
         self.metrics = metrics
         self.delegator = delegator
@@ -117,9 +113,8 @@ class Server:
 
     def wait_quiet(self, settle: float = QUIET, limit: float = QUIET_LIMIT) -> bool:
         """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
-        for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter looks
-        again once per `settle` at most and is never woken by a request's start or end: a wake would put its
-        thread on the CPU, and on the GIL, beside the very request it waits for (a DEL right after its ADD)."""
+        for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter is never
+        woken by a request's start or end: that would put it on the CPU and the GIL beside the request."""
         deadline = time.monotonic() + limit
         while True:
             with self.changed:
@@ -169,16 +164,15 @@ class Server:
             ready = self.ready.is_set() and not self.draining.is_set() and stuck is None
             doc = {"ready": ready, **({"why": stuck} if stuck else {})}
             loop.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
-        elif method == "GET" and (path == protocol.METRICS_PATH or path in self.views):
-            view = self.metrics.render if path == protocol.METRICS_PATH else self.views[path]
-            ctype = "text/plain; version=0.0.4" if path == protocol.METRICS_PATH else "application/json"
-            self._hand_over(c, self._others, lambda: _document(view, ctype))
+        elif method == "GET" and path == protocol.METRICS_PATH:
+            self._hand_over(c, self.metrics.render, "text/plain; version=0.0.4")
+        elif method == "GET" and path in self.views:
+            self._hand_over(c, self.views[path])
         elif method == "POST" and path in self.actions:
-            action = self.actions[path]
-            self._hand_over(c, self._others, lambda: _document(action, "application/json"))
+            self._hand_over(c, self.actions[path])
         elif method == "POST" and path in self.queries:
             query, body = self.queries[path], c.req.body
-            self._hand_over(c, self._others, lambda: _document(lambda: query(body), "application/json"))
+            self._hand_over(c, lambda: query(body))
         elif method == "POST" and path == protocol.HEALTHZ_PATH:
             self._readiness(c)
         elif method == "POST" and path in _POST:
@@ -219,8 +213,7 @@ class Server:
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
-            loop.refused(c, 429, BUSY)
-            loop.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
+            loop.refuse(c, http1.Refuse(429, E_TRY_LATER, BUSY))
         else:  # held until a slot is free, its client hangs up, or it waited queueTimeout (answered: busy)
             c.state = QUEUED
             self.held.append(c)
@@ -285,9 +278,8 @@ class Server:
             loop.closed(c)
 
     def _serve(self, c: Conn, path: str, body: bytes, shim: bool) -> None:
-        """On a worker: the request run, its answer written, then its log line (off the answer's path: under
-        systemd a line wakes journald, which would sit on the answer's path on a small node), then out of
-        flight."""
+        """On a worker: the request run, its answer written, then its log line (a line wakes journald: off the
+        answer's path), then out of flight."""
         counted = False
         outcome: handlers.Outcome | None = None
         try:
@@ -307,7 +299,7 @@ class Server:
             finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
                 self.leave(counted=counted)
 
-    def _hand_over(self, c: Conn, workers: Workers, answer: Callable[[], tuple[int, bytes, str]]) -> None:
+    def _hand_over(self, c: Conn, endpoint: Callable[[], Any], ctype: str = "application/json") -> None:
         """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
         /status or /metrics) is written by the loop, so that clients that do not read never hold the workers
         that /metrics needs."""
@@ -316,13 +308,12 @@ class Server:
         def serve() -> None:
             data = b""
             try:
-                status, body, ctype = answer()
-                data = http1.response(status, body, ctype)
+                data = http1.response(*_document(endpoint, ctype))
             finally:
                 self.loop.send_answer(c, data)
 
         try:
-            workers.submit(serve)
+            self._others.submit(serve)
         except RuntimeError as e:
             log.error("cannot hand a request to a worker: %s", e)
             self.loop.send_answer(c, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))
