@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,6 @@ class Daemon:
         self.podsync: PodSync | None = None
         self.activated = False
         self.watcher: Watcher | None = None
-        self._watch_thread: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._reload_lock = threading.Lock()
         self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
@@ -234,9 +234,7 @@ class Daemon:
         self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
-            limits = wiring.limits(new)
-            limits.max_in_flight = self.server.limits.max_in_flight
-            self.server.loop.limits = limits
+            self.server.loop.limits = replace(wiring.limits(new), max_in_flight=self.server.limits.max_in_flight)
 
     # ---------------------------------------------------------------------------------------------- serving
 
@@ -302,13 +300,13 @@ class Daemon:
             protocol.ATTACHMENTS_PATH: self.delegator.attachments,
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
-        actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
         hotplug = self.podsync is not None
-        queries = {protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug)}
+        queries: dict[str, Callable[[bytes], Any]] = {
+            protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug),
+            protocol.IPAM_GC_PATH: lambda _: self._gc_cluster(),
+        }
         limits = wiring.limits(self.settings)
-        self.server = Server(
-            sock, self.delegator, self.metrics, limits=limits, views=views, actions=actions, queries=queries
-        )
+        self.server = Server(sock, self.delegator, self.metrics, limits=limits, views=views, queries=queries)
         self.server.loop.on_tick = self._tick
         self.server.stuck = self.stuck
         if self.cluster is not None:
@@ -408,11 +406,8 @@ class Daemon:
         self.reload(changed=changed)
 
     def start_watching(self) -> None:
-        if self.watcher is not None and self._watch_thread is None:
-            self._watch_thread = threading.Thread(
-                target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True
-            )
-            self._watch_thread.start()
+        assert self.watcher is not None
+        threading.Thread(target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True).start()
 
     def stop(self, drain: float = DRAIN_SECONDS) -> bool:
         self.notifier.stopping()

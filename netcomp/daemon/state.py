@@ -147,14 +147,12 @@ class StateFile:
         }
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(data).digest()
-        if digest == self._written:
-            self._saved = (settings, snap.generation)
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic_write(self.path, data, mode=0o600)
-        except OSError as e:  # serving goes on; only a restart with broken inputs would miss it
-            log.error("cannot write the state file %s: %s", self.path, e.strerror)
-            return
-        self._written = digest
+        if digest != self._written:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                atomic_write(self.path, data, mode=0o600)
+            except OSError as e:  # serving goes on; only a restart with broken inputs would miss it
+                log.error("cannot write the state file %s: %s", self.path, e.strerror)
+                return
+            self._written = digest
         self._saved = (settings, snap.generation)

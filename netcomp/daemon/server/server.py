@@ -1,8 +1,7 @@
-"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints. The Server
-routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) runs on a worker (handlers.py), at most
-`maxInFlight` at once, up to `maxQueued` more held in its queue for `queueTimeout`, beyond that "try again later"
-(CNI code 11). The operator's endpoints (`/status`, `/metrics`, `/ipam/gc`...) run on workers of their own;
-`/healthz` and `/readyz` are answered by the loop. docs/delegation.md, "The wire format"."""
+"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints (docs/delegation.md,
+"The wire format"). The Server routes what its Loop (loop.py) reads: a CNI request runs on a worker (handlers.py),
+at most `maxInFlight` at once and up to `maxQueued` more held in its queue for `queueTimeout`, beyond that "try
+again later"; the operator's endpoints run on workers of their own; `/healthz` and `/readyz` are answered at once."""
 
 from __future__ import annotations
 
@@ -48,18 +47,15 @@ class Server:
         *,
         limits: Limits,
         views: Mapping[str, Callable[[], Any]],
-        actions: Mapping[str, Callable[[], Any]] = {},
         queries: Mapping[str, Callable[[bytes], Any]] = {},
     ) -> None:
         """`views`: the operator's GET endpoints by path, each a function giving the JSON document (/status,
-        /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc);
-        `queries`: POST endpoints that read the request's body and change nothing (/explain). All run on workers
-        of their own, apart from the CNI requests' slots."""
+        /attachments, /ipam); `queries`: its POST endpoints, each a function of the request's body (/explain,
+        /ipam/gc). All run on workers of their own, apart from the CNI requests' slots."""
         self.loop = Loop(sock, metrics, limits, self)
         self.metrics = metrics
         self.delegator = delegator
         self.views = dict(views)
-        self.actions = dict(actions)
         self.queries = dict(queries)
         self.ready = threading.Event()
         # Why the daemon is not ready although it serves (a compile that does not finish: Daemon.stuck), or None.
@@ -168,8 +164,6 @@ class Server:
             self._hand_over(c, self.metrics.render, "text/plain; version=0.0.4")
         elif method == "GET" and path in self.views:
             self._hand_over(c, self.views[path])
-        elif method == "POST" and path in self.actions:
-            self._hand_over(c, self.actions[path])
         elif method == "POST" and path in self.queries:
             query, body = self.queries[path], c.req.body
             self._hand_over(c, lambda: query(body))
@@ -177,7 +171,7 @@ class Server:
             self._readiness(c)
         elif method == "POST" and path in _POST:
             self._take(c)
-        elif path in _GET or path in _POST or path in self.views or path in self.actions or path in self.queries:
+        elif path in _GET or path in _POST or path in self.views or path in self.queries:
             msg = f"method {method[:20]} not allowed on {path[:100]}"
             loop.answer_now(c, 405, protocol.error_body(E_INVALID_CONFIG, msg))
         else:
