@@ -4,7 +4,6 @@ networks written again when the output dir lost them. The reload itself is the D
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -63,19 +62,18 @@ class Compiles:
         self.stall = stall
         self.error: Diagnostic | None = None
         self._lock = threading.Lock()
-        self._began: dict[int, float] = {}
-        self._tokens = itertools.count()
+        self._began: list[float] = []  # time.monotonic() of each
 
-    def begin(self) -> int:
-        token = next(self._tokens)
+    def begin(self) -> float:
+        began = time.monotonic()
         with self._lock:
-            self._began[token] = time.monotonic()
-        return token
+            self._began.append(began)
+        return began
 
-    def end(self, token: int) -> None:
+    def end(self, began: float) -> None:
         with self._lock:
-            del self._began[token]
+            self._began.remove(began)
 
     def oldest(self) -> float | None:
         with self._lock:
-            return min(self._began.values(), default=None)
+            return min(self._began, default=None)

@@ -109,7 +109,7 @@ class Daemon:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
         edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
         everything as it was and makes the daemon degraded until one succeeds."""
-        token = self._compiles.begin()
+        began = self._compiles.begin()
         try:
             return self._reload(reread_config, changed)
         except Exception as e:
@@ -119,7 +119,7 @@ class Daemon:
             self.notifier.status(self.status_line())
             return self.state.current
         finally:
-            self._compiles.end(token)
+            self._compiles.end(began)
 
     @property
     def compiling(self) -> bool:
@@ -234,7 +234,7 @@ class Daemon:
         self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
-            self.server.loop.limits = replace(wiring.limits(new), max_in_flight=self.server.limits.max_in_flight)
+            self.server.loop.limits = replace(wiring.limits(new), max_in_flight=self.server.loop.limits.max_in_flight)
 
     # ---------------------------------------------------------------------------------------------- serving
 

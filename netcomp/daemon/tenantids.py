@@ -29,7 +29,6 @@ class TenantIds:
 
     def __init__(self, settings: Settings, cluster: Cluster | None, recompile: Callable[[], object]) -> None:
         self.settings = settings
-        self.cluster = cluster
         self.recompile = recompile
         if cluster is not None:
             from netcomp.ipam.claimobjects import IDS, KubeStore  # the kubernetes client: only with a cluster

@@ -158,7 +158,9 @@ def delegator(
         spec = current().sriovPools[resource]  # KeyError: no such pool (the delegator says so)
         return vfpools.pool(Path(current().sysfsRoot), spec.pfNames, spec.drivers)
 
-    host_netns, host_unsure = _host_namespaces(link_netns)
+    host_netns, host_unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if host_unsure:
+        log.error("%s: every ADD is refused until netcomp can tell the host's namespace", host_unsure)
     return Delegator(
         runner,
         cache,
@@ -175,11 +177,3 @@ def delegator(
         host_netns=host_netns,
         host_unsure=host_unsure,
     )
-
-
-def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
-    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
-    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
-    if unsure:
-        log.error("%s: every ADD is refused until netcomp can tell the host's namespace", unsure)
-    return found, unsure

@@ -62,8 +62,8 @@ class Server:
         self.stuck: Callable[[], str | None] = lambda: None
         self.draining = threading.Event()
         self.served = 0
-        self._busy = 0
-        self._waiting = 0  # len(held), for the other threads (under `changed`)
+        self.in_flight = 0  # requests taken, not yet answered (under `changed`, as are queued and served)
+        self.queued = 0  # len(held), for the other threads (under `changed`)
         self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker (the loop's thread only)
         self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
@@ -71,11 +71,6 @@ class Server:
         self._never = threading.Event()  # wait_quiet's sleep: an Event no one sets
         self._requests = Workers("request", limits.max_in_flight)
         self._others = Workers("view", 4)
-
-    @property
-    def limits(self) -> Limits:
-        """The loop's: netcomp.yaml read again sets new ones there (`loop.limits`), for what comes next."""
-        return self.loop.limits
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
@@ -89,7 +84,7 @@ class Server:
         with self.changed:
             if self.draining.is_set():
                 return False
-            self._busy += 1
+            self.in_flight += 1
             self._last_change = time.monotonic()
             self.changed.notify_all()
         self.metrics.in_flight.inc()
@@ -99,11 +94,11 @@ class Server:
         """A request is done. `counted`: served was counted already (before its answer went out)."""
         self.metrics.in_flight.dec()
         with self.changed:
-            self._busy -= 1
+            self.in_flight -= 1
             self.served += 0 if counted else 1
             self._last_change = time.monotonic()
             self.changed.notify_all()
-            waiting = self._waiting
+            waiting = self.queued
         if waiting:
             self.loop.wake()  # a slot is free for the next in the queue
 
@@ -114,7 +109,7 @@ class Server:
         deadline = time.monotonic() + limit
         while True:
             with self.changed:
-                busy, last = self._busy or self._waiting, self._last_change
+                busy, last = self.in_flight or self.queued, self._last_change
             now = time.monotonic()
             if now >= deadline:
                 return False
@@ -127,19 +122,11 @@ class Server:
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        return self._busy
-
-    @property
-    def queued(self) -> int:
-        return self._waiting
-
     def drain(self, timeout: float) -> bool:
         """Stop taking work; wait up to timeout for what is in flight (answered by then). True when all was."""
         self.draining.set()
         self.loop.wake()  # what waits in the queue is told to try again later
-        return self.wait_for(lambda: self._busy == 0, timeout)
+        return self.wait_for(lambda: self.in_flight == 0, timeout)
 
     def shutdown(self) -> None:
         """Stop the loop (every connection still open is closed without an answer) and the workers."""
@@ -194,15 +181,12 @@ class Server:
         """A CNI request: started now when a slot is free, else held in the queue (or refused: queue full,
         stopping)."""
         loop = self.loop
-        if not self.ready.is_set():
-            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
-            return
-        if self.draining.is_set():
-            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
+        if not self.ready.is_set() or self.draining.is_set():
+            self._readiness(c)  # its 503: starting, or stopping
             return
         with self.changed:
-            free = self._busy < self.limits.max_in_flight and not self.held
-            room = len(self.held) < self.limits.max_queued and not self.draining.is_set()
+            free = self.in_flight < loop.limits.max_in_flight and not self.held
+            room = len(self.held) < loop.limits.max_queued and not self.draining.is_set()
         if free:
             self._start(c, waited=False)
         elif not room:
@@ -213,13 +197,13 @@ class Server:
             self.held.append(c)
             self._held_changed()
             loop.watch(c)  # to see its client hang up
-            loop.timer(c, time.monotonic() + self.limits.queue_timeout)
+            loop.timer(c, time.monotonic() + loop.limits.queue_timeout)
 
     def after_round(self) -> None:
         """What the queue holds started while a slot is free (told to try again later once draining)."""
         while self.held:
             with self.changed:
-                if self._busy >= self.limits.max_in_flight and not self.draining.is_set():
+                if self.in_flight >= self.loop.limits.max_in_flight and not self.draining.is_set():
                     return
             c = self.held.popleft()
             self._held_changed()
@@ -237,7 +221,7 @@ class Server:
 
     def _held_changed(self) -> None:
         with self.changed:
-            self._waiting = len(self.held)
+            self.queued = len(self.held)
             self.changed.notify_all()
         self.metrics.queued.set(len(self.held))
 
