@@ -102,10 +102,9 @@ class Addresses:
         self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
     def start(self, stop: threading.Event, records: list[Record]) -> None:
-        """Before serving: whether this node is a Node of the cluster (followed, not read once: a daemon usually
-        starts before its kubelet registers the Node); the blocks it holds (its record, its cache); then the
-        objects of the networks it serves, listed and followed (threads). An API server that does not answer now
-        is no reason not to serve: addresses of blocks held are given meanwhile."""
+        """Before serving: whether this node is a Node of the cluster (followed: its kubelet may register it
+        later), the blocks it holds, then the objects of the networks it serves, listed and followed. An API
+        server that does not answer now is no reason not to serve: addresses of blocks held are given meanwhile."""
         if self.kube is None or self.blocks is None:
             try:
                 self.allocator.per_address.load()
@@ -124,11 +123,6 @@ class Addresses:
         self.worker.start(stop)
         self._following = True
         self._follow()
-
-    def serving(self, quiet: Callable[[], object]) -> None:
-        """The server's wait for a quiet moment, for the writes behind."""
-        if self.worker is not None:
-            self.worker.quiet = quiet
 
     def flush(self, timeout: float) -> bool:
         """Until what this node knows of its blocks is written (tests, a stopping daemon); False on timeout."""

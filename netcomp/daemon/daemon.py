@@ -49,9 +49,8 @@ class Daemon:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         """`link_netns`: the named network namespace where the delegates run and host links are made; None for
-        the daemon's own (a node). Tests run the daemon beside a netns they made and point both there.
-        `state_path`: the last good state (daemon/state.py); a broken netcomp.yaml at start is then not fatal.
-        IntentError when netcomp.yaml is broken and there is no last good state to run with."""
+        the daemon's own. `state_path`: the last good state (daemon/state.py), which makes a broken netcomp.yaml
+        at start not fatal. IntentError when netcomp.yaml is broken and there is no last good state to run with."""
         faults.arm(environ)  # the chaos run's NETCOMP_CRASH_AT, if any (ValueError when it names no point)
         self.load_settings = load_settings
         self.state_file = StateFile(state_path) if state_path is not None else None
@@ -276,9 +275,8 @@ class Daemon:
         }
 
     def recover(self) -> list[Record]:
-        """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
-        left mid-ADD (Delegator.recover); the address claims are listed first (and followed from then on). The
-        records as they are then, read once for all of start-up."""
+        """Before serving: the address claims listed (and followed), the delegates an earlier daemon of this cache
+        dir left running killed, then what it left mid-ADD undone (Delegator.recover). The records as they are."""
         records = self.delegator.cache.entries()  # the one read of every record at start-up
         self.addresses.start(self.stop_event, records)
         self.tenants.start(self.stop_event)
@@ -311,7 +309,8 @@ class Daemon:
         self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
-            self.addresses.serving(self.server.wait_quiet)
+            if self.addresses.worker is not None:  # the address blocks' writes behind
+                self.addresses.worker.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec
         self.server.loop.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
@@ -388,10 +387,9 @@ class Daemon:
             log.warning("cluster: no list of objects within %gs; starting with the %d known", timeout, known)
 
     def watch(self, *, start: bool = True) -> None:
-        """Recompile on every change in the intent, static and template dirs. The watches are made now: no
-        change made from here on is missed. start=False: the thread that reads them is started by
-        start_watching(), so that the first compile runs while the daemon has one thread (it may then fork:
-        compiler/coldstart.py)."""
+        """Recompile on every change in the intent, static and template dirs, watched from now on. start=False:
+        start_watching() starts the thread that reads them, so that the first compile can run while the daemon
+        has one thread (it may then fork: compiler/coldstart.py)."""
         dirs = [*self.settings.intent_layers(), *self.settings.staticDirs, self.settings.templateDir]
         self.watcher = Watcher(dirs, self._watched)
         if start:

@@ -139,12 +139,8 @@ class StateFile:
         if snap.same_networks and self._saved == (settings, snap.generation - 1):
             self._saved = (settings, snap.generation)  # what the file holds is still what is served
             return
-        doc = {
-            "kind": STATE_KIND,
-            "settings": settings.model_dump(mode="json"),
-            "networks": snap.networks,
-            "sources": snap.sources,
-        }
+        in_force = settings.model_dump(mode="json")
+        doc = {"kind": STATE_KIND, "settings": in_force, "networks": snap.networks, "sources": snap.sources}
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(data).digest()
         if digest != self._written:

@@ -98,12 +98,6 @@ class Watcher:
         # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters only
         # when a watched dir under it was there before or is there now: only then can inputs have come or gone.
         present = {d for d in self.dirs if d in watched or os.path.exists(d)}  # a layer may be a plain file
-        relevant = {
-            p
-            for p in changed
-            if any(p == d or p.startswith(d + "/") for d in self.dirs) or any(d.startswith(p + "/") for d in present)
-        }
-        return [relevant] if relevant else []
-
-    def close(self) -> None:
-        self.ino.close()
+        inside = {p for p in changed if any(p == d or p.startswith(d + "/") for d in self.dirs)}
+        above = {p for p in changed if any(d.startswith(p + "/") for d in present)}
+        return [inside | above] if inside or above else []

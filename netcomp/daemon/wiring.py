@@ -53,11 +53,8 @@ def read_settings(
 
 def runtime_config(settings: Settings) -> bytes:
     """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
-    conf = {
-        "cniVersion": DEFAULT_VERSION,
-        "name": "netcomp",
-        "plugins": [{"type": "netcomp", "socket": settings.socket}],
-    }
+    plugin = {"type": "netcomp", "socket": settings.socket}
+    conf = {"cniVersion": DEFAULT_VERSION, "name": "netcomp", "plugins": [plugin]}
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 
@@ -82,8 +79,7 @@ def marker(cache_dir: str) -> str:
 
 
 def pipeline(settings: Settings, tenants: TenantIds) -> Pipeline:
-    """The compiler's pipeline, claiming TenantConfig ids through the daemon's store (the claims are part of the
-    plan)."""
+    """The compiler's pipeline, claiming TenantConfig ids through the daemon's store."""
     p = Pipeline(settings, offline=False, fork=True)
     p.claim_ids, p.claims_state = tenants.claim, tenants.state
     return p
@@ -95,13 +91,8 @@ def runner(settings: Settings, exec_: Exec, metrics: Metrics) -> Runner:
         if not ok:
             metrics.delegate_failures.labels(plugin, verb).inc()
 
-    return Runner(
-        settings.pluginDirs,
-        exec_=exec_,
-        observe=observe,
-        timeout=settings.pluginTimeout,
-        marker=marker(settings.cacheDir),
-    )
+    mark = marker(settings.cacheDir)
+    return Runner(settings.pluginDirs, exec_=exec_, observe=observe, timeout=settings.pluginTimeout, marker=mark)
 
 
 def limits(s: Settings) -> Limits:

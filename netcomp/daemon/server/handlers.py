@@ -47,9 +47,8 @@ class Outcome:
 
 def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Outcome:
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
-    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it. The log line says
-    what the request returned (or its error named): nothing is looked up for it. A bug's traceback is logged at
-    once; the request is counted before its answer, so that /metrics agrees with the client."""
+    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it. The request is
+    counted before its answer, so that /metrics agrees with the client; a bug's traceback is logged at once."""
     t = time.perf_counter()
     verb, cid, version, ok = "?", "?", DEFAULT_VERSION, "error"
     line: Line

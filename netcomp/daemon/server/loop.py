@@ -33,8 +33,7 @@ BUSY = "netcomp is busy; try again later"
 # accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), not
 # woken for the same connection at once as asyncio's loop is (selector_events.py, _accept_connection).
 ACCEPT_PAUSE = 1.0
-# Connections accepted per round at most: a flood of connects must not hold off the tick (the watchdog's
-# keep-alive), the timers and the queue.
+# Connections accepted per round at most, so that a flood of connects does not hold off the tick and the timers.
 ACCEPT_BATCH = 64
 # accept(2)'s errors and the refusals of peers are logged once in this many seconds at most.
 ACCEPT_LOG_EVERY = REFUSAL_LOG_EVERY = 60.0
@@ -195,11 +194,10 @@ class Loop:
     def _resume_accepting(self) -> None:
         try:
             self._sel.register(self.sock, selectors.EVENT_READ, None)
+            self._accept_paused_until = 0.0
         except OSError as e:  # epoll out of memory too: tried again after another pause, never given up
             log.error("cannot watch the listening socket again: %s; trying again in %g s", e, ACCEPT_PAUSE)
             self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
-            return
-        self._accept_paused_until = 0.0
 
     def _accept_error(self, e: OSError) -> None:
         self._sel.unregister(self.sock)

@@ -165,10 +165,8 @@ class Server:
             loop.answer_now(c, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
 
     def _readiness(self, c: Conn) -> None:
-        """POST /healthz: Multus's shim asks it before every ADD and CHECK (polling while the answer is not 200)
-        and once before a DEL. It answers whether a CNI request would be taken now, so that the shim waits out a
-        daemon that is stopping (its connection then waits in the socket unit's backlog for the next one) instead
-        of sending a request that is refused. GET /healthz stays liveness."""
+        """POST /healthz, which Multus's shim polls before its requests: whether a CNI request would be taken now,
+        so that the shim waits out a daemon that is starting or stopping. GET /healthz stays liveness."""
         if self.ready.is_set() and not self.draining.is_set():
             self.loop.answer_now(c, 200, b'{"ok":true}')
         else:
@@ -278,9 +276,8 @@ class Server:
                 self.leave(counted=counted)
 
     def _hand_over(self, c: Conn, endpoint: Callable[[], Any], ctype: str = "application/json") -> None:
-        """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
-        /status or /metrics) is written by the loop, so that clients that do not read never hold the workers
-        that /metrics needs."""
+        """An operator's endpoint, served by a worker; the loop writes what the socket does not take at once (a big
+        /status or /metrics), so that clients that do not read never hold the workers."""
         self.loop.release(c, blocking=False)
 
         def serve() -> None:
