@@ -1,8 +1,6 @@
-"""The daemon's side of cluster-wide addresses (ipam/): with a cluster, blocks of each pool held on the API server
-(AddressBlock objects, followed for the networks this node serves only) and, for networks with blockSize 1 and
-for the AddressClaim objects of earlier versions, one claim object per address; without one, claim files in
-ipamDir. The networks served follow each compile; the periodic release of what nothing holds; what `netcomp
-ipam show|gc` ask for."""
+"""The daemon's side of cluster-wide addresses (ipam/): with a cluster, the AddressBlock objects and the per-address
+claim objects of the networks this node serves; without one, claim files in ipamDir. It follows each compile's
+networks, releases what nothing holds, and answers `netcomp ipam show|gc`."""
 
 from __future__ import annotations
 
@@ -104,10 +102,9 @@ class Addresses:
         self.kube_blocks.follow(self.blocks, sorted(n for n, p in self.pools.items() if not p.per_address))
 
     def start(self, stop: threading.Event, records: list[Record]) -> None:
-        """Before serving: whether this node is a Node of the cluster (followed, not read once: a daemon usually
-        starts before its kubelet registers the Node); the blocks it holds (its record, its cache); then the
-        objects of the networks it serves, listed and followed (threads). An API server that does not answer now
-        is no reason not to serve: addresses of blocks held are given meanwhile."""
+        """Before serving: whether this node is a Node of the cluster (followed: its kubelet may register it
+        later), the blocks it holds, then the objects of the networks it serves, listed and followed. An API
+        server that does not answer now is no reason not to serve: addresses of blocks held are given meanwhile."""
         if self.kube is None or self.blocks is None:
             try:
                 self.allocator.per_address.load()
@@ -121,24 +118,11 @@ class Addresses:
             if not node.known.wait(self.settings.kubernetes.timeout):
                 log.warning("cannot tell yet whether node %s is a Node of the cluster: following it",
                             self.settings.nodeName)  # fmt: skip
-        self.blocks.load(self.recorded(records))
+        self.blocks.load([Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims])
         assert self.worker is not None
         self.worker.start(stop)
         self._following = True
         self._follow()
-
-    def recorded(self, records: list[Record]) -> list[Claim]:
-        """The claims `records` (the cache's, as start-up read them) hold."""
-        return [Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims]
-
-    def referenced(self) -> set[str]:
-        """The claims the cache records (of attached containers, and of ADDs it says are in progress)."""
-        return {str(c.get("name")) for e in self.cache.entries() for a in e.attachments for c in a.claims}
-
-    def serving(self, quiet: Callable[[], object]) -> None:
-        """The server's wait for a quiet moment, for the writes behind."""
-        if self.worker is not None:
-            self.worker.quiet = quiet
 
     def flush(self, timeout: float) -> bool:
         """Until what this node knows of its blocks is written (tests, a stopping daemon); False on timeout."""
@@ -148,7 +132,9 @@ class Addresses:
         freed = 0
         per_address = self.allocator.per_address
         if any(c.node == self.settings.nodeName for c in per_address.claims()):
-            freed += len(per_address.gc_own(self.referenced()))
+            # The claims the cache records: of attached containers, and of ADDs it says are in progress.
+            held = {str(c.get("name")) for e in self.cache.entries() for a in e.attachments for c in a.claims}
+            freed += len(per_address.gc_own(held))
         if self.blocks is not None:
             freed += len(blockgc.release_empty(self.blocks))
         return freed

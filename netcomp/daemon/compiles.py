@@ -1,12 +1,9 @@
-"""A daemon's compiles, around the pipeline's: those under way (when each began, so that one that never ends
-makes the daemon not ready rather than hanging it; the last one's failure no input explains), what each wrote,
-logged in a few lines however many files a cold start writes, and the files of kept networks written again from
-the last good state when the output dir lost them (a reboot empties /run). The reload itself is the Daemon's
-(daemon.py): it decides what is compiled and kept."""
+"""A daemon's compiles, around the pipeline's: those under way (so that one that never ends makes the daemon not
+ready rather than hanging it), what each wrote, logged in a few lines however many files, and the files of kept
+networks written again when the output dir lost them. The reload itself is the Daemon's (daemon.py)."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -26,9 +23,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcomp.daemon")
 
-# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a line per
-# file of a cold start with thousands of networks would flood the journal and slow the start). Every file at debug
-# level.
+# Compiled files named one by one in the log up to this many per compile; beyond, a line of counts (a cold start
+# with thousands of networks must not flood the journal), and every file at debug level.
 LOG_EACH_FILE = 20
 
 
@@ -66,19 +62,18 @@ class Compiles:
         self.stall = stall
         self.error: Diagnostic | None = None
         self._lock = threading.Lock()
-        self._began: dict[int, float] = {}
-        self._tokens = itertools.count()
+        self._began: list[float] = []  # time.monotonic() of each
 
-    def begin(self) -> int:
-        token = next(self._tokens)
+    def begin(self) -> float:
+        began = time.monotonic()
         with self._lock:
-            self._began[token] = time.monotonic()
-        return token
+            self._began.append(began)
+        return began
 
-    def end(self, token: int) -> None:
+    def end(self, began: float) -> None:
         with self._lock:
-            del self._began[token]
+            self._began.remove(began)
 
     def oldest(self) -> float | None:
         with self._lock:
-            return min(self._began.values(), default=None)
+            return min(self._began, default=None)

@@ -1,7 +1,6 @@
-"""The Daemon: its parts wired together (compiler, output, state, delegator, server, watcher, cluster; each
-built from the settings by wiring.py), the reload that compiles and keeps the last good version of what an edit
-broke (compiles.py keeps count of them), start-up recovery, status, stop. The process around it (signals, the
-main loop) is run.py's."""
+"""The Daemon: its parts wired together (each built from the settings by wiring.py), the reload that compiles and
+keeps the last good version of what an edit broke, start-up recovery, status, stop. The process around it
+(signals, the main loop) is run.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,8 @@ class Daemon:
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         """`link_netns`: the named network namespace where the delegates run and host links are made; None for
-        the daemon's own (a node). Tests run the daemon beside a netns they made and point both there.
-        `state_path`: the last good state (daemon/state.py); a broken netcomp.yaml at start is then not fatal.
-        IntentError when netcomp.yaml is broken and there is no last good state to run with."""
+        the daemon's own. `state_path`: the last good state (daemon/state.py), which makes a broken netcomp.yaml
+        at start not fatal. IntentError when netcomp.yaml is broken and there is no last good state to run with."""
         faults.arm(environ)  # the chaos run's NETCOMP_CRASH_AT, if any (ValueError when it names no point)
         self.load_settings = load_settings
         self.state_file = StateFile(state_path) if state_path is not None else None
@@ -63,7 +62,6 @@ class Daemon:
         self.metrics = Metrics()
         foreign.count_into(self.metrics.foreign_ignored)
         self.state = State(current=saved.snapshot()) if saved is not None else State()
-        self.exec = exec_
         self.runner = wiring.runner(self.settings, exec_, self.metrics)
         self.cache = Records(Path(self.settings.cacheDir))
         self.cluster = wiring.cluster(self.settings, self.metrics, self.cache)
@@ -87,7 +85,6 @@ class Daemon:
         self.podsync: PodSync | None = None
         self.activated = False
         self.watcher: Watcher | None = None
-        self._watch_thread: threading.Thread | None = None
         self.stop_event = threading.Event()
         self._reload_lock = threading.Lock()
         self.reloaded = threading.Condition()  # notified after every compile (tests and tools wait on it)
@@ -109,7 +106,7 @@ class Daemon:
         """Compile again: everything, or (with `changed`, from the watcher) what those paths touch. A broken
         edit keeps the last good output of what it touched; a compile that fails otherwise (a bug, memory) keeps
         everything as it was and makes the daemon degraded until one succeeds."""
-        token = self._compiles.begin()
+        began = self._compiles.begin()
         try:
             return self._reload(reread_config, changed)
         except Exception as e:
@@ -119,7 +116,7 @@ class Daemon:
             self.notifier.status(self.status_line())
             return self.state.current
         finally:
-            self._compiles.end(token)
+            self._compiles.end(began)
 
     @property
     def compiling(self) -> bool:
@@ -129,8 +126,7 @@ class Daemon:
         """Why the daemon is not ready though it serves (the last good networks): a compile (a reload, an edit)
         that has run longer than compileTimeout, which may never finish (a file that never answers)."""
         since = self._compiles.oldest()
-        took = time.monotonic() - since if since is not None else 0.0
-        if since is None or took < self.settings.compileTimeout:
+        if since is None or (took := time.monotonic() - since) < self.settings.compileTimeout:
             return None
         return f"a compile has not finished in {took:.0f}s (compileTimeout {self.settings.compileTimeout:g}s)"
 
@@ -176,12 +172,8 @@ class Daemon:
             if self.cluster is not None:
                 self.cluster.report_problems(plan.diagnostics)  # events on the objects whose copy is broken
             wiring.write_runtime_config(self.settings)
-            log.info(
-                "generation %d: %d networks%s",
-                snap.generation,
-                len(snap.networks),
-                f", degraded ({len(snap.kept)} kept)" if snap.degraded else "",
-            )
+            kept = f", degraded ({len(snap.kept)} kept)" if snap.degraded else ""
+            log.info("generation %d: %d networks%s", snap.generation, len(snap.networks), kept)
             self.notifier.status(self.status_line())
             libc.malloc_trim()  # what the compile freed goes back to the system, not only to the heap
             with self.reloaded:
@@ -239,9 +231,7 @@ class Daemon:
         self._check_pools()
         if self.server is not None:
             # The new limits apply to what comes next; maxInFlight sizes what exists and needs a restart.
-            limits = wiring.limits(new)
-            limits.max_in_flight = self.server.limits.max_in_flight
-            self.server.loop.limits = limits
+            self.server.loop.limits = replace(wiring.limits(new), max_in_flight=self.server.loop.limits.max_in_flight)
 
     # ---------------------------------------------------------------------------------------------- serving
 
@@ -283,9 +273,8 @@ class Daemon:
         }
 
     def recover(self) -> list[Record]:
-        """Before serving: kill delegates an earlier daemon of this cache dir left running, then undo what it
-        left mid-ADD (Delegator.recover); the address claims are listed first (and followed from then on). The
-        records as they are then, read once for all of start-up."""
+        """Before serving: the address claims listed (and followed), the delegates an earlier daemon of this cache
+        dir left running killed, then what it left mid-ADD undone (Delegator.recover). The records as they are."""
         records = self.delegator.cache.entries()  # the one read of every record at start-up
         self.addresses.start(self.stop_event, records)
         self.tenants.start(self.stop_event)
@@ -307,23 +296,19 @@ class Daemon:
             protocol.ATTACHMENTS_PATH: self.delegator.attachments,
             protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
         }
-        actions = {protocol.IPAM_GC_PATH: self._gc_cluster}
         hotplug = self.podsync is not None
-        queries = {protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug)}
-        self.server = Server(
-            sock,
-            self.delegator,
-            self.metrics,
-            limits=wiring.limits(self.settings),
-            views=views,
-            actions=actions,
-            queries=queries,
-        )
+        queries: dict[str, Callable[[bytes], Any]] = {
+            protocol.EXPLAIN_PATH: lambda body: handlers.explain(self.delegator, body, hotplug=hotplug),
+            protocol.IPAM_GC_PATH: lambda _: self._gc_cluster(),
+        }
+        limits = wiring.limits(self.settings)
+        self.server = Server(sock, self.delegator, self.metrics, limits=limits, views=views, queries=queries)
         self.server.loop.on_tick = self._tick
         self.server.stuck = self.stuck
         if self.cluster is not None:
             self.cluster.pods.quiet = self.server.wait_quiet
-            self.addresses.serving(self.server.wait_quiet)
+            if self.addresses.worker is not None:  # the address blocks' writes behind
+                self.addresses.worker.quiet = self.server.wait_quiet
         wd = self.notifier.watchdog_sec
         self.server.loop.tick_every = min(0.5, wd / 4) if wd else 0.5
         # Ready before serving: the first compile and the recovery are done, and a client that connected early
@@ -393,19 +378,16 @@ class Daemon:
         the background."""
         if self.cluster is None or self.settings.kubernetes is None:
             return
+        timeout = self.settings.kubernetes.timeout
         self.cluster.start(self.stop_event)
-        if self.cluster.followers and not self.cluster.wait_synced(self.settings.kubernetes.timeout):
-            log.warning(
-                "cluster: no list of objects within %gs; starting with the %d known",
-                self.settings.kubernetes.timeout,
-                len(self.cluster.files()),
-            )
+        if self.cluster.followers and not self.cluster.wait_synced(timeout):
+            known = len(self.cluster.files())
+            log.warning("cluster: no list of objects within %gs; starting with the %d known", timeout, known)
 
     def watch(self, *, start: bool = True) -> None:
-        """Recompile on every change in the intent, static and template dirs. The watches are made now: no
-        change made from here on is missed. start=False: the thread that reads them is started by
-        start_watching(), so that the first compile runs while the daemon has one thread (it may then fork:
-        compiler/coldstart.py)."""
+        """Recompile on every change in the intent, static and template dirs, watched from now on. start=False:
+        start_watching() starts the thread that reads them, so that the first compile can run while the daemon
+        has one thread (it may then fork: compiler/coldstart.py)."""
         dirs = [*self.settings.intent_layers(), *self.settings.staticDirs, self.settings.templateDir]
         self.watcher = Watcher(dirs, self._watched)
         if start:
@@ -420,11 +402,8 @@ class Daemon:
         self.reload(changed=changed)
 
     def start_watching(self) -> None:
-        if self.watcher is not None and self._watch_thread is None:
-            self._watch_thread = threading.Thread(
-                target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True
-            )
-            self._watch_thread.start()
+        assert self.watcher is not None
+        threading.Thread(target=self.watcher.run, args=(self.stop_event,), name="watch", daemon=True).start()
 
     def stop(self, drain: float = DRAIN_SECONDS) -> bool:
         self.notifier.stopping()

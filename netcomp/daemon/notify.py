@@ -1,8 +1,6 @@
-"""The systemd notify protocol (sd_notify(3)) through sdnotify, a no-op without NOTIFY_SOCKET.
-
-NOTIFY_SOCKET is removed from the environment once connected, so no child process (a delegate plugin above
-all) can ever speak for the daemon. The watchdog is fed from the serving loop (Daemon._tick), once READY=1 is
-sent, so a daemon whose loop is stuck stops feeding it and systemd restarts it."""
+"""The systemd notify protocol (sd_notify(3)) through sdnotify, a no-op without NOTIFY_SOCKET. NOTIFY_SOCKET is
+removed from the environment once connected, so no child process (a delegate plugin) can speak for the daemon;
+the watchdog is fed from the serving loop (Daemon._tick) once READY=1 is sent."""
 
 from __future__ import annotations
 
@@ -14,14 +12,10 @@ import sdnotify
 
 class Notifier:
     def __init__(self) -> None:
-        self.enabled = bool(os.environ.get("NOTIFY_SOCKET"))
-        self._n = sdnotify.SystemdNotifier() if self.enabled else None
+        self._n = sdnotify.SystemdNotifier() if os.environ.get("NOTIFY_SOCKET") else None
         os.environ.pop("NOTIFY_SOCKET", None)
-        usec = os.environ.get("WATCHDOG_USEC", "")
-        pid = os.environ.get("WATCHDOG_PID", "")
-        self.watchdog_sec = int(usec) / 1e6 if usec.isdigit() and (not pid or pid == str(os.getpid())) else 0.0
-        for k in ("WATCHDOG_USEC", "WATCHDOG_PID"):
-            os.environ.pop(k, None)
+        usec, pid = os.environ.pop("WATCHDOG_USEC", ""), os.environ.pop("WATCHDOG_PID", "")
+        self.watchdog_sec = int(usec) / 1e6 if usec.isdigit() and pid in ("", str(os.getpid())) else 0.0
         self._last_ping = 0.0
         self._status = ""
         self._ready = False  # the watchdog is fed once READY=1 was sent

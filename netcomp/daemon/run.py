@@ -1,7 +1,5 @@
 """`netcomp daemon`, the process: signals first, then the Daemon started (compile, recover, serve, READY=1), then
-the main loop: SIGHUP re-reads netcomp.yaml and every intent (keeping the last good) on a thread of its own,
-SIGTERM drains and stops whatever that thread is doing, and every few minutes what rollbacks could not undo is
-tried again."""
+the main loop: SIGHUP reloads (keeping the last good) on a thread of its own, SIGTERM drains and stops."""
 
 from __future__ import annotations
 
@@ -35,13 +33,11 @@ def _raise_nofile() -> None:
 
 
 class Signals:
-    """SIGTERM, SIGINT and SIGHUP as the main loop sees them, whichever of the daemon's threads the kernel gave
-    them to. A signal sent to the process goes to any thread that does not block it, and CPython only notes it
-    there: its Python handler runs later, in the main thread, once that thread runs Python again. A main thread
-    asleep on a lock would sleep on (a SIGTERM lost until systemd's SIGKILL, with requests in flight). So the
-    handler's C part also writes the signal's number to a pipe (signal.set_wakeup_fd), from whichever thread
-    took it, and the main loop sleeps reading that pipe. Once the pipe is there, its bytes are the only record
-    of a signal (the Python handler notes nothing more): one signal is one byte, read once, never taken twice."""
+    """SIGTERM, SIGINT and SIGHUP as the main loop sees them, whichever thread the kernel gave them to. CPython
+    runs a Python handler only in the main thread, once that thread runs Python again: a main thread asleep on a
+    lock would miss a SIGTERM. So the handler's C part also writes the signal's number to a pipe
+    (signal.set_wakeup_fd), which the main loop sleeps reading. Once the pipe is there, its bytes are the only
+    record of a signal: one signal is one byte, read once, never taken twice."""
 
     WATCHED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -103,27 +99,17 @@ class Signals:
         return hup
 
 
-class Reloader:
+def _reloads(d: Daemon, wanted: threading.Event) -> None:
     """SIGHUP's reloads, on a thread of their own: the main loop stays on the signal pipe, so that a SIGTERM is
     acted on whatever a reload is doing, one that never finishes included (the daemon meanwhile says it is not
     ready: Daemon.stuck). SIGHUPs that come during a reload make one more."""
-
-    def __init__(self, d: Daemon) -> None:
-        self.d = d
-        self._wanted = threading.Event()
-        threading.Thread(target=self._run, name="reload", daemon=True).start()
-
-    def request(self) -> None:
-        self._wanted.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            log.info("reloading (SIGHUP)")
-            self.d.notifier.reloading()
-            self.d.reload(reread_config=True)  # a failure is the daemon's to report (degraded), never this thread's end
-            self.d.notifier.ready(self.d.status_line())
+    while True:
+        wanted.wait()
+        wanted.clear()
+        log.info("reloading (SIGHUP)")
+        d.notifier.reloading()
+        d.reload(reread_config=True)  # a failure is the daemon's to report (degraded), never this thread's end
+        d.notifier.ready(d.status_line())
 
 
 def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state_path: Path | None = None) -> int:
@@ -138,10 +124,8 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     signals.attach()
     _raise_nofile()
     d = Daemon(load_settings, exec_=exec_, state_path=state_path)
-    # Watch before the first compile: an edit made at any moment after this is seen (one made while the compile
-    # runs recompiles once more), never lost between the compile and READY=1. The watches' events wait in the
-    # kernel until the first compile is done: it runs while this is the only thread, so it can run in a child
-    # process and leave the daemon small (compiler/coldstart.py).
+    # Watch before the first compile, so that no edit is lost before READY=1; the events wait in the kernel until
+    # the first compile is done, which runs while this is the only thread and so can fork (compiler/coldstart.py).
     d.watch(start=False)
     d.start_cluster()
     d.reload()
@@ -149,18 +133,17 @@ def run(load_settings: Callable[[], Settings], *, exec_: Exec = real_exec, state
     d.start()
     # READY=1 only now: the first compile and the recovery are done, and the socket is served.
     d.notifier.ready(d.status_line())
-    reloader = Reloader(d)
+    reload_wanted = threading.Event()
+    threading.Thread(target=_reloads, args=(d, reload_wanted), name="reload", daemon=True).start()
     while True:
         signals.wait()
         if signals.term:
             break
         if signals.take_hup():
-            reloader.request()
+            reload_wanted.set()
     log.info("stopping: draining requests in flight")
     code = 0 if d.stop() else 1
-    if d.compiling:
-        # A compile that does not end (a file that never answers) must not hold the interpreter's shutdown: the
-        # process ends here, the log flushed.
+    if d.compiling:  # one that never ends (a file that never answers) must not hold the interpreter's shutdown
         log.warning("stopping with a compile unfinished")
         logging.shutdown()
         os._exit(code)

@@ -1,11 +1,6 @@
 """The daemon's current networks: the last good compile, kept per network when an edit breaks it; and that last
-good state on disk, so that a restart is a reload.
-
-The state file (`/var/lib/netcomp/state.json` under --root, or `netcomp daemon --state FILE`) holds the settings
-in force and every network served, with the intent file each came from. A daemon starting with a broken
-netcomp.yaml runs with the settings it holds; one starting with a broken intent, or a static file gone, keeps the
-network it holds, exactly as a SIGHUP reload would (docs/packaging.md). It is written (atomically, fsync'd) after
-each compile that changed what is served; it names its format (`"kind": "netcompStateV1"`)."""
+good state on disk (the settings in force and every network served, `"kind": "netcompStateV1"`), so that a
+restart is a reload (docs/reliability.md, "The last good state")."""
 
 from __future__ import annotations
 
@@ -144,22 +139,16 @@ class StateFile:
         if snap.same_networks and self._saved == (settings, snap.generation - 1):
             self._saved = (settings, snap.generation)  # what the file holds is still what is served
             return
-        doc = {
-            "kind": STATE_KIND,
-            "settings": settings.model_dump(mode="json"),
-            "networks": snap.networks,
-            "sources": snap.sources,
-        }
+        in_force = settings.model_dump(mode="json")
+        doc = {"kind": STATE_KIND, "settings": in_force, "networks": snap.networks, "sources": snap.sources}
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(data).digest()
-        if digest == self._written:
-            self._saved = (settings, snap.generation)
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic_write(self.path, data, mode=0o600)
-        except OSError as e:  # serving goes on; only a restart with broken inputs would miss it
-            log.error("cannot write the state file %s: %s", self.path, e.strerror)
-            return
-        self._written = digest
+        if digest != self._written:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                atomic_write(self.path, data, mode=0o600)
+            except OSError as e:  # serving goes on; only a restart with broken inputs would miss it
+                log.error("cannot write the state file %s: %s", self.path, e.strerror)
+                return
+            self._written = digest
         self._saved = (settings, snap.generation)

@@ -1,7 +1,6 @@
 """The daemon's side of the ids TenantConfigs give TenantNetworks (ipam/idclaims.py, intent/tenancy.py): the store
-(TenantClaim objects with a cluster, files in ipamDir/tenants without), the allocator the compiler claims
-through, a recompile when someone else changes a claim this node compiled with, and the release of claims whose
-TenantNetwork is gone."""
+(TenantClaim objects with a cluster, files in ipamDir/tenants without) the compiler claims through, a recompile
+when someone else changes a claim this node compiled with, and the release of claims whose network is gone."""
 
 from __future__ import annotations
 
@@ -9,12 +8,13 @@ import hashlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from netcomp.intent.tenancy import Profile
-from netcomp.ipam.idclaims import IdAllocator, IdClaim
+from netcomp.ipam.idclaims import IdAllocator, IdClaim, id_claim_name
 from netcomp.ipam.localstore import LocalStore
 from netcomp.settings import Settings
 
@@ -29,7 +29,6 @@ class TenantIds:
 
     def __init__(self, settings: Settings, cluster: Cluster | None, recompile: Callable[[], object]) -> None:
         self.settings = settings
-        self.cluster = cluster
         self.recompile = recompile
         if cluster is not None:
             from netcomp.ipam.claimobjects import IDS, KubeStore  # the kubernetes client: only with a cluster
@@ -46,8 +45,6 @@ class TenantIds:
 
     def claim(self, network: str, uid: str, profiles: Sequence[Profile]) -> tuple[Profile, int]:
         """intent.tenancy.Claim, remembering which claim each network was compiled with."""
-        from netcomp.ipam.idclaims import id_claim_name
-
         profile, vni = self.allocator.claim(network, uid, profiles)
         assert profile.vni_type is not None
         with self._lock:
@@ -57,13 +54,10 @@ class TenantIds:
     def _changed_by_others(self) -> None:
         """A claim changed in the store: recompile if a network this node compiled lost its claim, or got a
         competing one (two nodes raced; the first by profile and id is kept)."""
-        claims = {c.name: c for c in self.allocator.claims()}
+        claims = self.allocator.claims()
+        names, per_network = {c.name for c in claims}, Counter(c.network for c in claims)
         with self._lock:
-            used = dict(self._used)
-        by_network: dict[str, list[IdClaim]] = {}
-        for c in claims.values():
-            by_network.setdefault(c.network, []).append(c)
-        stale = [n for n, name in used.items() if name not in claims or len(by_network.get(n, [])) > 1]
+            stale = [n for n, name in self._used.items() if name not in names or per_network[n] > 1]
         if stale:
             log.info("tenant ids changed for %s: compiling again", ", ".join(sorted(stale)))
             threading.Thread(target=self.recompile, name="tenant-recompile", daemon=True).start()

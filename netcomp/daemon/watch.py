@@ -1,9 +1,6 @@
-"""Watching intent, static and template dirs with inotify (inotify-simple).
-
-A dir that does not exist yet is watched through its nearest existing ancestor, so creating it later is seen;
-files replaced by rename (editors, config management) arrive as MOVED_TO; a dir removed as a whole arrives as
-DELETE_SELF. Bursts are debounced: after the first event, events are collected until `quiet` seconds pass
-without one (at most `longest` seconds), then the callback gets every path that changed."""
+"""Watching intent, static and template dirs with inotify (inotify-simple). A dir that does not exist yet is
+watched through its nearest existing ancestor; a burst of events is collected until QUIET seconds pass without
+one (at most LONGEST), then the callback gets every path that changed."""
 
 from __future__ import annotations
 
@@ -11,38 +8,24 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from inotify_simple import INotify, flags
 
 log = logging.getLogger("netcomp.watch")
-MASK = (
-    flags.CREATE
-    | flags.DELETE
-    | flags.CLOSE_WRITE
-    | flags.MOVED_TO
-    | flags.MOVED_FROM
-    | flags.ATTRIB
-    | flags.DELETE_SELF
-    | flags.MOVE_SELF
-)
+MASK = flags.CREATE | flags.DELETE | flags.CLOSE_WRITE | flags.MOVED_TO | flags.MOVED_FROM | flags.ATTRIB
+MASK |= flags.DELETE_SELF | flags.MOVE_SELF  # the watched dir itself removed or renamed
+QUIET, LONGEST = 0.1, 1.0  # seconds: a burst ends after QUIET without an event, or after LONGEST in all
 
 
 class Watcher:
-    def __init__(
-        self,
-        dirs: Iterable[str],
-        on_change: Callable[[set[str] | None], object],
-        *,
-        quiet: float = 0.1,
-        longest: float = 1.0,
-    ) -> None:
+    def __init__(self, dirs: Iterable[str], on_change: Callable[[set[str] | None], object]) -> None:
         self.dirs = [os.path.abspath(d) for d in dirs]
         # Called with the paths that changed, or None when the kernel's event queue overflowed (events were lost:
         # everything is to be looked at again).
         self.on_change = on_change
         self._overflowed = False
-        self.quiet, self.longest = quiet, longest
         self.ino = INotify()
         self.wds: dict[int, str] = {}
         self.sync()
@@ -86,15 +69,13 @@ class Watcher:
         return out
 
     def run(self, stop: threading.Event) -> None:
-        import time
-
         while not stop.is_set():
             changed = self._collect(500)
             if not changed:
                 continue
             first = time.monotonic()
-            while time.monotonic() - first < self.longest:
-                more = self._collect(int(self.quiet * 1000))
+            while time.monotonic() - first < LONGEST:
+                more = self._collect(int(QUIET * 1000))
                 if not more:
                     break
                 changed |= more
@@ -110,21 +91,13 @@ class Watcher:
         watched = set(self.wds.values())
         self.sync()
         if self._overflowed:
-            # More events than the kernel's queue holds (fs.inotify.max_queued_events) came while nobody read them
-            # (a start's first compile, a storm of edits): some are lost, so every file is looked at again.
+            # More events came than the kernel's queue holds (fs.inotify.max_queued_events): some are lost.
             self._overflowed = False
             log.warning("inotify's event queue overflowed: compiling everything again")
             return [None]
         # A dir on the way to one that does not exist (the daemon makes /run/netcomp for its socket) matters only
         # when a watched dir under it was there before or is there now: only then can inputs have come or gone.
-        # Recompiling for it would make a fresh node's start compile twice.
         present = {d for d in self.dirs if d in watched or os.path.exists(d)}  # a layer may be a plain file
-        relevant = {
-            p
-            for p in changed
-            if any(p == d or p.startswith(d + "/") for d in self.dirs) or any(d.startswith(p + "/") for d in present)
-        }
-        return [relevant] if relevant else []
-
-    def close(self) -> None:
-        self.ino.close()
+        inside = {p for p in changed if any(p == d or p.startswith(d + "/") for d in self.dirs)}
+        above = {p for p in changed if any(d.startswith(p + "/") for d in present)}
+        return [inside | above] if inside or above else []

@@ -1,9 +1,7 @@
 """The daemon's parts built from its settings (netcomp.yaml, or the last good ones while it is broken): the
-compiler's pipeline, the plugins' runner (its marker, which finds the delegates an earlier daemon of the same
-cache dir left running), the cluster when there is one, the devices a kubelet gave, the Delegator with the
-host's side of the node plugged in (its links, its SR-IOV pools, the namespaces never given to a container),
-the server's limits, and the runtime's entry for the shim. The Daemon (daemon.py) builds them once and some
-again when netcomp.yaml changes; what each part does is its own module's."""
+compiler's pipeline, the plugins' runner, the cluster, the devices, the Delegator with the host's side of the node
+plugged in, the server's limits, and the runtime's entry for the shim. The Daemon (daemon.py) builds them once,
+and some again when netcomp.yaml changes; what each part does is its own module's."""
 
 from __future__ import annotations
 
@@ -55,11 +53,8 @@ def read_settings(
 
 def runtime_config(settings: Settings) -> bytes:
     """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
-    conf = {
-        "cniVersion": DEFAULT_VERSION,
-        "name": "netcomp",
-        "plugins": [{"type": "netcomp", "socket": settings.socket}],
-    }
+    plugin = {"type": "netcomp", "socket": settings.socket}
+    conf = {"cniVersion": DEFAULT_VERSION, "name": "netcomp", "plugins": [plugin]}
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 
@@ -84,8 +79,7 @@ def marker(cache_dir: str) -> str:
 
 
 def pipeline(settings: Settings, tenants: TenantIds) -> Pipeline:
-    """The compiler's pipeline, claiming TenantConfig ids through the daemon's store (the claims are part of the
-    plan)."""
+    """The compiler's pipeline, claiming TenantConfig ids through the daemon's store."""
     p = Pipeline(settings, offline=False, fork=True)
     p.claim_ids, p.claims_state = tenants.claim, tenants.state
     return p
@@ -97,13 +91,8 @@ def runner(settings: Settings, exec_: Exec, metrics: Metrics) -> Runner:
         if not ok:
             metrics.delegate_failures.labels(plugin, verb).inc()
 
-    return Runner(
-        settings.pluginDirs,
-        exec_=exec_,
-        observe=observe,
-        timeout=settings.pluginTimeout,
-        marker=marker(settings.cacheDir),
-    )
+    mark = marker(settings.cacheDir)
+    return Runner(settings.pluginDirs, exec_=exec_, observe=observe, timeout=settings.pluginTimeout, marker=mark)
 
 
 def limits(s: Settings) -> Limits:
@@ -138,13 +127,9 @@ def check_pools(settings: Settings, devices: Devices) -> None:
     """A resource that is both one of sriovPools and a device plugin's: two allocators of the same VFs. Its
     ADDs are refused (devices.py); said once, at start and on reload."""
     both = set(settings.sriovPools) & devices.kubelet.registered()
+    msg = "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are refused "
     for name in sorted(both):
-        log.error(
-            "sriovPools: %s is also a device plugin's resource the kubelet allocates (%s): its networks are "
-            "refused until the pool is removed from netcomp.yaml",
-            name,
-            settings.kubelet.checkpoint,
-        )
+        log.error(msg + "until the pool is removed from netcomp.yaml", name, settings.kubelet.checkpoint)
 
 
 def delegator(
@@ -164,7 +149,9 @@ def delegator(
         spec = current().sriovPools[resource]  # KeyError: no such pool (the delegator says so)
         return vfpools.pool(Path(current().sysfsRoot), spec.pfNames, spec.drivers)
 
-    host_netns, host_unsure = _host_namespaces(link_netns)
+    host_netns, host_unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
+    if host_unsure:
+        log.error("%s: every ADD is refused until netcomp can tell the host's namespace", host_unsure)
     return Delegator(
         runner,
         cache,
@@ -181,11 +168,3 @@ def delegator(
         host_netns=host_netns,
         host_unsure=host_unsure,
     )
-
-
-def _host_namespaces(link_netns: str | None) -> tuple[set[tuple[int, int]], str]:
-    """The namespaces no container is given, and why the host's is not known ("" when it is: host.netns)."""
-    found, unsure = netns.host_namespaces([f"/var/run/netns/{link_netns}"] if link_netns else [])
-    if unsure:
-        log.error("%s: every ADD is refused until netcomp can tell the host's namespace", unsure)
-    return found, unsure

@@ -383,6 +383,7 @@ def test_a_chunked_body_from_http_client_gets_411_and_the_end(lab: Lab) -> None:
 _GET = b"GET /status HTTP/1.1\r\nHost: netcomp\r\n"
 _POST = b"POST /echo HTTP/1.1\r\nHost: netcomp\r\n"
 NOT_HTTP, MALFORMED, NO_LENGTH = "not an HTTP/1.1 request", "malformed header line", "a request needs a Content-Length"
+BAD_LENGTH, BARE_LF = "malformed Content-Length", "must end in CRLF"
 
 
 @pytest.mark.parametrize(
@@ -399,13 +400,16 @@ NOT_HTTP, MALFORMED, NO_LENGTH = "not an HTTP/1.1 request", "malformed header li
         (_GET + b"X-Fold: a\r\n folded\r\n\r\n", 400, MALFORMED),  # obs-fold
         (_GET + b": no name\r\n\r\n", 400, MALFORMED),
         (_GET + "X-Ünï: x\r\n\r\n".encode(), 400, MALFORMED),
-        (_POST + b"Content-Length: abc\r\n\r\n", 411, NO_LENGTH),
-        (_POST + b"Content-Length: -1\r\n\r\n", 411, NO_LENGTH),
-        (_POST + b"Content-Length: +5\r\n\r\nhello", 411, NO_LENGTH),
-        (_POST + b"Content-Length: 0x10\r\n\r\n", 411, NO_LENGTH),
-        (_POST + b"Content-Length: 5, 5\r\n\r\nhello", 411, NO_LENGTH),
-        (_POST + b"Content-Length: 1234567890123\r\n\r\n", 411, NO_LENGTH),
+        (_POST + b"Content-Length: abc\r\n\r\n", 400, BAD_LENGTH),  # RFC 9112 6.3: 400, not 411
+        (_POST + b"Content-Length: -1\r\n\r\n", 400, BAD_LENGTH),
+        (_POST + b"Content-Length: +5\r\n\r\nhello", 400, BAD_LENGTH),
+        (_POST + b"Content-Length: 0x10\r\n\r\n", 400, BAD_LENGTH),
+        (_POST + b"Content-Length: 5, 5\r\n\r\nhello", 400, BAD_LENGTH),
+        (_POST + b"Content-Length: 1234567890123\r\n\r\n", 400, BAD_LENGTH),
         (_POST + b"\r\n", 411, NO_LENGTH),
+        (b"GET /status HTTP/1.1\nHost: netcomp\n\n", 400, BARE_LF),  # at once, not after headerTimeout
+        (_GET + b"\n", 400, BARE_LF),
+        (_GET + b"X-A: b\n\r\n", 400, BARE_LF),
         (_POST + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400, "conflicting Content-Length headers"),
         (_POST + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411, "not chunked"),
         (_POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello", 411, "not chunked"),

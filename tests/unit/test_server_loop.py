@@ -171,20 +171,32 @@ def test_a_drain_takes_nothing_in_flight_after_it_began(sock_path: str) -> None:
 
 
 def test_content_length_is_ascii_digits_and_said_once() -> None:
-    """'²' is a digit to str.isdigit() and not to int(): a 411, not a 500 with a traceback. Two Content-Lengths
+    """'²' is a digit to str.isdigit() and not to int(): a 400, not a 500 with a traceback. Two Content-Lengths
     that differ leave the body's end in doubt (request smuggling): a 400; the same one twice is accepted."""
     for value in ("²", "¹2", "³"):  # as a client sends them in latin-1, which is how header values are read
         inc = http1.Incoming()
         head = f"POST /cni HTTP/1.1\r\nContent-Length: {value}\r\n\r\n".encode("latin-1")
         with pytest.raises(http1.Refuse) as e:
             inc.feed(head, 100)
-        assert e.value.status == 411 and e.value.linger
+        assert e.value.status == 400 and e.value.linger
     with pytest.raises(http1.Refuse) as e:
         http1.Incoming().feed(b"POST /cni HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 100)
     assert (e.value.status, e.value.msg) == (400, "conflicting Content-Length headers")
     inc = http1.Incoming()
     assert inc.feed(b"POST /cni HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\nabc", 100)
     assert inc.body == b"abc"
+
+
+def test_a_head_with_bare_lfs_is_refused_at_its_end() -> None:
+    """A head that ends in LF LF is never one that ends in CRLF CRLF: refused at its second LF, not left to wait
+    headerTimeout. The blank line of a CRLF head cut between its bytes is still waited for."""
+    inc = http1.Incoming()
+    assert not inc.feed(b"GET /healthz HTTP/1.1\n", 100)
+    with pytest.raises(http1.Refuse) as e:
+        inc.feed(b"\n", 100)
+    assert (e.value.status, e.value.msg) == (400, "request head lines must end in CRLF")
+    inc = http1.Incoming()
+    assert [inc.feed(b, 100) for b in (b"GET /healthz HTTP/1.1\r\n\r", b"\n")] == [False, True]
 
 
 def test_another_methods_body_is_read_before_the_answer(sock_path: str) -> None:

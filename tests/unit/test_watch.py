@@ -26,7 +26,7 @@ def test_ancestor_metadata_is_not_a_change(tmp_path: Path) -> None:
         os.chmod(target, 0o755)  # the watched dir's own metadata still counts
         assert str(target) in w._collect(500)
     finally:
-        w.close()
+        w.ino.close()
 
 
 def test_a_dir_on_the_way_counts_only_with_the_watched_dir_under_it(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_a_dir_on_the_way_counts_only_with_the_watched_dir_under_it(tmp_path: Pa
         told = w.batch(w._collect(200))
         assert told and told[0] and str(target) in told[0]
     finally:
-        w.close()
+        w.ino.close()
 
 
 def test_a_layer_that_is_a_file_is_seen_when_it_appears_with_its_dir(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_a_layer_that_is_a_file_is_seen_when_it_appears_with_its_dir(tmp_path: P
         layer.write_text("y")  # the dir is watched now: the file itself
         assert w.batch(w._collect(200)) == [{str(layer)}]
     finally:
-        w.close()
+        w.ino.close()
 
 
 def test_an_overflowed_queue_means_everything_is_looked_at(tmp_path: Path) -> None:
@@ -77,4 +77,4 @@ def test_an_overflowed_queue_means_everything_is_looked_at(tmp_path: Path) -> No
         (d / "n1.yaml").write_text("again")
         assert w.batch(w._collect(200)) == [{str(d / "n1.yaml")}]  # and back to paths
     finally:
-        w.close()
+        w.ino.close()

@@ -1,8 +1,6 @@
-"""The interface between the loop and the one that serves what it reads: a connection to the daemon's socket
-as the loop holds it (Conn: its state, its deadline, what is left to write), the limits every connection and
-request is held to (Limits, from netcomp.yaml), and what the loop asks of its router (Router). The loop (loop.py)
-reads, queues and refuses connections; the Server (server.py) is its Router and sizes its workers and queue by
-the same Limits. Neither needs the other's module for these."""
+"""What the loop (loop.py) and the server (server.py) share, so that neither imports the other for it: a
+connection as the loop holds it (Conn), the limits every connection and request is held to (Limits, from
+netcomp.yaml), and what the loop asks of its router (Router)."""
 
 from __future__ import annotations
 

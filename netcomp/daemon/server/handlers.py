@@ -1,7 +1,6 @@
 """The daemon's CNI endpoints, apart from HTTP: `/cni` (the runtime's request, Multus-thick compatible),
 `/delegate` (hot-plug) and `/explain` (what an ADD would do, read-only), each a function from the body to its
-Outcome (the answer, and the line logged about it once the answer is out). The server (server.py) only moves
-bytes; it runs these on its worker threads."""
+Outcome: the answer, and the line logged once the answer is out. The server (server.py) runs them on workers."""
 
 from __future__ import annotations
 
@@ -26,12 +25,7 @@ FIELD = 200  # characters of a peer's value (an ID, a network's name) a log line
 
 
 def _error(
-    code: int,
-    msg: str,
-    details: str = "",
-    version: str = DEFAULT_VERSION,
-    *,
-    line: Line | None = None,
+    code: int, msg: str, details: str = "", version: str = DEFAULT_VERSION, *, line: Line | None = None
 ) -> Outcome:
     return Outcome(400, protocol.error_body(code, msg, details, version), line)
 
@@ -39,8 +33,7 @@ def _error(
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What an endpoint answers, and the line it logs about it: the server writes the answer first and calls
-    `log()` once the answer is out (under systemd a line is a write to journald's socket, which wakes journald;
-    on a two-core node that sat on the path of every answer)."""
+    `log()` once the answer is out (under systemd a line wakes journald, which must not sit on the answer's path)."""
 
     status: int
     body: bytes
@@ -54,9 +47,8 @@ class Outcome:
 
 def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> Outcome:
     """POST /cni. `bare`: the netcomp shim asked for the result itself, not wrapped in {"Result": ...}; a wrapped
-    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it. The log line says
-    what the request returned (or its error named): nothing is looked up for it. A bug's traceback is logged at
-    once; the request is counted before its answer, so that /metrics agrees with the client."""
+    ADD result is in CNI 1.x's shape (protocol.wrapped_version), as Multus's shim needs it. The request is
+    counted before its answer, so that /metrics agrees with the client; a bug's traceback is logged at once."""
     t = time.perf_counter()
     verb, cid, version, ok = "?", "?", DEFAULT_VERSION, "error"
     line: Line

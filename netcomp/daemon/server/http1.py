@@ -1,35 +1,24 @@
 """The little HTTP/1.1 the daemon speaks, as functions: a request head parsed (or refused with a CNI error),
-an answer framed, and what the socket says of its peer. The server (server.py) is the loop around them.
-
-The parser is these few lines rather than a library: the daemon serves a handful of fixed requests from local
-clients, and a general HTTP server (aiohttp) would cost memory and start-up time for none of its features."""
+an answer framed, and what the socket says of its peer. The server (server.py) is the loop around them. It is
+hand-written, not the stdlib's http.server, for the shim's one request per connection (bench/httpserver.py compares
+the two)."""
 
 from __future__ import annotations
 
+import re
 import select
 import socket
 import struct
+from http import HTTPStatus
 
 from netcomp.cni.codes import E_DECODE, E_TOO_LARGE
 
 MAX_HEAD = 64 * 1024
 _PEERCRED = struct.Struct("3i")
-REASONS = {
-    102: "Processing",
-    200: "OK",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    411: "Length Required",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
+# A head's end: CRLF CRLF, or (refused at once) one with a bare LF, which RFC 9112 section 2.2 lets a server reject.
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+# RFC 9110's name for 413; Python 3.11's HTTPStatus still has the older "Request Entity Too Large".
+REASONS = {**{s.value: s.phrase for s in HTTPStatus}, 413: "Content Too Large"}
 
 
 class Refuse(Exception):
@@ -62,8 +51,10 @@ def content_length(headers: dict[str, str], max_body: int) -> int:
     if "transfer-encoding" in headers:
         raise Refuse(411, E_DECODE, "send the request with a Content-Length, not chunked", linger=True)
     length = headers.get("content-length")
-    if length is None or not (length.isascii() and length.isdigit()) or len(length) > 12:  # not '²'; int() fails
+    if length is None:
         raise Refuse(411, E_DECODE, "a request needs a Content-Length", linger=True)
+    if not (length.isascii() and length.isdigit()) or len(length) > 12:  # not '²'; int() fails (RFC 9112 6.3)
+        raise Refuse(400, E_DECODE, "malformed Content-Length", linger=True)
     n = int(length)
     if n > max_body:
         raise Refuse(413, E_TOO_LARGE, f"request of {n} bytes is over the limit of {max_body}", linger=True)
@@ -88,13 +79,15 @@ class Incoming:
         start = max(0, len(self.buf) - 3)  # the end of the head may straddle what came before: no rescan
         self.buf += data
         if self.head is None:
-            end = self.buf.find(b"\r\n\r\n", start, MAX_HEAD + 4)
-            if end < 0:
+            found = _HEAD_END.search(self.buf, start, MAX_HEAD + 4)
+            if found is None:
                 if len(self.buf) > MAX_HEAD:
                     raise Refuse(431, E_DECODE, "request head over 64 KiB", linger=True)
                 return False
-            self.head = parse_head(bytes(self.buf[: end + 4]))
-            del self.buf[: end + 4]
+            if found.end() - found.start() != 4:
+                raise Refuse(400, E_DECODE, "request head lines must end in CRLF", linger=True)
+            self.head = parse_head(bytes(self.buf[: found.end()]))
+            del self.buf[: found.end()]
             method, _, headers = self.head
             if method == "POST" or "content-length" in headers or "transfer-encoding" in headers:
                 self.need = content_length(headers, max_body)

@@ -1,13 +1,8 @@
 """The loop half of the daemon's server: one thread reads every connection of its socket (a selector over
 non-blocking sockets, so an idle or slow connection costs a file descriptor, never a thread) and refuses what may
-not be served before any work: a peer uid that is not allowed, more than maxConnections (maxConnectionsPerPeer
-from one process), a request not whole within headerTimeout or larger than its bounds (http1.Incoming). A refusal
-is a CNI error object; when the body was not read, what the client still sends is read and dropped (bounded) so
-that it reads the answer. A complete request goes to the Router (server.py), which answers it, holds it in its queue
-(the loop watches a held connection and tells the router when its client hangs up or it waited queueTimeout), or
-releases it to a worker that answers and closes it. The loop does I/O only: it decides nothing about a request.
-It also calls `on_tick` every `tick_every` seconds: a loop that is stuck stops feeding the watchdog. Refusals
-are logged with the peer's uid and pid, at most once a minute."""
+not be served before any work: a peer uid that is not allowed, too many connections, a request not whole within
+headerTimeout or larger than its bounds. A complete request goes to the Router (server.py), which answers it,
+holds it in its queue or releases it to a worker. The loop does I/O only: it decides nothing about a request."""
 
 from __future__ import annotations
 
@@ -35,15 +30,12 @@ LINGER_SECONDS, LINGER_BYTES = 2.0, 64 * 1024 * 1024
 WRITE_TIMEOUT = 30.0
 TOO_MANY = "too many connections; try again later"
 BUSY = "netcomp is busy; try again later"
-# accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), rather
-# than being woken for the same connection again at once, as asyncio's loop does (selector_events.py,
-# _accept_connection).
+# accept(2) failing for want of fds or memory: stop accepting this long (what waits stays in the backlog), not
+# woken for the same connection at once as asyncio's loop is (selector_events.py, _accept_connection).
 ACCEPT_PAUSE = 1.0
-# Connections accepted per round of the loop at most: a flood of connects that keeps the backlog full must not
-# hold off the tick (the watchdog's keep-alive), the timers and the queue (asyncio's loop takes its backlog's size).
+# Connections accepted per round at most, so that a flood of connects does not hold off the tick and the timers.
 ACCEPT_BATCH = 64
-# While accept(2) keeps failing, its error is logged once in this many seconds (with how many failed meanwhile);
-# so are the refusals of peers (a client refused in a loop must not flood the journal).
+# accept(2)'s errors and the refusals of peers are logged once in this many seconds at most.
 ACCEPT_LOG_EVERY = REFUSAL_LOG_EVERY = 60.0
 _SPENT = http1.Incoming()  # what a connection the loop let go of holds instead of its request (never fed)
 
@@ -57,7 +49,7 @@ class Loop:
         self.metrics = metrics
         self.limits = limits
         self.router = router
-        self.on_tick: Callable[[], None] = lambda: None
+        self.on_tick: Callable[[], None] = lambda: None  # each tick_every s: a stuck loop stops feeding the watchdog
         self.tick_every = 0.5
         self._count_lock = threading.Lock()  # workers close connections too
         self._conns = 0
@@ -187,10 +179,9 @@ class Loop:
                 self.refuse(c, http1.Refuse(403, E_PEER, msg, "allowedUids in netcomp.yaml", linger=True))
                 continue
             self._read(c)  # the request may be whole already
-            # A client's connect wakes the loop, which often runs at once on the client's CPU before the client
-            # has written: the loop would find nothing, go back to epoll and be woken again. Giving up the CPU once
-            # (sched_yield) and reading again lets the client write first (docs/benchmarks.md). Once per round,
-            # not per connection: a yield can cost a busy CPU's time slice.
+            # A connect wakes the loop, often on the client's CPU before the client has written: giving up the CPU
+            # once (sched_yield) lets it write first (docs/benchmarks.md). Once per round: a yield can cost a
+            # busy CPU's time slice.
             nothing_yet = c.mine and c.state == READING and not c.registered and c.req.head is None and not c.req.buf
             if nothing_yet and not yielded:
                 yielded = True
@@ -203,11 +194,10 @@ class Loop:
     def _resume_accepting(self) -> None:
         try:
             self._sel.register(self.sock, selectors.EVENT_READ, None)
+            self._accept_paused_until = 0.0
         except OSError as e:  # epoll out of memory too: tried again after another pause, never given up
             log.error("cannot watch the listening socket again: %s; trying again in %g s", e, ACCEPT_PAUSE)
             self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
-            return
-        self._accept_paused_until = 0.0
 
     def _accept_error(self, e: OSError) -> None:
         self._sel.unregister(self.sock)
@@ -215,8 +205,7 @@ class Loop:
         self._accept_said("cannot accept a connection: %s; accepting again in %g s", e, ACCEPT_PAUSE)
 
     def refused(self, c: Conn, status: int, msg: str) -> None:
-        """Say in the log that a peer was refused (403, 411, 429, ...), with its uid and pid, at most once a
-        minute: a client refused in a loop must not flood the journal."""
+        """Say in the log that a peer was refused, with its uid and pid, at most once a minute."""
         self._refusal_said("refused a request of pid %d (uid %d): %d %s", c.pid, c.uid, status, printable(msg, 200))
 
     def timer(self, c: Conn, deadline: float) -> None:
@@ -236,8 +225,7 @@ class Loop:
             elif c.state == QUEUED:  # waited queueTimeout
                 self.router.dropped(c)
                 self.metrics.rejected.labels("busy").inc()
-                self.refused(c, 429, BUSY)
-                self.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
+                self.refuse(c, http1.Refuse(429, E_TRY_LATER, BUSY))
             else:  # lingering, or a client that did not read its answer within WRITE_TIMEOUT
                 self.close(c)
 

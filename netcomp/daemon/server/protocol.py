@@ -1,11 +1,6 @@
-"""The shim <-> daemon wire format, compatible with Multus's thick plugin.
-
-Request: `POST /cni` with `{"env": {"CNI_COMMAND": ..., ...}, "config": "<base64 of the runtime's stdin>"}`
-(Go marshals Multus's `Config []byte` as base64; Multus's shim sends its whole environment). Answer: 200
-`{"Result": <CNI result>}` with the result in CNI 1.x's shape (wrapped_version), or 400 with a CNI error object
-`{"code", "msg", "details"}`. A netcomp shim sends `X-Netcomp-Shim: 1` and gets the bare result instead, in its
-config's cniVersion, ready to print, so it never has to parse JSON. shim/plugin.py carries its own copy of the
-client side (it may import nothing of netcomp); tests/unit/test_shim.py keeps the two in agreement."""
+"""The shim <-> daemon wire format, compatible with Multus's thick plugin: its paths, the request's body and the
+CNI error object (docs/delegation.md, "The wire format"). shim/plugin.py carries its own copy of the client side
+(it may import nothing of netcomp); tests/unit/test_shim.py keeps the two in agreement."""
 
 from __future__ import annotations
 
@@ -32,10 +27,8 @@ ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_AR
 
 def wrapped_version(version: str) -> str:
     """The cniVersion of the result in a `{"Result": ...}` answer to a caller whose config says `version`: that
-    version from 1.0.0 on, else 1.0.0. Multus's shim unmarshals the Result into Go's CNI 1.0 result type
-    (`types/100.Result`, which has no `version` per IP) and converts it to its config's cniVersion: a 0.3.x/0.4.0
-    result would come out unconverted and without `version`; from 1.x the conversion puts it back. Multus's own
-    daemon answers in 1.x too (`serializeResult`)."""
+    version from 1.0.0 on, else 1.0.0. Multus's shim unmarshals the Result into Go's `types/100.Result` (no
+    `version` per IP) and converts it to its config's cniVersion itself, which it cannot do from 0.x."""
     return FIRST_UNVERSIONED if version in IP_VERSIONED else version
 
 

@@ -1,11 +1,7 @@
-"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints. The Server
-routes what its Loop (loop.py) reads: a CNI request (`/cni`, `/delegate`) goes to a worker (workers.py) that runs
-it (handlers.py) and answers, at most `maxInFlight` at once, more held in its queue (at most `maxQueued`,
-each up to `queueTimeout`), beyond that "try again later" (CNI code 11); a client that asks with `X-Netcomp-Shim:
-1` gets "102 Processing" as its request is started. The operator's views and actions (`/status`, `/metrics`,
-`/ipam/gc`...) run on workers of their own; `GET /healthz` (alive) and `POST /healthz` (would a CNI request be
-taken now: Multus's shim's readiness check) are answered by the loop. Every answer is a CNI error object in JSON
-when it is not a result. docs/delegation.md, "The wire format"."""
+"""HTTP/1.1 on a unix socket: the Multus-thick-compatible CNI API and the operator's endpoints (docs/delegation.md,
+"The wire format"). The Server routes what its Loop (loop.py) reads: a CNI request runs on a worker (handlers.py),
+at most `maxInFlight` at once and up to `maxQueued` more held in its queue for `queueTimeout`, beyond that "try
+again later"; the operator's endpoints run on workers of their own; `/healthz` and `/readyz` are answered at once."""
 
 from __future__ import annotations
 
@@ -51,27 +47,23 @@ class Server:
         *,
         limits: Limits,
         views: Mapping[str, Callable[[], Any]],
-        actions: Mapping[str, Callable[[], Any]] = {},
         queries: Mapping[str, Callable[[bytes], Any]] = {},
     ) -> None:
         """`views`: the operator's GET endpoints by path, each a function giving the JSON document (/status,
-        /attachments, /ipam); `actions`: POST endpoints that do something and give a JSON document (/ipam/gc);
-        `queries`: POST endpoints that read the request's body and change nothing (/explain). All run on workers
-        of their own, apart from the CNI requests' slots."""
-        # Bind nothing here: the listening socket is made (or inherited from systemd) by the caller.
+        /attachments, /ipam); `queries`: its POST endpoints, each a function of the request's body (/explain,
+        /ipam/gc). All run on workers of their own, apart from the CNI requests' slots."""
         self.loop = Loop(sock, metrics, limits, self)
         self.metrics = metrics
         self.delegator = delegator
         self.views = dict(views)
-        self.actions = dict(actions)
         self.queries = dict(queries)
         self.ready = threading.Event()
         # Why the daemon is not ready although it serves (a compile that does not finish: Daemon.stuck), or None.
         self.stuck: Callable[[], str | None] = lambda: None
         self.draining = threading.Event()
         self.served = 0
-        self._busy = 0
-        self._waiting = 0  # len(held), for the other threads (under `changed`)
+        self.in_flight = 0  # requests taken, not yet answered (under `changed`, as are queued and served)
+        self.queued = 0  # len(held), for the other threads (under `changed`)
         self.held: deque[Conn] = deque()  # the queue: requests waiting for a worker (the loop's thread only)
         self._last_change = 0.0  # time.monotonic() of the last request taken or finished
         # Notified whenever requests in flight or queued change (drain waits on it; so can tests and tools).
@@ -79,11 +71,6 @@ class Server:
         self._never = threading.Event()  # wait_quiet's sleep: an Event no one sets
         self._requests = Workers("request", limits.max_in_flight)
         self._others = Workers("view", 4)
-
-    @property
-    def limits(self) -> Limits:
-        """The loop's: netcomp.yaml read again sets new ones there (`loop.limits`), for what comes next."""
-        return self.loop.limits
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
@@ -97,7 +84,7 @@ class Server:
         with self.changed:
             if self.draining.is_set():
                 return False
-            self._busy += 1
+            self.in_flight += 1
             self._last_change = time.monotonic()
             self.changed.notify_all()
         self.metrics.in_flight.inc()
@@ -107,23 +94,22 @@ class Server:
         """A request is done. `counted`: served was counted already (before its answer went out)."""
         self.metrics.in_flight.dec()
         with self.changed:
-            self._busy -= 1
+            self.in_flight -= 1
             self.served += 0 if counted else 1
             self._last_change = time.monotonic()
             self.changed.notify_all()
-            waiting = self._waiting
+            waiting = self.queued
         if waiting:
             self.loop.wake()  # a slot is free for the next in the queue
 
     def wait_quiet(self, settle: float = QUIET, limit: float = QUIET_LIMIT) -> bool:
         """Until no request has been in flight or queued for `settle` seconds, or `limit` seconds passed (False):
-        for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter looks
-        again once per `settle` at most and is never woken by a request's start or end: a wake would put its
-        thread on the CPU, and on the GIL, beside the very request it waits for (a DEL right after its ADD)."""
+        for work that must not compete with requests for the CPU, such as the cluster's writes. The waiter is never
+        woken by a request's start or end: that would put it on the CPU and the GIL beside the request."""
         deadline = time.monotonic() + limit
         while True:
             with self.changed:
-                busy, last = self._busy or self._waiting, self._last_change
+                busy, last = self.in_flight or self.queued, self._last_change
             now = time.monotonic()
             if now >= deadline:
                 return False
@@ -136,19 +122,11 @@ class Server:
         with self.changed:
             return self.changed.wait_for(predicate, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        return self._busy
-
-    @property
-    def queued(self) -> int:
-        return self._waiting
-
     def drain(self, timeout: float) -> bool:
         """Stop taking work; wait up to timeout for what is in flight (answered by then). True when all was."""
         self.draining.set()
         self.loop.wake()  # what waits in the queue is told to try again later
-        return self.wait_for(lambda: self._busy == 0, timeout)
+        return self.wait_for(lambda: self.in_flight == 0, timeout)
 
     def shutdown(self) -> None:
         """Stop the loop (every connection still open is closed without an answer) and the workers."""
@@ -169,31 +147,26 @@ class Server:
             ready = self.ready.is_set() and not self.draining.is_set() and stuck is None
             doc = {"ready": ready, **({"why": stuck} if stuck else {})}
             loop.answer_now(c, 200 if ready else 503, json.dumps(doc).encode())
-        elif method == "GET" and (path == protocol.METRICS_PATH or path in self.views):
-            view = self.metrics.render if path == protocol.METRICS_PATH else self.views[path]
-            ctype = "text/plain; version=0.0.4" if path == protocol.METRICS_PATH else "application/json"
-            self._hand_over(c, self._others, lambda: _document(view, ctype))
-        elif method == "POST" and path in self.actions:
-            action = self.actions[path]
-            self._hand_over(c, self._others, lambda: _document(action, "application/json"))
+        elif method == "GET" and path == protocol.METRICS_PATH:
+            self._hand_over(c, self.metrics.render, "text/plain; version=0.0.4")
+        elif method == "GET" and path in self.views:
+            self._hand_over(c, self.views[path])
         elif method == "POST" and path in self.queries:
             query, body = self.queries[path], c.req.body
-            self._hand_over(c, self._others, lambda: _document(lambda: query(body), "application/json"))
+            self._hand_over(c, lambda: query(body))
         elif method == "POST" and path == protocol.HEALTHZ_PATH:
             self._readiness(c)
         elif method == "POST" and path in _POST:
             self._take(c)
-        elif path in _GET or path in _POST or path in self.views or path in self.actions or path in self.queries:
+        elif path in _GET or path in _POST or path in self.views or path in self.queries:
             msg = f"method {method[:20]} not allowed on {path[:100]}"
             loop.answer_now(c, 405, protocol.error_body(E_INVALID_CONFIG, msg))
         else:
             loop.answer_now(c, 404, protocol.error_body(E_INVALID_CONFIG, f"no such endpoint {path[:100]!r}"))
 
     def _readiness(self, c: Conn) -> None:
-        """POST /healthz: Multus's shim asks it before every ADD and CHECK (polling while the answer is not 200)
-        and once before a DEL. It answers whether a CNI request would be taken now, so that the shim waits out a
-        daemon that is stopping (its connection then waits in the socket unit's backlog for the next one) instead
-        of sending a request that is refused. GET /healthz stays liveness."""
+        """POST /healthz, which Multus's shim polls before its requests: whether a CNI request would be taken now,
+        so that the shim waits out a daemon that is starting or stopping. GET /healthz stays liveness."""
         if self.ready.is_set() and not self.draining.is_set():
             self.loop.answer_now(c, 200, b'{"ok":true}')
         else:
@@ -206,33 +179,29 @@ class Server:
         """A CNI request: started now when a slot is free, else held in the queue (or refused: queue full,
         stopping)."""
         loop = self.loop
-        if not self.ready.is_set():
-            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, "netcomp is starting; try again later"))
-            return
-        if self.draining.is_set():
-            loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
+        if not self.ready.is_set() or self.draining.is_set():
+            self._readiness(c)  # its 503: starting, or stopping
             return
         with self.changed:
-            free = self._busy < self.limits.max_in_flight and not self.held
-            room = len(self.held) < self.limits.max_queued and not self.draining.is_set()
+            free = self.in_flight < loop.limits.max_in_flight and not self.held
+            room = len(self.held) < loop.limits.max_queued and not self.draining.is_set()
         if free:
             self._start(c, waited=False)
         elif not room:
             self.metrics.rejected.labels("busy").inc()
-            loop.refused(c, 429, BUSY)
-            loop.answer_now(c, 429, protocol.error_body(E_TRY_LATER, BUSY))
+            loop.refuse(c, http1.Refuse(429, E_TRY_LATER, BUSY))
         else:  # held until a slot is free, its client hangs up, or it waited queueTimeout (answered: busy)
             c.state = QUEUED
             self.held.append(c)
             self._held_changed()
             loop.watch(c)  # to see its client hang up
-            loop.timer(c, time.monotonic() + self.limits.queue_timeout)
+            loop.timer(c, time.monotonic() + loop.limits.queue_timeout)
 
     def after_round(self) -> None:
         """What the queue holds started while a slot is free (told to try again later once draining)."""
         while self.held:
             with self.changed:
-                if self._busy >= self.limits.max_in_flight and not self.draining.is_set():
+                if self.in_flight >= self.loop.limits.max_in_flight and not self.draining.is_set():
                     return
             c = self.held.popleft()
             self._held_changed()
@@ -250,7 +219,7 @@ class Server:
 
     def _held_changed(self) -> None:
         with self.changed:
-            self._waiting = len(self.held)
+            self.queued = len(self.held)
             self.changed.notify_all()
         self.metrics.queued.set(len(self.held))
 
@@ -285,9 +254,8 @@ class Server:
             loop.closed(c)
 
     def _serve(self, c: Conn, path: str, body: bytes, shim: bool) -> None:
-        """On a worker: the request run, its answer written, then its log line (off the answer's path: under
-        systemd a line wakes journald, which would sit on the answer's path on a small node), then out of
-        flight."""
+        """On a worker: the request run, its answer written, then its log line (a line wakes journald: off the
+        answer's path), then out of flight."""
         counted = False
         outcome: handlers.Outcome | None = None
         try:
@@ -307,22 +275,20 @@ class Server:
             finally:  # a log handler that fails (and fails again on the bug's line) never keeps it in flight
                 self.leave(counted=counted)
 
-    def _hand_over(self, c: Conn, workers: Workers, answer: Callable[[], tuple[int, bytes, str]]) -> None:
-        """An operator's endpoint, served by a worker; an answer larger than the socket takes at once (a big
-        /status or /metrics) is written by the loop, so that clients that do not read never hold the workers
-        that /metrics needs."""
+    def _hand_over(self, c: Conn, endpoint: Callable[[], Any], ctype: str = "application/json") -> None:
+        """An operator's endpoint, served by a worker; the loop writes what the socket does not take at once (a big
+        /status or /metrics), so that clients that do not read never hold the workers."""
         self.loop.release(c, blocking=False)
 
         def serve() -> None:
             data = b""
             try:
-                status, body, ctype = answer()
-                data = http1.response(status, body, ctype)
+                data = http1.response(*_document(endpoint, ctype))
             finally:
                 self.loop.send_answer(c, data)
 
         try:
-            workers.submit(serve)
+            self._others.submit(serve)
         except RuntimeError as e:
             log.error("cannot hand a request to a worker: %s", e)
             self.loop.send_answer(c, http1.response(503, protocol.error_body(E_TRY_LATER, f"{e}; try again later")))

@@ -1,8 +1,6 @@
-"""A pool of threads for the server's work: started when needed (up to a limit), kept idle after.
-
-Leaner than concurrent.futures' ThreadPoolExecutor on the path of every request: the work is a plain callable
-put on a C queue (no Future, no work item, no semaphore), and whoever submits it does not wait for it (the
-worker answers the client itself, server.py)."""
+"""A pool of threads for the server's work: started when needed (up to a limit), kept idle after. It is leaner
+than concurrent.futures' ThreadPoolExecutor on every request's path: the work is a plain callable on a C queue (no
+Future, no semaphore), and whoever submits it does not wait for it (the worker answers the client itself)."""
 
 from __future__ import annotations
 
