@@ -1,10 +1,7 @@
-"""The host links netcomp owns: the VLAN or VXLAN master a compiled network names in its `netcomp.hostLink` block
-(for example `eth1.120`, or `vx5000` over eth1). Made with pyroute2 before the first delegate of an ADD that
-needs one, and brought up; a link of that name that exists but is something else is never touched.
-
-A link netcomp made carries the alias `netcomp:owned` (`ip -d link` shows it); only such links are ever removed,
-and only when no network names them and no container uses them (delegate.delegator.Delegator.gc_host_links). A link
-the operator made (netplan, ifupdown) with the right kind and id is used as it is and never removed."""
+"""This module makes, and removes, the VLAN or VXLAN master links compiled networks name in `netcomp.hostLink`
+(`eth1.120`, `vx5000` over eth1), with pyroute2. A link it makes carries the alias `netcomp:owned`, and only such
+links are ever removed (delegate.delegator.Delegator.gc_host_links); a link of that name that is something else is
+never touched, and one the operator made with the right kind and id is used as it is."""
 
 from __future__ import annotations
 
@@ -70,8 +67,7 @@ def _addr(value: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
 
 
 def _ipr(netns: str | None) -> Any:
-    # pyroute2 only when a link is to be looked at closely, made or removed: the daemon that makes none never
-    # imports it (megabytes of resident memory: docs/benchmarks.md).
+    # pyroute2 is imported only when a link is to be made or removed: a daemon that makes none never loads it.
     from pyroute2 import IPRoute, NetNS
 
     return NetNS(netns) if netns else IPRoute()

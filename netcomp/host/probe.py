@@ -1,9 +1,6 @@
-"""What the kernel can make, asked the way the kernel answers: by making the link, in a network namespace made
-for the test, in a process of its own (a Python started for it, running _main), which leaves it as it exits: the
-namespace and every link in it go with the process. Nothing is ever made in the caller's namespace: the process
-tries nothing unless unshare(2) gave it a new one.
-
-Also the links of this namespace with their kinds (a read), for the checks of the devices networks name."""
+"""This module asks the kernel which link kinds it can make by making them, in a network namespace of a process
+started for the test (_main), which takes the namespace with it as it exits; it tries nothing unless unshare(2)
+gave it a new one. It also lists this namespace's links with their kinds."""
 
 from __future__ import annotations
 

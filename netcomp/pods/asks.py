@@ -1,13 +1,7 @@
-"""What a pod asks of one attachment (podnets.Ask), put into it before any plugin runs, and checked once they have.
-
-Before (prepare): each field goes where the network's plugins read it, as libcni and Multus hand it over (`ips`
-claimed from a netcomp pool by poolclaims.take, else runtimeConfig or `args.cni.ips`, one way only: IPAM plugins
-add up what they are given several ways; `mac` in an SR-IOV config, runtimeConfig or `MAC=`; `cni-args` merged
-into every plugin's `args.cni`; the capabilities for the plugins that declare them, refused when none does), and
-what cannot be (an address outside the subnets, one another container holds) is refused. After (check): the
-interface has the MAC and every address asked for, whatever plugin set them, else the ADD is rolled back; then
-`default-route`: routes() says which default routes to move, host/container.py moves them. Each field, and where
-it goes: docs/kubernetes.md, "The annotations"."""
+"""This module puts what a pod asks of one attachment (multus.Ask) where the network's plugins read it, as libcni
+and Multus hand it over, and refuses what cannot be, before any plugin runs (prepare); after they ran, it checks
+that the interface has what was asked (check) and says which default routes to move (routes). Each field, and
+where it goes: docs/kubernetes.md, "The annotations"."""
 
 from __future__ import annotations
 
@@ -181,10 +175,7 @@ def _put_cni_args(ask: Ask, conf: dict[str, Any], name: str) -> None:
             f"cni-args: {', '.join(map(repr, mine))} is netcomp's to give: ask with the element's ips and mac"
         )
     for p in conf.get("plugins") or []:
-        args = p.setdefault("args", {})
-        if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
-            raise ask.error(f"cni-args: network {name}'s plugin {p.get('type')} has args that are not an object")
-        args["cni"].update(ask.cni_args)
+        _merge_cni_args(p, ask.cni_args, ask, f"cni-args: network {name}")
 
 
 def _danm(ask: Ask, conf: Mapping[str, Any], name: str, pool: Pool | None) -> None:
@@ -216,13 +207,17 @@ def _field(capability: str) -> str:
     return {"infinibandGUID": "infiniband-guid"}.get(capability, capability)
 
 
+def _merge_cni_args(plugin: dict[str, Any], values: Mapping[str, Any], ask: Ask, where: str) -> None:
+    args = plugin.setdefault("args", {})
+    if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
+        raise ask.error(f"{where}'s plugin {plugin.get('type')} has args that are not an object")
+    args["cni"].update(values)
+
+
 def _into_ipam_args(conf: dict[str, Any], ask: Ask, name: str, values: dict[str, Any]) -> None:
     for p in conf.get("plugins") or []:
         if isinstance(p.get("ipam"), dict):
-            args = p.setdefault("args", {})
-            if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
-                raise ask.error(f"ips: network {name}'s plugin {p.get('type')} has args that are not an object")
-            args["cni"].update(values)
+            _merge_cni_args(p, values, ask, f"ips: network {name}")
             return
     raise ask.error(
         f"ips: network {name} has no IPAM section and none of its plugins takes the 'ips' capability, so nothing "

@@ -1,10 +1,7 @@
-"""What a pod asks for, read as Multus reads it: `k8s.v1.cni.cncf.io/networks` (items separated by commas, or a
-JSON list of Multus's network selection elements) and `v1.multus-cni.io/default-network` (one network in the
-node default's place). Everything is checked here, before any plugin runs (a key netcomp does not know, a value
-of the wrong type, an address or MAC that is not one, the same MAC twice, two default routes of one family),
-each a CNI error 7 naming the pod, the annotation and the item. Which network a reference means, and whether the
-pod may use it, is resolve()'s. An Ask is also what danm_interfaces.py makes of DANM's connections, and DANM's tenancy
-rules (danm_tenancy) hold for both annotations. docs/kubernetes.md, "Moving over from Multus"."""
+"""This module reads what a pod asks for as Multus reads it (`k8s.v1.cni.cncf.io/networks` and
+`v1.multus-cni.io/default-network`) into Asks, checks every item before any plugin runs (each refusal a CNI error
+7 naming the pod, the annotation and the item), and resolves which network each means and whether the pod may
+use it. docs/kubernetes.md, "Moving over from Multus"."""
 
 from __future__ import annotations
 
