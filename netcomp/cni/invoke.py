@@ -114,38 +114,25 @@ class Runner:
         if res.stderr:
             # What a plugin says on stderr goes to the log (journalctl -u netcomp), with whose it was.
             level = logging.WARNING if res.returncode != 0 else logging.DEBUG
-            log.log(
-                level,
-                "%s %s (network %s) stderr: %s",
-                ptype,
-                command,
-                network or "-",
-                printable(res.stderr.decode(errors="replace").strip()[-2000:]),
-            )
+            said = printable(res.stderr.decode(errors="replace").strip()[-2000:])
+            log.log(level, "%s %s (network %s) stderr: %s", ptype, command, network or "-", said)
         if res.returncode != 0:
             raise _plugin_error(res, network, ptype)
         if not res.stdout.strip():
             return None
+
+        def bad(msg: str, details: str = "") -> DelegateError:
+            return DelegateError(E_OTHER, msg, details, network=network, plugin=ptype)
+
         try:
             out = loads(res.stdout)
         except ValueError:
-            raise DelegateError(
-                E_OTHER,
-                "plugin printed a result that is not JSON",
-                res.stdout[:200].decode(errors="replace"),
-                network=network,
-                plugin=ptype,
-            ) from None
+            raise bad("plugin printed a result that is not JSON", res.stdout[:200].decode(errors="replace")) from None
         if not isinstance(out, dict):
-            raise DelegateError(E_OTHER, "plugin result is not a JSON object", network=network, plugin=ptype)
+            raise bad("plugin result is not a JSON object")
         # Counting brackets is C-fast and bounds the depth: only a result with many is walked.
         if res.stdout.count(b"[") + res.stdout.count(b"{") > MAX_RESULT_DEPTH and too_deep(out, MAX_RESULT_DEPTH):
-            raise DelegateError(
-                E_OTHER,
-                f"plugin result is nested deeper than {MAX_RESULT_DEPTH} levels",
-                network=network,
-                plugin=ptype,
-            )
+            raise bad(f"plugin result is nested deeper than {MAX_RESULT_DEPTH} levels")
         return out
 
     @staticmethod

@@ -127,30 +127,27 @@ def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
     plugins compare it with their result's `sandbox`), the path itself. An entry without an identity trusts the
     first path that is a network namespace; one without a cookie is looked for at its paths only, an inode number
     alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
-    for p in paths:
-        if not p:
-            continue
+    fd: int | None = None
+    path = ""
+    for p in filter(None, paths):
         try:
-            fd, nid = open_netns(p)
+            opened, nid = open_netns(p)
         except DelegateError:
             continue
-        if entry.netns_id is not None and (nid != entry.netns_id or not _same(fd, entry.netns_cookie)):
-            os.close(fd)
-            continue
-        try:
-            yield Target(f"/proc/{os.getpid()}/fd/{fd}" if pin else p, True)
-        finally:
-            os.close(fd)
-        return
-    recorded_id, want = entry.netns_id, entry.netns_cookie
-    found = find(recorded_id, want) if pin and recorded_id and want is not None else None
-    if found is None:
+        if entry.netns_id is None or (nid == entry.netns_id and _same(opened, entry.netns_cookie)):
+            fd, path = opened, p
+            break
+        os.close(opened)
+    else:
+        recorded_id, want = entry.netns_id, entry.netns_cookie
+        fd = find(recorded_id, want) if pin and recorded_id and want is not None else None
+    if fd is None:
         yield Target("", False)
         return
     try:
-        yield Target(f"/proc/{os.getpid()}/fd/{found}", True)
+        yield Target(f"/proc/{os.getpid()}/fd/{fd}" if pin else path, True)
     finally:
-        os.close(found)
+        os.close(fd)
 
 
 def cookie(fd: int) -> int | None:

@@ -37,7 +37,7 @@ def kernel_kinds(kinds: Sequence[str]) -> dict[str, str | None]:
         return {}
     try:
         p = subprocess.run(
-            [sys.executable, "-I", "-c", _HELPER, _package_parent(), *kinds],
+            [sys.executable, "-I", "-c", _HELPER, _PACKAGE_PARENT, *kinds],
             capture_output=True,
             timeout=PROBE_SECONDS,
             check=False,
@@ -59,13 +59,8 @@ def kernel_kinds(kinds: Sequence[str]) -> dict[str, str | None]:
 _HELPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); from netcomp.host.probe import _main; sys.exit(_main(sys.argv[2:]))"
 )
-
-
-def _package_parent() -> str:
-    """Where this netcomp is imported from, for the helper to import the same one."""
-    import netcomp
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(netcomp.__file__)))
+# The folder this netcomp is imported from (the parent of netcomp/), for the helper to import the same one.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def link_kinds() -> dict[str, str | None]:

@@ -12,11 +12,10 @@ from typing import Any
 
 from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
 from netcomp.ipam.pool import Pool
-from netcomp.pods.multus import Ask
+from netcomp.pods.multus import Ask, IPNetwork
 from netcomp.pods.naming import display_name
 from netcomp.records.record import Attachment, Record
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NETCOMP_ARGS = {"ips", "mac", "ip"}  # args.cni keys netcomp sets from the element's own fields
 
 
@@ -321,16 +320,18 @@ def routes(atts: list[tuple[Attachment, Ask | None]]) -> list[DefaultRoute]:
     return out
 
 
+def _default_family(route: Mapping[str, Any]) -> int | None:
+    """The address family of a result's default route; None for any other route (or one that is not a route)."""
+    try:
+        dst = ipaddress.ip_network(str(route.get("dst")), strict=False)
+    except ValueError:
+        return None
+    return dst.version if dst.prefixlen == 0 else None
+
+
 def _defaults_of(a: Attachment) -> list[tuple[int, str | None]]:
-    out: list[tuple[int, str | None]] = []
-    for r in (a.result or {}).get("routes") or []:
-        try:
-            dst = ipaddress.ip_network(str(r.get("dst")), strict=False)
-        except ValueError:
-            continue
-        if dst.prefixlen == 0:
-            out.append((dst.version, r.get("gw")))
-    return out
+    given = (a.result or {}).get("routes") or []
+    return [(v, r.get("gw")) for r in given if (v := _default_family(r)) is not None]
 
 
 def record_routes(atts: list[Attachment], moved: list[DefaultRoute]) -> None:
@@ -340,19 +341,8 @@ def record_routes(atts: list[Attachment], moved: list[DefaultRoute]) -> None:
         for a in atts:
             if a.result is None:
                 continue
-            keep = []
-            for r in a.result.get("routes") or []:
-                try:
-                    dst = ipaddress.ip_network(str(r.get("dst")), strict=False)
-                except ValueError:
-                    keep.append(r)
-                    continue
-                if (
-                    dst.prefixlen != 0
-                    or dst.version != want.family
-                    or (a.ifname == want.ifname and want.gateway is None)
-                ):
-                    keep.append(r)
+            keeps_own = a.ifname == want.ifname and want.gateway is None
+            keep = [r for r in a.result.get("routes") or [] if keeps_own or _default_family(r) != want.family]
             if a.ifname == want.ifname and want.gateway is not None:
                 keep.append({"dst": DEFAULT_DST[want.family], "gw": want.gateway})
             a.result = {**a.result, "routes": keep}

@@ -53,7 +53,7 @@ class Records:
     """The cache dir, an entry per CNI_CONTAINERID and CNI_IFNAME (CNI's identity of a container)."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        self.directory = directory  # set again when netcomp.yaml's cacheDir changes (SIGHUP)
         # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
         # the records (cluster/services.py) reads the entry again later, so a listener must only take note.
         self.listeners: list[Callable[[str, str], None]] = []
@@ -62,22 +62,12 @@ class Records:
         for fn in self.listeners:
             fn(container_id, ifname)
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
-    @directory.setter
-    def directory(self, value: Path) -> None:
-        """Set again when netcomp.yaml's cacheDir changes (SIGHUP): every record goes there from then on."""
-        self._directory = Path(value)
-        self._dir = os.fspath(value)
-
     def path(self, container_id: str, ifname: str) -> Path:
         return Path(self._file(container_id, ifname))
 
     def _file(self, container_id: str, ifname: str) -> str:
         """The entry's path as a str: pathlib's arithmetic costs more than the syscalls on every request."""
-        return os.path.join(self._dir, _entry_name(container_id, ifname))
+        return os.path.join(self.directory, _entry_name(container_id, ifname))
 
     def load(self, container_id: str, ifname: str) -> Record | None:
         """The container's entry; None when it has none. An entry that cannot be read is the node's problem

@@ -53,16 +53,8 @@ class Attachment:
             "args": self.args,
             "capabilityArgs": self.capability_args,
         }
-        if self.error:
-            doc["error"] = self.error
-        if self.permanent:
-            doc["permanent"] = True
-        if self.claims:
-            doc["claims"] = self.claims
-        if self.device:
-            doc["device"] = self.device
-        if self.element:
-            doc["element"] = self.element
+        # The keys that are written only when set: each the attribute of its name.
+        doc.update((k, v) for k in ("error", "permanent", "claims", "device", "element") if (v := getattr(self, k)))
         return doc
 
     @staticmethod
