@@ -137,10 +137,7 @@ class Runner:
 
     @staticmethod
     def plugin_config(
-        conflist: Mapping[str, Any],
-        plugin: Mapping[str, Any],
-        prev: Mapping[str, Any] | None,
-        rt: RuntimeConf | None,
+        conflist: Mapping[str, Any], plugin: Mapping[str, Any], prev: Mapping[str, Any] | None, rt: RuntimeConf | None
     ) -> dict[str, Any]:
         """A plugin's stdin: its own keys plus name, cniVersion, prevResult and the runtimeConfig of the
         capabilities it declares (CNI spec, "Deriving execution configuration from plugin configuration")."""

@@ -15,8 +15,7 @@ FIRST_UNVERSIONED = next(v for v in SUPPORTED_VERSIONS if v not in IP_VERSIONED)
 
 
 def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
-    """The same result in `version`'s shape: a new dict with new `ips` (what differs between the versions); the
-    rest is shared with `result`, which no caller changes."""
+    """The result in `version`'s shape: a new dict with new `ips` (what differs); the rest is shared with `result`."""
     if version not in SUPPORTED_VERSIONS:
         raise DelegateError(
             E_INCOMPATIBLE, f"incompatible CNI version {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"

@@ -120,8 +120,7 @@ def routes_without_gw(conf: dict[str, Any]) -> list[str]:
 
 
 def dumps(conf: dict[str, Any]) -> bytes:
-    """Deterministic bytes: the key order given, two-space indent, trailing newline (json.dumps(indent=2)'s
-    layout, by orjson: the stdlib's indenting encoder is pure Python)."""
+    """json.dumps(indent=2)'s bytes and a trailing newline, by orjson (the stdlib's indenting encoder is slow)."""
     return orjson.dumps(conf, option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -178,8 +177,7 @@ def loads_foreign(data: bytes | str) -> Any:
 
 
 def compact(obj: Any) -> bytes:
-    """Compact JSON for a plugin's stdin or an answer: orjson, or the stdlib for what orjson refuses (an integer
-    over 64 bits from some plugin's result)."""
+    """Compact JSON for a plugin's stdin or an answer; the stdlib's for what orjson refuses (integers over 64 bits)."""
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:

@@ -52,14 +52,12 @@ def link_state(netns: str | int, ifname: str) -> LinkState | None:
             found = ipr.link_lookup(ifname=ifname)
             if not found:
                 return None
-            link = ipr.get_links(found[0])[0]
-            addrs = []
-            for m in ipr.get_addr(index=found[0]):
-                addr = ipaddress.ip_interface(f"{m.get('IFA_ADDRESS')}/{m['prefixlen']}")
-                if not (addr.version == 6 and addr.ip.is_link_local):
-                    addrs.append(str(addr))
-            mac = link.get("IFLA_ADDRESS")
-            return LinkState(str(mac).lower() if mac else None, tuple(addrs))
+            mac = ipr.get_links(found[0])[0].get("IFLA_ADDRESS")
+            addrs = (
+                ipaddress.ip_interface(f"{m.get('IFA_ADDRESS')}/{m['prefixlen']}") for m in ipr.get_addr(index=found[0])
+            )
+            kept = tuple(str(a) for a in addrs if not (a.version == 6 and a.ip.is_link_local))
+            return LinkState(str(mac).lower() if mac else None, kept)
 
     return inside(netns, work, f"read interface {ifname}")
 

@@ -49,8 +49,7 @@ def _why(path: str, e: OSError) -> str:
 
 
 def open_netns(path: str) -> tuple[int, tuple[int, int]]:
-    """An fd on the network namespace at path, and its identity (netns.NetnsId). DelegateError (4) when path is
-    not one."""
+    """An fd on the network namespace at path and its identity (netns.NetnsId); DelegateError (4) when there is none."""
     check_path(path)
     try:
         # O_NONBLOCK: a FIFO planted at that path must not hang us.
@@ -102,8 +101,7 @@ class _Job:
 
 
 class _Crew:
-    """The threads that do `inside`'s work, one piece at a time each: more start when all are busy, and at most
-    KEEP are kept idle."""
+    """The threads that do `inside`'s work: more start when all are busy, and at most KEEP are kept idle."""
 
     KEEP = 4
 

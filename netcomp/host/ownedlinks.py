@@ -73,20 +73,14 @@ def _ipr(netns: str | None) -> Any:
     return NetNS(netns) if netns else IPRoute()
 
 
-def _netlink_error() -> Any:
-    """pyroute2's NetlinkError (the errno in .code), imported with pyroute2."""
-    from pyroute2 import NetlinkError
-
-    return NetlinkError
-
-
 def ensure(link: Mapping[str, Any], netns: str | None = None) -> bool:
     """Make the link (in the named network namespace, or the daemon's own) unless it is there already; bring it
     up. Returns whether it was created. Raises HostError with what the operator should do."""
     name, kind, parent_name = str(link["name"]), str(link["kind"]), str(link["link"])
     if kind not in _MODULE:
         raise HostError(f"unknown host link kind {kind!r} for {name}")
-    NetlinkError = _netlink_error()
+    from pyroute2 import NetlinkError
+
     with _lock, _ipr(netns) as ipr:
         parent = ipr.link_lookup(ifname=parent_name)
         if not parent:
@@ -154,7 +148,8 @@ def owned(netns: str | None = None) -> set[str]:
 
 def remove(name: str, netns: str | None = None) -> bool:
     """Delete a link netcomp made; anything else of that name is left alone. Whether it was removed."""
-    NetlinkError = _netlink_error()
+    from pyroute2 import NetlinkError
+
     with _lock, _ipr(netns) as ipr:
         found = _find(ipr, name)
         if found is None or not found.owned:

@@ -64,8 +64,7 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 
 
 def link_kinds() -> dict[str, str | None]:
-    """Every link of this network namespace by name, with its kind (None for a plain device: a NIC, loopback).
-    HostError when netlink cannot be asked."""
+    """Every link of this network namespace by name, with its kind (None for a NIC); HostError if netlink fails."""
     try:
         from pyroute2 import IPRoute
 

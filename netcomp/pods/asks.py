@@ -143,8 +143,7 @@ def _reservable(ask: Ask, pool: Pool, name: str) -> None:
 def _put_mac(
     ask: Ask, conf: dict[str, Any], name: str, runtime: dict[str, Any], capability: bool
 ) -> list[tuple[str, str]]:
-    """The MAC asked for, where the network's plugins take it: sriov's own key, the `mac` capability, or else
-    CNI_ARGS (returned, to be appended)."""
+    """The MAC asked for, where the plugins take it: sriov's key, the `mac` capability, else CNI_ARGS (returned)."""
     assert ask.mac is not None
     kind = (conf.get("netcomp") or {}).get("type")
     if kind == "ipvlan":
@@ -259,8 +258,7 @@ def check_gateways(a: Attachment, ask: Ask) -> None:
 
 
 def check(a: Attachment, ask: Ask, state: LinkState | None) -> None:
-    """After the plugins: the interface has the MAC and the addresses asked for. DelegateError 7 otherwise
-    (the caller rolls the ADD back)."""
+    """After the plugins: the interface has the MAC and the addresses asked for, else DelegateError 7 (rolled back)."""
     name = display_name(a.network, a.conflist)
     if state is None:
         raise ask.error(f"network {name}'s plugins left no interface {a.ifname} in the container")

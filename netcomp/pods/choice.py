@@ -68,10 +68,7 @@ def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str,
 
 
 def _danm(
-    pod: PodRef,
-    danm: tuple[str, str],
-    nets: Mapping[str, Mapping[str, Any]],
-    runtime_ifname: str,
+    pod: PodRef, danm: tuple[str, str], nets: Mapping[str, Mapping[str, Any]], runtime_ifname: str
 ) -> PodNetworks:
     """DANM's connections: the first on the runtime's interface (DANM's eth0) in the node default's place, each
     other one named <container_prefix><index> (eth<index> without a prefix), the index its place in the

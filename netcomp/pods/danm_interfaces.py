@@ -36,8 +36,7 @@ DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
 
 
 def danm_annotation(notes: Mapping[str, str], pod: PodRef) -> tuple[str, str] | None:
-    """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
-    refused (which would be meant?)."""
+    """(key, value) of the pod's DANM interfaces annotation, if any; both of DANM's keys at once are refused."""
     given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
     if len(given) > 1:
         raise DelegateError(

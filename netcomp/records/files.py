@@ -91,8 +91,7 @@ class Records:
             ) from None
 
     def save(self, entry: Record) -> None:
-        """Atomic, not fsync'd. OSError (ENOSPC...) leaves the previous entry; so does ValueError, for an entry that
-        cannot be written as JSON."""
+        """Atomic, not fsync'd. OSError (ENOSPC...) or ValueError (not JSON) leaves the previous entry."""
         path, data = self._file(entry.container_id, entry.ifname), entry.to_json()
         entry.file = path
         try:
@@ -138,12 +137,16 @@ class Records:
         discard(self._file(container_id, ifname))
         self._changed(container_id, ifname)
 
+    def _names(self) -> list[str]:
+        """The entries' file names, sorted: never a temp file or a removed entry (hidden names)."""
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.endswith(".json") and not n.startswith("."))
+        except FileNotFoundError:
+            return []
+
     def count(self) -> int:
         """How many containers have an entry: the files, not read (status asks this every few seconds)."""
-        try:
-            return sum(1 for n in os.listdir(self.directory) if n.endswith(".json") and not n.startswith("."))
-        except FileNotFoundError:
-            return 0
+        return len(self._names())
 
     def entries(self) -> list[Record]:
         """Every readable entry; an unreadable one is logged and skipped (scan() reports them)."""
@@ -156,23 +159,18 @@ class Records:
         """The readable entries, and the files that cannot be read with why."""
         out: list[Record] = []
         broken: list[tuple[Path, str]] = []
-        try:
-            names = sorted(os.listdir(self.directory))
-        except FileNotFoundError:
-            return out, broken
-        for name in names:
-            if name.endswith(".json") and not name.startswith("."):
-                path = self.directory / name
-                try:
-                    data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
-                    if _is_torn(data):  # left here: only a load under the container's lock removes it
-                        broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
-                        continue
-                    out.append(Record.from_json(data))
-                except FileNotFoundError:  # removed by a DEL meanwhile
+        for name in self._names():
+            path = self.directory / name
+            try:
+                data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
+                if _is_torn(data):  # left here: only a load under the container's lock removes it
+                    broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                     continue
-                except (UnknownKind, NotJSON) as e:
-                    broken.append((path, str(e)))
-                except (OSError, *READ_ERRORS) as e:
-                    broken.append((path, f"{type(e).__name__}: {e}"))
+                out.append(Record.from_json(data))
+            except FileNotFoundError:  # removed by a DEL meanwhile
+                continue
+            except (UnknownKind, NotJSON) as e:
+                broken.append((path, str(e)))
+            except (OSError, *READ_ERRORS) as e:
+                broken.append((path, f"{type(e).__name__}: {e}"))
         return out, broken

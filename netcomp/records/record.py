@@ -227,19 +227,18 @@ class UnknownKind(ValueError):
 
 def _legacy(d: dict[str, Any]) -> Record:
     """An entry of version 0 (no "kind"): written after its ADD succeeded, so everything in it is attached."""
-    atts = []
-    for a in d.get("attachments") or []:
-        atts.append(
-            Attachment(
-                network=_str(a, "network"),
-                ifname=_str(a, "ifname"),
-                conflist=_dict(a, "conflist"),
-                result=a.get("result"),
-                args=str(a.get("args") or ""),
-                capability_args=a.get("capability_args") or {},
-                state="attached",
-            )
+    atts = [
+        Attachment(
+            network=_str(a, "network"),
+            ifname=_str(a, "ifname"),
+            conflist=_dict(a, "conflist"),
+            result=a.get("result"),
+            args=str(a.get("args") or ""),
+            capability_args=a.get("capability_args") or {},
+            state="attached",
         )
+        for a in d.get("attachments") or []
+    ]
     return Record(
         container_id=_str(d, "container_id"),
         netns=str(d.get("netns") or ""),
@@ -251,8 +250,7 @@ def _legacy(d: dict[str, Any]) -> Record:
 
 
 def _claims(docs: Any) -> list[dict[str, Any]]:
-    """The address claims an attachment records; ValueError for one that is not whole: what reads the records at
-    start-up (the blocks this node holds) and DEL (what it frees) rely on each."""
+    """The address claims an attachment records; ValueError for one that is not whole (start-up and DEL need each)."""
     out = [c for c in docs or [] if isinstance(c, dict)]
     for c in out:
         Claim.check_doc(c)
