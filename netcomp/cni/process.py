@@ -59,14 +59,11 @@ class Exec(Protocol):
 
 def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
     """Exec `argv[0]` (an absolute path: no shell, no PATH lookup) with exactly `env`, `stdin` on its stdin, and
-    its stdout and stderr captured; killed after `timeout` seconds with every process it started that is still in
-    its process group or holds its output. Once the plugin has exited, whatever it left holding its stdout or
-    stderr is killed rather than waited for.
-
-    posix_spawn(3) with the GIL released (spawn.py) and one poll loop replace subprocess.run, which costs more CPU
-    on every ADD and DEL (bench/spawn.py). The child gets what subprocess would give it: only fds 0-2 (PEP 446,
-    `seal_fds`), SIGPIPE and SIGXFSZ at their defaults, an empty signal mask, and no deadlock however much it
-    reads or writes. Its stdin is in the pipe before it starts, as much as the pipe holds."""
+    its output captured; killed after `timeout` seconds with what it started, and once it has exited, whatever it
+    left holding its output is killed rather than waited for. posix_spawn(3) with the GIL released (spawn.py) and
+    one poll loop cost less CPU than subprocess.run (bench/spawn.py) and give the child the same: only fds 0-2
+    (`seal_fds`), SIGPIPE and SIGXFSZ at their defaults, an empty signal mask, no deadlock. Its stdin is in the
+    pipe before it starts, as much as the pipe holds."""
     if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
         raise DelegateError(E_OTHER, f"cannot execute {argv[0]!r}: not an absolute path")
     deadline = time.monotonic() + timeout

@@ -152,18 +152,13 @@ MAX_DEPTH = 32
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether arrays and objects nest deeper than `limit` in obj: iterative, linear in its size."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
+    stack: list[tuple[Any, int]] = [(obj, 1)] if isinstance(obj, dict | list) else []  # containers only
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
         if depth > limit:
             return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return False
 
 

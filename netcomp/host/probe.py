@@ -13,8 +13,8 @@ from typing import Any
 
 from netcomp import libc
 from netcomp.errors import HostError
+from netcomp.host.nsenter import CLONE_NEWNET
 
-CLONE_NEWNET = 0x40000000
 PROBE_SECONDS = 30.0
 # The link kinds the networks' plugins and host links need, by the name of the kernel feature (its module), and
 # how each is made over a parent link (a veth end, which every kernel that runs containers has).
