@@ -283,10 +283,15 @@ def _first_mount(proc: str) -> str | None:
     """A process's mount namespace told without ptrace access: the id of the first mount its mountinfo lists
     (a mount belongs to one namespace). None when the process is gone."""
     try:
-        with open(f"{proc}/mountinfo", "rb", buffering=0) as f:  # one read(2) of its head
-            head = f.read(64)
+        fd = os.open(f"{proc}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        head = os.read(fd, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return "mount " + head.split(b" ", 1)[0].decode("ascii", "replace")
 
 
