@@ -252,8 +252,7 @@ def _ips(value: Any, ask: Ask) -> tuple[tuple[IPInterface, ...], tuple[bool, ...
             prefixed.append("/" in v)
         except ValueError:
             raise ask.error(f"ips[{j}]: {str(v)[:60]!r} is not an IP address (or address/prefix)") from None
-    families = [a.version for a in out]
-    if len(set(families)) != len(families):
+    if len({a.version for a in out}) != len(out):
         raise ask.error("ips: at most one address of each family (IPv4, IPv6) per network")
     return tuple(out), tuple(prefixed)
 
