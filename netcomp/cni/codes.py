@@ -1,10 +1,7 @@
-"""Every CNI error code netcomp answers, in one place (as libcni keeps its own beside its Error type, in
-pkg/types/types.go): the CNI spec's ("Error" section: 1-99 are the spec's), and netcomp's own (100 and up, which
-the spec leaves to plugins). The shim keeps copies of the few it answers itself; tests/unit/test_shim.py checks
-them against these."""
+"""Every CNI error code netcomp answers lives here, as libcni keeps its own in pkg/types/types.go: the spec's
+(1-99) and netcomp's own (100 and up). tests/unit/test_shim.py checks the shim's copies against these."""
 
 E_INCOMPATIBLE = 1  # incompatible CNI version
-E_UNSUPPORTED_FIELD = 2  # unsupported field in the network configuration
 E_UNKNOWN_CONTAINER = 3  # the container is unknown or does not exist
 E_INVALID_ENV = 4  # invalid necessary environment variables (CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME)
 E_IO = 5  # I/O failure (the node's: the cache, a host link)

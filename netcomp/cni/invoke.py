@@ -1,9 +1,6 @@
-"""Running CNI plugins (libcni's job): find a plugin by plain name in the plugin dirs, exec it with a scrubbed
-environment, no shell and a timeout, and run a conflist as the CNI spec says (Section 5: "Execution of network
-configurations": ADD in order chaining prevResult, DEL in reverse, CHECK with the cached result).
-
-Process creation goes through an `Exec` (as libcni's invoke.Exec), so callers can wrap it (run in a netns, count
-calls); tests that need the real thing use the real plugins."""
+"""This module runs CNI plugins, as libcni does: it finds a plugin by plain name in the plugin dirs, execs it
+through an `Exec` (cni/process.py) with a scrubbed environment, and runs a conflist as the CNI spec's Section 5
+says (ADD in order chaining prevResult, DEL in reverse, CHECK with the cached result)."""
 
 from __future__ import annotations
 
@@ -17,34 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_INVALID_ENV, E_OTHER
-from netcomp.cni.process import (
-    MARKER_ENV,
-    MAX_STDOUT,
-    STDERR_TAIL,
-    Exec,
-    ExecResult,
-    exec_problem,
-    kill_marked,
-    real_exec,
-    seal_fds,
-)
-from netcomp.cni.spec import DEFAULT_VERSION, compact, loads, plugin_types
+from netcomp.cni.process import MARKER_ENV, exec_problem
+
+# The process half (cni/process.py), re-exported: callers run plugins through this module.
+from netcomp.cni.process import MAX_STDOUT as MAX_STDOUT
+from netcomp.cni.process import STDERR_TAIL as STDERR_TAIL
+from netcomp.cni.process import Exec as Exec
+from netcomp.cni.process import ExecResult as ExecResult
+from netcomp.cni.process import kill_marked as kill_marked
+from netcomp.cni.process import real_exec as real_exec
+from netcomp.cni.process import seal_fds as seal_fds
+from netcomp.cni.spec import DEFAULT_VERSION, compact, loads, plugin_types, too_deep
 from netcomp.errors import DelegateError, printable
 from netcomp.names import is_cni_name
-
-# The process half (cni/process.py), named here too: callers run plugins through this module.
-__all__ = [
-    "MAX_STDOUT",
-    "STDERR_TAIL",
-    "Exec",
-    "ExecResult",
-    "Runner",
-    "RuntimeConf",
-    "find_plugin",
-    "kill_marked",
-    "real_exec",
-    "seal_fds",
-]
 
 log = logging.getLogger("netcomp.cni")
 DEFAULT_TIMEOUT = 60.0
@@ -73,22 +55,9 @@ def find_plugin(name: str, dirs: Sequence[str | Path]) -> str:
     raise DelegateError(E_INVALID_CONFIG, f"failed to find plugin {name!r} in path {list(map(str, dirs))}")
 
 
-# A result is written again (the next plugin's prevResult, the cache, the answer): orjson writes 255 levels at
-# most and the stdlib's encoder about 990, and a CNI result has 4. Deeper is refused as the plugin's error, before
-# anything records it.
+# A result is written again (the next plugin's prevResult, the record, the answer), and orjson writes at most 255
+# levels (a CNI result has 4): deeper is the plugin's error, refused before anything records it.
 MAX_RESULT_DEPTH = 64
-
-
-def _deeper(value: Any, limit: int) -> bool:
-    """Whether value nests containers deeper than limit (the top level is 1)."""
-    todo: list[tuple[Any, int]] = [(value, 1)]
-    while todo:
-        v, depth = todo.pop()
-        if isinstance(v, dict | list):
-            if depth > limit:
-                return True
-            todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return False
 
 
 class Runner:
@@ -145,46 +114,30 @@ class Runner:
         if res.stderr:
             # What a plugin says on stderr goes to the log (journalctl -u netcomp), with whose it was.
             level = logging.WARNING if res.returncode != 0 else logging.DEBUG
-            log.log(
-                level,
-                "%s %s (network %s) stderr: %s",
-                ptype,
-                command,
-                network or "-",
-                printable(res.stderr.decode(errors="replace").strip()[-2000:]),
-            )
+            said = printable(res.stderr.decode(errors="replace").strip()[-2000:])
+            log.log(level, "%s %s (network %s) stderr: %s", ptype, command, network or "-", said)
         if res.returncode != 0:
             raise _plugin_error(res, network, ptype)
         if not res.stdout.strip():
             return None
+
+        def bad(msg: str, details: str = "") -> DelegateError:
+            return DelegateError(E_OTHER, msg, details, network=network, plugin=ptype)
+
         try:
             out = loads(res.stdout)
         except ValueError:
-            raise DelegateError(
-                E_OTHER,
-                "plugin printed a result that is not JSON",
-                res.stdout[:200].decode(errors="replace"),
-                network=network,
-                plugin=ptype,
-            ) from None
+            raise bad("plugin printed a result that is not JSON", res.stdout[:200].decode(errors="replace")) from None
         if not isinstance(out, dict):
-            raise DelegateError(E_OTHER, "plugin result is not a JSON object", network=network, plugin=ptype)
+            raise bad("plugin result is not a JSON object")
         # Counting brackets is C-fast and bounds the depth: only a result with many is walked.
-        if res.stdout.count(b"[") + res.stdout.count(b"{") > MAX_RESULT_DEPTH and _deeper(out, MAX_RESULT_DEPTH):
-            raise DelegateError(
-                E_OTHER,
-                f"plugin result is nested deeper than {MAX_RESULT_DEPTH} levels",
-                network=network,
-                plugin=ptype,
-            )
+        if res.stdout.count(b"[") + res.stdout.count(b"{") > MAX_RESULT_DEPTH and too_deep(out, MAX_RESULT_DEPTH):
+            raise bad(f"plugin result is nested deeper than {MAX_RESULT_DEPTH} levels")
         return out
 
     @staticmethod
     def plugin_config(
-        conflist: Mapping[str, Any],
-        plugin: Mapping[str, Any],
-        prev: Mapping[str, Any] | None,
-        rt: RuntimeConf | None,
+        conflist: Mapping[str, Any], plugin: Mapping[str, Any], prev: Mapping[str, Any] | None, rt: RuntimeConf | None
     ) -> dict[str, Any]:
         """A plugin's stdin: its own keys plus name, cniVersion, prevResult and the runtimeConfig of the
         capabilities it declares (CNI spec, "Deriving execution configuration from plugin configuration")."""
@@ -208,10 +161,7 @@ class Runner:
             out = self.exec_plugin(self.plugin_config(conflist, plugin, prev, rt), "ADD", rt, conflist["name"])
             if out is None:
                 raise DelegateError(
-                    E_OTHER,
-                    "ADD printed no result",
-                    network=conflist["name"],
-                    plugin=str(plugin.get("type")),
+                    E_OTHER, "ADD printed no result", network=conflist["name"], plugin=str(plugin.get("type"))
                 )
             prev = out
         assert prev is not None, "a conflist has at least one plugin"
@@ -255,10 +205,9 @@ class Runner:
         return known or None
 
     def preflight(self, conflist: Mapping[str, Any], rt: RuntimeConf) -> None:
-        """Refuse (DelegateError, permanent) what would make every exec of the conflist fail, before anything
-        runs: an environment the kernel cannot exec (process.exec_problem: CNI_ARGS with a NUL byte or over 128
-        KiB), a cniVersion one of its plugins (or their IPAM plugins) says it does not speak. Such an ADD would
-        fail, and so would the DEL of its rollback, for the same reason."""
+        """Refuse (DelegateError, permanent), before anything runs, what would make every exec of the conflist
+        fail, and the DEL of its rollback too: an environment the kernel cannot exec (process.exec_problem), a
+        cniVersion one of its plugins (or their IPAM plugins) says it does not speak."""
         network = str(conflist.get("name", ""))
         why = exec_problem([], self.env("ADD", rt))
         if why is not None:

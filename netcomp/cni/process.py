@@ -1,6 +1,6 @@
-"""A plugin as a process: exec'd with exactly the environment and stdin it is given, its output read, bounded
-in time and size, and nothing it started left behind (libcni's invoke/raw_exec.go, with what it lacks). Also the
-kernel's rules for what an exec takes, and the sweep of delegates an earlier daemon left running."""
+"""This module runs a plugin as a process (libcni's invoke/raw_exec.go, with what it lacks): it execs it with
+exactly the environment and stdin it is given, reads its output bounded in time and size, and leaves nothing it
+started behind. It also knows what an exec can take, and kills the delegates an earlier daemon left running."""
 
 from __future__ import annotations
 
@@ -30,9 +30,8 @@ BUSY_RETRIES, BUSY_PAUSE = 5, 1.0
 
 def exec_problem(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """Why execve(2) could never take this argument list and environment (a NUL byte, which C ends a string at;
-    a string over MAX_ARG_STRLEN; all of them over ARG_MAX), or None. Such an exec fails however often it is
-    tried: an ADD is refused before anything runs rather than recorded, run and rolled back by a DEL that fails
-    the same way."""
+    a string over MAX_ARG_STRLEN; all of them over ARG_MAX), or None: such an exec fails however often it is
+    tried."""
     total = 0
     for name, text in [*((f"argument {i}", a) for i, a in enumerate(argv)), *((k, f"{k}={v}") for k, v in env.items())]:
         raw = os.fsencode(text)
@@ -59,19 +58,12 @@ class Exec(Protocol):
 
 
 def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout: float) -> ExecResult:
-    """Exec `argv[0]` with exactly `env`, `stdin` on its stdin, and its stdout and stderr captured; killed after
-    `timeout` seconds with every process it started that is still in its process group or holds its output. No
-    shell, no PATH lookup. An exec that fails with "text file busy" is tried again (BUSY_RETRIES). Once the
-    plugin has exited, what it wrote is its answer: what it started and left holding its stdout or stderr (a
-    child in a session of its own) is killed then, rather than waited for until the timeout.
-
-    posix_spawn(3) and one poll loop rather than subprocess.run: on the path of every ADD and DEL, it costs the
-    daemon half the CPU per plugin exec and answers sooner (bench/spawn.py, docs/benchmarks.md); spawned with
-    the GIL released (spawn.py says why). What subprocess does for us is done
-    here too: the child gets only fds 0-2 (every fd the daemon opens is close-on-exec, PEP 446, and `seal_fds`
-    makes those it inherited so), the signals Python ignores (SIGPIPE, SIGXFSZ) back at their defaults, an empty
-    signal mask, and no deadlock however much it reads or writes. Its stdin is in the pipe before it starts (as
-    much as the pipe holds: a config is a few KiB, a pipe 64): the plugin never waits for the daemon to write."""
+    """Exec `argv[0]` (an absolute path: no shell, no PATH lookup) with exactly `env`, `stdin` on its stdin, and
+    its output captured; killed after `timeout` seconds with what it started, and once it has exited, whatever it
+    left holding its output is killed rather than waited for. posix_spawn(3) with the GIL released (spawn.py) and
+    one poll loop cost less CPU than subprocess.run (bench/spawn.py) and give the child the same: only fds 0-2
+    (`seal_fds`), SIGPIPE and SIGXFSZ at their defaults, an empty signal mask, no deadlock. Its stdin is in the
+    pipe before it starts, as much as the pipe holds."""
     if not os.path.isabs(argv[0]):  # never resolved against the cwd or a PATH
         raise DelegateError(E_OTHER, f"cannot execute {argv[0]!r}: not an absolute path")
     deadline = time.monotonic() + timeout
@@ -156,9 +148,8 @@ def _prefill(fd: int, data: bytes) -> memoryview:
 
 
 def _kill(pid: int, pipes: tuple[int, int]) -> tuple[int, int]:
-    """Kill the plugin, whatever it started that is still in its process group, and whatever still holds its
-    output pipes (a child it started in a session of its own, which the group's kill misses); reap the plugin.
-    (its wait status, how many holders were killed)."""
+    """Kill the plugin, its process group, and whatever still holds its output pipes (a child in a session of its
+    own, which the group's kill misses); reap the plugin. (its wait status, how many holders were killed)."""
     for kill in (os.killpg, os.kill):  # the plugin itself even if its group is somehow gone
         with contextlib.suppress(ProcessLookupError):
             kill(pid, signal.SIGKILL)
@@ -274,10 +265,9 @@ def _communicate(
 
 
 def seal_fds() -> None:
-    """Called once as the daemon starts. Make every fd above 2 it inherited close-on-exec (a socket from
-    systemd, anything a parent left open), so that no plugin sees one; Python opens its own fds so already
-    (PEP 446). And make sure 0-2 are open (on /dev/null if not): otherwise a pipe of real_exec's could get one
-    of those numbers and be overwritten by another when the child's stdio is set up."""
+    """Called once as the daemon starts: make every inherited fd above 2 close-on-exec, so that no plugin sees
+    one, and open 0-2 on /dev/null where they are closed, so that no pipe of real_exec's gets one of those numbers
+    and is overwritten when the child's stdio is set up."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -296,11 +286,9 @@ MARKER_ENV = "NETCOMP_DELEGATE_OF"
 
 
 def kill_marked(marker: str, *, rounds: int = 20) -> int:
-    """Kill every process whose environment carries MARKER_ENV=marker (with its process group): delegates a
-    daemon of the same cache dir started and that outlived it (they run in process groups of their own, so a
-    SIGKILL of the daemon does not reach them). Called before anything else at start-up, so that no delegate
-    from before a crash races the DELs that undo its ADD. Under systemd the unit's cgroup is emptied before a
-    restart anyway; this makes it so outside systemd too. Returns how many were killed."""
+    """Kill every process whose environment carries MARKER_ENV=marker, with its process group: delegates that a
+    daemon of the same cache dir started and that outlived it. Called first at start-up, so that no delegate from
+    before a crash races the DELs that undo its ADD. Returns how many were killed."""
     needle = f"{MARKER_ENV}={marker}".encode()
     me = os.getpid()
     killed = 0
@@ -318,13 +306,11 @@ def kill_marked(marker: str, *, rounds: int = 20) -> int:
         if not found:
             return killed
         for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(pid, signal.SIGKILL)
             killed += 1
-        # Zombies keep their environ readable until reaped by whoever is their parent now; wait for them
-        # to go (bounded), so the next scan does not count them again.
+        # A zombie's environ stays readable until its parent reaps it: waited for (bounded), not counted twice.
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and any(_alive(pid) for pid in found):
             time.sleep(0.01)

@@ -1,6 +1,5 @@
-"""CNI results between spec versions (0.3.0/0.3.1/0.4.0 and 1.0.0/1.1.0 share a shape: `interfaces`, `ips`,
-`routes`, `dns`; before 1.0.0 each IP carries `version`). Results of 0.1.0/0.2.0 (`ip4`/`ip6`) are not produced
-by any plugin netcomp runs and are refused."""
+"""This module converts CNI results between spec versions: 0.3.0 to 1.1.0 share a shape, and before 1.0.0 each IP
+carries `version`. It refuses results of 0.1.0/0.2.0 (`ip4`/`ip6`), which no plugin netcomp runs produces."""
 
 from __future__ import annotations
 
@@ -16,9 +15,7 @@ FIRST_UNVERSIONED = next(v for v in SUPPORTED_VERSIONS if v not in IP_VERSIONED)
 
 
 def convert(result: dict[str, Any], version: str) -> dict[str, Any]:
-    """The same result in `version`'s shape: a new dict, its `ips` new too (what differs between the versions);
-    the rest is `result`'s own (every caller prints or reads it, none changes it), as a deep copy on every ADD's
-    answer would cost for nothing."""
+    """The result in `version`'s shape: a new dict with new `ips` (what differs); the rest is shared with `result`."""
     if version not in SUPPORTED_VERSIONS:
         raise DelegateError(
             E_INCOMPATIBLE, f"incompatible CNI version {version!r}", f"supported: {', '.join(SUPPORTED_VERSIONS)}"

@@ -1,10 +1,6 @@
-"""posix_spawn(3) with the GIL released: `os.posix_spawn`'s interface, libc's function called through ctypes.
-
-CPython's `os.posix_spawn` holds the GIL until the child has exec'd (glibc spawns with CLONE_VFORK), and the
-kernel wakes the parent on the CPU the child runs its plugin on: meanwhile no other request, no other delegate
-of the same ADD, not even the serving loop runs (`perf sched` shows it: docs/benchmarks.md). ctypes releases the
-GIL around every foreign call, so the wait costs only the thread that asked (CPython 3.12 does the same for
-subprocess's vfork: gh-104372). glibc's posix_spawn is made for multithreaded callers, and every argument it
+"""This module offers `os.posix_spawn`'s interface with the GIL released: libc's posix_spawn(3) called through
+ctypes. CPython's own holds the GIL until the child has exec'd (glibc spawns with CLONE_VFORK), so no other thread
+of the daemon runs meanwhile (CPython 3.12 releases it for subprocess's vfork: gh-104372). Every argument libc
 reads is built here and kept alive until it returns. Where libc lacks it, `os.posix_spawn` is used."""
 
 from __future__ import annotations
@@ -78,11 +74,9 @@ def posix_spawn(
     setsigmask: Iterable[int] | None = None,
     setsigdef: Iterable[int] = (),
 ) -> int:
-    """`os.posix_spawn(path, argv, env, file_actions=..., setpgroup=..., setsigmask=..., setsigdef=...)`, the GIL
-    released while libc spawns; the child's pid. file_actions as os.posix_spawn takes them
-    (tuples of os.POSIX_SPAWN_DUP2, CLOSE or OPEN). OSError as os.posix_spawn raises it (the exec's own failure
-    included: glibc reports it from the child); ValueError for a string C cannot take (a NUL byte in it, or an
-    environment name with '=')."""
+    """`os.posix_spawn` with the GIL released while libc spawns; the child's pid. OSError as os.posix_spawn raises
+    it (the exec's own failure included: glibc reports it from the child); ValueError for a string C cannot take
+    (a NUL byte in it, or an environment name with '=')."""
     if _LIBC is None:
         kw: dict[str, Any] = {"setsigdef": tuple(setsigdef)}
         if setpgroup is not None:

@@ -1,8 +1,6 @@
-"""CNI configuration rules (CNI spec, "Section 1: Network configuration format").
-
-Pure functions over parsed JSON: parse with positions, lift a single-plugin `.conf` into a conflist, verify what
-the spec and libcni require, and serialize deterministically.
-"""
+"""The CNI spec's configuration rules (Section 1, "Network configuration format") as pure functions: they parse
+JSON with positions, lift a single-plugin `.conf` into a conflist, verify what the spec and libcni require, and
+serialize deterministically."""
 
 from __future__ import annotations
 
@@ -54,13 +52,8 @@ def to_conflist(obj: Any) -> dict[str, Any]:
         return obj
     if "type" not in obj:
         raise ConfigProblem("neither a conflist (no 'plugins') nor a plugin config (no 'type')")
-    plugin = {k: v for k, v in obj.items() if k not in ("name", "cniVersion")}
-    out: dict[str, Any] = {}
-    if "cniVersion" in obj:
-        out["cniVersion"] = obj["cniVersion"]
-    if "name" in obj:
-        out["name"] = obj["name"]
-    out["plugins"] = [plugin]
+    out: dict[str, Any] = {k: obj[k] for k in ("cniVersion", "name") if k in obj}
+    out["plugins"] = [{k: v for k, v in obj.items() if k not in ("name", "cniVersion")}]
     return out
 
 
@@ -70,10 +63,8 @@ def plugin_types(conflist: dict[str, Any]) -> list[str]:
     for p in conflist.get("plugins") or []:
         if not isinstance(p, dict):
             continue
-        for t in (
-            p.get("type"),
-            (p.get("ipam") or {}).get("type") if isinstance(p.get("ipam"), dict) else None,
-        ):
+        ipam = p.get("ipam")
+        for t in (p.get("type"), ipam.get("type") if isinstance(ipam, dict) else None):
             if isinstance(t, str) and t and t not in seen:
                 seen.append(t)
     return seen
@@ -105,10 +96,8 @@ def verify_conflist(conf: Any, *, check_name: bool = True) -> list[str]:
         elif not is_cni_name(t):
             problems.append(f"plugins[{i}].type {t!r} must be a plain plugin name, not a path")
         ipam = p.get("ipam")
-        if ipam is not None:
+        if ipam is not None and ipam != {}:  # an empty ipam section names no plugin
             it = ipam.get("type") if isinstance(ipam, dict) else None
-            if isinstance(ipam, dict) and not ipam:
-                continue
             if not isinstance(it, str) or not is_cni_name(it):
                 problems.append(f"plugins[{i}].ipam.type {it!r} must be a plain plugin name, not a path")
     return problems
@@ -131,8 +120,7 @@ def routes_without_gw(conf: dict[str, Any]) -> list[str]:
 
 
 def dumps(conf: dict[str, Any]) -> bytes:
-    """Deterministic bytes: the key order given, two-space indent, trailing newline (the layout of
-    json.dumps(indent=2); orjson because the stdlib's indenting encoder is pure Python and 40x slower)."""
+    """json.dumps(indent=2)'s bytes and a trailing newline, by orjson (the stdlib's indenting encoder is slow)."""
     return orjson.dumps(conf, option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -141,10 +129,9 @@ _LONG_DIGITS, _LONG_DIGITS_TEXT = re.compile(rb"[0-9]{19}"), re.compile(r"[0-9]{
 
 
 def loads(data: bytes | str) -> Any:
-    """JSON from a peer or a plugin, on the path of every request: orjson (fast, and it refuses nesting deeper
-    than 1024), or the stdlib for what orjson refuses but JSON allows, and for text with an integer that may not
-    fit in 64 bits (orjson reads those as floats, silently inexact); ValueError for anything that is not JSON,
-    nesting too deep for either included (the stdlib would raise RecursionError)."""
+    """JSON from a peer or a plugin: orjson, or the stdlib for what orjson refuses but JSON allows and for an
+    integer that may not fit in 64 bits (orjson reads those as inexact floats); ValueError for anything that is
+    not JSON, nesting too deep for either included."""
     first: Exception | None = None
     if not (_LONG_DIGITS_TEXT.search(data) if isinstance(data, str) else _LONG_DIGITS.search(data)):
         try:
@@ -165,25 +152,19 @@ MAX_DEPTH = 32
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether arrays and objects nest deeper than `limit` in obj: iterative, linear in its size."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
+    stack: list[tuple[Any, int]] = [(obj, 1)] if isinstance(obj, dict | list) else []  # containers only
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
         if depth > limit:
             return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return False
 
 
 def loads_foreign(data: bytes | str) -> Any:
-    """JSON another writer made (an annotation, the kubelet's files, a device plugin's): as loads, and
-    ValueError also when arrays and objects nest deeper than MAX_DEPTH, so that nothing that walks it
-    later can meet a RecursionError."""
+    """JSON another writer made (an annotation, the kubelet's files): as loads, and ValueError also when arrays and
+    objects nest deeper than MAX_DEPTH, so that nothing that walks it later meets a RecursionError."""
     doc = loads(data)
     if too_deep(doc):
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
@@ -191,8 +172,7 @@ def loads_foreign(data: bytes | str) -> Any:
 
 
 def compact(obj: Any) -> bytes:
-    """Compact JSON for a plugin's stdin or an answer, on the path of every request: orjson, or the stdlib for
-    what orjson refuses (an integer over 64 bits from some plugin's result)."""
+    """Compact JSON for a plugin's stdin or an answer; the stdlib's for what orjson refuses (integers over 64 bits)."""
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:

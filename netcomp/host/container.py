@@ -1,7 +1,6 @@
-"""What netcomp itself reads and changes inside a container's network namespace, after its plugins ran: an
-interface's MAC and addresses (to check that the plugins gave what a pod asked for) and the default routes (a
-pod's `default-route`, as Multus moves them). Each call enters the namespace on a thread of its own
-(nsenter.inside) and opens pyroute2's IPRoute there, which costs milliseconds: only ADDs that ask for these pay it."""
+"""This module reads and changes what netcomp itself touches in a container's network namespace after its plugins
+ran: an interface's MAC and addresses, the default routes (as Multus moves them), DANM's policy routes, and what
+a killed plugin left. Each call enters the namespace (nsenter.inside) and opens pyroute2 there."""
 
 from __future__ import annotations
 
@@ -53,21 +52,19 @@ def link_state(netns: str | int, ifname: str) -> LinkState | None:
             found = ipr.link_lookup(ifname=ifname)
             if not found:
                 return None
-            link = ipr.get_links(found[0])[0]
-            addrs = []
-            for m in ipr.get_addr(index=found[0]):
-                addr = ipaddress.ip_interface(f"{m.get('IFA_ADDRESS')}/{m['prefixlen']}")
-                if not (addr.version == 6 and addr.ip.is_link_local):
-                    addrs.append(str(addr))
-            mac = link.get("IFLA_ADDRESS")
-            return LinkState(str(mac).lower() if mac else None, tuple(addrs))
+            mac = ipr.get_links(found[0])[0].get("IFLA_ADDRESS")
+            addrs = (
+                ipaddress.ip_interface(f"{m.get('IFA_ADDRESS')}/{m['prefixlen']}") for m in ipr.get_addr(index=found[0])
+            )
+            kept = tuple(str(a) for a in addrs if not (a.version == 6 and a.ip.is_link_local))
+            return LinkState(str(mac).lower() if mac else None, kept)
 
     return inside(netns, work, f"read interface {ifname}")
 
 
 def set_default_routes(netns: str | int, routes: list[DefaultRoute]) -> None:
-    """For each family given: the main table's default routes through any other interface removed, and the
-    one via `gateway` on `ifname` put in place of those it had. RouteRefused when the kernel will not have it."""
+    """For each route given, remove the main table's default routes of its family through other interfaces, and
+    put the one via `gateway` in place of its own. RouteRefused when the kernel will not have it."""
 
     def work() -> None:
         from pyroute2 import IPRoute, NetlinkError
@@ -167,11 +164,10 @@ TEMP_KINDS = {"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"}
 
 
 def sweep(netns: str | int, names: set[str], home: str, devices: set[str]) -> list[str]:
-    """Remove what a killed plugin left in a container's namespace, among `names` (new since its ADD began):
-    a link under a plugin's temporary name, of a kind such plugins make, is deleted; a device (no link kind) is
-    moved back to the namespace at `home` only when it is one an undone plugin was given (`devices`: names and
-    PCI addresses from their configs: host-device's device, sriov's deviceID). Anything else is left alone (a
-    workload's own tun or VLAN). Returns what was done, one line per interface."""
+    """Remove what a killed plugin left among `names` (new since its ADD began): delete a link of a kind such
+    plugins make under a temporary name; move a device (no link kind) back to `home` only when an undone plugin
+    was given it (`devices`: names and PCI addresses from their configs). Anything else (a workload's own tun) is
+    left alone. Returns what was done, one line per interface."""
     home_fd, _ = open_netns(home)
 
     def work() -> list[str]:

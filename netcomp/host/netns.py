@@ -1,10 +1,7 @@
-"""Container network namespaces: their identity, and a path to exactly the one ADD attached. A namespace is
-known by identity (the (device, inode) of its nsfs file and its cookie, which the kernel never gives another
-namespace while it runs), never by the path that names it now; DEL and CHECK act only on a namespace of the
-recorded identity: a DEL through a descriptor the daemon holds, looked for wherever it can still be (`find`),
-a CHECK at its recorded paths only. The
-host's own namespaces are told apart here too, so that no ADD is given one. Opening a namespace and working
-inside it is nsenter.py's. docs/reliability.md, "Namespaces by identity"."""
+"""This module knows container network namespaces by identity (the (device, inode) of the nsfs file and the
+cookie), never by the path that names them now, and gives DEL and CHECK a path to exactly the namespace ADD
+attached, wherever it still is (`find`). It also tells the host's own namespaces apart, so that no ADD is given
+one. It does not enter namespaces: nsenter.py does. docs/reliability.md, "Namespaces by identity"."""
 
 from __future__ import annotations
 
@@ -44,8 +41,8 @@ NetnsId = tuple[int, int]  # (st_dev, st_ino) of the namespace: its identity, wh
 
 
 class Recorded(Protocol):
-    """What a record says of the namespace its ADD attached (records.record.Record): its identity, None in
-    records from before netcomp kept one, and its cookie, None in records from before netcomp kept those."""
+    """What a record (records.record.Record) says of the namespace its ADD attached: its identity and its cookie,
+    each None in records older than netcomp's keeping them."""
 
     @property
     def netns_id(self) -> NetnsId | None: ...
@@ -65,12 +62,10 @@ def identity(path: str) -> NetnsId | None:
 
 
 def host_namespaces(extra: Iterable[str] = ()) -> tuple[set[NetnsId], str]:
-    """The namespaces no container may be given: the daemon's own, `extra` (the named netns the delegates run
-    in, when that is not the daemon's own), and the host's: PID 1's, or, where PID 1 is gone from /proc,
-    kthreadd's, which is always in the initial namespaces (PID 2 of the initial PID namespace). Its nsfs file
-    needs ptrace access (CAP_SYS_PTRACE, which netcomp.service does not grant); without, it is whichever of the
-    others has its /proc entries (`_proc_ino`). With the (set, why the host's is not known, "" when it is):
-    an ADD is refused while it is not, rather than let through."""
+    """The namespaces no container may be given: the daemon's own, `extra` (where the delegates run), and the
+    host's: PID 1's, or kthreadd's (PID 2) where PID 1 is not in /proc. Without ptrace access to its nsfs file,
+    the host's is whichever of the others has its /proc entries (`_proc_ino`). Returns the set and why the host's
+    is not known ("" when it is): an ADD is refused while it is not."""
     out: dict[NetnsId, str] = {}
     problems = []
     for p in ("/proc/self/ns/net", *extra):
@@ -100,9 +95,8 @@ def host_namespaces(extra: Iterable[str] = ()) -> tuple[set[NetnsId], str]:
 
 
 def _proc_ino(task: str) -> int:
-    """The inode number of the /proc/net/dev entry of the network namespace a task is in (`task` its /proc dir).
-    Each namespace has its own entries, numbered apart from every other live namespace's, so two tasks whose
-    numbers agree are in one namespace. Unlike the task's nsfs file, any process may read it: no ptrace access."""
+    """The inode number of the /proc/net/dev entry of the namespace a task (its /proc dir) is in: equal for two
+    tasks only in one namespace, and readable without ptrace access, unlike the task's nsfs file."""
     return os.stat(f"{task}/net/dev").st_ino
 
 
@@ -118,9 +112,8 @@ def _proc_ino_of(netns: str | int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a DEL or CHECK acts: `path` for the plugins ("" when the namespace ADD attached is gone: plugins
-    then free what they hold outside it, such as addresses, and touch no interface), and `found` whether the
-    recorded namespace still exists."""
+    """Where a DEL or CHECK acts: `path` for the plugins ("" when the namespace ADD attached is gone: they then
+    free only what they hold outside it), and `found` whether the recorded namespace still exists."""
 
     path: str
     found: bool
@@ -128,44 +121,38 @@ class Target:
 
 @contextlib.contextmanager
 def recorded(entry: Recorded, *paths: str, pin: bool) -> Iterator[Target]:
-    """The namespace the entry's ADD recorded, looked for at each of `paths` in the order given (a DEL gives the
-    request's first, then ADD's; a CHECK ADD's first, which its plugins' results name), then, with `pin`, anywhere
-    it can still be (`find`). Only a namespace of the recorded identity counts; with `pin` the plugins get a path to
-    the daemon's own descriptor on it, which no later mount or PID reuse can redirect; without, the path itself
-    (CHECK's plugins compare it with the `sandbox` their result names, so a namespace no path given names any more
-    is gone for them). An entry without an identity (written before netcomp recorded one) trusts the first path that
-    is a network namespace; one without a cookie (before netcomp recorded those) is looked for at its paths only,
-    its inode number alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
-    for p in paths:
-        if not p:
-            continue
+    """The namespace the entry's ADD recorded, looked for at each of `paths` in order, then, with `pin`, anywhere
+    it can still be (`find`). Only a namespace of the recorded identity counts. With `pin` the plugins get a path
+    to the daemon's own descriptor on it, which no later mount or PID reuse can redirect; without (CHECK, whose
+    plugins compare it with their result's `sandbox`), the path itself. An entry without an identity trusts the
+    first path that is a network namespace; one without a cookie is looked for at its paths only, an inode number
+    alone being no proof. DelegateError (11) when whether it is gone cannot be told."""
+    fd: int | None = None
+    path = ""
+    for p in filter(None, paths):
         try:
-            fd, nid = open_netns(p)
+            opened, nid = open_netns(p)
         except DelegateError:
             continue
-        if entry.netns_id is not None and (nid != entry.netns_id or not _same(fd, entry.netns_cookie)):
-            os.close(fd)
-            continue
-        try:
-            yield Target(f"/proc/{os.getpid()}/fd/{fd}" if pin else p, True)
-        finally:
-            os.close(fd)
-        return
-    recorded_id, want = entry.netns_id, entry.netns_cookie
-    found = find(recorded_id, want) if pin and recorded_id and want is not None else None
-    if found is None:
+        if entry.netns_id is None or (nid == entry.netns_id and _same(opened, entry.netns_cookie)):
+            fd, path = opened, p
+            break
+        os.close(opened)
+    else:
+        recorded_id, want = entry.netns_id, entry.netns_cookie
+        fd = find(recorded_id, want) if pin and recorded_id and want is not None else None
+    if fd is None:
         yield Target("", False)
         return
     try:
-        yield Target(f"/proc/{os.getpid()}/fd/{found}", True)
+        yield Target(f"/proc/{os.getpid()}/fd/{fd}" if pin else path, True)
     finally:
-        os.close(found)
+        os.close(fd)
 
 
 def cookie(fd: int) -> int | None:
-    """The cookie of the network namespace fd is on: a number the kernel gives no other namespace for as long as
-    it runs (SO_NETNS_COOKIE of a socket made in it, Linux 5.14; NS_GET_ID gives the same without entering it,
-    Linux 6.18). None on a kernel with neither."""
+    """The cookie of the network namespace fd is on, which the kernel gives no other namespace while it runs
+    (NS_GET_ID, Linux 6.18, or SO_NETNS_COOKIE of a socket made in it, Linux 5.14). None on a kernel with neither."""
     with contextlib.suppress(OSError):
         return int(struct.unpack("Q", fcntl.ioctl(fd, NS_GET_ID, bytes(8)))[0])
     try:
@@ -187,16 +174,17 @@ def _same(fd: int, want: int | None) -> bool:
 def find(nid: NetnsId, want: int) -> int | None:
     """A descriptor on the network namespace of this identity (inode and cookie) wherever it still is; None when
     it is gone. A kernel that opens namespaces by file handle (Linux 6.18) answers that itself, whatever holds
-    the namespace, with CAP_SYS_ADMIN alone: a handle of its id opens it, or fails with ESTALE once it is gone.
-    Elsewhere it is looked for in /proc (`_search`), where a namespace held only by a socket of a process outside
-    it, or by a descriptor of a process the daemon may not read, is not found. DelegateError (11) when /proc
-    cannot be read well enough to tell."""
+    the namespace; elsewhere it is looked for in /proc (`_search`), which misses a namespace held only by a socket
+    of a process outside it. DelegateError (11) when /proc cannot be read well enough to tell."""
     if _handles():
         try:
             return _by_handle(nid, want)
         except OSError as e:  # refused (a seccomp filter without open_by_handle_at): looked for in /proc
             log.debug("cannot open a network namespace by its handle (%s); looking for it in /proc", e.strerror)
-    return _scan(nid, want)
+    try:
+        return _search(nid, want)
+    except _Gone:
+        return None
 
 
 @functools.cache
@@ -239,23 +227,12 @@ def _by_handle(nid: NetnsId, want: int) -> int | None:
     return int(fd)
 
 
-def _scan(nid: NetnsId, want: int) -> int | None:
-    try:
-        return _search(nid, want)
-    except _Gone:
-        return None
-
-
 def _search(nid: NetnsId, want: int) -> int | None:
-    """find() in /proc, needing no ptrace access to other processes: the nsfs mounts of the daemon's own mount
-    namespace first (/run/netns and the runtimes' dirs are there), then, for each process, the nsfs mounts of its
-    mount namespace (its mountinfo), the namespaces of its tasks and its descriptors, each where it can be read.
-    A task whose namespace cannot be read (a process with capabilities the daemon lacks, another uid's, one not
-    dumpable) is not in this one when its namespace is one the daemon knows (its own, one pinned in its mount
-    namespace) or has no interface but lo (nothing of an attachment is in it); otherwise, and for a mount of this
-    inode that cannot be opened, whether the namespace is gone cannot be told (DelegateError 11). Descriptors
-    that cannot be read are not searched. The first namespace of the recorded inode number opened decides: it
-    is the one looked for, or that one is gone (_Gone)."""
+    """find() in /proc without ptrace access: the nsfs mounts of the daemon's mount namespace first, then for
+    each process the nsfs mounts of its mount namespace, its tasks' namespaces and its descriptors, where they can
+    be read. A task whose namespace cannot be read is not in this one when its namespace is one the daemon knows
+    or has no interface but lo; otherwise, and for a mount of this inode that cannot be opened, DelegateError 11.
+    The first namespace of the recorded inode number opened decides: it is the one, or that one is gone (_Gone)."""
     tag = f"net:[{nid[1]}]"
     refused: list[str] = []  # what may be the namespace but cannot be opened
     unread: list[str] = []  # the /proc dirs of tasks whose namespace cannot be read
@@ -303,8 +280,8 @@ _REFUSED = ""  # what _link says of a link it may not read (no ptrace access): n
 
 
 def _first_mount(proc: str) -> str | None:
-    """A process's mount namespace told without ptrace access: the id of the first mount its mountinfo lists,
-    a mount of that namespace alone (a mount belongs to one namespace). None when the process is gone."""
+    """A process's mount namespace told without ptrace access: the id of the first mount its mountinfo lists
+    (a mount belongs to one namespace). None when the process is gone."""
     try:
         fd = os.open(f"{proc}/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -325,8 +302,7 @@ class _Gone(Exception):
 
 def _open(path: str, nid: NetnsId, want: int, refused: list[str]) -> int | None:
     """A descriptor on the namespace at path when it is the one looked for; None when path is no namespace of
-    its inode number now (gone since it was listed), or cannot be opened (then path joins `refused`). _Gone when
-    it is one of that number but not the one looked for."""
+    its inode number now, or cannot be opened (then it joins `refused`). _Gone when it is another of that number."""
     try:
         os.stat(path)
     except PermissionError:
@@ -349,8 +325,8 @@ def _open(path: str, nid: NetnsId, want: int, refused: list[str]) -> int | None:
 
 
 def _pinned(nid: NetnsId, want: int, known: set[int]) -> int | None:
-    """Adds to `known` the _proc_ino of every network namespace mounted in the daemon's mount namespace. One of
-    the recorded inode number (mounted since it was looked for) decides, as in _open, and never joins `known`."""
+    """Add to `known` the _proc_ino of every network namespace mounted in the daemon's mount namespace; one of the
+    recorded inode number decides, as in _open, and never joins `known`."""
     for p in _nsfs_mounts("/proc/self/mountinfo", None):
         try:
             fd, got = open_netns(p)
@@ -373,8 +349,6 @@ def _task_net(task: str) -> tuple[int, bool] | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     except OSError as e:
-        if e.errno == errno.ESRCH:
-            return None
         raise _unsure(f"{task}/net/dev", e) from None
     return ino, [line.split(b":", 1)[0].strip() for line in lines] == [b"lo"]
 
@@ -397,13 +371,9 @@ def _pids() -> list[int]:
 def _listing(path: str) -> list[str]:
     try:
         return os.listdir(path)
-    except (FileNotFoundError, ProcessLookupError):  # the process or task is gone: so is what it held
+    except (FileNotFoundError, ProcessLookupError, PermissionError):  # gone, or another uid's: not searched
         return []
     except OSError as e:
-        if e.errno == errno.ESRCH:
-            return []
-        if e.errno in (errno.EACCES, errno.EPERM):  # another uid's descriptors: not searched
-            return []
         raise _unsure(path, e) from None
 
 
@@ -412,11 +382,11 @@ def _link(path: str) -> str | None:
         return os.readlink(path)
     except (FileNotFoundError, ProcessLookupError):
         return None
+    except PermissionError:  # no ptrace access to the process
+        return _REFUSED
     except OSError as e:
-        if e.errno in (errno.ESRCH, errno.EINVAL):  # gone, or not a link
+        if e.errno == errno.EINVAL:  # not a link
             return None
-        if e.errno in (errno.EACCES, errno.EPERM):  # no ptrace access to the process
-            return _REFUSED
         raise _unsure(path, e) from None
 
 
@@ -424,15 +394,14 @@ _ESCAPE = re.compile(rb"\\([0-7]{3})")
 
 
 def _nsfs_mounts(mountinfo: str, tag: str | None) -> list[str]:
-    """The mount points of nsfs mounts of `tag` (None: of every network namespace) in a mountinfo file (proc(5):
-    root is field 4, the mount point field 5 with octal escapes, the filesystem type after the ' - ' separator).
-    Any process may read any process's mountinfo: no ptrace access."""
+    """The mount points of nsfs mounts of `tag` (None: of every network namespace) in a mountinfo file, which any
+    process may read (proc(5): root is field 4, the mount point field 5 with octal escapes, the type after ' - ')."""
     try:
         data = read_bounded(mountinfo, 64 << 20)
     except (FileNotFoundError, ProcessLookupError):
         return []
     except OSError as e:
-        if e.errno in (errno.ESRCH, errno.EINVAL):  # EINVAL: an exiting process, its namespaces let go already
+        if e.errno == errno.EINVAL:  # an exiting process, its namespaces let go already
             return []
         raise _unsure(mountinfo, e) from None
     want = b"net:[" if tag is None else tag.encode()

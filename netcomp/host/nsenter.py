@@ -1,9 +1,7 @@
-"""Entering a container's network namespace: a path opened only when it is one (a FIFO planted there cannot
-hang the daemon), and work done inside it (`inside`) by a thread of a small crew kept for it, never by a thread
-that serves requests. A crew thread enters with setns(2), works, goes back to the daemon's own namespace, and a
-thread that cannot go back ends there, never working again: where it is is not known. Pyroute2 and sockets
-made in the work are the namespace's. What a namespace is (its identity, its cookie) and where a recorded one is
-found are netns.py's."""
+"""This module enters containers' network namespaces: it opens a path only when it is one (a FIFO planted there
+cannot hang the daemon), and does work inside it (`inside`) on a thread of a small crew kept for it, never on a
+serving thread. A crew thread that cannot go back to the daemon's namespace ends, never working again. What a
+namespace is and where a recorded one is found are netns.py's."""
 
 from __future__ import annotations
 
@@ -39,8 +37,8 @@ def check_path(path: str) -> str:
 
 
 def _why(path: str, e: OSError) -> str:
-    """Why a process's namespace may not be opened: without CAP_SYS_PTRACE (netcomp.service has none) the kernel
-    opens /proc/<pid>/ns/* only of a process with no capability the daemon lacks (ptrace_may_access)."""
+    """Why a process's namespace may not be opened: without CAP_SYS_PTRACE the kernel opens /proc/<pid>/ns/* only
+    of a process with no capability the daemon lacks (ptrace_may_access)."""
     if e.errno not in (errno.EACCES, errno.EPERM) or not path.startswith("/proc/"):
         return ""
     return (
@@ -51,8 +49,7 @@ def _why(path: str, e: OSError) -> str:
 
 
 def open_netns(path: str) -> tuple[int, tuple[int, int]]:
-    """An fd on the network namespace at path, and its identity (netns.NetnsId). DelegateError (4) when path is
-    not one."""
+    """An fd on the network namespace at path and its identity (netns.NetnsId); DelegateError (4) when there is none."""
     check_path(path)
     try:
         # O_NONBLOCK: a FIFO planted at that path must not hang us.
@@ -76,9 +73,9 @@ def open_netns(path: str) -> tuple[int, tuple[int, int]]:
 
 
 def inside(netns: str | int, work: Callable[[], T], what: str) -> T:
-    """work() run on a crew thread that has entered the network namespace (a path, or an fd on it) and leaves it
-    after; its exceptions are raised here. DelegateError (4) when netns is not a network namespace; an OSError of
-    work (netlink trouble) is the host's: HostError, saying `what` was being done."""
+    """work() run on a crew thread inside the network namespace (a path, or an fd on it); its exceptions are raised
+    here. DelegateError (4) when netns is not a network namespace; an OSError of work is the host's: HostError,
+    saying `what` was being done."""
     if isinstance(netns, int):
         fd, label, own_fd = netns, f"fd {netns}", False
     else:
@@ -104,8 +101,7 @@ class _Job:
 
 
 class _Crew:
-    """The threads that do `inside`'s work: one per piece of work at a time, kept idle between them (at most
-    KEEP idle; more are started when all are busy, and end when they would be one too many idle)."""
+    """The threads that do `inside`'s work: more start when all are busy, and at most KEEP are kept idle."""
 
     KEEP = 4
 

@@ -1,10 +1,7 @@
-"""The host links netcomp owns: the VLAN or VXLAN master a compiled network names in its `netcomp.hostLink` block
-(for example `eth1.120`, or `vx5000` over eth1). Made with pyroute2 before the first delegate of an ADD that
-needs one, and brought up; a link of that name that exists but is something else is never touched.
-
-A link netcomp made carries the alias `netcomp:owned` (`ip -d link` shows it); only such links are ever removed,
-and only when no network names them and no container uses them (delegate.delegator.Delegator.gc_host_links). A link
-the operator made (netplan, ifupdown) with the right kind and id is used as it is and never removed."""
+"""This module makes, and removes, the VLAN or VXLAN master links compiled networks name in `netcomp.hostLink`
+(`eth1.120`, `vx5000` over eth1), with pyroute2. A link it makes carries the alias `netcomp:owned`, and only such
+links are ever removed (delegate.delegator.Delegator.gc_host_links); a link of that name that is something else is
+never touched, and one the operator made with the right kind and id is used as it is."""
 
 from __future__ import annotations
 
@@ -70,18 +67,10 @@ def _addr(value: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None
 
 
 def _ipr(netns: str | None) -> Any:
-    # pyroute2 only when a link is to be looked at closely, made or removed: the daemon that makes none never
-    # imports it (megabytes of resident memory: docs/benchmarks.md).
+    # pyroute2 is imported only when a link is to be made or removed: a daemon that makes none never loads it.
     from pyroute2 import IPRoute, NetNS
 
     return NetNS(netns) if netns else IPRoute()
-
-
-def _netlink_error() -> Any:
-    """pyroute2's NetlinkError (the errno in .code), imported with pyroute2."""
-    from pyroute2 import NetlinkError
-
-    return NetlinkError
 
 
 def ensure(link: Mapping[str, Any], netns: str | None = None) -> bool:
@@ -90,7 +79,8 @@ def ensure(link: Mapping[str, Any], netns: str | None = None) -> bool:
     name, kind, parent_name = str(link["name"]), str(link["kind"]), str(link["link"])
     if kind not in _MODULE:
         raise HostError(f"unknown host link kind {kind!r} for {name}")
-    NetlinkError = _netlink_error()
+    from pyroute2 import NetlinkError
+
     with _lock, _ipr(netns) as ipr:
         parent = ipr.link_lookup(ifname=parent_name)
         if not parent:
@@ -158,7 +148,8 @@ def owned(netns: str | None = None) -> set[str]:
 
 def remove(name: str, netns: str | None = None) -> bool:
     """Delete a link netcomp made; anything else of that name is left alone. Whether it was removed."""
-    NetlinkError = _netlink_error()
+    from pyroute2 import NetlinkError
+
     with _lock, _ipr(netns) as ipr:
         found = _find(ipr, name)
         if found is None or not found.owned:

@@ -1,9 +1,6 @@
-"""What the kernel can make, asked the way the kernel answers: by making the link, in a network namespace made
-for the test, in a process of its own (a Python started for it, running _main), which leaves it as it exits: the
-namespace and every link in it go with the process. Nothing is ever made in the caller's namespace: the process
-tries nothing unless unshare(2) gave it a new one.
-
-Also the links of this namespace with their kinds (a read), for the checks of the devices networks name."""
+"""This module asks the kernel which link kinds it can make by making them, in a network namespace of a process
+started for the test (_main), which takes the namespace with it as it exits; it tries nothing unless unshare(2)
+gave it a new one. It also lists this namespace's links with their kinds."""
 
 from __future__ import annotations
 
@@ -16,8 +13,8 @@ from typing import Any
 
 from netcomp import libc
 from netcomp.errors import HostError
+from netcomp.host.nsenter import CLONE_NEWNET
 
-CLONE_NEWNET = 0x40000000
 PROBE_SECONDS = 30.0
 # The link kinds the networks' plugins and host links need, by the name of the kernel feature (its module), and
 # how each is made over a parent link (a veth end, which every kernel that runs containers has).
@@ -40,7 +37,7 @@ def kernel_kinds(kinds: Sequence[str]) -> dict[str, str | None]:
         return {}
     try:
         p = subprocess.run(
-            [sys.executable, "-I", "-c", _HELPER, _package_parent(), *kinds],
+            [sys.executable, "-I", "-c", _HELPER, _PACKAGE_PARENT, *kinds],
             capture_output=True,
             timeout=PROBE_SECONDS,
             check=False,
@@ -62,18 +59,12 @@ def kernel_kinds(kinds: Sequence[str]) -> dict[str, str | None]:
 _HELPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); from netcomp.host.probe import _main; sys.exit(_main(sys.argv[2:]))"
 )
-
-
-def _package_parent() -> str:
-    """Where this netcomp is imported from, for the helper to import the same one."""
-    import netcomp
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(netcomp.__file__)))
+# The folder this netcomp is imported from (the parent of netcomp/), for the helper to import the same one.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def link_kinds() -> dict[str, str | None]:
-    """Every link of this network namespace by name, with its kind (None for a plain device: a NIC, loopback).
-    HostError when netlink cannot be asked."""
+    """Every link of this network namespace by name, with its kind (None for a NIC); HostError if netlink fails."""
     try:
         from pyroute2 import IPRoute
 

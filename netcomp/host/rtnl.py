@@ -1,10 +1,6 @@
-"""The links of a network namespace, names and aliases, from one rtnetlink dump (RTM_GETLINK) over a plain
-socket: what the daemon asks after every compile (which host links did netcomp make?) costs neither pyroute2's
-import (megabytes of resident memory, a fraction of a second) nor its NetNS helper process. pyroute2 is still
-what makes and removes links (ownedlinks.py), imported when a link is to be made.
-
-rtnetlink(7): each message is a struct nlmsghdr, then for RTM_NEWLINK a struct ifinfomsg, then attributes
-(struct rtattr: length, type, payload, each padded to 4 bytes)."""
+"""This module lists a network namespace's links, names and aliases, with one rtnetlink dump over a plain socket,
+so that the daemon's check after every compile needs neither pyroute2 nor its NetNS helper process. rtnetlink(7):
+each message is a struct nlmsghdr, for RTM_NEWLINK a struct ifinfomsg, then attributes padded to 4 bytes."""
 
 from __future__ import annotations
 

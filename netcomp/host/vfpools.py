@@ -1,9 +1,6 @@
-"""SR-IOV VF discovery through sysfs (a configurable root: tests build a sysfs-shaped tree).
-
-A pool (netcomp.yaml `sriovPools`, keyed by resourceName) names its physical functions; its VFs are the
-`virtfn<N>` links under /sys/class/net/<pf>/device, in PF order then VF index, optionally only those bound to one
-of the listed drivers. The daemon gives an ADD the first VF of the pool that no cached attachment and no ADD in
-flight holds, as sriov-cni's `deviceID`."""
+"""This module finds the SR-IOV VFs of a pool (netcomp.yaml `sriovPools`) in sysfs, under a root tests can
+replace: the `virtfn<N>` links under /sys/class/net/<pf>/device, in PF order then VF index, optionally only those
+bound to one of the listed drivers."""
 
 from __future__ import annotations
 

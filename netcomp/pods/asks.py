@@ -1,13 +1,7 @@
-"""What a pod asks of one attachment (podnets.Ask), put into it before any plugin runs, and checked once they have.
-
-Before (prepare): each field goes where the network's plugins read it, as libcni and Multus hand it over (`ips`
-claimed from a netcomp pool by poolclaims.take, else runtimeConfig or `args.cni.ips`, one way only: IPAM plugins
-add up what they are given several ways; `mac` in an SR-IOV config, runtimeConfig or `MAC=`; `cni-args` merged
-into every plugin's `args.cni`; the capabilities for the plugins that declare them, refused when none does), and
-what cannot be (an address outside the subnets, one another container holds) is refused. After (check): the
-interface has the MAC and every address asked for, whatever plugin set them, else the ADD is rolled back; then
-`default-route`: routes() says which default routes to move, host/container.py moves them. Each field, and where
-it goes: docs/kubernetes.md, "The annotations"."""
+"""This module puts what a pod asks of one attachment (multus.Ask) where the network's plugins read it, as libcni
+and Multus hand it over, and refuses what cannot be, before any plugin runs (prepare); after they ran, it checks
+that the interface has what was asked (check) and says which default routes to move (routes). Each field, and
+where it goes: docs/kubernetes.md, "The annotations"."""
 
 from __future__ import annotations
 
@@ -18,11 +12,10 @@ from typing import Any
 
 from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
 from netcomp.ipam.pool import Pool
-from netcomp.pods.multus import Ask
+from netcomp.pods.multus import Ask, IPNetwork
 from netcomp.pods.naming import display_name
 from netcomp.records.record import Attachment, Record
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NETCOMP_ARGS = {"ips", "mac", "ip"}  # args.cni keys netcomp sets from the element's own fields
 
 
@@ -150,8 +143,7 @@ def _reservable(ask: Ask, pool: Pool, name: str) -> None:
 def _put_mac(
     ask: Ask, conf: dict[str, Any], name: str, runtime: dict[str, Any], capability: bool
 ) -> list[tuple[str, str]]:
-    """The MAC asked for, where the network's plugins take it: sriov's own key, the `mac` capability, or else
-    CNI_ARGS (returned, to be appended)."""
+    """The MAC asked for, where the plugins take it: sriov's key, the `mac` capability, else CNI_ARGS (returned)."""
     assert ask.mac is not None
     kind = (conf.get("netcomp") or {}).get("type")
     if kind == "ipvlan":
@@ -181,10 +173,7 @@ def _put_cni_args(ask: Ask, conf: dict[str, Any], name: str) -> None:
             f"cni-args: {', '.join(map(repr, mine))} is netcomp's to give: ask with the element's ips and mac"
         )
     for p in conf.get("plugins") or []:
-        args = p.setdefault("args", {})
-        if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
-            raise ask.error(f"cni-args: network {name}'s plugin {p.get('type')} has args that are not an object")
-        args["cni"].update(ask.cni_args)
+        _merge_cni_args(p, ask.cni_args, ask, f"cni-args: network {name}")
 
 
 def _danm(ask: Ask, conf: Mapping[str, Any], name: str, pool: Pool | None) -> None:
@@ -216,13 +205,17 @@ def _field(capability: str) -> str:
     return {"infinibandGUID": "infiniband-guid"}.get(capability, capability)
 
 
+def _merge_cni_args(plugin: dict[str, Any], values: Mapping[str, Any], ask: Ask, where: str) -> None:
+    args = plugin.setdefault("args", {})
+    if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
+        raise ask.error(f"{where}'s plugin {plugin.get('type')} has args that are not an object")
+    args["cni"].update(values)
+
+
 def _into_ipam_args(conf: dict[str, Any], ask: Ask, name: str, values: dict[str, Any]) -> None:
     for p in conf.get("plugins") or []:
         if isinstance(p.get("ipam"), dict):
-            args = p.setdefault("args", {})
-            if not isinstance(args, dict) or not isinstance(args.setdefault("cni", {}), dict):
-                raise ask.error(f"ips: network {name}'s plugin {p.get('type')} has args that are not an object")
-            args["cni"].update(values)
+            _merge_cni_args(p, values, ask, f"ips: network {name}")
             return
     raise ask.error(
         f"ips: network {name} has no IPAM section and none of its plugins takes the 'ips' capability, so nothing "
@@ -265,8 +258,7 @@ def check_gateways(a: Attachment, ask: Ask) -> None:
 
 
 def check(a: Attachment, ask: Ask, state: LinkState | None) -> None:
-    """After the plugins: the interface has the MAC and the addresses asked for. DelegateError 7 otherwise
-    (the caller rolls the ADD back)."""
+    """After the plugins: the interface has the MAC and the addresses asked for, else DelegateError 7 (rolled back)."""
     name = display_name(a.network, a.conflist)
     if state is None:
         raise ask.error(f"network {name}'s plugins left no interface {a.ifname} in the container")
@@ -326,16 +318,18 @@ def routes(atts: list[tuple[Attachment, Ask | None]]) -> list[DefaultRoute]:
     return out
 
 
+def _default_family(route: Mapping[str, Any]) -> int | None:
+    """The address family of a result's default route; None for any other route (or one that is not a route)."""
+    try:
+        dst = ipaddress.ip_network(str(route.get("dst")), strict=False)
+    except ValueError:
+        return None
+    return dst.version if dst.prefixlen == 0 else None
+
+
 def _defaults_of(a: Attachment) -> list[tuple[int, str | None]]:
-    out: list[tuple[int, str | None]] = []
-    for r in (a.result or {}).get("routes") or []:
-        try:
-            dst = ipaddress.ip_network(str(r.get("dst")), strict=False)
-        except ValueError:
-            continue
-        if dst.prefixlen == 0:
-            out.append((dst.version, r.get("gw")))
-    return out
+    given = (a.result or {}).get("routes") or []
+    return [(v, r.get("gw")) for r in given if (v := _default_family(r)) is not None]
 
 
 def record_routes(atts: list[Attachment], moved: list[DefaultRoute]) -> None:
@@ -345,19 +339,8 @@ def record_routes(atts: list[Attachment], moved: list[DefaultRoute]) -> None:
         for a in atts:
             if a.result is None:
                 continue
-            keep = []
-            for r in a.result.get("routes") or []:
-                try:
-                    dst = ipaddress.ip_network(str(r.get("dst")), strict=False)
-                except ValueError:
-                    keep.append(r)
-                    continue
-                if (
-                    dst.prefixlen != 0
-                    or dst.version != want.family
-                    or (a.ifname == want.ifname and want.gateway is None)
-                ):
-                    keep.append(r)
+            keeps_own = a.ifname == want.ifname and want.gateway is None
+            keep = [r for r in a.result.get("routes") or [] if keeps_own or _default_family(r) != want.family]
             if a.ifname == want.ifname and want.gateway is not None:
                 keep.append({"dst": DEFAULT_DST[want.family], "gw": want.gateway})
             a.result = {**a.result, "routes": keep}

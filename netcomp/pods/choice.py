@@ -1,7 +1,6 @@
-"""Which networks a pod joins, from its annotations (multus.py reads Multus's, danm_interfaces.py DANM's): Multus's
-networks and default-network, or DANM's interfaces, never both; DANM's default network for a pod that names none.
-The networks are resolved against those compiled now (which also says whether the pod may use each) and named as
-Multus and DANM name them; the caller checks the names together and puts each item's asks into its attachment."""
+"""This module says which networks a pod joins, from Multus's annotations or DANM's (never both), resolved against
+the networks compiled now and named as Multus and DANM name them. It does not check the names together or put
+the asks into attachments: the caller does."""
 
 from __future__ import annotations
 
@@ -69,10 +68,7 @@ def _danm_default(out: PodNetworks, pod: PodRef, nets: Mapping[str, Mapping[str,
 
 
 def _danm(
-    pod: PodRef,
-    danm: tuple[str, str],
-    nets: Mapping[str, Mapping[str, Any]],
-    runtime_ifname: str,
+    pod: PodRef, danm: tuple[str, str], nets: Mapping[str, Mapping[str, Any]], runtime_ifname: str
 ) -> PodNetworks:
     """DANM's connections: the first on the runtime's interface (DANM's eth0) in the node default's place, each
     other one named <container_prefix><index> (eth<index> without a prefix), the index its place in the

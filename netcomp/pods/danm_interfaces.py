@@ -1,10 +1,7 @@
-"""What a pod asks for, read as DANM reads it: the interfaces annotation (`danm.k8s.io/interfaces`, or
-`danm.io/interfaces` after DANM's rename), a JSON list of connections, each naming one DanmNet, TenantNetwork or
-ClusterNetwork with the addresses (`ip`, `ip6`) and policy routes (`proutes`, `proutes6`) it wants; and DANM's
-default network for a pod that names none. Each connection becomes an Ask, as a Multus element does in
-multus.py, checked before any plugin runs and refused as a CNI error 7 naming the pod and the connection. The
-networks are resolved by DANM's kinds, and its tenancy rules checked (podnets.danm_tenancy: the same rules hold
-for a Multus item that names a DANM network)."""
+"""This module reads what a pod asks for as DANM reads it: the interfaces annotation, a JSON list of connections
+each naming a DanmNet, TenantNetwork or ClusterNetwork, and DANM's default network for a pod that names none. It
+makes each connection an Ask (as multus.py does an element), refused as a CNI error 7 naming the pod and the
+connection, and resolves its network by DANM's kinds and tenancy rules (multus.danm_tenancy)."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ DANM_KEYS = (*DANM_REFS, "ip", "ip6", "proutes", "proutes6")
 
 
 def danm_annotation(notes: Mapping[str, str], pod: PodRef) -> tuple[str, str] | None:
-    """(key, value) of the pod's DANM interfaces annotation, if it has one; both of DANM's keys at once are
-    refused (which would be meant?)."""
+    """(key, value) of the pod's DANM interfaces annotation, if any; both of DANM's keys at once are refused."""
     given = [(k, notes[k]) for k in DANM_INTERFACES if notes.get(k)]
     if len(given) > 1:
         raise DelegateError(
@@ -50,10 +46,9 @@ def danm_annotation(notes: Mapping[str, str], pod: PodRef) -> tuple[str, str] | 
 
 
 def parse_danm(value: str, pod: PodRef, annotation: str) -> list[Ask]:
-    """DANM's interfaces annotation: a JSON list of connections, each naming exactly one of a DanmNet (`network`)
-    or TenantNetwork of the pod's namespace or a ClusterNetwork, with `ip`/`ip6` (`dynamic`, `none`, or an address
-    in the network's CIDR; none given: no address of that family) and `proutes`/`proutes6`. Interface names are
-    the caller's (they depend on the networks' prefixes)."""
+    """DANM's interfaces annotation: a JSON list of connections, each naming exactly one network, with `ip`/`ip6`
+    (`dynamic`, `none` or an address; none given: no address of that family) and `proutes`/`proutes6`. Interface
+    names are the caller's (they depend on the networks' prefixes)."""
     head = f"pod {pod}: annotation {annotation}"
     return [_connection(item, i, head, pod) for i, item in enumerate(json_list(value, head, "connections"))]
 

@@ -1,12 +1,7 @@
-"""Devices a device plugin manages: for a network whose resourceName is not one of netcomp.yaml's sriovPools, the
-kubelet has decided which device the pod gets, and netcomp uses exactly that one. The pod's device IDs per
-resource come from the kubelet (kubelet/podresources.py), sorted, handed to its attachments in their order, each one not
-yet used by another attachment of the container. The device goes where the network's plugins read it, as Multus
-(pkg/types/conf.go) puts it (`deviceID`, host-device's `pciBusID`, runtimeConfig `deviceID` and
-`CNIDeviceInfoFile`); the device plugin's device-info file is copied per attachment into deviceInfoDir/cni,
-named in the write-ahead before it is written (or before a plugin given that path writes it), removed by the
-attachment's DEL. A resource whose IDs from the kubelet are not device IDs (names.device_id_problem) is refused.
-docs/kubernetes.md, "SR-IOV with the device plugin"."""
+"""This module gives an attachment of a network of a device plugin's resource (not one of sriovPools) the device
+the kubelet gave the pod (kubelet/podresources.py), puts it where the plugins read it as Multus does
+(pkg/types/conf.go), and keeps the CNI copy of its device-info file, named in the write-ahead before it is
+written. docs/kubernetes.md, "SR-IOV with the device plugin"."""
 
 from __future__ import annotations
 
@@ -38,8 +33,8 @@ def resource_of(conflist: Mapping[str, Any]) -> str | None:
 
 @dataclass
 class Devices:
-    """`kubelet`: where the pod's devices are learnt; `pools`: the resources netcomp.yaml's sriovPools serve (the
-    node's own VF pools, hostres.py); `info_dir`: the device-info spec's directory."""
+    """`kubelet`: where the pod's devices are learnt; `pools`: the resources netcomp.yaml's sriovPools serve;
+    `info_dir`: the device-info spec's directory."""
 
     kubelet: Kubelet
     pools: Callable[[], set[str]]
@@ -194,9 +189,8 @@ class Devices:
                 log.error("cannot write the device-info %s of network %s: %s", dev["file"], a.network, e.strerror)
 
     def sweep(self, entries: list[Record], networks: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """At start-up, before serving: remove the CNI copies of device-info that no record names (a DEL that
-        could not remove its copy). Only copies of networks of a resource (compiled now, or in a record) of
-        containers with no record: a copy another CNI wrote for its own networks is left alone."""
+        """At start-up, remove the CNI copies of device-info no record names, of networks of a resource (compiled
+        now, or in a record) and containers with no record: a copy another CNI wrote is left alone."""
         cni_dir = Path(self.info_dir) / "cni"
         remove_stale_tmp(cni_dir)  # a copy's temp file a killed write left
         try:

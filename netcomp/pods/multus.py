@@ -1,10 +1,7 @@
-"""What a pod asks for, read as Multus reads it: `k8s.v1.cni.cncf.io/networks` (items separated by commas, or a
-JSON list of Multus's network selection elements) and `v1.multus-cni.io/default-network` (one network in the
-node default's place). Everything is checked here, before any plugin runs (a key netcomp does not know, a value
-of the wrong type, an address or MAC that is not one, the same MAC twice, two default routes of one family),
-each a CNI error 7 naming the pod, the annotation and the item. Which network a reference means, and whether the
-pod may use it, is resolve()'s. An Ask is also what danm_interfaces.py makes of DANM's connections, and DANM's tenancy
-rules (danm_tenancy) hold for both annotations. docs/kubernetes.md, "Moving over from Multus"."""
+"""This module reads what a pod asks for as Multus reads it (`k8s.v1.cni.cncf.io/networks` and
+`v1.multus-cni.io/default-network`) into Asks, checks every item before any plugin runs (each refusal a CNI error
+7 naming the pod, the annotation and the item), and resolves which network each means and whether the pod may
+use it. docs/kubernetes.md, "Moving over from Multus"."""
 
 from __future__ import annotations
 
@@ -28,21 +25,11 @@ DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, be
 ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
 DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
-KNOWN_KEYS = (
-    "name",
-    "namespace",
-    "interface",
-    "interfaceRequest",  # Multus's name for `interface` before 3.2, still read by it
-    "ips",
-    "mac",
-    "default-route",
-    "cni-args",
-    "portMappings",
-    "bandwidth",
-    "deviceID",
-    "infiniband-guid",
-)
+# The selection element's keys: those every pod may use (interfaceRequest: Multus's name for `interface` before
+# 3.2, still read by it), and the fields a node may bar (kubernetes.podFields).
 _ALWAYS = ("name", "namespace", "interface", "interfaceRequest")
+_FIELDS = ("ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid")
+KNOWN_KEYS = (*_ALWAYS, *_FIELDS)
 _BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -106,8 +93,7 @@ def problem(where: str, why: str) -> DelegateError:
 
 
 def shown(value: Any, limit: int = 60) -> str:
-    """A value a pod wrote, as a message quotes it: its repr, cut short (a message says what is wrong; it does
-    not copy an annotation of any size into an event and a log line)."""
+    """A value a pod wrote, as a message quotes it: its repr, cut short after `limit` characters."""
     text = repr(value[:limit] if isinstance(value, str) else value)
     return text if len(text) <= limit + 2 else text[:limit] + "..."
 
@@ -160,8 +146,7 @@ def _parse(value: str, pod: PodRef, annotation: str, default_ns: str, fields: fr
 
 
 def json_list(text: str, head: str, of: str) -> list[Any]:
-    """An annotation that is a JSON list, read as foreign JSON (cni/spec.loads_foreign: nesting bounded, so
-    nothing that walks an item later meets a RecursionError), of at most MAX_ITEMS items."""
+    """An annotation that is a JSON list (read by cni/spec.loads_foreign, nesting bounded) of at most MAX_ITEMS."""
     try:
         doc = loads_foreign(text)
     except ValueError as e:
@@ -210,10 +195,7 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
     where = f"{head}: item {i}" + (f" ({name[:60]!r})" if isinstance(name, str) else "")
     unknown = sorted(set(item) - set(KNOWN_KEYS))
     if unknown:
-        raise problem(
-            where,
-            f"{shown_keys(unknown)}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})",
-        )
+        raise problem(where, f"{shown_keys(unknown)}: not something netcomp can do (it takes {', '.join(KNOWN_KEYS)})")
     if not is_dns_label(name):
         raise problem(where, "name must be the network's name, a DNS-1123 label")
     barred = sorted(k for k in item if fields is not None and k not in (*_ALWAYS, *fields))
@@ -270,8 +252,7 @@ def _ips(value: Any, ask: Ask) -> tuple[tuple[IPInterface, ...], tuple[bool, ...
             prefixed.append("/" in v)
         except ValueError:
             raise ask.error(f"ips[{j}]: {str(v)[:60]!r} is not an IP address (or address/prefix)") from None
-    families = [a.version for a in out]
-    if len(set(families)) != len(families):
+    if len({a.version for a in out}) != len(out):
         raise ask.error("ips: at most one address of each family (IPv4, IPv6) per network")
     return tuple(out), tuple(prefixed)
 
@@ -329,8 +310,7 @@ def _bandwidth(value: Any, ask: Ask) -> dict[str, int]:
 
 
 def check_together(asks: list[Ask]) -> None:
-    """What no item shows alone (the default network's and the others' together): the same MAC twice, two
-    default routes of one family."""
+    """What no item shows alone: the same MAC twice, two default routes of one family."""
     macs: dict[str, Ask] = {}
     gateways: dict[int, Ask] = {}
     for a in asks:

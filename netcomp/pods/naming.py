@@ -1,10 +1,7 @@
-"""Which networks a container joins and what its interfaces are called.
-
-The node's default network gets the runtime's CNI_IFNAME. More networks come from CNI_ARGS
-(`NETCOMP_NETWORKS=a,b@ifname`), from the runtime's `args` (`"netcomp.io/networks": "a,b@ifname"` or a list,
-at the top of `args` or under `args.cni`), and with Kubernetes from the pod's annotations (multus.py).
-Names: an explicit `@ifname`, else the network's interfacePrefix plus an index counted per prefix (stor0,
-stor1), else `net<index>`."""
+"""This module says which networks a container joins from CNI_ARGS (`NETCOMP_NETWORKS=a,b@ifname`) or the
+runtime's `args` (`netcomp.io/networks`), and names their interfaces: the default network gets CNI_IFNAME, others
+an explicit `@ifname`, else their interfacePrefix (or `net`) plus an index counted per prefix. A pod's
+annotations are multus.py's."""
 
 from __future__ import annotations
 

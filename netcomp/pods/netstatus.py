@@ -1,6 +1,6 @@
-"""A pod's side of an attachment, when the node has a cluster: its annotations in (read through `Pods`, which
-cluster.podwatch.PodWatch implements), and out the k8s.v1.cni.cncf.io/network-status annotation and the events
-Multus records on a pod (AddedInterface per interface, a warning when an ADD fails)."""
+"""This module is a pod's side of an attachment: `Pods` (cluster.podwatch.PodWatch) reads its annotations and
+records what Multus records on a pod, the k8s.v1.cni.cncf.io/network-status that network_status() makes, and
+events."""
 
 from __future__ import annotations
 
@@ -21,20 +21,16 @@ class Pods(Protocol):
     def annotations(self, pod: naming.PodRef) -> Mapping[str, str]:
         """The pod's annotations netcomp reads (multus.ANNOTATIONS); {} for a pod the API server does not know.
         HostError when the API server cannot answer."""
-        ...
 
     def latest(self, pod: naming.PodRef) -> Mapping[str, str] | None:
         """The pod's annotations netcomp reads as the node's watch last saw them; None when the watch does not
         have this pod (a hot-plug acts only on what the watch saw)."""
-        ...
 
     def report(self, pod: naming.PodRef, status: list[dict[str, Any]]) -> None:
         """Write k8s.v1.cni.cncf.io/network-status, later (queued; errors are logged and counted, never raised)."""
-        ...
 
     def event(self, pod: naming.PodRef, kind: str, reason: str, message: str) -> None:
         """Record an event on the pod, later (queued, best-effort)."""
-        ...
 
 
 def network_status(atts: list[Attachment], runtime_ifname: str) -> list[dict[str, Any]]:

@@ -1,8 +1,6 @@
-"""Where the records live: one file per container in cacheDir (0700), named by a hash of the container ID and
-the runtime's ifname, so that no ID can name a path. A whole write is atomic (a temp file and a rename), an
-outcome is one appended write (record.py); none is fsync'd: they must outlive the daemon (the page cache does),
-not the machine, whose power cut may leave an entry empty, which the DEL that reads it removes
-(docs/reliability.md, "Durability"). DEL and CHECK use these records, never today's intents."""
+"""This module keeps the records in cacheDir (0700), one file per container named by a hash of the container ID
+and the runtime's ifname, so that no ID can name a path. A whole write is atomic and an outcome one appended
+write; neither is fsync'd, since they must outlive the daemon, not the machine (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -29,12 +27,9 @@ def _is_torn(data: bytes) -> bool:
 
 
 def _torn(path: str, data: bytes) -> bool:
-    """An entry with nothing in it (empty, or only NUL bytes): netcomp never writes one, and a daemon killed
-    mid-write leaves the old entry or the new one (Records.save); only the machine going down in the seconds after a
-    write (entries are not fsync'd: the module docstring) leaves one. It records nothing that can be undone, so it
-    is removed, said in the log, and read as no entry: the runtime's DEL after the reboot succeeds instead of
-    failing on it for ever. Only load() removes it: its callers hold the container's lock, so no save of that
-    entry can come between the read and the removal."""
+    """An entry with nothing in it (empty, or only NUL bytes), which only a machine going down soon after a write
+    leaves: it records nothing that can be undone, so it is removed, logged and read as no entry, and the DEL
+    after the reboot succeeds. Only load() removes it, under the container's lock."""
     if not _is_torn(data):
         return False
     log.warning(
@@ -55,11 +50,10 @@ def _entry_name(container_id: str, ifname: str) -> str:
 
 
 class Records:
-    """The cache dir (0700). File names are a hash of the container ID and the runtime's ifname, so no ID can
-    name a path (CNI: a container is identified by CNI_CONTAINERID plus CNI_IFNAME)."""
+    """The cache dir, an entry per CNI_CONTAINERID and CNI_IFNAME (CNI's identity of a container)."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
+        self.directory = directory  # set again when netcomp.yaml's cacheDir changes (SIGHUP)
         # Told (container ID, ifname) after an entry is written or removed, by the writer's thread: what follows
         # the records (cluster/services.py) reads the entry again later, so a listener must only take note.
         self.listeners: list[Callable[[str, str], None]] = []
@@ -68,23 +62,12 @@ class Records:
         for fn in self.listeners:
             fn(container_id, ifname)
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
-    @directory.setter
-    def directory(self, value: Path) -> None:
-        """Set again when netcomp.yaml's cacheDir changes (SIGHUP): every record goes there from then on."""
-        self._directory = Path(value)
-        self._dir = os.fspath(value)
-
     def path(self, container_id: str, ifname: str) -> Path:
         return Path(self._file(container_id, ifname))
 
     def _file(self, container_id: str, ifname: str) -> str:
-        """The entry's path as a str: on the path of every request, where pathlib's arithmetic costs more than
-        the syscalls."""
-        return os.path.join(self._dir, _entry_name(container_id, ifname))
+        """The entry's path as a str: pathlib's arithmetic costs more than the syscalls on every request."""
+        return os.path.join(self.directory, _entry_name(container_id, ifname))
 
     def load(self, container_id: str, ifname: str) -> Record | None:
         """The container's entry; None when it has none. An entry that cannot be read is the node's problem
@@ -108,8 +91,7 @@ class Records:
             ) from None
 
     def save(self, entry: Record) -> None:
-        """Atomic, not fsync'd (see the module docstring). OSError (ENOSPC...) leaves the previous entry; so does
-        ValueError, for an entry that cannot be written as JSON."""
+        """Atomic, not fsync'd. OSError (ENOSPC...) or ValueError (not JSON) leaves the previous entry."""
         path, data = self._file(entry.container_id, entry.ifname), entry.to_json()
         entry.file = path
         try:
@@ -120,10 +102,9 @@ class Records:
         self._changed(entry.container_id, entry.ifname)
 
     def append_outcome(self, entry: Record, atts: list[Attachment]) -> None:
-        """Record that `atts` are attached, with their results: one record appended to the file save() wrote
-        (the write-ahead), in one write. OSError (ENOSPC, the file gone) when it cannot be: a part written before
-        the error has no newline and is ignored by readers, and the caller rolls the ADD back, which writes the
-        entry whole again; ValueError, written nothing, for a result that cannot be written as JSON."""
+        """Record that `atts` are attached, with their results, in one write appended to the file save() wrote.
+        OSError (ENOSPC, the file gone) when it cannot be: a part written has no newline, readers ignore it, and the
+        caller's rollback writes the entry whole again; ValueError, written nothing, for a result JSON cannot hold."""
         path = self._file(entry.container_id, entry.ifname)
         if entry.file and entry.file != path:  # cacheDir changed (SIGHUP) while the delegates ran: the entry
             moved = entry.file  # goes there whole, as every record does from then on
@@ -144,9 +125,8 @@ class Records:
         self._changed(entry.container_id, entry.ifname)
 
     def remove_temp_files(self) -> None:
-        """Temp files a daemon killed mid-save left, and removed entries it had not unlinked yet (never read as
-        entries): at start-up, before serving. A dir that cannot be listed is said in the log and left: the
-        clutter is harmless, a start that fails is not."""
+        """At start-up, remove the temp files and removed entries a killed daemon left (never read as entries). A
+        dir that cannot be listed is logged and left: the clutter is harmless, a start that fails is not."""
         try:
             remove_stale_tmp(self.directory)
         except OSError as e:
@@ -157,12 +137,16 @@ class Records:
         discard(self._file(container_id, ifname))
         self._changed(container_id, ifname)
 
+    def _names(self) -> list[str]:
+        """The entries' file names, sorted: never a temp file or a removed entry (hidden names)."""
+        try:
+            return sorted(n for n in os.listdir(self.directory) if n.endswith(".json") and not n.startswith("."))
+        except FileNotFoundError:
+            return []
+
     def count(self) -> int:
         """How many containers have an entry: the files, not read (status asks this every few seconds)."""
-        try:
-            return sum(1 for n in os.listdir(self.directory) if n.endswith(".json") and not n.startswith("."))
-        except FileNotFoundError:
-            return 0
+        return len(self._names())
 
     def entries(self) -> list[Record]:
         """Every readable entry; an unreadable one is logged and skipped (scan() reports them)."""
@@ -175,23 +159,18 @@ class Records:
         """The readable entries, and the files that cannot be read with why."""
         out: list[Record] = []
         broken: list[tuple[Path, str]] = []
-        try:
-            names = sorted(os.listdir(self.directory))
-        except FileNotFoundError:
-            return out, broken
-        for name in names:
-            if name.endswith(".json") and not name.startswith("."):
-                path = self.directory / name
-                try:
-                    data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
-                    if _is_torn(data):  # left here: only a load under the container's lock removes it
-                        broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
-                        continue
-                    out.append(Record.from_json(data))
-                except FileNotFoundError:  # removed by a DEL meanwhile
+        for name in self._names():
+            path = self.directory / name
+            try:
+                data = read_bounded(path, MAX_ENTRY_BYTES, follow=False)
+                if _is_torn(data):  # left here: only a load under the container's lock removes it
+                    broken.append((path, f"empty ({len(data)} bytes): the machine went down while it was written"))
                     continue
-                except (UnknownKind, NotJSON) as e:
-                    broken.append((path, str(e)))
-                except (OSError, *READ_ERRORS) as e:
-                    broken.append((path, f"{type(e).__name__}: {e}"))
+                out.append(Record.from_json(data))
+            except FileNotFoundError:  # removed by a DEL meanwhile
+                continue
+            except (UnknownKind, NotJSON) as e:
+                broken.append((path, str(e)))
+            except (OSError, *READ_ERRORS) as e:
+                broken.append((path, f"{type(e).__name__}: {e}"))
         return out, broken

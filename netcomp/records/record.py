@@ -1,10 +1,7 @@
-"""netcomp's record of a container's attachments, one JSON document per container (`"kind": "netcompCacheV2"`,
-as libcni's cache says `cniCacheV1`): what an ADD is about to do (each attachment `adding`, the write-ahead), then
-any number of outcome records appended, each an RFC 7464 JSON text (an RS byte, one object, a newline) naming
-the attachments now `attached` with their results. `undo` marks one whose DEL failed, with why. Version 1
-entries (no records) and version 0 ones (no kind: everything attached, no namespace identity) are read as they
-are; a record cut short (no newline, NUL bytes) is ignored; an unknown kind is reported by name. The states, the
-versions and why a record may be cut short: docs/reliability.md. Where entries live: files.py."""
+"""This module reads and writes netcomp's record of a container's attachments (`"kind": "netcompCacheV2"`): a JSON
+document of what an ADD is about to do (the write-ahead), then appended outcome records, each an RFC 7464 JSON
+text naming the attachments now attached with their results. It reads versions 1 and 0 as they are, ignores a
+record cut short, and names an unknown kind (docs/reliability.md, "The write-ahead record"). files.py stores them."""
 
 from __future__ import annotations
 
@@ -56,16 +53,8 @@ class Attachment:
             "args": self.args,
             "capabilityArgs": self.capability_args,
         }
-        if self.error:
-            doc["error"] = self.error
-        if self.permanent:
-            doc["permanent"] = True
-        if self.claims:
-            doc["claims"] = self.claims
-        if self.device:
-            doc["device"] = self.device
-        if self.element:
-            doc["element"] = self.element
+        # The keys that are written only when set: each the attribute of its name.
+        doc.update((k, v) for k in ("error", "permanent", "claims", "device", "element") if (v := getattr(self, k)))
         return doc
 
     @staticmethod
@@ -137,20 +126,13 @@ class Record:
             doc["pod"] = self.pod
         if self.args:
             doc["args"] = self.args
-        # orjson: the stdlib's indenting encoder is pure Python, and this is on the path of every ADD.
-        try:
-            return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-        except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
-            return _stdlib_json(doc, 2) + b"\n"
+        return _dumps(doc, indent=True) + b"\n"
 
     def outcome(self, atts: list[Attachment]) -> bytes:
         """The record appended once `atts` (attachments of this entry, attached now) have their results: one RFC
         7464 JSON text, ended by its newline (a record without one was cut short and is ignored)."""
         doc = {"attached": [{"ifname": a.ifname, "network": a.network, "result": a.result} for a in atts]}
-        try:
-            return RS + orjson.dumps(doc) + b"\n"
-        except orjson.JSONEncodeError:  # what orjson refuses (an integer over 64 bits in a plugin's result)
-            return RS + _stdlib_json(doc, None) + b"\n"
+        return RS + _dumps(doc, indent=False) + b"\n"
 
     @staticmethod
     def from_json(data: bytes) -> Record:
@@ -217,11 +199,16 @@ class Record:
         )
 
 
-def _stdlib_json(doc: dict[str, Any], indent: int | None) -> bytes:
-    """What orjson refuses, by the stdlib's encoder; ValueError for what neither can write (a plugin's result
-    nested too deeply), which the caller reports as it reports a full disk."""
+def _dumps(doc: dict[str, Any], *, indent: bool) -> bytes:
+    """orjson (the stdlib's indenting encoder is pure Python), or the stdlib's encoder for what orjson refuses (an
+    integer over 64 bits in a plugin's result); ValueError for what neither can write (a result nested too
+    deeply), which the caller reports as it reports a full disk."""
     try:
-        return json.dumps(doc, indent=indent, separators=None if indent else (",", ":")).encode()
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 if indent else 0)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return json.dumps(doc, indent=2 if indent else None, separators=None if indent else (",", ":")).encode()
     except (RecursionError, ValueError) as e:
         raise ValueError(f"cannot write a record of it: {type(e).__name__}: {e}") from None
 
@@ -240,19 +227,18 @@ class UnknownKind(ValueError):
 
 def _legacy(d: dict[str, Any]) -> Record:
     """An entry of version 0 (no "kind"): written after its ADD succeeded, so everything in it is attached."""
-    atts = []
-    for a in d.get("attachments") or []:
-        atts.append(
-            Attachment(
-                network=_str(a, "network"),
-                ifname=_str(a, "ifname"),
-                conflist=_dict(a, "conflist"),
-                result=a.get("result"),
-                args=str(a.get("args") or ""),
-                capability_args=a.get("capability_args") or {},
-                state="attached",
-            )
+    atts = [
+        Attachment(
+            network=_str(a, "network"),
+            ifname=_str(a, "ifname"),
+            conflist=_dict(a, "conflist"),
+            result=a.get("result"),
+            args=str(a.get("args") or ""),
+            capability_args=a.get("capability_args") or {},
+            state="attached",
         )
+        for a in d.get("attachments") or []
+    ]
     return Record(
         container_id=_str(d, "container_id"),
         netns=str(d.get("netns") or ""),
@@ -264,8 +250,7 @@ def _legacy(d: dict[str, Any]) -> Record:
 
 
 def _claims(docs: Any) -> list[dict[str, Any]]:
-    """The address claims an attachment records; ValueError for one that is not whole: what reads the records at
-    start-up (the blocks this node holds) and DEL (what it frees) rely on each."""
+    """The address claims an attachment records; ValueError for one that is not whole (start-up and DEL need each)."""
     out = [c for c in docs or [] if isinstance(c, dict)]
     for c in out:
         Claim.check_doc(c)
