@@ -51,8 +51,10 @@ DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 
 
 def quoted(text: str, limit: int = 80) -> str:
-    """What someone wrote, quoted in a message: at most `limit` characters of it, escaped."""
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+    """What someone wrote, quoted in a message: at most `limit` characters of it, escaped, and the escaped form
+    at most twice that (a character outside the BMP escapes to ten)."""
+    shown = repr(text if len(text) <= limit else text[:limit] + "...")
+    return shown if len(shown) <= 2 * limit else shown[: 2 * limit] + "..."
 
 
 def label_key_problem(key: str) -> str | None:

@@ -43,7 +43,7 @@ class PodSync:
     one whose sync waited for a record's undo (Deleting.undone calls it, set by Delegator.when_undone)."""
 
     def __init__(self, d: Delegator) -> None:
-        self.records, self.locks, self.runner, self.networks = d.cache, d.locks, d.runner, d.networks
+        self.records, self.locks, self.runner, self.networks = d.records, d.locks, d.runner, d.networks
         self.planning, self.adding, self.deleting = d.planning, d.adding, d.deleting
         self.pods, self.addresses = d.pods, d.addresses
         # A queued pod, and its containers' (container ID, ifname) when the records were read already (at

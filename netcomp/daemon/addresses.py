@@ -36,10 +36,10 @@ BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds
 
 class Addresses:
     def __init__(
-        self, settings: Settings, cluster: Cluster | None, cache: Records, counted: Callable[[str, str], None]
+        self, settings: Settings, cluster: Cluster | None, records: Records, counted: Callable[[str, str], None]
     ) -> None:
         self.settings = settings
-        self.cache = cache
+        self.records = records
         self.kube: KubeStore | None = None
         self.kube_blocks: KubeBlocks | None = None
         self.blocks: BlockAllocator | None = None
@@ -133,7 +133,7 @@ class Addresses:
         per_address = self.allocator.per_address
         if any(c.node == self.settings.nodeName for c in per_address.claims()):
             # The claims the cache records: of attached containers, and of ADDs it says are in progress.
-            held = {str(c.get("name")) for e in self.cache.entries() for a in e.attachments for c in a.claims}
+            held = {str(c.get("name")) for e in self.records.entries() for a in e.attachments for c in a.claims}
             freed += len(per_address.gc_own(held))
         if self.blocks is not None:
             freed += len(blockgc.release_empty(self.blocks))

@@ -63,17 +63,17 @@ class Daemon:
         foreign.count_into(self.metrics.foreign_ignored)
         self.state = State(current=saved.snapshot()) if saved is not None else State()
         self.runner = wiring.runner(self.settings, exec_, self.metrics)
-        self.cache = Records(Path(self.settings.cacheDir))
-        self.cluster = wiring.cluster(self.settings, self.metrics, self.cache)
+        self.records = Records(Path(self.settings.cacheDir))
+        self.cluster = wiring.cluster(self.settings, self.metrics, self.records)
         self.addresses = Addresses(
-            self.settings, self.cluster, self.cache, lambda event, net: self.metrics.ipam.labels(event, net).inc()
+            self.settings, self.cluster, self.records, lambda event, net: self.metrics.ipam.labels(event, net).inc()
         )
         self.tenants = TenantIds(self.settings, self.cluster, lambda: self.reload())
         self.pipeline = wiring.pipeline(self.settings, self.tenants)
         self.delegator = wiring.delegator(
             lambda: self.settings,
             self.runner,
-            self.cache,
+            self.records,
             self.state.networks,
             self.cluster,
             self.addresses.allocator,
@@ -202,7 +202,7 @@ class Daemon:
         if errors:
             first = errors[0]
             text += f", DEGRADED: {len(errors)} errors, first {first.location}: {first.message}"[:200]
-        text += f", {self.cache.count()} containers attached"
+        text += f", {self.records.count()} containers attached"
         if self.delegator.unfinished:
             text += f", {sum(self.delegator.unfinished.values())} attachments to undo (see `netcomp attachments`)"
         if self.cluster is not None:
@@ -222,7 +222,7 @@ class Daemon:
         self.pipeline = wiring.pipeline(new, self.tenants)
         self.runner.plugin_dirs = [str(d) for d in new.pluginDirs]
         self.runner.timeout = new.pluginTimeout
-        self.cache.directory = Path(new.cacheDir)
+        self.records.directory = Path(new.cacheDir)
         self.runner.marker = wiring.marker(new.cacheDir)
         if (new.kubelet, new.deviceInfoDir) != (old.kubelet, old.deviceInfoDir):
             assert self.delegator.devices is not None
@@ -259,7 +259,7 @@ class Daemon:
                 }
                 for n, c in sorted(snap.networks.items())
             ],
-            "attachments": self.cache.count(),
+            "attachments": self.records.count(),
             "attachmentsToUndo": sum(self.delegator.unfinished.values()),
             # Pods whose edit of their networks waits for their record's undo (podsync.PodSync.undone).
             "podEditsWaiting": self.podsync.pods_waiting if self.podsync is not None else 0,
@@ -275,7 +275,7 @@ class Daemon:
     def recover(self) -> list[Record]:
         """Before serving: the address claims listed (and followed), the delegates an earlier daemon of this cache
         dir left running killed, then what it left mid-ADD undone (Delegator.recover). The records as they are."""
-        records = self.delegator.cache.entries()  # the one read of every record at start-up
+        records = self.delegator.records.entries()  # the one read of every record at start-up
         self.addresses.start(self.stop_event, records)
         self.tenants.start(self.stop_event)
         killed = kill_marked(self.runner.marker)

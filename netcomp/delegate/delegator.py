@@ -45,7 +45,7 @@ class Delegator:
     `host_unsure` why the host's is not known (then every ADD is refused)."""
 
     runner: Runner
-    cache: Records
+    records: Records
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     default_network: Callable[[], str | None]
     link_names: Callable[[str | int], set[str]] = container.link_names
@@ -73,14 +73,21 @@ class Delegator:
     def __post_init__(self) -> None:
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="delegate")
         self.host = HostResources(
-            self.cache, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
+            self.records, self.networks, self.host_link, self.vf_pool, self.owned_links, self.remove_link
         )
-        self.planning = Planning(self.cache, self.networks, self.default_network, self.pods)
+        self.planning = Planning(self.records, self.networks, self.default_network, self.pods)
         self.deleting = Deleting(
-            self.cache, self.runner, self.pool, self.locks, self.host, self.addresses, self.link_names, self.home_netns
+            self.records,
+            self.runner,
+            self.pool,
+            self.locks,
+            self.host,
+            self.addresses,
+            self.link_names,
+            self.home_netns,
         )
         self.adding = Adding(
-            self.cache, self.runner, self.pool, self.planning, self.deleting, self.host, self.addresses, self.pods,
+            self.records, self.runner, self.pool, self.planning, self.deleting, self.host, self.addresses, self.pods,
             self.link_names, self.host_netns, self.host_unsure,
         )  # fmt: skip
         self.adding.devices = self.devices
@@ -109,14 +116,14 @@ class Delegator:
             check_gc_status.status(self.networks(), self.default_network(), self.runner.plugin_dirs)
             return Reply({})
         if req.command == "GC":
-            check_gc_status.gc(self.cache, self.locks, self.deleting, req)
+            check_gc_status.gc(self.records, self.locks, self.deleting, req)
             return Reply({})
         with self.locks.hold(req.container_id):
             if req.command == "ADD":
                 return self.adding.add(req)
             if req.command == "DEL":
                 return Reply({}, self.deleting.delete(req))
-            return Reply({}, check_gc_status.check(self.cache, self.runner, self.pool, req))
+            return Reply({}, check_gc_status.check(self.records, self.runner, self.pool, req))
 
     def hotplug(
         self,
@@ -136,7 +143,7 @@ class Delegator:
         for name in (key_ifname, *([ifname] if ifname else [])):
             naming.check_ifname(name)
         with self.locks.hold(container_id):
-            entry = self.cache.load(container_id, key_ifname)
+            entry = self.records.load(container_id, key_ifname)
             if command == "DEL":
                 if entry is not None:
                     self._detach_one(entry, netns, network, ifname)
@@ -185,7 +192,7 @@ class Delegator:
         return self.deleting.retry_unfinished()
 
     def attachments(self) -> dict[str, Any]:
-        return listing.attachments(self.cache)
+        return listing.attachments(self.records)
 
     def gc_host_links(self) -> list[str]:
         """Remove the host links netcomp made that nothing needs any more (HostResources.gc_links)."""

@@ -36,7 +36,7 @@ class Explainer:
     addresses and pods, its runner for the hot-plug's checks."""
 
     def __init__(self, d: Delegator) -> None:
-        self.cache, self.planning, self.adding, self.runner = d.cache, d.planning, d.adding, d.runner
+        self.records, self.planning, self.adding, self.runner = d.records, d.planning, d.adding, d.runner
         self.networks, self.default_network, self.owned_links = d.networks, d.default_network, d.owned_links
         self.addresses, self.pods = d.addresses, d.pods
 
@@ -92,10 +92,10 @@ class Explainer:
         """The record of the subject's container on this node: by ID, or the pod's (its sandbox's) by name."""
         if subject.container is not None:
             check_container_id(subject.container)
-            return next((e for e in self.cache.entries() if e.container_id == subject.container), None)
+            return next((e for e in self.records.entries() if e.container_id == subject.container), None)
         if subject.pod is not None:
             key = (subject.pod.namespace, subject.pod.name)
-            for e in self.cache.entries():
+            for e in self.records.entries():
                 p = pod_of(e)
                 if p is not None and (p.namespace, p.name) == key and (not subject.pod.uid or p.uid == subject.pod.uid):
                     return e

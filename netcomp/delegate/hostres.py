@@ -37,7 +37,7 @@ class HostResources:
     """`host_link` makes a network's link when missing (host.ownedlinks.ensure); `vf_pool` lists a pool's VFs by
     resourceName (KeyError when unknown); `owned_links` / `remove_link`: the links netcomp made (host.ownedlinks)."""
 
-    cache: Records
+    records: Records
     networks: Callable[[], Mapping[str, dict[str, Any]]]
     host_link: Callable[[dict[str, Any]], object]
     vf_pool: Callable[[str], list[str]]
@@ -68,7 +68,7 @@ class HostResources:
             return taken
         with self._vf_lock:
             in_use = set(self.vfs_reserved)
-            for entry in self.cache.entries():
+            for entry in self.records.entries():
                 for att in entry.attachments:
                     for p in att.conflist.get("plugins", []):
                         if p.get("type") == "sriov" and p.get("deviceID"):
@@ -154,7 +154,10 @@ class HostResources:
 
     def _links_in_cache(self) -> set[str]:
         return {
-            str(link["name"]) for e in self.cache.entries() for a in e.attachments if (link := host_link_of(a.conflist))
+            str(link["name"])
+            for e in self.records.entries()
+            for a in e.attachments
+            if (link := host_link_of(a.conflist))
         }
 
     def gc_links(self) -> list[str]:

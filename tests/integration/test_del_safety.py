@@ -133,10 +133,10 @@ def test_a_namespace_with_the_inode_number_of_a_gone_one_is_not_taken_for_it(dl:
     os.close(fd)
     ip("netns", "del", gone)
     dl.lab.containers.remove(gone)
-    entry = dl.daemon.cache.load(f"ctr-{ctr}", "eth0")
+    entry = dl.daemon.records.load(f"ctr-{ctr}", "eth0")
     assert entry is not None and entry.netns_cookie is not None and dead is not None
     entry.netns_cookie = dead
-    dl.daemon.cache.save(entry)
+    dl.daemon.records.save(entry)
     assert dl.shim("DEL", ctr)[0] == 0
     assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "stor0"]
     assert dl.leases() == [] and dl.cache_files() == []
@@ -192,7 +192,7 @@ def entry_left_undone(dl: DaemonLab, ctr: str, conflist: dict[str, Any], ifname:
     nid = nsutil.identity(f"/var/run/netns/{ctr}")
     att = Attachment("v11", ifname, conflist, args=args, state="undo", error="incompatible CNI versions")
     entry = Record(f"ctr-{ctr}", f"/var/run/netns/{ctr}", "eth0", "1.0.0", [att], netns_id=nid)
-    dl.daemon.cache.save(entry)
+    dl.daemon.records.save(entry)
 
 
 def test_an_undo_that_can_never_succeed_is_forgotten_once_nothing_of_it_is_left(dl: DaemonLab) -> None:
@@ -214,11 +214,11 @@ def test_an_undo_that_can_never_succeed_is_kept_while_its_interface_is_there(dl:
 
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=storage")[0] == 0
-    entry = dl.daemon.cache.load(f"ctr-{ctr}", "eth0")
+    entry = dl.daemon.records.load(f"ctr-{ctr}", "eth0")
     assert entry is not None
     stor = next(a for a in entry.attachments if a.network == "storage")
     stor.conflist = {**stor.conflist, "cniVersion": "1.1.0"}
-    dl.daemon.cache.save(entry)
+    dl.daemon.records.save(entry)
     rc, err = dl.shim("DEL", ctr)
     assert rc == 1 and err["code"] == 1
     assert sorted(dl.lab.links(ctr)) == ["lo", "stor0"]  # the default network went; storage's could not

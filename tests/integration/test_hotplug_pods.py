@@ -100,13 +100,13 @@ def test_a_restart_reads_the_records_once_and_syncs_an_edit_made_meanwhile(admin
         d = Daemon(lambda: multus_node.settings, exec_=multus_node.lab.exec_in_host, link_netns=multus_node.lab.host,
                    state_path=multus_node.base / "state.json")  # fmt: skip
         scans: list[str] = []
-        scan = d.cache.scan
+        scan = d.records.scan
 
         def counted() -> Any:
             scans.append(threading.current_thread().name)
             return scan()
 
-        d.cache.scan = counted  # type: ignore[method-assign]
+        d.records.scan = counted  # type: ignore[method-assign]
         multus_node.daemon = d  # the module's fixture stops it
         d.start_cluster()
         d.reload()
@@ -137,18 +137,20 @@ def test_a_restart_syncs_a_pod_that_an_earlier_pod_of_its_name_left_a_record_of(
     with pod(admin, multus_node, "twice", **{NETWORKS: "storage"}) as p:
         ctr, rc, res = attach(multus_node, p)
         assert rc == 0, res
-        real = multus_node.daemon.cache.path(f"ctr-{ctr}", "eth0")
+        real = multus_node.daemon.records.path(f"ctr-{ctr}", "eth0")
         stale = next(
-            c for c in (f"ctr-stale{i}" for i in range(999)) if multus_node.daemon.cache.path(c, "eth0") > real
+            c for c in (f"ctr-stale{i}" for i in range(999)) if multus_node.daemon.records.path(c, "eth0") > real
         )
         doc = json.loads(real.read_bytes().partition(b"\x1e")[0])
         doc |= {"containerID": stale, "pod": doc["pod"] | {"uid": "0000-earlier-pod"}}
         doc["attachments"] = [a | {"state": "attached"} for a in doc["attachments"]]
-        planted = [multus_node.daemon.cache.path(stale, "eth0")]
+        planted = [multus_node.daemon.records.path(stale, "eth0")]
         planted[0].write_text(json.dumps(doc))
-        gone = next(c for c in (f"ctr-gone{i}" for i in range(999)) if multus_node.daemon.cache.path(c, "eth0") < real)
+        gone = next(
+            c for c in (f"ctr-gone{i}" for i in range(999)) if multus_node.daemon.records.path(c, "eth0") < real
+        )
         doc |= {"containerID": gone, "pod": doc["pod"] | {"uid": p["uid"]}, "netns": "/var/run/netns/nc-gone-0"}
-        planted.append(multus_node.daemon.cache.path(gone, "eth0"))
+        planted.append(multus_node.daemon.records.path(gone, "eth0"))
         planted[1].write_text(json.dumps(doc))
         try:
             multus_node.daemon.stop(drain=5)

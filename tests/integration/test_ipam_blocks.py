@@ -357,7 +357,7 @@ def test_a_record_whose_claims_cannot_be_read_is_kept_and_start_up_goes_on(
         assert dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=handed")[0] == 0
         [held] = addresses(dl, ctr)
         flushed(labs)
-        [good] = [e for e in dl.daemon.cache.entries() if e.container_id == f"ctr-{ctr}"]
+        [good] = [e for e in dl.daemon.records.entries() if e.container_id == f"ctr-{ctr}"]
         doc = json.loads(good.to_json())
         [claim] = doc["attachments"][0]["claims"]
         hostile = [
@@ -370,7 +370,7 @@ def test_a_record_whose_claims_cannot_be_read_is_kept_and_start_up_goes_on(
             cid = f"ctr-hostile{i}"
             one = json.loads(json.dumps(doc)) | {"containerID": cid}
             one["attachments"][0]["claims"] = [c]
-            path = dl.daemon.cache.path(cid, "eth0")
+            path = dl.daemon.records.path(cid, "eth0")
             path.write_text(json.dumps(one))
             planted[path] = path.read_bytes()
         with caplog.at_level("WARNING", logger="netcomp.cache"):

@@ -132,7 +132,7 @@ def test_capabilities_and_cni_args_reach_the_plugins(admin: Any, multus_node: Da
         assert rc == 0, res
         nat = ip("netns", "exec", multus_node.lab.host, "iptables", "-t", "nat", "-S")
         assert "--dport 18080" in nat and "10.91.0." in nat, nat
-        (entry,) = multus_node.daemon.cache.entries()
+        (entry,) = multus_node.daemon.records.entries()
         (shaped_att,) = [a for a in entry.attachments if a.network == "team-a.shaped"]
         assert shaped_att.result is not None
         (veth,) = [i["name"] for i in shaped_att.result["interfaces"] if i["name"].startswith("veth")]

@@ -176,7 +176,7 @@ def restart(dl: DaemonLab) -> None:
 
 def address_on(dl: DaemonLab, ctr: str, network: str) -> str:
     """The container's address on `network`, by the interface the node's record names."""
-    entry = dl.daemon.cache.load(f"ctr-{ctr}", "eth0")
+    entry = dl.daemon.records.load(f"ctr-{ctr}", "eth0")
     assert entry is not None
     [att] = [x for x in entry.attached if x.network == network]
     [addr] = [x.split("/")[0] for x in dl.lab.addrs(ctr, att.ifname)]

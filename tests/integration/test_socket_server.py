@@ -142,7 +142,7 @@ def test_a_request_whose_client_left_the_queue_is_not_started(tmp_path: Path) ->
         assert first.result(timeout=60)[0] == 0
         assert server.wait_for(lambda: server.queued == 0 and server.in_flight == 0, 30)
         assert server.served == served + 1  # the first ADD only
-        assert dl.daemon.cache.load("gone", "eth0") is None
+        assert dl.daemon.records.load("gone", "eth0") is None
         assert dl.shim("DEL", a)[0] == 0
 
 

@@ -62,7 +62,7 @@ def cached_claims(labs: list[DaemonLab]) -> set[tuple[str, str, str]]:
     """(address, node, container) of every claim the daemons' cache entries record."""
     out = set()
     for dl in labs:
-        for e in dl.daemon.cache.entries():
+        for e in dl.daemon.records.entries():
             for a in e.attachments:
                 out.update((c["address"], c["node"], c["container_id"]) for c in a.claims)
     return out

@@ -129,10 +129,10 @@ def test_start_up_removes_the_temp_files_a_killed_save_left(tmp_path: Path) -> N
 
     d = _delegator(tmp_path, {}, lambda *a: None)
     try:
-        d.cache.directory.mkdir(parents=True, exist_ok=True)
-        stray = d.cache.directory / ".0123.json.netcomp-tmp"  # killed between the swap and the removal
+        d.records.directory.mkdir(parents=True, exist_ok=True)
+        stray = d.records.directory / ".0123.json.netcomp-tmp"  # killed between the swap and the removal
         stray.write_text('{"kind": "netcompCacheV1"}')
-        kept = d.cache.directory / "notes.txt"  # not ours: left alone
+        kept = d.records.directory / "notes.txt"  # not ours: left alone
         kept.write_text("x")
         assert d.recover()[:2] == (0, 0)
         assert not stray.exists() and kept.exists()
@@ -164,7 +164,7 @@ def test_del_runs_a_containers_networks_side_by_side(tmp_path: Path) -> None:
     d, delete = _three_network_delegator(tmp_path, fake_exec)
     try:
         d.handle(delete)
-        assert d.cache.count() == 0
+        assert d.records.count() == 0
     finally:
         d.close()
 
@@ -182,7 +182,7 @@ def test_del_keeps_exactly_the_attachments_whose_del_failed(tmp_path: Path) -> N
         with pytest.raises(DelegateError) as e:
             d.handle(delete)
         assert (e.value.code, e.value.full_msg) == (11, "network 'b', plugin 'sh': busy")
-        entry = d.cache.load("c1", "eth0")
+        entry = d.records.load("c1", "eth0")
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]
     finally:
         d.close()
@@ -199,7 +199,7 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
 
     def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
         if env["CNI_COMMAND"] == "ADD":
-            path = d.cache.path("c1", "eth0")
+            path = d.records.path("c1", "eth0")
             seen.append((path.stat().st_ino, path.read_bytes()))
         return ExecResult(0, res, b"")
 
@@ -210,15 +210,15 @@ def test_an_adds_outcome_is_one_record_appended_to_its_write_ahead(tmp_path: Pat
         d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         [(ino, ahead)] = seen
         assert RS not in ahead and [a.state for a in Record.from_json(ahead).attachments] == ["adding"]
-        path = d.cache.path("c1", "eth0")
+        path = d.records.path("c1", "eth0")
         data = path.read_bytes()
         assert path.stat().st_ino == ino and data.startswith(ahead) and data.count(RS) == 1 and data.endswith(b"\n")
-        entry = d.cache.load("c1", "eth0")
+        entry = d.records.load("c1", "eth0")
         assert entry is not None and [(a.state, a.result) for a in entry.attachments] == [
             ("attached", {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]})
         ]
         d.handle(parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
-        assert d.cache.count() == 0
+        assert d.records.count() == 0
     finally:
         d.close()
 
@@ -301,7 +301,7 @@ def _full_disk_add(tmp_path: Path, cache_dir: Path) -> None:
         with pytest.raises(DelegateError) as e:
             d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
         assert e.value.code == 5 and "cannot write the attachment cache" in e.value.full_msg
-        assert calls == ["ADD", "DEL"] and d.cache.load("c1", "eth0") is None and d.cache.count() == 0
+        assert calls == ["ADD", "DEL"] and d.records.load("c1", "eth0") is None and d.records.count() == 0
     finally:
         d.close()
 
@@ -314,7 +314,7 @@ def test_an_outcome_follows_the_cache_moved_while_the_delegates_ran(tmp_path: Pa
 
     def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
         if env["CNI_COMMAND"] == "ADD":
-            d.cache.directory = tmp_path / "moved"
+            d.records.directory = tmp_path / "moved"
         return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
 
     nets = {"a": {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "sh"}]}}
@@ -322,11 +322,11 @@ def test_an_outcome_follows_the_cache_moved_while_the_delegates_ran(tmp_path: Pa
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0", "CNI_ARGS": "NETCOMP_NETWORKS=a"}
     try:
         d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
-        entry = d.cache.load("c1", "eth0")
+        entry = d.records.load("c1", "eth0")
         assert entry is not None and [a.state for a in entry.attachments] == ["attached"]
         assert fsutil.settle(10) and os.listdir(tmp_path / "cache") == []
         d.handle(parse_request({**env, "CNI_COMMAND": "DEL"}, {"cniVersion": "1.0.0"}))
-        assert d.cache.count() == 0
+        assert d.records.count() == 0
     finally:
         d.close()
 
@@ -359,10 +359,10 @@ def test_a_result_nested_too_deep_is_the_plugins_error_and_rolled_back(tmp_path:
                 d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
             assert e.value.code == E_OTHER and "nested deeper than 64 levels" in e.value.full_msg, e.value.full_msg
             assert [c for c, _ in calls] == ["ADD", "DEL"] and b"prevResult" not in calls[1][1]
-            assert d.cache.count() == 0
+            assert d.records.count() == 0
         out["ADD"] = nested(64)
         d.handle(parse_request({**env, "CNI_COMMAND": "ADD"}, {"cniVersion": "1.0.0"}))
-        entry = d.cache.load("c1", "eth0")
+        entry = d.records.load("c1", "eth0")
         assert entry is not None and entry.attachments[0].state == "attached"
     finally:
         d.close()
@@ -392,7 +392,7 @@ def test_a_failed_dels_log_line_names_every_network_its_record_named(tmp_path: P
             assert outcome.status == 400 and outcome.line is not None
             level, msg, args = outcome.line
             assert (level, args[:3]) == (logging.WARNING, (verb, "c1", "a,b,c")), (msg, args)
-        entry = d.cache.load("c1", "eth0")
+        entry = d.records.load("c1", "eth0")
         assert entry is not None and [a.network for a in entry.attachments] == ["b"]
     finally:
         d.close()
@@ -409,7 +409,7 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
     conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
     d = _delegator(tmp_path, {"n": conf}, lambda *a: ExecResult(0, b"", b""))
     try:
-        d.cache.save(Record("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
+        d.records.save(Record("c1", "", "eth0", "1.0.0", [Attachment("n", "eth0", conf)]))
         real, calls = d.deleting.detach, []
 
         def detach(*a: Any, **k: Any) -> Any:
@@ -420,10 +420,10 @@ def test_an_undo_that_raised_at_start_up_is_tried_again_by_the_retry(tmp_path: P
 
         d.deleting.detach = detach  # type: ignore[method-assign]
         assert d.recover()[:2] == (0, 1)
-        assert ("c1", "eth0") in d.unfinished and d.cache.load("c1", "eth0") is not None
+        assert ("c1", "eth0") in d.unfinished and d.records.load("c1", "eth0") is not None
         assert d.retry_unfinished() == (1, 0)
         assert calls == ["recovery", "retry"]
-        assert d.cache.load("c1", "eth0") is None and ("c1", "eth0") not in d.unfinished
+        assert d.records.load("c1", "eth0") is None and ("c1", "eth0") not in d.unfinished
     finally:
         d.close()
 

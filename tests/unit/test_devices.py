@@ -49,7 +49,7 @@ def test_two_networks_of_one_resource_each_get_their_own_device_in_order(
     pod_resources.pods[POD] = {"c1": [(RES, ["0000:3b:02.1"])], "c2": [(RES, ["0000:3b:02.0", "0000:3b:02.1"])]}
     device_node.d.handle(req("ADD", "a", "vf-a,vf-b"))
     assert device_node.adds() == [("net0", "0000:3b:02.0"), ("net1", "0000:3b:02.1")]
-    entry = device_node.d.cache.load("a", "eth0")
+    entry = device_node.d.records.load("a", "eth0")
     assert entry is not None
     assert [(a.network, a.device and a.device["id"]) for a in entry.attachments] == [
         ("vf-a", "0000:3b:02.0"),
@@ -79,7 +79,7 @@ def test_more_networks_than_devices_says_the_numbers_and_runs_nothing(
         f"pod default/p1: 2 networks (vf-a, vf-b) take a device of resource {RES}, and the kubelet gave the pod 1"
         in (ei.value.msg)
     )
-    assert device_node.seen == [] and device_node.d.cache.load("a", "eth0") is None
+    assert device_node.seen == [] and device_node.d.records.load("a", "eth0") is None
 
 
 def test_a_pod_without_the_resource_is_refused_naming_pod_network_and_resource(
@@ -128,7 +128,7 @@ def test_an_api_that_never_answers_and_no_checkpoint_is_code_11_in_bounded_time(
     e = ei.value
     assert e.code == 11 and e.details == "no plugin was run"
     assert "did not answer in 0.3 s" in e.msg and "no kubelet checkpoint" in e.msg
-    assert device_node.seen == [] and device_node.d.cache.load("a", "eth0") is None
+    assert device_node.seen == [] and device_node.d.records.load("a", "eth0") is None
 
 
 def test_an_api_that_never_answers_falls_back_to_the_checkpoint(device_node: DeviceNode) -> None:
@@ -165,7 +165,7 @@ def test_a_definition_gets_the_device_in_every_plugin_and_as_capabilities(
     assert "runtimeConfig" not in second  # tuning declares neither capability
     assert json.loads(Path(copy).read_text())["pci"]["pf-pci-address"] == "0000:3b:00.0"
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o444
-    entry = device_node.d.cache.load("a", "eth0")
+    entry = device_node.d.records.load("a", "eth0")
     assert entry is not None
     status = network_status(entry.attachments, "eth0")
     assert status[0]["device-info"] == {
@@ -185,7 +185,7 @@ def test_no_device_plugin_file_gives_the_minimal_pci_record(
 ) -> None:
     pod_resources.pods[POD] = {"c1": [(RES, ["0000:3b:02.0"])]}
     device_node.d.handle(req("ADD", "a", "vf-a"))
-    entry = device_node.d.cache.load("a", "eth0")
+    entry = device_node.d.records.load("a", "eth0")
     assert entry is not None and entry.attachments[0].device is not None
     assert entry.attachments[0].device["info"] == {
         "type": "pci",
@@ -286,7 +286,7 @@ def test_start_up_sweeps_nothing_while_a_record_cannot_be_read(
     cni = device_node.info / "cni"
     kept = {p.name for p in cni.iterdir()}
     assert kept
-    record = device_node.d.cache.path("a", "eth0")
+    record = device_node.d.records.path("a", "eth0")
     good = record.read_bytes()
     record.write_bytes(b"{not json")
 

@@ -96,7 +96,7 @@ def test_a_device_id_that_is_not_one_is_refused_naming_the_resource(
     with pytest.raises(DelegateError) as ei:
         device_node.d.handle(req("ADD", "a", "vf-a"))
     e = ei.value
-    assert e.code == 7 and device_node.seen == [] and device_node.d.cache.load("a", "eth0") is None
+    assert e.code == 7 and device_node.seen == [] and device_node.d.records.load("a", "eth0") is None
     assert e.msg.startswith(f"pod default/p1: network vf-a takes a device of resource {RES}, and the kubelet ")
     assert repr(bad if len(bad) <= 64 else bad[:64] + "...") in e.msg and "\n" not in e.msg
     assert f"the device plugin that serves {RES}" in e.details
@@ -166,7 +166,7 @@ def test_a_device_info_file_nested_too_deep_is_treated_as_missing(
     dp.parent.mkdir(parents=True)
     dp.write_text("[" * 30000 + "]" * 30000)
     device_node.d.handle(req("ADD", "a", "vf-a"))
-    entry_ = device_node.d.cache.load("a", "eth0")
+    entry_ = device_node.d.records.load("a", "eth0")
     assert entry_ is not None and entry_.attachments[0].device is not None
     assert entry_.attachments[0].device["info"] == {
         "type": "pci",
@@ -190,7 +190,7 @@ def test_a_device_info_file_a_plugin_writes_itself_is_recorded_first_and_removed
         conf = json.loads(stdin) if env["CNI_COMMAND"] == "ADD" else {}
         path = (conf.get("runtimeConfig") or {}).get("CNIDeviceInfoFile")
         if path:
-            recorded = device_node.d.cache.load("a", "eth0")
+            recorded = device_node.d.records.load("a", "eth0")
             assert recorded is not None and recorded.attachments[0].device is not None
             named_first.append(recorded.attachments[0].device["file"])
             Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import random
 import tracemalloc
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from netcomp.kubelet import devinfo
@@ -88,6 +88,7 @@ def test_a_device_info_file_decodes_or_is_refused(doc: Any) -> None:
 
 @settings(max_examples=500, deadline=None)
 @given(ids)
+@example("0" * 25 + "\x1f" * 4 + "\U00012544" * 35)  # escapes to ten characters each: the message stays short
 def test_a_device_id_is_a_pci_address_or_a_name(dev: str) -> None:
     why = device_id_problem(dev)
     if why is None:

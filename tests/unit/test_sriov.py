@@ -126,13 +126,13 @@ def test_hotplug_takes_a_vf_from_the_pool_and_detach_gives_it_back(
     d, seen = delegator
     d.hotplug("ADD", "hp1", OWN_NETNS, "dataplane", None, "eth0")
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}
-    entry = d.cache.load("hp1", "eth0")
+    entry = d.records.load("hp1", "eth0")
     assert entry is not None and entry.attachments[0].conflist["plugins"][0]["deviceID"] == "0000:3b:02.0"
     d.handle(req("ADD", "other"))  # the runtime's ADD of another container takes the next VF
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:03.2"}
     d.hotplug("DEL", "hp1", "", "dataplane", None, "eth0")
     assert seen[-1] == {"command": "DEL", "deviceID": "0000:3b:02.0"}
-    assert d.cache.load("hp1", "eth0") is None
+    assert d.records.load("hp1", "eth0") is None
     d.hotplug("ADD", "hp2", OWN_NETNS, "dataplane", None, "eth0")
     assert seen[-1] == {"command": "ADD", "deviceID": "0000:3b:02.0"}  # free again
     assert d.host.vfs_reserved == set()
