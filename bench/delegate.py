@@ -299,10 +299,11 @@ def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, pro
             }
             conflist = json.loads((node / "run/netcomp/networks/mgmt.conflist").read_text())
             runner = Runner([PLUGINS])
-            cpu0: dict[str, int] = {}
+            cpu0: dict[str, dict[int, int]] = {}
             for i, pod in enumerate(pods):
                 if i == CLUSTER_WARM:
                     cpu0 = {k: _cpu_ns(d.pid) for k, d in daemons.items()}
+                    server0 = sum(sum(_cpu_ns(p.pid).values()) for p in api.procs)
                     spies = [_spy(d.pid, f"{profile}.{k}") for k, d in daemons.items()] if profile else []
                 ns = netns()
                 rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
@@ -329,7 +330,9 @@ def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, pro
             # read, the reconciler settled (the writes wait for a quiet moment: at most 2 s).
             _until(lambda: _written(core, pods[-1]), "the last pod's network-status and event written")
             time.sleep(3)
-            cpu = {k: (_cpu_ns(d.pid) - cpu0[k]) / runs / 1e6 for k, d in daemons.items()}
+            cpu1 = {k: _cpu_ns(d.pid) for k, d in daemons.items()}
+            server = (sum(sum(_cpu_ns(p.pid).values()) for p in api.procs) - server0) / runs / 1e6
+            split = {k: _cpu_split(cpu0[k], cpu1[k], _thread_names(d.pid), runs) for k, d in daemons.items()}
         except BaseException:
             for root in (node, plain):
                 sys.stderr.write(f"{root} the daemon's log, its end:\n" + "".join(
@@ -347,8 +350,12 @@ def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, pro
         return [a + d for a, d in zip(out[f"{key} add"], out[f"{key} del"], strict=True)]
 
     print(f"(f-runtime) the compiled shim, rounds back to back, medians of {runs} rounds (ms)")
+    print(f"  the API server and etcd: CPU per pod {server:.2f} ms")
     for k, words in (("cluster", "a daemon following a real API server"), ("none", "a daemon with no cluster")):
-        print(f"  {words}: CPU per pod {cpu[k]:.2f} ms (ADD and DEL, and what they cause)")
+        threads = ", ".join(
+            f"{name} {ms:.2f}" for name, ms in sorted(split[k].items(), key=lambda kv: -kv[1]) if ms >= 0.01
+        )
+        print(f"  {words}: CPU per pod {sum(split[k].values()):.2f} ms (ADD and DEL, and what they cause): {threads}")
         row("(f-runtime) ADD, DEL at once: shim+daemon / direct", pair(k), pair("direct"),
             f"goal <= {GOALS['f']}" if k == "cluster" else "")  # fmt: skip
         row("  its ADD", out[f"{k} add"], out["direct add"])
@@ -362,13 +369,34 @@ def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*argv, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _cpu_ns(pid: int) -> int:
-    """The time the threads of `pid` that live now have spent on a CPU (schedstat's first field), ns."""
-    total = 0
+def _cpu_ns(pid: int) -> dict[int, int]:
+    """The time each thread of `pid` that lives now has spent on a CPU (schedstat's first field), ns, by its id."""
+    got = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total
+            got[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+    return got
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    """Python's names of `pid`'s threads by their ids, from py-spy (the kernel's comm of a thread Python made is
+    its process's); {} without py-spy."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        return {}
+    doc = subprocess.run([str(py_spy), "dump", "--json", "--nonblocking", "--pid", str(pid)], capture_output=True)
+    with contextlib.suppress(ValueError):
+        return {int(t["os_thread_id"]): str(t.get("thread_name") or t["os_thread_id"]) for t in json.loads(doc.stdout)}
+    return {}
+
+
+def _cpu_split(before: dict[int, int], after: dict[int, int], names: dict[int, str], pods: int) -> dict[str, float]:
+    """CPU per pod (ms) by thread name; threads that came and went (request workers, crews) as "others"."""
+    split: dict[str, float] = defaultdict(float)
+    for tid, ns in after.items():
+        name = names.get(tid, "others")
+        split[name.rstrip("0123456789_") or name] += (ns - before.get(tid, 0)) / pods / 1e6
+    return dict(split)
 
 
 def _stop(daemon: subprocess.Popen[bytes]) -> None:

@@ -117,3 +117,32 @@ def test_a_record_is_read_for_endpointslices_only_once_a_service_may_want_it(tmp
         assert ss.wait_written(10) and (cache.loads, cache.scans) == (1, 2)  # and from now on each as it changes
     finally:
         stop.set()
+
+
+def test_a_request_goes_out_in_one_write_without_nagles_delay() -> None:
+    """Headers and body in one write (one TLS record, one segment), on a socket with TCP_NODELAY."""
+    import socket
+
+    from netcomp.kube.apiclient import _Connection
+
+    class Recorded:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock, self.sent = sock, list[bytes]()
+
+        def sendall(self, data: bytes) -> None:
+            self.sent.append(bytes(data))
+            self.sock.sendall(data)
+
+        def close(self) -> None:
+            self.sock.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        conn = _Connection("127.0.0.1", server.getsockname()[1], timeout=5)
+        conn.connect()
+        try:
+            assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            rec = conn.sock = Recorded(conn.sock)
+            conn.request("PATCH", "/x", b'{"a": 1}', {"Content-Type": "application/json"})
+        finally:
+            conn.close()
+    assert len(rec.sent) == 1 and rec.sent[0].startswith(b"PATCH /x ") and rec.sent[0].endswith(b'\r\n\r\n{"a": 1}')
