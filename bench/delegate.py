@@ -27,7 +27,10 @@ Everything runs inside a network namespace the benchmark makes (a veth pair as m
 started as `netcomp daemon --root TMP` in it; (f) starts a kube-apiserver and etcd there too
 (tests/lab/kubeapi.py; skipped, saying so, without the binaries of `make kube-bins`) and a second daemon
 that follows it. All is removed at the end.
-Usage: sudo bench/delegate.py [--runs N] [--only-cluster]
+(f-runtime) is (f) as a libcni runtime meets it (`--runtime` runs it alone): rounds back to back, nothing waited
+for between them, against a daemon following the API server and one with no cluster in the same run, with each
+daemon's CPU per pod (`--profile FILE`: py-spy's samples of the cluster daemon).
+Usage: sudo bench/delegate.py [--runs N] [--only-cluster] [--runtime [--profile FILE]]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -250,6 +254,151 @@ def cluster_case(
     return out
 
 
+def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, profile: str | None) -> None:
+    """(f-runtime): (f) as a libcni runtime meets it. Each round, back to back and waiting for nothing: the bridge
+    conflist exec'd directly (ADD, then DEL at once), then a pod's ADD and DEL at once through `exe` on a daemon
+    following a real API server (pods bound to the node), then the same through a daemon with no cluster. Prints
+    each ratio, its ADD and DEL parts, and each daemon's CPU per pod: its threads' time on a CPU
+    (/proc/PID/task/*/schedstat) from before the first counted round until the cluster daemon has written what
+    the rounds caused. `profile`: a file for py-spy's samples of the cluster daemon over the counted rounds."""
+    from netcomp.cni.invoke import Runner, RuntimeConf
+    from netcomp.daemon.server.client import call
+    from tests.lab.kubeapi import BINS, api_server
+
+    if not (BINS / "kube-apiserver").exists():
+        print(f"(f-runtime) skipped: no kube-apiserver in {BINS} (make kube-bins)")
+        return
+    from kubernetes import client, config
+
+    out: dict[str, list[float]] = defaultdict(list)
+    node, plain = base / "rt-node", base / "rt-plain"
+    with api_server(base / "rt-kube") as api:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
+        pods = [f"rt-{i}" for i in range(CLUSTER_WARM + runs)]
+        for name in pods:
+            spec = {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+            core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                                   "spec": spec})  # fmt: skip
+        socks = {"cluster": cluster_node(node, api.node_kubeconfig)}
+        default_bridge(plain, "ncbench2", "10.144.0.0/16")
+        (plain / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\n")
+        socks["none"] = plain / "run/netcomp/netcomp.sock"
+        daemons: dict[str, subprocess.Popen[bytes]] = {}
+        spies: list[subprocess.Popen[bytes]] = []
+        try:
+            for name, root in (("cluster", node), ("none", plain)):
+                with (root / "daemon.log").open("wb") as log_file:
+                    daemons[name] = subprocess.Popen([NC, "daemon", "--root", str(root)], stderr=log_file)
+            _until(
+                lambda: _pods_known(call, str(socks["cluster"])) >= len(pods), "the daemon's pod watch has every pod"
+            )
+            _until(lambda: _pods_known(call, str(socks["none"])) >= 0, "the plain daemon serves")
+            confs = {
+                k: json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": str(s)}).encode()
+                for k, s in socks.items()
+            }
+            conflist = json.loads((node / "run/netcomp/networks/mgmt.conflist").read_text())
+            runner = Runner([PLUGINS])
+            cpu0: dict[str, dict[int, int]] = {}
+            for i, pod in enumerate(pods):
+                if i == CLUSTER_WARM:
+                    cpu0 = {k: _cpu_ns(d.pid) for k, d in daemons.items()}
+                    server0 = sum(sum(_cpu_ns(p.pid).values()) for p in api.procs)
+                    spies = [_spy(d.pid, f"{profile}.{k}") for k, d in daemons.items()] if profile else []
+                ns = netns()
+                rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
+                t = time.perf_counter()
+                result = runner.add(conflist, rc)
+                t_add = time.perf_counter() - t
+                runner.delete(conflist, rc, result)
+                t_del = time.perf_counter() - t - t_add
+                took: dict[str, float] = {"direct add": t_add, "direct del": t_del}
+                for k in ("cluster", "none"):
+                    ns = netns()
+                    args = (
+                        f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={ns}"
+                    )
+                    took[f"{k} add"] = shim(exe, "ADD", ns, args, confs[k])
+                    took[f"{k} del"] = shim(exe, "DEL", ns, args, confs[k])
+                if i >= CLUSTER_WARM:
+                    for key, value in took.items():
+                        out[key].append(value)
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+            # What the rounds caused is counted too: every pod's status and event written, the watch's news of them
+            # read, the reconciler settled (the writes wait for a quiet moment: at most 2 s).
+            _until(lambda: _written(core, pods[-1]), "the last pod's network-status and event written")
+            time.sleep(3)
+            cpu1 = {k: _cpu_ns(d.pid) for k, d in daemons.items()}
+            server = (sum(sum(_cpu_ns(p.pid).values()) for p in api.procs) - server0) / runs / 1e6
+            split = {k: _cpu_split(cpu0[k], cpu1[k], _thread_names(d.pid), runs) for k, d in daemons.items()}
+        except BaseException:
+            for root in (node, plain):
+                sys.stderr.write(f"{root} the daemon's log, its end:\n" + "".join(
+                    (root / "daemon.log").read_text(errors="replace").splitlines(True)[-30:]))  # fmt: skip
+            raise
+        finally:
+            for d in daemons.values():
+                _stop(d)
+
+    def row(label: str, ours: list[float], base_: list[float], note: str = "") -> None:
+        ratio = median_ms(ours) / median_ms(base_)
+        print(f"  {label:58s} {median_ms(ours):8.1f} / {median_ms(base_):8.1f} = {ratio:5.2f}  {note}")
+
+    def pair(key: str) -> list[float]:
+        return [a + d for a, d in zip(out[f"{key} add"], out[f"{key} del"], strict=True)]
+
+    print(f"(f-runtime) the compiled shim, rounds back to back, medians of {runs} rounds (ms)")
+    print(f"  the API server and etcd: CPU per pod {server:.2f} ms")
+    for k, words in (("cluster", "a daemon following a real API server"), ("none", "a daemon with no cluster")):
+        threads = ", ".join(
+            f"{name} {ms:.2f}" for name, ms in sorted(split[k].items(), key=lambda kv: -kv[1]) if ms >= 0.01
+        )
+        print(f"  {words}: CPU per pod {sum(split[k].values()):.2f} ms (ADD and DEL, and what they cause): {threads}")
+        row("(f-runtime) ADD, DEL at once: shim+daemon / direct", pair(k), pair("direct"),
+            f"goal <= {GOALS['f']}" if k == "cluster" else "")  # fmt: skip
+        row("  its ADD", out[f"{k} add"], out["direct add"])
+        row("  its DEL", out[f"{k} del"], out["direct del"])
+
+
+def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid`'s threads (without pausing it) into `out`, collapsed stacks, until SIGINT."""
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    argv = [py_spy, "record", "--pid", str(pid), "--nonblocking", "--threads", "--format", "raw", "-o", out]
+    return subprocess.Popen([*argv, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _cpu_ns(pid: int) -> dict[int, int]:
+    """The time each thread of `pid` that lives now has spent on a CPU (schedstat's first field), ns, by its id."""
+    got = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            got[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+    return got
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    """Python's names of `pid`'s threads by their ids, from py-spy (the kernel's comm of a thread Python made is
+    its process's); {} without py-spy."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        return {}
+    doc = subprocess.run([str(py_spy), "dump", "--json", "--nonblocking", "--pid", str(pid)], capture_output=True)
+    with contextlib.suppress(ValueError):
+        return {int(t["os_thread_id"]): str(t.get("thread_name") or t["os_thread_id"]) for t in json.loads(doc.stdout)}
+    return {}
+
+
+def _cpu_split(before: dict[int, int], after: dict[int, int], names: dict[int, str], pods: int) -> dict[str, float]:
+    """CPU per pod (ms) by thread name; threads that came and went (request workers, crews) as "others"."""
+    split: dict[str, float] = defaultdict(float)
+    for tid, ns in after.items():
+        name = names.get(tid, "others")
+        split[name.rstrip("0123456789_") or name] += (ns - before.get(tid, 0)) / pods / 1e6
+    return dict(split)
+
+
 def _stop(daemon: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it has not stopped within a minute: no daemon outlives the benchmark."""
     daemon.terminate()
@@ -285,7 +434,7 @@ def _written(core: Any, pod: str) -> bool:
     return any(e.reason == "AddedInterface" for e in events)
 
 
-def inner(runs: int, only_cluster: bool = False) -> None:
+def inner(runs: int, only_cluster: bool = False, runtime: bool = False, profile: str | None = None) -> None:
     from netcomp.cni.invoke import Runner, RuntimeConf, real_exec
     from netcomp.shim import install as shimlaunch
 
@@ -374,7 +523,7 @@ def inner(runs: int, only_cluster: bool = False) -> None:
 
         one = [("mgmt", "eth0")]
         three = [("mgmt", "eth0"), ("storage", "net0"), ("backup", "net1")]
-        main_runs = 0 if only_cluster else runs
+        main_runs = 0 if only_cluster or runtime else runs
         for _ in range(main_runs):
             # (a) and (e): the DEL made SETTLE after the ADD, untimed, on both sides (see SETTLE).
             ns = netns()
@@ -437,6 +586,9 @@ def inner(runs: int, only_cluster: bool = False) -> None:
             for name, exe in exes.items():
                 m[name]["d"].append(at_once(exe))
                 m[name]["d0"].append(at_once(exe, floor=True))
+        if runtime:
+            runtime_case(runs, base, exes["C"], netns, shim, profile)
+            return
         cluster = cluster_case(runs, base, exes["C"], netns, shim, start)
     except BaseException:
         sys.stderr.write(
@@ -488,14 +640,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--only-cluster", action="store_true", help="(f) alone")
+    ap.add_argument("--runtime", action="store_true", help="(f-runtime) alone: (f) as a libcni runtime meets it")
+    ap.add_argument(
+        "--profile", metavar="FILE", help="(f-runtime): py-spy's samples of each daemon, FILE.cluster and FILE.none"
+    )
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/delegate.py needs root (network namespaces)")
     if args.inner:
-        inner(args.runs, args.only_cluster)
+        inner(args.runs, args.only_cluster, args.runtime, args.profile)
         return
     argv = [__file__, "--inner", "--runs", str(args.runs)] + (["--only-cluster"] if args.only_cluster else [])
+    argv += (["--runtime"] if args.runtime else []) + (
+        ["--profile", str(Path(args.profile).absolute())] if args.profile else []
+    )
     in_host_netns("ncbench", argv)
 
 

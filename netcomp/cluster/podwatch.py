@@ -33,6 +33,7 @@ MAX_MESSAGE = 1024  # an event's message, as the events API bounds it
 class _Pod:
     uid: str
     annotations: Mapping[str, str]
+    status: str | None = None  # its network-status as written: the same again is not written
 
 
 def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
@@ -42,7 +43,8 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
         return None
     notes = meta.get("annotations") or {}
     kept = {k: v for k in multus.ANNOTATIONS if isinstance(v := notes.get(k), str)}
-    return (ns, name), _Pod(str(meta.get("uid") or ""), kept)
+    status = notes.get(multus.NETWORK_STATUS)
+    return (ns, name), _Pod(str(meta.get("uid") or ""), kept, status if isinstance(status, str) else None)
 
 
 class PodWatch(Follower):
@@ -108,9 +110,8 @@ class PodWatch(Follower):
         return got if got is not None else self._read(pod)
 
     def latest(self, pod: PodRef) -> Mapping[str, str] | None:
-        with self._lock:
-            got = self._pods.get((pod.namespace, pod.name))
-        return got.annotations if got is not None and (not pod.uid or got.uid == pod.uid) else None
+        got = self._known(pod)
+        return got.annotations if got is not None else None
 
     def _read(self, pod: PodRef) -> Mapping[str, str]:
         try:
@@ -215,15 +216,24 @@ class PodWatch(Follower):
                     self._writing = False
                     self._pending.notify_all()
 
+    def _known(self, pod: PodRef) -> _Pod | None:
+        """The pod as the watch last delivered it, if it is the same pod (by uid, when the runtime said one)."""
+        with self._lock:
+            got = self._pods.get((pod.namespace, pod.name))
+        return got if got is not None and (not pod.uid or got.uid == pod.uid) else None
+
     def _uid(self, pod: PodRef) -> str:
         if pod.uid:
             return pod.uid
-        with self._lock:
-            got = self._pods.get((pod.namespace, pod.name))
+        got = self._known(pod)
         return got.uid if got is not None else ""
 
     def _write_status(self, pod: PodRef, status: list[dict[str, Any]]) -> None:
-        meta: dict[str, Any] = {"annotations": {multus.NETWORK_STATUS: json.dumps(status, indent=2)}}
+        text = json.dumps(status, indent=2)
+        known = self._known(pod)
+        if known is not None and known.status == text:
+            return  # the pod has it already (a sync that changed nothing, an ADD answered again)
+        meta: dict[str, Any] = {"annotations": {multus.NETWORK_STATUS: text}}
         if uid := self._uid(pod):
             meta["uid"] = uid  # a precondition: never the status of a pod of the same name made since
         try:

@@ -50,6 +50,7 @@ class ServiceSlices:
         self._pods: dict[Key, PodInfo] = {}
         self._records: dict[tuple[str, str], tuple[Attached, ...]] = {}
         self._pending: set[tuple[str, str]] = set()  # cache entries changed since they were read
+        self._unread = False  # entries changed while no Service asked for slices: all are read again when one does
         self.actual: dict[Key, str] = {}  # this node's slices on the API server: their digests
         self.version: str | None = None  # discovery.k8s.io's version the server serves (slices.VERSIONS)
         self._listed: set[str] = set()  # what has been listed once: services, slices, pods, records
@@ -116,6 +117,9 @@ class ServiceSlices:
 
     def _record_changed(self, container_id: str, ifname: str) -> None:
         with self._cond:  # on the ADD's path: noted only, read by the loop
+            if not self.services:  # no slice can hold it: nothing to wake for, nor to read until a Service comes
+                self._unread = True
+                return
             self._pending.add((container_id, ifname))
             self._touch()
 
@@ -172,7 +176,8 @@ class ServiceSlices:
                 with self._cond:
                     self._dirty = False
                     pending, self._pending = self._pending, set()
-                self._read_records(pending)
+                    every, self._unread = self._unread and bool(self.services), self._unread and not self.services
+                self._read_records(None if every else pending)
                 failed = self._reconcile()
             except Exception:
                 log.exception("EndpointSlices: reconciling failed")

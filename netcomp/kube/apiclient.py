@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -43,13 +44,40 @@ class Response:
 # ------------------------------------------------------------------------------------------------ transports
 
 
-class _TLSConnection(http.client.HTTPSConnection):
+class _Connection(http.client.HTTPConnection):
+    """A connection that sends each request, its headers and its body, in one write, on a socket without Nagle's
+    delay. http.client sends them apart: two TLS records to seal and for the server to read, and the body held back
+    until the headers' segment is acknowledged (Nagle's algorithm against a delayed ACK)."""
+
+    _held: list[bytes] | None = None
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP: a _TLSConnection wraps it itself
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def request(self, method: str, url: str, body: Any = None, headers: Mapping[str, Any] = {}, *,
+                encode_chunked: bool = False) -> None:  # fmt: skip
+        self._held = []
+        try:
+            super().request(method, url, body, headers, encode_chunked=encode_chunked)
+        finally:
+            held, self._held = self._held, None
+        super().send(b"".join(held))
+
+    def send(self, data: Any) -> None:
+        if self._held is None:
+            super().send(data)
+        else:
+            self._held.append(bytes(data))
+
+
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
     """An HTTPS connection that may check the server's certificate against another name (tls-server-name)."""
 
     server_name: str | None = None
 
     def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
+        _Connection.connect(self)
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name or self.host)  # type: ignore[attr-defined]
 
 
@@ -65,7 +93,7 @@ class HttpTransport:
 
     def _open(self, timeout: float | None) -> http.client.HTTPConnection:
         if self.ctx is None:
-            return http.client.HTTPConnection(self.ep.host, self.ep.port, timeout=timeout)
+            return _Connection(self.ep.host, self.ep.port, timeout=timeout)
         conn = _TLSConnection(self.ep.host, self.ep.port, timeout=timeout, context=self.ctx)
         conn.server_name = self.ep.server_name
         return conn
