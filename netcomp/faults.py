@@ -4,7 +4,7 @@ in its environment arms it (`arm`), and SIGKILLs itself the n-th time (default: 
 to show that a daemon dying exactly there loses nothing (POINTS; docs/reliability.md, "The chaos run"). Unarmed,
 as on a node, a point does nothing. `NETCOMP_STALL_AT=compile` makes every compile after the first wait for ever,
 as one reading a file that never answers would: the daemon must still stop on SIGTERM, and say it is not
-ready."""
+ready. The seam is the process's: a second daemon made in one process (tests) arms it anew for both."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf,
 from netcomp.delegate.hostres import HostResources
 from netcomp.delegate.planning import Planning
 from netcomp.delegate.request import Reply, Request
-from netcomp.errors import DelegateError
+from netcomp.errors import DelegateError, NetcompError
 from netcomp.host import container, nsenter
 from netcomp.host import netns as nsutil
 from netcomp.host.netns import NetnsId
@@ -99,9 +99,9 @@ class Adding:
                 entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
                 entry.args = req.rest_args
             self.attach(entry, atts, req.netns, req.pod, asks)
-        except DelegateError as e:
-            e.networks = tuple(a.network for a in atts) if atts else None
-            if req.pod is not None and self.pods is not None:  # best-effort, after the answer, as Multus does
+        except NetcompError as e:
+            e.networks = tuple(a.network for a in atts) if atts else None  # "?" in the log line: not yet planned
+            if isinstance(e, DelegateError) and req.pod is not None and self.pods is not None:  # as Multus does
                 reason = "NoNetworkFound" if isinstance(e, multus.NoNetwork) else "FailedAddNetworks"
                 self.pods.event(req.pod, "Warning", reason, e.full_msg + (f" ({e.details})" if e.details else ""))
             raise

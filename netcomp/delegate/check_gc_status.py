@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_UNKNOWN_CONTAINER
+from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import Runner, find_plugin
 from netcomp.cni.spec import parse_version, plugin_types
 from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side
@@ -59,7 +59,12 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
 
         # Side by side, as ADD and DEL; all finish before the answer, which is the first network's error in
         # the container's order.
-        calls = [(a.conflist, runtime_conf(entry, a, target.path), a.result or {}) for a in entry.attachments]
+        for a in entry.attachments:  # CHECK compares with what ADD returned: without it there is nothing to check
+            if a.result is None:
+                raise DelegateError(
+                    E_OTHER, f"{a.ifname}: its ADD recorded no result to CHECK against", network=a.network
+                )
+        calls = [(a.conflist, runtime_conf(entry, a, target.path), a.result) for a in entry.attachments]
         futures = side_by_side(pool, runner.check, calls)
         failures = [(a, fut.exception()) for a, fut in zip(entry.attachments, futures, strict=True)]
         for a, exc in failures:

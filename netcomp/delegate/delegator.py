@@ -42,7 +42,8 @@ class Delegator:
     `networks` returns the current conflists by network name (the daemon's last good plan); `default_network`
     the node's default; `link_names` the interface names in a netns (a path or an fd on it:
     host.container.link_names); `host_netns` the namespaces never given to a container (host.netns.host_namespaces),
-    `host_unsure` why the host's is not known (then every ADD is refused)."""
+    `host_unsure` why the host's is not known (then every ADD is refused). The parts are given these fields when
+    the Delegator is made: set them then, not after (`use_devices` changes the devices of every part)."""
 
     runner: Runner
     records: Records

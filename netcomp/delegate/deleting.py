@@ -75,7 +75,7 @@ class Deleting:
     `link_names`: the interface names in a namespace (a path or an fd on it);
     `home_netns`: where a device a killed plugin left in a container goes back to; `undone`: told, with the
     container's lock held, of a record written with nothing left to undo or removed (its key, and whether the
-    record is still there: pods/podsync's edits put off until that undo is done)."""
+    record is still there: cluster/podsync's edits put off until that undo is done)."""
 
     def __init__(
         self,

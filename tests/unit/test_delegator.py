@@ -445,3 +445,30 @@ def test_pod_edits_waiting_count_pods_not_records(tmp_path: Path) -> None:
     sync.undone(("c1", "eth0"), False)
     assert (sync.waiting, sync.pods_waiting) == (1, 1)
     d.close()
+
+
+def test_a_check_of_an_attachment_recorded_without_a_result_says_so(tmp_path: Path) -> None:
+    """CHECK compares with what ADD returned; a record that keeps none for an attachment (an older daemon's,
+    whose plugin printed nothing) is refused by that attachment's name before any plugin's CHECK runs, not
+    checked against an empty result."""
+    from netcomp.cni.invoke import ExecResult
+    from netcomp.records.record import Attachment, Record
+
+    checks: list[str] = []
+
+    def fake_exec(argv, env, stdin, timeout):  # type: ignore[no-untyped-def]
+        checks.append(env["CNI_COMMAND"])
+        return ExecResult(0, b'{"cniVersion": "1.0.0"}', b"")
+
+    conf = {"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "sh"}]}
+    d = _delegator(tmp_path, {"n": conf}, fake_exec)
+    try:
+        a = Attachment("n", "eth0", conf)
+        a.state = "attached"
+        d.records.save(Record("c1", OWN_NETNS, "eth0", "1.0.0", [a]))
+        env = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "c1", "CNI_NETNS": OWN_NETNS, "CNI_IFNAME": "eth0"}
+        with pytest.raises(DelegateError, match="eth0: its ADD recorded no result to CHECK against") as e:
+            d.handle(parse_request(env, {"cniVersion": "1.0.0"}))
+        assert e.value.network == "n" and checks == []
+    finally:
+        d.close()
