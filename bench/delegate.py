@@ -59,6 +59,32 @@ NC = str(Path(sys.executable).parent / "netcomp")
 PLUGINS = "/usr/lib/cni"
 
 
+def bound_pods(api: Any, prefix: str, n: int) -> tuple[Any, list[str]]:
+    """n pods bound to the benchmark's node (made through the admin's kubeconfig): the admin's CoreV1Api, and
+    their names."""
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
+    pods = [f"{prefix}-{i}" for i in range(n)]
+    for name in pods:
+        spec = {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                               "spec": spec})  # fmt: skip
+    return core, pods
+
+
+def direct_add_del(runner: Any, conflist: dict[str, Any], ns: str) -> tuple[float, float]:
+    """The conflist's ADD in the network namespace `ns`, then its DEL at once, exec'd directly: their seconds."""
+    from netcomp.cni.invoke import RuntimeConf
+
+    rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
+    t = time.perf_counter()
+    result = runner.add(conflist, rc)
+    t_add = time.perf_counter() - t
+    runner.delete(conflist, rc, result)
+    return t_add, time.perf_counter() - t - t_add
+
+
 def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
@@ -189,17 +215,11 @@ def cluster_case(
     if not (BINS / "kube-apiserver").exists():
         print(f"(f) skipped: no kube-apiserver in {BINS} (make kube-bins)")
         return None
-    from kubernetes import client, config
 
     out: dict[str, list[float]] = defaultdict(list)
     node = base / "node"
     with api_server(base / "kube") as api:
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
-        pods = [f"bench-{i}" for i in range(CLUSTER_WARM + runs)]
-        for name in pods:
-            spec = {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
-            core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                                                   "spec": spec})  # fmt: skip
+        core, pods = bound_pods(api, "bench", CLUSTER_WARM + runs)
         sock = cluster_node(node, api.node_kubeconfig)
         conf = json.dumps({"cniVersion": "1.0.0", "name": "netcomp", "type": "netcomp", "socket": str(sock)}).encode()
         with (node / "daemon.log").open("wb") as log_file:
@@ -209,13 +229,7 @@ def cluster_case(
             conflist = json.loads((node / "run/netcomp/networks/mgmt.conflist").read_text())
             runner = Runner([PLUGINS])
             for i, pod in enumerate(pods):
-                ns = netns()
-                rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
-                t = time.perf_counter()
-                result = runner.add(conflist, rc)
-                t_add = time.perf_counter() - t
-                runner.delete(conflist, rc, result)
-                t_del = time.perf_counter() - t - t_add
+                t_add, t_del = direct_add_del(runner, conflist, netns())
                 ns = netns()
                 rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
                 floor_add = start(exe)
@@ -261,24 +275,18 @@ def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, pro
     each ratio, its ADD and DEL parts, and each daemon's CPU per pod: its threads' time on a CPU
     (/proc/PID/task/*/schedstat) from before the first counted round until the cluster daemon has written what
     the rounds caused. `profile`: a file for py-spy's samples of the cluster daemon over the counted rounds."""
-    from netcomp.cni.invoke import Runner, RuntimeConf
+    from netcomp.cni.invoke import Runner
     from netcomp.daemon.server.client import call
     from tests.lab.kubeapi import BINS, api_server
 
     if not (BINS / "kube-apiserver").exists():
         print(f"(f-runtime) skipped: no kube-apiserver in {BINS} (make kube-bins)")
         return
-    from kubernetes import client, config
 
     out: dict[str, list[float]] = defaultdict(list)
     node, plain = base / "rt-node", base / "rt-plain"
     with api_server(base / "rt-kube") as api:
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(api.admin_kubeconfig)))
-        pods = [f"rt-{i}" for i in range(CLUSTER_WARM + runs)]
-        for name in pods:
-            spec = {"nodeName": NODE, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
-            core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                                                   "spec": spec})  # fmt: skip
+        core, pods = bound_pods(api, "rt", CLUSTER_WARM + runs)
         socks = {"cluster": cluster_node(node, api.node_kubeconfig)}
         default_bridge(plain, "ncbench2", "10.144.0.0/16")
         (plain / "etc/netcomp/netcomp.yaml").write_text("defaultNetwork: mgmt\n")
@@ -305,13 +313,7 @@ def runtime_case(runs: int, base: Path, exe: str, netns: Netnses, shim: Any, pro
                     cpu0 = {k: _cpu_ns(d.pid) for k, d in daemons.items()}
                     server0 = sum(sum(_cpu_ns(p.pid).values()) for p in api.procs)
                     spies = [_spy(d.pid, f"{profile}.{k}") for k, d in daemons.items()] if profile else []
-                ns = netns()
-                rc = RuntimeConf(ns, f"/var/run/netns/{ns}", "eth0")
-                t = time.perf_counter()
-                result = runner.add(conflist, rc)
-                t_add = time.perf_counter() - t
-                runner.delete(conflist, rc, result)
-                t_del = time.perf_counter() - t - t_add
+                t_add, t_del = direct_add_del(runner, conflist, netns())
                 took: dict[str, float] = {"direct add": t_add, "direct del": t_del}
                 for k in ("cluster", "none"):
                     ns = netns()
