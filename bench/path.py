@@ -8,7 +8,8 @@ Prints, for the first plugin the ADD spawns:
   package; how many times the path crosses from one package of netcomp to another; and the threads it ran on
   (a hand-off is a change of thread);
 - the context switches and CPU time of the daemon's threads per ADD and per DEL (/proc/self/task/*/status
-  and schedstat around each request, the median of --rounds).
+  and schedstat around each request, the median of --rounds): those a thread asked for by waiting (the code's),
+  and those the kernel took by preempting it (the machine's load's), apart.
 Usage: sudo bench/path.py [--rounds N]"""
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def package(path: str) -> str:
 
 
 def per_thread() -> dict[str, int]:
-    """Context switches by thread name (its comm), the daemon's threads only."""
+    """Context switches by thread name (its comm), the daemon's threads only; those the thread did not ask for
+    (it was preempted) apart, as "name(preempted)"."""
     out: dict[str, int] = {}
     main = str(threading.main_thread().native_id)
     names = {str(t.native_id): t.name.rstrip("0123456789_") for t in threading.enumerate()}
@@ -53,15 +55,17 @@ def per_thread() -> dict[str, int]:
             status = (task / "status").read_text()
         except OSError:
             continue
-        n = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
-        out[name] = out.get(name, 0) + n
+        for line in status.splitlines():
+            if "ctxt_switches" in line:
+                key = name if line.startswith("voluntary") else f"{name}(preempted)"
+                out[key] = out.get(key, 0) + int(line.split()[1])
     return out
 
 
-def switches_and_cpu() -> tuple[int, int]:
-    """Context switches (voluntary and not) and CPU nanoseconds of the daemon's threads: every thread of this
-    process but the main one, which only runs the shim and waits for it."""
-    n = cpu = 0
+def switches_and_cpu() -> tuple[int, int, int]:
+    """Context switches the daemon's threads asked for (they waited), those they did not (preempted), and their
+    CPU nanoseconds: every thread of this process but the main one, which only runs the shim and waits for it."""
+    asked = preempted = cpu = 0
     main = str(threading.main_thread().native_id)
     for task in Path("/proc/self/task").iterdir():
         if task.name == main:
@@ -71,10 +75,13 @@ def switches_and_cpu() -> tuple[int, int]:
             run_ns = int((task / "schedstat").read_text().split()[0])
         except OSError:
             continue
-        n += sum(int(line.split()[1]) for line in status.splitlines() if line.endswith(tuple("0123456789"))
-                 and "ctxt_switches" in line)  # fmt: skip
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches"):
+                asked += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                preempted += int(line.split()[1])
         cpu += run_ns
-    return n, cpu
+    return asked, preempted, cpu
 
 
 def main() -> None:
@@ -104,7 +111,7 @@ def main() -> None:
         dl.settled()
         dl.shim("DEL", "path-0", netns=f"/var/run/netns/{netns}")
         dl.settled()
-        costs: dict[str, list[tuple[int, int]]] = {"ADD": [], "DEL": []}
+        costs: dict[str, list[tuple[int, int, int]]] = {"ADD": [], "DEL": []}
         by_thread: dict[str, dict[str, list[int]]] = {"ADD": {}, "DEL": {}}
         for i in range(args.rounds):
             for verb in ("ADD", "DEL"):
@@ -115,7 +122,7 @@ def main() -> None:
                 for name, n in threads_after.items():
                     by_thread[verb].setdefault(name, []).append(n - threads.get(name, 0))
                 assert rc == 0, out
-                costs[verb].append((after[0] - before[0], after[1] - before[1]))
+                costs[verb].append(tuple(a - b for a, b in zip(after, before, strict=True)))  # type: ignore[arg-type]
     read_thread, read_frames = seen["read"]  # type: ignore[misc]
     spawn_thread, spawn_frames = seen["spawn"]  # type: ignore[misc]
     path = [(read_thread, f) for f in read_frames] + [(spawn_thread, f) for f in spawn_frames]
@@ -129,8 +136,12 @@ def main() -> None:
     threads = list(dict.fromkeys(t for t, _ in path))
     print(f"package crossings: {crossings}; threads: {' -> '.join(threads)}")
     for verb, got in costs.items():
-        n, cpu = statistics.median(n for n, _ in got), statistics.median(c for _, c in got) / 1e6
-        print(f"{verb}: {n:.0f} context switches, {cpu:.2f} ms of CPU in the daemon's threads (median of {len(got)})")
+        asked, preempted = (statistics.median(c[i] for c in got) for i in (0, 1))
+        cpu = statistics.median(c[2] for c in got) / 1e6
+        print(
+            f"{verb}: {asked + preempted:g} context switches ({asked:g} waits, {preempted:g} preempted), "
+            f"{cpu:.2f} ms of CPU in the daemon's threads (median of {len(got)})"
+        )
         shown = {t: statistics.median(v) for t, v in by_thread[verb].items() if statistics.median(v)}
         by_count = sorted(shown.items(), key=lambda x: -x[1])
         print("  by thread:", ", ".join(f"{t} {n:g}" for t, n in by_count))

@@ -108,12 +108,14 @@ class Adding:
         finally:
             self.planning.unreserve(reserved)  # in the record by now, or given back
         if req.pod is not None and self.pods is not None:
-            for a in atts:
-                r = a.result or {}
-                if r.get("interfaces") or r.get("ips"):
-                    ips = " ".join(str(ip.get("address")) for ip in r.get("ips") or [])
-                    name = naming.display_name(a.network, a.conflist)
-                    self.pods.event(req.pod, "Normal", "AddedInterface", f"Add {a.ifname} [{ips}] from {name}")
+            added = [
+                f"{a.ifname} [{' '.join(str(ip.get('address')) for ip in r.get('ips') or [])}] from "
+                + naming.display_name(a.network, a.conflist)
+                for a in atts
+                if (r := a.result or {}).get("interfaces") or r.get("ips")
+            ]
+            if added:  # one event for the ADD, however many interfaces: each is a write the API server pays for
+                self.pods.event(req.pod, "Normal", "AddedInterface", "Add " + ", ".join(added))
             self.pods.report(req.pod, network_status(atts, req.ifname))  # queued: the ADD does not wait for it
         return Reply(answer(req.ifname, req.cni_version, atts), tuple(a.network for a in atts))
 
