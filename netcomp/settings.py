@@ -85,7 +85,8 @@ class KubeSettings(BaseModel):
     )
     events: bool = Field(
         default=True,
-        description="Record events on pods as Multus does: an AddedInterface naming the interfaces an ADD added, a warning when an ADD fails",
+        description="Record events on pods as Multus does: an AddedInterface naming the interfaces an ADD added, "
+        "a warning when an ADD fails",
     )
     namespaceIsolation: bool = Field(
         default=False,

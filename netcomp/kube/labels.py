@@ -173,3 +173,29 @@ def _checked(r: Requirement, shown: str, *, values: bool = True) -> Requirement:
     if problem:
         raise ValueError(f"{shown} is not a requirement: {problem}")
     return r
+
+
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+def from_label_selector(obj: object) -> Selector:
+    """A LabelSelector object (matchLabels and matchExpressions: In, NotIn, Exists, DoesNotExist), as a
+    NetworkPolicy's podSelector or namespaceSelector is; {} selects everything. ValueError saying what is not
+    one (apimachinery's LabelSelectorAsSelector refuses the same)."""
+    if not isinstance(obj, dict):
+        raise ValueError("a label selector is an object with matchLabels and matchExpressions")
+    labels, exprs = obj.get("matchLabels") or {}, obj.get("matchExpressions") or []
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError("matchLabels is a map of strings")
+    if not isinstance(exprs, list) or len(exprs) + len(labels) > MAX_REQUIREMENTS:
+        raise ValueError(f"matchExpressions is a list, and a selector holds at most {MAX_REQUIREMENTS} requirements")
+    reqs = list(from_map(labels).requirements)
+    for i, e in enumerate(exprs):
+        op = _EXPRESSION_OPS.get(str(e.get("operator"))) if isinstance(e, dict) else None
+        values = e.get("values") or [] if isinstance(e, dict) else []
+        if op is None or not isinstance(e.get("key"), str) or not isinstance(values, list):
+            raise ValueError(f"matchExpressions[{i}] is not a key with an operator of {', '.join(_EXPRESSION_OPS)}")
+        if not all(isinstance(v, str) for v in values) or (op in ("in", "notin")) != bool(values):
+            raise ValueError(f"matchExpressions[{i}]: In and NotIn take values (strings), Exists and DoesNotExist none")
+        reqs.append(_checked(Requirement(e["key"], op, frozenset(values)), f"matchExpressions[{i}]"))
+    return Selector(tuple(reqs))

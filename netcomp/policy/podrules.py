@@ -1,7 +1,7 @@
 """This module holds what the policies that select a pod come to on the node, in the form the pod's nftables table
 is written from (nft.py): for each interface of the pod that a policy isolates, what may pass in each direction.
 It knows nothing of Kubernetes: the policies, their selectors and their peers are resolved to addresses and
-ports before they get here (select.py)."""
+ports before they get here (resolve.py)."""
 
 from __future__ import annotations
 

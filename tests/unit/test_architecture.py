@@ -33,8 +33,8 @@ LEVELS = {
     "netcomp.kubelet": 5,  # the kubelet's side of the node: the devices it gave a pod, device-info files
     "netcomp.ipam": 5,
     "netcomp.records": 6,  # the write-ahead record of a container's attachments, and where records live
-    "netcomp.pods": 7,
-    "netcomp.policy": 7,  # MultiNetworkPolicy: the policies read, the pods they select, the nftables table of a pod  # what a container or pod asks for: names, Multus's and DANM's spellings, network-status
+    "netcomp.pods": 7,  # what a container or pod asks for: names, Multus's and DANM's spellings, network-status
+    "netcomp.policy": 7,  # MultiNetworkPolicy: the policies read, the pods they select, a pod's nftables table
     "netcomp.delegate": 8,
     "netcomp.cluster": 9,  # the cluster's objects followed: network objects, pods, the Node, EndpointSlices, pod edits
     "netcomp.daemon": 10,

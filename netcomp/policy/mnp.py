@@ -1,0 +1,192 @@
+"""This module reads a MultiNetworkPolicy (k8s.cni.cncf.io v1beta1 and v1beta2: a NetworkPolicy's spec, and the
+k8s.v1.cni.cncf.io/policy-for annotation naming the networks it is for) into a Policy. An object is foreign
+input: a policy whose podSelector or networks cannot be read selects nothing and says why; a rule with a part
+that cannot be read is left out whole, so that what it was to let through stays shut (the pods the policy
+selects are isolated all the same). Which pods and addresses a policy comes to is resolve.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ipaddress import ip_network
+from typing import Any
+
+from netcomp.kube.labels import Selector, from_label_selector
+from netcomp.names import is_dns_label
+from netcomp.policy.podrules import PROTOCOLS, Net
+
+GROUP, PLURAL = "k8s.cni.cncf.io", "multi-networkpolicies"
+VERSIONS = ("v1beta2", "v1beta1")  # both serve the same objects; the first the server has is followed
+POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
+MAX_REFS = 64
+MAX_RULES = 256  # of a direction; more are left out and said
+
+
+class PolicyError(ValueError):
+    """A policy that selects nothing: why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PortRef:
+    """A rule's port: a number (with `end`, a range), a container port's name, or None: every port of the
+    protocol."""
+
+    protocol: str
+    port: int | str | None
+    end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Pods (by a selector in the policy's namespace, or in the namespaces a selector picks, or both), or
+    addresses: an ipBlock's CIDR with its exceptions taken out."""
+
+    pods: Selector | None = None
+    namespaces: Selector | None = None
+    block: tuple[Net, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """From or to whom (no peer: anyone) and on which ports (none: every port)."""
+
+    peers: tuple[Peer, ...] = ()
+    ports: tuple[PortRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    name: str
+    networks: tuple[tuple[str, str], ...]  # (namespace, name) as policy-for says them, a bare one in the policy's
+    pods: Selector
+    ingress: tuple[Rule, ...] | None  # None: not a policy of this direction; () isolates, letting nothing in
+    egress: tuple[Rule, ...] | None
+    problems: tuple[str, ...] = field(default=(), compare=False)  # the rules left out, and why
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse(obj: Any) -> Policy:
+    """A MultiNetworkPolicy object as the API server returns it; PolicyError when it selects nothing."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("namespace"), str) or not meta.get("name"):
+        raise PolicyError("not a namespaced object with a name")
+    ns, name = meta["namespace"], str(meta["name"])
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    networks = _networks(ns, (meta.get("annotations") or {}).get(POLICY_FOR))
+    try:
+        pods = from_label_selector(spec.get("podSelector") if spec.get("podSelector") is not None else {})
+    except ValueError as e:
+        raise PolicyError(f"its podSelector is not a label selector: {e}") from None
+    types = spec.get("policyTypes")
+    if types is None:  # as NetworkPolicy: Ingress always, Egress when it has egress rules
+        types = ["Ingress", *(["Egress"] if spec.get("egress") else [])]
+    if not isinstance(types, list) or not set(types) <= {"Ingress", "Egress"}:
+        raise PolicyError("policyTypes is a list of Ingress and Egress")
+    problems: list[str] = []
+    ingress = _rules(spec.get("ingress"), "ingress", "from", problems) if "Ingress" in types else None
+    egress = _rules(spec.get("egress"), "egress", "to", problems) if "Egress" in types else None
+    return Policy(ns, name, networks, pods, ingress, egress, tuple(problems))
+
+
+def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(text, str) or not text.strip():
+        raise PolicyError(f"it has no {POLICY_FOR} annotation naming the networks it is for")
+    out = []
+    for ref in (r.strip() for r in text.split(",")[: MAX_REFS + 1]):
+        space, _, name = ref.rpartition("/")
+        space = space or ns
+        if not (is_dns_label(space) and name and len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))):
+            raise PolicyError(f"{POLICY_FOR}: {ref[:80]!r} is not a network's namespace/name or name")
+        out.append((space, name))
+    if len(out) > MAX_REFS:
+        raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
+    return tuple(dict.fromkeys(out))
+
+
+def _rules(items: Any, direction: str, peers_key: str, problems: list[str]) -> tuple[Rule, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        problems.append(f"{direction} is not a list: nothing lets through")
+        return ()
+    rules = []
+    for i, item in enumerate(items):
+        if i == MAX_RULES:
+            problems.append(f"{direction}: the rules past {MAX_RULES} are left out")
+            break
+        try:
+            if not isinstance(item, dict):
+                raise ValueError("not an object")
+            rules.append(Rule(_peers(item.get(peers_key)), _ports(item.get("ports"))))
+        except ValueError as e:
+            problems.append(f"{direction}[{i}] is left out: {e}")
+    return tuple(rules)
+
+
+def _peers(items: Any) -> tuple[Peer, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ValueError("its peers are not a list")
+    out = []
+    for j, p in enumerate(items):
+        if not isinstance(p, dict) or not ({"podSelector", "namespaceSelector", "ipBlock"} & p.keys()):
+            raise ValueError(f"peer {j} has no podSelector, namespaceSelector or ipBlock")
+        if "ipBlock" in p:
+            if p.keys() & {"podSelector", "namespaceSelector"}:
+                raise ValueError(f"peer {j}: an ipBlock goes alone")
+            out.append(Peer(block=_block(p["ipBlock"], j)))
+            continue
+        pods = from_label_selector(p["podSelector"]) if p.get("podSelector") is not None else None
+        spaces = from_label_selector(p["namespaceSelector"]) if p.get("namespaceSelector") is not None else None
+        out.append(Peer(pods, spaces))
+    return tuple(out)
+
+
+def _block(obj: Any, j: int) -> tuple[Net, ...]:
+    """The CIDR less its exceptions, as prefixes; ValueError for a CIDR or an exception that is not one, or an
+    exception outside it (NetworkPolicy refuses those)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("cidr"), str):
+        raise ValueError(f"peer {j}: ipBlock has no cidr")
+    try:
+        whole = ip_network(obj["cidr"], strict=False)
+        excepts = [ip_network(e, strict=False) for e in obj.get("except") or []]
+    except (TypeError, ValueError):
+        raise ValueError(f"peer {j}: ipBlock {str(obj.get('cidr'))[:60]!r} or an exception is not a CIDR") from None
+    left: list[Net] = [whole]
+    for ex in excepts:
+        if ex.version != whole.version or not ex.subnet_of(whole) or ex == whole:  # type: ignore[arg-type]
+            raise ValueError(f"peer {j}: except {ex} is not strictly inside {whole}")
+        left = [part for net in left for part in (net.address_exclude(ex) if ex.subnet_of(net) else [net])]  # type: ignore[arg-type]
+        if len(left) > 4096:
+            raise ValueError(f"peer {j}: ipBlock less its exceptions is more than 4096 prefixes")
+    return tuple(sorted(left, key=lambda n: (n.version, n)))
+
+
+def _ports(items: Any) -> tuple[PortRef, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ValueError("its ports are not a list")
+    out = []
+    for j, p in enumerate(items):
+        proto = str(p.get("protocol") or "TCP").lower() if isinstance(p, dict) else ""
+        if proto not in PROTOCOLS:
+            raise ValueError(f"port {j}: protocol is TCP, UDP or SCTP")
+        port, end = p.get("port"), p.get("endPort")
+        if isinstance(port, bool) or not (port is None or isinstance(port, (int, str))):
+            raise ValueError(f"port {j}: port is a number or a name")
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if isinstance(port, int) and not 1 <= port <= 65535:
+            raise ValueError(f"port {j}: {port} is not a port")
+        if isinstance(port, str) and not (len(port) <= 15 and is_dns_label(port.lower())):
+            raise ValueError(f"port {j}: {port[:20]!r} is not a port's name")
+        if end is not None and (not isinstance(port, int) or isinstance(end, bool) or not isinstance(end, int)
+                                or not port <= end <= 65535):  # fmt: skip
+            raise ValueError(f"port {j}: endPort goes with a port number, and from it to at most 65535")
+        out.append(PortRef(proto, port, end))
+    return tuple(out)

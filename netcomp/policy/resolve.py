@@ -1,0 +1,169 @@
+"""This module works out what the policies come to for one pod of the node: which policies select it on which of its
+interfaces (those of the networks a policy is for), and what each lets through, its peers resolved to their
+addresses on that same network and its named ports to numbers. Semantics are Kubernetes' NetworkPolicy's, per
+network: a pod selected for a direction is isolated in it on that network's interfaces only, and what passes is
+the union of what the selecting policies allow. What the cluster holds (policies, namespaces, other pods) comes
+through a View; the answer is a podrules.PodRules, which nft.py writes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv6Address, ip_network
+from typing import Protocol
+
+from netcomp.policy.mnp import Peer, Policy, PortRef, Rule
+from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
+
+Address = IPv4Address | IPv6Address
+NamedPorts = Mapping[str, tuple[tuple[str, int], ...]]  # a container port's name -> (protocol, number) pairs
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A pod as policies see it: its labels, its addresses by network (as network-status names networks), and
+    its containers' named ports (None: not known here)."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    addresses: Mapping[str, tuple[Address, ...]]
+    ports: NamedPorts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    ifname: str
+    network: str  # the network's name on the node (a definition's namespace.name)
+    shown: str  # as network-status names it: namespace/name for a definition, a native network's name
+    kernel: bool = True  # a netdev in the pod's namespace (not a DPDK or vfio device)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPod:
+    info: PodInfo
+    interfaces: tuple[Interface, ...]
+
+
+class View(Protocol):
+    """What the cluster holds, as select needs it."""
+
+    def policies(self, namespace: str) -> Iterable[Policy]: ...
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None: ...
+    def namespaces(self) -> Iterable[str]: ...
+    def pods(self, namespace: str) -> Iterable[PodInfo]: ...
+
+
+@dataclass
+class Outcome:
+    rules: PodRules
+    unenforced: list[tuple[Interface, tuple[str, ...]]] = field(default_factory=list)  # not netdevs: by whom
+
+
+def for_network(policy: Policy, iface: Interface) -> bool:
+    """Whether the policy is for the interface's network: `namespace/name` as network-status names it, or a
+    native network's bare name."""
+    return any(
+        iface.shown in (f"{ns}/{name}", name if "/" not in iface.shown else None) for ns, name in policy.networks
+    )
+
+
+def pod_rules(pod: LocalPod, view: View) -> Outcome:
+    policies = [p for p in view.policies(pod.info.namespace) if p.pods.matches(pod.info.labels)]
+    out = Outcome(PodRules())
+    found = []
+    for iface in pod.interfaces:
+        mine = [p for p in policies if for_network(p, iface)]
+        if not mine:
+            continue
+        if not iface.kernel:
+            out.unenforced.append((iface, tuple(p.ref for p in mine)))
+            continue
+        ingress = [(p, r) for p in mine if p.ingress is not None for r in p.ingress]
+        egress = [(p, r) for p in mine if p.egress is not None for r in p.egress]
+        isolated_in = any(p.ingress is not None for p in mine)
+        isolated_out = any(p.egress is not None for p in mine)
+        found.append(
+            InterfaceRules(
+                iface.ifname,
+                iface.network,
+                _allows(ingress, pod, iface, view, inbound=True) if isolated_in else None,
+                _allows(egress, pod, iface, view, inbound=False) if isolated_out else None,
+                tuple(p.ref for p in mine),
+            )
+        )
+    out.rules = PodRules(tuple(found))
+    return out
+
+
+def _allows(
+    rules: list[tuple[Policy, Rule]], pod: LocalPod, iface: Interface, view: View, *, inbound: bool
+) -> tuple[Allow, ...]:
+    """What a direction's rules let through. Ingress's named ports are the pod's own; egress's are each peer
+    pod's (an ipBlock has none, so a named port lets nothing through to it)."""
+    out: list[Allow] = []
+    own = pod.info.ports if inbound else None
+    for policy, rule in rules:
+        blocks = tuple(n for peer in rule.peers if peer.block is not None for n in peer.block)
+        if not rule.peers or blocks:
+            ports = _numbers(rule.ports, own)
+            if ports is not None:
+                out.append(Allow(blocks or None, ports))
+        pods = _peer_pods(policy, rule.peers, view)
+        if not pods:
+            continue
+        if inbound or not any(isinstance(r.port, str) for r in rule.ports):
+            ports = _numbers(rule.ports, own)
+            if ports is not None and (nets := _addresses(pods, iface)):
+                out.append(Allow(nets, ports))
+            continue
+        by_ports: dict[tuple[Ports, ...], list[PodInfo]] = defaultdict(list)  # egress to named ports: each pod's
+        for peer_pod in pods:
+            if (ports := _numbers(rule.ports, peer_pod.ports or {})) is not None:
+                by_ports[ports].append(peer_pod)
+        for ports, group in sorted(by_ports.items()):
+            if nets := _addresses(group, iface):
+                out.append(Allow(nets, ports))
+    return tuple(out)
+
+
+def _peer_pods(policy: Policy, peers: tuple[Peer, ...], view: View) -> list[PodInfo]:
+    """The pods the pod and namespace selectors of a rule pick (a podSelector alone: in the policy's namespace)."""
+    found: dict[tuple[str, str], PodInfo] = {}
+    for peer in peers:
+        if peer.block is not None:
+            continue
+        if peer.namespaces is None:
+            spaces: Iterable[str] = [policy.namespace]
+        else:
+            spaces = [ns for ns in view.namespaces() if peer.namespaces.matches(view.namespace_labels(ns) or {})]
+        for ns in spaces:
+            for p in view.pods(ns):
+                if peer.pods is None or peer.pods.matches(p.labels):
+                    found[(p.namespace, p.name)] = p
+    return [found[k] for k in sorted(found)]
+
+
+def _addresses(pods: Iterable[PodInfo], iface: Interface) -> tuple[Net, ...]:
+    """Each pod's addresses on the interface's network, as host prefixes."""
+    nets = {ip_network(a) for p in pods for a in p.addresses.get(iface.shown, ())}
+    return tuple(sorted(nets, key=lambda n: (n.version, n)))
+
+
+def _numbers(refs: tuple[PortRef, ...], named: NamedPorts | None) -> tuple[Ports, ...] | None:
+    """A rule's ports as numbers: () for every port; a named one as the pod's container port of that name and
+    protocol. None when the rule names ports and none of them is one here (it lets nothing through)."""
+    if not refs:
+        return ()
+    out: set[Ports] = set()
+    for ref in refs:
+        if ref.port is None:
+            out.add(Ports(ref.protocol, 1, 65535))
+        elif isinstance(ref.port, int):
+            out.add(Ports(ref.protocol, ref.port, ref.end or ref.port))
+        else:
+            out.update(
+                Ports(ref.protocol, n, n) for proto, n in (named or {}).get(ref.port, ()) if proto == ref.protocol
+            )
+    return tuple(sorted(out)) if out else None
