@@ -237,8 +237,15 @@ class Metrics:
             "GET: a pod the watch had not delivered yet)",
             ["source"],
         )
+        self.policy_writes = Histogram(
+            "netcomp_policy_table_seconds",
+            "Writes of a pod's nftables table of MultiNetworkPolicy rules (one transaction each), by outcome",
+            ["outcome"],
+        )
         for source in ("watch", "api"):
             self.pod_lookups.labels(source)  # shown at 0 before the first ADD
+        for outcome in ("written", "failed"):
+            self.policy_writes.labels(outcome)
         for op in ("watch", "read", "patch", "event", "dropped", "slice"):
             self.kube_errors.labels(op)
         for kind in FOREIGN_KINDS:

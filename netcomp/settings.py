@@ -88,6 +88,11 @@ class KubeSettings(BaseModel):
         description="Record events on pods as Multus does: an AddedInterface naming the interfaces an ADD added, "
         "a warning when an ADD fails",
     )
+    policies: bool = Field(
+        default=True,
+        description="Enforce MultiNetworkPolicies (k8s.cni.cncf.io) on the pods' interfaces with nftables, where the "
+        "API server serves them: a selected pod's rules are in force before its ADD answers",
+    )
     namespaceIsolation: bool = Field(
         default=False,
         description="A pod may use only the NetworkAttachmentDefinitions of its own namespace and of "

@@ -66,6 +66,20 @@ def print_text(doc: dict[str, Any], out: TextIO) -> None:
             out.write(f"  {refusal['details']}\n")
     if doc.get("record") is not None:
         _running(doc, out)
+    if doc.get("policies"):
+        _policies(doc["policies"], out)
+
+
+def _policies(p: dict[str, Any], out: TextIO) -> None:
+    """The MultiNetworkPolicies in force: a line per interface they isolate, with how many rules pass each way."""
+    out.write(f"policies in force (nftables table {p['table']} in the pod's namespace):\n")
+    for i in p["interfaces"]:
+        ways = [f"{d} {'open' if i[d] is None else f'{i[d]} rules'}" for d in ("ingress", "egress")]
+        out.write(f"  {i['interface']:15s} {i['network']:24s} {', '.join(ways)}  | {', '.join(i['policies'])}\n")
+    if p.get("notEnforced"):
+        out.write(f"  NOT ENFORCED: {p['notEnforced']}\n")
+    if p.get("failed"):
+        out.write(f"  FAILED: {p['failed']}\n")
 
 
 def _headline(doc: dict[str, Any]) -> str:

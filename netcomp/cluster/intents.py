@@ -21,6 +21,7 @@ import yaml
 
 from netcomp.cluster.nodewatch import NodeWatch
 from netcomp.cluster.podwatch import PodWatch
+from netcomp.cluster.policywatch import PolicyWatch
 from netcomp.cluster.services import ServiceSlices
 from netcomp.errors import Diagnostic, HostError
 from netcomp.fsutil import atomic_write, read_bounded
@@ -146,6 +147,10 @@ class Cluster:
         self.followers = [_Follower(self, k, backoff()) for k in kinds]
         self.pods = PodWatch(self.core, kube, node, metrics, one_line, backoff())
         self.node = NodeWatch(self.core, node, one_line, backoff())
+        self.policies: PolicyWatch | None = None
+        if kube.policies:
+            self.policies = PolicyWatch(self.core, self.custom, kube.timeout, metrics, one_line, backoff)
+            self.reporting.append(self.policies.status_error)
         self.slices: ServiceSlices | None = None
         if kube.services and cache is not None:
             self.slices = ServiceSlices(self.core, self.custom, kube, node, metrics, self.pods, cache, backoff)
@@ -156,6 +161,8 @@ class Cluster:
             self.slices.start(stop)  # first: it listens to the pods' follower
         self.pods.start(stop)
         self.node.start(stop)
+        if self.policies is not None:
+            self.policies.start(stop)
         for f in self.followers:
             threading.Thread(target=f.follow, args=(stop,), name=f"kube-{f.kind.plural}", daemon=True).start()
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from netcomp.kube.following import Backoff, Follower
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
 from netcomp.pods.naming import PodRef
+from netcomp.policy.resolve import NamedPorts, PodInfo
 from netcomp.settings import KubeSettings
 
 log = logging.getLogger("netcomp.kube")
@@ -34,6 +35,8 @@ class _Pod:
     uid: str
     annotations: Mapping[str, str]
     status: str | None = None  # its network-status as written: the same again is not written
+    labels: Mapping[str, str] = field(default_factory=dict)  # what policies select it by
+    ports: NamedPorts = field(default_factory=dict)  # its containers' named ports, what a policy's port may name
 
 
 def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
@@ -44,7 +47,27 @@ def _keep(doc: Mapping[str, Any]) -> tuple[tuple[str, str], _Pod] | None:
     notes = meta.get("annotations") or {}
     kept = {k: v for k in multus.ANNOTATIONS if isinstance(v := notes.get(k), str)}
     status = notes.get(multus.NETWORK_STATUS)
-    return (ns, name), _Pod(str(meta.get("uid") or ""), kept, status if isinstance(status, str) else None)
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    return (ns, name), _Pod(
+        str(meta.get("uid") or ""),
+        kept,
+        status if isinstance(status, str) else None,
+        {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
+        _named_ports(doc.get("spec")),
+    )
+
+
+def _named_ports(spec: Any) -> NamedPorts:
+    """A pod's containers' ports that have a name: name -> (protocol, number) pairs (lower-case protocol)."""
+    out: dict[str, tuple[tuple[str, int], ...]] = {}
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for c in containers if isinstance(containers, list) else []:
+        for p in (c.get("ports") if isinstance(c, dict) else None) or []:
+            if isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("containerPort"), int):
+                pair = (str(p.get("protocol") or "TCP").lower(), p["containerPort"])
+                out[p["name"]] = (*out.get(p["name"], ()), pair)
+    return out
 
 
 class PodWatch(Follower):
@@ -72,6 +95,7 @@ class PodWatch(Follower):
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
         self._pods: dict[tuple[str, str], _Pod] = {}
+        self._last_read: _Pod | None = None  # the pod _read read last
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)  # notified on every pod the watch delivers
         # Told each list ("LISTED", its pods) and change (its type, [the pod]) from the follower's thread, to note.
@@ -113,7 +137,19 @@ class PodWatch(Follower):
         got = self._known(pod)
         return got.annotations if got is not None else None
 
+    def policy_info(self, pod: PodRef) -> PodInfo | None:
+        """The pod's labels and named ports, as policies select it (read when the watch has not delivered it);
+        None when the API server does not know it. HostError when it cannot answer."""
+        got = self._known(pod)
+        if got is None:
+            self._read(pod)
+            got = self._known(pod) or self._last_read
+        if got is None:
+            return None
+        return PodInfo(pod.namespace, pod.name, got.labels, {}, got.ports)
+
     def _read(self, pod: PodRef) -> Mapping[str, str]:
+        self._last_read = None
         try:
             doc = json.loads(self.core.read_namespaced_pod(pod.name, pod.namespace, **self.opts).data)
         except Exception as e:
@@ -127,6 +163,7 @@ class PodWatch(Follower):
             log.warning("pod %s is another pod now (uid %s, not %s): only the networks asked for otherwise", pod,
                         kept[1].uid, pod.uid)  # fmt: skip
             return {}
+        self._last_read = kept[1] if kept else None
         return kept[1].annotations if kept else {}
 
     def listed(self, items: list[Any]) -> None:

@@ -290,6 +290,9 @@ class Daemon:
     def start(self) -> Server:
         records = self.recover()
         self._start_podsync(records)
+        if self.delegator.policies is not None:  # the rules a restart left in the kernel made right, then kept so
+            args = (self.stop_event,)
+            threading.Thread(target=self.delegator.policies.run, args=args, name="policy-sync", daemon=True).start()
         sock, self.activated = listen(self.settings.socket)
         views: dict[str, Callable[[], Any]] = {
             protocol.STATUS_PATH: self.status,

@@ -27,8 +27,9 @@ from netcomp.ipam.store import AddressAllocator
 from netcomp.kubelet.podresources import Kubelet
 from netcomp.metrics import Metrics
 from netcomp.pods.devices import Devices
+from netcomp.policy.enforcer import Enforcer
 from netcomp.records.files import Records
-from netcomp.settings import Settings
+from netcomp.settings import KubeSettings, Settings
 
 if TYPE_CHECKING:
     from netcomp.cluster.intents import Cluster
@@ -132,6 +133,19 @@ def check_pools(settings: Settings, devices: Devices) -> None:
         log.error(msg + "until the pool is removed from netcomp.yaml", name, settings.kubelet.checkpoint)
 
 
+def enforcer(cluster: Cluster | None, records: Records, kube: KubeSettings | None) -> Enforcer | None:
+    """MultiNetworkPolicy's enforcement, on a node with a cluster (kubernetes.policies); its thread is started
+    with the daemon's others (Daemon.start)."""
+    if cluster is None or cluster.policies is None or kube is None:
+        return None
+    writes = cluster.metrics.policy_writes
+    enforcer = Enforcer(cluster.policies, records, cluster.pods.policy_info, cluster.pods, timeout=kube.timeout,
+                        observe=lambda outcome, seconds: writes.labels(outcome).observe(seconds),
+                        active=cluster.policies.active)  # fmt: skip
+    cluster.policies.on_change = enforcer.changed
+    return enforcer
+
+
 def delegator(
     current: Callable[[], Settings],
     runner: Runner,
@@ -162,6 +176,7 @@ def delegator(
         owned_links=lambda: ownedlinks.owned(link_netns),
         remove_link=lambda name: ownedlinks.remove(name, link_netns),
         pods=cluster.pods if cluster is not None else None,
+        policies=enforcer(cluster, cache, current().kubernetes),
         addresses=addresses,
         devices=devices(current(), lambda: set(current().sriovPools)),
         home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",

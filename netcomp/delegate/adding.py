@@ -33,6 +33,7 @@ from netcomp.pods import multus, naming
 from netcomp.pods.devices import Devices
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import Pods, network_status
+from netcomp.policy.enforcer import Enforcer
 from netcomp.records.files import Records
 from netcomp.records.record import Attachment, Record
 
@@ -70,6 +71,7 @@ class Adding:
         self.host, self.addresses, self.pods, self.link_names = host, addresses, pods, link_names
         self.host_netns, self.host_unsure = host_netns, host_unsure
         self.devices: Devices | None = None
+        self.policies: Enforcer | None = None  # MultiNetworkPolicy's rules, written inside the ADD
 
     def add(self, req: Request) -> Reply:
         """A runtime's ADD: the networks planned and held, attached, the pod told; the runtime's result and the
@@ -219,6 +221,11 @@ class Adding:
             try:
                 self._fulfil(entry, new, asks)
             except Exception as e:  # netlink trouble too: whatever it is, the ADD is rolled back
+                first_error = as_delegate_error(e, new[0].network)
+        if first_error is None and self.policies is not None:
+            try:  # the pod's policies in force before the ADD answers: never reachable unprotected
+                self.policies.attached(entry, new)
+            except Exception as e:
                 first_error = as_delegate_error(e, new[0].network)
         if first_error is None:
             for a in new:

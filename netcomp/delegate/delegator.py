@@ -31,6 +31,7 @@ from netcomp.ipam.store import AddressAllocator
 from netcomp.pods import naming
 from netcomp.pods.devices import Devices
 from netcomp.pods.netstatus import Pods
+from netcomp.policy.enforcer import Enforcer
 from netcomp.records.files import Records
 from netcomp.records.record import Attachment, Record
 
@@ -68,6 +69,8 @@ class Delegator:
     devices: Devices | None = None
     # Where a device a killed plugin left in a container goes back to: the namespace the delegates run in.
     home_netns: str = "/proc/self/ns/net"
+    # MultiNetworkPolicy's rules of the node's pods (a node with a cluster where the API is served).
+    policies: Enforcer | None = None
     workers: int = 32
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
@@ -91,7 +94,9 @@ class Delegator:
             self.records, self.runner, self.pool, self.planning, self.deleting, self.host, self.addresses, self.pods,
             self.link_names, self.host_netns, self.host_unsure,
         )  # fmt: skip
-        self.adding.devices = self.devices
+        self.adding.devices, self.adding.policies = self.devices, self.policies
+        if self.policies is not None:
+            self.deleting.saved = self.policies.saved
         # (container, ifname) of records with attachments to undo, and how many (Deleting keeps it).
         self.unfinished = self.deleting.unfinished
 

@@ -91,6 +91,8 @@ class Deleting:
         self.records, self.runner, self.pool, self.locks, self.host = records, runner, pool, locks, host
         self.addresses, self.link_names, self.home_netns = addresses, link_names, home_netns
         self.undone: Callable[[tuple[str, str], bool], object] = lambda key, kept: None
+        # Told of every record written or removed (policy.enforcer.Enforcer.saved: a pod's table follows it).
+        self.saved: Callable[[Record], object] = lambda entry: None
         # (container, ifname) of records with attachments to undo, and how many: kept as records are written,
         # so that status and the periodic retry need not read every record.
         self.unfinished: dict[tuple[str, str], int] = {}
@@ -132,6 +134,7 @@ class Deleting:
             self.unfinished.pop(key, None)
         if not entry.unfinished:  # every path that finishes an undo writes the record here
             self.undone(key, bool(entry.attachments))
+        self.saved(entry)
 
     def detach(
         self, entry: Record, atts: list[Attachment], netns: str, *, why: str, raise_errors: bool = False

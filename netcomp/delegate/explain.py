@@ -38,7 +38,7 @@ class Explainer:
     def __init__(self, d: Delegator) -> None:
         self.records, self.planning, self.adding, self.runner = d.records, d.planning, d.adding, d.runner
         self.networks, self.default_network, self.owned_links = d.networks, d.default_network, d.owned_links
-        self.addresses, self.pods = d.addresses, d.pods
+        self.addresses, self.pods, self.policies = d.addresses, d.pods, d.policies
 
     @property
     def devices(self) -> Devices | None:
@@ -61,6 +61,8 @@ class Explainer:
             return doc
         if entry is not None:
             doc["record"] = _record(entry)
+            if self.policies is not None:  # MultiNetworkPolicy: the policies that select it and the rules in force
+                doc["policies"] = self.policies.explain(entry.container_id, entry.ifname)
             if pod is None:  # what its runtime asked for (CNI_ARGS) is not recorded: only the record says
                 doc["changes"] = self._changes(entry, None, None, hotplug)
                 return doc

@@ -199,11 +199,11 @@ def api_server(work: Path) -> Iterator[ApiServer]:
 
 
 def _install_manifests(api: ApiServer) -> None:
-    """The packaged CRD and ClusterRole, the role bound to the daemon's test user; waits until the CRD serves."""
+    """The packaged CRDs and ClusterRole, the role bound to the daemon's test user; waits until the CRD serves."""
     from kubernetes import client, config, utils
 
     c = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
-    for name in ("crd.yaml", "rbac.yaml"):
+    for name in ("crd.yaml", "multi-networkpolicy-crd.yaml", "rbac.yaml"):
         utils.create_from_yaml(c, str(ROOT / "packaging" / "kubernetes" / name))
     client.RbacAuthorizationV1Api(c).create_cluster_role_binding(
         {
@@ -219,6 +219,7 @@ def _install_manifests(api: ApiServer) -> None:
     for crd in DANM_CRDS:
         ext.create_custom_resource_definition(crd)
     names = ["networks.netcomp.io", "addressblocks.netcomp.io", "network-attachment-definitions.k8s.cni.cncf.io"]
+    names += ["multi-networkpolicies.k8s.cni.cncf.io"]
     names += [crd["metadata"]["name"] for crd in DANM_CRDS]
 
     def established(name: str) -> bool:

@@ -32,7 +32,9 @@ def pod_asking(name: str, networks: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def pod(admin: Any, dl: DaemonLab, name: str, ns: str = "team-a", **annotations: str) -> Iterator[dict[str, Any]]:
+def pod(
+    admin: Any, dl: DaemonLab, name: str, ns: str = "team-a", labels: dict[str, str] | None = None, **annotations: str
+) -> Iterator[dict[str, Any]]:
     """A pod bound to the node (no kubelet runs it: the test attaches its sandbox itself), deleted after."""
     from kubernetes import client
 
@@ -40,7 +42,7 @@ def pod(admin: Any, dl: DaemonLab, name: str, ns: str = "team-a", **annotations:
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": dict(annotations)},
+        "metadata": {"name": name, "annotations": dict(annotations), "labels": labels or {}},
         "spec": {"nodeName": dl.settings.nodeName, "containers": [{"name": "c", "image": "registry.invalid/none"}]},
     }
     created = core.create_namespaced_pod(ns, body)

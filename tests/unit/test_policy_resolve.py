@@ -34,6 +34,9 @@ class Cluster:
     def pods(self, namespace: str) -> Iterable[PodInfo]:
         return [p for p in self.pods_ if p.namespace == namespace]
 
+    def pod(self, namespace: str, name: str) -> PodInfo | None:
+        return next((p for p in self.pods(namespace) if p.name == name), None)
+
 
 def policy(spec: dict[str, Any], ns: str = "a", name: str = "p", net: str | None = "storage") -> Policy:
     notes = {POLICY_FOR: net} if net is not None else {}

@@ -1,0 +1,306 @@
+"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io
+multi-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every
+pod's labels and addresses by network (its network-status), followed as metadata only
+(PartialObjectMetadata: no spec, no status), paginated. The pods and namespaces are followed only while a policy
+exists: a cluster with none pays nothing. Where the CRD is not installed, nothing is enforced and that is said
+once; the API is looked for again every few minutes. Each change that can change a rule tells `on_change`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from ipaddress import ip_address
+from typing import Any
+
+from netcomp.kube.apiclient import METADATA_LIST
+from netcomp.kube.apierrors import ApiException
+from netcomp.kube.following import Backoff, Follower, pages
+from netcomp.metrics import Metrics
+from netcomp.pods import multus
+from netcomp.policy.mnp import GROUP, PLURAL, VERSIONS, Policy, PolicyError, parse
+from netcomp.policy.resolve import Address, PodInfo
+
+log = logging.getLogger("netcomp.kube")
+LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installed
+
+
+class _Kind(Follower):
+    def __init__(self, owner: PolicyWatch, what: str, api: Any, method: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(what, api, method, *args, explain=owner.explain, backoff=owner.backoff(),
+                         timeout=owner.timeout, loads=json.loads, metrics=owner.metrics, **kwargs)  # fmt: skip
+        self.owner = owner
+
+
+class _Policies(_Kind):
+    def listed(self, items: list[Any]) -> None:
+        self.owner.put_policies({k: p for item in items if (k := _key(item)) and (p := self.owner.read_policy(item))})
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        if key:
+            self.owner.put_policy(key, None if kind == "DELETED" else self.owner.read_policy(obj))
+
+
+class _Namespaces(_Kind):
+    def listed(self, items: list[Any]) -> None:
+        self.owner.put_namespaces({m["name"]: _labels(m) for item in items if (m := _meta(item)) and m.get("name")})
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = _meta(obj)
+        if meta and meta.get("name"):
+            self.owner.put_namespace(str(meta["name"]), None if kind == "DELETED" else _labels(meta))
+
+
+class _Pods(_Kind):
+    def _relist(self) -> str:  # paginated: 30,000 pods are never one answer in memory
+        found: dict[tuple[str, str], PodInfo] = {}
+        rv = ""
+        call = getattr(self.api, self.method)
+        listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
+                        _accept=METADATA_LIST)  # fmt: skip
+        for items, page_rv in listing:
+            rv = page_rv
+            for item in items:
+                if got := self.owner.read_pod(item):
+                    found[(got.namespace, got.name)] = got
+        self.owner.put_pods(found)
+        self.last_error = None
+        self.synced.set()
+        return rv
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        got = self.owner.read_pod(obj)
+        if got is not None:
+            self.owner.put_pod(got, deleted=kind == "DELETED")
+
+
+class PolicyWatch:
+    """policy.resolve.View over what the API server holds; `on_change` is told of every change that can change
+    a rule (set by the enforcer)."""
+
+    def __init__(
+        self, core: Any, custom: Any, timeout: float, metrics: Metrics, explain: Callable[[Exception], str],
+        backoff: Callable[[], Backoff],
+    ) -> None:  # fmt: skip
+        self.core, self.custom, self.timeout, self.metrics = core, custom, timeout, metrics
+        self.explain, self.backoff = explain, backoff
+        self.on_change: Callable[[], object] = lambda: None
+        self._lock = threading.Lock()
+        self._policies: dict[tuple[str, str], Policy] = {}
+        self._by_ns: dict[str, list[Policy]] = {}
+        self._spaces: dict[str, Mapping[str, str]] = {}
+        self._pods: dict[tuple[str, str], PodInfo] = {}
+        self._in_ns: dict[str, dict[str, PodInfo]] = {}
+        self._labelsets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # shared: replicas' are alike
+        self._refused: dict[tuple[str, str], str] = {}
+        self.version: str | None = None  # the API version followed; None: no CRD (yet)
+        self.followers: list[Follower] = []
+        self._others_started = False
+        self._stop: threading.Event | None = None
+
+    # ------------------------------------------------------------------------------------------------ following
+
+    def start(self, stop: threading.Event) -> None:
+        self._stop = stop
+        threading.Thread(target=self._find_api, args=(stop,), name="kube-policies", daemon=True).start()
+
+    def _find_api(self, stop: threading.Event) -> None:
+        """Follow the policies once the API server serves them; look again every LOOK_AGAIN seconds until then."""
+        said = False
+        while not stop.is_set():
+            for version in VERSIONS:
+                try:
+                    doc = self.custom.get_api_resources(GROUP, version, _request_timeout=self.timeout)
+                except ApiException as e:
+                    if e.status != 404:
+                        break
+                    continue
+                except Exception:  # away: asked again later
+                    break
+                if any(r.get("name") == PLURAL for r in (doc or {}).get("resources") or []):
+                    self.version = version
+                    f = _Policies(self, "MultiNetworkPolicies", self.custom, "list_cluster_custom_object", GROUP,
+                                  version, PLURAL)  # fmt: skip
+                    self.followers.append(f)
+                    log.info("cluster: following MultiNetworkPolicies (%s/%s)", GROUP, version)
+                    f.follow(stop)
+                    return
+            if not said:
+                log.info("cluster: the API server serves no MultiNetworkPolicy (%s): none is enforced", GROUP)
+                said = True
+            stop.wait(LOOK_AGAIN)
+
+    def _start_others(self) -> None:
+        """The namespaces and the pods, from the first policy on."""
+        if self._others_started or self._stop is None:
+            return
+        self._others_started = True
+        pods = _Pods(self, "pods (their metadata)", self.core, "list_pod_for_all_namespaces", _accept=METADATA_LIST)
+        for f in (_Namespaces(self, "namespaces", self.core, "list_namespace"), pods):
+            self.followers.append(f)
+            threading.Thread(target=f.follow, args=(self._stop,), name="kube-policy-peers", daemon=True).start()
+
+    def status_error(self) -> str | None:
+        return next((e for f in self.followers if (e := f.status_error())), None)
+
+    # ------------------------------------------------------------------------------------------------ in
+
+    def read_policy(self, obj: Any) -> Policy | None:
+        try:
+            got = parse(obj)
+        except PolicyError as e:
+            key = _key(obj) or ("?", "?")
+            if self._refused.get(key) != str(e):
+                log.warning("cluster: MultiNetworkPolicy %s/%s selects nothing: %s", *key, e)
+                self._refused[key] = str(e)
+            return None
+        for problem in got.problems:
+            log.warning("cluster: MultiNetworkPolicy %s: %s", got.ref, problem)
+        return got
+
+    def read_pod(self, obj: Any) -> PodInfo | None:
+        meta = _meta(obj)
+        if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
+            return None
+        labels = _labels(meta)
+        shared = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
+        status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
+        return PodInfo(meta["namespace"], meta["name"], shared, _addresses(status))
+
+    def put_policies(self, policies: dict[tuple[str, str], Policy]) -> None:
+        with self._lock:
+            self._policies = policies
+            self._reindex()
+        self._changed()
+
+    def put_policy(self, key: tuple[str, str], policy: Policy | None) -> None:
+        with self._lock:
+            if policy is None:
+                self._policies.pop(key, None)
+            else:
+                self._policies[key] = policy
+            self._reindex()
+        self._changed()
+
+    def _reindex(self) -> None:
+        by_ns: dict[str, list[Policy]] = {}
+        for (ns, _), p in sorted(self._policies.items()):
+            by_ns.setdefault(ns, []).append(p)
+        self._by_ns = by_ns
+
+    def _changed(self) -> None:
+        if self._policies:
+            self._start_others()
+        self.on_change()
+
+    def put_namespaces(self, spaces: dict[str, Mapping[str, str]]) -> None:
+        with self._lock:
+            self._spaces = spaces
+        self._changed()
+
+    def put_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        with self._lock:
+            if self._spaces.get(name) == labels:
+                return
+            if labels is None:
+                self._spaces.pop(name, None)
+            else:
+                self._spaces[name] = labels
+        self._changed()
+
+    def put_pods(self, pods: dict[tuple[str, str], PodInfo]) -> None:
+        in_ns: dict[str, dict[str, PodInfo]] = {}
+        for (ns, name), p in pods.items():
+            in_ns.setdefault(ns, {})[name] = p
+        with self._lock:
+            self._pods, self._in_ns = pods, in_ns
+        self._changed()
+
+    def put_pod(self, pod: PodInfo, deleted: bool) -> None:
+        key = (pod.namespace, pod.name)
+        with self._lock:
+            before = self._pods.get(key)
+            if deleted:
+                self._pods.pop(key, None)
+                self._in_ns.get(pod.namespace, {}).pop(pod.name, None)
+            elif before is not None and before.labels == pod.labels and before.addresses == pod.addresses:
+                return  # nothing a rule is made of
+            else:
+                self._pods[key] = pod
+                self._in_ns.setdefault(pod.namespace, {})[pod.name] = pod
+        self._changed()
+
+    # ------------------------------------------------------------------------------------------------ View
+
+    def policies(self, namespace: str) -> Iterable[Policy]:
+        with self._lock:
+            return list(self._by_ns.get(namespace, ()))
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        with self._lock:
+            return self._spaces.get(namespace)
+
+    def namespaces(self) -> Iterable[str]:
+        with self._lock:
+            return sorted(self._spaces)
+
+    def pods(self, namespace: str) -> Iterable[PodInfo]:
+        with self._lock:
+            return list(self._in_ns.get(namespace, {}).values())
+
+    def pod(self, namespace: str, name: str) -> PodInfo | None:
+        with self._lock:
+            return self._pods.get((namespace, name))
+
+    def active(self) -> bool:
+        """Whether any policy is known (a policy that selects nothing is not one)."""
+        return bool(self._policies)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"policies": len(self._policies), "namespaces": len(self._spaces), "pods": len(self._pods)}
+
+
+def _meta(obj: Any) -> dict[str, Any] | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else None
+
+
+def _key(obj: Any) -> tuple[str, str] | None:
+    meta = _meta(obj)
+    if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
+        return None
+    return meta["namespace"], meta["name"]
+
+
+def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
+    labels = meta.get("labels") or {}
+    return (
+        {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(labels, dict)
+        else {}
+    )
+
+
+def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
+    """A network-status annotation's addresses by network; what is not one is left out (foreign input)."""
+    if not isinstance(status, str) or len(status) > 1 << 16:
+        return {}
+    try:
+        entries = json.loads(status)
+    except ValueError:
+        return {}
+    out: dict[str, tuple[Address, ...]] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("ips"), list):
+            continue
+        ips = []
+        for text in e["ips"][:64]:
+            try:
+                ips.append(ip_address(text))
+            except (TypeError, ValueError):
+                continue
+        out[e["name"]] = out.get(e["name"], ()) + tuple(ips)
+    return out
