@@ -102,7 +102,7 @@ def _allows(iface: InterfaceRules, d: Direction) -> tuple[Allow, ...] | None:
 def _chain(chain: str, d: Direction, allows: tuple[Allow, ...]) -> Iterator[dict[str, Any]]:
     """An isolated interface's chain, in order: replies, what every interface needs, each Allow, a counted drop.
     ND comes before the drop of what conntrack calls invalid: it marks a redirect so (only NS, NA, RS, RA and
-    MLD are let through untracked: net/netfilter/nf_conntrack_proto_icmpv6.c, noct_valid_new)."""
+    MLD are let through untracked: the kernel's nf_conntrack_proto_icmpv6, noct_valid_new)."""
     yield _rule(chain, _is({"ct": {"key": "state"}}, ["established", "related"], op="in"), _ACCEPT)
     yield _rule(
         chain, _is(_pay("icmpv6", "type"), {"set": list(d.nd)}), _is(_pay("ip6", "hoplimit"), ANY_NEIGHBOUR), _ACCEPT
