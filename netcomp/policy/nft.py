@@ -244,6 +244,19 @@ def read(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> TableSta
     return state
 
 
+def version(*, timeout: float = 10.0, nft: str = NFT) -> str:
+    """What `nft --version` says: nft is there and runs (in the caller's namespace; it touches no ruleset)."""
+    if not os.access(nft, os.X_OK):
+        raise HostError(f"nft not found at {nft}: install the nftables package")
+    try:
+        res = real_exec([nft, "--version"], ENV, b"", timeout)
+    except DelegateError as e:
+        raise HostError(f"{nft} --version: {e.msg}") from None
+    if res.returncode != 0:
+        raise HostError(f"{nft} --version: {_said(res)}")
+    return res.stdout.decode(errors="replace").strip()[:LINE_CHARS]
+
+
 def _nft(netns: str | int, args: tuple[str, ...], stdin: bytes, timeout: float, nft: str, what: str) -> ExecResult:
     """nft run with args in the network namespace: spawned from a thread inside it, whose namespace the child
     inherits (clone(2) copies the calling thread's)."""
