@@ -7,9 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# What the tests run for real: the CNI plugins, iproute2, systemd's tools, and Debian's packaging tools.
-DEBS := containernetworking-plugins iproute2 systemd systemd-container debhelper lintian python3-venv python3-pip git \
-	openssl podman runc busybox-static debootstrap containerd $(SHIM_DEBS)
+# What the tests run for real: the CNI plugins, iproute2, nftables (pods' policy tables), systemd's tools, and
+# Debian's packaging tools.
+DEBS := containernetworking-plugins iproute2 nftables systemd systemd-container debhelper lintian python3-venv \
+	python3-pip git openssl podman runc busybox-static debootstrap containerd $(SHIM_DEBS)
 # The compiled shim: a C compiler and libc's headers (gcc brings the ASan and UBSan runtimes the tests use).
 SHIM_DEBS := gcc libc6-dev
 
@@ -35,7 +36,7 @@ system-deps:
 	    || ! command -v systemd-nspawn >/dev/null || ! command -v openssl >/dev/null \
 	    || ! command -v cc >/dev/null || ! [ -e /usr/include/stdio.h ] \
 	    || ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
-	    || ! command -v containerd >/dev/null \
+	    || ! command -v containerd >/dev/null || ! [ -x /usr/sbin/nft ] \
 	    || ! dpkg -s busybox-static >/dev/null 2>&1; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq && \

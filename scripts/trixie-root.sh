@@ -9,7 +9,7 @@ set -euo pipefail
 
 # What the root holds. Changing this list makes the next run build the root again.
 PACKAGES="python3 python3-venv python3-pip debhelper build-essential lintian ca-certificates \
-containernetworking-plugins iproute2 systemd systemd-sysv dbus"
+containernetworking-plugins nftables iproute2 systemd systemd-sysv dbus"
 
 # Runs a command in ROOT with systemd-nspawn, from a cgroup of its own (else nspawn, with no systemd on the host to
 # ask for a scope, leaves its cgroups at the root of the hierarchy), removed afterwards.

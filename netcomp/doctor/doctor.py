@@ -23,6 +23,7 @@ def run(settings: Settings, *, rbac_file: str | None = None) -> list[Check]:
     else:
         checks += node.devices(nets, links) + node.host_links(nets, links)
     checks += node.plugins(nets, settings)
+    checks += node.nftables(settings)
     checks += local.sriov_checks(nets, settings)
     checks.append(local.runtime(settings))
     checks += apiserver.cluster(settings, rbac_file)

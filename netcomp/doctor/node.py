@@ -18,6 +18,7 @@ from netcomp.doctor.checks import Check, fail, ok, skip, warn
 from netcomp.errors import DelegateError, HostError
 from netcomp.fsutil import read_bounded
 from netcomp.host import probe
+from netcomp.policy import nft
 from netcomp.settings import Settings
 
 # The kernel feature each plugin type needs to make its link (the others make a veth, or move a device).
@@ -168,6 +169,18 @@ def plugins(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
     users = grouped(nets, lambda n: n.plugins)
     runner = Runner(settings.pluginDirs, timeout=min(settings.pluginTimeout, 10.0))
     return [_plugin(p, users[p], runner, settings.pluginDirs) for p in sorted(users)]
+
+
+def nftables(settings: Settings, path: str = nft.NFT) -> list[Check]:
+    """nft, which writes MultiNetworkPolicy's rules in pods' namespaces: there and running. Only on a node that
+    follows a cluster (policies come from none other)."""
+    if settings.kubernetes is None:
+        return []
+    try:
+        return [ok("nftables", f"{nft.version(nft=path)} at {path}")]
+    except HostError as e:
+        found = f"{e}: the ADD of a pod a MultiNetworkPolicy selects fails"
+        return [fail("nftables", found, "apt-get install nftables (the netcomp package depends on it)")]
 
 
 def _plugin(ptype: str, nets: Sequence[NodeNetwork], runner: Runner, dirs: Sequence[str]) -> Check:

@@ -88,6 +88,7 @@ def test_a_healthy_node_passes(doctor_node: ProcNode) -> None:
         "plugin:bridge",
         "plugin:host-local",
         "plugin:macvlan",
+        "nftables",
         "runtime",
         "apiserver",
         "rbac",
@@ -99,7 +100,8 @@ def test_a_healthy_node_passes(doctor_node: ProcNode) -> None:
     assert checks["hostlink:vx4242"]["found"].startswith("not there yet: the first ADD makes it (vxlan over ncm0")
     assert "speaks CNI 0.1.0 to 1.0.0" in checks["plugin:macvlan"]["found"]
     assert checks["node"]["found"] == f"Node {NODE!r} exists"
-    assert text.splitlines()[-1] == "15 checks: all passed"
+    assert checks["nftables"]["found"].startswith("nftables v") and checks["nftables"]["found"].endswith("/nft")
+    assert text.splitlines()[-1] == "16 checks: all passed"
 
 
 def test_a_missing_plugin(doctor_node: ProcNode) -> None:
@@ -117,7 +119,7 @@ def test_a_missing_plugin(doctor_node: ProcNode) -> None:
         == f"not found (or not executable) in {doctor_node.base / 'cni-bin'} (networks backup, storage, tunnel run it)"
     )
     assert "containernetworking-plugins" in c["fix"]
-    assert "FAIL  plugin:macvlan" in text and text.splitlines()[-1] == "15 checks: 1 failed (plugin:macvlan)"
+    assert "FAIL  plugin:macvlan" in text and text.splitlines()[-1] == "16 checks: 1 failed (plugin:macvlan)"
 
 
 @contextlib.contextmanager

@@ -309,3 +309,19 @@ def test_doctor_names_a_degraded_daemons_errors_at_their_positions(tmp_path: Pat
     assert code == 1
     assert line.startswith("FAIL  daemon         DEGRADED, generation 2, 1 networks, 1 errors: ")
     assert f"{broken}:4:1: spec: missing required key 'hostDevice'; fix: fix the intents at those positions" in line
+
+
+def test_doctor_checks_nft_only_on_a_node_that_follows_a_cluster(tmp_path: Path) -> None:
+    assert node.nftables(Settings()) == []
+    on_cluster = Settings(kubernetes=KubeSettings())
+    (found,) = node.nftables(on_cluster, path=str(tmp_path / "nft"))
+    assert found.status == "fail" and found.found.startswith(f"nft not found at {tmp_path / 'nft'}: install")
+    assert "apt-get install nftables" in found.fix
+    fake = tmp_path / "nft"
+    fake.write_text("#!/bin/sh\necho 'nftables v9.9.9 (Test)'\n")
+    fake.chmod(0o755)
+    (found,) = node.nftables(on_cluster, path=str(fake))
+    assert (found.status, found.found) == ("ok", f"nftables v9.9.9 (Test) at {fake}")
+    fake.write_text("#!/bin/sh\necho 'Error: broken' >&2\nexit 1\n")
+    (found,) = node.nftables(on_cluster, path=str(fake))
+    assert found.status == "fail" and found.found.startswith(f"{fake} --version: Error: broken")

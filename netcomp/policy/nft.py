@@ -1,0 +1,283 @@
+"""This module writes a pod's policy as an nftables table in the pod's own network namespace: `document` turns
+PodRules into the libnftables JSON of one transaction that replaces the table whole (or removes it), `apply`
+runs `nft` with it inside the namespace, `read` says what the table holds for `netcomp explain`. It never
+touches the node's own ruleset: nft runs as a child of a thread that is inside the pod's namespace.
+
+The table: base chains `input` and `output` (filter priority, policy accept) send each isolated interface's
+traffic to its own chain (`in_<ifname>`, `out_<ifname>`). There is no forward chain: a policy is about what
+reaches the pod and what the pod sends, as NetworkPolicy is, and multi-networkpolicy-iptables hooks INPUT and
+OUTPUT only. ARP is its own family (`arp`), which an inet table never sees: it always passes, as IPv4 needs."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import collapse_addresses
+from typing import Any
+
+from netcomp.cni.process import ExecResult, real_exec
+from netcomp.errors import DelegateError, HostError
+from netcomp.host.nsenter import inside
+from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
+
+TABLE, FAMILY = "netcomp", "inet"
+NFT = "/usr/sbin/nft"
+ENV = {"LC_ALL": "C"}
+COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
+SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
+ANY_NEIGHBOUR = 255  # hop limit of ND messages (RFC 4861): one with 255 was sent on this link
+ON_LINK = 1  # hop limit of MLD messages (RFC 3810)
+
+
+@dataclass(frozen=True, slots=True)
+class Direction:
+    key: str  # the chain names' prefix and the counters'
+    hook: str
+    ifname_key: str  # iifname or oifname
+    peer: str  # saddr or daddr
+    # What every interface needs, before any policy: IPv6 neighbour discovery (RFC 4861) and multicast listener
+    # messages (RFC 3810), which IPv6 needs as IPv4 needs ARP, and the DHCP client's exchange (ports, RFC 2131 and
+    # RFC 8415), whose answers conntrack cannot match to a request sent to a broadcast or multicast address.
+    nd: tuple[str, ...]
+    mld: tuple[str, ...]
+    dhcp: tuple[tuple[str, int, int], ...]  # (nfproto, source port, destination port)
+
+
+INGRESS = Direction(
+    "in",
+    "input",
+    "iifname",
+    "saddr",
+    ("nd-router-advert", "nd-neighbor-solicit", "nd-neighbor-advert", "nd-redirect"),
+    ("mld-listener-query",),
+    (("ipv4", 67, 68), ("ipv6", 547, 546)),
+)
+EGRESS = Direction(
+    "out",
+    "output",
+    "oifname",
+    "daddr",
+    ("nd-router-solicit", "nd-neighbor-solicit", "nd-neighbor-advert"),
+    ("mld-listener-report", "mld-listener-done", "mld2-listener-report"),
+    (("ipv4", 68, 67), ("ipv6", 546, 547)),
+)
+
+
+def document(rules: PodRules) -> dict[str, Any]:
+    """The JSON of one nft transaction: the table made anew with what `rules` say, or (no rules) removed. Adding
+    the table first makes deleting it valid whether it existed or not. The same rules give the same bytes."""
+    table = {"family": FAMILY, "name": TABLE}
+    cmds: list[dict[str, Any]] = [
+        {"metainfo": {"json_schema_version": 1}},
+        {"add": {"table": table}},
+        {"delete": {"table": table}},
+    ]
+    if not rules:
+        return {"nftables": cmds}
+    cmds.append({"add": {"table": table}})
+    for d in (INGRESS, EGRESS):
+        isolated = [(i, allows) for i in rules.interfaces if (allows := _allows(i, d)) is not None]
+        if not isolated:
+            continue
+        cmds.append(_add("chain", name=d.hook, type="filter", hook=d.hook, prio=0, policy="accept"))
+        for iface, allows in isolated:
+            chain = f"{d.key}_{iface.ifname}"
+            cmds.append(_add("chain", name=chain))
+            cmds.append(_add("counter", name=chain))
+            cmds.append(
+                _rule(
+                    d.hook, _is(_meta(d.ifname_key), iface.ifname), {"jump": {"target": chain}}, comment=_comment(iface)
+                )
+            )
+            cmds.extend(_chain(chain, d, allows))
+    return {"nftables": cmds}
+
+
+def _allows(iface: InterfaceRules, d: Direction) -> tuple[Allow, ...] | None:
+    return iface.ingress if d is INGRESS else iface.egress
+
+
+def _chain(chain: str, d: Direction, allows: tuple[Allow, ...]) -> Iterator[dict[str, Any]]:
+    """An isolated interface's chain, in order: replies, what every interface needs, each Allow, a counted drop.
+    ND comes before the drop of what conntrack calls invalid: it marks a redirect so (only NS, NA, RS, RA and
+    MLD are let through untracked: the kernel's nf_conntrack_proto_icmpv6, noct_valid_new)."""
+    yield _rule(chain, _is({"ct": {"key": "state"}}, ["established", "related"], op="in"), _ACCEPT)
+    yield _rule(
+        chain, _is(_pay("icmpv6", "type"), {"set": list(d.nd)}), _is(_pay("ip6", "hoplimit"), ANY_NEIGHBOUR), _ACCEPT
+    )
+    yield _rule(
+        chain, _is(_pay("icmpv6", "type"), {"set": list(d.mld)}), _is(_pay("ip6", "hoplimit"), ON_LINK), _ACCEPT
+    )
+    yield _rule(chain, _is({"ct": {"key": "state"}}, ["invalid"], op="in"), {"drop": None})
+    for nfproto, sport, dport in d.dhcp:
+        yield _rule(
+            chain,
+            _is(_meta("nfproto"), nfproto),
+            _is(_pay("udp", "sport"), sport),
+            _is(_pay("udp", "dport"), dport),
+            _ACCEPT,
+        )
+    for n, allow in enumerate(allows):
+        yield from _allow(chain, d, n, allow)
+    yield _rule(chain, {"counter": chain}, {"drop": None})
+
+
+def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str, Any]]:
+    """One Allow's rules: one per address family of its peers (their set) and protocol of its ports."""
+    peers: list[list[dict[str, Any]]] = [[]]  # no address match: any peer
+    if allow.peers is not None:
+        peers = []
+        for family, version in (("ip", 4), ("ip6", 6)):
+            nets = list(collapse_addresses(p for p in allow.peers if p.version == version))  # type: ignore[misc]
+            if nets:
+                name = f"{chain}_{n}_{family}"
+                elem = [_element(x) for x in nets]
+                yield _add("set", name=name, type=f"ipv{version}_addr", flags=["interval"], elem=elem)
+                peers.append([_is(_pay(family, d.peer), f"@{name}")])
+    ports: list[list[dict[str, Any]]] = [[]]  # every port of every protocol
+    if allow.ports:
+        ports = [
+            [_is(_meta("l4proto"), proto), _is(_pay("th", "dport"), value)] for proto, value in _ports(allow.ports)
+        ]
+    for match in peers:  # no peers (an empty tuple): no rule, the Allow lets nothing through
+        for also in ports:
+            yield _rule(chain, *match, *also, _ACCEPT)
+
+
+def _element(net: Net) -> Any:
+    if net.prefixlen == net.max_prefixlen:
+        return str(net.network_address)
+    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+
+
+def _ports(ports: tuple[Ports, ...]) -> Iterator[tuple[str, Any]]:
+    """(protocol, the port or set of ports) per protocol, ranges that overlap or touch merged (an interval set's
+    elements may not overlap), sorted."""
+    for proto in sorted({p.protocol for p in ports}):
+        merged: list[list[int]] = []
+        for p in sorted(p for p in ports if p.protocol == proto):
+            if merged and p.first <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], p.last)
+            else:
+                merged.append([p.first, p.last])
+        items = [a if a == b else {"range": [a, b]} for a, b in merged]
+        yield proto, items[0] if len(items) == 1 else {"set": items}
+
+
+_ACCEPT: dict[str, Any] = {"accept": None}
+
+
+def _add(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"add": {kind: {"family": FAMILY, "table": TABLE, **fields}}}
+
+
+def _rule(chain: str, *expr: dict[str, Any], comment: str = "") -> dict[str, Any]:
+    return _add("rule", chain=chain, expr=list(expr), **({"comment": comment} if comment else {}))
+
+
+def _is(left: dict[str, Any], right: Any, op: str = "==") -> dict[str, Any]:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _meta(key: str) -> dict[str, Any]:
+    return {"meta": {"key": key}}
+
+
+def _pay(protocol: str, field: str) -> dict[str, Any]:
+    return {"payload": {"protocol": protocol, "field": field}}
+
+
+def _comment(iface: InterfaceRules) -> str:
+    text = f"{iface.network}: {', '.join(iface.policies) or 'isolated'}"
+    raw = text.encode()
+    return text if len(raw) <= COMMENT_BYTES else raw[: COMMENT_BYTES - 3].decode(errors="ignore") + "..."
+
+
+def apply(netns: str | int, rules: PodRules, *, timeout: float = 10.0, nft: str = NFT) -> None:
+    """The pod's table as `rules` say, in one transaction, in the network namespace `netns` (a path or an fd):
+    made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long."""
+    stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+    res = _nft(netns, ("-j", "-f", "-"), stdin, timeout, nft, "write the policy table")
+    if res.returncode != 0:
+        raise HostError(f"nft refused the policy table of {_label(netns)}: {_said(res)}")
+
+
+def remove(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> None:
+    """The pod's table gone, if it has one."""
+    apply(netns, PodRules(), timeout=timeout, nft=nft)
+
+
+@dataclass(frozen=True, slots=True)
+class TableState:
+    """What a pod's table holds: rules per chain, elements per set, packets dropped per isolated chain (the
+    chain's name: `in_net1`, `out_net1`)."""
+
+    rules: dict[str, int]
+    elements: dict[str, int]
+    dropped: dict[str, int]
+
+
+def read(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> TableState | None:
+    """What the pod's table holds now; None when it has none."""
+    res = _nft(netns, ("-j", "list", "table", FAMILY, TABLE), b"", timeout, nft, "read the policy table")
+    if res.returncode != 0:
+        if b"No such file or directory" in res.stderr:
+            return None
+        raise HostError(f"nft could not list the policy table of {_label(netns)}: {_said(res)}")
+    try:
+        items = json.loads(res.stdout)["nftables"]
+        state = TableState({}, {}, {})
+        for item in items:
+            if "chain" in item:
+                state.rules.setdefault(str(item["chain"]["name"]), 0)
+            elif "rule" in item:
+                chain = str(item["rule"]["chain"])
+                state.rules[chain] = state.rules.get(chain, 0) + 1
+            elif "set" in item:
+                state.elements[str(item["set"]["name"])] = len(item["set"].get("elem", ()))
+            elif "counter" in item:
+                state.dropped[str(item["counter"]["name"])] = int(item["counter"]["packets"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HostError(f"nft listed the policy table of {_label(netns)} in a form not understood: {e}") from None
+    return state
+
+
+def version(*, timeout: float = 10.0, nft: str = NFT) -> str:
+    """What `nft --version` says: nft is there and runs (in the caller's namespace; it touches no ruleset)."""
+    if not os.access(nft, os.X_OK):
+        raise HostError(f"nft not found at {nft}: install the nftables package")
+    try:
+        res = real_exec([nft, "--version"], ENV, b"", timeout)
+    except DelegateError as e:
+        raise HostError(f"{nft} --version: {e.msg}") from None
+    if res.returncode != 0:
+        raise HostError(f"{nft} --version: {_said(res)}")
+    return res.stdout.decode(errors="replace").strip()[:LINE_CHARS]
+
+
+def _nft(netns: str | int, args: tuple[str, ...], stdin: bytes, timeout: float, nft: str, what: str) -> ExecResult:
+    """nft run with args in the network namespace: spawned from a thread inside it, whose namespace the child
+    inherits (clone(2) copies the calling thread's)."""
+    if not os.access(nft, os.X_OK):
+        raise HostError(f"nft not found at {nft}: install the nftables package")
+
+    def work() -> ExecResult:
+        try:
+            return real_exec([nft, *args], ENV, stdin, timeout)
+        except DelegateError as e:
+            raise HostError(f"cannot {what} of {_label(netns)}: {nft}: {e.msg}") from None
+
+    return inside(netns, work, what)
+
+
+def _label(netns: str | int) -> str:
+    return f"network namespace fd {netns}" if isinstance(netns, int) else netns
+
+
+def _said(res: ExecResult) -> str:
+    """nft's first lines on stderr, bounded (libnftables prefixes JSON input's errors with `internal:0:0-0: `)."""
+    lines = [ln.strip().removeprefix("internal:0:0-0: ") for ln in res.stderr.decode(errors="replace").splitlines()]
+    shown = [ln[:LINE_CHARS] for ln in lines if ln][:SHOWN_LINES]
+    return "; ".join(shown) or f"exit status {res.returncode}, nothing on stderr"
