@@ -75,7 +75,13 @@ def _policies(p: dict[str, Any], out: TextIO) -> None:
     out.write(f"policies in force (nftables table {p['table']} in the pod's namespace):\n")
     for i in p["interfaces"]:
         ways = [f"{d} {'open' if i[d] is None else f'{i[d]} rules'}" for d in ("ingress", "egress")]
-        out.write(f"  {i['interface']:15s} {i['network']:24s} {', '.join(ways)}  | {', '.join(i['policies'])}\n")
+        dropped = [
+            f"{n} dropped {d}" for d in ("in", "out") if (n := p.get("dropped", {}).get(f"{d}_{i['interface']}"))
+        ]
+        more = f" ({', '.join(dropped)})" if dropped else ""
+        out.write(f"  {i['interface']:15s} {i['network']:24s} {', '.join(ways)}{more}  | {', '.join(i['policies'])}\n")
+    if p.get("kernel"):
+        out.write(f"  in the kernel: {p['kernel']}\n")
     if p.get("notEnforced"):
         out.write(f"  NOT ENFORCED: {p['notEnforced']}\n")
     if p.get("failed"):

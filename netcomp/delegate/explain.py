@@ -18,12 +18,13 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.hostres import host_link_of
 from netcomp.delegate.planning import check_edit, diff_edit, pod_of
 from netcomp.delegate.request import Request, Subject, check_container_id
-from netcomp.errors import DelegateError
+from netcomp.errors import DelegateError, HostError
 from netcomp.ipam.pool import Pool
 from netcomp.pods import choice, naming
 from netcomp.pods.devices import Devices
 from netcomp.pods.multus import Ask
 from netcomp.pods.netstatus import network_status
+from netcomp.policy import nft
 from netcomp.records.record import Attachment, Record
 
 # The container ID a plan of a pod that has no container here is made for: no record is ever under it (a CNI
@@ -62,7 +63,7 @@ class Explainer:
         if entry is not None:
             doc["record"] = _record(entry)
             if self.policies is not None:  # MultiNetworkPolicy: the policies that select it and the rules in force
-                doc["policies"] = self.policies.explain(entry.container_id, entry.ifname)
+                doc["policies"] = _with_table(self.policies.explain(entry.container_id, entry.ifname), entry)
             if pod is None:  # what its runtime asked for (CNI_ARGS) is not recorded: only the record says
                 doc["changes"] = self._changes(entry, None, None, hotplug)
                 return doc
@@ -300,6 +301,24 @@ def _ipam_text(conflist: Mapping[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ a running pod
+
+
+def _with_table(doc: dict[str, Any] | None, entry: Record) -> dict[str, Any] | None:
+    """The rules in force, with what the pod's table holds in the kernel: packets dropped per chain, and the
+    table's rules and set elements counted (or why it cannot be read)."""
+    if doc is None or not doc.get("interfaces") or not entry.netns:
+        return doc
+    try:
+        state = nft.read(entry.netns)
+    except (HostError, DelegateError) as e:
+        doc["kernel"] = f"the table cannot be read: {e}"
+        return doc
+    if state is None:
+        doc["kernel"] = "the pod's namespace has no netcomp table"
+        return doc
+    doc["dropped"] = state.dropped
+    doc["kernel"] = f"{sum(state.rules.values())} rules, {sum(state.elements.values())} addresses in sets"
+    return doc
 
 
 def _record(entry: Record) -> list[dict[str, Any]]:
