@@ -182,7 +182,8 @@ def test_nft_missing_is_a_clear_error(pods: list[Pod]) -> None:
 def test_nft_refusing_says_what_nft_said_and_leaves_the_table_as_it_was(pods: list[Pod]) -> None:
     a, b, _ = pods
     nft.apply(a.path, one(ingress=()))
-    with pytest.raises(HostError, match=r"nft refused the policy table of /var/run/netns/.*: Error: String exceeds maximum length of 16"):
+    said = "Error: String exceeds maximum length of 16"  # an interface name longer than IFNAMSIZ
+    with pytest.raises(HostError, match=rf"nft refused the policy table of /var/run/netns/.*: {said}"):
         nft.apply(a.path, one("an-interface-name-too-long-for-linux", ingress=None, egress=()))
     assert not connects(b, a, a.v4(), 8070, DROPPED)  # the rules before are in force, whole
     state = nft.read(a.path)
