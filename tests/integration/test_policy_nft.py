@@ -93,7 +93,9 @@ def test_allowed_from_one_peer_not_another_and_from_a_prefix(on_a_bridge: list[P
 def test_a_port_and_a_port_range_for_tcp_and_udp(on_a_bridge: list[Pod]) -> None:
     a, b, _ = on_a_bridge
     ports = (Ports("tcp", 8020, 8020), Ports("tcp", 9000, 9010), Ports("udp", 5353, 5353), Ports("udp", 6000, 6005))
-    nft.apply(a.path, one(ingress=(Allow(None, ports),)))
+    sctp = Ports("sctp", 38412, 38412)  # this kernel has no SCTP sockets: its rule is checked as text only
+    nft.apply(a.path, one(ingress=(Allow(None, (*ports, sctp)),)))
+    assert "sctp dport 38412 accept" in ip("netns", "exec", a.ns, nft.NFT, "list", "table", "inet", "netcomp")
     assert connects(b, a, a.v4(), 8020, PASSES)
     assert connects(b, a, a.v4(), 9010, PASSES)
     assert not connects(b, a, a.v4(), 9011, DROPPED)
