@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from ipaddress import collapse_addresses
+from ipaddress import IPv4Network, IPv6Network, collapse_addresses
 from typing import Any
 
 from netcomp.cni.process import ExecResult, real_exec
@@ -129,12 +129,13 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
     peers: list[list[dict[str, Any]]] = [[]]  # no address match: any peer
     if allow.peers is not None:
         peers = []
-        for family, version in (("ip", 4), ("ip6", 6)):
-            nets = list(collapse_addresses(p for p in allow.peers if p.version == version))  # type: ignore[misc]
-            if nets:
+        v4 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv4Network))
+        v6 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv6Network))
+        for family, kind, merged in (("ip", "ipv4_addr", list(v4)), ("ip6", "ipv6_addr", list(v6))):
+            if merged:
                 name = f"{chain}_{n}_{family}"
-                elem = [_element(x) for x in nets]
-                yield _add("set", name=name, type=f"ipv{version}_addr", flags=["interval"], elem=elem)
+                elem = [_element(x) for x in merged]
+                yield _add("set", name=name, type=kind, flags=["interval"], elem=elem)
                 peers.append([_is(_pay(family, d.peer), f"@{name}")])
     ports: list[list[dict[str, Any]]] = [[]]  # every port of every protocol
     if allow.ports:
