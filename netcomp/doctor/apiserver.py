@@ -31,6 +31,8 @@ NEEDED_WITH: dict[tuple[str, str], Callable[[KubeSettings], bool]] = {
     ("k8s.cni.cncf.io", "network-attachment-definitions"): lambda k: k.networkAttachmentDefinitions,
     ("", "services"): lambda k: k.services,
     ("discovery.k8s.io", "endpointslices"): lambda k: k.services,
+    ("k8s.cni.cncf.io", "multi-networkpolicies"): lambda k: k.policies,
+    ("", "namespaces"): lambda k: k.policies,
 }
 Verb = tuple[str, str, str]  # (API group, resource, verb)
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"

@@ -173,8 +173,8 @@ def plugins(nets: Sequence[NodeNetwork], settings: Settings) -> list[Check]:
 
 def nftables(settings: Settings, path: str = nft.NFT) -> list[Check]:
     """nft, which writes MultiNetworkPolicy's rules in pods' namespaces: there and running. Only on a node that
-    follows a cluster (policies come from none other)."""
-    if settings.kubernetes is None:
+    follows a cluster and enforces them (kubernetes.policies)."""
+    if settings.kubernetes is None or not settings.kubernetes.policies:
         return []
     try:
         return [ok("nftables", f"{nft.version(nft=path)} at {path}")]

@@ -102,7 +102,10 @@ def test_the_verbs_these_settings_need_of_the_packaged_cluster_role() -> None:
     plain = set(apiserver.needed(rules, KubeSettings()))
     assert ("", "pods", "patch") in plain and ("", "events", "create") in plain
     assert ("netcomp.io", "networks", "watch") in plain
-    assert not any(g == "k8s.cni.cncf.io" or g.startswith("danm") for g, _, _ in plain)
+    assert not any(r == "network-attachment-definitions" or g.startswith("danm") for g, r, _ in plain)
+    assert ("k8s.cni.cncf.io", "multi-networkpolicies", "watch") in plain and ("", "namespaces", "list") in plain
+    off = set(apiserver.needed(rules, KubeSettings(policies=False)))
+    assert not any(r in ("multi-networkpolicies", "namespaces") for _, r, _ in off)
     more = set(apiserver.needed(rules, KubeSettings(networks=False, networkAttachmentDefinitions=True, danm=True)))
     assert ("k8s.cni.cncf.io", "network-attachment-definitions", "list") in more
     assert ("danm.k8s.io", "danmnets", "watch") in more and not any(g == "danm.io" for g, _, _ in more)
