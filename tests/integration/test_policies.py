@@ -146,7 +146,9 @@ def test_a_selected_pod_is_protected_when_its_add_answers_and_follows_the_policy
         until(lambda: opens(stranger, db, to_db, 5007), "the policy deleted, db stayed shut")
 
 
-def test_deny_all_ingress_and_the_selected_pods_own_label_edits(custom: Any, admin: Any, multus_node: DaemonLab) -> None:
+def test_deny_all_ingress_and_the_selected_pods_own_label_edits(
+    custom: Any, admin: Any, multus_node: DaemonLab
+) -> None:
     """A policy with no ingress rule: nothing comes in to db, TCP or UDP, while its own connections and their
     replies pass. db's label taken away opens it; given back, shuts it again."""
     dl = multus_node

@@ -92,6 +92,7 @@ def multus_lab(api: ApiServer, admin: Any, base: Path) -> Iterator[DaemonLab]:
     pool = {"type": "macvlan", "hostDevice": "ncm0", "ipam": {"type": "cluster", "subnet": "10.86.0.0/24"}}
     custom.create_cluster_custom_object(*NETS, {**intent_obj("pool"), "spec": pool})
     with kube_lab(base, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
-        keys = ["kube-system.gw-net", "team-a.fast", "team-b.fast", "team-a.shaped", "team-a.p2p", "team-a.dual", "pool"]
+        keys = ["kube-system.gw-net", "team-a.fast", "team-b.fast", "team-a.shaped", "team-a.p2p", "team-a.dual",
+                "pool"]  # fmt: skip
         wait_for(dl, lambda: all(k in dl.daemon.state.networks() for k in keys), "the definitions compiled")
         yield dl
