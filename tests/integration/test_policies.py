@@ -345,7 +345,8 @@ def test_a_restarted_daemon_keeps_the_rules_and_duplicates_none(
     custom: Any, admin: Any, multus_node: DaemonLab
 ) -> None:
     """A new daemon on the same dirs recomputes db's table from the records and the cluster: the kernel keeps it
-    meanwhile, and afterwards the namespace holds one table with the same rules as before, in force."""
+    meanwhile, and afterwards the namespace holds one table with the same rules as before, in force. A pod the
+    policy selects, ADDed as soon as the new daemon serves, has its table when the ADD answers."""
     dl = multus_node
     fast = annotated("fast")
     spec = {"podSelector": {"matchLabels": {"app": "db"}},
@@ -354,17 +355,24 @@ def test_a_restarted_daemon_keeps_the_rules_and_duplicates_none(
         policy(custom, dl, "db-from-clients", spec),
         pod(admin, dl, "client", labels={"role": "client"}, **fast) as pc,
         pod(admin, dl, "db", labels={"app": "db"}, **fast) as pd,
+        pod(admin, dl, "db2", labels={"app": "db"}, **fast) as pd2,
         sandboxes(dl, pc, pd) as (client, db),
     ):
         before = table(db.ns)
         assert before.count("table inet netcomp") == 1 and addr(dl, client) in before, before
         dl.restart(follow=True)
+        db2 = dl.lab.container()
+        rc, res = dl.shim("ADD", db2, args=cni_args(pd2, db2))
+        assert rc == 0 and "table inet netcomp" in table(db2), res
         enforcer = dl.daemon.delegator.policies
         assert enforcer is not None
-        until(lambda: enforcer.tables == 1, "the restarted daemon never took db's table on")
+        until(lambda: enforcer.tables == 2, "the restarted daemon never took db's table on")
         assert table(db.ns) == before
         assert connects(client, db, addr(dl, db), 5801, PASSES)
         assert table(client.ns) == ""
+        until(lambda: opens(client, Pod(db2), addr(dl, Pod(db2)), 5802), "the client never got in to db2")
+        rc, res = dl.shim("DEL", db2, args=cni_args(pd2, db2))
+        assert rc == 0 and table(db2) == "", res
 
 
 def test_a_daemon_killed_between_the_interfaces_and_the_rules_never_answered_and_the_restart_undoes_it(
