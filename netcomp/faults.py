@@ -19,6 +19,7 @@ POINTS = (
     "after-claim",
     "after-write-ahead",
     "between-delegates",
+    "before-policy",
     "mid-outcome",
     "before-answer",
     "after-del",

@@ -96,6 +96,7 @@ class PolicyWatch:
         self._labelsets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # shared: replicas' are alike
         self._refused: dict[tuple[str, str], str] = {}
         self.version: str | None = None  # the API version followed; None: no CRD (yet)
+        self.known = threading.Event()  # whether policies exist is known: listed, or the CRD is not served
         self.followers: list[Follower] = []
         self._others_started = False
         self._stop: threading.Event | None = None
@@ -127,6 +128,8 @@ class PolicyWatch:
                     log.info("cluster: following MultiNetworkPolicies (%s/%s)", GROUP, version)
                     f.follow(stop)
                     return
+            else:
+                self.known.set()  # not served: there is none
             if not said:
                 log.info("cluster: the API server serves no MultiNetworkPolicy (%s): none is enforced", GROUP)
                 said = True
@@ -173,6 +176,7 @@ class PolicyWatch:
         with self._lock:
             self._policies = policies
             self._reindex()
+        self.known.set()
         self._changed()
 
     def put_policy(self, key: tuple[str, str], policy: Policy | None) -> None:

@@ -141,7 +141,7 @@ def enforcer(cluster: Cluster | None, records: Records, kube: KubeSettings | Non
     writes = cluster.metrics.policy_writes
     enforcer = Enforcer(cluster.policies, records, cluster.pods.policy_info, cluster.pods, timeout=kube.timeout,
                         observe=lambda outcome, seconds: writes.labels(outcome).observe(seconds),
-                        active=cluster.policies.active)  # fmt: skip
+                        active=cluster.policies.active, known=cluster.policies.known.wait)  # fmt: skip
     cluster.policies.on_change = enforcer.changed
     return enforcer
 

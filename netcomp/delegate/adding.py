@@ -223,6 +223,7 @@ class Adding:
             except Exception as e:  # netlink trouble too: whatever it is, the ADD is rolled back
                 first_error = as_delegate_error(e, new[0].network)
         if first_error is None and self.policies is not None:
+            faults.point("before-policy")
             try:  # the pod's policies in force before the ADD answers: never reachable unprotected
                 self.policies.attached(entry, new)
             except Exception as e:

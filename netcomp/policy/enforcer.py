@@ -77,9 +77,14 @@ class Enforcer:
         nft_path: str = nft.NFT,
         observe: Callable[[str, float], object] = lambda outcome, seconds: None,
         active: Callable[[], bool] = lambda: True,
+        known: Callable[[float], bool] = lambda timeout: True,
     ) -> None:
-        """`active`: whether the cluster has a policy at all (without one, an ADD does nothing here)."""
+        """`active`: whether the cluster has a policy at all (without one, an ADD does nothing here); `known(t)`:
+        waits up to t seconds until whether policies exist is known (the first list of them). An ADD waits for
+        it until `timeout` seconds after this start: a daemon just started answers none before it knows what
+        selects the pod, and one whose API server is away does not hold every ADD for it."""
         self.view, self.records, self.local, self.pods, self.active = view, records, local, pods, active
+        self.known, self._known_by = known, time.monotonic() + timeout
         self.timeout, self.nft_path, self.observe = timeout, nft_path, observe
         self._lock = threading.Lock()
         self._applied: dict[Key, PodRules] = {}  # the table in force in each record's namespace
@@ -88,6 +93,7 @@ class Enforcer:
         self._dirty = threading.Event()
         self._failed: set[Key] = set()
         self._said: dict[Key, str] = {}  # the last PolicyNotEnforced said of a record, not said again
+        self._unknown_said = False
 
     # ------------------------------------------------------------------------------------------------ the ADD
 
@@ -95,7 +101,12 @@ class Enforcer:
         """Put the rules of the record's pod in force, `new` counted as attached. DelegateError naming the policies
         when they cannot be: the ADD is rolled back."""
         ref = _pod_ref(entry)
-        if ref is None or not self.active():
+        if ref is None:
+            return
+        if not self.known(max(0.0, self._known_by - time.monotonic())) and not self._unknown_said:
+            self._unknown_said = True
+            log.warning("policy: the cluster's policies are not known yet: pods are attached without them meanwhile")
+        if not self.active():
             return
         atts = [a for a in entry.attachments if a.state == "attached" or any(a is n for n in new)]
         selectable = bool(list(self.view.policies(ref.namespace)))  # only its namespace's policies select it

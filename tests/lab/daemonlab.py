@@ -99,7 +99,10 @@ class DaemonLab:
         d = Path(self.settings.cacheDir)
         return sorted(p.name for p in d.glob("*.json")) if d.exists() else []
 
-    def restart(self) -> None:
+    def restart(self, *, follow: bool = False) -> None:
+        """A new daemon on the same dirs; `follow`: it follows the cluster and watches the intent dirs as the
+        first one did (otherwise it serves what it compiles and records alone)."""
+        watched = self.daemon.watcher is not None
         self.daemon.stop(drain=5)
         self.daemon = Daemon(
             lambda: self.settings,
@@ -107,8 +110,12 @@ class DaemonLab:
             link_netns=self.lab.host,
             state_path=self.base / "state.json",
         )
+        if follow:
+            self.daemon.start_cluster()
         self.daemon.reload()
         self.daemon.start()
+        if follow and watched:
+            self.daemon.watch()
 
 
 def write_networks(base: Path, master: str) -> None:

@@ -33,17 +33,27 @@ def pod_asking(name: str, networks: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def pod(
-    admin: Any, dl: DaemonLab, name: str, ns: str = "team-a", labels: dict[str, str] | None = None, **annotations: str
+    admin: Any,
+    node: DaemonLab | str,
+    name: str,
+    ns: str = "team-a",
+    labels: dict[str, str] | None = None,
+    ports: dict[str, int] | None = None,
+    **annotations: str,
 ) -> Iterator[dict[str, Any]]:
-    """A pod bound to the node (no kubelet runs it: the test attaches its sandbox itself), deleted after."""
+    """A pod bound to the node (a daemon lab, or a node's name; no kubelet runs it: the test attaches its sandbox
+    itself), deleted after; `ports`: its container's named TCP ports (name -> number)."""
     from kubernetes import client
 
     core = client.CoreV1Api(admin)
+    container: dict[str, Any] = {"name": "c", "image": "registry.invalid/none"}
+    if ports:
+        container["ports"] = [{"name": k, "containerPort": v} for k, v in ports.items()]
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "annotations": dict(annotations), "labels": labels or {}},
-        "spec": {"nodeName": dl.settings.nodeName, "containers": [{"name": "c", "image": "registry.invalid/none"}]},
+        "spec": {"nodeName": node if isinstance(node, str) else node.settings.nodeName, "containers": [container]},
     }
     created = core.create_namespaced_pod(ns, body)
     try:

@@ -57,6 +57,13 @@ def shaped(base: Path) -> dict[str, Any]:
     }
 
 
+def dual(base: Path) -> dict[str, Any]:
+    """A bridge whose pods get an IPv4 and an IPv6 address (host-local, a range of each family)."""
+    ipam = {"type": "host-local", "ranges": [[{"subnet": "10.94.0.0/24"}], [{"subnet": "fd94::/64"}]],
+            "dataDir": f"{base}/ipam"}  # fmt: skip
+    return {"cniVersion": "1.0.0", "name": "dual", "type": "bridge", "bridge": "ncdu0", "ipam": ipam}
+
+
 def ptp(base: Path) -> dict[str, Any]:
     """ptp: a plugin that sets no MAC a pod asks for (reads neither the capability nor CNI_ARGS MAC)."""
     ipam = {"type": "host-local", "subnet": "10.92.0.0/24", "dataDir": f"{base}/ipam"}
@@ -68,7 +75,7 @@ def multus_lab(api: ApiServer, admin: Any, base: Path) -> Iterator[DaemonLab]:
     """A node of the lab's networks (mgmt the default, storage and backup macvlan on host-local, signal ipvlan), a
     cluster pool network (pool), and these definitions, all followed from the cluster: kube-system/gw-net (the
     default gateway's bridge), team-a/fast and team-b/fast (one name in two namespaces), team-a/shaped,
-    team-a/p2p. The namespaces are the `admin` fixture's."""
+    team-a/p2p, team-a/dual (a dual-stack bridge). The namespaces are the `admin` fixture's."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(admin)
@@ -78,12 +85,14 @@ def multus_lab(api: ApiServer, admin: Any, base: Path) -> Iterator[DaemonLab]:
         ("team-b", "fast", bridge("ncfb0", "10.90.0.0/24", base)),
         ("team-a", "shaped", shaped(base)),
         ("team-a", "p2p", ptp(base)),
+        ("team-a", "dual", dual(base)),
     ]
     for ns, name, config in defs:
         custom.create_namespaced_custom_object(*NAD, ns, NADS, nad(ns, name, config))
     pool = {"type": "macvlan", "hostDevice": "ncm0", "ipam": {"type": "cluster", "subnet": "10.86.0.0/24"}}
     custom.create_cluster_custom_object(*NETS, {**intent_obj("pool"), "spec": pool})
     with kube_lab(base, api.node_kubeconfig, networkAttachmentDefinitions=True) as dl:
-        keys = ["kube-system.gw-net", "team-a.fast", "team-b.fast", "team-a.shaped", "team-a.p2p", "pool"]
+        keys = ["kube-system.gw-net", "team-a.fast", "team-b.fast", "team-a.shaped", "team-a.p2p", "team-a.dual",
+                "pool"]  # fmt: skip
         wait_for(dl, lambda: all(k in dl.daemon.state.networks() for k in keys), "the definitions compiled")
         yield dl
