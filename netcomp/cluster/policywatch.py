@@ -109,16 +109,19 @@ class PolicyWatch:
 
     def _find_api(self, stop: threading.Event) -> None:
         """Follow the policies once the API server serves them; look again every LOOK_AGAIN seconds until then."""
-        said = False
+        said, backoff = False, self.backoff()
         while not stop.is_set():
+            away: Exception | None = None
             for version in VERSIONS:
                 try:
                     doc = self.custom.get_api_resources(GROUP, version, _request_timeout=self.timeout)
                 except ApiException as e:
                     if e.status != 404:
+                        away = e
                         break
                     continue
-                except Exception:  # away: asked again later
+                except Exception as e:  # away: asked again soon, as every follower backs off
+                    away = e
                     break
                 if any(r.get("name") == PLURAL for r in (doc or {}).get("resources") or []):
                     self.version = version
@@ -130,6 +133,10 @@ class PolicyWatch:
                     return
             else:
                 self.known.set()  # not served: there is none
+            if away is not None:
+                log.debug("cluster: cannot tell whether MultiNetworkPolicies are served: %s", self.explain(away))
+                backoff.sleep(stop, backoff.failed())
+                continue
             if not said:
                 log.info("cluster: the API server serves no MultiNetworkPolicy (%s): none is enforced", GROUP)
                 said = True
