@@ -21,11 +21,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcomp.settings import KubeSettings  # noqa: E402
+from netcomp.shim import install as shimlaunch  # noqa: E402
 from tests.lab.daemonlab import DaemonLab, daemon_lab, intent  # noqa: E402
-from tests.lab.kubeapi import api_server  # noqa: E402
+from tests.lab.kubeapi import ApiServer, api_server  # noqa: E402
+from tests.lab.procdaemon import ProcNode, kube_proc_node  # noqa: E402
 
-GOALS = {"a": 1.02, "b": 1.02, "c": 1.1}
+GOALS = {"a": 1.02, "b": 1.02, "c": 1.1, "d": 1.05, "d99": 1.5}
 
 
 class Caught(logging.Handler):
@@ -125,36 +132,197 @@ def row_c(labs: list[DaemonLab], n: int, caught: Caught) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--burst", type=int, default=64)
-    a = p.parse_args()
-    caught = Caught()
-    logging.getLogger().addHandler(caught)
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
+# ------------------------------------------------------------------------------------ (d) sixteen networks a pod
+
+NETS16 = 16
+
+
+def pods16_networks(base: Path, master: str, node: int) -> None:
+    """Sixteen macvlan networks with `ipam: {type: cluster}` (cl00..cl15, a /20 each, shared by the nodes) and
+    sixteen with host-local (hl00..hl15, a /20 of each node's own); otherwise the same."""
+    d = base / "networks.d"
+    for k in range(NETS16):
+        for name, ipam in (
+            (f"cl{k:02d}", f"{{type: cluster, subnet: 10.{100 + k}.0.0/20}}"),
+            (f"hl{k:02d}", f"{{type: host-local, dataDir: {base}/ipam, subnet: 10.{140 + k}.{16 * node}.0/20}}"),
+        ):
+            (d / f"80-{name}.yaml").write_text(intent(name, f"{{type: macvlan, hostDevice: {master}, ipam: {ipam}}}"))
+
+
+@dataclass
+class Burst:
+    """One burst's outcome on every node: its wall time, each pod's ADD latency, the addresses the ADDs answered,
+    what failed, the DELs' wall time, and each daemon's CPU (its own, and its plugins') over the ADDs."""
+
+    wall: float
+    pods: list[float]
+    addresses: list[str]
+    failures: list[str]
+    del_wall: float
+    cpu: dict[str, float]
+
+
+def addresses_in(ns: str) -> list[str]:
+    """The IPv4 addresses a container's namespace has on its interfaces (its loopback's aside)."""
+    out = subprocess.run(["ip", "-n", ns, "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True)
+    return [f.split()[3].split("/")[0] for f in out.stdout.splitlines() if f.split()[1] != "lo"]
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds and its waited-for children's (/proc/PID/stat utime+stime, cutime+cstime)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) + int(f[12])) / tick, (int(f[13]) + int(f[14])) / tick
+
+
+def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: str, in_flight: int, exe: list[str],
+              spy: str | None = None) -> Burst:  # fmt: skip
+    """Every node's pods ADD at once (`in_flight` at a time per node, as a kubelet's sandboxes start), each pod
+    joining the sixteen networks of `kind` (cl or hl) in a namespace of `spaces`; then their DELs. `spy`: a path
+    prefix for py-spy's samples of each daemon over the ADDs."""
+    nets = "NETCOMP_NETWORKS=" + ",".join(f"{kind}{k:02d}" for k in range(NETS16))
+    failures: list[str] = []
+
+    def add(node: ProcNode, ns: str) -> float:
+        t = time.perf_counter()
+        rc, res = node.shim("ADD", f"{tag}-{ns}", args=nets, netns=f"/var/run/netns/{ns}", shim=exe)
+        took = time.perf_counter() - t
+        if rc != 0:
+            failures.append(f"ADD {tag}-{ns}: exit {rc}, {res}")
+        return took
+
+    def delete(node: ProcNode, ns: str) -> None:
+        rc, res = node.shim("DEL", f"{tag}-{ns}", args=nets, netns=f"/var/run/netns/{ns}", shim=exe)
+        if rc != 0:
+            failures.append(f"DEL {tag}-{ns}: exit {rc}, {res}")
+
+    def on_node(fn: Any) -> list[Any]:
+        pools = [ThreadPoolExecutor(in_flight) for _ in nodes]
+        try:
+            futures = [[p.submit(fn, n, ns) for ns in s] for p, n, s in zip(pools, nodes, spaces, strict=True)]
+            return [f.result() for fs in futures for f in fs]
+        finally:
+            for p in pools:
+                p.shutdown()
+
+    pids = [n.proc.pid for n in nodes if n.proc is not None]
+    spies = [_spy(pid, f"{spy}.{i}") for i, pid in enumerate(pids)] if spy else []
+    cpu0 = [cpu_seconds(pid) for pid in pids]
+    t = time.perf_counter()
+    done = on_node(add)
+    wall = time.perf_counter() - t
+    cpu1 = [cpu_seconds(pid) for pid in pids]
+    for sp in spies:
+        sp.send_signal(signal.SIGINT)
+        sp.wait(60)
+    every = [ns for s in spaces for ns in s]
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(addresses_in, every))
+    failures += [f"{tag}-{ns}: {len(f)} addresses" for ns, f in zip(every, found, strict=True) if len(f) != NETS16]
+    t = time.perf_counter()
+    on_node(delete)
+    del_wall = time.perf_counter() - t
+    own = sum(b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True))
+    plugins = sum(b[1] - a[1] for a, b in zip(cpu0, cpu1, strict=True))
+    return Burst(wall, done, [a for f in found for a in f], failures, del_wall,
+                 {"daemons": own, "plugins": plugins})  # fmt: skip
+
+
+def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid`'s threads (without pausing it) into `out`, collapsed stacks, until SIGINT."""
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    argv = [py_spy, "record", "--pid", str(pid), "--nonblocking", "--threads", "--format", "raw", "-o", out]
+    return subprocess.Popen([*argv, "--rate", "100"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def pods16_nodes(top: Path, api: ApiServer) -> Iterator[list[ProcNode]]:
+    """Two node daemons as processes (`netcomp daemon`), each in a lab netns of its own with the node's name and
+    credentials, serving both sets of sixteen networks."""
+    with contextlib.ExitStack() as stack:
+        nodes = []
+        for i in range(2):
+            base = top / f"node-{i}"
+            base.mkdir()
+            setup = lambda b, lb, i=i: pods16_networks(b, lb.master, i)  # noqa: E731
+            nodes.append(stack.enter_context(kube_proc_node(api, base, f"node-{i}", extra={"defaultNetwork": None},
+                                                            setup=setup)))  # fmt: skip
+        yield nodes
+
+
+def row_d(top: Path, api: ApiServer, a: argparse.Namespace) -> dict[str, Any]:
+    """(d): a.bursts bursts per IPAM kind, interleaved (cl, hl, hl, cl, ...), a.pods pods split over two nodes,
+    after a warm-up burst of a few pods each (the nodes hold a block of every cluster network by then)."""
+    exe = str(top / "netcomp-c")
+    shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
+    with pods16_nodes(top, api) as nodes:
+        spaces = [[n.lab.container() for _ in range(a.pods // len(nodes))] for n in nodes]
+        warm = [s[:2] for s in spaces]
+        for kind in ("cl", "hl"):
+            b = one_burst(nodes, warm, kind, f"warm-{kind}", a.in_flight, [exe])
+            assert not b.failures, b.failures
+        runs: dict[str, list[Burst]] = {"cl": [], "hl": []}
+        for r in range(a.bursts):
+            for kind in ("cl", "hl") if r % 2 == 0 else ("hl", "cl"):
+                spy = f"{a.profile}.{kind}{r}" if a.profile else None
+                runs[kind].append(one_burst(nodes, spaces, kind, f"b{r}{kind}", a.in_flight, [exe], spy))
+    return summary(runs, a.pods)
+
+
+def summary(runs: dict[str, list[Burst]], pods: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="netcomp-bench-ipam-") as d, api_server(Path(d) / "kube") as api:
-        for count in (1, 3):
-            with contextlib.ExitStack() as stack:
-                labs = []
-                for i in range(count):
-                    base = Path(d) / f"n{count}-{i}"
-                    base.mkdir()
-                    kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
-                    extra = {"kubernetes": kube, "nodeName": f"node-{count}-{i}", "defaultNetwork": None,
-                             "clusterIntentDir": str(base / "cluster.d")}  # fmt: skip
-                    dl = stack.enter_context(daemon_lab(base, extra=extra))
-                    networks(base, dl.lab.master, f"10.{120 + count}.0.0/20", f"10.{130 + count}.{4 * i}.0/22")
-                    dl.daemon.reload()
-                    labs.append(dl)
-                with ThreadPoolExecutor(count) as pool:  # warm up: every node holds a block
-                    list(pool.map(lambda dl: [one_round(dl, net) for net in ("cl", "hl") for _ in range(3)], labs))
-                out["a" if count == 1 else "b"] = medians(labs, a.runs)
-                if count == 3:
-                    out["c"] = row_c(labs, a.burst, caught)
-    labels = {"a": "1 node, ADD median", "b": "3 nodes at once, ADD median", "c": f"{a.burst} ADDs x 3 nodes, p99"}
+    for kind, bursts in runs.items():
+        times = [t for b in bursts for t in b.pods]
+        dups = [len(b.addresses) - len(set(b.addresses)) for b in bursts]
+        out[kind] = {
+            "walls_s": [round(b.wall, 2) for b in bursts],
+            "wall_s": round(statistics.median(b.wall for b in bursts), 2),
+            "p99_ms": round(p99(times) if len(times) > 1 else times[0] * 1000, 1),
+            "median_ms": round(statistics.median(times) * 1000, 1),
+            "max_ms": round(max(times) * 1000, 1),
+            "del_wall_s": round(statistics.median(b.del_wall for b in bursts), 2),
+            "addresses": sum(len(b.addresses) for b in bursts),
+            "expected": pods * NETS16 * len(bursts),
+            "duplicates": sum(dups),
+            "failures": [f for b in bursts for f in b.failures][:5],
+            "failed": sum(len(b.failures) for b in bursts),
+            "daemon_cpu_ms_per_pod": round(sum(b.cpu["daemons"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
+            "plugin_cpu_ms_per_pod": round(sum(b.cpu["plugins"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
+        }
+    cl, hl = out["cl"], out["hl"]
+    out["wall_ratio"] = round(cl["wall_s"] / hl["wall_s"], 3)
+    out["p99_ratio"] = round(cl["p99_ms"] / hl["p99_ms"], 3)
+    return out
+
+
+def rows_abc(d: str, api: ApiServer, a: argparse.Namespace, caught: Caught) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for count in (1, 3):
+        with contextlib.ExitStack() as stack:
+            labs = []
+            for i in range(count):
+                base = Path(d) / f"n{count}-{i}"
+                base.mkdir()
+                kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
+                extra = {"kubernetes": kube, "nodeName": f"node-{count}-{i}", "defaultNetwork": None,
+                         "clusterIntentDir": str(base / "cluster.d")}  # fmt: skip
+                dl = stack.enter_context(daemon_lab(base, extra=extra))
+                networks(base, dl.lab.master, f"10.{120 + count}.0.0/20", f"10.{130 + count}.{4 * i}.0/22")
+                dl.daemon.reload()
+                labs.append(dl)
+            with ThreadPoolExecutor(count) as pool:  # warm up: every node holds a block
+                list(pool.map(lambda dl: [one_round(dl, net) for net in ("cl", "hl") for _ in range(3)], labs))
+            out["a" if count == 1 else "b"] = medians(labs, a.runs)
+            if count == 3:
+                out["c"] = row_c(labs, a.burst, caught)
+    return out
+
+
+def report_abc(out: dict[str, Any], burst_size: int) -> None:
+    labels = {"a": "1 node, ADD median", "b": "3 nodes at once, ADD median", "c": f"{burst_size} ADDs x 3 nodes, p99"}
     for k, v in out.items():
+        if k not in labels:
+            continue
         extra = ""
         if k == "c":
             extra = f"  ({v['adds']} ADDs, unique: {v['unique']}, 'pool is full' lines: {v['pool_full_lines']})"
@@ -164,6 +332,49 @@ def main() -> int:
         met = "met" if v["ratio"] <= GOALS[k] and (k != "c" or (v["unique"] and not v["pool_full_lines"])) else "MISSED"
         print(f"({k}) {labels[k]:28s} cluster IPAM {cl:7.1f} ms / host-local {hl:7.1f} ms = {v['ratio']:.3f}"
               f"   goal <= {GOALS[k]}: {met}{extra}")  # fmt: skip
+
+
+def report_d(v: dict[str, Any], a: argparse.Namespace) -> None:
+    cl, hl = v["cl"], v["hl"]
+    whole = all(x["failed"] == 0 and x["addresses"] == x["expected"] and x["duplicates"] == 0 for x in (cl, hl))
+    print(f"(d) {a.pods} pods x {NETS16} networks on 2 nodes, {a.in_flight} in flight per node, "
+          f"{a.bursts} burst(s) each, interleaved")  # fmt: skip
+    for key, label, unit, goal in (("wall_s", "wall", "s", "d"), ("p99_ms", "p99 per pod", "ms", "d99")):
+        r = v["wall_ratio" if key == "wall_s" else "p99_ratio"]
+        met = "met" if r <= GOALS[goal] and whole else "MISSED"
+        print(f"    {label:12s} cluster IPAM {cl[key]:8.1f} {unit} / host-local {hl[key]:8.1f} {unit} = {r:.3f}"
+              f"   goal <= {GOALS[goal]}: {met}")  # fmt: skip
+    for kind, x in (("cluster IPAM", cl), ("host-local", hl)):
+        print(f"    {kind:12s} ADDs answered {x['addresses'] // NETS16} of {x['expected'] // NETS16} pods, "
+              f"failed {x['failed']}, duplicate addresses {x['duplicates']}; pod median {x['median_ms']:.0f} ms, "
+              f"max {x['max_ms']:.0f} ms; DEL wall {x['del_wall_s']:.1f} s; CPU per pod: daemons "
+              f"{x['daemon_cpu_ms_per_pod']:.1f} ms, plugins {x['plugin_cpu_ms_per_pod']:.1f} ms")  # fmt: skip
+        for f in x["failures"]:
+            print(f"      {f}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default="abcd", help="which rows to run (default abcd)")
+    p.add_argument("--runs", type=int, default=30, help="(a), (b): ADDs per network and node")
+    p.add_argument("--burst", type=int, default=64, help="(c): ADDs at once per node")
+    p.add_argument("--pods", type=int, default=128, help="(d): pods per burst, split over the two nodes")
+    p.add_argument("--bursts", type=int, default=3, help="(d): bursts per IPAM kind")
+    p.add_argument("--in-flight", type=int, default=16, help="(d): ADDs in flight per node")
+    p.add_argument("--profile", metavar="PREFIX", help="(d): py-spy's samples of each daemon over each burst's ADDs")
+    a = p.parse_args()
+    caught = Caught()
+    logging.getLogger().addHandler(caught)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="netcomp-bench-ipam-") as d, api_server(Path(d) / "kube") as api:
+        if set("abc") & set(a.rows):
+            out.update(rows_abc(d, api, a, caught))
+        if "d" in a.rows:
+            out["d"] = row_d(Path(d), api, a)
+    report_abc(out, a.burst)
+    if "d" in out:
+        report_d(out["d"], a)
     print(out)
     return 0
 
