@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import logging
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +46,10 @@ from tests.lab.daemonlab import DaemonLab, daemon_lab, intent  # noqa: E402
 from tests.lab.kubeapi import ApiServer, api_server  # noqa: E402
 from tests.lab.procdaemon import ProcNode, kube_proc_node  # noqa: E402
 
+_spec = importlib.util.spec_from_file_location("bench_delegate", Path(__file__).with_name("delegate.py"))
+assert _spec is not None and _spec.loader is not None
+bench_delegate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_delegate)
 GOALS = {"a": 1.02, "b": 1.02, "c": 1.1, "d": 1.05, "d99": 1.5}
 
 
@@ -152,7 +159,8 @@ def pods16_networks(base: Path, master: str, node: int) -> None:
 @dataclass
 class Burst:
     """One burst's outcome on every node: its wall time, each pod's ADD latency, the addresses the ADDs answered,
-    what failed, the DELs' wall time, and each daemon's CPU (its own, and its plugins') over the ADDs."""
+    what failed, the DELs' wall time, and CPU seconds over the ADDs: the daemons' (their own, their plugins', and
+    by thread name) and the API server's with etcd."""
 
     wall: float
     pods: list[float]
@@ -160,6 +168,7 @@ class Burst:
     failures: list[str]
     del_wall: float
     cpu: dict[str, float]
+    threads: dict[str, float]
 
 
 def addresses_in(ns: str) -> list[str]:
@@ -176,7 +185,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: str, in_flight: int, exe: list[str],
-              spy: str | None = None) -> Burst:  # fmt: skip
+              server: list[int], spy: str | None = None) -> Burst:  # fmt: skip
     """Every node's pods ADD at once (`in_flight` at a time per node, as a kubelet's sandboxes start), each pod
     joining the sixteen networks of `kind` (cl or hl) in a namespace of `spaces`; then their DELs. `spy`: a path
     prefix for py-spy's samples of each daemon over the ADDs."""
@@ -206,12 +215,20 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
                 p.shutdown()
 
     pids = [n.proc.pid for n in nodes if n.proc is not None]
-    spies = [_spy(pid, f"{spy}.{i}") for i, pid in enumerate(pids)] if spy else []
+    spies = [bench_delegate._spy(pid, f"{spy}.{i}") for i, pid in enumerate(pids)] if spy else []
     cpu0 = [cpu_seconds(pid) for pid in pids]
+    threads0 = [bench_delegate._cpu_ns(pid) for pid in pids]
+    server0 = sum(sum(cpu_seconds(pid)) for pid in server)
     t = time.perf_counter()
     done = on_node(add)
     wall = time.perf_counter() - t
     cpu1 = [cpu_seconds(pid) for pid in pids]
+    server1 = sum(sum(cpu_seconds(pid)) for pid in server)
+    split: dict[str, float] = defaultdict(float)
+    for pid, before in zip(pids, threads0, strict=True):
+        names = bench_delegate._thread_names(pid)
+        for name, ms in bench_delegate._cpu_split(before, bench_delegate._cpu_ns(pid), names, 1).items():
+            split[name] += ms / 1000
     for sp in spies:
         sp.send_signal(signal.SIGINT)
         sp.wait(60)
@@ -225,14 +242,7 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
     own = sum(b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True))
     plugins = sum(b[1] - a[1] for a, b in zip(cpu0, cpu1, strict=True))
     return Burst(wall, done, [a for f in found for a in f], failures, del_wall,
-                 {"daemons": own, "plugins": plugins})  # fmt: skip
-
-
-def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
-    """py-spy sampling `pid`'s threads (without pausing it) into `out`, collapsed stacks, until SIGINT."""
-    py_spy = str(Path(sys.executable).parent / "py-spy")
-    argv = [py_spy, "record", "--pid", str(pid), "--nonblocking", "--threads", "--format", "raw", "-o", out]
-    return subprocess.Popen([*argv, "--rate", "100"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 {"daemons": own, "plugins": plugins, "apiserver": server1 - server0}, dict(split))  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -255,17 +265,18 @@ def row_d(top: Path, api: ApiServer, a: argparse.Namespace) -> dict[str, Any]:
     after a warm-up burst of a few pods each (the nodes hold a block of every cluster network by then)."""
     exe = str(top / "netcomp-c")
     shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
+    server = [p.pid for p in api.procs]
     with pods16_nodes(top, api) as nodes:
         spaces = [[n.lab.container() for _ in range(a.pods // len(nodes))] for n in nodes]
         warm = [s[:2] for s in spaces]
         for kind in ("cl", "hl"):
-            b = one_burst(nodes, warm, kind, f"warm-{kind}", a.in_flight, [exe])
+            b = one_burst(nodes, warm, kind, f"warm-{kind}", a.in_flight, [exe], server)
             assert not b.failures, b.failures
         runs: dict[str, list[Burst]] = {"cl": [], "hl": []}
         for r in range(a.bursts):
             for kind in ("cl", "hl") if r % 2 == 0 else ("hl", "cl"):
                 spy = f"{a.profile}.{kind}{r}" if a.profile else None
-                runs[kind].append(one_burst(nodes, spaces, kind, f"b{r}{kind}", a.in_flight, [exe], spy))
+                runs[kind].append(one_burst(nodes, spaces, kind, f"b{r}{kind}", a.in_flight, [exe], server, spy))
     return summary(runs, a.pods)
 
 
@@ -288,6 +299,11 @@ def summary(runs: dict[str, list[Burst]], pods: int) -> dict[str, Any]:
             "failed": sum(len(b.failures) for b in bursts),
             "daemon_cpu_ms_per_pod": round(sum(b.cpu["daemons"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
             "plugin_cpu_ms_per_pod": round(sum(b.cpu["plugins"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
+            "apiserver_cpu_ms_per_pod": round(sum(b.cpu["apiserver"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
+            "threads_ms_per_pod": {
+                name: round(sum(b.threads.get(name, 0.0) for b in bursts) / (pods * len(bursts)) * 1000, 2)
+                for name in sorted({n for b in bursts for n in b.threads})
+            },
         }
     cl, hl = out["cl"], out["hl"]
     out["wall_ratio"] = round(cl["wall_s"] / hl["wall_s"], 3)
@@ -348,7 +364,11 @@ def report_d(v: dict[str, Any], a: argparse.Namespace) -> None:
         print(f"    {kind:12s} ADDs answered {x['addresses'] // NETS16} of {x['expected'] // NETS16} pods, "
               f"failed {x['failed']}, duplicate addresses {x['duplicates']}; pod median {x['median_ms']:.0f} ms, "
               f"max {x['max_ms']:.0f} ms; DEL wall {x['del_wall_s']:.1f} s; CPU per pod: daemons "
-              f"{x['daemon_cpu_ms_per_pod']:.1f} ms, plugins {x['plugin_cpu_ms_per_pod']:.1f} ms")  # fmt: skip
+              f"{x['daemon_cpu_ms_per_pod']:.1f} ms, plugins {x['plugin_cpu_ms_per_pod']:.1f} ms, API server and etcd "
+              f"{x['apiserver_cpu_ms_per_pod']:.1f} ms")  # fmt: skip
+        threads = sorted(x["threads_ms_per_pod"].items(), key=lambda kv: -kv[1])
+        shown = ", ".join(f"{n} {ms:.2f}" for n, ms in threads if ms >= 0.05)
+        print(f"      the daemons' threads, CPU per pod (ms): {shown}")
         for f in x["failures"]:
             print(f"      {f}")
 
@@ -362,16 +382,24 @@ def main() -> int:
     p.add_argument("--bursts", type=int, default=3, help="(d): bursts per IPAM kind")
     p.add_argument("--in-flight", type=int, default=16, help="(d): ADDs in flight per node")
     p.add_argument("--profile", metavar="PREFIX", help="(d): py-spy's samples of each daemon over each burst's ADDs")
+    p.add_argument("--keep", action="store_true", help="keep the work dir (the daemons' logs) and say where")
     a = p.parse_args()
     caught = Caught()
     logging.getLogger().addHandler(caught)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="netcomp-bench-ipam-") as d, api_server(Path(d) / "kube") as api:
-        if set("abc") & set(a.rows):
-            out.update(rows_abc(d, api, a, caught))
-        if "d" in a.rows:
-            out["d"] = row_d(Path(d), api, a)
+    d = tempfile.mkdtemp(prefix="netcomp-bench-ipam-")
+    try:
+        with api_server(Path(d) / "kube") as api:
+            if set("abc") & set(a.rows):
+                out.update(rows_abc(d, api, a, caught))
+            if "d" in a.rows:
+                out["d"] = row_d(Path(d), api, a)
+    finally:
+        if a.keep:
+            print(f"kept: {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
     report_abc(out, a.burst)
     if "d" in out:
         report_d(out["d"], a)
