@@ -23,12 +23,15 @@ import contextlib
 import importlib.util
 import logging
 import os
+import select
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -248,7 +251,9 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
 @contextlib.contextmanager
 def pods16_nodes(top: Path, api: ApiServer) -> Iterator[list[ProcNode]]:
     """Two node daemons as processes (`netcomp daemon`), each in a lab netns of its own with the node's name and
-    credentials, serving both sets of sixteen networks."""
+    credentials, serving both sets of sixteen networks; what they tell their notify socket is read all along, as
+    systemd reads it (a datagram socket's queue holds few messages, net.unix.max_dgram_qlen, and a daemon
+    whose messages nobody reads blocks on the next one)."""
     with contextlib.ExitStack() as stack:
         nodes = []
         for i in range(2):
@@ -257,7 +262,19 @@ def pods16_nodes(top: Path, api: ApiServer) -> Iterator[list[ProcNode]]:
             setup = lambda b, lb, i=i: pods16_networks(b, lb.master, i)  # noqa: E731
             nodes.append(stack.enter_context(kube_proc_node(api, base, f"node-{i}", extra={"defaultNetwork": None},
                                                             setup=setup)))  # fmt: skip
+        stop = threading.Event()
+        reader = threading.Thread(target=read_notify, args=([n.notify for n in nodes], stop), daemon=True)
+        reader.start()
+        stack.callback(reader.join)
+        stack.callback(stop.set)
         yield nodes
+
+
+def read_notify(socks: list[socket.socket], stop: threading.Event) -> None:
+    while not stop.is_set():
+        for s in select.select(socks, [], [], 0.5)[0]:
+            with contextlib.suppress(BlockingIOError):
+                s.recv(65536)
 
 
 def row_d(top: Path, api: ApiServer, a: argparse.Namespace) -> dict[str, Any]:
