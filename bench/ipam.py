@@ -43,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from netcomp.daemon.server.client import call  # noqa: E402
 from netcomp.settings import KubeSettings  # noqa: E402
 from netcomp.shim import install as shimlaunch  # noqa: E402
 from tests.lab.daemonlab import DaemonLab, daemon_lab, intent  # noqa: E402
@@ -180,6 +181,12 @@ def addresses_in(ns: str) -> list[str]:
     return [f.split()[3].split("/")[0] for f in out.stdout.splitlines() if f.split()[1] != "lo"]
 
 
+def block_events(node: ProcNode) -> int:
+    """The AddressBlock watch events the node's daemon has taken in (its GET /ipam)."""
+    _, doc = call(node.sock, "GET", "/ipam", timeout=30)
+    return int(doc["watchEvents"])
+
+
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """A process's own CPU seconds and its waited-for children's (/proc/PID/stat utime+stime, cutime+cstime)."""
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -222,11 +229,13 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
     cpu0 = [cpu_seconds(pid) for pid in pids]
     threads0 = [bench_delegate._cpu_ns(pid) for pid in pids]
     server0 = sum(sum(cpu_seconds(pid)) for pid in server)
+    events0 = sum(block_events(n) for n in nodes)
     t = time.perf_counter()
     done = on_node(add)
     wall = time.perf_counter() - t
     cpu1 = [cpu_seconds(pid) for pid in pids]
     server1 = sum(sum(cpu_seconds(pid)) for pid in server)
+    events = sum(block_events(n) for n in nodes) - events0
     split: dict[str, float] = defaultdict(float)
     for pid, before in zip(pids, threads0, strict=True):
         names = bench_delegate._thread_names(pid)
@@ -244,8 +253,8 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
     del_wall = time.perf_counter() - t
     own = sum(b[0] - a[0] for a, b in zip(cpu0, cpu1, strict=True))
     plugins = sum(b[1] - a[1] for a, b in zip(cpu0, cpu1, strict=True))
-    return Burst(wall, done, [a for f in found for a in f], failures, del_wall,
-                 {"daemons": own, "plugins": plugins, "apiserver": server1 - server0}, dict(split))  # fmt: skip
+    cpu = {"daemons": own, "plugins": plugins, "apiserver": server1 - server0, "events": events}
+    return Burst(wall, done, [a for f in found for a in f], failures, del_wall, cpu, dict(split))
 
 
 @contextlib.contextmanager
@@ -316,6 +325,7 @@ def summary(runs: dict[str, list[Burst]], pods: int) -> dict[str, Any]:
             "failed": sum(len(b.failures) for b in bursts),
             "daemon_cpu_ms_per_pod": round(sum(b.cpu["daemons"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
             "plugin_cpu_ms_per_pod": round(sum(b.cpu["plugins"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
+            "block_events_per_node": round(sum(b.cpu["events"] for b in bursts) / (len(bursts) * 2)),
             "apiserver_cpu_ms_per_pod": round(sum(b.cpu["apiserver"] for b in bursts) / (pods * len(bursts)) * 1000, 1),
             "threads_ms_per_pod": {
                 name: round(sum(b.threads.get(name, 0.0) for b in bursts) / (pods * len(bursts)) * 1000, 2)
@@ -382,7 +392,8 @@ def report_d(v: dict[str, Any], a: argparse.Namespace) -> None:
               f"failed {x['failed']}, duplicate addresses {x['duplicates']}; pod median {x['median_ms']:.0f} ms, "
               f"max {x['max_ms']:.0f} ms; DEL wall {x['del_wall_s']:.1f} s; CPU per pod: daemons "
               f"{x['daemon_cpu_ms_per_pod']:.1f} ms, plugins {x['plugin_cpu_ms_per_pod']:.1f} ms, API server and etcd "
-              f"{x['apiserver_cpu_ms_per_pod']:.1f} ms")  # fmt: skip
+              f"{x['apiserver_cpu_ms_per_pod']:.1f} ms; AddressBlock watch events per node and burst "
+              f"{x['block_events_per_node']}")  # fmt: skip
         threads = sorted(x["threads_ms_per_pod"].items(), key=lambda kv: -kv[1])
         shown = ", ".join(f"{n} {ms:.2f}" for n, ms in threads if ms >= 0.05)
         print(f"      the daemons' threads, CPU per pod (ms): {shown}")
