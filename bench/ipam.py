@@ -226,21 +226,21 @@ def one_burst(nodes: list[ProcNode], spaces: list[list[str]], kind: str, tag: st
 
     pids = [n.proc.pid for n in nodes if n.proc is not None]
     spies = [bench_delegate._spy(pid, f"{spy}.{i}") for i, pid in enumerate(pids)] if spy else []
+    events0 = sum(block_events(n) for n in nodes)  # asked before and after the CPU is counted
     cpu0 = [cpu_seconds(pid) for pid in pids]
     threads0 = [bench_delegate._cpu_ns(pid) for pid in pids]
     server0 = sum(sum(cpu_seconds(pid)) for pid in server)
-    events0 = sum(block_events(n) for n in nodes)
     t = time.perf_counter()
     done = on_node(add)
     wall = time.perf_counter() - t
     cpu1 = [cpu_seconds(pid) for pid in pids]
     server1 = sum(sum(cpu_seconds(pid)) for pid in server)
-    events = sum(block_events(n) for n in nodes) - events0
     split: dict[str, float] = defaultdict(float)
     for pid, before in zip(pids, threads0, strict=True):
         names = bench_delegate._thread_names(pid)
         for name, ms in bench_delegate._cpu_split(before, bench_delegate._cpu_ns(pid), names, 1).items():
             split[name] += ms / 1000
+    events = sum(block_events(n) for n in nodes) - events0
     for sp in spies:
         sp.send_signal(signal.SIGINT)
         sp.wait(60)
