@@ -20,9 +20,19 @@ class Notifier:
         self._status = ""
         self._ready = False  # the watchdog is fed once READY=1 was sent
 
-    def send(self, *lines: str) -> None:
-        if self._n is not None:
-            self._n.notify("\n".join(lines))
+    def send(self, *lines: str, wait: float = 1.0) -> bool:
+        """Send the lines as one message. A full queue (systemd slow to read it) is waited on for at most `wait`
+        seconds, then the message is dropped: the serving loop sends STATUS and WATCHDOG with no wait at all, and
+        must never block on PID 1 (a later tick sends them again)."""
+        sock = self._n.socket if self._n is not None else None
+        if sock is None:
+            return False
+        try:
+            sock.settimeout(wait if wait > 0 else 0.0)
+            sock.send("\n".join(lines).encode())
+        except OSError:  # a full queue past its wait (TimeoutError, BlockingIOError), or systemd gone: dropped
+            return False
+        return True
 
     def ready(self, status: str) -> None:
         self._status = status
@@ -30,9 +40,8 @@ class Notifier:
         self._ready = True
 
     def status(self, line: str) -> None:
-        if line != self._status:
-            self._status = line
-            self.send(f"STATUS={line}")
+        if line != self._status and self.send(f"STATUS={line}", wait=0):
+            self._status = line  # a dropped one is sent again with the next
 
     def reloading(self) -> None:
         # systemd >= 253 (Type=notify-reload) wants MONOTONIC_USEC with RELOADING=1; older ones ignore it.
@@ -48,4 +57,4 @@ class Notifier:
         now = time.monotonic()
         if now - self._last_ping >= self.watchdog_sec / 2:
             self._last_ping = now
-            self.send("WATCHDOG=1")
+            self.send("WATCHDOG=1", wait=0)
