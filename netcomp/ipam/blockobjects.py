@@ -1,8 +1,10 @@
 """Address blocks on the Kubernetes API: one `AddressBlock` object (addressblocks.netcomp.io, cluster-scoped) per
-block a node holds, named blocks.block_name(network, block) and labelled with its network, so that a node lists and
-watches only the blocks of the networks it serves. No write can undo another's: the holder patches only the `used`
-entries that changed, a borrower changes a lent entry only while it is lent to it (a JSON patch `test`), a grant
-and a delete apply to one version of the record only. This module is loaded only with a cluster configured."""
+block a node holds, named blocks.block_name(network, block) and labelled with its network and its node, so that a
+node lists and watches only its own blocks of the networks it serves; other nodes' blocks it reads when it needs
+them (their names to claim a block, their records to borrow). No write can undo another's: the holder patches only
+the `used` entries that changed, a borrower changes a lent entry only while it is lent to it (a JSON patch `test`),
+a grant and a delete apply to one version of the record only. This module is loaded only with a cluster
+configured."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Selection, keep_following
-from netcomp.kube.group import GROUP, VERSION, created
+from netcomp.kube.group import GROUP, NODE, VERSION, created, node_label
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -32,6 +34,9 @@ TOKEN = "netcomp.io/claim-token"
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
 # leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
 PAGE = 10
+# Names per page of a list of a network's block names (as Table rows without their objects: a few dozen bytes each).
+NAMES_PAGE = 2000
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # Blocks are parsed by the stdlib's json: orjson keeps the last 2,048 keys it saw in a cache of its own, and a
 # block's keys are its addresses.
 
@@ -176,12 +181,35 @@ class KubeBlocks(ApiObjects):
         except (ApiException, OSError, ValueError) as e:
             raise self._unavailable(e) from None
 
+    def names(self, network: str) -> set[str]:
+        """The names of every block of the network, a page at a time, as the rows of a Table without their
+        objects: what a node claiming a block reads, never the records. StoreUnavailable."""
+        out: set[str] = set()
+        token = None
+        try:
+            while True:
+                doc = self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, label_selector=network_selector([network]), limit=NAMES_PAGE,
+                    _continue=token, include_object="None", _accept=TABLE, _request_timeout=max(self.timeout, 30),
+                )  # fmt: skip
+                for row in doc.get("rows") or []:
+                    cells = row.get("cells") if isinstance(row, dict) else None
+                    if isinstance(cells, list) and cells and isinstance(cells[0], str):
+                        out.add(cells[0][:253])
+                token = (doc.get("metadata") or {}).get("continue")
+                if not token:
+                    return out
+        except (ApiException, OSError, ValueError, AttributeError) as e:
+            raise self._unavailable(e) from None
+
     # ------------------------------------------------------------------------------------------------ following
 
     def follow(self, alloc: BlockAllocator, networks: list[str]) -> None:
-        """Feed `alloc` the blocks of `networks` (listed, then watched) from now on, instead of any earlier ones."""
+        """Feed `alloc` this node's blocks of `networks` (listed, then watched) from now on, instead of any earlier
+        ones: the objects labelled with its node's name, whatever their spec says."""
         self.alloc = alloc
-        self.selection.select(network_selector(networks) if networks else None)
+        mine = f"{NODE}={node_label(alloc.node)}"
+        self.selection.select(f"{network_selector(networks)},{mine}" if networks else None)
         if not networks:
             alloc.listed(set(), set())
 

@@ -257,8 +257,8 @@ class Api:
             raise KubeConfigError(str(e)) from None
         self.endpoint = ep
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        h = {"Accept": "application/json", "User-Agent": "netcomp"}
+    def _headers(self, content_type: str | None = None, accept: str = "application/json") -> dict[str, str]:
+        h = {"Accept": accept, "User-Agent": "netcomp"}
         if not isinstance(self.transport, LibraryTransport) and (auth := self.endpoint.authorization()):
             h["Authorization"] = auth
         if content_type:
@@ -274,12 +274,15 @@ class Api:
         *,
         timeout: float | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> Response:
-        """One call; ApiException for a status of 300 and more."""
+        """One call; ApiException for a status of 300 and more. `accept`: the form asked for (a Table's rows
+        instead of the objects, say)."""
         url = path + ("?" + urllib.parse.urlencode(_query(query)) if query else "")
         data = orjson.dumps(body) if body is not None else None
+        headers = self._headers(content_type if data else None, accept)
         try:
-            resp = self.transport.request(method, url, data, self._headers(content_type if data else None), timeout)
+            resp = self.transport.request(method, url, data, headers, timeout)
         except ApiException:
             raise
         except Exception as e:
@@ -381,8 +384,8 @@ CUSTOM: dict[str, Route] = {
 
 class Facade:
     """CoreV1Api's or CustomObjectsApi's methods by their names, taking their parameters as the library does, and
-    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with. A list body is a JSON
-    patch."""
+    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with, `_accept` for the
+    Accept header. A list body is a JSON patch."""
 
     def __init__(self, api: Api, routes: dict[str, Route]) -> None:
         self.api, self.routes = api, routes
@@ -401,11 +404,12 @@ class Facade:
         path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in values.items()})
         timeout, loads = kwargs.pop("_request_timeout", None), kwargs.pop("_loads", orjson.loads)
         preload, watch = kwargs.pop("_preload_content", True), kwargs.pop("watch", False)
+        accept = kwargs.pop("_accept", "application/json")
         query = {_wire(k): v for k, v in kwargs.items()}
         if watch:
             return self.api.watch(path, query, timeout, loads)
         ctype = (JSON_PATCH if isinstance(body, list) else patch) if method == "PATCH" else "application/json"
-        resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype)
+        resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype, accept=accept)
         return resp if not preload else (loads(resp.data) if resp.data else None)
 
 
