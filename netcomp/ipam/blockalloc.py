@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import asdict
 
-from netcomp import faults
+from netcomp import faults, libc
 from netcomp.cni.codes import E_TRY_LATER
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder, exhausted, held_by, refuse_exact, unavailable
@@ -148,17 +148,21 @@ class BlockAllocator(BlockView):
             raise unavailable(network, f"{NO_BLOCK}: {e}") from None
         others = [n for n in map(functools.partial(parse_block_name, network), self._other_sized(layout, taken)) if n]
         tries = 0
-        for net in layout.blocks(self.node):
-            name = block_name(network, net)
-            if name in taken or self._resting(name) or any(net.overlaps(o) for o in others):
-                continue
-            got = self.claim_block(layout, net, on_add_path=on_add_path)
-            if got is not None:
-                return got
-            tries += 1  # another node was faster
-            if tries >= CREATE_TRIES:
-                break
-        return False
+        try:
+            for net in layout.blocks(self.node):
+                name = block_name(network, net)
+                if name in taken or self._resting(name) or any(net.overlaps(o) for o in others):
+                    continue
+                got = self.claim_block(layout, net, on_add_path=on_add_path)
+                if got is not None:
+                    return got
+                tries += 1  # another node was faster
+                if tries >= CREATE_TRIES:
+                    break
+            return False
+        finally:
+            taken.clear()
+            libc.malloc_trim()  # the names read are garbage now: given back to the system
 
     @staticmethod
     def _other_sized(layout: Layout, names: set[str]) -> list[str]:

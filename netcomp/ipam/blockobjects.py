@@ -32,10 +32,11 @@ PLURAL, KIND = "addressblocks", "AddressBlock"
 # naming a node is that node's only when it carries the token that node wrote ahead.
 TOKEN = "netcomp.io/claim-token"
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
-# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
+# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet"). Lists
+# are asked of the API server's watch cache (resourceVersion 0), which answers in one page; these bound the pages
+# of a server that reads them from etcd instead (its watch cache off).
 PAGE = 10
-# Names per page of a list of a network's block names (as Table rows without their objects: a few dozen bytes each).
-NAMES_PAGE = 2000
+NAMES_PAGE = 500  # names of a network's blocks, as Table rows without their objects: a few dozen bytes each
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # Blocks are parsed by the stdlib's json: orjson keeps the last 2,048 keys it saw in a cache of its own, and a
 # block's keys are its addresses.
@@ -191,6 +192,7 @@ class KubeBlocks(ApiObjects):
                 doc = self.custom.list_cluster_custom_object(
                     GROUP, VERSION, PLURAL, label_selector=network_selector([network]), limit=NAMES_PAGE,
                     _continue=token, include_object="None", _accept=TABLE, _request_timeout=max(self.timeout, 30),
+                    resource_version="0" if token is None else None,
                 )  # fmt: skip
                 for row in doc.get("rows") or []:
                     cells = row.get("cells") if isinstance(row, dict) else None
@@ -221,7 +223,9 @@ class KubeBlocks(ApiObjects):
         def relist() -> str:
             names: set[str] = set()
             rv = ""
-            for items, version in self._pages(selector, limit=PAGE, _loads=json.loads):
+            # From the API server's watch cache (resourceVersion 0), which filters by label in memory: from etcd,
+            # it would read and decode every block of the networks to find this node's few.
+            for items, version in self._pages(selector, limit=PAGE, _loads=json.loads, resource_version="0"):
                 rv = version
                 for rec in map(from_object, items):
                     if rec is not None and current():

@@ -95,7 +95,7 @@ class Layout:
                 spans.append(((r, bits, lo), hi - lo + 1))
         for (r, bits, lo), pos in spread(spans, seed):
             net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
-            if self.usable(net):
+            if _usable_bits(net, self.ranges):  # not kept in _usable: a walk may pass thousands of blocks
                 yield net
 
 

@@ -16,9 +16,17 @@ import pytest
 
 from netcomp.ipam.blocks import block_name
 from netcomp.ipam.claimobjects import labels_of
-from netcomp.kube.group import NODE, node_label
 from tests.lab.addrs import BLOCKS
-from tests.lab.clusternodes import addresses, cached_claims, flushed, network, nodes, object_claims, shared_network
+from tests.lab.clusternodes import (
+    addresses,
+    cached_claims,
+    flushed,
+    network,
+    nodes,
+    object_claims,
+    only_own,
+    shared_network,
+)
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
 from tests.lab.poll import until
@@ -48,16 +56,6 @@ def add(dl: DaemonLab, net: str) -> tuple[str, int, Any]:
     ctr = dl.lab.container()
     rc, res = dl.shim("ADD", ctr, args=f"NETCOMP_NETWORKS={net}", ready_timeout=30)
     return ctr, rc, res
-
-
-def only_own(custom: Any, labs: list[DaemonLab]) -> None:
-    """Each node's view holds only blocks labelled with its name: it never took in another node's."""
-    for dl in labs:
-        node = dl.daemon.settings.nodeName
-        own = {b["metadata"]["name"] for b in custom.list_cluster_custom_object(
-            *BLOCKS, label_selector=f"{NODE}={node_label(node)}")["items"]}  # fmt: skip
-        alloc = dl.daemon.addresses.blocks
-        assert alloc is not None and set(alloc.view) <= own, (node, set(alloc.view) - own)
 
 
 def entries(custom: Any, net: str) -> list[str]:

@@ -27,6 +27,7 @@ from tests.lab.clusternodes import (
     network,
     nodes,
     object_claims,
+    only_own,
     shared_network,
 )
 from tests.lab.daemonlab import DaemonLab
@@ -78,6 +79,7 @@ def test_a_small_pool_fills_to_its_last_address(api: ApiServer, custom: Any, tmp
         assert object_claims(custom, "tiny") == cached_claims(labs)
         lent = [a for b in blocks(custom, "tiny") for a in (b["spec"].get("lent") or {})]
         assert lent, "node-a borrowed"
+        only_own(custom, labs)  # each node followed only its own blocks: node-a read the others' to borrow
         for dl, ctr in ok:
             assert dl.shim("DEL", ctr, ready_timeout=30)[0] == 0
         flushed(labs)
