@@ -1,8 +1,10 @@
 """The block allocator's threads for what goes to the store off an ADD's path. One lends at once, since a
 borrower's ADD waits for it. The other claims again a block whose object went (or hands its addresses in use to the
-node that holds it now), gives back borrowed addresses nobody uses, claims a block ahead of need, and writes behind
-which container uses which address: only what differs, once the node's CNI requests leave a quiet moment
-(Server.wait_quiet), never ahead of the cache. A store that cannot be reached is tried again after a back-off."""
+node that holds it now), settles the asks this node made on other nodes' blocks once they are over, gives back
+borrowed addresses nobody uses, claims a block ahead of need, and writes behind which container uses which
+address: only what differs, once the node's CNI requests leave a quiet moment (Server.wait_quiet), never ahead of
+the cache. A store that cannot be reached is tried again after a back-off. A stopped daemon's worker is closed
+after its last flush: it writes nothing more."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
 ADD's path once the node holds a block with a free address. A node claims a block by creating its object (the
-name is the lock) and gives its addresses from what it knows itself; the records are written behind, never ahead
-of the cache (background.py). With no block free, it borrows single addresses from other nodes' blocks, as
-Calico's libcalico-go/lib/ipam/ipam.go lets a host, but only a block's holder gives its addresses: it lends them
-on a version of its record. docs/kubernetes.md, "How blocks work"."""
+name is the lock), choosing it from the names of the network's blocks read then, and gives its addresses from
+what it knows itself; the records are written behind, never ahead of the cache (background.py). With no block
+free, it borrows single addresses from other nodes' blocks, read then, as Calico's libcalico-go/lib/ipam/ipam.go
+lets a host, but only a block's holder gives its addresses: it lends them on a version of its record. The node
+follows none of the blocks it reads. docs/kubernetes.md, "How blocks work"."""
 
 from __future__ import annotations
 
