@@ -193,6 +193,18 @@ def churn_own(custom: Any, n: int, nodes: int, pool: ipaddress.IPv4Network) -> N
         list(ex.map(one, range(n)))
 
 
+def quiet(pid: int) -> float:
+    """The process's CPU seconds once it has used none for a second (two minutes at most)."""
+    last, deadline = cpu(pid), time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = cpu(pid)
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def drop_node_blocks(custom: Any) -> None:
     """The blocks the node's daemons claimed (each run has a root of its own, and its blocks are no other run's)."""
     for b in custom.list_cluster_custom_object("netcomp.io", "v1", "addressblocks", label_selector=MINE)["items"]:
@@ -214,11 +226,10 @@ def measure(
         ready = d.ready()
         shim = bench_memory.Shim(base, exe, f"NETCOMP_NETWORKS={network}")  # beside the default network
         out: dict[str, Any] = {"ready": ready, "pid": d.pid, "daemon": d}
-        if first:
+        if first:  # its container stays: the block never empties, and is never released while measured
             t = time.perf_counter()
             shim("ADD", netns(), f"{tag}-first")
             out["first_add"] = time.perf_counter() - t
-            shim("DEL", netns(), f"{tag}-first")
         shim.cycles(20, netns(), tag)
         out["rss"] = d.settle()
         return out
@@ -259,7 +270,7 @@ def own_shape(args: argparse.Namespace, top: Path, exe: str, netns: Any, api: An
                 t = time.perf_counter()
                 before = _events(base)
                 m["show_s"] = time.perf_counter() - t
-                used = cpu(d.pid)
+                used = quiet(d.pid)  # what the show built is freed after its answer
                 churn_own(custom, args.churn, count, pool)
                 events, after = _after_sentinel(custom, base, network, pool, d.pid)
                 m["churn_events"], m["churn_cpu"] = events - before - 1, after - used

@@ -452,3 +452,17 @@ def test_a_lender_never_lends_an_address_its_used_still_names(tmp_path: Path) ->
     assert 1 in h.written and 1 not in h.local
     lent, _ = Worker(alloc)._grants(h)
     assert lent and "10.0.0.1" not in lent, lent
+
+
+def test_a_tables_names_are_read_by_a_scan_no_value_can_forge() -> None:
+    """The names of a network's blocks are read from a Table by a linear scan: a value another writer chose (a
+    block's node or network shown in a cell) cannot add a row, however it is spelled, and the next page's token
+    is found; a cell longer than a name is left out."""
+    rows = [{"cells": ["n.v4-10-0-0-0-28", 'x","cells":["forged', "10.0.0.0/28"], "object": None},
+            {"cells": ["n.v4-10-0-0-16-28", "n", '"continue":"no'], "object": None},
+            {"cells": ["a" * 300, "n", "10.0.0.32/28"]}]  # fmt: skip
+    doc = {"kind": "Table", "metadata": {"continue": "tok3n", "resourceVersion": "9"}, "rows": rows}
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    assert set(blockobjects.table_strings(data, b'"cells":["')) == {"n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"}
+    assert list(blockobjects.table_strings(data, b'"continue":"')) == ["tok3n"]
+    assert list(blockobjects.table_strings(b'{"rows":[{"cells":["unterminated', b'"cells":["')) == []
