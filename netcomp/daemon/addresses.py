@@ -128,6 +128,17 @@ class Addresses:
         """Until what this node knows of its blocks is written (tests, a stopping daemon); False on timeout."""
         return self.worker.flush(timeout) if self.worker is not None else True
 
+    def close(self, timeout: float) -> bool:
+        """A stopping daemon's last flush, then nothing more is written or followed: a daemon of this node started
+        after it writes from what it knows, which an older write of this one's would undo. False on timeout."""
+        done = self.flush(timeout)
+        if self.worker is not None:
+            self.worker.close()
+        if self.kube is not None and self.kube_blocks is not None:
+            self.kube.selection.select(None)
+            self.kube_blocks.selection.select(None)
+        return done
+
     def gc_own(self) -> int:
         freed = 0
         per_address = self.allocator.per_address

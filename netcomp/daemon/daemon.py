@@ -423,5 +423,5 @@ class Daemon:
         self.delegator.close()
         if self.cluster is not None and self.settings.kubernetes is not None:
             self.cluster.pods.flush(self.settings.kubernetes.timeout)  # the last ADDs' statuses and events
-            self.addresses.flush(self.settings.kubernetes.timeout)  # which container has which address
+            self.addresses.close(self.settings.kubernetes.timeout)  # which container has which address
         return done

@@ -1,12 +1,13 @@
 """The block allocator's threads for what goes to the store off an ADD's path. One lends at once, since a
 borrower's ADD waits for it. The other claims again a block whose object went (or hands its addresses in use to the
-node that holds it now), gives back borrowed addresses nobody uses, claims a block ahead of need, and writes behind
-which container uses which address: only what differs, once the node's CNI requests leave a quiet moment
-(Server.wait_quiet), never ahead of the cache. A store that cannot be reached is tried again after a back-off."""
+node that holds it now), settles the asks this node made on other nodes' blocks once they are over, gives back
+borrowed addresses nobody uses, claims a block ahead of need, and writes behind which container uses which
+address: only what differs, once the node's CNI requests leave a quiet moment (Server.wait_quiet), never ahead of
+the cache. A store that cannot be reached is tried again after a back-off. A stopped daemon's worker is closed
+after its last flush: it writes nothing more."""
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import threading
@@ -33,13 +34,13 @@ class Worker(Wakes):
         self.cv = threading.Condition(alloc._lock)
         self.flags = {"lend": False, "write": False, "recover": False, "other": False}
         self.prefetching: set[tuple[str, int]] = set()
-        self.withdrawals: list[tuple[str, str, str]] = []
         self.busy = False
         self.lending = False
         self.thread: threading.Thread | None = None
         self.flushing = 0
         self.retry_at = 0.0
         self.backoff = 1.0
+        self.closed = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
         self.quiet: Callable[[], object] = lambda: True
 
@@ -58,47 +59,61 @@ class Worker(Wakes):
             self.prefetching.add(key)
             self.cv.notify_all()
 
-    def withdraw(self, name: str, uid: str, key: str) -> None:
-        with self.cv:
-            self.withdrawals.append((name, uid, key))
-            self.cv.notify_all()
-
     def flush(self, timeout: float) -> bool:
         """Until everything this node knows is written (records, borrowed addresses' holders, returns), or
-        timeout; tries a store that failed at once."""
+        timeout; tries a store that failed at once. With the thread gone (a stopping daemon), done here."""
         deadline = time.monotonic() + timeout
-        if self.thread is None or not self.thread.is_alive():
-            self.flushing += 1
-            try:
-                while self.waiting() and time.monotonic() < deadline:  # no thread (stopped): done here
-                    if not (self._lend() and self._round({"write": True}, set(), [])):
-                        break
-            finally:
-                self.flushing -= 1
-            return not self.waiting()
         with self.cv:
             self.flushing += 1
             self.retry_at = 0.0
             if self.waiting():
                 self.flags["write"] = self.flags["other"] = True
             self.cv.notify_all()
-            try:
-                while self.waiting():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        log.warning("ipam: not all written within %gs: %s", timeout, "; ".join(self.waiting()[:10]))
-                        return False
-                    self.cv.wait(min(left, 0.5))
-                    self.retry_at = 0.0  # a flush does not wait for a back-off
-                return True
-            finally:
+        try:
+            while not self.closed and (left := deadline - time.monotonic()) > 0:
+                alive = self.thread is not None and self.thread.is_alive()
+                with self.cv:
+                    if not self.waiting():
+                        return True
+                    if alive:
+                        self.cv.wait(min(left, 0.5))
+                        self.retry_at = 0.0  # a flush does not wait for a back-off
+                        continue
+                    flags, prefetch = self._take_work()
+                if not (self._lend() and self._round({**flags, "write": True}, prefetch)):
+                    break
+                with self.cv:
+                    if self.waiting():  # what only the API server's next answer resolves: not asked again at once
+                        self.cv.wait(min(left, 0.1))
+        finally:
+            with self.cv:
                 self.flushing -= 1
+        still = self.waiting()
+        if still:
+            log.warning("ipam: not all written within %gs: %s", timeout, "; ".join(still[:10]))
+        return not still
+
+    def close(self) -> None:
+        """Nothing is written from now on: a stopped daemon's last flush is done. Another daemon of this node
+        (started after it) writes the records from its own knowledge; a write of this one's, older, would undo
+        its entries."""
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+    def _take_work(self) -> tuple[dict[str, bool], set[tuple[str, int]]]:
+        """What was asked of a round, taken (with the lock held)."""
+        flags = dict(self.flags)
+        for k in ("write", "recover", "other"):
+            self.flags[k] = False
+        prefetch, self.prefetching = self.prefetching, set()
+        return flags, prefetch
 
     def waiting(self) -> list[str]:
         """What is left to write (for a flush that timed out)."""
         a = self.a
         out = [f"working: {k}" for k, v in self.flags.items() if v] + (["busy"] if self.busy or self.lending else [])
-        out += [f"withdraw {w[2]}" for w in self.withdrawals]
+        out += [f"ask {k} on {b} to settle" for k, b in self._asks_over()]
         for h in a.held.values():
             if h.lost:
                 out.append(f"{h.name}: lost")
@@ -122,7 +137,7 @@ class Worker(Wakes):
     def lend_loop(self, stop: threading.Event) -> None:
         """Answering requests has a thread of its own: a borrower's ADD waits for it, never for a quiet moment."""
         backoff = 1.0
-        while not stop.is_set():
+        while not stop.is_set() and not self.closed:
             with self.cv:
                 self.cv.wait_for(lambda: self.flags["lend"] or stop.is_set(), 1.0)
                 if not self.flags["lend"]:
@@ -149,19 +164,15 @@ class Worker(Wakes):
             with self.cv:
                 self.busy = False
                 self.cv.notify_all()
-                if stop.is_set() and not self.waiting():
-                    return
+                if self.closed or (stop.is_set() and not (self.waiting() and self.flushing)):
+                    return  # stopping: what is left is the stopping daemon's flush's (done here without a thread)
                 self.cv.wait_for(self._due, 1.0)
-                if not self._due():
+                if not self._due() or self.closed:
                     continue
                 self.busy = True
-                flags = dict(self.flags)
-                for k in ("write", "recover", "other"):
-                    self.flags[k] = False
-                prefetch, self.prefetching = self.prefetching, set()
-                withdrawals, self.withdrawals = self.withdrawals, []
+                flags, prefetch = self._take_work()
             try:
-                ok = self._round(flags, prefetch, withdrawals)
+                ok = self._round(flags, prefetch)
             except Exception:
                 log.exception("ipam: the block worker failed; trying again")
                 ok = False
@@ -174,16 +185,11 @@ class Worker(Wakes):
                     self.flags["other"] = True
 
     def _due(self) -> bool:
-        work = any(v for k, v in self.flags.items() if k != "lend") or bool(self.prefetching or self.withdrawals)
+        work = any(v for k, v in self.flags.items() if k != "lend") or bool(self.prefetching)
         return work and time.monotonic() >= self.retry_at
 
-    def _round(
-        self, flags: dict[str, bool], prefetch: set[tuple[str, int]], withdrawals: list[tuple[str, str, str]]
-    ) -> bool:
-        ok = self._recover()
-        for name, uid, key in withdrawals:
-            with contextlib.suppress(Gone, StoreUnavailable):  # a late answer is given back when it comes
-                self.a.store.ask(name, uid, key, None)
+    def _round(self, flags: dict[str, bool], prefetch: set[tuple[str, int]]) -> bool:
+        ok = self._recover() and self._settle_asks()
         ok = ok and self._prefetch(prefetch) and self._borrowed()
         if ok and flags["write"]:
             if not self.flushing:
@@ -347,6 +353,39 @@ class Worker(Wakes):
                     h.network, h.net, len(uses), taker.node)  # fmt: skip
         return True
 
+    # ------------------------------------------------------------------------------------------------ asks
+
+    def _asks_over(self) -> list[tuple[str, str]]:
+        """The asks this node recorded that no ADD waits for any more (those of a daemon killed among them)."""
+        a = self.a
+        return [(k, b) for k, b in a.asking.items() if k not in a.asks]
+
+    def _settle_asks(self) -> bool:
+        """Each ask that is over withdrawn, and its block read: what it lent this node for it and nobody uses is
+        given back (_borrowed), as this node does not follow other nodes' blocks. Then forgotten."""
+        a = self.a
+        with a._lock:
+            over = self._asks_over()
+        for key, name in over:
+            try:
+                rec = a.store.get(name)
+                if rec is not None and key in rec.requests:
+                    a.store.ask(name, rec.uid, key, None)
+                    rec = a.store.get(name)  # a grant made before the withdrawal is in this version
+            except Gone:
+                rec = None
+            except StoreUnavailable as e:
+                a.last_error = str(e)
+                return False
+            if rec is not None:
+                a.seen(rec, "read")
+            with a._lock:
+                a.asking.pop(key, None)
+                a.save()
+        if over:
+            a.write_record()
+        return True
+
     # ------------------------------------------------------------------------------------------------ borrowed
 
     def _to_write(self, b: Borrowed) -> bool:
@@ -388,11 +427,8 @@ class Worker(Wakes):
                 layout = a.layouts.get(key)
                 if layout is None or key in a.claiming or a.free_count(layout) >= layout.size // 4:
                     continue
-                net = a._free_block(layout)
-                if net is None:
-                    continue
                 a.claiming.add(key)
-            a.claim_reserved(layout, net, key, on_add_path=False)
+            a.claim_reserved(layout, key, on_add_path=False)
         return True
 
     # ------------------------------------------------------------------------------------------------ writing

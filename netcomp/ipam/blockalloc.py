@@ -1,12 +1,14 @@
 """Addresses from blocks a node holds, unique across every node of a network, with no call to the store on an
 ADD's path once the node holds a block with a free address. A node claims a block by creating its object (the
-name is the lock) and gives its addresses from what it knows itself; the records are written behind, never ahead
-of the cache (background.py). With no block free, it borrows single addresses from other nodes' blocks, as
-Calico's libcalico-go/lib/ipam/ipam.go lets a host, but only a block's holder gives its addresses: it lends them
-on a version of its record. docs/kubernetes.md, "How blocks work"."""
+name is the lock), choosing it from the names of the network's blocks read then, and gives its addresses from
+what it knows itself; the records are written behind, never ahead of the cache (background.py). With no block
+free, it borrows single addresses from other nodes' blocks, read then, as Calico's libcalico-go/lib/ipam/ipam.go
+lets a host, but only a block's holder gives its addresses: it lends them on a version of its record. The node
+follows none of the blocks it reads. docs/kubernetes.md, "How blocks work"."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import secrets
@@ -16,17 +18,19 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import asdict
 
-from netcomp import faults
+from netcomp import faults, libc
 from netcomp.cni.codes import E_TRY_LATER
 from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder, exhausted, held_by, refuse_exact, unavailable
-from netcomp.ipam.blocks import Layout, block_name, lowest
+from netcomp.ipam.blocks import Layout, block_name, lowest, parse_block_name
 from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen, claim_of
-from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView
+from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView, compact
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
 
 log = logging.getLogger("netcomp.ipam")
+CREATE_TRIES = 64  # creates of blocks the names said were free, refused (others were faster), before giving up
+CANDIDATES = 16  # other nodes' blocks an ADD that borrows keeps from its read of them (the freest)
 SILENT = 60.0  # seconds a block that left an ask unanswered is not asked again (its holder may not serve it)
 ASK_FLOOR = 1.0  # seconds an ask waits at the least (a holder answers at once; a busy one in a second)
 NO_BLOCK = "no free address in the blocks this node holds, and it cannot claim an address block"
@@ -42,6 +46,7 @@ class BlockAllocator(BlockView):
         with self._lock:
             self.held.update((h.name, h) for h in self.record.load())
             self.claiming_ahead = dict(self.record.claiming)
+            self.asking = dict(self.record.asking)
             for c in claims:
                 if not c.block:
                     continue
@@ -68,7 +73,6 @@ class BlockAllocator(BlockView):
         key = (pool.network, family_set)
         deadline = time.monotonic() + self.timeout
         while True:
-            net = None
             with self._lock:
                 got = self._take(layout, holder)
                 if got is not None:
@@ -78,11 +82,8 @@ class BlockAllocator(BlockView):
                         continue  # another ADD is claiming a block, or the first list is not in yet
                     if key in self.claiming:
                         raise DelegateError(E_TRY_LATER, f"network {pool.network!r}: still waiting for a block", "")
-                net = self._free_block(layout)
-                if net is not None:
-                    self.claiming.add(key)
-            if net is not None:
-                self.claim_reserved(layout, net, key, on_add_path=True)
+                self.claiming.add(key)
+            if self.claim_reserved(layout, key, on_add_path=True):
                 continue
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
@@ -122,35 +123,65 @@ class BlockAllocator(BlockView):
             if h.network == network and h.family_set == fs and not h.lost
         )
 
-    def _free_block(self, layout: Layout) -> IPNetwork | None:
-        """A block nobody holds, as far as the view says (never one whose object just went, nor one overlapping a
-        block of another size)."""
-        network = layout.pool.network
-        now = time.monotonic()
-        known = [s.net for s in self.view.values() if s.network == network]
-        prefixes = {n.prefixlen for n in known}
-        for net in layout.blocks(self.node):
-            name = block_name(network, net)
-            if name in self.view or name in self.held or now - self.tombstones.get(name, -TOMBSTONE) < TOMBSTONE:
-                continue
-            if prefixes - {net.prefixlen} and any(net.overlaps(o) for o in known):
-                continue  # the network's blockSize changed: a block of the old size covers part of it
-            return net
-        return None
-
-    def claim_reserved(self, layout: Layout, net: IPNetwork, key: tuple[str, int], *, on_add_path: bool) -> None:
-        """claim_block for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
+    def claim_reserved(self, layout: Layout, key: tuple[str, int], *, on_add_path: bool) -> bool:
+        """claim_free for a pool whose `key` the caller put in `claiming` (under the lock): the key is taken out
         again whatever happens, and waiters are told."""
         try:
-            self.claim_block(layout, net, on_add_path=on_add_path)
+            return self.claim_free(layout, on_add_path=on_add_path)
         finally:
             with self._lock:
                 self.claiming.discard(key)
                 self.updated.notify_all()
 
-    def claim_block(self, layout: Layout, net: IPNetwork, *, on_add_path: bool) -> bool:
-        """Create the block's object; True when this node holds it now. DelegateError 11 on an ADD's path when the
-        store cannot be reached (elsewhere: False)."""
+    def claim_free(self, layout: Layout, *, on_add_path: bool) -> bool:
+        """Claim a block nobody holds; True when this node holds one more. The names of the network's blocks are
+        read (never their records: a node follows only its own), then the first block in this node's order that
+        none of them is, nor overlaps (a block of another size, from before a blockSize change), is created; when
+        another node created it first, the API server refuses the create and the next is tried. False when every
+        block is held (or, off an ADD's path, the store cannot be reached); DelegateError 11 on it then."""
+        network = layout.pool.network
+        try:
+            taken = self.store.names(network)
+        except StoreUnavailable as e:
+            self.last_error = str(e)
+            if not on_add_path:
+                return False
+            raise unavailable(network, f"{NO_BLOCK}: {e}") from None
+        others = [n for n in map(functools.partial(parse_block_name, network), self._other_sized(layout, taken)) if n]
+        tries = 0
+        try:
+            for net in layout.blocks(self.node):
+                name = block_name(network, net)
+                if name in taken or self._resting(name) or any(net.overlaps(o) for o in others):
+                    continue
+                got = self.claim_block(layout, net, on_add_path=on_add_path)
+                if got is not None:
+                    return got
+                tries += 1  # another node was faster
+                if tries >= CREATE_TRIES:
+                    break
+            return False
+        finally:
+            taken.clear()
+            libc.malloc_trim()  # the names read are garbage now: given back to the system
+
+    @staticmethod
+    def _other_sized(layout: Layout, names: set[str]) -> list[str]:
+        """The names among `names` of blocks of the layout's family whose size is not its blocks' (a blockSize
+        changed), told from the prefix length every name ends in: only those are read back."""
+        family = f".v{layout.ranges[0].subnet.version}-" if layout.ranges else ""
+        sizes = {f"-{b.prefixlen}" for r in layout.ranges if (b := layout.block_of(r.subnet.network_address))}
+        return [n for n in names if family in n and not n.endswith(tuple(sizes))]
+
+    def _resting(self, name: str) -> bool:
+        """A block this node knows of (its own), or whose object just went (its holder may claim it again)."""
+        with self._lock:
+            gone = self.tombstones.get(name, -TOMBSTONE)
+            return name in self.view or name in self.held or time.monotonic() - gone < TOMBSTONE
+
+    def claim_block(self, layout: Layout, net: IPNetwork, *, on_add_path: bool) -> bool | None:
+        """Create the block's object; True when this node holds it now, None when another holds it. DelegateError
+        11 on an ADD's path when the store cannot be reached (elsewhere: False)."""
         network = layout.pool.network
         rec = BlockRecord(block_name(network, net), network, str(net), self.node, self.node_in_cluster)
         with self._lock:
@@ -179,9 +210,7 @@ class BlockAllocator(BlockView):
                     if other is None:
                         self.tombstones[rec.name] = time.monotonic() + 3600  # not a block of this network
                         log.warning("block %s of network %s: %s, never touched", net, network, t.foreign)
-                if other is not None:
-                    self.seen(other, "answer")
-                return False
+                return None
         except StoreUnavailable as e:
             self.last_error = str(e)
             with self._lock:
@@ -235,15 +264,21 @@ class BlockAllocator(BlockView):
                     h.pending.add(off)
                     h.empty_since = None
                     return self._claim(h, addr, holder, name)
-                seen = self.view.get(name)
-            if seen is None:
-                self.claim_block(layout, net, on_add_path=True)  # held now, or the view says who holds it
-                continue
-            if seen.owner == self.node:  # its object is being made by this node: held in a moment
+                own = self.view.get(name)
+            rec = None
+            if own is None or own.owner != self.node:
+                try:
+                    rec = self.store.get(name)  # another node's block is read when needed, never followed
+                except StoreUnavailable as e:
+                    raise unavailable(pool.network, f"address {addr}: its block cannot be read: {e}") from None
+                if rec is None:
+                    self.claim_block(layout, net, on_add_path=True)  # held now, or another node was faster
+                    continue
+            if rec is None or rec.node == self.node:  # its object is being made by this node: held in a moment
                 with self._lock:
                     self._wait(min(deadline, time.monotonic() + 1))
                 continue
-            got = self._borrow(layout, holder, (name, off), deadline)
+            got = self._borrow(layout, holder, (compact(rec), off), deadline)
             if got is not None:
                 return got
             raise held_by(pool.network, addr, self._who_elsewhere(name, addr))
@@ -277,30 +312,45 @@ class BlockAllocator(BlockView):
     # ------------------------------------------------------------------------------------------------ borrowing
 
     def _candidates(self, layout: Layout) -> list[Seen]:
-        """Other nodes' blocks of the set whose records say they have a free address, the freest first."""
+        """Other nodes' blocks of the set whose records say they have a free address, the freest first (at most
+        CANDIDATES): read now, a page at a time, as only a node that borrows needs them. What they lend this node
+        is taken on the way (a grant that came late is given back). DelegateError 11 when they cannot be read."""
         network = layout.pool.network
         version = layout.ranges[0].subnet.version if layout.ranges else 0
-        out = []
-        for s in self.view.values():
-            if s.network != network or s.owner == self.node or s.net.version != version or s.name in self.held:
-                continue
-            if self.denied.get(s.name) == s.rv or layout.block_of(s.net.network_address) != s.net:
-                continue  # nothing to lend since its last answer; or a block of another size, which gives nothing
-            if self.silent.get(s.name, 0.0) > time.monotonic():
-                continue  # did not answer the last ask: its holder may not be serving it
-            lent = sum(1 << off for off in s.lent)
-            free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()
-            asked = sum(1 for a in self.asks.values() if a.block == s.name and not a.answered)
-            if free - asked > 0:
-                out.append((-(free - asked), zlib.crc32(f"{self.node}/{s.name}".encode()), s))
-        return [s for *_, s in sorted(out, key=lambda x: x[:2])]
+        out: list[tuple[int, int, Seen]] = []
+        try:
+            for page in self.store.pages([network]):
+                for rec in page:
+                    if rec.network != network or rec.node == self.node or rec.net.version != version:
+                        continue
+                    if any(o.get("node") == self.node for o in rec.lent.values()):
+                        self.seen(rec, "read")
+                    s = compact(rec)
+                    with self._lock:
+                        free = self._room(layout, s)
+                    if free > 0:
+                        out.append((-free, zlib.crc32(f"{self.node}/{s.name}".encode()), s))
+                out = sorted(out, key=lambda x: x[:2])[:CANDIDATES]
+        except StoreUnavailable as e:
+            why = "no free address in the blocks this node holds, none to claim, and other nodes' cannot be read"
+            raise unavailable(network, f"{why}: {e}") from None
+        return [s for *_, s in out]
 
-    def _borrow(self, layout: Layout, holder: Holder, exact: tuple[str, int] | None, deadline: float) -> Claim | None:
+    def _room(self, layout: Layout, s: Seen) -> int:
+        """How many addresses another node's block may lend (0: none, or not asked now). With the lock held."""
+        if s.name in self.held or self.denied.get(s.name) == s.rv or layout.block_of(s.net.network_address) != s.net:
+            return 0  # nothing to lend since its last answer; or a block of another size, which gives nothing
+        if self.silent.get(s.name, 0.0) > time.monotonic():
+            return 0  # did not answer the last ask: its holder may not be serving it
+        lent = sum(1 << off for off in s.lent)
+        free = (layout.usable(s.net) & ~s.used & ~lent).bit_count()
+        return free - sum(1 for a in self.asks.values() if a.block == s.name and not a.answered)
+
+    def _borrow(self, layout: Layout, holder: Holder, exact: tuple[Seen, int] | None, deadline: float) -> Claim | None:
         """Ask other nodes' blocks for one address (exactly `exact`: (block, offset)), one block after another,
-        until one lends it; None when none does."""
-        with self._lock:
-            one = self.view.get(exact[0]) if exact else None
-            targets = ([one] if one is not None else []) if exact else self._candidates(layout)
+        until one lends it; None when none does. The ask is recorded ahead (the worker withdraws it once over and
+        gives back what came late); its answer is read from the block, as this node follows only its own."""
+        targets = [exact[0]] if exact is not None else self._candidates(layout)
         for i, s in enumerate(targets):
             if time.monotonic() >= deadline:
                 break
@@ -311,6 +361,11 @@ class BlockAllocator(BlockView):
                 request["addresses"] = [str(s.net.network_address + exact[1])]
             with self._lock:
                 self.asks[key] = ask
+                self.asking[key] = s.name
+                self.save()
+            if not self.write_record():
+                self._forget(key)
+                raise unavailable(layout.pool.network, f"{NO_BLOCK}: its record cannot be written") from None
             try:
                 self.store.ask(s.name, s.uid, key, request)
             except Gone:
@@ -324,9 +379,8 @@ class BlockAllocator(BlockView):
             # costs its share only, and one that answers as holders do is never cut short.
             now = time.monotonic()
             share = max((deadline - now) / (len(targets) - i), min(ASK_FLOOR, deadline - now))
-            until = now + share
+            self._await(ask, now + share)
             with self._lock:
-                self.updated.wait_for(lambda a=ask: a.answered or bool(a.granted), max(0.0, until - time.monotonic()))  # type: ignore[misc]
                 got = None
                 for k in ask.granted:
                     b = self.borrowed.get(k)
@@ -335,22 +389,45 @@ class BlockAllocator(BlockView):
                         got = self._claim(b, b.address, holder, b.block)
                     elif b is not None and b.claim is None and not b.pending:
                         b.request = ""  # more than asked for: given back
-                        self.worker.wake()
                 answered = ask.answered
-                self._forget(key)
+            self._forget(key)
             if got is not None:
                 self.counted("borrow", layout.pool.network)
                 return got
-            if not answered:
-                if share >= ASK_FLOOR:
-                    with self._lock:
-                        self.silent[s.name] = time.monotonic() + SILENT
-                self.worker.withdraw(s.name, s.uid, key)
+            if not answered and share >= ASK_FLOOR:
+                with self._lock:
+                    self.silent[s.name] = time.monotonic() + SILENT
         return None
 
+    def _await(self, ask: BlockAsk, until: float) -> None:
+        """Until the ask is answered or `until`: its block read again and again, soon at first (a holder answers
+        at once), then less often."""
+        with self._lock:
+            ask.seen = True  # the ask is in the record from its write on: a read without it is its answer
+        pause = 0.005
+        while True:
+            with self._lock:
+                if ask.answered or ask.granted or (left := until - time.monotonic()) <= 0:
+                    return
+                self.updated.wait(min(pause, left))
+                if ask.answered or ask.granted:
+                    return
+            pause = min(pause * 2, 0.25)
+            try:
+                rec = self.store.get(ask.block)
+            except StoreUnavailable:
+                continue
+            if rec is None:
+                with self._lock:
+                    ask.answered = True  # gone: nothing will be lent from it
+                return
+            self.seen(rec, "read")
+
     def _forget(self, key: str) -> None:
+        """The ask is over: the worker withdraws it and gives back what was lent to it and is not used."""
         with self._lock:
             self.asks.pop(key, None)
+        self.worker.wake()
 
     # ------------------------------------------------------------------------------------------------ settling
 

@@ -1,8 +1,10 @@
 """Address blocks on the Kubernetes API: one `AddressBlock` object (addressblocks.netcomp.io, cluster-scoped) per
-block a node holds, named blocks.block_name(network, block) and labelled with its network, so that a node lists and
-watches only the blocks of the networks it serves. No write can undo another's: the holder patches only the `used`
-entries that changed, a borrower changes a lent entry only while it is lent to it (a JSON patch `test`), a grant
-and a delete apply to one version of the record only. This module is loaded only with a cluster configured."""
+block a node holds, named blocks.block_name(network, block) and labelled with its network and its node, so that a
+node lists and watches only its own blocks of the networks it serves; other nodes' blocks it reads when it needs
+them (their names to claim a block, their records to borrow). No write can undo another's: the holder patches only
+the `used` entries that changed, a borrower changes a lent entry only while it is lent to it (a JSON patch `test`),
+a grant and a delete apply to one version of the record only. This module is loaded only with a cluster
+configured."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from netcomp.ipam.store import Conflict, Gone, StoreUnavailable, Taken
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Selection, keep_following
-from netcomp.kube.group import GROUP, VERSION, created
+from netcomp.kube.group import GROUP, NODE, VERSION, created, node_label
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -30,8 +32,12 @@ PLURAL, KIND = "addressblocks", "AddressBlock"
 # naming a node is that node's only when it carries the token that node wrote ahead.
 TOKEN = "netcomp.io/claim-token"
 # Blocks per page of a list: a block's record holds up to blockSize entries, and each page, read and parsed whole,
-# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet").
+# leaves the heap larger by a multiple of its size (docs/benchmarks.md, "A node's cost with a fleet"). Lists
+# are asked of the API server's watch cache (resourceVersion 0), which answers in one page; these bound the pages
+# of a server that reads them from etcd instead (its watch cache off).
 PAGE = 10
+NAMES_PAGE = 500  # names of a network's blocks, as Table rows without their objects: a few dozen bytes each
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # Blocks are parsed by the stdlib's json: orjson keeps the last 2,048 keys it saw in a cache of its own, and a
 # block's keys are its addresses.
 
@@ -76,6 +82,23 @@ def from_object(obj: Any) -> BlockRecord | None:
         _text(meta.get("uid")), _text(meta.get("resourceVersion")), created(meta),
         tuple(w for w in foreign.writers(obj).split(", ") if w != "unknown"), _token(meta),
     )  # fmt: skip
+
+
+def table_strings(data: bytes, key: bytes) -> Iterator[str]:
+    """The string after each `key` in a Table's JSON (`"cells":["`: each row's first cell, its object's name;
+    `"continue":"`: the next page's token), by a linear scan that builds nothing but those strings: a page of
+    thousands of rows parsed whole leaves the heap larger. JSON spells a quote inside a string escaped, so `key`,
+    whose quotes are bare, is found only where the API server wrote it, never inside a value another writer
+    chose; names and tokens need no escapes, and anything longer than a name is left out."""
+    at = data.find(key)
+    while at >= 0:
+        start = at + len(key)
+        end = data.find(b'"', start, start + 4096)
+        if end < 0:
+            return
+        if end - start <= 253 or key != b'"cells":["':
+            yield data[start:end].decode("ascii", "replace")
+        at = data.find(key, end)
 
 
 def _token(meta: dict[str, Any]) -> str:
@@ -176,12 +199,33 @@ class KubeBlocks(ApiObjects):
         except (ApiException, OSError, ValueError) as e:
             raise self._unavailable(e) from None
 
+    def names(self, network: str) -> set[str]:
+        """The names of every block of the network, a page at a time, as the rows of a Table without their
+        objects: what a node claiming a block reads, never the records. StoreUnavailable."""
+        out: set[str] = set()
+        token = None
+        try:
+            while True:
+                resp = self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, label_selector=network_selector([network]), limit=NAMES_PAGE,
+                    _continue=token, include_object="None", _accept=TABLE, _request_timeout=max(self.timeout, 30),
+                    resource_version="0" if token is None else None, _preload_content=False,
+                )  # fmt: skip
+                out.update(table_strings(resp.data, b'"cells":["'))
+                token = next(table_strings(resp.data, b'"continue":"'), None)
+                if not token:
+                    return out
+        except (ApiException, OSError, ValueError, AttributeError) as e:
+            raise self._unavailable(e) from None
+
     # ------------------------------------------------------------------------------------------------ following
 
     def follow(self, alloc: BlockAllocator, networks: list[str]) -> None:
-        """Feed `alloc` the blocks of `networks` (listed, then watched) from now on, instead of any earlier ones."""
+        """Feed `alloc` this node's blocks of `networks` (listed, then watched) from now on, instead of any earlier
+        ones: the objects labelled with its node's name, whatever their spec says."""
         self.alloc = alloc
-        self.selection.select(network_selector(networks) if networks else None)
+        mine = f"{NODE}={node_label(alloc.node)}"
+        self.selection.select(f"{network_selector(networks)},{mine}" if networks else None)
         if not networks:
             alloc.listed(set(), set())
 
@@ -193,7 +237,9 @@ class KubeBlocks(ApiObjects):
         def relist() -> str:
             names: set[str] = set()
             rv = ""
-            for items, version in self._pages(selector, limit=PAGE, _loads=json.loads):
+            # From the API server's watch cache (resourceVersion 0), which filters by label in memory: from etcd,
+            # it would read and decode every block of the networks to find this node's few.
+            for items, version in self._pages(selector, limit=PAGE, _loads=json.loads, resource_version="0"):
                 rv = version
                 for rec in map(from_object, items):
                     if rec is not None and current():

@@ -33,6 +33,20 @@ def block_name(network: str, net: IPNetwork) -> str:
     return f"{claim_name(network, net.network_address)}-{net.prefixlen}"
 
 
+def parse_block_name(network: str, name: str) -> IPNetwork | None:
+    """The block a name of one of the network's blocks is (block_name read back); None for any other name."""
+    head = f"{network.replace('/', '.')}.v".lower()
+    version, _, rest = name[len(head) :].partition("-") if name.startswith(head) else ("", "", "")
+    text, _, prefix = rest.rpartition("-")
+    if version not in ("4", "6") or not prefix.isdigit() or len(name) > 253:
+        return None
+    try:
+        net = ipaddress.ip_network(f"{text.replace('-', '.' if version == '4' else ':')}/{prefix}")
+    except ValueError:
+        return None
+    return net if block_name(network, net) == name else None
+
+
 @dataclass(slots=True)
 class Layout:
     """The blocks of one range set of a pool."""
@@ -81,7 +95,7 @@ class Layout:
                 spans.append(((r, bits, lo), hi - lo + 1))
         for (r, bits, lo), pos in spread(spans, seed):
             net = ipaddress.ip_network(f"{r.address((lo + pos) << bits)}/{r.subnet.max_prefixlen - bits}")
-            if self.usable(net):
+            if _usable_bits(net, self.ranges):  # not kept in _usable: a walk may pass thousands of blocks
                 yield net
 
 

@@ -133,6 +133,7 @@ class LocalRecord:
     def __init__(self, path: Path, node: str) -> None:
         self.path, self.node = path, node
         self.claiming: dict[str, str] = {}  # as load found them: blocks whose create this node had begun, and tokens
+        self.asking: dict[str, str] = {}  # as load found them: asks this node made on other nodes' blocks
 
     def load(self) -> list[Held]:
         try:
@@ -149,6 +150,9 @@ class LocalRecord:
         claiming = doc.get("claiming")
         if isinstance(claiming, dict):
             self.claiming = {n: t for n, t in list(claiming.items())[:4096] if isinstance(t, str) and t}
+        asking = doc.get("asking")
+        if isinstance(asking, dict):
+            self.asking = {k: b for k, b in list(asking.items())[:4096] if isinstance(b, str) and b}
         out = []
         for name, b in (doc.get("blocks") or {}).items():
             with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
@@ -163,14 +167,18 @@ class LocalRecord:
                 out.append(held)
         return out
 
-    def encode(self, held: Iterable[Held], claiming: Mapping[str, str] | None = None) -> bytes:
+    def encode(
+        self, held: Iterable[Held], claiming: Mapping[str, str] | None = None, asking: Mapping[str, str] | None = None
+    ) -> bytes:
         """The record of these blocks as the file holds it, taken while they cannot change. `claiming`: the blocks
         whose object this node is about to create, with the secret token the object carries, written ahead of the
-        create: anyone can write a block naming this node, but not its token."""
+        create: anyone can write a block naming this node, but not its token. `asking`: the asks (key -> block)
+        this node made on other nodes' blocks and has not settled yet, written ahead of the ask."""
         doc = {
             "kind": RECORD_KIND,
             "node": self.node,
             "claiming": dict(sorted((claiming or {}).items())),
+            "asking": dict(sorted((asking or {}).items())),
             "blocks": {
                 h.name: {
                     "network": h.network,
@@ -225,3 +233,6 @@ class BlockStore(Protocol):
 
     def pages(self, networks: list[str] | None) -> Iterator[list[BlockRecord]]:
         """Every block of those networks (None: of all), a page at a time. StoreUnavailable."""
+
+    def names(self, network: str) -> set[str]:
+        """The names of every block of the network (never their records). StoreUnavailable."""

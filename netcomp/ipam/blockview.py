@@ -1,11 +1,13 @@
-"""What a node knows of the blocks of the networks it serves, and what it does with a block's record as the store
-shows it; blockalloc.BlockAllocator gives addresses from it.
+"""What a node knows of its own blocks of the networks it serves, and what it does with a block's record as the
+store shows it; blockalloc.BlockAllocator gives addresses from it. The watch follows the blocks labelled with this
+node only; another node's block is read when this node needs it (to borrow from it), and nothing of it is kept
+but what it lends this node.
 
-Records come in order from the watch (whole from a list), and out of order as the answers to this node's writes,
-after which the watch may still show older versions. So an answer only tells the version to make the next grant on
-and what the node's containers' entries say; what was lent, and whether a grant made on version V was written, is
-taken from the watch only: it was when the watch, having shown V, shows a version with it, and was not when that
-version lacks it (a write on V never applies to a later version)."""
+Records come in order from the watch (whole from a list) and from a read, and out of order as the answers to this
+node's writes, after which the watch may still show older versions. So an answer only tells the version to make
+the next grant on and what the node's containers' entries say; what was lent, and whether a grant made on version
+V was written, is taken from the watch only: it was when the watch, having shown V, shows a version with it, and
+was not when that version lacks it (a write on V never applies to a later version)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,13 @@ class BlockAsk:
     answered: bool = False
 
 
+def compact(rec: BlockRecord) -> Seen:
+    """A block's record as compact as allocation needs."""
+    lent = {off: str(doc.get("node", "")) for off, doc in offsets(rec, rec.lent).items()}
+    return Seen(rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, bits(rec, rec.used), lent,
+                rec.node_in_cluster)  # fmt: skip
+
+
 class Wakes:
     """What the view asks of the block worker (background.Worker). Before it starts, asking does nothing: the
     worker looks at everything when it starts."""
@@ -43,8 +52,6 @@ class Wakes:
     def wake(self, *, write: bool = False, lend: bool = False, recover: bool = False) -> None: ...
 
     def prefetch(self, key: tuple[str, int]) -> None: ...
-
-    def withdraw(self, name: str, uid: str, key: str) -> None: ...
 
 
 class BlockView:
@@ -77,6 +84,9 @@ class BlockView:
         self.held: dict[str, Held] = {}
         self.borrowed: dict[tuple[str, int], Borrowed] = {}
         self.asks: dict[str, BlockAsk] = {}
+        # Asks this node made (key -> block), recorded ahead of the ask: once over, the worker withdraws each and
+        # reads its block, to give back what was lent to it late (or to a daemon killed before it took it).
+        self.asking: dict[str, str] = {}
         self.recorded: dict[str, dict[int, Claim]] = {}  # the cache's claims by block, for a block adopted later
         self.tombstones: dict[str, float] = {}
         self.denied: dict[str, str] = {}  # blocks that answered an ask with nothing, and the version they did it in
@@ -154,7 +164,7 @@ class BlockView:
         with self._lock:
             if self._generation <= self._written:
                 return None
-            return self._generation, self.record.encode(self.held.values(), self.claiming_ahead)
+            return self._generation, self.record.encode(self.held.values(), self.claiming_ahead, self.asking)
 
     def write_snapshot(self, generation: int, data: bytes) -> bool:
         """A snapshot written, one at a time, unless a newer one is on disk already: two writers never leave an
@@ -173,8 +183,9 @@ class BlockView:
     # ------------------------------------------------------------------------------------------------ the view
 
     def seen(self, rec: BlockRecord, source: str = "watch") -> None:
-        """A block's record as the store shows it now: `source` "watch", "list" (in order) or "answer" (to a write
-        of this node; the module docstring says why it matters)."""
+        """A block's record as the store shows it now: `source` "watch", "list" (in order: this node's blocks),
+        "read" (another node's, read now: in order too) or "answer" (to a write of this node; the module
+        docstring says why it matters)."""
         with self._lock:
             self._observed(rec, source)
             self.updated.notify_all()
@@ -258,12 +269,17 @@ class BlockView:
             return
         if not mine and rec.name not in self.creating and self.claiming_ahead.pop(rec.name, None) is not None:
             self.save()  # another node's: this node's create of it never took (and it may be re-pointed here later)
-        if not ordered and not mine and rec.name in self.view:
-            return  # the watch has it, in order
-        lent = {off: str(doc.get("node", "")) for off, doc in offsets(rec, rec.lent).items()}
-        self.view[rec.name] = Seen(
-            rec.name, rec.network, rec.net, rec.node, rec.uid, rec.rv, bits(rec, rec.used), lent, rec.node_in_cluster
-        )
+        if source in ("read", "answer") and not mine:
+            # Another node's block, read when needed (to borrow) or answered to a write: what it lends this node
+            # is taken, nothing of it is kept (the watch follows this node's blocks only).
+            if source == "read":
+                if h is not None and not h.lost:
+                    self.lose(h, rec)
+                self._foreign(rec)
+            return
+        if source == "read":
+            return  # a block naming this node, read as another's: the watch of this node's blocks takes it
+        self.view[rec.name] = compact(rec)
         self.tombstones.pop(rec.name, None)
         if mine:
             if h is not None:

@@ -392,8 +392,8 @@ CUSTOM: dict[str, Route] = {
 
 class Facade:
     """CoreV1Api's or CustomObjectsApi's methods by their names, taking their parameters as the library does, and
-    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with. A list body is a JSON
-    patch."""
+    `_preload_content=False` for a Response, `watch=True` for events, `_loads` to parse with, `_accept` for the
+    Accept header. A list body is a JSON patch."""
 
     def __init__(self, api: Api, routes: dict[str, Route]) -> None:
         self.api, self.routes = api, routes

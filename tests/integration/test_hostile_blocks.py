@@ -32,10 +32,14 @@ def hostile(api: ApiServer) -> Any:
     return client.CustomObjectsApi(config.new_client_from_config(config_file=str(api.node_kubeconfig)))
 
 
-def block_obj(net: str, cidr: str, node: str, name: str | None = None, **spec: Any) -> dict[str, Any]:
+def block_obj(
+    net: str, cidr: str, node: str, name: str | None = None, label: str | None = None, **spec: Any
+) -> dict[str, Any]:
+    """An AddressBlock object naming `node`, labelled as `label`'s (default: node's; a node follows the blocks
+    labelled with its name)."""
     name = name or block_name(net, ipaddress.ip_network(cidr))
     return {"apiVersion": "netcomp.io/v1", "kind": "AddressBlock",
-            "metadata": {"name": name, "labels": labels_of(net, node)},
+            "metadata": {"name": name, "labels": labels_of(net, label or node)},
             "spec": {"network": net, "cidr": cidr, "node": node, **spec}}  # fmt: skip
 
 
@@ -46,7 +50,7 @@ def held_block(dl: DaemonLab, net: str) -> ipaddress.IPv4Network | ipaddress.IPv
 
 
 def viewed(labs: list[DaemonLab], name: str, rv: str | None = None) -> bool:
-    """Every node's view has that block (at that version)."""
+    """Every node's view has that block (at that version): each node follows the blocks labelled with its name."""
     views = [dl.daemon.addresses.blocks.view.get(name) for dl in labs if dl.daemon.addresses.blocks is not None]
     return all(s is not None and (rv is None or s.rv == rv) for s in views)
 
@@ -83,9 +87,13 @@ def test_forged_and_overlapping_blocks_make_no_address_twice(
         b1 = held_block(n1, "hostile")
         free = next(n for n in ipaddress.ip_network("10.120.0.0/24").subnets(new_prefix=28) if not
                     (n.overlaps(b1) or n.overlaps(wide)))  # fmt: skip
-        mark = block_obj("hostile", str(free), "node-x")  # a valid block of nobody: the watches' sync point
+        # A valid block of nobody, labelled node-1's: node-1's watch's sync point (node-2's is its own block's
+        # version with the lent entry: each node follows only the blocks labelled with its name).
+        mark = block_obj("hostile", str(free), "node-x", label="node-1")
         hostile.create_cluster_custom_object(*BLOCKS, mark)
-        until(lambda: viewed(labs, mark["metadata"]["name"]), lambda: caplog.text)
+        rv2 = hostile.get_cluster_custom_object(*BLOCKS, block_name("hostile", b2))["metadata"]["resourceVersion"]
+        until(lambda: viewed([n1], mark["metadata"]["name"]) and viewed([n2], block_name("hostile", b2), rv2),
+              lambda: caplog.text)  # fmt: skip
         blocks1 = n1.daemon.addresses.blocks
         assert blocks1 is not None
         assert set(blocks1.held) == {block_name("hostile", b1)}, blocks1.held
@@ -104,8 +112,8 @@ def test_a_poisoned_block_stops_no_watch_and_no_lending(
     api: ApiServer, custom: Any, hostile: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A /29 in blocks of 4, one block each: a hostile node puts an IPv6 address and an address outside the
-    block into node-2's `used`. Both nodes' watches go on (each sees that version, and no error), and node-1,
-    whose block is full, borrows from node-2's block: node-2 still answers requests."""
+    block into node-2's `used`. Both nodes' watches go on (node-2's sees that version, and no error), and node-1,
+    whose block is full, reads node-2's block and borrows from it: node-2 still answers requests."""
     caplog.set_level(logging.WARNING, logger="netcomp.foreign")
     with shared_network(custom, network("poison", "10.121.0.0/29", blockSize=4)), nodes(
         tmp_path, api, ["node-1", "node-2"], "poison"
@@ -119,7 +127,7 @@ def test_a_poisoned_block_stops_no_watch_and_no_lending(
         bad = {"fd00::1": {"containerID": "x"}, "10.121.0.200": {"containerID": "y"}}
         got = hostile.patch_cluster_custom_object(*BLOCKS, name, {"spec": {"used": bad}})
         rv = got["metadata"]["resourceVersion"]
-        until(lambda: viewed(labs, name, rv), lambda: caplog.text)
+        until(lambda: viewed([n2], name, rv), lambda: caplog.text)
         for dl in labs:
             assert dl.daemon.addresses.blocks is not None and dl.daemon.addresses.blocks.last_error is None
         assert name in caplog.text and "'fd00::1'" in caplog.text
@@ -137,12 +145,12 @@ def test_a_block_larger_than_any_is_ignored(
     with shared_network(custom, network("huge", "fd00:121::/64", blockSize=16)), nodes(
         tmp_path, api, ["node-1", "node-2"], "huge"
     ) as labs:  # fmt: skip
-        n1, _ = labs
+        n1, n2 = labs
         big = block_obj("huge", "fd00:121::/100", "node-2", used={"fd00:121::5": {"containerID": "x"}})
         hostile.create_cluster_custom_object(*BLOCKS, big)
-        mark = block_obj("huge", "fd00:121::ff00/124", "node-x")
+        mark = block_obj("huge", "fd00:121::ff00/124", "node-x", label="node-2")  # node-2's watch's sync point
         hostile.create_cluster_custom_object(*BLOCKS, mark)
-        until(lambda: viewed(labs, mark["metadata"]["name"]), lambda: caplog.text)
+        until(lambda: viewed([n2], mark["metadata"]["name"]), lambda: caplog.text)
         assert not any(big["metadata"]["name"] in (dl.daemon.addresses.blocks.view or {}) for dl in labs)  # type: ignore[union-attr]
         assert big["metadata"]["name"] in caplog.text
         _, [a] = add(n1, "huge")

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.lab.addrs import in_use
+from netcomp.kube.group import NODE, node_label
+from tests.lab.addrs import BLOCKS, in_use
 from tests.lab.daemonlab import DaemonLab, kube_lab, wait_for
 from tests.lab.kubeapi import NETS, ApiServer
 
@@ -70,3 +71,12 @@ def cached_claims(labs: list[DaemonLab]) -> set[tuple[str, str, str]]:
 
 def object_claims(custom: Any, net: str) -> set[tuple[str, str, str]]:
     return {(o["spec"]["address"], o["spec"]["node"], o["spec"]["containerID"]) for o in claims(custom, net)}
+
+
+def only_own(custom: Any, labs: list[DaemonLab]) -> None:
+    """Each node's view holds only blocks labelled with its name: it never took in another node's."""
+    for dl in labs:
+        node = dl.daemon.settings.nodeName
+        mine = custom.list_cluster_custom_object(*BLOCKS, label_selector=f"{NODE}={node_label(node)}")["items"]
+        alloc = dl.daemon.addresses.blocks
+        assert alloc is not None and set(alloc.view) <= {b["metadata"]["name"] for b in mine}, node

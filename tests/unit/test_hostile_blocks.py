@@ -286,39 +286,62 @@ def test_a_block_the_view_cannot_take_stops_no_watch(ignored: Ignored) -> None:
     assert ignored.kinds == ["AddressBlock"]
 
 
-class GrantStore:
-    """A block store whose every ask is answered by a hostile writer (any node's credentials may patch any block):
-    on block `name` it writes a lent entry for `address`, with the ask's own request key, as a grant."""
+class Blocks:
+    """Other nodes' blocks as a store shows them to a node that reads them (names, records), nothing else."""
 
     kind = "fake"
 
-    def __init__(self, name: str, cidr: str, address: str, used: dict[str, Any]) -> None:
-        self.name, self.cidr, self.address, self.used = name, cidr, address, used
-        self.alloc: BlockAllocator | None = None
+    def __init__(self) -> None:
+        self.records: dict[str, BlockRecord] = {}
 
-    def ask(self, name: str, uid: str, key: str, request: dict[str, Any]) -> None:
-        lent = {self.address: {"node": "node-a", "request": key}}
-        rec = blockobjects.from_object(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
-        assert rec is not None and self.alloc is not None
-        self.alloc.seen(rec, "watch")  # before the ADD waits: what it does with the grant is decided, not raced
+    def names(self, network: str) -> set[str]:
+        return {MINE, *self.records}
+
+    def pages(self, networks: list[str] | None) -> Any:
+        yield list(self.records.values())
+
+    def get(self, name: str) -> BlockRecord | None:
+        return self.records.get(name)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        rec = blockobjects.from_object(obj)
+        assert rec is not None
+        self.records[rec.name] = rec
 
     def __getattr__(self, _: str) -> Any:
         return lambda *a, **k: None
 
 
-def borrowing(tmp_path: Path, store: GrantStore, others: list[dict[str, Any]]) -> BlockAllocator:
-    """node-a holding 10.0.0.0/28 of a /26, every address of it given, the other blocks as `others` say."""
+class GrantStore(Blocks):
+    """A block store whose first ask is answered by a hostile writer (any node's credentials may patch any block):
+    on block `name` it writes a lent entry for `address`, with the ask's own request key, as a grant."""
+
+    def __init__(self, name: str, cidr: str, address: str, used: dict[str, Any]) -> None:
+        super().__init__()
+        self.name, self.cidr, self.address, self.used = name, cidr, address, used
+        self.asked = 0
+
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
+        self.asked += request is not None
+        if self.asked != 1 or request is None:
+            return
+        lent = {self.address: {"node": "node-a", "request": key}}
+        self.put(block(self.name, self.cidr, "node-x", rv="9", used=self.used, lent=lent))
+
+
+def borrowing(tmp_path: Path, store: Blocks, others: list[dict[str, Any]]) -> BlockAllocator:
+    """node-a holding 10.0.0.0/28 of a /26, every address of it given, the other blocks as `others` say (read
+    when node-a borrows: it follows only its own)."""
     p = pool("10.0.0.0/26")
     record = LocalRecord(tmp_path / "blocks.json", "node-a")
     record.write(record.encode([Held(MINE, "n", 0, ipaddress.ip_network("10.0.0.0/28"), uid="u1")]))
     alloc = BlockAllocator(store, "node-a", record, timeout=2)  # type: ignore[arg-type]
-    store.alloc = alloc
     alloc.serve({"n": p})
     alloc.load([])
     alloc.seen(BlockRecord(MINE, "n", "10.0.0.0/28", "node-a", uid="u1", rv="1"), "list")
+    alloc.listed({MINE}, {"n"})
     for obj in others:
-        seen(alloc, obj, "list")
-    alloc.listed({MINE, *(o["metadata"]["name"] for o in others)}, {"n"})
+        store.put(obj)
     layout, n = Layout(p, 0), 0
     while alloc.free_count(layout):
         alloc.settle([alloc.claim(p, 0, Holder(f"a{n}", "net0"))])
@@ -381,22 +404,24 @@ def test_an_empty_block_naming_this_node_that_it_never_made_is_deleted(tmp_path:
     assert deleted == [(stray, f"u-{stray}", "4")] and set(alloc.held) == set()
 
 
-class SilentStore(NoStore):
+class SilentStore(Blocks):
     """node-b's block lends at once; the stray block's holder never answers (it does not hold it)."""
 
     def __init__(self, lender: str) -> None:
-        self.lender, self.asked, self.alloc = lender, [], None
+        super().__init__()
+        self.lender, self.asked = lender, []
 
-    def ask(self, name: str, uid: str, key: str, request: dict[str, Any]) -> None:
+    def ask(self, name: str, uid: str, key: str, request: dict[str, Any] | None) -> None:
+        if request is None:
+            return
         self.asked.append(name)
         if name == self.lender:
             lent = {"10.0.0.18": {"node": "node-a", "request": key}}
-            rec = blockobjects.from_object(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
-            assert rec is not None and self.alloc is not None
-            self.alloc.seen(rec, "watch")
-
-    def withdraw(self, *_: Any) -> None:
-        pass
+            self.put(block(name, "10.0.0.16/28", "node-b", rv="9", lent=lent))
+        else:  # the request stays: nobody answers it
+            rec = self.records[name]
+            rec.requests = {**rec.requests, key: request}
+            rec.rv = str(int(rec.rv) + 1)
 
 
 def test_a_block_whose_holder_never_answers_costs_an_add_its_share_only(tmp_path: Path) -> None:
@@ -427,3 +452,17 @@ def test_a_lender_never_lends_an_address_its_used_still_names(tmp_path: Path) ->
     assert 1 in h.written and 1 not in h.local
     lent, _ = Worker(alloc)._grants(h)
     assert lent and "10.0.0.1" not in lent, lent
+
+
+def test_a_tables_names_are_read_by_a_scan_no_value_can_forge() -> None:
+    """The names of a network's blocks are read from a Table by a linear scan: a value another writer chose (a
+    block's node or network shown in a cell) cannot add a row, however it is spelled, and the next page's token
+    is found; a cell longer than a name is left out."""
+    rows = [{"cells": ["n.v4-10-0-0-0-28", 'x","cells":["forged', "10.0.0.0/28"], "object": None},
+            {"cells": ["n.v4-10-0-0-16-28", "n", '"continue":"no'], "object": None},
+            {"cells": ["a" * 300, "n", "10.0.0.32/28"]}]  # fmt: skip
+    doc = {"kind": "Table", "metadata": {"continue": "tok3n", "resourceVersion": "9"}, "rows": rows}
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    assert set(blockobjects.table_strings(data, b'"cells":["')) == {"n.v4-10-0-0-0-28", "n.v4-10-0-0-16-28"}
+    assert list(blockobjects.table_strings(data, b'"continue":"')) == ["tok3n"]
+    assert list(blockobjects.table_strings(b'{"rows":[{"cells":["unterminated', b'"cells":["')) == []

@@ -16,10 +16,10 @@ import pytest
 from netcomp.ipam import blockobjects
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
-from netcomp.ipam.blocks import Layout, block_name, block_size, lowest
+from netcomp.ipam.blocks import Layout, block_name, block_size, lowest, parse_block_name
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.pool import Pool, network_label
-from netcomp.ipam.store import Claim
+from netcomp.ipam.store import Claim, Taken
 from tests.lab.pools import NoStore, pool
 
 
@@ -236,3 +236,80 @@ def test_a_holder_reads_the_same_in_a_claim_object_and_a_blocks_entry() -> None:
     entry = claim_of(rec, "10.0.0.5", holder_doc(c), "node-a")
     assert (entry.container_id, entry.ifname, entry.pod, entry.pod_uid) == ("c1", "net0", "default/web", "pu")
     assert claimobjects.created({}) == 0.0 and claimobjects.created({"creationTimestamp": "nope"}) == 0.0
+
+
+def test_a_block_is_claimed_from_the_names_of_the_networks_blocks(tmp_path: Path) -> None:
+    """A node claiming a block reads the names of the network's blocks, never their records (it follows only its
+    own): it creates no block a name is, nor one a block of another size overlaps, and when the API server refuses
+    a create (another node was faster) it creates the next free one."""
+    held = "n.v4-10-0-0-0-28"
+    wide = block_name("n", ipaddress.ip_network("10.0.0.64/26"))  # of an earlier blockSize: covers 4 blocks
+    tried: list[str] = []
+
+    class Names(NoStore):
+        kind = "fake"
+
+        def names(self, network: str) -> set[str]:
+            assert network == "n"
+            return {held, wide, "n.not-a-block-name"}
+
+        def create(self, rec: BlockRecord) -> BlockRecord:
+            tried.append(rec.name)
+            if len(tried) == 1:  # another node created it first
+                raise Taken(BlockRecord(rec.name, "n", rec.cidr, "node-b", uid="ub", rv="7"))
+            return BlockRecord(rec.name, "n", rec.cidr, "node-a", uid="ua", rv="8", token=rec.token)
+
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    p = pool({"subnet": "10.0.0.0/24"}, block=16)
+    alloc = BlockAllocator(Names(), "node-a", record)  # type: ignore[arg-type]
+    alloc.serve({"n": p})
+    alloc.load([])
+    alloc.listed(set(), {"n"})
+    got = alloc.claim(p, 0, Holder("c1", "net0"))
+    covered = {block_name("n", b) for b in ipaddress.ip_network("10.0.0.64/26").subnets(new_prefix=28)}
+    assert len(tried) == 2 and not {*tried} & {held, *covered}, tried
+    assert set(alloc.held) == {tried[1]} and got.block == tried[1]
+    assert parse_block_name("n", wide) == ipaddress.ip_network("10.0.0.64/26")
+    assert parse_block_name("n", "n.not-a-block-name") is None and parse_block_name("m", held) is None
+
+
+def test_an_ask_a_killed_daemon_left_is_settled_by_the_next(tmp_path: Path) -> None:
+    """A daemon killed after asking another node's block for an address (its record names the ask, written
+    ahead) never used what was lent for it: the next daemon withdraws the ask, reads the block (it does not
+    follow it) and gives that address back; one lent for it that a container of its cache uses stays."""
+    theirs = "n.v4-10-0-0-16-28"
+    lent = {"10.0.0.18": {"node": "node-a", "request": "node-a.k1"}, "10.0.0.19": {"node": "node-a", "request": "k1"}}
+    given_back: list[tuple[str, str, str, object]] = []
+    asked: list[tuple[str, str, object]] = []
+
+    class Lender(NoStore):
+        kind = "fake"
+
+        def get(self, name: str) -> BlockRecord:
+            requests = {} if asked else {"node-a.k1": {"node": "node-a"}}
+            return BlockRecord(theirs, "n", "10.0.0.16/28", "node-b", lent=dict(lent), requests=requests, uid="ub")
+
+        def ask(self, name: str, uid: str, key: str, request: object) -> None:
+            asked.append((name, key, request))
+
+        def update_lent(self, name: str, address: str, node: str, entry: object) -> bool:
+            given_back.append((name, address, node, entry))
+            return True
+
+    record = LocalRecord(tmp_path / "blocks.json", "node-a")
+    record.write(record.encode([], asking={"node-a.k1": theirs}))
+    alloc = BlockAllocator(Lender(), "node-a", record)  # type: ignore[arg-type]
+    alloc.serve({"n": pool({"subnet": "10.0.0.0/24"}, block=16)})
+    used = Claim(theirs, "n", "10.0.0.19", "node-a", "c9", "net0", block=theirs)
+    alloc.load([used])
+    assert alloc.asking == {"node-a.k1": theirs}
+    from netcomp.ipam.background import Worker
+
+    worker = Worker(alloc)
+    alloc.worker = worker
+    assert worker._round({"write": False}, set())
+    assert asked == [(theirs, "node-a.k1", None)]
+    assert (theirs, "10.0.0.18", "node-a", None) in given_back
+    assert [entry["containerID"] for _, addr, _, entry in given_back if addr == "10.0.0.19"] == ["c9"]  # type: ignore[index]
+    assert alloc.asking == {} and LocalRecord(record.path, "node-a").load() == []
+    assert "asking" in record.path.read_text() and '"node-a.k1"' not in record.path.read_text()
