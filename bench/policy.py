@@ -349,8 +349,9 @@ class Node:
         with self.lock:
             netns = self.netns()
         self.pods[(ns, name)] = (f"c-{ns}-{name}", netns, uid, "")
-        took, res = self.shim("ADD", ns, name)
-        ip = next(x for a in res.get("ips", []) if ipaddress.ip_address(x := a["address"].split("/")[0]) in POLNET)
+        took, _ = self.shim("ADD", ns, name)
+        shown = subprocess.run(["ip", "-j", "-n", netns, "addr", "show", "net1"], capture_output=True, check=True)
+        ip = next(a["local"] for a in json.loads(shown.stdout)[0]["addr_info"] if a["family"] == "inet")
         self.pods[(ns, name)] = (*self.pods[(ns, name)][:3], ip)
         return took
 
