@@ -558,7 +558,7 @@ class Changes:
 def row_p2(node: Node, cluster: Cluster, apps: dict[tuple[str, str], str], args: argparse.Namespace,
            out: dict[str, Any]) -> None:  # fmt: skip
     changes = Changes(node, cluster)
-    spy = bench_delegate._spy(node.daemon.pid, args.profile) if args.profile else None
+    spy = bench_delegate._spy(node.daemon.pid, f"{args.profile}.p2") if args.profile else None
     cpu0, rows = cpu_s(node.daemon.pid), []
     try:
         for i in range(args.changes):
@@ -576,7 +576,7 @@ def row_p2(node: Node, cluster: Cluster, apps: dict[tuple[str, str], str], args:
     out["p2"] = rows
 
 
-def row_p3(node: Node, cluster: Cluster, runs: int, out: dict[str, Any]) -> None:
+def row_p3(node: Node, cluster: Cluster, runs: int, out: dict[str, Any], profile: str | None) -> None:
     """ADDs of a selected pod (app=db in pb-0) and of one no policy selects (app=plain), interleaved; each ADD
     made once the daemon is quiet, each DEL after it untimed. The pods' objects are made first."""
     names = [(f"sel-{r}", "db") for r in range(runs)] + [(f"uns-{r}", "plain") for r in range(runs)]
@@ -587,6 +587,17 @@ def row_p3(node: Node, cluster: Cluster, runs: int, out: dict[str, Any]) -> None
         for n, app in names])  # fmt: skip
     quiet(node.daemon.pid)
     got: dict[str, list[float]] = {"sel": [], "uns": []}
+    spy = bench_delegate._spy(node.daemon.pid, f"{profile}.p3") if profile else None
+    try:
+        _adds(node, runs, got)
+    finally:
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
+    out["p3"] = got
+
+
+def _adds(node: Node, runs: int, got: dict[str, list[float]]) -> None:
     for r in range(runs):
         for side in ("sel", "uns") if r % 2 == 0 else ("uns", "sel"):
             quiet(node.daemon.pid, window=0.3)
@@ -595,7 +606,6 @@ def row_p3(node: Node, cluster: Cluster, runs: int, out: dict[str, Any]) -> None
             if (table is not None) != (side == "sel"):
                 raise SystemExit(f"(p3) pod pb-0/{side}-{r}: its table {'missing' if table is None else 'there'}")
             node.delete("pb-0", f"{side}-{r}", remove=False)
-    out["p3"] = got
 
 
 def spy_summary(path: str, top: int = 14) -> list[str]:
@@ -634,7 +644,7 @@ def inner(args: argparse.Namespace) -> None:
                 out["attach_s"] = time.perf_counter() - t
                 quiet(node.daemon.pid)
                 row_p2(node, cluster, apps, args, out)
-                row_p3(node, cluster, args.adds, out)
+                row_p3(node, cluster, args.adds, out, args.profile)
                 out["rss_end"] = node.daemon.settle()
             finally:
                 node.stop()
@@ -676,9 +686,10 @@ def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
     )
     print(f"     the node's daemon at the end: {out['rss_end']:.1f} MB")
     if args.profile:
-        print(f"py-spy over (p2), share of the samples (inclusive); raw samples in {args.profile}:")
-        for line in spy_summary(args.profile):
-            print("    " + line)
+        for row in ("p2", "p3"):
+            print(f"py-spy over ({row}), share of the samples (inclusive); raw samples in {args.profile}.{row}:")
+            for line in spy_summary(f"{args.profile}.{row}"):
+                print("    " + line)
     print(json.dumps(out))
 
 
