@@ -485,7 +485,7 @@ def attach_node_pods(node: Node, n: int) -> dict[tuple[str, str], str]:
     """n pods on the node, spread over the node namespaces (db, cache, web, api in turn in each); their apps."""
     apps = {(NODE_NS[k % len(NODE_NS)], f"n-{k}"): ("db", "cache", "web", "api")[(k // len(NODE_NS)) % 4]
             for k in range(n)}  # fmt: skip
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda key: node.add(*key, {"app": apps[key], "role": "server"}), apps))
     return apps
 
@@ -626,6 +626,7 @@ def spy_summary(path: str, top: int = 14) -> list[str]:
 
 
 def inner(args: argparse.Namespace) -> None:
+    """Each row is printed as soon as it is measured (a later row failing leaves the earlier ones said)."""
     from netcomp.shim import install as shimlaunch
 
     out: dict[str, Any] = {}
@@ -638,59 +639,69 @@ def inner(args: argparse.Namespace) -> None:
             cluster.fill_pods()
             out["fill_pods_s"] = time.perf_counter() - t
             node = row_p1(top, kapi, cluster, exe, netns, out)
+            say_p1(args, out)
             try:
                 t = time.perf_counter()
                 apps = attach_node_pods(node, args.nodepods)
                 out["attach_s"] = time.perf_counter() - t
                 quiet(node.daemon.pid)
                 row_p2(node, cluster, apps, args, out)
+                say_p2(args, out)
                 row_p3(node, cluster, args.adds, out, args.profile)
                 out["rss_end"] = node.daemon.settle()
+                say_p3(args, out)
             finally:
                 node.stop()
-    report(args, out)
+                print(json.dumps(out), flush=True)
 
 
-def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "MISSED"
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
 
+
+def say_p1(args: argparse.Namespace, out: dict[str, Any]) -> None:
     print(f"policy benchmark {time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}: {args.pods} pods "
           f"and {args.policies} policies in the cluster, {args.nodepods} pods on the node; filled in "
-          f"{out['fill_pods_s']:.0f} s (pods) + {out['fill_policies_s']:.0f} s (policies), node pods attached in "
-          f"{out['attach_s']:.0f} s")  # fmt: skip
+          f"{out['fill_pods_s']:.0f} s (pods) + {out['fill_policies_s']:.0f} s (policies)")  # fmt: skip
     d_same = out["rss_on1"] - out["rss_on0"]
     d_off = out["rss_fresh"] - out["rss_off1"]
-    print(
-        f"(p1) RSS, policies on: {out['rss_on0']:.1f} MB before any policy, {out['rss_on1']:.1f} MB following "
-        f"them = {d_same:+.1f} MB   goal <= +{GOALS['p1']:.0f} MB: {verdict(d_same <= GOALS['p1'])}"
-    )
+    print(f"(p1) RSS, policies on: {out['rss_on0']:.1f} MB before any policy, {out['rss_on1']:.1f} MB following "
+          f"them = {d_same:+.1f} MB   goal <= +{GOALS['p1']:.0f} MB: {verdict(d_same <= GOALS['p1'])}")  # fmt: skip
     print(f"     started with them: {out['rss_fresh']:.1f} MB, policies off: {out['rss_off1']:.1f} MB (before: "
           f"{out['rss_off0']:.1f}) = {d_off:+.1f} MB: {verdict(d_off <= GOALS['p1'])}; peak {out['hwm_on']:.1f} / "
           f"{out['hwm_fresh']:.1f} MB; everything known {out['known_s']:.1f} s after the last policy "
-          f"({out['fresh_known_s']:.1f} s after a start)")  # fmt: skip
+          f"({out['fresh_known_s']:.1f} s after a start)", flush=True)  # fmt: skip
+
+
+def say_p2(args: argparse.Namespace, out: dict[str, Any]) -> None:
     rows = out["p2"]
     lat = sorted(r[1] for r in rows)
     p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))]
     print(f"(p2) change to every affected table (of {rows[0][2]}): p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms "
           f"over {len(rows)} changes   goal p99 <= {GOALS['p2']:.0f} s: {verdict(p99 <= GOALS['p2'])}; daemon CPU "
-          f"{out['p2_cpu_per_change_s'] * 1000:.0f} ms per change")  # fmt: skip
+          f"{out['p2_cpu_per_change_s'] * 1000:.0f} ms per change (node pods attached in "
+          f"{out['attach_s']:.0f} s)")  # fmt: skip
     for kind in Changes.KINDS:
         xs = [r[1] * 1000 for r in rows if r[0] == kind]
         if xs:
             print(f"       {kind:15s} {', '.join(f'{x:.0f}' for x in xs)} ms")
+    _spied(args, "p2")
+
+
+def say_p3(args: argparse.Namespace, out: dict[str, Any]) -> None:
     sel, uns = statistics.median(out["p3"]["sel"]), statistics.median(out["p3"]["uns"])
-    print(
-        f"(p3) ADD selected {sel * 1000:.1f} ms / not selected {uns * 1000:.1f} ms = {sel / uns:.3f} (medians of "
-        f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}"
-    )
+    print(f"(p3) ADD selected {sel * 1000:.1f} ms / not selected {uns * 1000:.1f} ms = {sel / uns:.3f} (medians of "
+          f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}")  # fmt: skip
     print(f"     the node's daemon at the end: {out['rss_end']:.1f} MB")
+    _spied(args, "p3")
+
+
+def _spied(args: argparse.Namespace, row: str) -> None:
     if args.profile:
-        for row in ("p2", "p3"):
-            print(f"py-spy over ({row}), share of the samples (inclusive); raw samples in {args.profile}.{row}:")
-            for line in spy_summary(f"{args.profile}.{row}"):
-                print("    " + line)
-    print(json.dumps(out))
+        print(f"py-spy over ({row}), share of the samples (inclusive); raw samples in {args.profile}.{row}:")
+        for line in spy_summary(f"{args.profile}.{row}"):
+            print("    " + line)
+    sys.stdout.flush()
 
 
 def main() -> None:
