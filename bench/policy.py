@@ -50,7 +50,6 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcomp.cni.process import real_exec  # noqa: E402
 from netcomp.host.nsenter import inside  # noqa: E402
 from netcomp.policy import nft  # noqa: E402
 from tests.lab.kubeapi import ADMIN_TOKEN, api_server  # noqa: E402
@@ -378,8 +377,9 @@ class Node:
 def table_nets(netns: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     """Every address (as networks) in the sets of the pod's policy table: [] when it has none."""
 
-    def work() -> Any:
-        return real_exec([nft.NFT, "-j", "list", "table", nft.FAMILY, nft.TABLE], nft.ENV, b"", 10)
+    def work() -> Any:  # nft inherits the namespace of the thread that starts it
+        argv = [nft.NFT, "-j", "list", "table", nft.FAMILY, nft.TABLE]
+        return subprocess.run(argv, env=nft.ENV, capture_output=True, timeout=30, check=False)
 
     res = inside(netns, work, "read the policy table")
     if res.returncode != 0:
