@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""MultiNetworkPolicy's cost on a node (root), issue 37 item 4. A kube-apiserver and etcd (tests/lab/kubeapi.py)
-and node daemons as processes (`netcomp daemon --root`), all in a network namespace this script makes, with the
-real bridge and host-local plugins and the compiled shim. The cluster is filled with --pods pod objects bound to
-other nodes (labels from a small realistic set: app, tier, role, pod-template-hash; two in three carry a
-network-status) in --pods/300 namespaces and the five namespaces of the node's pods, then --policies
-MultiNetworkPolicies (most select nothing on the node; a few per node namespace select its pods on `polnet`, the
-node's bridge network every node pod joins as net1). Rows, each with its goal:
+"""MultiNetworkPolicy's cost on a node (root): its memory, how soon a change is in force, what it adds to an ADD.
+A kube-apiserver and etcd (tests/lab/kubeapi.py) and node daemons as processes (`netcomp daemon --root`) run in a
+network namespace this script makes, with the real bridge and host-local plugins and the compiled shim. The
+cluster is filled with --pods pod objects bound to other nodes (labels from a small realistic set: app, tier,
+role, pod-template-hash; two in three carry a network-status) in --pods/300 namespaces and the five namespaces of
+the node's pods, then --policies MultiNetworkPolicies (most select nothing on the node; a few per node namespace
+select its pods on `polnet`, the node's bridge network every node pod joins as net1). Rows, each with its goal:
 
   (p1) RSS of the node's daemon (kubernetes.policies on) once it follows the policies, namespaces and pods'
        metadata, minus its RSS before any policy existed (the same process, the same pods in the cluster;
