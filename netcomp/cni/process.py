@@ -105,11 +105,12 @@ def real_exec(argv: Sequence[str], env: Mapping[str, str], stdin: bytes, timeout
             os.close(pidfd)
     if held:
         status, n = _kill(pid, pipes)
-        log.warning(
-            "plugin %s exited leaving %d processes that hold its output; killed, with its process group",
-            os.path.basename(argv[-1]),
-            n,
-        )
+        if n:  # none: another spawn's child held the pipes for a moment, until its exec closed them
+            log.warning(
+                "plugin %s exited leaving %d processes that hold its output; killed, with its process group",
+                os.path.basename(argv[-1]),
+                n,
+            )
     else:
         _, status = os.waitpid(pid, 0)
     return ExecResult(os.waitstatus_to_exitcode(status), out, err)

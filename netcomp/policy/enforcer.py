@@ -113,9 +113,11 @@ class Enforcer:
         info = self._info(ref, atts, read=selectable)
         with self._lock:
             self._own[(ref.namespace, ref.name)] = info
-        self._dirty.set()  # a peer of other pods' from now on
-        if selectable:
-            self._put((entry.container_id, entry.ifname), entry, ref, info, atts, adding=True)
+        try:
+            if selectable:
+                self._put((entry.container_id, entry.ifname), entry, ref, info, atts, adding=True)
+        finally:  # a peer of other pods' from now on: their sync starts once its own table is written
+            self._dirty.set()
 
     def saved(self, entry: Record) -> None:
         """A record was written or removed (a DEL, an undo, a hot-plug's detach): with nothing left attached its

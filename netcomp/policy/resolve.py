@@ -148,7 +148,7 @@ def _peer_pods(policy: Policy, peers: tuple[Peer, ...], view: View) -> list[PodI
 
 def _addresses(pods: Iterable[PodInfo], iface: Interface) -> tuple[Net, ...]:
     """Each pod's addresses on the interface's network, as host prefixes."""
-    nets = {ip_network(a) for p in pods for a in p.addresses.get(iface.shown, ())}
+    nets = {ip_network((int(a), a.max_prefixlen)) for p in pods for a in p.addresses.get(iface.shown, ())}
     return tuple(sorted(nets, key=lambda n: (n.version, n)))
 
 
