@@ -257,8 +257,8 @@ class Api:
             raise KubeConfigError(str(e)) from None
         self.endpoint = ep
 
-    def _headers(self, content_type: str | None = None, accept: str = "application/json") -> dict[str, str]:
-        h = {"Accept": accept, "User-Agent": "netcomp"}
+    def _headers(self, content_type: str | None = None, accept: str | None = None) -> dict[str, str]:
+        h = {"Accept": accept or "application/json", "User-Agent": "netcomp"}
         if not isinstance(self.transport, LibraryTransport) and (auth := self.endpoint.authorization()):
             h["Authorization"] = auth
         if content_type:
@@ -274,10 +274,10 @@ class Api:
         *,
         timeout: float | None = None,
         content_type: str = "application/json",
-        accept: str = "application/json",
+        accept: str | None = None,
     ) -> Response:
-        """One call; ApiException for a status of 300 and more. `accept`: the form asked for (a Table's rows
-        instead of the objects, say)."""
+        """One call; ApiException for a status of 300 and more. `accept`: the form of the answer (a list of
+        PartialObjectMetadata, say), JSON as the server writes it by default."""
         url = path + ("?" + urllib.parse.urlencode(_query(query)) if query else "")
         data = orjson.dumps(body) if body is not None else None
         headers = self._headers(content_type if data else None, accept)
@@ -312,12 +312,17 @@ class Api:
         return http.client.responses.get(resp.status, str(resp.status))
 
     def watch(
-        self, path: str, query: Mapping[str, Any], timeout: float | None, loads: Callable[[bytes], Any] = orjson.loads
+        self,
+        path: str,
+        query: Mapping[str, Any],
+        timeout: float | None,
+        loads: Callable[[bytes], Any] = orjson.loads,
+        accept: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The events of a watch, each {"type", "object"}; an ERROR event is raised as ApiException (410: the
         resourceVersion is too old, list again)."""
         url = path + "?" + urllib.parse.urlencode(_query({**query, "watch": "true"}))
-        lines = self.transport.stream(url, self._headers(), timeout)
+        lines = self.transport.stream(url, self._headers(accept=accept), timeout)
         while True:
             try:
                 line = next(lines)
@@ -353,11 +358,14 @@ def _query(q: Mapping[str, Any]) -> list[tuple[str, str]]:
 Route = tuple[str, str, tuple[str, ...], str]
 STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"  # a list body's
+# A list's items (a watch's objects) as their metadata only: what a pod's labels need, not its spec and status.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 POD = "/api/v1/namespaces/{namespace}/pods"
 CO = "/apis/{group}/{version}"
 CORE: dict[str, Route] = {
     "read_namespaced_pod": ("GET", POD + "/{name}", ("name", "namespace"), ""),
     "list_pod_for_all_namespaces": ("GET", "/api/v1/pods", (), ""),
+    "list_namespace": ("GET", "/api/v1/namespaces", (), ""),
     "patch_namespaced_pod": ("PATCH", POD + "/{name}", ("name", "namespace", "body"), STRATEGIC),
     "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events", ("namespace", "body"), ""),
     "read_node": ("GET", "/api/v1/nodes/{name}", ("name",), ""),
@@ -404,10 +412,10 @@ class Facade:
         path = template.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in values.items()})
         timeout, loads = kwargs.pop("_request_timeout", None), kwargs.pop("_loads", orjson.loads)
         preload, watch = kwargs.pop("_preload_content", True), kwargs.pop("watch", False)
-        accept = kwargs.pop("_accept", "application/json")
+        accept = kwargs.pop("_accept", None)  # a list's or a watch's items as metadata only: METADATA_LIST, METADATA
         query = {_wire(k): v for k, v in kwargs.items()}
         if watch:
-            return self.api.watch(path, query, timeout, loads)
+            return self.api.watch(path, query, timeout, loads, accept=accept and accept.replace("List;", ";"))
         ctype = (JSON_PATCH if isinstance(body, list) else patch) if method == "PATCH" else "application/json"
         resp = self.api.call(method, path, query, body, timeout=timeout, content_type=ctype, accept=accept)
         return resp if not preload else (loads(resp.data) if resp.data else None)
