@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.parse
 from typing import Any, TextIO
 
 from netcomp.cli.common import running_settings
@@ -22,7 +23,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif args.command == "attachments":
             status, doc = call(settings.socket, "GET", protocol.ATTACHMENTS_PATH, timeout=30)
         elif args.command == "ipam" and args.action == "show":
-            status, doc = call(settings.socket, "GET", protocol.IPAM_PATH, timeout=30)
+            query = f"?{urllib.parse.urlencode({'network': args.network})}" if args.network else ""
+            status, doc = call(settings.socket, "GET", protocol.IPAM_PATH + query, timeout=30)
         elif args.command == "ipam":
             status, doc = call(settings.socket, "POST", protocol.IPAM_GC_PATH, {}, timeout=300)
         else:
@@ -48,8 +50,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if status != 200 and args.output != "json" and args.command in printers:
         print(f"netcomp: the daemon refused: {doc.get('msg', doc)}", file=err)  # a CNI error body
         return EX_FAIL
-    if args.command == "ipam" and args.action == "show" and args.network:
-        doc["networks"] = [n for n in doc["networks"] if n["network"] == args.network]
+    if args.command == "ipam" and args.action == "show" and args.network and not doc["networks"]:
+        print(f"netcomp: network {args.network!r} gives no cluster addresses on this node (ipam: {{type: cluster}})",
+              file=err)  # fmt: skip
+        return EX_FAIL
     if args.output == "json" or args.command not in printers:
         out.write(json.dumps(doc, indent=2) + "\n")
     else:

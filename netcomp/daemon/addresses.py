@@ -169,8 +169,11 @@ class Addresses:
             "freedOwn": own,
         }
 
-    def show(self, networks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    def show(self, networks: Mapping[str, Mapping[str, Any]], network: str | None = None) -> dict[str, Any]:
+        """`netcomp ipam show [NETWORK]`: every network with a pool, or only the one named (only its blocks read)."""
         pools = {name: p for name, conf in networks.items() if (p := Pool.of(name, conf)) is not None}
+        if network is not None:
+            pools = {network: pools[network]} if network in pools else {}
         out = self.allocator.show(pools)
         events = self.kube_blocks.events if self.kube_blocks is not None else 0
         return {"node": self.settings.nodeName, "store": self.store_kind, "synced": self.allocator.synced.is_set(),

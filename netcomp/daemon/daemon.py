@@ -294,10 +294,10 @@ class Daemon:
             args = (self.stop_event,)
             threading.Thread(target=self.delegator.policies.run, args=args, name="policy-sync", daemon=True).start()
         sock, self.activated = listen(self.settings.socket)
-        views: dict[str, Callable[[], Any]] = {
-            protocol.STATUS_PATH: self.status,
-            protocol.ATTACHMENTS_PATH: self.delegator.attachments,
-            protocol.IPAM_PATH: lambda: self.addresses.show(self.state.networks()),
+        views: dict[str, Callable[[Mapping[str, str]], Any]] = {
+            protocol.STATUS_PATH: lambda _: self.status(),
+            protocol.ATTACHMENTS_PATH: lambda _: self.delegator.attachments(),
+            protocol.IPAM_PATH: lambda params: self.addresses.show(self.state.networks(), params.get("network")),
         }
         hotplug = self.podsync is not None
         queries: dict[str, Callable[[bytes], Any]] = {

@@ -134,6 +134,14 @@ def test_show_names_who_holds_what(api: ApiServer, custom: Any, tmp_path: Path) 
         assert out.getvalue().startswith("showme (Kubernetes store): 10.98.0.0/29: 5 addresses, 2 claimed, 3 free\n")
         status = labs[0].daemon.status()
         assert next(n for n in status["networks"] if n["name"] == "showme")["addresses"] == "cluster (Kubernetes store)"
+        # Over the socket, as `netcomp ipam show showme` asks: only that network is read and answered.
+        from netcomp.daemon.server.client import call
+
+        code, one = call(labs[0].sock, "GET", "/ipam?network=showme")
+        assert code == 200 and [n["network"] for n in one["networks"]] == ["showme"], one
+        assert sorted(c["node"] for c in one["networks"][0]["claims"]) == ["node-a", "node-b"]
+        code, none = call(labs[0].sock, "GET", "/ipam?network=nosuch")
+        assert code == 200 and none["networks"] == [], none
         for dl, ctr in zip(labs, ctrs, strict=True):
             assert dl.shim("DEL", ctr)[0] == 0
         flushed(labs)

@@ -54,11 +54,11 @@ class Lab:
         )
         self.server.ready.set()
 
-    def _status(self) -> dict[str, int]:
+    def _status(self, _: object) -> dict[str, int]:
         self.status_calls += 1  # views run on workers, one at a time here
         return {"calls": self.status_calls}
 
-    def _slow(self) -> dict[str, bool]:
+    def _slow(self, _: object) -> dict[str, bool]:
         self.slow_entered.set()
         return {"went": self.go.wait(TIMEOUT)}
 

@@ -251,7 +251,7 @@ def test_clients_that_do_not_read_hold_no_worker(sock_path: str) -> None:
     is whole for a client that reads it late. Then they hang up: their connections are counted gone."""
     sock, _ = listen(sock_path)
     big = {"x": "a" * 4_000_000}
-    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={"/status": lambda: big})  # type: ignore[arg-type]
+    server = Server(sock, None, Metrics(), limits=Limits(allowed_uids={0}), views={"/status": lambda _: big})  # type: ignore[arg-type]
     server.ready.set()
     server.start()
     stuck: list[socket.socket] = []

@@ -28,7 +28,8 @@ class Refuse(Exception):
 
 
 def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
-    """(method, path, headers by lower-case name) of a request head; Refuse when it is not HTTP/1.x."""
+    """(method, target: the path and its query string, headers by lower-case name) of a request head; Refuse when
+    it is not HTTP/1.x."""
     lines = head[:-4].split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or not parts[0].isalpha() or not parts[1][:1] == b"/":
@@ -42,8 +43,7 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
         if key == "content-length" and headers.get(key, text) != text:  # which one frames the body? (smuggling)
             raise Refuse(400, E_DECODE, "conflicting Content-Length headers", linger=True)
         headers[key] = text
-    path = parts[1].split(b"?", 1)[0].decode("latin-1")
-    return parts[0].decode(), path, headers
+    return parts[0].decode(), parts[1].decode("latin-1"), headers
 
 
 def content_length(headers: dict[str, str], max_body: int) -> int:

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,12 +47,13 @@ class Server:
         metrics: Metrics,
         *,
         limits: Limits,
-        views: Mapping[str, Callable[[], Any]],
+        views: Mapping[str, Callable[[Mapping[str, str]], Any]],
         queries: Mapping[str, Callable[[bytes], Any]] = {},
     ) -> None:
-        """`views`: the operator's GET endpoints by path, each a function giving the JSON document (/status,
-        /attachments, /ipam); `queries`: its POST endpoints, each a function of the request's body (/explain,
-        /ipam/gc). All run on workers of their own, apart from the CNI requests' slots."""
+        """`views`: the operator's GET endpoints by path, each a function of the query string's parameters giving
+        the JSON document (/status, /attachments, /ipam?network=NAME); `queries`: its POST endpoints, each a
+        function of the request's body (/explain, /ipam/gc). All run on workers of their own, apart from the CNI
+        requests' slots."""
         self.loop = Loop(sock, metrics, limits, self)
         self.metrics = metrics
         self.delegator = delegator
@@ -138,7 +140,8 @@ class Server:
 
     def route(self, c: Conn) -> None:
         assert c.req.head is not None
-        method, path, _ = c.req.head
+        method, target, _ = c.req.head
+        path, _, qs = target.partition("?")
         loop = self.loop
         if method == "GET" and path == protocol.HEALTHZ_PATH:
             loop.answer_now(c, 200, b'{"ok":true}')
@@ -150,7 +153,8 @@ class Server:
         elif method == "GET" and path == protocol.METRICS_PATH:
             self._hand_over(c, self.metrics.render, "text/plain; version=0.0.4")
         elif method == "GET" and path in self.views:
-            self._hand_over(c, self.views[path])
+            view, args = self.views[path], dict(urllib.parse.parse_qsl(qs[:1024]))
+            self._hand_over(c, lambda: view(args))
         elif method == "POST" and path in self.queries:
             query, body = self.queries[path], c.req.body
             self._hand_over(c, lambda: query(body))
@@ -237,7 +241,7 @@ class Server:
             return
         assert c.req.head is not None
         shim = c.req.head[2].get(protocol.SHIM_HEADER.lower()) == "1"
-        path, body = c.req.head[1], c.req.body
+        path, body = c.req.head[1].partition("?")[0], c.req.body
         if not self.enter():
             loop.answer_now(c, 503, protocol.error_body(E_TRY_LATER, STOPPING))
             return
