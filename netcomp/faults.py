@@ -24,6 +24,7 @@ POINTS = (
     "before-answer",
     "after-del",
     "after-block-claim",
+    "mid-ask",
     "after-block-release",
     "mid-write-behind",
 )

@@ -395,9 +395,24 @@ class Worker(Wakes):
         return b.claim is None and not b.pending and not (b.request and b.request in self.a.asks)
 
     def _borrowed(self) -> bool:
+        """Each borrowed address's holder written into its lender's record, and each free one nobody asked for
+        given back: marked `returning` first, so that no ADD takes it while it goes."""
         a = self.a
         with a._lock:
             todo = [(k, b) for k, b in a.borrowed.items() if self._to_write(b) or self._to_return(b)]
+            for _, b in todo:
+                b.returning = b.claim is None
+        try:
+            return self._write_borrowed(todo)
+        finally:
+            with a._lock:
+                for key, b in todo:
+                    if b.returning and a.borrowed.get(key) is b:
+                        b.returning = False  # not given back (the store is away): free to take again
+                a.updated.notify_all()
+
+    def _write_borrowed(self, todo: list[tuple[tuple[str, int], Borrowed]]) -> bool:
+        a = self.a
         for key, b in todo:
             entry = None
             if b.claim is not None:
@@ -411,7 +426,7 @@ class Worker(Wakes):
                 a.last_error = str(e)
                 return False
             with a._lock:
-                if entry is None and a.borrowed.get(key) is b and self._to_return(b):
+                if entry is None and a.borrowed.get(key) is b:
                     del a.borrowed[key]
                 elif entry is not None:
                     b.written = True

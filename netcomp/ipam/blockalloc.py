@@ -88,6 +88,14 @@ class BlockAllocator(BlockView):
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
                 return got
+            # A loan read on the way (a killed daemon's ask got it) is taken; one being given back is asked again.
+            with self._lock:
+                got = self._take(layout, holder)
+                if got is not None:
+                    return got
+                going = any(b.returning and b.network == pool.network for b in self.borrowed.values())
+                if going and self._wait(deadline):
+                    continue
             raise exhausted(pool, family_set)
 
     def _wait(self, deadline: float) -> bool:
@@ -113,7 +121,18 @@ class BlockAllocator(BlockView):
             if self.free_count(layout) < layout.size // 4:
                 self.worker.prefetch((network, fs))
             return self._claim(h, h.address(off), holder, h.name)
+        for b in self.borrowed.values():
+            if b.network == network and b.family_set == fs and self._free_loan(b):
+                b.pending = True
+                return self._claim(b, b.address, holder, b.block)
         return None
+
+    def _free_loan(self, b: Borrowed) -> bool:
+        """Lent to this node for an ask a killed daemon made (on that block: `asking`), used by nobody and not being
+        given back. A grant nobody here asked for is never taken, and one a waiting ADD asked for is its own."""
+        if b.claim is not None or b.pending or b.returning or b.request in self.asks:
+            return False
+        return bool(b.request) and self.asking.get(b.request) == b.block
 
     def free_count(self, layout: Layout) -> int:
         network, fs = layout.pool.network, layout.family_set
@@ -375,6 +394,7 @@ class BlockAllocator(BlockView):
                 self._forget(key)
                 why = "no free address in the blocks this node holds, none to claim, and it cannot ask another node"
                 raise unavailable(layout.pool.network, f"{why} for one: {e}") from None
+            faults.point("mid-ask")
             # The time left shared by the blocks left, at least ASK_FLOOR each: one whose holder never answers
             # costs its share only, and one that answers as holders do is never cut short.
             now = time.monotonic()

@@ -120,6 +120,7 @@ class Borrowed:
     claim: Claim | None = None
     pending: bool = False
     written: bool = False  # its holder is in the lender's record
+    returning: bool = False  # being given back: no ADD may take it
 
 
 MAX_RECORD = 64 << 20  # the blocks a node holds and what they lent: far below this

@@ -398,12 +398,16 @@ class BlockView:
             if b is not None:
                 b.written = b.written or (b.claim is not None and doc.get("containerID") == b.claim.container_id)
                 continue
-            ask = self.asks.get(str(doc.get("request", "")))
-            if ask is not None and ask.block != rec.name:
+            request = str(doc.get("request", ""))
+            ask = self.asks.get(request)
+            if (ask is not None and ask.block != rec.name) or (
+                ask is None and self.asking.get(request, rec.name) != rec.name
+            ):
                 report(rec, f"it grants {rec.net.network_address + off} to a request this node made on another block")
-                ask = None  # not what was asked: given back
+                ask, request = None, ""  # not what was asked: given back
             addr = rec.net.network_address + off
-            self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, ask.key if ask else "")
+            # A grant to an ask of a daemon killed since (recorded in `asking`) keeps its key: an ADD may take it.
+            self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, request if request in self.asking else "")
             if ask is not None:
                 ask.granted.append(key)
             else:

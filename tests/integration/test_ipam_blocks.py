@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from netcomp.ipam.blocks import block_name
+from netcomp.ipam.claimobjects import labels_of
 from netcomp.kube.group import NETWORK as LABEL_NETWORK
 from tests.lab.addrs import BLOCKS, CLAIMS
 from tests.lab.clusternodes import (
@@ -298,6 +300,47 @@ def test_killed_in_the_middle_of_writing_behind(api: ApiServer, custom: Any, tmp
         until(lambda: written() == want, lambda: (written(), node.logs()))
         assert node.shim("DEL", ctr)[0] == 0
         until(lambda: written() == set(), lambda: (written(), node.logs()))
+
+
+def test_killed_with_an_ask_written_and_its_answer_not_taken(api: ApiServer, custom: Any, tmp_path: Path) -> None:
+    """Every block of a /29 held (node-x's full, node-b's with one address free): node-k must borrow, writes its
+    ask into node-b's block and dies before it reads the answer. The restarted daemon withdraws the ask it had
+    recorded ahead and gives back a loan it does not use; the shim's retry borrows the free address, once; after
+    the DEL nothing is lent and no ask is left in node-b's block."""
+    x_cidr = "10.119.0.4/30"
+    full = {str(a): {"containerID": f"x-{a}", "interface": "net1"} for a in ipaddress.ip_network(x_cidr)}
+    x_block = {"apiVersion": "netcomp.io/v1", "kind": "AddressBlock",
+               "metadata": {"name": block_name("asked", ipaddress.ip_network(x_cidr)),
+                            "labels": labels_of("asked", "node-x")},
+               "spec": {"network": "asked", "cidr": x_cidr, "node": "node-x", "nodeInCluster": True, "used": full}}  # fmt: skip
+    with shared_network(custom, network("asked", "10.119.0.0/29", blockSize=4)):
+        custom.create_cluster_custom_object(*BLOCKS, x_block)
+        with nodes(tmp_path, api, ["node-b"], "asked") as [b], proc(api, tmp_path, "mid-ask") as node:
+            first = b.lab.container()
+            assert b.shim("ADD", first, args="NETCOMP_NETWORKS=asked")[0] == 0
+            assert addresses(b, first) == ["10.119.0.2"]
+            ctr = node.lab.container()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                add = pool.submit(node.shim, "ADD", ctr, args="NETCOMP_NETWORKS=asked")
+                assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+                node.env.pop("NETCOMP_CRASH_AT")
+                node.start(wait=False)
+                rc, res = add.result(timeout=120)
+            assert rc == 0, (res, node.logs())
+            assert [ip["address"] for ip in res["ips"]] == ["10.119.0.3/29"], res
+
+            def b_block() -> dict[str, Any]:
+                return next(x for x in blocks(custom, "asked") if x["spec"]["node"] == "node-b")["spec"]
+
+            until(lambda: not b_block().get("requests") and list(b_block().get("lent") or {}) == ["10.119.0.3"],
+                  lambda: (b_block(), node.logs()))  # fmt: skip
+            assert b_block()["lent"]["10.119.0.3"]["node"] == "node-k"
+            assert node.shim("DEL", ctr)[0] == 0
+            until(lambda: not b_block().get("lent"), lambda: (b_block(), node.logs()))
+            assert b.shim("DEL", first)[0] == 0
+    for x in blocks(custom, "asked"):
+        with contextlib.suppress(Exception):
+            custom.delete_cluster_custom_object(*BLOCKS, x["metadata"]["name"])
 
 
 def test_killed_between_releasing_a_block_and_recording_it(api: ApiServer, custom: Any, tmp_path: Path) -> None:
