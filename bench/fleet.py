@@ -321,6 +321,7 @@ def inner(args: argparse.Namespace) -> None:
 
     shapes = set(args.shapes.split(","))
     out: dict[str, Any] = {}
+    bench_memory.bytecode()
     with bench_delegate.lab("fleet", "ncf", ("ncfl0v", "ncfl0p")) as (top, netns):
         exe = str(top / "netcomp-c")
         shimlaunch.build(Path(exe), shimlaunch.find_cc() or "cc")
