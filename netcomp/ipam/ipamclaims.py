@@ -142,7 +142,8 @@ class IPAMClaims:
                 entries = kept.entries
             else:
                 self._check(c, pool.network, names, ifname, pod)
-                entries = self._first(c, pool, pod[1]) if not c.ips else self._known(c, pool)
+                pod_name = pod[0].partition("/")[2]
+                entries = self._first(c, pool, pod_name) if not c.ips else self._known(c, pool, pod_name)
         return [Claim(e.block, e.network, e.address, self.node, container_id, ifname, pod[0], pod[1],
                       node_in_cluster=self.blocks.node_in_cluster, block=e.block, ipam_claim=e.ipam_claim)
                 for e in entries]  # fmt: skip
@@ -233,7 +234,7 @@ class IPAMClaims:
         log.info("IPAMClaim %s holds %s of network %s", c.ref, ", ".join(e.address for e in kept.entries),
                  pool.network)  # fmt: skip
 
-    def _known(self, c: ClaimObject, pool: Pool) -> list[Claim]:
+    def _known(self, c: ClaimObject, pool: Pool, pod_name: str) -> list[Claim]:
         """A claim with status.ips: each address checked against the block it lies in (this node's bookkeeping,
         or the block's record read by name), taken again for the claim when nothing holds it (its holder node
         gone), refused naming whoever else holds it."""
@@ -258,7 +259,12 @@ class IPAMClaims:
         if retaken:
             self.blocks.worker.flush(self.timeout)
             with contextlib.suppress(Away, Missing, Changed):
-                self.api.mark(c, self.node)  # this node keeps its entry now: its deletion is this node's to see
+                c = self.api.mark(c, self.node)  # this node keeps its entry now: its deletion is this node's to see
+        if c.owner_pod != pod_name:  # the pod that uses it now (a VM's next launcher pod, a migration's target)
+            try:
+                self.api.write_status(c, [str(ip) for ip in c.ips], pod_name)
+            except (Away, Missing, Changed) as e:
+                log.warning("IPAMClaim %s: ownerPod not written (%s); pod %s uses it", c.ref, e, pod_name)
         return entries
 
     def _entry(self, c: ClaimObject, pool: Pool, addr: IPAddress, block: str) -> Claim | None:

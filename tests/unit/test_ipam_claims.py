@@ -2,7 +2,7 @@
 the multi-network spec v1.3 and netcomp's rules say, an IPAMClaim object checked before anything of it is used,
 the refusals of a claim of another network or interface, a claim on a network without a cluster pool, a pod's
 use of a claim's address never settled or given back by it, and the node's record of its claims read back. The
-same with a real API server, three nodes and real plugins: the integration tests."""
+same with a real API server, three nodes and real plugins: tests/integration/test_ipam_claims.py."""
 
 from __future__ import annotations
 

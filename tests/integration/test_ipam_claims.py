@@ -1,0 +1,215 @@
+"""IPAMClaims (multi-network spec v1.3) against a real kube-apiserver and etcd, three node daemons each serving its
+own lab netns with the real plugins, the tests playing the runtime: the VM-restart shape (a pod deleted, made again
+on another node: the same address, read inside its namespace), the migration shape (two pods of one controller on
+two nodes both get it, a pod of another controller is refused naming the holder, no DEL frees it), and the
+refusals a real claim earns (another network's or interface's, one not there, the API server away for a claim
+the node never saw)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.ipam.ipamclaimapi import FINALIZER, GROUP, PLURAL, VERSION
+from netcomp.kube.group import NODE
+from tests.lab.addrs import BLOCKS
+from tests.lab.checkout import ROOT
+from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS, cni_args
+from tests.lab.poll import until
+
+pytestmark = pytest.mark.root
+CLAIMS = (GROUP, VERSION, "team-a", PLURAL)
+
+
+@pytest.fixture(scope="module")
+def claim_crd(admin: Any) -> None:
+    """The packaged IPAMClaim CRD, served."""
+    from kubernetes import client, utils
+
+    utils.create_from_yaml(admin, str(ROOT / "packaging" / "kubernetes" / "ipamclaims-crd.yaml"))
+    ext = client.ApiextensionsV1Api(admin)
+
+    def served() -> bool:
+        conds = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}").status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    until(served, "the IPAMClaim CRD served", 30)
+
+
+@contextlib.contextmanager
+def ipam_claim(custom: Any, name: str, net: str, interface: str = "net1") -> Iterator[dict[str, Any]]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": {"name": name},
+            "spec": {"network": net, "interface": interface}}  # fmt: skip
+    made = custom.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, body)
+    try:
+        yield made
+    finally:
+        with contextlib.suppress(Exception):
+            custom.patch_namespaced_custom_object(*CLAIMS, name, {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, name)
+
+
+def read_claim(custom: Any, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = custom.get_namespaced_custom_object(*CLAIMS, name)
+    return got
+
+
+@contextlib.contextmanager
+def launcher(
+    core: Any, name: str, node: str, claim: str, net: str, controller: str = "vmi-a"
+) -> Iterator[dict[str, Any]]:
+    """A pod as KubeVirt's virt-launcher is, for these tests: on `node`, owned by `controller` (a uid), asking
+    for `net` on net1 with the claim."""
+    element = f'[{{"name": "{net}", "interface": "net1", "ipam-claim-reference": "{claim}"}}]'
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm-a", "uid": controller,
+             "controller": True}  # fmt: skip
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {NETWORKS: element}, "ownerReferences": [owner]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}}  # fmt: skip
+    made = core.create_namespaced_pod("team-a", body)
+    try:
+        yield {"ns": "team-a", "name": name, "uid": made.metadata.uid}
+    finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespaced_pod(name, "team-a", grace_period_seconds=0)
+
+
+def add(dl: DaemonLab, p: dict[str, Any]) -> tuple[str, int, Any]:
+    ctr = dl.lab.container()
+    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr), ready_timeout=30)
+    return ctr, rc, res
+
+
+def delete(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
+    rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr), ready_timeout=30)
+    assert rc == 0, res
+    assert dl.lab.links(ctr) == ["lo"]
+
+
+def gone(core: Any, p: dict[str, Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    core.delete_namespaced_pod(p["name"], "team-a", grace_period_seconds=0)
+
+    def absent() -> bool:
+        try:
+            core.read_namespaced_pod(p["name"], "team-a")
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    until(absent, f"pod {p['name']} gone", 30)
+
+
+def block_entry(custom: Any, net: str, address: str) -> dict[str, Any] | None:
+    """The `used` or `lent` entry of the address in the block it lies in, as the cluster records it."""
+    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
+        spec = b["spec"]
+        if spec["network"] == net and ipaddress.ip_address(address) in ipaddress.ip_network(spec["cidr"]):
+            got: dict[str, Any] | None = (spec.get("used") or {}).get(address) or (spec.get("lent") or {}).get(address)
+            return got
+    return None
+
+
+def test_the_vm_restart_and_migration_shapes(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim's first pod on node-a gets an address, written to the claim's status (CIDR form, the condition,
+    ownerPod, netcomp's finalizer and node-a's label) and held in its block by the claim; its DEL frees nothing,
+    and other ADDs on node-a never get it. The pod made again on node-b gets the same address, read inside its
+    namespace; during a migration a second pod of the same controller on node-c gets it too, a pod of another
+    controller is refused naming the holder, and neither DEL frees it."""
+    with (
+        shared_network(custom, network("vmnet", "10.120.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-a", "node-b", "node-c"], "vmnet") as labs,
+        ipam_claim(custom, "vm-a.vmnet", "vmnet") as claim,
+    ):
+        a, b, c = labs
+        with launcher(core, "virt-launcher-vm-a-1", "node-a", "vm-a.vmnet", "vmnet") as p1:
+            ctr1, rc, res = add(a, p1)
+            assert rc == 0, res
+            [addr] = addresses(a, ctr1, "net1")
+            got = read_claim(custom, "vm-a.vmnet")
+            assert got["status"]["ips"] == [f"{addr}/24"]
+            assert got["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-1"}
+            assert [(x["type"], x["status"]) for x in got["status"]["conditions"]] == [("IPsAllocated", "True")]
+            assert FINALIZER in got["metadata"]["finalizers"] and got["metadata"]["labels"][NODE] == "node-a"
+            entry = block_entry(custom, "vmnet", addr)
+            assert entry is not None and entry["containerID"] == f"ipamclaim-{claim['metadata']['uid']}"
+            delete(a, ctr1, p1)
+            gone(core, p1)
+        others = []
+        for _ in range(4):  # node-a's other containers never get the claim's address
+            ctr = a.lab.container()
+            rc, res = a.shim("ADD", ctr, args="NETCOMP_NETWORKS=vmnet", ready_timeout=30)
+            assert rc == 0 and addresses(a, ctr) != [addr], res
+            others.append(ctr)
+        flushed(labs)
+        assert block_entry(custom, "vmnet", addr) == entry  # the DEL of its pod freed nothing
+
+        with launcher(core, "virt-launcher-vm-a-2", "node-b", "vm-a.vmnet", "vmnet") as p2:
+            ctr2, rc, res = add(b, p2)  # the VM made again, on another node
+            assert rc == 0, res
+            assert addresses(b, ctr2, "net1") == [addr]
+            assert read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-2"}
+            with launcher(core, "virt-launcher-vm-a-3", "node-c", "vm-a.vmnet", "vmnet") as p3:
+                ctr3, rc, res = add(c, p3)  # the migration's target, while the source runs
+                assert rc == 0, res
+                assert addresses(c, ctr3, "net1") == [addr]
+                with launcher(core, "intruder", "node-c", "vm-a.vmnet", "vmnet", controller="other") as p4:
+                    ctr4, rc, res = add(c, p4)
+                    assert rc != 0 and res["code"] == 7, res
+                    assert (
+                        "IPAMClaim team-a/vm-a.vmnet is held by running pod team-a/virt-launcher-vm-a-3" in res["msg"]
+                    )
+                    assert c.lab.links(ctr4) == ["lo"]
+                delete(b, ctr2, p2)  # the source goes: the target keeps it
+                flushed(labs)
+                assert block_entry(custom, "vmnet", addr) == entry
+                assert addresses(c, ctr3, "net1") == [addr]
+                delete(c, ctr3, p3)
+        flushed(labs)
+        assert block_entry(custom, "vmnet", addr) == entry  # the claim lives: nobody's DEL frees it
+        for ctr in others:
+            assert a.shim("DEL", ctr, ready_timeout=30)[0] == 0
+
+
+def test_refusals_of_a_real_claim(api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None,
+                                  tmp_path: Path) -> None:  # fmt: skip
+    """A claim of another network, of another interface, and one that does not exist: each refused naming it,
+    nothing attached; with the API server away, a claim the node never saw is refused with 11, nothing taken."""
+    with (
+        shared_network(custom, network("refnet", "10.121.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-r"], "refnet") as labs,
+        ipam_claim(custom, "other-net", "elsewhere"),
+        ipam_claim(custom, "other-if", "refnet", interface="net7"),
+    ):
+        [dl] = labs
+        for claim, why in [
+            ("other-net", "IPAMClaim team-a/other-net is of network 'elsewhere', not of 'refnet'"),
+            ("other-if", "IPAMClaim team-a/other-if is for interface 'net7', not 'net1'"),
+            ("missing", "no IPAMClaim team-a/missing"),
+        ]:
+            with launcher(core, f"pod-{claim}", "node-r", claim, "refnet") as p:
+                ctr, rc, res = add(dl, p)
+                assert rc != 0 and res["code"] == 7 and why in res["msg"], res
+                assert dl.lab.links(ctr) == ["lo"]
+        with launcher(core, "pod-away", "node-r", "never-seen", "refnet") as p:
+            pods = dl.daemon.cluster.pods  # type: ignore[union-attr]
+            until(lambda: pods.has("team-a", "pod-away"), "the pod delivered by the node's watch", 30)
+            api.stop_apiserver()
+            try:
+                ctr, rc, res = add(dl, p)
+            finally:
+                api.start_apiserver()
+            assert rc != 0 and res["code"] == 11, res
+            assert "IPAMClaim team-a/never-seen cannot be read and this node has not seen it" in res["msg"], res
+            assert dl.lab.links(ctr) == ["lo"]
