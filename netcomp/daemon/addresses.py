@@ -132,6 +132,10 @@ class Addresses:
         self.blocks.load(held + [Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims])
         assert self.worker is not None
         self.worker.start(stop)
+        if self.ipam_claims is not None and self.cluster is not None:
+            from netcomp.ipam.ipamclaims import Following
+
+            Following(self.ipam_claims, self.cluster.handle).start(stop)
         self._following = True
         self._follow()
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from netcomp import faults
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
 from netcomp.errors import DelegateError
@@ -26,14 +28,31 @@ from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import claim_of
-from netcomp.ipam.ipamclaimapi import Away, Changed, ClaimApi, ClaimObject, Missing, controller_uid, running
+from netcomp.ipam.ipamclaimapi import (
+    FINALIZER,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Away,
+    Changed,
+    ClaimApi,
+    ClaimObject,
+    Missing,
+    controller_uid,
+    parse,
+    running,
+)
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
-from netcomp.kube.group import node_label
+from netcomp.kube.apiclient import Handle
+from netcomp.kube.apierrors import one_line
+from netcomp.kube.following import Follower
+from netcomp.kube.group import NODE, node_label
 
 log = logging.getLogger("netcomp.ipam")
 RECORD_KIND = "netcompIPAMClaimsV1"
 MAX_RECORD = 16 << 20
+RECHECK = 5.0  # seconds between two looks at the pods that keep a deleted claim's address (only while there are)
 
 
 @dataclass
@@ -47,6 +66,7 @@ class Kept:
     entries: list[Claim] = field(default_factory=list)
     held: bool = False
     status: bool = False
+    pod: str = ""  # the claim is deleted: namespace/name of the pod that keeps the address until it is gone
 
     @property
     def ref(self) -> str:
@@ -54,14 +74,15 @@ class Kept:
 
     def to_doc(self) -> dict[str, Any]:
         return {"key": self.key, "network": self.network, "interface": self.interface, "held": self.held,
-                "status": self.status, "entries": [e.to_doc() for e in self.entries]}  # fmt: skip
+                "status": self.status, "entries": [e.to_doc() for e in self.entries], "pod": self.pod}  # fmt: skip
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Kept:
         for e in d["entries"]:
             Claim.check_doc(e)
         return Kept(str(d["key"]), str(d["network"]), str(d["interface"]),
-                    [Claim.from_doc(e) for e in d["entries"]], d["held"] is True, d["status"] is True)  # fmt: skip
+                    [Claim.from_doc(e) for e in d["entries"]], d["held"] is True, d["status"] is True,
+                    str(d.get("pod") or ""))  # fmt: skip
 
 
 def cidr(e: Claim, pool: Pool) -> str:
@@ -111,6 +132,21 @@ class IPAMClaims:
             except OSError as e:
                 raise DelegateError(E_IO, f"cannot write {self.path}: {e.strerror}", "no plugin was run") from None
 
+    def _busy_lock(self, ref: str) -> threading.Lock:
+        """One ADD (or deletion) of a claim at a time on this node."""
+        with self._lock:
+            return self._busy.setdefault(ref, threading.Lock())
+
+    def forget(self, uid: str) -> None:
+        """The claim's entries given back (written behind by the blocks' worker) and it forgotten. OSError."""
+        with self._lock:
+            k = self.kept.pop(uid, None)
+            self._write()
+        if k is not None and k.held:
+            self.blocks.release(k.entries, "release")
+            log.info("IPAMClaim %s is gone: %s of network %s freed", k.ref, ", ".join(e.address for e in k.entries),
+                     k.network)  # fmt: skip
+
     def _by_ref(self, ref: str) -> Kept | None:
         with self._lock:
             return next((k for k in self.kept.values() if k.ref == ref), None)
@@ -122,9 +158,7 @@ class IPAMClaims:
         """The addresses of claim `ref` (namespace/name) for a pod's interface on network pool.network (`names`:
         what spec.network may say of it), as the pod's uses of them (never given back by its DEL). DelegateError 7
         for a claim it may not use, 11 when it cannot be told now; nothing is taken then."""
-        with self._lock:
-            busy = self._busy.setdefault(ref, threading.Lock())
-        with busy:
+        with self._busy_lock(ref):
             ns, _, name = ref.partition("/")
             try:
                 c = self.api.get(ns, name)
@@ -290,3 +324,112 @@ class IPAMClaims:
             raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: its status.ips has {addr}, which is held by "
                                 f"{who.holder()}", "netcomp's blocks do not record it as the claim's")  # fmt: skip
         return mine
+
+    # ------------------------------------------------------------------------------------------------ deletion
+
+    def deleted(self, c: ClaimObject | None, uid: str) -> None:
+        """The claim of `uid` is being deleted (c: as the watch shows it) or is gone (None): its addresses stay
+        with the pod its status last named while that pod runs (freed once it is gone, recheck()), else they are
+        freed now; the record is written first, then netcomp's finalizer taken off."""
+        k = self.kept.get(uid)
+        ref = c.ref if c is not None else (k.ref if k is not None else "")
+        with self._busy_lock(ref):
+            k = self.kept.get(uid)
+            if k is not None and k.held and not k.pod:
+                owner = self._alive(c.namespace, c.owner_pod) if c is not None and c.owner_pod else None
+                try:
+                    if owner is not None:
+                        k.pod = owner
+                        self.keep(k)
+                        log.info("IPAMClaim %s is deleted: its addresses stay pod %s's until it is gone", k.ref, owner)
+                    else:
+                        self.forget(uid)
+                except (OSError, DelegateError) as e:
+                    log.error("IPAMClaim %s: cannot record its deletion: %s", k.ref, e)
+                    return  # the finalizer stays: the next list tries again
+            elif k is not None and not k.held:
+                with contextlib.suppress(OSError):
+                    self.forget(uid)
+            if c is not None and FINALIZER in c.finalizers and c.node == node_label(self.node):
+                try:
+                    self.api.mark(c, None)
+                except (Away, Changed) as e:
+                    log.warning("IPAMClaim %s: its finalizer stays for now: %s", c.ref, e)
+                except Missing:
+                    pass
+
+    def _alive(self, namespace: str, name: str) -> str | None:
+        """namespace/name of the pod when it exists and runs (None: gone or finished); one that cannot be read
+        counts as alive."""
+        try:
+            pod = self.api.pod(namespace, name)
+        except Away:
+            return f"{namespace}/{name}"
+        return f"{namespace}/{name}" if pod is not None and running(pod) else None
+
+    def recheck(self) -> None:
+        """The addresses of deleted claims whose pods are gone now, freed."""
+        for uid, k in list(self.kept.items()):
+            ns, _, name = k.pod.partition("/")
+            if k.pod and self._alive(ns, name) is None:
+                with contextlib.suppress(OSError):
+                    self.forget(uid)
+
+    def listed(self, claims: list[ClaimObject]) -> None:
+        """A whole list of the claims labelled with this node: those being deleted, and those this node keeps
+        entries for that are not there and not found by name either (deleted while it was away), handled."""
+        by_uid = {c.uid: c for c in claims}
+        for c in claims:
+            if c.deleting:
+                self.deleted(c, c.uid)
+        for uid, k in list(self.kept.items()):
+            if not k.held or k.pod or uid in by_uid:
+                continue
+            ns, _, rest = k.key.partition("/")
+            try:
+                now = self.api.get(ns, rest.partition("/")[0])
+            except Missing:
+                self.deleted(None, uid)
+                continue
+            except (Away, ValueError):
+                continue
+            if now.uid != uid:
+                self.deleted(None, uid)  # another claim of that name: this one is gone
+            elif now.deleting:
+                self.deleted(now, uid)
+
+
+class Following(Follower):
+    """The IPAMClaims labelled with this node (those whose block entries it keeps), listed and watched: each
+    node follows only the claims that name it."""
+
+    def __init__(self, claims: IPAMClaims, api: Handle) -> None:
+        super().__init__("IPAMClaims of this node", api.custom, "list_custom_object_for_all_namespaces", GROUP,
+                         VERSION, PLURAL, explain=one_line, backoff=api.backoff(), timeout=api.timeout,
+                         loads=orjson.loads, label_selector=f"{NODE}={node_label(claims.node)}")  # fmt: skip
+        self.claims = claims
+
+    def listed(self, items: list[Any]) -> None:
+        got = []
+        for item in items:
+            with contextlib.suppress(ValueError):
+                got.append(parse(item))
+        self.claims.listed(got)
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            c = parse(obj)
+        except ValueError:
+            return
+        if kind == "DELETED" or c.deleting:  # gone: its last state still names its pod
+            self.claims.deleted(c, c.uid)
+
+    def start(self, stop: threading.Event, recheck: float = RECHECK) -> None:
+        threading.Thread(target=self.follow, args=(stop,), name="kube-ipamclaims", daemon=True).start()
+
+        def loop() -> None:
+            while not stop.wait(recheck):
+                if any(k.pod for k in list(self.claims.kept.values())):
+                    self.claims.recheck()
+
+        threading.Thread(target=loop, name="ipamclaims-pods", daemon=True).start()

@@ -213,3 +213,57 @@ def test_refusals_of_a_real_claim(api: ApiServer, admin: Any, core: Any, custom:
             assert rc != 0 and res["code"] == 11, res
             assert "IPAMClaim team-a/never-seen cannot be read and this node has not seen it" in res["msg"], res
             assert dl.lab.links(ctr) == ["lo"]
+
+
+def claim_gone(custom: Any, name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        read_claim(custom, name)
+    except ApiException as e:
+        return e.status == 404
+    return False
+
+
+def test_deleting_the_claim_frees_its_address(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim whose pod is gone: deleted, its finalizer taken off by the node that keeps its entry, the address
+    freed. A claim deleted while its pod runs (on another node): the claim goes at once, the address stays the
+    pod's (in its namespace, in the block) until the pod is gone, then is freed."""
+    with (
+        shared_network(custom, network("delnet", "10.122.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-d", "node-e"], "delnet") as labs,
+    ):
+        d, e = labs
+        with ipam_claim(custom, "idle", "delnet"), launcher(core, "idle-1", "node-d", "idle", "delnet") as p:
+            ctr, rc, res = add(d, p)
+            assert rc == 0, res
+            [idle] = addresses(d, ctr, "net1")
+            delete(d, ctr, p)
+            gone(core, p)
+            flushed(labs)
+            assert block_entry(custom, "delnet", idle) is not None
+            custom.delete_namespaced_custom_object(*CLAIMS, "idle")
+            until(lambda: claim_gone(custom, "idle"), "the claim gone (its finalizer taken off)", 60)
+            until(lambda: flushed(labs) or block_entry(custom, "delnet", idle) is None, "the address freed", 60)
+
+        with ipam_claim(custom, "busy", "delnet"), launcher(core, "busy-1", "node-d", "busy", "delnet") as p1:
+            ctr1, rc, res = add(d, p1)  # node-d keeps the claim's entry
+            assert rc == 0, res
+            [busy] = addresses(d, ctr1, "net1")
+            delete(d, ctr1, p1)
+            gone(core, p1)
+            with launcher(core, "busy-2", "node-e", "busy", "delnet") as p2:
+                ctr2, rc, res = add(e, p2)  # made again on node-e: its pod runs there
+                assert rc == 0 and addresses(e, ctr2, "net1") == [busy], res
+                custom.delete_namespaced_custom_object(*CLAIMS, "busy")
+                until(lambda: claim_gone(custom, "busy"), "the claim gone while its pod runs", 60)
+                flushed(labs)
+                assert block_entry(custom, "delnet", busy) is not None  # still the pod's
+                assert addresses(e, ctr2, "net1") == [busy]
+                delete(e, ctr2, p2)
+                gone(core, p2)
+            until(
+                lambda: flushed(labs) or block_entry(custom, "delnet", busy) is None, "freed once its pod is gone", 60
+            )
