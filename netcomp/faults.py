@@ -26,6 +26,7 @@ POINTS = (
     "after-block-claim",
     "after-block-release",
     "mid-write-behind",
+    "after-ipamclaim-recorded",
 )
 log = logging.getLogger("netcomp.daemon")
 

@@ -267,3 +267,79 @@ def test_deleting_the_claim_frees_its_address(
             until(
                 lambda: flushed(labs) or block_entry(custom, "delnet", busy) is None, "freed once its pod is gone", 60
             )
+
+
+def test_killed_between_the_address_chosen_and_the_status_written(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """The daemon SIGKILLed once a claim's address is recorded as the claim's and before its status is written
+    (crash point after-ipamclaim-recorded): the runtime's ADD, answered by the next daemon, gets that same
+    address, the status says it, and the block holds one entry for the claim (nothing leaked)."""
+    import concurrent.futures
+    import json
+
+    from tests.lab.procdaemon import kube_proc_node
+
+    extra = {"defaultNetwork": None, "ipamGrace": 3}
+    env = {"NETCOMP_CRASH_AT": "after-ipamclaim-recorded"}
+    with (
+        shared_network(custom, network("killnet", "10.123.0.0/24", blockSize=16)),
+        kube_proc_node(api, tmp_path, "node-k", extra=extra, env=env) as node,
+        ipam_claim(custom, "vm-k", "killnet") as claim,
+        launcher(core, "vm-k-1", "node-k", "vm-k", "killnet") as p,
+    ):
+        ctr = node.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr))
+            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+            recorded = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())
+            [kept] = recorded["claims"]
+            [chosen] = [e["address"] for e in kept["entries"]]
+            assert "ips" not in (read_claim(custom, "vm-k").get("status") or {})
+            node.env.pop("NETCOMP_CRASH_AT")
+            node.start(wait=False)
+            rc, res = adding.result(timeout=120)
+        assert rc == 0, (res, node.logs())
+        assert [a.split("/")[0] for a in node.lab.addrs(ctr, "net1")] == [chosen]
+        assert read_claim(custom, "vm-k")["status"]["ips"] == [f"{chosen}/24"]
+        uid = claim["metadata"]["uid"]
+
+        def entries() -> list[str]:
+            out = []
+            for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
+                for addr, doc in (b["spec"].get("used") or {}).items():
+                    if doc.get("containerID") == f"ipamclaim-{uid}":
+                        out.append(addr)
+            return out
+
+        until(lambda: entries() == [chosen], lambda: (entries(), node.logs()), 30)
+        assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+
+
+def test_api_server_away_a_claim_seen_is_served_from_the_record(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A node that has seen a claim serves the next pod naming it with the API server stopped, from what it
+    recorded: the same address in the pod's namespace."""
+    with (
+        shared_network(custom, network("awaynet", "10.124.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-w"], "awaynet") as labs,
+        ipam_claim(custom, "vm-w", "awaynet"),
+    ):
+        [dl] = labs
+        pods = dl.daemon.cluster.pods  # type: ignore[union-attr]
+        with launcher(core, "vm-w-1", "node-w", "vm-w", "awaynet") as p1:
+            ctr1, rc, res = add(dl, p1)
+            assert rc == 0, res
+            [addr] = addresses(dl, ctr1, "net1")
+            delete(dl, ctr1, p1)
+        with launcher(core, "vm-w-2", "node-w", "vm-w", "awaynet") as p2:
+            until(lambda: pods.has("team-a", "vm-w-2"), "the pod delivered by the node's watch", 30)
+            api.stop_apiserver()
+            try:
+                ctr2, rc, res = add(dl, p2)
+            finally:
+                api.start_apiserver()
+            assert rc == 0, res
+            assert addresses(dl, ctr2, "net1") == [addr]
+            delete(dl, ctr2, p2)
