@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator, Holder
@@ -76,6 +76,8 @@ class Allocators:
             else:
                 doc = blockgc.show(self.blocks, pool)
                 _merge(doc, self.per_address.show({name: pool})[0])
+                if self.persistent is not None:
+                    self.persistent.name_claims(cast(list[dict[str, Any]], doc["claims"]))
             out.append(dict(doc))
         return out
 

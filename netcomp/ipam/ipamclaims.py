@@ -147,6 +147,16 @@ class IPAMClaims:
             log.info("IPAMClaim %s is gone: %s of network %s freed", k.ref, ", ".join(e.address for e in k.entries),
                      k.network)  # fmt: skip
 
+    def name_claims(self, shown: list[dict[str, Any]]) -> None:
+        """The IPAMClaims' entries of `ipam show`'s list named (namespace/name) where this node knows them, and
+        the pod that keeps a deleted claim's address."""
+        with self._lock:
+            for doc in shown:
+                k = self.kept.get(str(doc.get("containerID", "")).removeprefix(CLAIM_HOLDER))
+                if k is not None:
+                    doc["ipamClaim"] = k.ref
+                    doc["pod"] = k.pod or None
+
     def _by_ref(self, ref: str) -> Kept | None:
         with self._lock:
             return next((k for k in self.kept.values() if k.ref == ref), None)

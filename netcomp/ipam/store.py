@@ -82,8 +82,11 @@ class Claim:
 
     def shown(self) -> dict[str, Any]:
         """The claim as `netcomp ipam show` lists it."""
-        return {"address": self.address, "node": self.node, "containerID": self.container_id,
-                "interface": self.ifname, "pod": self.pod or None}  # fmt: skip
+        doc = {"address": self.address, "node": self.node, "containerID": self.container_id,
+               "interface": self.ifname, "pod": self.pod or None}  # fmt: skip
+        if self.container_id.startswith(CLAIM_HOLDER):  # an IPAMClaim's entry: its namespace/name where known
+            doc["ipamClaim"] = self.ipam_claim.rpartition("/")[0] or self.container_id
+        return doc
 
     def holder(self) -> str:
         """Who holds it, for a person: pod (or container, or IPAMClaim) and node."""

@@ -22,7 +22,7 @@ from tests.lab.checkout import ROOT
 from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
-from tests.lab.labpods import NETWORKS, cni_args
+from tests.lab.labpods import NETWORKS, cni_args, explain
 from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
@@ -144,6 +144,13 @@ def test_the_vm_restart_and_migration_shapes(
             assert FINALIZER in got["metadata"]["finalizers"] and got["metadata"]["labels"][NODE] == "node-a"
             entry = block_entry(custom, "vmnet", addr)
             assert entry is not None and entry["containerID"] == f"ipamclaim-{claim['metadata']['uid']}"
+            rc, doc = explain(a, "--pod", "team-a/virt-launcher-vm-a-1")
+            [why] = [n["addresses"]["from"] for n in doc["networks"] if n["network"] == "vmnet"]
+            assert rc == 0 and why.startswith("IPAMClaim team-a/vm-a.vmnet: the address it holds"), doc
+            [shown] = a.daemon.addresses.show(a.daemon.state.networks(), "vmnet")["networks"]
+            assert [(c["address"], c["ipamClaim"]) for c in shown["claims"] if c.get("ipamClaim")] == [
+                (addr, "team-a/vm-a.vmnet")
+            ]
             delete(a, ctr1, p1)
             gone(core, p1)
         others = []
