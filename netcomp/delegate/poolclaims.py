@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
@@ -14,7 +15,8 @@ from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import AddressAllocator, Claim
-from netcomp.pods import naming
+from netcomp.names import is_dns_subdomain
+from netcomp.pods import multus, naming
 from netcomp.pods.multus import Ask
 from netcomp.records.record import Attachment
 
@@ -94,10 +96,27 @@ def claimed(alloc: AddressAllocator | None, pool: Pool | None, a: Attachment, it
     names = (a.network, str(a.conflist.get("name", "")), naming.display_name(a.network, a.conflist))
     try:
         got: list[Claim] = persistent.take(pool, names, a.ifname, f"{pod.partition('/')[0]}/{name}",
-                                           (pod, pod_uid), container_id)  # fmt: skip
+                                           (pod, pod_uid), container_id, create=item.own_claim)  # fmt: skip
     except DelegateError as e:
         raise item.wrap(e) from None
     return got
+
+
+def own_claims(atts: list[Attachment], asks: dict[str, Ask], pod: naming.PodRef) -> dict[str, Ask]:
+    """The asks of a pod whose IPAM_CLAIMS annotation says "true": each of its elements on a cluster pool that
+    names no claim and no address names its own, <pod>.<interface>, netcomp's to create."""
+    out = dict(asks)
+    for a in atts:
+        ask = out.get(a.ifname)
+        pool = Pool.of(a.network, a.conflist)
+        if ask is None or ask.ipam_claim is not None or ask.ips or ask.kind is not None or pool is None:
+            continue
+        name = f"{pod.name}.{a.ifname}"
+        if not is_dns_subdomain(name):
+            raise ask.error(f"{multus.IPAM_CLAIMS}: {name!r} is no IPAMClaim's name (the interface's name is not "
+                            "lower case letters, digits and '-')")  # fmt: skip
+        out[a.ifname] = replace(ask, ipam_claim=name, own_claim=True)
+    return out
 
 
 def holding(who: str, namespace: str | None) -> str:

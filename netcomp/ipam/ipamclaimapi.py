@@ -134,6 +134,14 @@ class ClaimApi:
         """Missing; Away; ValueError for an object that is no claim netcomp can use."""
         return parse(self._call(self.custom, "get_namespaced_custom_object", GROUP, VERSION, namespace, PLURAL, name))
 
+    def create(self, namespace: str, name: str, network: str, interface: str, owner: dict[str, Any]) -> ClaimObject:
+        """A claim netcomp makes for a pod, owned by `owner` (an ownerReference). Changed when it exists; Away."""
+        meta = {"name": name, "ownerReferences": [owner]}
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": meta,
+                "spec": {"network": network, "interface": interface}}  # fmt: skip
+        return parse(self._call(self.custom, "create_namespaced_custom_object", GROUP, VERSION, namespace, PLURAL,
+                                body))  # fmt: skip
+
     def mark(self, c: ClaimObject, node: str | None) -> ClaimObject:
         """netcomp's finalizer and `node`'s label put on the claim, on its version only (Changed); node None: both
         taken off. Missing; Away."""
@@ -179,6 +187,19 @@ def controller_uid(pod: dict[str, Any]) -> str:
         if isinstance(r, dict) and r.get("controller") is True and isinstance(r.get("uid"), str):
             return str(r["uid"])
     return ""
+
+
+def controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """An ownerReference to the pod's controller, for an object that goes with it (not blocking its deletion)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for r in refs if isinstance(refs, list) else []:
+        if (
+            isinstance(r, dict)
+            and r.get("controller") is True
+            and all(isinstance(r.get(k), str) for k in ("apiVersion", "kind", "name", "uid"))
+        ):
+            return {k: r[k] for k in ("apiVersion", "kind", "name", "uid")} | {"blockOwnerDeletion": False}
+    return None
 
 
 def running(pod: dict[str, Any]) -> bool:

@@ -38,6 +38,7 @@ from netcomp.ipam.ipamclaimapi import (
     ClaimApi,
     ClaimObject,
     Missing,
+    controller_ref,
     controller_uid,
     parse,
     running,
@@ -164,33 +165,60 @@ class IPAMClaims:
     # ------------------------------------------------------------------------------------------------ an ADD
 
     def take(self, pool: Pool, names: tuple[str, ...], ifname: str, ref: str, pod: tuple[str, str],
-             container_id: str) -> list[Claim]:  # fmt: skip
+             container_id: str, *, create: bool = False) -> list[Claim]:  # fmt: skip
         """The addresses of claim `ref` (namespace/name) for a pod's interface on network pool.network (`names`:
         what spec.network may say of it), as the pod's uses of them (never given back by its DEL). DelegateError 7
         for a claim it may not use, 11 when it cannot be told now; nothing is taken then."""
+        pod_name = pod[0].partition("/")[2]
         with self._busy_lock(ref):
-            ns, _, name = ref.partition("/")
-            try:
-                c = self.api.get(ns, name)
-            except Missing:
-                raise DelegateError(E_INVALID_CONFIG, f"no IPAMClaim {ref}", "create it, or leave out "
-                                    "ipam-claim-reference") from None  # fmt: skip
-            except ValueError as e:
-                raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {ref} cannot be used: {e}") from None
-            except Away as e:
+            c = self._read(ref, create, names, ifname, pod_name)
+            if c is None:
                 kept = self._by_ref(ref)
-                if kept is None or not kept.entries:
-                    raise DelegateError(E_TRY_LATER, f"IPAMClaim {ref} cannot be read and this node has not seen it: "
-                                        f"{e}", "nothing was taken") from None  # fmt: skip
-                log.warning("IPAMClaim %s cannot be read (%s): its addresses as this node recorded them", ref, e)
+                assert kept is not None, "_read answers None only for a claim this node recorded"
                 entries = kept.entries
             else:
                 self._check(c, pool.network, names, ifname, pod)
-                pod_name = pod[0].partition("/")[2]
                 entries = self._first(c, pool, pod_name) if not c.ips else self._known(c, pool, pod_name)
         return [Claim(e.block, e.network, e.address, self.node, container_id, ifname, pod[0], pod[1],
                       node_in_cluster=self.blocks.node_in_cluster, block=e.block, ipam_claim=e.ipam_claim)
                 for e in entries]  # fmt: skip
+
+    def _read(self, ref: str, create: bool, names: tuple[str, ...], ifname: str, pod_name: str) -> ClaimObject | None:
+        """The claim (made first when `create` and missing); None: the API server is away and this node recorded
+        its addresses."""
+        ns, _, name = ref.partition("/")
+        try:
+            return self.api.get(ns, name)
+        except Missing:
+            if create:
+                return self._create(ns, name, names, ifname, pod_name)
+            raise DelegateError(E_INVALID_CONFIG, f"no IPAMClaim {ref}", "create it, or leave out "
+                                "ipam-claim-reference") from None  # fmt: skip
+        except ValueError as e:
+            raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {ref} cannot be used: {e}") from None
+        except Away as e:
+            kept = self._by_ref(ref)
+            if kept is None or not kept.entries:
+                raise DelegateError(E_TRY_LATER, f"IPAMClaim {ref} cannot be read and this node has not seen it: "
+                                    f"{e}", "nothing was taken") from None  # fmt: skip
+            log.warning("IPAMClaim %s cannot be read (%s): its addresses as this node recorded them", ref, e)
+            return None
+
+    def _create(self, ns: str, name: str, names: tuple[str, ...], ifname: str, pod_name: str) -> ClaimObject:
+        """The pod's own claim (IPAM_CLAIMS annotation), owned by the pod's controller (it goes with it); an
+        error naming what failed."""
+        try:
+            pod = self.api.pod(ns, pod_name)
+            owner = controller_ref(pod) if pod is not None else None
+            if owner is None:
+                raise DelegateError(E_INVALID_CONFIG, f"pod {ns}/{pod_name} has no controller to own IPAMClaim "
+                                    f"{ns}/{name}", "netcomp creates claims for a controller's pods only")  # fmt: skip
+            return self.api.create(ns, name, names[1] or names[0], ifname, owner)
+        except Changed:
+            return self.api.get(ns, name)  # made meanwhile (another ADD of the pod)
+        except (Away, Missing) as e:
+            raise DelegateError(E_TRY_LATER, f"IPAMClaim {ns}/{name} cannot be created: {e}", "nothing was taken"
+                                ) from None  # fmt: skip
 
     def _check(self, c: ClaimObject, network: str, names: tuple[str, ...], ifname: str, pod: tuple[str, str]) -> None:
         if c.network not in names:

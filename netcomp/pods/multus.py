@@ -22,7 +22,10 @@ POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, before and after its 4.3 rename
-ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
+# netcomp's own: "true" makes netcomp create (and use) an IPAMClaim per interface of the pod on a cluster pool,
+# named <pod>.<interface> and owned by the pod's controller (a StatefulSet's pod made again keeps its address).
+IPAM_CLAIMS = "netcomp.io/ipam-claims"
+ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES, IPAM_CLAIMS)  # what the daemon keeps of a pod
 DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
 # The selection element's keys: those every pod may use (interfaceRequest: Multus's name for `interface` before
@@ -65,6 +68,7 @@ class Ask:
     families: frozenset[int] | None = None
     proutes: tuple[tuple[IPNetwork, IPAddress], ...] = ()
     ipam_claim: str | None = None  # multi-network spec v1.3: the IPAMClaim (of the pod's namespace) holding its address
+    own_claim: bool = False  # the claim is netcomp's to create when missing (the IPAM_CLAIMS annotation)
 
     @property
     def ref(self) -> str:

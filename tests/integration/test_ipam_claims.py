@@ -350,3 +350,67 @@ def test_api_server_away_a_claim_seen_is_served_from_the_record(
             assert rc == 0, res
             assert addresses(dl, ctr2, "net1") == [addr]
             delete(dl, ctr2, p2)
+
+
+def test_a_statefulsets_pod_made_again_keeps_its_address(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """netcomp's own spelling (annotation netcomp.io/ipam-claims: "true"): db-0's first ADD creates IPAMClaim
+    db-0.net1, owned by its StatefulSet, and gives it an address; db-0 made again on another node gets the same
+    one (read in its namespace). A pod with no controller is refused: nothing would ever delete its claim."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(admin)
+    sts = apps.create_namespaced_stateful_set("team-a", {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "replicas": 0, "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}},
+    })  # fmt: skip
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": sts.metadata.uid, "controller": True}
+
+    @contextlib.contextmanager
+    def db0(node: str, owners: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        notes = {NETWORKS: '[{"name": "stsnet", "interface": "net1"}]', "netcomp.io/ipam-claims": "true"}
+        meta = {"name": "db-0", "labels": {"app": "db"}, "annotations": notes, "ownerReferences": owners}
+        spec = {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        made = core.create_namespaced_pod("team-a", body)
+        p = {"ns": "team-a", "name": "db-0", "uid": made.metadata.uid}
+        try:
+            yield p
+        finally:
+            gone(core, p)
+
+    try:
+        with (
+            shared_network(custom, network("stsnet", "10.125.0.0/24", blockSize=16)),
+            nodes(tmp_path, api, ["node-s", "node-t"], "stsnet") as (s, t),
+        ):
+            with db0("node-s", []) as p:
+                ctr, rc, res = add(s, p)
+                assert (
+                    rc != 0 and res["code"] == 7 and "pod team-a/db-0 has no controller to own IPAMClaim" in res["msg"]
+                ), res
+                assert s.lab.links(ctr) == ["lo"]
+            with db0("node-s", [owner]) as p:
+                ctr, rc, res = add(s, p)
+                assert rc == 0, res
+                [addr] = addresses(s, ctr, "net1")
+                made = read_claim(custom, "db-0.net1")
+                assert made["spec"] == {"network": "stsnet", "interface": "net1"}
+                assert [(r["kind"], r["name"], r["uid"]) for r in made["metadata"]["ownerReferences"]] == [
+                    ("StatefulSet", "db", sts.metadata.uid)
+                ]
+                assert made["status"]["ips"] == [f"{addr}/24"]
+                delete(s, ctr, p)
+            with db0("node-t", [owner]) as p:
+                ctr, rc, res = add(t, p)
+                assert rc == 0, res
+                assert addresses(t, ctr, "net1") == [addr]
+                delete(t, ctr, p)
+    finally:
+        with contextlib.suppress(Exception):
+            custom.patch_namespaced_custom_object(*CLAIMS, "db-0.net1", {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, "db-0.net1")
+        apps.delete_namespaced_stateful_set("db", "team-a")
