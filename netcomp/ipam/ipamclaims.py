@@ -266,7 +266,12 @@ class IPAMClaims:
             except (Away, Missing) as e:
                 raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref} cannot be marked: {e}", "nothing was taken"
                                     ) from None  # fmt: skip
-            entries = self._allocate(c, pool)
+            try:
+                entries = self._allocate(c, pool)
+            except DelegateError:
+                with contextlib.suppress(Away, Missing, Changed):
+                    self.api.mark(c, None)  # nothing taken: another node may give it its address
+                raise
             kept = Kept(c.key, pool.network, c.interface, entries, held=True)
             try:
                 self.keep(kept)

@@ -167,3 +167,23 @@ def test_the_record_of_claims_is_read_back(tmp_path: Path) -> None:
     assert {k.ref for k in again.kept.values()} == {"team-a/c", "team-a/d"}
     (tmp_path / "ipamclaims.json").write_text('{"kind": "other"}')
     assert engine(tmp_path).load() == []
+
+
+def test_netcomps_own_claims_are_named_after_the_pod_and_interface() -> None:
+    conf = {"name": "storage", "netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            "plugins": [{"type": "macvlan", "ipam": {"type": "static"}}]}  # fmt: skip
+    plain = {"name": "other", "plugins": [{"type": "macvlan", "ipam": {"type": "host-local"}}]}
+    pod = PodRef("team-a", "db-0")
+    atts = [Attachment("storage", "net1", conf), Attachment("other", "net2", plain),
+            Attachment("storage2", "net3", conf), Attachment("storage3", "net4", conf)]  # fmt: skip
+    asks = {"net1": Ask("storage", "team-a", "item 0"), "net2": Ask("other", "team-a", "item 1"),
+            "net3": Ask("storage2", "team-a", "item 2", ipam_claim="mine"),
+            "net4": Ask("storage3", "team-a", "item 3", ips=(ipaddress.ip_interface("10.1.0.9/24"),))}  # fmt: skip
+    got = poolclaims.own_claims(atts, asks, pod)
+    assert (got["net1"].ipam_claim, got["net1"].own_claim) == ("db-0.net1", True)
+    assert got["net2"].ipam_claim is None  # no cluster pool: nothing to claim
+    assert (got["net3"].ipam_claim, got["net3"].own_claim) == ("mine", False)  # the element's own claim wins
+    assert got["net4"].ipam_claim is None  # static addresses asked for: no claim
+    with pytest.raises(DelegateError) as e:
+        poolclaims.own_claims([Attachment("storage", "Net_1", conf)], {"Net_1": asks["net1"]}, pod)
+    assert "'db-0.Net_1' is no IPAMClaim's name" in e.value.msg
