@@ -135,7 +135,10 @@ class Addresses:
         if self.ipam_claims is not None and self.cluster is not None:
             from netcomp.ipam.ipamclaims import Following
 
-            Following(self.ipam_claims, self.cluster.handle).start(stop)
+            following = Following(self.ipam_claims, self.cluster.handle)
+            self.ipam_claims.start_following = lambda: following.start(stop)
+            if any(k.held for k in self.ipam_claims.kept.values()):
+                following.start(stop)
         self._following = True
         self._follow()
 

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ class IPAMClaims:
         self.kept: dict[str, Kept] = {}  # by the claim's uid
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
+        # Starts following the claims labelled with this node (Following.start, once): only once it keeps a
+        # claim's entry, so that a cluster without the IPAMClaim CRD is never asked about them.
+        self.start_following: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------------------------------------------ record
 
@@ -126,6 +130,8 @@ class IPAMClaims:
         atomic_write(self.path, json.dumps(doc, indent=1).encode() + b"\n", mode=0o600)
 
     def keep(self, k: Kept) -> None:
+        if k.held:
+            self.start_following()
         with self._lock:
             self.kept[k.key.rpartition("/")[2]] = k
             try:
@@ -192,6 +198,10 @@ class IPAMClaims:
         except Missing:
             if create:
                 return self._create(ns, name, names, ifname, pod_name)
+            stale = self._by_ref(ref)
+            if stale is not None and not stale.held:  # seen here, gone now: nothing to serve from any more
+                with contextlib.suppress(OSError):
+                    self.forget(stale.key.rpartition("/")[2])
             raise DelegateError(E_INVALID_CONFIG, f"no IPAMClaim {ref}", "create it, or leave out "
                                 "ipam-claim-reference") from None  # fmt: skip
         except ValueError as e:
@@ -355,6 +365,9 @@ class IPAMClaims:
             except StoreUnavailable as e:
                 raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref}: the block of {addr} cannot be read: {e}",
                                     "nothing was taken") from None  # fmt: skip
+            if rec is not None and (rec.network != pool.network or rec.name != block or addr not in rec.net):
+                raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: the object at {block}'s name is not "
+                                    f"the block of {addr}", "it is not netcomp's: never trusted")  # fmt: skip
             doc = (rec.used.get(str(addr)) or rec.lent.get(str(addr))) if rec is not None else None
             if rec is None or doc is None:
                 return None
@@ -451,6 +464,7 @@ class Following(Follower):
                          VERSION, PLURAL, explain=one_line, backoff=api.backoff(), timeout=api.timeout,
                          loads=orjson.loads, label_selector=f"{NODE}={node_label(claims.node)}")  # fmt: skip
         self.claims = claims
+        self._once, self._started = threading.Lock(), False
 
     def listed(self, items: list[Any]) -> None:
         got = []
@@ -468,6 +482,11 @@ class Following(Follower):
             self.claims.deleted(c, c.uid)
 
     def start(self, stop: threading.Event, recheck: float = RECHECK) -> None:
+        """Once: the claims followed, and the pods that keep deleted claims' addresses looked at."""
+        with self._once:
+            if self._started:
+                return
+            self._started = True
         threading.Thread(target=self.follow, args=(stop,), name="kube-ipamclaims", daemon=True).start()
 
         def loop() -> None:
