@@ -287,6 +287,8 @@ class IPAMClaims:
                 self.keep(kept)
             except DelegateError:
                 self.blocks.release(entries, "rollback")
+                with contextlib.suppress(Away, Missing, Changed):
+                    self.api.mark(c, None)
                 raise
         faults.point("after-ipamclaim-recorded")
         self._publish(c, pool, kept, pod_name)
@@ -340,9 +342,12 @@ class IPAMClaims:
                 retaken = True
             entries.append(e)
         old = self.kept.get(c.uid)
-        kept = Kept(c.key, pool.network, c.interface, entries, held=retaken or (old is not None and old.held),
-                    status=True)  # fmt: skip
-        self.keep(kept)
+        # Held here: entries of this node's blocks, or lent to it (its own to give back when the claim goes).
+        self.keep(Kept(c.key, pool.network, c.interface, entries, held=all(e.node == self.node for e in entries),
+                       status=True))  # fmt: skip
+        if old is not None and old.held:  # the status names other addresses now: those this node kept go
+            gone = [e for e in old.entries if (e.block, e.address) not in {(n.block, n.address) for n in entries}]
+            self.blocks.release(gone, "release")
         if retaken:
             self.blocks.worker.flush(self.timeout)
             with contextlib.suppress(Away, Missing, Changed):
