@@ -19,7 +19,7 @@ from netcomp.ipam import ipamclaimapi
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.allocators import Allocators
 from netcomp.ipam.blockalloc import BlockAllocator
-from netcomp.ipam.blockstate import Held, LocalRecord
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.ipamclaims import IPAMClaims, Kept
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.store import CLAIM_HOLDER, Claim
@@ -187,3 +187,40 @@ def test_netcomps_own_claims_are_named_after_the_pod_and_interface() -> None:
     with pytest.raises(DelegateError) as e:
         poolclaims.own_claims([Attachment("storage", "Net_1", conf)], {"Net_1": asks["net1"]}, pod)
     assert "'db-0.Net_1' is no IPAMClaim's name" in e.value.msg
+
+
+class OneBlock:
+    """A block store that has one block, read by name (what a node reads of another node's block)."""
+
+    kind = "test"
+
+    def __init__(self, rec: BlockRecord) -> None:
+        self.rec = rec
+
+    def get(self, name: str) -> BlockRecord | None:
+        return self.rec if name == self.rec.name else None
+
+
+def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path: Path) -> None:
+    """Whoever can write a claim's status cannot take a live address with it: the block's record says who holds
+    it, and the ADD is refused naming that pod; an object at the block's name that is not that block is never
+    trusted."""
+    p = pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
+    name = "storage.v4-10.1.0.0-28"
+    rec = BlockRecord(name, "storage", "10.1.0.0/28", "node-b",
+                      used={"10.1.0.5": {"containerID": "ctr-x", "interface": "net1",
+                                         "pod": {"namespace": "team-b", "name": "db-9"}},
+                            "10.1.0.6": {"containerID": CLAIM_HOLDER + "u-1", "interface": "net1"}})  # fmt: skip
+    blocks = BlockAllocator(OneBlock(rec), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))  # type: ignore[arg-type]
+    blocks.serve({"storage": p})
+    e = IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
+    c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24"]))
+    with pytest.raises(DelegateError) as got:
+        e._entry(c, p, ipaddress.ip_address("10.1.0.5"), name)
+    assert got.value.code == 7 and "10.1.0.5, which is held by pod team-b/db-9 on node node-b" in got.value.msg
+    ours = e._entry(c, p, ipaddress.ip_address("10.1.0.6"), name)
+    assert ours is not None and ours.node == "node-b" and ours.container_id == CLAIM_HOLDER + "u-1"
+    rec.network = "other"
+    with pytest.raises(DelegateError) as got:
+        e._entry(c, p, ipaddress.ip_address("10.1.0.6"), name)
+    assert "is not the block of 10.1.0.6" in got.value.msg
