@@ -76,12 +76,13 @@ def test_a_claim_object_is_read_checked() -> None:
     c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24", "fd00::5/64"], ownerPod={"name": "virt-launcher-x"}))
     assert [str(i) for i in c.ips] == ["10.1.0.5/24", "fd00::5/64"] and c.owner_pod == "virt-launcher-x"
     assert c.key == "team-a/vm-a.storage/u-1" and not c.deleting and c.node == ""
-    for bad, why in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"ips": ["10.1.0.5/24", "10.1.0.6/24"]}, "two addresses of one family"),
         ({"ips": ["nonsense"]}, "not an address in CIDR form"),
         ({"ips": "10.1.0.5/24"}, "not a list"),
         ({"ips": ["10.0.0.1/8"] * 3}, "at most 2"),
-    ]:
+    ]
+    for bad, why in cases:
         with pytest.raises(ValueError, match=why):
             ipamclaimapi.parse(claim_object(**bad))
     with pytest.raises(ValueError, match=r"spec\.interface"):
@@ -97,7 +98,7 @@ def test_controller_and_running_read_a_pods_object() -> None:
 
 
 def engine(tmp_path: Path) -> IPAMClaims:
-    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))  # type: ignore[arg-type]
+    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
     return IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
 
 
@@ -134,7 +135,7 @@ def test_a_claim_on_a_network_without_a_cluster_pool_is_refused_clearly(tmp_path
 def test_a_pods_use_of_a_claims_address_is_never_settled_nor_given_back(tmp_path: Path) -> None:
     """The claim's own entry stays in its block whatever the pod's DEL gives back."""
     p = pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
-    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))  # type: ignore[arg-type]
+    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
     blocks.serve({"storage": p})
     alloc = Allocators(Allocator(LocalStore(tmp_path / "ipam"), "node-a"), blocks)
     name = "storage.v4-10.1.0.0-28"
@@ -211,7 +212,7 @@ def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path
                       used={"10.1.0.5": {"containerID": "ctr-x", "interface": "net1",
                                          "pod": {"namespace": "team-b", "name": "db-9"}},
                             "10.1.0.6": {"containerID": CLAIM_HOLDER + "u-1", "interface": "net1"}})  # fmt: skip
-    blocks = BlockAllocator(OneBlock(rec), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))  # type: ignore[arg-type]
+    blocks = BlockAllocator(cast(Any, OneBlock(rec)), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))
     blocks.serve({"storage": p})
     e = IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
     c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24"]))
