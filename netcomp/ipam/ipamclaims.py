@@ -9,6 +9,7 @@ before it uses it. docs/kubernetes.md, "Persistent addresses"."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ipaddress
 import json
@@ -103,6 +104,7 @@ class IPAMClaims:
         # Starts following the claims labelled with this node (Following.start, once): only once it keeps a
         # claim's entry, so that a cluster without the IPAMClaim CRD is never asked about them.
         self.start_following: Callable[[], None] = lambda: None
+        self._owners = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ipamclaims-owner")
 
     # ------------------------------------------------------------------------------------------------ record
 
@@ -310,7 +312,7 @@ class IPAMClaims:
 
     def _publish(self, c: ClaimObject, pool: Pool, kept: Kept, pod_name: str) -> None:
         """The blocks' records written (another node checks them), then the claim's status."""
-        if not self.blocks.worker.flush(self.timeout):
+        if not self.blocks.write_now(kept.entries) and not self.blocks.worker.flush(self.timeout):
             raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref}: the record of its address's block is not written "
                                 "yet", "its address stays kept for it; try again")  # fmt: skip
         try:
@@ -348,16 +350,19 @@ class IPAMClaims:
         if old is not None and old.held:  # the status names other addresses now: those this node kept go
             gone = [e for e in old.entries if (e.block, e.address) not in {(n.block, n.address) for n in entries}]
             self.blocks.release(gone, "release")
-        if retaken:
+        if retaken and not self.blocks.write_now(entries):
             self.blocks.worker.flush(self.timeout)
             with contextlib.suppress(Away, Missing, Changed):
                 c = self.api.mark(c, self.node)  # this node keeps its entry now: its deletion is this node's to see
         if c.owner_pod != pod_name:  # the pod that uses it now (a VM's next launcher pod, a migration's target)
-            try:
-                self.api.write_status(c, [str(ip) for ip in c.ips], pod_name)
-            except (Away, Missing, Changed) as e:
-                log.warning("IPAMClaim %s: ownerPod not written (%s); pod %s uses it", c.ref, e, pod_name)
+            self._owners.submit(self._write_owner, c, pod_name)  # off the ADD's path: a stale one is read as gone
         return entries
+
+    def _write_owner(self, c: ClaimObject, pod_name: str) -> None:
+        try:
+            self.api.write_status(c, [str(ip) for ip in c.ips], pod_name)
+        except (Away, Missing, Changed) as e:
+            log.warning("IPAMClaim %s: ownerPod not written (%s); pod %s uses it", c.ref, e, pod_name)
 
     def _entry(self, c: ClaimObject, pool: Pool, addr: IPAddress, block: str) -> Claim | None:
         """The claim's entry of `addr` (None: nothing holds it). DelegateError naming another holder."""

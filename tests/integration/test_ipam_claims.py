@@ -166,11 +166,20 @@ def test_the_vm_restart_and_migration_shapes(
             ctr2, rc, res = add(b, p2)  # the VM made again, on another node
             assert rc == 0, res
             assert addresses(b, ctr2, "net1") == [addr]
-            assert read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-2"}
+            until(  # written off the ADD's path
+                lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-2"},
+                "ownerPod names the pod made again",
+                30,
+            )
             with launcher(core, "virt-launcher-vm-a-3", "node-c", "vm-a.vmnet", "vmnet") as p3:
                 ctr3, rc, res = add(c, p3)  # the migration's target, while the source runs
                 assert rc == 0, res
                 assert addresses(c, ctr3, "net1") == [addr]
+                until(
+                    lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-3"},
+                    "ownerPod names the migration's target",
+                    30,
+                )
                 with launcher(core, "intruder", "node-c", "vm-a.vmnet", "vmnet", controller="other") as p4:
                     ctr4, rc, res = add(c, p4)
                     assert rc != 0 and res["code"] == 7, res
