@@ -18,12 +18,16 @@ the nodes of a row, each node's host-local network has a subnet of its own. Rows
       and the p99 of the pods' ADD latency                                                               <= 1.5
       Also printed: each kind's CPU per pod (the daemons', by thread, their plugins', the API server's) and the
       AddressBlock watch events each node took in.
+  (e) IPAMClaims: three nodes, --claims claims, each given its address by a first pod's ADD on one node, that
+      pod deleted, then a pod naming it made again on the next node (the VM-restart shape), its ADD interleaved
+      with a plain ADD on the cluster network on that node: every claim's address the same on both nodes and no
+      address held twice, and the p99 of the claims' ADDs / of the plain ADDs                              <= 1.5
 
 Before measuring, each node ADDs and DELs a few containers on both networks (it holds a block by then: the
 steady state). Everything runs against a kube-apiserver and etcd this script starts on 127.0.0.1
 (tests/lab/kubeapi.py) and is removed at the end. Usage: sudo bench/ipam.py [--rows abcd] [--runs 30]
-[--burst 64] [--pods 128] [--bursts 2] [--in-flight 16] [--profile PREFIX] [--keep]; a quick (d):
---rows d --pods 8 --bursts 1.
+[--burst 64] [--pods 128] [--bursts 2] [--in-flight 16] [--claims 1000] [--profile PREFIX] [--keep]; a quick (d):
+--rows d --pods 8 --bursts 1; a quick (e): --rows e --claims 60.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ _spec = importlib.util.spec_from_file_location("bench_delegate", Path(__file__).
 assert _spec is not None and _spec.loader is not None
 bench_delegate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_delegate)
-GOALS = {"a": 1.02, "b": 1.02, "c": 1.1, "d": 1.05, "d99": 1.5}
+GOALS = {"a": 1.02, "b": 1.02, "c": 1.1, "d": 1.05, "d99": 1.5, "e": 1.5}
 
 
 class Caught(logging.Handler):
@@ -371,6 +375,96 @@ def rows_abc(d: str, api: ApiServer, a: argparse.Namespace, caught: Caught) -> d
     return out
 
 
+def claim_pods(core: Any, node: str, names: list[tuple[str, str]]) -> None:
+    """Pods (name, claim) on `node` in namespace bench, each asking for network cl on net1 with its claim."""
+    for name, claim in names:
+        element = f'[{{"name": "cl", "interface": "net1", "ipam-claim-reference": "{claim}"}}]'
+        core.create_namespaced_pod("bench", {"metadata": {"name": name, "annotations": {
+            "k8s.v1.cni.cncf.io/networks": element}}, "spec": {"nodeName": node, "containers": [
+            {"name": "c", "image": "registry.invalid/none"}]}})  # fmt: skip
+
+
+def claim_add(dl: DaemonLab, pod: str, uid: str) -> tuple[float, str, list[str]]:
+    ctr = dl.lab.container()
+    args = (
+        f"IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={ctr};K8S_POD_UID={uid}"
+    )
+    t = time.perf_counter()
+    rc, res = dl.shim("ADD", ctr, args=args, ready_timeout=30)
+    took = time.perf_counter() - t
+    assert rc == 0, res
+    return took, ctr, [ip["address"].split("/")[0] for ip in res["ips"]]
+
+
+def row_e(d: str, api: ApiServer, n: int) -> dict[str, Any]:
+    """(e): the claims given an address on one node, then their pods made again on the next (module docstring)."""
+    from kubernetes import client, config, utils
+
+    admin = config.new_client_from_config(config_file=str(api.admin_kubeconfig))
+    utils.create_from_yaml(admin, str(ROOT / "packaging" / "kubernetes" / "ipamclaims-crd.yaml"))
+    core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
+    core.create_namespace({"metadata": {"name": "bench"}})
+    time.sleep(2)  # the CRD served (a bench, not a test: a fixed wait is fine here)
+    for i in range(n):
+        custom.create_namespaced_custom_object("k8s.cni.cncf.io", "v1alpha1", "bench", "ipamclaims", {
+            "apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim", "metadata": {"name": f"c{i}"},
+            "spec": {"network": "cl", "interface": "net1"}})  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        labs = []
+        for i in range(3):
+            base = Path(d) / f"e-{i}"
+            base.mkdir()
+            kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
+            extra = {"kubernetes": kube, "nodeName": f"node-e{i}", "defaultNetwork": None,
+                     "clusterIntentDir": str(base / "cluster.d")}  # fmt: skip
+            dl = stack.enter_context(daemon_lab(base, extra=extra))
+            networks(base, dl.lab.master, "10.140.0.0/19", f"10.150.{4 * i}.0/22")
+            dl.daemon.reload()
+            labs.append(dl)
+        first: dict[int, list[str]] = {}
+        firsts = []
+        for i in range(n):
+            claim_pods(core, f"node-e{i % 3}", [(f"p{i}-0", f"c{i}")])
+        for i in range(n):
+            uid = core.read_namespaced_pod(f"p{i}-0", "bench").metadata.uid
+            took, ctr, first[i] = claim_add(labs[i % 3], f"p{i}-0", uid)
+            firsts.append(took)
+            labs[i % 3].shim("DEL", ctr, ready_timeout=30)
+            core.delete_namespaced_pod(f"p{i}-0", "bench", grace_period_seconds=0)
+        for i in range(n):
+            claim_pods(core, f"node-e{(i + 1) % 3}", [(f"p{i}-1", f"c{i}")])
+        claimed, plain, same, plains = [], [], 0, set()
+        for i in range(n):
+            dl = labs[(i + 1) % 3]
+            uid = core.read_namespaced_pod(f"p{i}-1", "bench").metadata.uid
+            took, ctr, got = claim_add(dl, f"p{i}-1", uid)
+            claimed.append(took)
+            same += got == first[i]
+            took, other, also = add(dl, "cl")
+            plain.append(took)
+            plains.update(also)
+            delete(dl, other)
+            dl.shim("DEL", ctr, ready_timeout=30)
+    ratio = p99(claimed) / p99(plain)
+    owned = [a for i in range(n) for a in first[i]]
+    # Held twice: two claims with one address, or a plain ADD given a claim's address while the claim lived.
+    twice = len(owned) - len(set(owned)) + len(plains & set(owned))
+    return {"claims": n, "same_address": same, "duplicates": twice,
+            "claim_p99_ms": round(p99(claimed), 1), "plain_p99_ms": round(p99(plain), 1),
+            "claim_median_ms": round(statistics.median(claimed) * 1000, 1),
+            "plain_median_ms": round(statistics.median(plain) * 1000, 1), "ratio": round(ratio, 3),
+            "first_median_ms": round(statistics.median(firsts) * 1000, 1)}  # fmt: skip
+
+
+def report_e(v: dict[str, Any]) -> None:
+    met = "met" if v["ratio"] <= GOALS["e"] and v["same_address"] == v["claims"] and not v["duplicates"] else "MISSED"
+    print(f"(e) {v['claims']} IPAMClaims, pods made again on another node: claim ADD p99 {v['claim_p99_ms']:.1f} ms / "
+          f"plain ADD p99 {v['plain_p99_ms']:.1f} ms = {v['ratio']:.3f}   goal <= {GOALS['e']}: {met}  (medians "
+          f"{v['claim_median_ms']:.1f} / {v['plain_median_ms']:.1f} ms; a claim's first ADD: median "
+          f"{v['first_median_ms']:.1f} ms; same address {v['same_address']} of "
+          f"{v['claims']}, duplicates {v['duplicates']})")  # fmt: skip
+
+
 def report_abc(out: dict[str, Any], burst_size: int) -> None:
     labels = {"a": "1 node, ADD median", "b": "3 nodes at once, ADD median", "c": f"{burst_size} ADDs x 3 nodes, p99"}
     for k, v in out.items():
@@ -413,12 +507,13 @@ def report_d(v: dict[str, Any], a: argparse.Namespace) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", default="abcd", help="which rows to run (default abcd)")
+    p.add_argument("--rows", default="abcde", help="which rows to run (default abcde)")
     p.add_argument("--runs", type=int, default=30, help="(a), (b): ADDs per network and node")
     p.add_argument("--burst", type=int, default=64, help="(c): ADDs at once per node")
     p.add_argument("--pods", type=int, default=128, help="(d): pods per burst, split over the two nodes")
     p.add_argument("--bursts", type=int, default=2, help="(d): bursts per IPAM kind")
     p.add_argument("--in-flight", type=int, default=16, help="(d): ADDs in flight per node")
+    p.add_argument("--claims", type=int, default=1000, help="(e): IPAMClaims, each given its address and made again")
     p.add_argument("--profile", metavar="PREFIX", help="(d): py-spy's samples of each daemon over each burst's ADDs")
     p.add_argument("--keep", action="store_true", help="keep the work dir (the daemons' logs) and say where")
     a = p.parse_args()
@@ -433,6 +528,8 @@ def main() -> int:
                 out.update(rows_abc(d, api, a, caught))
             if "d" in a.rows:
                 out["d"] = row_d(Path(d), api, a)
+            if "e" in a.rows:
+                out["e"] = row_e(d, api, a.claims)
     finally:
         if a.keep:
             print(f"kept: {d}")
@@ -441,6 +538,8 @@ def main() -> int:
     report_abc(out, a.burst)
     if "d" in out:
         report_d(out["d"], a)
+    if "e" in out:
+        report_e(out["e"])
     print(out)
     return 0
 

@@ -27,6 +27,7 @@ POINTS = (
     "mid-ask",
     "after-block-release",
     "mid-write-behind",
+    "after-ipamclaim-recorded",
 )
 log = logging.getLogger("netcomp.daemon")
 

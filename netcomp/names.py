@@ -50,6 +50,11 @@ LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 DNS_SUBDOMAIN_RE = re.compile(rf"{DNS_LABEL}(\.{DNS_LABEL})*")
 
 
+def is_dns_subdomain(value: object) -> TypeGuard[str]:
+    """A DNS-1123 subdomain, as Kubernetes holds most objects' names to it: at most 253 characters."""
+    return isinstance(value, str) and len(value) <= 253 and DNS_SUBDOMAIN_RE.fullmatch(value) is not None
+
+
 def quoted(text: str, limit: int = 80) -> str:
     """What someone wrote, quoted in a message: at most `limit` characters of it, escaped, and the escaped form
     at most twice that (a character outside the BMP escapes to ten)."""

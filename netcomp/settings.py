@@ -22,7 +22,15 @@ CniVersion = Literal["0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 DNS_LABEL = f"^{names.DNS_LABEL}$"  # a namespace's name
 # What a pod may ask of an attachment besides which network and interface (Multus's network selection element).
 PodField = Literal[
-    "ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid"
+    "ips",
+    "mac",
+    "default-route",
+    "cni-args",
+    "portMappings",
+    "bandwidth",
+    "deviceID",
+    "infiniband-guid",
+    "ipam-claim-reference",
 ]
 POD_FIELDS: tuple[PodField, ...] = get_args(PodField)
 

@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from netcomp.cluster.intents import Cluster
     from netcomp.ipam.blockobjects import KubeBlocks
     from netcomp.ipam.claimobjects import KubeStore
+    from netcomp.ipam.ipamclaims import IPAMClaims
 
 log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
 BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds (ipam/blockstate.LocalRecord)
+IPAM_CLAIMS_RECORD = "ipam/ipamclaims.json"  # under cacheDir: the IPAMClaims this node knows (ipam/ipamclaims.py)
 
 
 class Addresses:
@@ -49,6 +51,8 @@ class Addresses:
         if cluster is not None:
             from netcomp.ipam.blockobjects import KubeBlocks  # the cluster's calls: only with a cluster
             from netcomp.ipam.claimobjects import KubeStore
+            from netcomp.ipam.ipamclaimapi import ClaimApi
+            from netcomp.ipam.ipamclaims import IPAMClaims
 
             self.kube, self.kube_blocks = KubeStore(cluster.handle), KubeBlocks(cluster.handle)
             record = LocalRecord(Path(settings.cacheDir) / BLOCKS_RECORD, settings.nodeName)
@@ -61,11 +65,17 @@ class Addresses:
             self.blocks.taken = per_address.holds
             self.worker: Worker | None = Worker(self.blocks)
             self.blocks.worker = self.worker
+            self.ipam_claims: IPAMClaims | None = IPAMClaims(
+                ClaimApi(cluster.handle, settings.nodeName), self.blocks, settings.nodeName,
+                Path(settings.cacheDir) / IPAM_CLAIMS_RECORD, cluster.kube.timeout,
+            )  # fmt: skip
         else:
             per_address = Allocator(LocalStore(Path(settings.ipamDir)), settings.nodeName, grace=settings.ipamGrace,
                                     counted=counted)  # fmt: skip
             self.worker = None
+            self.ipam_claims = None
         self.allocator = Allocators(per_address, self.blocks)
+        self.allocator.persistent = self.ipam_claims
 
     @property
     def store_kind(self) -> str:
@@ -118,9 +128,17 @@ class Addresses:
             if not node.known.wait(self.settings.kubernetes.timeout):
                 log.warning("cannot tell yet whether node %s is a Node of the cluster: following it",
                             self.settings.nodeName)  # fmt: skip
-        self.blocks.load([Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims])
+        held = self.ipam_claims.load() if self.ipam_claims is not None else []  # the IPAMClaims' own entries
+        self.blocks.load(held + [Claim.from_doc(c) for e in records for a in e.attachments for c in a.claims])
         assert self.worker is not None
         self.worker.start(stop)
+        if self.ipam_claims is not None and self.cluster is not None:
+            from netcomp.ipam.ipamclaims import Following
+
+            following = Following(self.ipam_claims, self.cluster.handle)
+            self.ipam_claims.start_following = lambda: following.start(stop)
+            if any(k.held for k in self.ipam_claims.kept.values()):
+                following.start(stop)
         self._following = True
         self._follow()
 

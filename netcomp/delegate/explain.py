@@ -162,6 +162,10 @@ class Explainer:
         if self.addresses is None:
             out["from"] = "netcomp's cluster pool (this daemon has no address store)"
             return out
+        if ask is not None and ask.ipam_claim is not None:
+            out["from"] = (f"IPAMClaim {namespace or '?'}/{ask.ipam_claim}: the address it holds (status.ips), "
+                           "on any node the pod runs on; a new one of the cluster pool at its first ADD")  # fmt: skip
+            return out
         shown = self.addresses.show({a.network: pool})
         pools: list[dict[str, Any]] = shown[0]["pools"] if shown else []
         free = [f"{p['ranges']} ({p['free']} of {p['size']} free)" for p in pools]
@@ -329,5 +333,7 @@ def _record(entry: Record) -> list[dict[str, Any]]:
         n["state"] = a.state
         n["element"] = a.element or None
         n["device"] = {"resource": a.device.get("resource"), "id": a.device.get("id")} if a.device else None
+        claimed = sorted({str(c["ipam_claim"]).rpartition("/")[0] for c in a.claims if c.get("ipam_claim")})
+        n["ipamClaim"] = claimed[0] if claimed else None  # its addresses are the IPAMClaim's (namespace/name)
         out.append(n)
     return out

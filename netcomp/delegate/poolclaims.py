@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG, E_TRY_LATER
@@ -14,6 +15,8 @@ from netcomp.errors import DelegateError
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import AddressAllocator, Claim
+from netcomp.names import is_dns_subdomain
+from netcomp.pods import multus, naming
 from netcomp.pods.multus import Ask
 from netcomp.records.record import Attachment
 
@@ -34,12 +37,17 @@ def take(
     try:
         for a in atts:
             pool = Pool.of(a.network, a.conflist)
+            item = (asks or {}).get(a.ifname)
+            if item is not None and item.ipam_claim is not None:
+                uses = claimed(alloc, pool, a, item, item.ipam_claim, container_id, pod, pod_uid)
+                a.claims = [c.to_doc() for c in uses]
+                a.conflist = with_addresses(a.conflist, pool, uses) if pool is not None else a.conflist
+                continue
             if pool is None:
                 continue
             if alloc is None:
                 raise DelegateError(E_INVALID_CONFIG, "this daemon has no address store", network=a.network)
             holder = Holder(container_id, a.ifname, pod, pod_uid)
-            item = (asks or {}).get(a.ifname)
             wanted = [ip.ip for ip in item.ips] if item is not None else []
             # Which families get an address: DANM's ip/ip6 say; Multus's `ips` asks for exactly those (as the
             # static IPAM plugin Multus hands them to gives no other); else every family the pool has.
@@ -66,6 +74,49 @@ def take(
             alloc.release(taken, "rollback")
         raise
     return taken
+
+
+def claimed(alloc: AddressAllocator | None, pool: Pool | None, a: Attachment, item: Ask, name: str,
+            container_id: str, pod: str, pod_uid: str) -> list[Claim]:  # fmt: skip
+    """The addresses the IPAMClaim `name` (of the pod's namespace) holds for the attachment: the pod's uses of
+    them, never given back by its DEL (ipam/ipamclaims.py). Refused naming the item when the network gives no
+    addresses from blocks of a cluster's pool, or when the claim may not be used."""
+    persistent = getattr(alloc, "persistent", None)
+    if pool is None or pool.per_address or persistent is None:
+        why = (
+            "its addresses are not netcomp's cluster IPAM's"
+            if pool is None
+            else (
+                "its pool gives no addresses from blocks of a cluster (ipam: {type: cluster} with a cluster configured)"
+            )
+        )
+        raise item.error(f"ipam-claim-reference {name!r}: network {a.network!r} cannot honour an IPAMClaim: {why}")
+    if not pod:
+        raise item.error(f"ipam-claim-reference {name!r}: an IPAMClaim is a pod's (the runtime named no pod)")
+    names = (a.network, str(a.conflist.get("name", "")), naming.display_name(a.network, a.conflist))
+    try:
+        got: list[Claim] = persistent.take(pool, names, a.ifname, f"{pod.partition('/')[0]}/{name}",
+                                           (pod, pod_uid), container_id, create=item.own_claim)  # fmt: skip
+    except DelegateError as e:
+        raise item.wrap(e) from None
+    return got
+
+
+def own_claims(atts: list[Attachment], asks: dict[str, Ask], pod: naming.PodRef) -> dict[str, Ask]:
+    """The asks of a pod whose IPAM_CLAIMS annotation says "true": each of its elements on a cluster pool that
+    names no claim and no address names its own, <pod>.<interface>, netcomp's to create."""
+    out = dict(asks)
+    for a in atts:
+        ask = out.get(a.ifname)
+        pool = Pool.of(a.network, a.conflist)
+        if ask is None or ask.ipam_claim is not None or ask.ips or ask.kind is not None or pool is None:
+            continue
+        name = f"{pod.name}.{a.ifname}"
+        if not is_dns_subdomain(name):
+            raise ask.error(f"{multus.IPAM_CLAIMS}: {name!r} is no IPAMClaim's name (the interface's name is not "
+                            "lower case letters, digits and '-')")  # fmt: skip
+        out[a.ifname] = replace(ask, ipam_claim=name, own_claim=True)
+    return out
 
 
 def holding(who: str, namespace: str | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator, Holder
@@ -14,10 +14,14 @@ from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import Claim
 
+if TYPE_CHECKING:
+    from netcomp.ipam.ipamclaims import IPAMClaims
+
 
 class Allocators:
     def __init__(self, claims: Allocator, blocks: BlockAllocator | None) -> None:
         self.per_address, self.blocks = claims, blocks
+        self.persistent: IPAMClaims | None = None  # IPAMClaims' addresses (with a cluster)
         self.updated: threading.Condition = claims.updated
 
     @property
@@ -41,13 +45,16 @@ class Allocators:
         return self.blocks.claim(pool, family_set, holder, exact)
 
     def settle(self, claims: list[Claim]) -> None:
+        claims = [c for c in claims if not c.uses_ipam_claim()]
         self.per_address.settle([c for c in claims if not c.block])
         if self.blocks is not None:
             self.blocks.settle([c for c in claims if c.block])
 
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         """Blocks' addresses first (never refused: written behind), then claim objects (DelegateError 11 when the
-        store is away: the caller keeps them recorded and a retry frees what is left)."""
+        store is away: the caller keeps them recorded and a retry frees what is left). A pod's use of an
+        IPAMClaim's address is not given back: the claim holds it."""
+        claims = [c for c in claims if not c.uses_ipam_claim()]
         if self.blocks is not None:
             self.blocks.release([c for c in claims if c.block], reason)
         self.per_address.release([c for c in claims if not c.block], reason)
@@ -69,6 +76,8 @@ class Allocators:
             else:
                 doc = blockgc.show(self.blocks, pool)
                 _merge(doc, self.per_address.show({name: pool})[0])
+                if self.persistent is not None:
+                    self.persistent.name_claims(cast(list[dict[str, Any]], doc["claims"]))
             out.append(dict(doc))
         return out
 

@@ -26,7 +26,7 @@ from netcomp.ipam.blocks import Layout, block_name, lowest, parse_block_name
 from netcomp.ipam.blockstate import BlockRecord, Borrowed, Held, Seen, claim_of
 from netcomp.ipam.blockview import TOMBSTONE, BlockAsk, BlockView, compact
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
-from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken
+from netcomp.ipam.store import Claim, Gone, StoreUnavailable, Taken, holder_doc
 
 log = logging.getLogger("netcomp.ipam")
 CREATE_TRIES = 64  # creates of blocks the names said were free, refused (others were faster), before giving up
@@ -48,8 +48,8 @@ class BlockAllocator(BlockView):
             self.claiming_ahead = dict(self.record.claiming)
             self.asking = dict(self.record.asking)
             for c in claims:
-                if not c.block:
-                    continue
+                if not c.block or c.uses_ipam_claim():
+                    continue  # a pod's use of an IPAMClaim's address: the claim's own entry is loaded
                 addr = ipaddress.ip_address(c.address)
                 h = self.held.get(c.block)
                 if h is not None and addr in h.net:
@@ -469,6 +469,38 @@ class BlockAllocator(BlockView):
             if c.block:
                 addr, h = ipaddress.ip_address(c.address), self.held.get(c.block)
                 yield c, (h, int(addr) - int(h.net.network_address)) if h is not None and addr in h.net else None
+
+    def entry_of(self, block: str, addr: IPAddress) -> tuple[bool, Claim | None]:
+        """Whether this node holds the block (or has the address borrowed from it), and who has the address then
+        (None: nobody; an ADD in flight counts as nobody, as its exact claim is refused)."""
+        with self._lock:
+            h = self.held.get(block)
+            if h is not None and not h.lost and addr in h.net:
+                off = int(addr) - int(h.net.network_address)
+                if off in h.lent:
+                    rec = BlockRecord(h.name, h.network, str(h.net), self.node, uid=h.uid)
+                    return True, claim_of(rec, str(addr), h.lent[off], str(h.lent[off].get("node")))
+                return True, h.local.get(off)
+            b = next((b for (n, _), b in self.borrowed.items() if n == block and b.address == addr), None)
+            return (True, b.claim) if b is not None and b.claim is not None else (False, None)
+
+    def write_now(self, claims: list[Claim]) -> bool:
+        """The entries of claims given from blocks this node holds written to their records now, not behind (an
+        IPAMClaim's, which another node checks before its status says it); True when every one is written. The
+        worker writes what is left (a borrowed address's entry, one that failed)."""
+        done = True
+        for c, at in self._placed(claims):
+            if at is None:
+                done = False
+                continue
+            h, _ = at
+            try:
+                rec = self.store.write_used(h.name, h.uid, {c.address: holder_doc(c)})
+            except (Gone, StoreUnavailable):
+                done = False
+                continue
+            self.seen(rec, "answer")
+        return done
 
     def _borrowed_of(self, c: Claim) -> Borrowed | None:
         addr = ipaddress.ip_address(c.address)

@@ -53,6 +53,9 @@ class Wakes:
 
     def prefetch(self, key: tuple[str, int]) -> None: ...
 
+    def flush(self, timeout: float) -> bool:
+        return True
+
 
 class BlockView:
     def __init__(

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 _REQUIRED = ("name", "network", "address", "node", "container_id", "ifname")
 _OPTIONAL: dict[str, type | tuple[type, ...]] = {
-    "pod": str, "pod_uid": str, "node_in_cluster": bool, "uid": str, "created": (int, float), "block": str
+    "pod": str, "pod_uid": str, "node_in_cluster": bool, "uid": str, "created": (int, float), "block": str,
+    "ipam_claim": str,
 }  # fmt: skip
+CLAIM_HOLDER = "ipamclaim-"  # the containerID of a block's entry an IPAMClaim holds: this, then the claim's uid
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +41,16 @@ class Claim:
     uid: str = ""
     created: float = 0.0
     block: str = ""  # the block it is given from (its object's name); "": a claim object of its own
+    # namespace/name/uid of the IPAMClaim whose address this is (ipam/ipamclaims.py): a pod's use of it, or, with
+    # container_id CLAIM_HOLDER + uid, the claim's own entry in its block. A pod's use is never given back.
+    ipam_claim: str = ""
 
     def to_doc(self) -> dict[str, Any]:
         doc = asdict(self)
         if not self.block:
             del doc["block"]  # a claim object's record reads as it did before blocks
+        if not self.ipam_claim:
+            del doc["ipam_claim"]
         return doc
 
     @staticmethod
@@ -64,6 +71,10 @@ class Claim:
         if prefix.isdigit() and int(prefix) > addr.max_prefixlen:
             raise ValueError(f"a claim of block {d['block']!r}, whose prefix no {addr} has")
 
+    def uses_ipam_claim(self) -> bool:
+        """A pod's use of an address an IPAMClaim holds: never claimed, settled or given back by the pod."""
+        return bool(self.ipam_claim) and not self.container_id.startswith(CLAIM_HOLDER)
+
     def order(self) -> tuple[str, int, int]:
         """Where it sorts: by network, then by address, IPv4 first."""
         a = ipaddress.ip_address(self.address)
@@ -71,11 +82,18 @@ class Claim:
 
     def shown(self) -> dict[str, Any]:
         """The claim as `netcomp ipam show` lists it."""
-        return {"address": self.address, "node": self.node, "containerID": self.container_id,
-                "interface": self.ifname, "pod": self.pod or None}  # fmt: skip
+        doc = {"address": self.address, "node": self.node, "containerID": self.container_id,
+               "interface": self.ifname, "pod": self.pod or None}  # fmt: skip
+        if self.container_id.startswith(CLAIM_HOLDER):  # an IPAMClaim's entry: its namespace/name where known
+            doc["ipamClaim"] = self.ipam_claim.rpartition("/")[0] or self.container_id
+        return doc
 
     def holder(self) -> str:
-        """Who holds it, for a person: pod (or container) and node."""
+        """Who holds it, for a person: pod (or container, or IPAMClaim) and node."""
+        if self.container_id.startswith(CLAIM_HOLDER):
+            ns, _, rest = self.ipam_claim.partition("/")
+            claim = f"{ns}/{rest.partition('/')[0]}" if rest else self.container_id[len(CLAIM_HOLDER) :]
+            return f"IPAMClaim {claim} (its block's entry on node {self.node})"
         who = f"pod {self.pod}" if self.pod else f"container {self.container_id}"
         return f"{who} on node {self.node}"
 

@@ -385,6 +385,9 @@ CUSTOM: dict[str, Route] = {
     "get_namespaced_custom_object": ("GET", NS_ONE, (*NS_GVP, "name"), ""),
     "create_namespaced_custom_object": ("POST", CO + "/namespaces/{namespace}/{plural}", (*NS_GVP, "body"), ""),
     "replace_namespaced_custom_object": ("PUT", NS_ONE, (*NS_GVP, "name", "body"), ""),
+    "patch_namespaced_custom_object": ("PATCH", NS_ONE, (*NS_GVP, "name", "body"), MERGE),
+    "patch_namespaced_custom_object_status": ("PATCH", NS_ONE + "/status", (*NS_GVP, "name", "body"), MERGE),
+    "list_custom_object_for_all_namespaces": ("GET", CO + "/{plural}", GVP, ""),
     "delete_namespaced_custom_object": ("DELETE", NS_ONE, (*NS_GVP, "name", "body"), ""),
     "get_api_resources": ("GET", CO, ("group", "version"), ""),
 }

@@ -15,20 +15,24 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import loads_foreign
 from netcomp.errors import DelegateError
-from netcomp.names import device_id_problem, is_dns_label
+from netcomp.names import device_id_problem, is_dns_label, is_dns_subdomain
 from netcomp.pods.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 
 POD_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 DANM_INTERFACES = ("danm.k8s.io/interfaces", "danm.io/interfaces")  # DANM's, before and after its 4.3 rename
-ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES)  # what the daemon keeps of a pod
+# netcomp's own: "true" makes netcomp create (and use) an IPAMClaim per interface of the pod on a cluster pool,
+# named <pod>.<interface> and owned by the pod's controller (a StatefulSet's pod made again keeps its address).
+IPAM_CLAIMS = "netcomp.io/ipam-claims"
+ANNOTATIONS = (POD_NETWORKS, DEFAULT_NETWORK, *DANM_INTERFACES, IPAM_CLAIMS)  # what the daemon keeps of a pod
 DANM_NAMESPACED = ("DanmNet", "TenantNetwork")
 
 # The selection element's keys: those every pod may use (interfaceRequest: Multus's name for `interface` before
 # 3.2, still read by it), and the fields a node may bar (kubernetes.podFields).
 _ALWAYS = ("name", "namespace", "interface", "interfaceRequest")
-_FIELDS = ("ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid")
+_FIELDS = ("ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth", "deviceID", "infiniband-guid",
+           "ipam-claim-reference")  # fmt: skip
 KNOWN_KEYS = (*_ALWAYS, *_FIELDS)
 _BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
@@ -63,6 +67,8 @@ class Ask:
     kind: str | None = None
     families: frozenset[int] | None = None
     proutes: tuple[tuple[IPNetwork, IPAddress], ...] = ()
+    ipam_claim: str | None = None  # multi-network spec v1.3: the IPAMClaim (of the pod's namespace) holding its address
+    own_claim: bool = False  # the claim is netcomp's to create when missing (the IPAM_CLAIMS annotation)
 
     @property
     def ref(self) -> str:
@@ -213,6 +219,8 @@ def _element(item: Any, i: int, head: str, default_ns: str, fields: frozenset[st
         changes["ifname"] = _ifname(ifname, ask)
     if "ips" in item:
         changes["ips"], changes["prefixed"] = _ips(item["ips"], ask)
+    if item.get("ipam-claim-reference") is not None:
+        changes["ipam_claim"] = _claim_ref(item["ipam-claim-reference"], ask, "ips" in item)
     if item.get("mac") is not None:
         changes["mac"] = _mac(item["mac"], ask)
     if "default-route" in item:
@@ -255,6 +263,18 @@ def _ips(value: Any, ask: Ask) -> tuple[tuple[IPInterface, ...], tuple[bool, ...
     if len({a.version for a in out}) != len(out):
         raise ask.error("ips: at most one address of each family (IPv4, IPv6) per network")
     return tuple(out), tuple(prefixed)
+
+
+def _claim_ref(value: Any, ask: Ask, with_ips: bool) -> str:
+    """The IPAMClaim an element names: an object's name (DNS-1123 subdomain), never beside static `ips`."""
+    if with_ips:
+        raise ask.error(
+            "ips and ipam-claim-reference together: the addresses come from one or the other",
+            "leave out ips (the claim holds the address) or ipam-claim-reference",
+        )
+    if not isinstance(value, str) or not is_dns_subdomain(value):
+        raise ask.error(f"ipam-claim-reference {shown(value)} is not an IPAMClaim's name (a DNS-1123 subdomain)")
+    return value
 
 
 def _mac(value: Any, ask: Ask) -> str:

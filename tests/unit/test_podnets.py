@@ -82,7 +82,7 @@ def test_every_field_of_a_selection_element() -> None:
     ("item", "why"),
     [
         ({"name": "s", "ipz": ["10.0.0.1"]}, "'ipz': not something netcomp can do"),
-        ({"name": "s", "ipam-claim-reference": "x"}, "'ipam-claim-reference': not something netcomp can do"),
+        ({"name": "s", "ipam-claim-reference": "Bad"}, "ipam-claim-reference 'Bad' is not an IPAMClaim's name"),
         ({"name": "Storage"}, "name must be the network's name, a DNS-1123 label"),
         ({"name": "s", "namespace": "a/b"}, "namespace 'a/b' is not a namespace's name"),
         ({"name": "s", "interface": "eth/1"}, "interface: invalid interface name 'eth/1'"),

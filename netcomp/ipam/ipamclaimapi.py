@@ -1,0 +1,207 @@
+"""IPAMClaim objects (k8s.cni.cncf.io/v1alpha1, namespaced; the multi-network spec v1.3's `ipam-claim-reference`)
+on the API server: one read by name, its status written (ips in CIDR form, the IPsAllocated condition, ownerPod),
+netcomp's finalizer and its node's label put on and taken off, the claims labelled with one node listed, and the
+pods a claim's owner check reads. Everything read is checked before it is used (parse): whoever can write a claim
+can write anything in it. Loaded only with a cluster."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from netcomp.kube.apiclient import Handle
+from netcomp.kube.apierrors import ApiException, one_line
+from netcomp.kube.group import NODE, node_label
+from netcomp.names import is_dns_label, is_dns_subdomain
+
+GROUP, VERSION, PLURAL = "k8s.cni.cncf.io", "v1alpha1", "ipamclaims"
+FINALIZER = "netcomp.io/address"  # the claim's address is in a block: freed by netcomp before the claim goes
+CONDITION = "IPsAllocated"
+MAX_IPS = 2  # one address of each family
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+
+class Away(Exception):
+    """The API server could not be reached or did not answer as it should: nothing was read or written."""
+
+
+class Missing(Exception):
+    """No such object (404)."""
+
+
+class Changed(Exception):
+    """The object changed since it was read (409 on a write made on its resourceVersion)."""
+
+
+@dataclass(frozen=True)
+class ClaimObject:
+    """An IPAMClaim as read, checked: its identity, spec and status, and what netcomp put on it."""
+
+    namespace: str
+    name: str
+    uid: str
+    rv: str
+    network: str
+    interface: str
+    ips: tuple[IPInterface, ...]
+    owner_pod: str  # status.ownerPod.name ("": none)
+    deleting: bool
+    finalizers: tuple[str, ...]
+    node: str  # the value of netcomp's node label ("": none)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        """namespace/name/uid, as a Claim's ipam_claim holds it."""
+        return f"{self.namespace}/{self.name}/{self.uid}"
+
+
+def parse(obj: Any) -> ClaimObject:
+    """The claim an object is; ValueError naming what is wrong (of a claim someone wrote by hand, say)."""
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    meta, spec, status = (_part(obj, k) for k in ("metadata", "spec", "status"))
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not (is_dns_label(ns) and is_dns_subdomain(name) and isinstance(uid, str) and uid):
+        raise ValueError("its metadata has no namespace, name and uid")
+    network, interface = spec.get("network"), spec.get("interface")
+    if not isinstance(network, str) or not network or len(network) > 253:
+        raise ValueError("spec.network is not a network's name")
+    if not isinstance(interface, str) or not interface or len(interface) > 15:
+        raise ValueError("spec.interface is not an interface's name")
+    ips = status.get("ips") or []
+    if not isinstance(ips, list) or len(ips) > MAX_IPS:
+        raise ValueError(f"status.ips is not a list of at most {MAX_IPS} addresses")
+    got = []
+    for text in ips:
+        try:
+            got.append(ipaddress.ip_interface(text if isinstance(text, str) and len(text) <= 64 else ""))
+        except ValueError:
+            raise ValueError(f"status.ips has {str(text)[:64]!r}, not an address in CIDR form") from None
+    if len({a.version for a in got}) != len(got):
+        raise ValueError("status.ips has two addresses of one family")
+    owner = status.get("ownerPod")
+    owner_name = owner.get("name") if isinstance(owner, dict) else ""
+    fins = meta.get("finalizers") or []
+    labels = _part(meta, "labels")
+    return ClaimObject(
+        ns, name, uid, str(meta.get("resourceVersion", "")), network, interface, tuple(got),
+        owner_name if isinstance(owner_name, str) and is_dns_subdomain(owner_name) else "",
+        bool(meta.get("deletionTimestamp")), tuple(f for f in fins if isinstance(f, str)) if isinstance(fins, list)
+        else (), str(labels.get(NODE, "")),
+    )  # fmt: skip
+
+
+def _part(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    got = obj.get(key)
+    return got if isinstance(got, dict) else {}
+
+
+def condition(ok: bool, message: str) -> dict[str, Any]:
+    """The claim's IPsAllocated condition, as metav1.Condition has it."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": CONDITION, "status": "True" if ok else "False", "lastTransitionTime": now,
+            "reason": "SuccessfulAllocation" if ok else "AllocationFailed", "message": message[:1024]}  # fmt: skip
+
+
+class ClaimApi:
+    """The calls on IPAMClaims and on the pods their owner check reads."""
+
+    def __init__(self, api: Handle, node: str) -> None:
+        self.custom: Any = api.custom
+        self.core: Any = api.core
+        self.timeout = api.timeout
+        self.node = node
+
+    def _call(self, facade: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(facade, method)(*args, _request_timeout=self.timeout, **kwargs)
+        except ApiException as e:
+            if e.status == 404:
+                raise Missing(one_line(e)) from None
+            if e.status == 409:
+                raise Changed(one_line(e)) from None
+            raise Away(one_line(e)) from None
+        except Exception as e:
+            raise Away(one_line(e)) from None
+
+    def get(self, namespace: str, name: str) -> ClaimObject:
+        """Missing; Away; ValueError for an object that is no claim netcomp can use."""
+        return parse(self._call(self.custom, "get_namespaced_custom_object", GROUP, VERSION, namespace, PLURAL, name))
+
+    def create(self, namespace: str, name: str, network: str, interface: str, owner: dict[str, Any]) -> ClaimObject:
+        """A claim netcomp makes for a pod, owned by `owner` (an ownerReference). Changed when it exists; Away."""
+        meta = {"name": name, "ownerReferences": [owner]}
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": meta,
+                "spec": {"network": network, "interface": interface}}  # fmt: skip
+        return parse(self._call(self.custom, "create_namespaced_custom_object", GROUP, VERSION, namespace, PLURAL,
+                                body))  # fmt: skip
+
+    def mark(self, c: ClaimObject, node: str | None) -> ClaimObject:
+        """netcomp's finalizer and `node`'s label put on the claim, on its version only (Changed); node None: both
+        taken off. Missing; Away."""
+        fins = [f for f in c.finalizers if f != FINALIZER] + ([FINALIZER] if node is not None else [])
+        meta = {"resourceVersion": c.rv, "finalizers": fins, "labels": {NODE: node_label(node) if node else None}}
+        body = {"metadata": meta}
+        return parse(self._call(self.custom, "patch_namespaced_custom_object", GROUP, VERSION, c.namespace, PLURAL,
+                                c.name, body))  # fmt: skip
+
+    def write_status(self, c: ClaimObject, ips: list[str], owner_pod: str) -> ClaimObject:
+        """status.ips, the IPsAllocated condition and ownerPod. Missing; Away."""
+        status = {"ips": ips, "ownerPod": {"name": owner_pod}, "conditions": [condition(True, "netcomp: " +
+                  ", ".join(ips))]}  # fmt: skip
+        body = {"metadata": {"uid": c.uid}, "status": status}
+        return parse(self._call(self.custom, "patch_namespaced_custom_object_status", GROUP, VERSION, c.namespace,
+                                PLURAL, c.name, body))  # fmt: skip
+
+    def labelled(self) -> list[ClaimObject]:
+        """The claims labelled with this node (those whose addresses it keeps), in every namespace. Away."""
+        doc = self._call(self.custom, "list_custom_object_for_all_namespaces", GROUP, VERSION, PLURAL,
+                         label_selector=f"{NODE}={node_label(self.node)}")  # fmt: skip
+        out = []
+        for item in (doc or {}).get("items") or []:
+            try:
+                out.append(parse(item))
+            except ValueError:
+                continue  # not one netcomp can use: nothing of it is kept
+        return out
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A pod's object (None: there is none). Away."""
+        try:
+            got = self._call(self.core, "read_namespaced_pod", name, namespace)
+        except Missing:
+            return None
+        return got if isinstance(got, dict) else None
+
+
+def controller_uid(pod: dict[str, Any]) -> str:
+    """The uid of the pod's controller (its ownerReference with controller: true; "": none)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for r in refs if isinstance(refs, list) else []:
+        if isinstance(r, dict) and r.get("controller") is True and isinstance(r.get("uid"), str):
+            return str(r["uid"])
+    return ""
+
+
+def controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """An ownerReference to the pod's controller, for an object that goes with it (not blocking its deletion)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for r in refs if isinstance(refs, list) else []:
+        if (
+            isinstance(r, dict)
+            and r.get("controller") is True
+            and all(isinstance(r.get(k), str) for k in ("apiVersion", "kind", "name", "uid"))
+        ):
+            return {k: r[k] for k in ("apiVersion", "kind", "name", "uid")} | {"blockOwnerDeletion": False}
+    return None
+
+
+def running(pod: dict[str, Any]) -> bool:
+    """The pod is alive: not finished (phase Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")

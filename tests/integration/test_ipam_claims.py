@@ -1,0 +1,425 @@
+"""IPAMClaims (multi-network spec v1.3) against a real kube-apiserver and etcd, three node daemons each serving its
+own lab netns with the real plugins, the tests playing the runtime: the VM-restart shape (a pod deleted, made again
+on another node: the same address, read inside its namespace), the migration shape (two pods of one controller on
+two nodes both get it, a pod of another controller is refused naming the holder, no DEL frees it), and the
+refusals a real claim earns (another network's or interface's, one not there, the API server away for a claim
+the node never saw)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcomp.ipam.ipamclaimapi import FINALIZER, GROUP, PLURAL, VERSION
+from netcomp.kube.group import NODE
+from tests.lab.addrs import BLOCKS
+from tests.lab.checkout import ROOT
+from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
+from tests.lab.daemonlab import DaemonLab
+from tests.lab.kubeapi import ApiServer
+from tests.lab.labpods import NETWORKS, cni_args, explain
+from tests.lab.poll import until
+
+pytestmark = pytest.mark.root
+CLAIMS = (GROUP, VERSION, "team-a", PLURAL)
+
+
+@pytest.fixture(scope="module")
+def claim_crd(admin: Any) -> None:
+    """The packaged IPAMClaim CRD, served."""
+    from kubernetes import client, utils
+
+    utils.create_from_yaml(admin, str(ROOT / "packaging" / "kubernetes" / "ipamclaims-crd.yaml"))
+    ext = client.ApiextensionsV1Api(admin)
+
+    def served() -> bool:
+        conds = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}").status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    until(served, "the IPAMClaim CRD served", 30)
+
+
+@contextlib.contextmanager
+def ipam_claim(custom: Any, name: str, net: str, interface: str = "net1") -> Iterator[dict[str, Any]]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": {"name": name},
+            "spec": {"network": net, "interface": interface}}  # fmt: skip
+    made = custom.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, body)
+    try:
+        yield made
+    finally:
+        with contextlib.suppress(Exception):
+            custom.patch_namespaced_custom_object(*CLAIMS, name, {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, name)
+
+
+def read_claim(custom: Any, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = custom.get_namespaced_custom_object(*CLAIMS, name)
+    return got
+
+
+@contextlib.contextmanager
+def launcher(
+    core: Any, name: str, node: str, claim: str, net: str, controller: str = "vmi-a"
+) -> Iterator[dict[str, Any]]:
+    """A pod as KubeVirt's virt-launcher is, for these tests: on `node`, owned by `controller` (a uid), asking
+    for `net` on net1 with the claim."""
+    element = f'[{{"name": "{net}", "interface": "net1", "ipam-claim-reference": "{claim}"}}]'
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm-a", "uid": controller,
+             "controller": True}  # fmt: skip
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {NETWORKS: element}, "ownerReferences": [owner]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}}  # fmt: skip
+    made = core.create_namespaced_pod("team-a", body)
+    try:
+        yield {"ns": "team-a", "name": name, "uid": made.metadata.uid}
+    finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespaced_pod(name, "team-a", grace_period_seconds=0)
+
+
+def add(dl: DaemonLab, p: dict[str, Any]) -> tuple[str, int, Any]:
+    ctr = dl.lab.container()
+    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr), ready_timeout=30)
+    return ctr, rc, res
+
+
+def delete(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
+    rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr), ready_timeout=30)
+    assert rc == 0, res
+    assert dl.lab.links(ctr) == ["lo"]
+
+
+def gone(core: Any, p: dict[str, Any]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    core.delete_namespaced_pod(p["name"], "team-a", grace_period_seconds=0)
+
+    def absent() -> bool:
+        try:
+            core.read_namespaced_pod(p["name"], "team-a")
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    until(absent, f"pod {p['name']} gone", 30)
+
+
+def block_entry(custom: Any, net: str, address: str) -> dict[str, Any] | None:
+    """The `used` or `lent` entry of the address in the block it lies in, as the cluster records it."""
+    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
+        spec = b["spec"]
+        if spec["network"] == net and ipaddress.ip_address(address) in ipaddress.ip_network(spec["cidr"]):
+            got: dict[str, Any] | None = (spec.get("used") or {}).get(address) or (spec.get("lent") or {}).get(address)
+            return got
+    return None
+
+
+def test_the_vm_restart_and_migration_shapes(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim's first pod on node-a gets an address, written to the claim's status (CIDR form, the condition,
+    ownerPod, netcomp's finalizer and node-a's label) and held in its block by the claim; its DEL frees nothing,
+    and other ADDs on node-a never get it. The pod made again on node-b gets the same address, read inside its
+    namespace; during a migration a second pod of the same controller on node-c gets it too, a pod of another
+    controller is refused naming the holder, and neither DEL frees it."""
+    with (
+        shared_network(custom, network("vmnet", "10.120.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-a", "node-b", "node-c"], "vmnet") as labs,
+        ipam_claim(custom, "vm-a.vmnet", "vmnet") as claim,
+    ):
+        a, b, c = labs
+        with launcher(core, "virt-launcher-vm-a-1", "node-a", "vm-a.vmnet", "vmnet") as p1:
+            ctr1, rc, res = add(a, p1)
+            assert rc == 0, res
+            [addr] = addresses(a, ctr1, "net1")
+            got = read_claim(custom, "vm-a.vmnet")
+            assert got["status"]["ips"] == [f"{addr}/24"]
+            assert got["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-1"}
+            assert [(x["type"], x["status"]) for x in got["status"]["conditions"]] == [("IPsAllocated", "True")]
+            assert FINALIZER in got["metadata"]["finalizers"] and got["metadata"]["labels"][NODE] == "node-a"
+            entry = block_entry(custom, "vmnet", addr)
+            assert entry is not None and entry["containerID"] == f"ipamclaim-{claim['metadata']['uid']}"
+            rc, doc = explain(a, "--pod", "team-a/virt-launcher-vm-a-1")
+            [why] = [n["addresses"]["from"] for n in doc["networks"] if n["network"] == "vmnet"]
+            assert rc == 0 and why.startswith("IPAMClaim team-a/vm-a.vmnet: the address it holds"), doc
+            [shown] = a.daemon.addresses.show(a.daemon.state.networks(), "vmnet")["networks"]
+            assert [(c["address"], c["ipamClaim"]) for c in shown["claims"] if c.get("ipamClaim")] == [
+                (addr, "team-a/vm-a.vmnet")
+            ]
+            delete(a, ctr1, p1)
+            gone(core, p1)
+        others = []
+        for _ in range(4):  # node-a's other containers never get the claim's address
+            ctr = a.lab.container()
+            rc, res = a.shim("ADD", ctr, args="NETCOMP_NETWORKS=vmnet", ready_timeout=30)
+            assert rc == 0 and addresses(a, ctr) != [addr], res
+            others.append(ctr)
+        flushed(labs)
+        assert block_entry(custom, "vmnet", addr) == entry  # the DEL of its pod freed nothing
+
+        with launcher(core, "virt-launcher-vm-a-2", "node-b", "vm-a.vmnet", "vmnet") as p2:
+            ctr2, rc, res = add(b, p2)  # the VM made again, on another node
+            assert rc == 0, res
+            assert addresses(b, ctr2, "net1") == [addr]
+            until(  # written off the ADD's path
+                lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-2"},
+                "ownerPod names the pod made again",
+                30,
+            )
+            with launcher(core, "virt-launcher-vm-a-3", "node-c", "vm-a.vmnet", "vmnet") as p3:
+                ctr3, rc, res = add(c, p3)  # the migration's target, while the source runs
+                assert rc == 0, res
+                assert addresses(c, ctr3, "net1") == [addr]
+                until(
+                    lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-3"},
+                    "ownerPod names the migration's target",
+                    30,
+                )
+                with launcher(core, "intruder", "node-c", "vm-a.vmnet", "vmnet", controller="other") as p4:
+                    ctr4, rc, res = add(c, p4)
+                    assert rc != 0 and res["code"] == 7, res
+                    assert (
+                        "IPAMClaim team-a/vm-a.vmnet is held by running pod team-a/virt-launcher-vm-a-3" in res["msg"]
+                    )
+                    assert c.lab.links(ctr4) == ["lo"]
+                delete(b, ctr2, p2)  # the source goes: the target keeps it
+                flushed(labs)
+                assert block_entry(custom, "vmnet", addr) == entry
+                assert addresses(c, ctr3, "net1") == [addr]
+                delete(c, ctr3, p3)
+        flushed(labs)
+        assert block_entry(custom, "vmnet", addr) == entry  # the claim lives: nobody's DEL frees it
+        for ctr in others:
+            assert a.shim("DEL", ctr, ready_timeout=30)[0] == 0
+
+
+def test_refusals_of_a_real_claim(api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None,
+                                  tmp_path: Path) -> None:  # fmt: skip
+    """A claim of another network, of another interface, and one that does not exist: each refused naming it,
+    nothing attached; with the API server away, a claim the node never saw is refused with 11, nothing taken."""
+    with (
+        shared_network(custom, network("refnet", "10.121.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-r"], "refnet") as labs,
+        ipam_claim(custom, "other-net", "elsewhere"),
+        ipam_claim(custom, "other-if", "refnet", interface="net7"),
+    ):
+        [dl] = labs
+        for claim, why in [
+            ("other-net", "IPAMClaim team-a/other-net is of network 'elsewhere', not of 'refnet'"),
+            ("other-if", "IPAMClaim team-a/other-if is for interface 'net7', not 'net1'"),
+            ("missing", "no IPAMClaim team-a/missing"),
+        ]:
+            with launcher(core, f"pod-{claim}", "node-r", claim, "refnet") as p:
+                ctr, rc, res = add(dl, p)
+                assert rc != 0 and res["code"] == 7 and why in res["msg"], res
+                assert dl.lab.links(ctr) == ["lo"]
+        with launcher(core, "pod-away", "node-r", "never-seen", "refnet") as p:
+            pods = dl.daemon.cluster.pods  # type: ignore[union-attr]
+            until(lambda: pods.has("team-a", "pod-away"), "the pod delivered by the node's watch", 30)
+            api.stop_apiserver()
+            try:
+                ctr, rc, res = add(dl, p)
+            finally:
+                api.start_apiserver()
+            assert rc != 0 and res["code"] == 11, res
+            assert "IPAMClaim team-a/never-seen cannot be read and this node has not seen it" in res["msg"], res
+            assert dl.lab.links(ctr) == ["lo"]
+
+
+def claim_gone(custom: Any, name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        read_claim(custom, name)
+    except ApiException as e:
+        return e.status == 404
+    return False
+
+
+def test_deleting_the_claim_frees_its_address(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim whose pod is gone: deleted, its finalizer taken off by the node that keeps its entry, the address
+    freed. A claim deleted while its pod runs (on another node): the claim goes at once, the address stays the
+    pod's (in its namespace, in the block) until the pod is gone, then is freed."""
+    with (
+        shared_network(custom, network("delnet", "10.122.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-d", "node-e"], "delnet") as labs,
+    ):
+        d, e = labs
+        with ipam_claim(custom, "idle", "delnet"), launcher(core, "idle-1", "node-d", "idle", "delnet") as p:
+            ctr, rc, res = add(d, p)
+            assert rc == 0, res
+            [idle] = addresses(d, ctr, "net1")
+            delete(d, ctr, p)
+            gone(core, p)
+            flushed(labs)
+            assert block_entry(custom, "delnet", idle) is not None
+            custom.delete_namespaced_custom_object(*CLAIMS, "idle")
+            until(lambda: claim_gone(custom, "idle"), "the claim gone (its finalizer taken off)", 60)
+            until(lambda: flushed(labs) or block_entry(custom, "delnet", idle) is None, "the address freed", 60)
+
+        with ipam_claim(custom, "busy", "delnet"), launcher(core, "busy-1", "node-d", "busy", "delnet") as p1:
+            ctr1, rc, res = add(d, p1)  # node-d keeps the claim's entry
+            assert rc == 0, res
+            [busy] = addresses(d, ctr1, "net1")
+            delete(d, ctr1, p1)
+            gone(core, p1)
+            with launcher(core, "busy-2", "node-e", "busy", "delnet") as p2:
+                ctr2, rc, res = add(e, p2)  # made again on node-e: its pod runs there
+                assert rc == 0 and addresses(e, ctr2, "net1") == [busy], res
+                custom.delete_namespaced_custom_object(*CLAIMS, "busy")
+                until(lambda: claim_gone(custom, "busy"), "the claim gone while its pod runs", 60)
+                flushed(labs)
+                assert block_entry(custom, "delnet", busy) is not None  # still the pod's
+                assert addresses(e, ctr2, "net1") == [busy]
+                delete(e, ctr2, p2)
+                gone(core, p2)
+            until(
+                lambda: flushed(labs) or block_entry(custom, "delnet", busy) is None, "freed once its pod is gone", 60
+            )
+
+
+def test_killed_between_the_address_chosen_and_the_status_written(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """The daemon SIGKILLed once a claim's address is recorded as the claim's and before its status is written
+    (crash point after-ipamclaim-recorded): the runtime's ADD, answered by the next daemon, gets that same
+    address, the status says it, and the block holds one entry for the claim (nothing leaked)."""
+    import concurrent.futures
+    import json
+
+    from tests.lab.procdaemon import kube_proc_node
+
+    extra = {"defaultNetwork": None, "ipamGrace": 3}
+    env = {"NETCOMP_CRASH_AT": "after-ipamclaim-recorded"}
+    with (
+        shared_network(custom, network("killnet", "10.123.0.0/24", blockSize=16)),
+        kube_proc_node(api, tmp_path, "node-k", extra=extra, env=env) as node,
+        ipam_claim(custom, "vm-k", "killnet") as claim,
+        launcher(core, "vm-k-1", "node-k", "vm-k", "killnet") as p,
+    ):
+        ctr = node.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr))
+            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+            recorded = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())
+            [kept] = recorded["claims"]
+            [chosen] = [e["address"] for e in kept["entries"]]
+            assert "ips" not in (read_claim(custom, "vm-k").get("status") or {})
+            node.env.pop("NETCOMP_CRASH_AT")
+            node.start(wait=False)
+            rc, res = adding.result(timeout=120)
+        assert rc == 0, (res, node.logs())
+        assert [a.split("/")[0] for a in node.lab.addrs(ctr, "net1")] == [chosen]
+        assert read_claim(custom, "vm-k")["status"]["ips"] == [f"{chosen}/24"]
+        uid = claim["metadata"]["uid"]
+
+        def entries() -> list[str]:
+            out = []
+            for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
+                for addr, doc in (b["spec"].get("used") or {}).items():
+                    if doc.get("containerID") == f"ipamclaim-{uid}":
+                        out.append(addr)
+            return out
+
+        until(lambda: entries() == [chosen], lambda: (entries(), node.logs()), 30)
+        assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+
+
+def test_api_server_away_a_claim_seen_is_served_from_the_record(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A node that has seen a claim serves the next pod naming it with the API server stopped, from what it
+    recorded: the same address in the pod's namespace."""
+    with (
+        shared_network(custom, network("awaynet", "10.124.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-w"], "awaynet") as labs,
+        ipam_claim(custom, "vm-w", "awaynet"),
+    ):
+        [dl] = labs
+        pods = dl.daemon.cluster.pods  # type: ignore[union-attr]
+        with launcher(core, "vm-w-1", "node-w", "vm-w", "awaynet") as p1:
+            ctr1, rc, res = add(dl, p1)
+            assert rc == 0, res
+            [addr] = addresses(dl, ctr1, "net1")
+            delete(dl, ctr1, p1)
+        with launcher(core, "vm-w-2", "node-w", "vm-w", "awaynet") as p2:
+            until(lambda: pods.has("team-a", "vm-w-2"), "the pod delivered by the node's watch", 30)
+            api.stop_apiserver()
+            try:
+                ctr2, rc, res = add(dl, p2)
+            finally:
+                api.start_apiserver()
+            assert rc == 0, res
+            assert addresses(dl, ctr2, "net1") == [addr]
+            delete(dl, ctr2, p2)
+
+
+def test_a_statefulsets_pod_made_again_keeps_its_address(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """netcomp's own spelling (annotation netcomp.io/ipam-claims: "true"): db-0's first ADD creates IPAMClaim
+    db-0.net1, owned by its StatefulSet, and gives it an address; db-0 made again on another node gets the same
+    one (read in its namespace). A pod with no controller is refused: nothing would ever delete its claim."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(admin)
+    sts = apps.create_namespaced_stateful_set("team-a", {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "replicas": 0, "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}},
+    })  # fmt: skip
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": sts.metadata.uid, "controller": True}
+
+    @contextlib.contextmanager
+    def db0(node: str, owners: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        notes = {NETWORKS: '[{"name": "stsnet", "interface": "net1"}]', "netcomp.io/ipam-claims": "true"}
+        meta = {"name": "db-0", "labels": {"app": "db"}, "annotations": notes, "ownerReferences": owners}
+        spec = {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        made = core.create_namespaced_pod("team-a", body)
+        p = {"ns": "team-a", "name": "db-0", "uid": made.metadata.uid}
+        try:
+            yield p
+        finally:
+            gone(core, p)
+
+    try:
+        with (
+            shared_network(custom, network("stsnet", "10.125.0.0/24", blockSize=16)),
+            nodes(tmp_path, api, ["node-s", "node-t"], "stsnet") as (s, t),
+        ):
+            with db0("node-s", []) as p:
+                ctr, rc, res = add(s, p)
+                assert (
+                    rc != 0 and res["code"] == 7 and "pod team-a/db-0 has no controller to own IPAMClaim" in res["msg"]
+                ), res
+                assert s.lab.links(ctr) == ["lo"]
+            with db0("node-s", [owner]) as p:
+                ctr, rc, res = add(s, p)
+                assert rc == 0, res
+                [addr] = addresses(s, ctr, "net1")
+                made = read_claim(custom, "db-0.net1")
+                assert made["spec"] == {"network": "stsnet", "interface": "net1"}
+                assert [(r["kind"], r["name"], r["uid"]) for r in made["metadata"]["ownerReferences"]] == [
+                    ("StatefulSet", "db", sts.metadata.uid)
+                ]
+                assert made["status"]["ips"] == [f"{addr}/24"]
+                delete(s, ctr, p)
+            with db0("node-t", [owner]) as p:
+                ctr, rc, res = add(t, p)
+                assert rc == 0, res
+                assert addresses(t, ctr, "net1") == [addr]
+                delete(t, ctr, p)
+    finally:
+        with contextlib.suppress(Exception):
+            custom.patch_namespaced_custom_object(*CLAIMS, "db-0.net1", {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, "db-0.net1")
+        apps.delete_namespaced_stateful_set("db", "team-a")

@@ -1,0 +1,227 @@
+"""IPAMClaims without an API server: the network selection element's `ipam-claim-reference` read and refused as
+the multi-network spec v1.3 and netcomp's rules say, an IPAMClaim object checked before anything of it is used,
+the refusals of a claim of another network or interface, a claim on a network without a cluster pool, a pod's
+use of a claim's address never settled or given back by it, and the node's record of its claims read back. The
+same with a real API server, three nodes and real plugins: tests/integration/test_ipam_claims.py."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from netcomp.delegate import poolclaims
+from netcomp.errors import DelegateError
+from netcomp.ipam import ipamclaimapi
+from netcomp.ipam.allocator import Allocator
+from netcomp.ipam.allocators import Allocators
+from netcomp.ipam.blockalloc import BlockAllocator
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
+from netcomp.ipam.ipamclaims import IPAMClaims, Kept
+from netcomp.ipam.localstore import LocalStore
+from netcomp.ipam.store import CLAIM_HOLDER, Claim
+from netcomp.pods.multus import Ask, Policy, parse_networks
+from netcomp.pods.naming import PodRef
+from netcomp.records.record import Attachment
+from tests.lab.pools import NoStore, pool
+
+POD = PodRef("team-a", "vm-a")
+
+
+def element(**fields: Any) -> list[Ask]:
+    return parse_networks(json.dumps([{"name": "storage", **fields}]), POD)
+
+
+def refused(**fields: Any) -> DelegateError:
+    with pytest.raises(DelegateError) as e:
+        element(**fields)
+    assert e.value.code == 7
+    return e.value
+
+
+def test_the_element_names_its_claim() -> None:
+    [ask] = element(interface="net1", **{"ipam-claim-reference": "vm-a.storage"})
+    assert ask.ipam_claim == "vm-a.storage" and ask.ifname == "net1"
+    [plain] = element()
+    assert plain.ipam_claim is None
+
+
+def test_static_ips_beside_a_claim_are_refused_naming_both() -> None:
+    e = refused(ips=["10.1.0.5/24"], **{"ipam-claim-reference": "c"})
+    assert "ips and ipam-claim-reference together" in e.msg and "item 0 ('storage')" in e.msg
+
+
+@pytest.mark.parametrize("value", ["", "Big", "a/b", 7, "x" * 254])
+def test_a_reference_that_is_no_objects_name_is_refused(value: Any) -> None:
+    e = refused(**{"ipam-claim-reference": value})
+    assert "is not an IPAMClaim's name" in e.msg
+
+
+def test_a_node_may_bar_the_field() -> None:
+    fields = Policy(fields=frozenset({"ips"})).fields
+    with pytest.raises(DelegateError) as e:
+        parse_networks(json.dumps([{"name": "s", "ipam-claim-reference": "c"}]), POD, fields)
+    assert "'ipam-claim-reference': not allowed on this node" in e.value.msg
+
+
+def claim_object(**status: Any) -> dict[str, Any]:
+    meta = {"namespace": "team-a", "name": "vm-a.storage", "uid": "u-1", "resourceVersion": "7"}
+    return {"metadata": meta, "spec": {"network": "storage", "interface": "net1"}, "status": status}
+
+
+def test_a_claim_object_is_read_checked() -> None:
+    c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24", "fd00::5/64"], ownerPod={"name": "virt-launcher-x"}))
+    assert [str(i) for i in c.ips] == ["10.1.0.5/24", "fd00::5/64"] and c.owner_pod == "virt-launcher-x"
+    assert c.key == "team-a/vm-a.storage/u-1" and not c.deleting and c.node == ""
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"ips": ["10.1.0.5/24", "10.1.0.6/24"]}, "two addresses of one family"),
+        ({"ips": ["nonsense"]}, "not an address in CIDR form"),
+        ({"ips": "10.1.0.5/24"}, "not a list"),
+        ({"ips": ["10.0.0.1/8"] * 3}, "at most 2"),
+    ]
+    for bad, why in cases:
+        with pytest.raises(ValueError, match=why):
+            ipamclaimapi.parse(claim_object(**bad))
+    with pytest.raises(ValueError, match=r"spec\.interface"):
+        ipamclaimapi.parse({**claim_object(), "spec": {"network": "storage", "interface": "x" * 16}})
+
+
+def test_controller_and_running_read_a_pods_object() -> None:
+    pod = {"metadata": {"ownerReferences": [{"uid": "a", "controller": False}, {"uid": "vmi", "controller": True}]},
+           "status": {"phase": "Running"}}  # fmt: skip
+    assert ipamclaimapi.controller_uid(pod) == "vmi" and ipamclaimapi.running(pod)
+    assert ipamclaimapi.controller_uid({"metadata": {"ownerReferences": "x"}}) == ""
+    assert not ipamclaimapi.running({"status": {"phase": "Succeeded"}})
+
+
+def engine(tmp_path: Path) -> IPAMClaims:
+    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    return IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
+
+
+def test_a_claim_of_another_network_or_interface_is_refused_naming_it(tmp_path: Path) -> None:
+    e = engine(tmp_path)
+    c = ipamclaimapi.parse(claim_object())
+    with pytest.raises(DelegateError) as got:
+        e._check(c, "backup", ("backup",), "net1", ("team-a/vm-a", ""))
+    assert got.value.code == 7 and "is of network 'storage', not of 'backup'" in got.value.msg
+    with pytest.raises(DelegateError) as got:
+        e._check(c, "storage", ("storage",), "net2", ("team-a/vm-a", ""))
+    assert "is for interface 'net1', not 'net2'" in got.value.msg
+    e._check(c, "team-a.storage", ("team-a.storage", "storage"), "net1", ("team-a/vm-a", ""))  # the NAD's name
+
+
+def attachment(conflist: dict[str, Any]) -> Attachment:
+    return Attachment("storage", "net1", conflist)
+
+
+def test_a_claim_on_a_network_without_a_cluster_pool_is_refused_clearly(tmp_path: Path) -> None:
+    [ask] = element(interface="net1", **{"ipam-claim-reference": "c"})
+    plain = {"name": "storage", "plugins": [{"type": "macvlan", "ipam": {"type": "host-local"}}]}
+    with pytest.raises(DelegateError) as e:
+        poolclaims.take(None, [attachment(plain)], "ctr", "team-a/vm-a", "u", {"net1": ask})
+    assert e.value.code == 7 and "cannot honour an IPAMClaim: its addresses are not netcomp's" in e.value.msg
+    alloc = Allocators(Allocator(LocalStore(tmp_path / "ipam"), "node-a"), None)  # a node without a cluster
+    conf = {"name": "storage", "netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            "plugins": [{"type": "macvlan", "ipam": {"type": "static"}}]}  # fmt: skip
+    with pytest.raises(DelegateError) as e:
+        poolclaims.take(alloc, [attachment(conf)], "ctr", "team-a/vm-a", "u", {"net1": ask})
+    assert "gives no addresses from blocks of a cluster" in e.value.msg and "item 0 ('storage')" in e.value.msg
+
+
+def test_a_pods_use_of_a_claims_address_is_never_settled_nor_given_back(tmp_path: Path) -> None:
+    """The claim's own entry stays in its block whatever the pod's DEL gives back."""
+    p = pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
+    blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    alloc = Allocators(Allocator(LocalStore(tmp_path / "ipam"), "node-a"), blocks)
+    name = "storage.v4-10.1.0.0-28"
+    own = Claim(name, "storage", "10.1.0.5", "node-a", CLAIM_HOLDER + "u-1", "net1", block=name,
+                ipam_claim="team-a/c/u-1")  # fmt: skip
+    use = Claim(name, "storage", "10.1.0.5", "node-a", "ctr", "net1", "team-a/vm-a", block=name,
+                ipam_claim="team-a/c/u-1")  # fmt: skip
+    assert use.uses_ipam_claim() and not own.uses_ipam_claim()
+    assert "IPAMClaim team-a/c" in own.holder()
+    blocks.held[name] = Held(name, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    blocks.load([own, use])  # as a restart finds them: the claim's entry from its record, the pod's from the cache
+    addr = ipaddress.ip_address("10.1.0.5")
+    assert blocks.entry_of(name, addr) == (True, own)
+    alloc.settle([use])
+    alloc.release([use])
+    assert blocks.entry_of(name, addr) == (True, own)
+    assert blocks.held[name].busy() >> 5 & 1  # never given to anyone else
+    alloc.release([own])  # the claim's own entry goes only when the claim does
+    assert blocks.entry_of(name, addr) == (True, None)
+
+
+def test_the_record_of_claims_is_read_back(tmp_path: Path) -> None:
+    e = engine(tmp_path)
+    own = Claim("b", "storage", "10.1.0.5", "node-a", CLAIM_HOLDER + "u-1", "net1", block="b",
+                ipam_claim="team-a/c/u-1")  # fmt: skip
+    e.keep(Kept("team-a/c/u-1", "storage", "net1", [own], held=True))
+    e.keep(Kept("team-a/d/u-2", "storage", "net1", [own], held=False, status=True))
+    again = engine(tmp_path)
+    assert again.load() == [own]  # only the entries it holds go to its blocks
+    assert {k.ref for k in again.kept.values()} == {"team-a/c", "team-a/d"}
+    (tmp_path / "ipamclaims.json").write_text('{"kind": "other"}')
+    assert engine(tmp_path).load() == []
+
+
+def test_netcomps_own_claims_are_named_after_the_pod_and_interface() -> None:
+    conf = {"name": "storage", "netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            "plugins": [{"type": "macvlan", "ipam": {"type": "static"}}]}  # fmt: skip
+    plain = {"name": "other", "plugins": [{"type": "macvlan", "ipam": {"type": "host-local"}}]}
+    pod = PodRef("team-a", "db-0")
+    atts = [Attachment("storage", "net1", conf), Attachment("other", "net2", plain),
+            Attachment("storage2", "net3", conf), Attachment("storage3", "net4", conf)]  # fmt: skip
+    asks = {"net1": Ask("storage", "team-a", "item 0"), "net2": Ask("other", "team-a", "item 1"),
+            "net3": Ask("storage2", "team-a", "item 2", ipam_claim="mine"),
+            "net4": Ask("storage3", "team-a", "item 3", ips=(ipaddress.ip_interface("10.1.0.9/24"),))}  # fmt: skip
+    got = poolclaims.own_claims(atts, asks, pod)
+    assert (got["net1"].ipam_claim, got["net1"].own_claim) == ("db-0.net1", True)
+    assert got["net2"].ipam_claim is None  # no cluster pool: nothing to claim
+    assert (got["net3"].ipam_claim, got["net3"].own_claim) == ("mine", False)  # the element's own claim wins
+    assert got["net4"].ipam_claim is None  # static addresses asked for: no claim
+    with pytest.raises(DelegateError) as e:
+        poolclaims.own_claims([Attachment("storage", "Net_1", conf)], {"Net_1": asks["net1"]}, pod)
+    assert "'db-0.Net_1' is no IPAMClaim's name" in e.value.msg
+
+
+class OneBlock:
+    """A block store that has one block, read by name (what a node reads of another node's block)."""
+
+    kind = "test"
+
+    def __init__(self, rec: BlockRecord) -> None:
+        self.rec = rec
+
+    def get(self, name: str) -> BlockRecord | None:
+        return self.rec if name == self.rec.name else None
+
+
+def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path: Path) -> None:
+    """Whoever can write a claim's status cannot take a live address with it: the block's record says who holds
+    it, and the ADD is refused naming that pod; an object at the block's name that is not that block is never
+    trusted."""
+    p = pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
+    name = "storage.v4-10.1.0.0-28"
+    rec = BlockRecord(name, "storage", "10.1.0.0/28", "node-b",
+                      used={"10.1.0.5": {"containerID": "ctr-x", "interface": "net1",
+                                         "pod": {"namespace": "team-b", "name": "db-9"}},
+                            "10.1.0.6": {"containerID": CLAIM_HOLDER + "u-1", "interface": "net1"}})  # fmt: skip
+    blocks = BlockAllocator(cast(Any, OneBlock(rec)), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))
+    blocks.serve({"storage": p})
+    e = IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
+    c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24"]))
+    with pytest.raises(DelegateError) as got:
+        e._entry(c, p, ipaddress.ip_address("10.1.0.5"), name)
+    assert got.value.code == 7 and "10.1.0.5, which is held by pod team-b/db-9 on node node-b" in got.value.msg
+    ours = e._entry(c, p, ipaddress.ip_address("10.1.0.6"), name)
+    assert ours is not None and ours.node == "node-b" and ours.container_id == CLAIM_HOLDER + "u-1"
+    rec.network = "other"
+    with pytest.raises(DelegateError) as got:
+        e._entry(c, p, ipaddress.ip_address("10.1.0.6"), name)
+    assert "is not the block of 10.1.0.6" in got.value.msg
