@@ -312,7 +312,8 @@ def test_killed_with_an_ask_written_and_its_answer_not_taken(api: ApiServer, cus
     x_block = {"apiVersion": "netcomp.io/v1", "kind": "AddressBlock",
                "metadata": {"name": block_name("asked", ipaddress.ip_network(x_cidr)),
                             "labels": labels_of("asked", "node-x")},
-               "spec": {"network": "asked", "cidr": x_cidr, "node": "node-x", "nodeInCluster": True, "used": full}}  # fmt: skip
+               "spec": {"network": "asked", "cidr": x_cidr, "node": "node-x", "nodeInCluster": True,
+                        "used": full}}  # fmt: skip
     with shared_network(custom, network("asked", "10.119.0.0/29", blockSize=4)):
         custom.create_cluster_custom_object(*BLOCKS, x_block)
         with nodes(tmp_path, api, ["node-b"], "asked") as [b], proc(api, tmp_path, "mid-ask") as node:
