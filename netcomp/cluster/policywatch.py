@@ -3,7 +3,8 @@ multi-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the
 pod's labels and addresses by network (its network-status), followed as metadata only
 (PartialObjectMetadata: no spec, no status), paginated. The pods and namespaces are followed only while a policy
 exists: a cluster with none pays nothing. Where the CRD is not installed, nothing is enforced and that is said
-once; the API is looked for again every few minutes. Each change that can change a rule tells `on_change`."""
+once; the API is looked for again every few minutes. Each change that can change a rule tells `on_change`, with
+the namespaces whose pods' rules it can change (None: any)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from netcomp.kube.following import Backoff, Follower, pages
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
 from netcomp.policy.mnp import GROUP, PLURAL, VERSIONS, Policy, PolicyError, parse
-from netcomp.policy.resolve import Address, PodInfo
+from netcomp.policy.resolve import Address, PodInfo, touched
 
 log = logging.getLogger("netcomp.kube")
 LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installed
@@ -86,7 +87,7 @@ class PolicyWatch:
     ) -> None:  # fmt: skip
         self.core, self.custom, self.timeout, self.metrics = core, custom, timeout, metrics
         self.explain, self.backoff = explain, backoff
-        self.on_change: Callable[[], object] = lambda: None
+        self.on_change: Callable[[set[str] | None], object] = lambda spaces: None
         self._lock = threading.Lock()
         self._policies: dict[tuple[str, str], Policy] = {}
         self._by_ns: dict[str, list[Policy]] = {}
@@ -184,7 +185,7 @@ class PolicyWatch:
             self._policies = policies
             self._reindex()
         self.known.set()
-        self._changed()
+        self._changed(None)
 
     def put_policy(self, key: tuple[str, str], policy: Policy | None) -> None:
         with self._lock:
@@ -193,7 +194,7 @@ class PolicyWatch:
             else:
                 self._policies[key] = policy
             self._reindex()
-        self._changed()
+        self._changed({key[0]})  # a policy selects pods of its own namespace only
 
     def _reindex(self) -> None:
         by_ns: dict[str, list[Policy]] = {}
@@ -201,25 +202,27 @@ class PolicyWatch:
             by_ns.setdefault(ns, []).append(p)
         self._by_ns = by_ns
 
-    def _changed(self) -> None:
+    def _changed(self, spaces: set[str] | None) -> None:
         if self._policies:
             self._start_others()
-        self.on_change()
+        self.on_change(spaces)
 
     def put_namespaces(self, spaces: dict[str, Mapping[str, str]]) -> None:
         with self._lock:
             self._spaces = spaces
-        self._changed()
+        self._changed(None)
 
     def put_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         with self._lock:
-            if self._spaces.get(name) == labels:
+            before = self._spaces.get(name)
+            if before == labels:
                 return
             if labels is None:
                 self._spaces.pop(name, None)
             else:
                 self._spaces[name] = labels
-        self._changed()
+            spaces = touched(self._policies.values(), name, [before or {}, labels or {}])
+        self._changed(spaces)
 
     def put_pods(self, pods: dict[tuple[str, str], PodInfo]) -> None:
         in_ns: dict[str, dict[str, PodInfo]] = {}
@@ -227,7 +230,7 @@ class PolicyWatch:
             in_ns.setdefault(ns, {})[name] = p
         with self._lock:
             self._pods, self._in_ns = pods, in_ns
-        self._changed()
+        self._changed(None)
 
     def put_pod(self, pod: PodInfo, deleted: bool) -> None:
         key = (pod.namespace, pod.name)
@@ -241,13 +244,18 @@ class PolicyWatch:
             else:
                 self._pods[key] = pod
                 self._in_ns.setdefault(pod.namespace, {})[pod.name] = pod
-        self._changed()
+            spaces = touched(self._policies.values(), pod.namespace, [self._spaces.get(pod.namespace) or {}])
+        self._changed({pod.namespace, *spaces})  # the pod's own rules, and those it is a peer in
 
     # ------------------------------------------------------------------------------------------------ View
 
     def policies(self, namespace: str) -> Iterable[Policy]:
         with self._lock:
             return list(self._by_ns.get(namespace, ()))
+
+    def every_policy(self) -> Iterable[Policy]:
+        with self._lock:
+            return list(self._policies.values())
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         with self._lock:

@@ -1,7 +1,9 @@
 """This module writes a pod's policy as an nftables table in the pod's own network namespace: `document` turns
 PodRules into the libnftables JSON of one transaction that replaces the table whole (or removes it), `apply`
-runs `nft` with it inside the namespace, `read` says what the table holds for `netcomp explain`. It never
-touches the node's own ruleset: nft runs as a child of a thread that is inside the pod's namespace.
+hands it to libnftables (the library the nft tool is made of, which the nftables package brings) on a thread
+inside the namespace, or runs `nft` there where the library cannot be loaded or another nft is named; `read`
+says what the table holds for `netcomp explain`. It never touches the node's own ruleset: the library's netlink
+socket is opened, and nft started, from a thread that is inside the pod's namespace.
 
 The table: base chains `input` and `output` (filter priority, policy accept) send each isolated interface's
 traffic to its own chain (`in_<ifname>`, `out_<ifname>`). There is no forward chain: a policy is about what
@@ -10,8 +12,11 @@ OUTPUT only. ARP is its own family (`arp`), which an inet table never sees: it a
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, collapse_addresses
@@ -24,6 +29,8 @@ from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
 TABLE, FAMILY = "netcomp", "inet"
 NFT = "/usr/sbin/nft"
+LIBRARY = "libnftables.so.1"
+JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -198,11 +205,53 @@ def _comment(iface: InterfaceRules) -> str:
 
 def apply(netns: str | int, rules: PodRules, *, timeout: float = 10.0, nft: str = NFT) -> None:
     """The pod's table as `rules` say, in one transaction, in the network namespace `netns` (a path or an fd):
-    made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long."""
+    made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long (the
+    exec's timeout; the library's transaction is the kernel's, which answers or fails)."""
     stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+    lib = _library() if nft == NFT else None
+    if lib is not None:
+        said = inside(netns, lambda: _run(lib, stdin), "write the policy table")
+        if said is not None:
+            raise HostError(f"nft refused the policy table of {_label(netns)}: {said}")
+        return
     res = _nft(netns, ("-j", "-f", "-"), stdin, timeout, nft, "write the policy table")
     if res.returncode != 0:
         raise HostError(f"nft refused the policy table of {_label(netns)}: {_said(res)}")
+
+
+@functools.cache
+def _library() -> Any:
+    """libnftables with the five calls used declared; None where it cannot be loaded (nft is run instead)."""
+    try:
+        lib = ctypes.CDLL(LIBRARY)
+    except OSError:
+        return None
+    lib.nft_ctx_new.restype, lib.nft_ctx_new.argtypes = ctypes.c_void_p, [ctypes.c_uint32]
+    lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
+    lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+    lib.nft_ctx_buffer_error.argtypes = [ctypes.c_void_p]
+    lib.nft_ctx_get_error_buffer.restype, lib.nft_ctx_get_error_buffer.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    return lib
+
+
+def _run(lib: Any, document: bytes) -> str | None:
+    """One transaction through the library, from the calling thread's namespace (where the context's netlink
+    socket is opened); what it refused with, or None. The context is freed on a thread of its own: closing its
+    socket waits on the kernel for milliseconds after the transaction is in force."""
+    ctx = lib.nft_ctx_new(0)
+    if not ctx:
+        return "libnftables could not make a context"
+    try:
+        lib.nft_ctx_output_set_flags(ctx, JSON_OUTPUT)
+        lib.nft_ctx_buffer_error(ctx)
+        if lib.nft_run_cmd_from_buffer(ctx, document) == 0:
+            return None
+        lines = [ln.strip().removeprefix("internal:0:0-0: ") for ln in
+                 (lib.nft_ctx_get_error_buffer(ctx) or b"").decode(errors="replace").splitlines()]  # fmt: skip
+        return "; ".join([ln[:LINE_CHARS] for ln in lines if ln][:SHOWN_LINES]) or "an error it did not describe"
+    finally:
+        threading.Thread(target=lib.nft_ctx_free, args=(ctx,), name="nft-free", daemon=True).start()
 
 
 def remove(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> None:

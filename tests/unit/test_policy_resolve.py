@@ -37,6 +37,9 @@ class Cluster:
     def pod(self, namespace: str, name: str) -> PodInfo | None:
         return next((p for p in self.pods(namespace) if p.name == name), None)
 
+    def every_policy(self) -> Iterable[Policy]:
+        return list(self.policies_)
+
 
 def policy(spec: dict[str, Any], ns: str = "a", name: str = "p", net: str | None = "storage") -> Policy:
     notes = {POLICY_FOR: net} if net is not None else {}
