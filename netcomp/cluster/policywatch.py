@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from ipaddress import ip_address
@@ -25,6 +26,7 @@ from netcomp.policy.resolve import Address, PodInfo, touched
 
 log = logging.getLogger("netcomp.kube")
 LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installed
+NO_ADDRESSES: Mapping[str, tuple[Address, ...]] = {}  # shared by every pod without a network-status
 
 
 class _Kind(Follower):
@@ -56,7 +58,7 @@ class _Namespaces(_Kind):
 
 class _Pods(_Kind):
     def _relist(self) -> str:  # paginated: 30,000 pods are never one answer in memory
-        found: dict[tuple[str, str], PodInfo] = {}
+        found: dict[str, dict[str, PodInfo]] = {}
         rv = ""
         call = getattr(self.api, self.method)
         listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
@@ -65,7 +67,7 @@ class _Pods(_Kind):
             rv = page_rv
             for item in items:
                 if got := self.owner.read_pod(item):
-                    found[(got.namespace, got.name)] = got
+                    found.setdefault(got.namespace, {})[got.name] = got
         self.owner.put_pods(found)
         self.last_error = None
         self.synced.set()
@@ -92,8 +94,7 @@ class PolicyWatch:
         self._policies: dict[tuple[str, str], Policy] = {}
         self._by_ns: dict[str, list[Policy]] = {}
         self._spaces: dict[str, Mapping[str, str]] = {}
-        self._pods: dict[tuple[str, str], PodInfo] = {}
-        self._in_ns: dict[str, dict[str, PodInfo]] = {}
+        self._in_ns: dict[str, dict[str, PodInfo]] = {}  # the pods by namespace, then name
         self._labelsets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # shared: replicas' are alike
         self._refused: dict[tuple[str, str], str] = {}
         self.version: str | None = None  # the API version followed; None: no CRD (yet)
@@ -178,7 +179,7 @@ class PolicyWatch:
         labels = _labels(meta)
         shared = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
         status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
-        return PodInfo(meta["namespace"], meta["name"], shared, _addresses(status))
+        return PodInfo(sys.intern(meta["namespace"]), meta["name"], shared, _addresses(status) or NO_ADDRESSES)
 
     def put_policies(self, policies: dict[tuple[str, str], Policy]) -> None:
         with self._lock:
@@ -224,25 +225,20 @@ class PolicyWatch:
             spaces = touched(self._policies.values(), name, [before or {}, labels or {}])
         self._changed(spaces)
 
-    def put_pods(self, pods: dict[tuple[str, str], PodInfo]) -> None:
-        in_ns: dict[str, dict[str, PodInfo]] = {}
-        for (ns, name), p in pods.items():
-            in_ns.setdefault(ns, {})[name] = p
+    def put_pods(self, in_ns: dict[str, dict[str, PodInfo]]) -> None:
+        """Every pod, by namespace and name."""
         with self._lock:
-            self._pods, self._in_ns = pods, in_ns
+            self._in_ns = in_ns
         self._changed(None)
 
     def put_pod(self, pod: PodInfo, deleted: bool) -> None:
-        key = (pod.namespace, pod.name)
         with self._lock:
-            before = self._pods.get(key)
+            before = self._in_ns.get(pod.namespace, {}).get(pod.name)
             if deleted:
-                self._pods.pop(key, None)
                 self._in_ns.get(pod.namespace, {}).pop(pod.name, None)
             elif before is not None and before.labels == pod.labels and before.addresses == pod.addresses:
                 return  # nothing a rule is made of
             else:
-                self._pods[key] = pod
                 self._in_ns.setdefault(pod.namespace, {})[pod.name] = pod
             spaces = touched(self._policies.values(), pod.namespace, [self._spaces.get(pod.namespace) or {}])
         self._changed({pod.namespace, *spaces})  # the pod's own rules, and those it is a peer in
@@ -271,7 +267,7 @@ class PolicyWatch:
 
     def pod(self, namespace: str, name: str) -> PodInfo | None:
         with self._lock:
-            return self._pods.get((namespace, name))
+            return self._in_ns.get(namespace, {}).get(name)
 
     def active(self) -> bool:
         """Whether any policy is known (a policy that selects nothing is not one)."""
@@ -279,7 +275,11 @@ class PolicyWatch:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {"policies": len(self._policies), "namespaces": len(self._spaces), "pods": len(self._pods)}
+            return {
+                "policies": len(self._policies),
+                "namespaces": len(self._spaces),
+                "pods": sum(map(len, self._in_ns.values())),
+            }
 
 
 def _meta(obj: Any) -> dict[str, Any] | None:
@@ -321,5 +321,6 @@ def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
                 ips.append(ip_address(text))
             except (TypeError, ValueError):
                 continue
-        out[e["name"]] = out.get(e["name"], ()) + tuple(ips)
+        name = sys.intern(e["name"])  # one copy of a network's name, not one a pod
+        out[name] = out.get(name, ()) + tuple(ips)
     return out

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from ipaddress import ip_address
 from typing import Any
 
@@ -21,7 +21,6 @@ from netcomp.errors import DelegateError, HostError, NetcompError
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import Pods, network_status
 from netcomp.policy import nft
-from netcomp.policy.mnp import Policy
 from netcomp.policy.podrules import PodRules
 from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, View, pod_rules, touched
 from netcomp.records.files import Records
