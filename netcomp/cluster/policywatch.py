@@ -1,10 +1,13 @@
-"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io
-multi-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every
-pod's labels and addresses by network (its network-status), followed as metadata only
-(PartialObjectMetadata: no spec, no status), paginated. The pods and namespaces are followed only while a policy
-exists: a cluster with none pays nothing. Where the CRD is not installed, nothing is enforced and that is said
-once; the API is looked for again every few minutes. Each change that can change a rule tells `on_change`, with
-the namespaces whose pods' rules it can change (None: any)."""
+"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io multi-
+networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every pod's
+labels and addresses by network (its network-status), followed as metadata only (PartialObjectMetadata: no spec, no
+status), paginated. Where the node says which networks it serves (`served`), a pod is kept only with its addresses
+on those networks, and not at all without one: a peer counts through its addresses on the network of a node pod's
+interface, and nothing else of other pods is needed. When the node comes to serve another network (`serve`), the
+pods are listed again. The pods and namespaces are followed only while a policy exists: a cluster with none pays
+nothing. Where the CRD is not installed, nothing is enforced and that is said once; the API is looked for again
+every few minutes. Each change that can change a rule tells `on_change`, with the namespaces whose pods' rules it
+can change (None: any)."""
 
 from __future__ import annotations
 
@@ -57,18 +60,22 @@ class _Namespaces(_Kind):
 
 
 class _Pods(_Kind):
+    listing = threading.Lock()  # the follower's list and one `serve` asks for are not made at once
+
     def _relist(self) -> str:  # paginated: 30,000 pods are never one answer in memory
-        found: dict[str, dict[str, PodInfo]] = {}
-        rv = ""
-        call = getattr(self.api, self.method)
-        listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
-                        _accept=METADATA_LIST)  # fmt: skip
-        for items, page_rv in listing:
-            rv = page_rv
-            for item in items:
-                if got := self.owner.read_pod(item):
-                    found.setdefault(got.namespace, {})[got.name] = got
-        self.owner.put_pods(found)
+        with self.listing:
+            self.owner.begin_list()
+            found: dict[str, dict[str, PodInfo]] = {}
+            rv = ""
+            call = getattr(self.api, self.method)
+            listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
+                            _accept=METADATA_LIST)  # fmt: skip
+            for items, page_rv in listing:
+                rv = page_rv
+                for item in items:
+                    if (got := self.owner.read_pod(item)) and self.owner.keeps(got):
+                        found.setdefault(got.namespace, {})[got.name] = got
+            self.owner.put_pods(found)
         self.last_error = None
         self.synced.set()
         return rv
@@ -76,7 +83,7 @@ class _Pods(_Kind):
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         got = self.owner.read_pod(obj)
         if got is not None:
-            self.owner.put_pod(got, deleted=kind == "DELETED")
+            self.owner.put_pod(got, deleted=kind == "DELETED" or not self.owner.keeps(got))
 
 
 class PolicyWatch:
@@ -90,6 +97,9 @@ class PolicyWatch:
         self.core, self.custom, self.timeout, self.metrics = core, custom, timeout, metrics
         self.explain, self.backoff = explain, backoff
         self.on_change: Callable[[set[str] | None], object] = lambda spaces: None
+        self.served: Callable[[], Iterable[str]] | None = None  # the node's networks as network-status names them
+        self._serving: frozenset[str] | None = None  # the networks whose addresses are kept; None: every one
+        self._asked: frozenset[str] = frozenset()  # the networks the node's pods are on
         self._lock = threading.Lock()
         self._policies: dict[tuple[str, str], Policy] = {}
         self._by_ns: dict[str, list[Policy]] = {}
@@ -179,7 +189,37 @@ class PolicyWatch:
         labels = _labels(meta)
         shared = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
         status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
-        return PodInfo(sys.intern(meta["namespace"]), meta["name"], shared, _addresses(status) or NO_ADDRESSES)
+        addresses = _addresses(status, self._serving)
+        return PodInfo(sys.intern(meta["namespace"]), meta["name"], shared, addresses or NO_ADDRESSES)
+
+    def keeps(self, pod: PodInfo) -> bool:
+        """Whether the pod is kept: it has an address on a network the node serves, or the node does not say."""
+        return self._serving is None or bool(pod.addresses)
+
+    def begin_list(self) -> None:
+        if self.served is not None:
+            self._serving = frozenset(self.served()) | self._asked | (self._serving or frozenset())
+
+    def serve(self, networks: Iterable[str]) -> None:
+        """Keep the addresses on `networks` (network-status names) from now on: the pods are listed again when
+        one is new (a network the node came to serve since the last list). Where the API server is away, that is
+        said, and the list is made again by the follower's next one."""
+        if self.served is None:
+            return
+        self._asked |= frozenset(networks)
+        if self._serving is None or self._serving.issuperset(networks):
+            return  # the first list is still to come, or nothing new
+        more = set(networks) - self._serving
+        self._serving = self._serving | more
+        pods = next((f for f in self.followers if isinstance(f, _Pods)), None)
+        if pods is None:
+            return
+        log.info("cluster: the pods are listed again for their addresses on %s", ", ".join(sorted(more)))
+        try:
+            pods._relist()
+        except Exception as e:  # away: what it cannot list is said, and the follower lists again
+            log.warning("cluster: cannot list the pods for their addresses on %s: %s", ", ".join(sorted(more)),
+                        self.explain(e))  # fmt: skip
 
     def put_policies(self, policies: dict[tuple[str, str], Policy]) -> None:
         with self._lock:
@@ -303,8 +343,9 @@ def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
     )
 
 
-def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
-    """A network-status annotation's addresses by network; what is not one is left out (foreign input)."""
+def _addresses(status: Any, networks: frozenset[str] | None) -> dict[str, tuple[Address, ...]]:
+    """A network-status annotation's addresses by network, on `networks` only (None: every one); what is not an
+    address is left out (foreign input)."""
     if not isinstance(status, str) or len(status) > 1 << 16:
         return {}
     try:
@@ -314,6 +355,8 @@ def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
     out: dict[str, tuple[Address, ...]] = {}
     for e in entries if isinstance(entries, list) else []:
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("ips"), list):
+            continue
+        if networks is not None and e["name"] not in networks:
             continue
         ips = []
         for text in e["ips"][:64]:

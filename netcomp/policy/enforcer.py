@@ -87,6 +87,7 @@ class Enforcer:
             own = dict(self._own)
         try:
             if selectable:
+                self.view.serve({s["name"] for s in status})  # its peers' addresses there are kept
                 self._put((entry.container_id, entry.ifname), entry, ref, info, atts, status, Peers(self.view, own),
                           adding=True)  # fmt: skip
         finally:  # a peer of other pods' from now on: their sync starts once its own table is written
@@ -165,6 +166,7 @@ class Enforcer:
         with self._lock:
             self._own = own
             failed = set(self._failed)
+        self.view.serve({s["name"] for shown in status.values() for s in shown})
         peers, written = Peers(self.view, own), 0
         for e, ref in entries:
             key = (e.container_id, e.ifname)

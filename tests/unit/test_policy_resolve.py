@@ -40,6 +40,9 @@ class Cluster:
     def every_policy(self) -> Iterable[Policy]:
         return list(self.policies_)
 
+    def serve(self, networks: Iterable[str]) -> None:
+        pass
+
 
 def policy(spec: dict[str, Any], ns: str = "a", name: str = "p", net: str | None = "storage") -> Policy:
     notes = {POLICY_FOR: net} if net is not None else {}
