@@ -38,6 +38,10 @@ class _Kind(Follower):
                          timeout=owner.timeout, loads=json.loads, metrics=owner.metrics, **kwargs)  # fmt: skip
         self.owner = owner
 
+    def meanwhile(self) -> str:
+        return (f" (the rules in force in the pods stay as last known; a change to {self.what} made meanwhile is not "
+                "known until it answers)")  # fmt: skip
+
 
 class _Policies(_Kind):
     def listed(self, items: list[Any]) -> None:
