@@ -61,6 +61,10 @@ class Enforcer:
         self._writing: dict[Key, threading.Lock] = {}
         self._dirty = threading.Event()
         self._scope: set[str] | None = None  # the namespaces whose pods the next sync works out; None: every one
+        self._came: set[str] = set()  # the namespaces where a node pod came, changed or went since the last sync
+        self._records: dict[Key, Record] | None = None  # the attached records as the events told; None: read them
+        self._generation = 0  # of what the rules are made of: one more at each change
+        self._peers: tuple[int, Peers] | None = None  # the last sync's, while nothing changed since
         self._failed: set[Key] = set()
         self._said: dict[Key, str] = {}  # the last PolicyNotEnforced said of a record, not said again
         self._unknown_said = False
@@ -82,23 +86,25 @@ class Enforcer:
         selectable = bool(list(self.view.policies(ref.namespace)))  # only its namespace's policies select it
         status = network_status(atts, "")
         info = self._info(ref, status, read=selectable)
+        key = (entry.container_id, entry.ifname)
         with self._lock:
             self._own[(ref.namespace, ref.name)] = info
-            own = dict(self._own)
+            if self._records is not None:
+                self._records[key] = entry
+            last = self._peers if self._peers is not None and self._peers[0] == self._generation else None
+            peers = last[1] if last is not None else Peers(self.view, dict(self._own))
         try:
             if selectable:
                 self.view.serve({s["name"] for s in status})  # its peers' addresses there are kept
-                self._put((entry.container_id, entry.ifname), entry, ref, info, atts, status, Peers(self.view, own),
-                          adding=True)  # fmt: skip
+                self._put(key, entry, ref, info, atts, status, peers, adding=True)
         finally:  # a peer of other pods' from now on: their sync starts once its own table is written
-            self.changed(self._peers_of(ref.namespace))
+            self._came_or_went(entry, ref)
 
     def saved(self, entry: Record) -> None:
         """A record was written or removed (a DEL, an undo, a hot-plug's detach): with nothing left attached its
         table goes; otherwise its rules are worked out again."""
-        ref = _pod_ref(entry)
         if entry.attachments:
-            self.changed(None if ref is None else {ref.namespace, *self._peers_of(ref.namespace)})
+            self._came_or_went(entry, _pod_ref(entry), itself=True)
         else:
             self.detached(entry)
 
@@ -112,13 +118,15 @@ class Enforcer:
             ref = _pod_ref(entry)
             if ref is not None:
                 self._own.pop((ref.namespace, ref.name), None)
+            if self._records is not None:
+                self._records.pop(key, None)
         if had and entry.netns and os.path.exists(entry.netns):
             try:
                 with self._write_lock(key):
                     nft.remove(entry.netns, timeout=self.timeout, nft=self.nft_path)
             except (HostError, DelegateError) as e:
                 log.warning("policy: cannot remove the table of container %s: %s", entry.container_id, e)
-        self.changed(None if ref is None else self._peers_of(ref.namespace))  # its addresses are no one's peers
+        self._came_or_went(None, ref)  # its addresses are no one's peers
 
     # ------------------------------------------------------------------------------------------------ changes
 
@@ -126,15 +134,27 @@ class Enforcer:
         """Something the rules are made of changed (a policy, a namespace's labels, a pod's labels or addresses):
         the rules of the node's pods in `spaces` (None: in every namespace) are worked out again."""
         with self._lock:
+            self._generation += 1
             if spaces is None:
                 self._scope = None
             elif self._scope is not None:
                 self._scope.update(spaces)
         self._dirty.set()
 
-    def _peers_of(self, namespace: str) -> set[str]:
-        """The namespaces whose pods' rules a pod of `namespace` coming, changing or going can change."""
-        return touched(self.view.every_policy(), namespace, [self.view.namespace_labels(namespace) or {}])
+    def _came_or_went(self, entry: Record | None, ref: PodRef | None, *, itself: bool = False) -> None:
+        """A node pod came, changed (`itself`: its own rules too) or went: the pods it can be a peer of are worked
+        out again, by the sync (which works out which they are, off the ADD's path)."""
+        with self._lock:
+            self._generation += 1
+            if entry is not None and self._records is not None:
+                self._records[(entry.container_id, entry.ifname)] = entry
+            if ref is None:
+                self._scope = None
+            else:
+                self._came.add(ref.namespace)
+                if itself and self._scope is not None:
+                    self._scope.add(ref.namespace)
+        self._dirty.set()
 
     def run(self, stop: threading.Event, settle: float = 0.05) -> None:
         """Sync whenever told of a change (changes within `settle` seconds are synced together), and every RETRY
@@ -146,7 +166,10 @@ class Enforcer:
             stop.wait(settle)
             with self._lock:
                 self._dirty.clear()
-                scope, self._scope = self._scope, set()
+                scope, self._scope, came, self._came = self._scope, set(), self._came, set()
+            for ns in came:  # the pods a node pod can be a peer of
+                if scope is not None:
+                    scope |= touched(self.view.every_policy(), ns, [self.view.namespace_labels(ns) or {}])
             self.sync(scope)
 
     def sync(self, spaces: set[str] | None = None) -> int:
@@ -158,7 +181,13 @@ class Enforcer:
                 return 0  # no policy, and no table to take away
             if spaces is not None and not spaces and not self._failed:
                 return 0
-        entries = [(e, ref) for e in self.records.entries() if (ref := _pod_ref(e)) is not None and e.attached]
+        with self._lock:
+            generation, records = self._generation, self._records
+        if spaces is None or records is None:  # read whole: at start, and at each full sync
+            records = {(e.container_id, e.ifname): e for e in self.records.entries()}
+            with self._lock:
+                self._records = records
+        entries = [(e, ref) for e in list(records.values()) if (ref := _pod_ref(e)) is not None and e.attached]
         own, status = {}, {}
         for e, ref in entries:
             status[e.container_id, e.ifname] = network_status(e.attached, "")
@@ -176,6 +205,8 @@ class Enforcer:
                 written += self._put(key, e, ref, own[(ref.namespace, ref.name)], e.attached, status[key], peers)
             except DelegateError as err:
                 log.error("policy: %s", err.msg)
+        with self._lock:
+            self._peers = (generation, peers)  # an ADD until the next change resolves its peers from these
         return written
 
     # ------------------------------------------------------------------------------------------------ one pod

@@ -31,6 +31,8 @@ TABLE, FAMILY = "netcomp", "inet"
 NFT = "/usr/sbin/nft"
 LIBRARY = "libnftables.so.1"
 JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
+ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
+_ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -136,12 +138,9 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
     peers: list[list[dict[str, Any]]] = [[]]  # no address match: any peer
     if allow.peers is not None:
         peers = []
-        v4 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv4Network))
-        v6 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv6Network))
-        for family, kind, merged in (("ip", "ipv4_addr", list(v4)), ("ip6", "ipv6_addr", list(v6))):
-            if merged:
+        for family, kind, elem in zip(("ip", "ip6"), ("ipv4_addr", "ipv6_addr"), _elements(allow.peers), strict=True):
+            if elem:
                 name = f"{chain}_{n}_{family}"
-                elem = [_element(x) for x in merged]
                 yield _add("set", name=name, type=kind, flags=["interval"], elem=elem)
                 peers.append([_is(_pay(family, d.peer), f"@{name}")])
     ports: list[list[dict[str, Any]]] = [[]]  # every port of every protocol
@@ -152,6 +151,20 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
     for match in peers:  # no peers (an empty tuple): no rule, the Allow lets nothing through
         for also in ports:
             yield _rule(chain, *match, *also, _ACCEPT)
+
+
+def _elements(peers: tuple[Net, ...]) -> tuple[list[Any], list[Any]]:
+    """The IPv4 and the IPv6 elements of a set of peers, overlapping prefixes merged (an interval set's elements
+    may not overlap). The same tuple of peers is shared by every pod a rule's policy selects: its elements are
+    worked out once (the tuple is kept with them, so that its id names it while they are kept)."""
+    got = _ELEMENTS.get(id(peers))
+    if got is None or got[0] is not peers:
+        if len(_ELEMENTS) >= ELEMENTS_KEPT:
+            _ELEMENTS.clear()
+        v4 = collapse_addresses(p for p in peers if isinstance(p, IPv4Network))
+        v6 = collapse_addresses(p for p in peers if isinstance(p, IPv6Network))
+        got = _ELEMENTS[id(peers)] = (peers, ([_element(x) for x in v4], [_element(x) for x in v6]))
+    return got[1]
 
 
 def _element(net: Net) -> Any:
