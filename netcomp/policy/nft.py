@@ -12,10 +12,12 @@ OUTPUT only. ARP is its own family (`arp`), which an inet table never sees: it a
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
 import json
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -154,23 +156,37 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
 
 
 def _elements(peers: tuple[Net, ...]) -> tuple[list[Any], list[Any]]:
-    """The IPv4 and the IPv6 elements of a set of peers, overlapping prefixes merged (an interval set's elements
-    may not overlap). The same tuple of peers is shared by every pod a rule's policy selects: its elements are
-    worked out once (the tuple is kept with them, so that its id names it while they are kept)."""
+    """The IPv4 and the IPv6 elements of a set of peers. The same tuple of peers is shared by every pod a rule's
+    policy selects: its elements are worked out once (the tuple is kept with them, so that its id names it while
+    they are kept)."""
     got = _ELEMENTS.get(id(peers))
     if got is None or got[0] is not peers:
         if len(_ELEMENTS) >= ELEMENTS_KEPT:
             _ELEMENTS.clear()
-        v4 = collapse_addresses(p for p in peers if isinstance(p, IPv4Network))
-        v6 = collapse_addresses(p for p in peers if isinstance(p, IPv6Network))
-        got = _ELEMENTS[id(peers)] = (peers, ([_element(x) for x in v4], [_element(x) for x in v6]))
+        v4 = _family([p for p in peers if isinstance(p, IPv4Network)], socket.AF_INET, 32)
+        v6 = _family([p for p in peers if isinstance(p, IPv6Network)], socket.AF_INET6, 128)
+        got = _ELEMENTS[id(peers)] = (peers, (v4, v6))
     return got[1]
 
 
-def _element(net: Net) -> Any:
-    if net.prefixlen == net.max_prefixlen:
-        return str(net.network_address)
-    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+def _family(nets: list[Any], family: int, bits: int) -> list[Any]:
+    """One address family's elements, in address order, none overlapping another (an interval set's may not):
+    the prefixes (ipBlocks, few) merged, and each host address that none of them holds, written as itself."""
+    wide = [(int(n.network_address), n) for n in collapse_addresses(n for n in nets if n.prefixlen < bits)]
+    ends = [(start, start + n.num_addresses - 1) for start, n in wide]
+    starts = [start for start, _ in ends]
+    out: list[tuple[int, Any]] = [
+        (start, {"prefix": {"addr": _text(start, family, bits), "len": n.prefixlen}}) for start, n in wide
+    ]
+    for host in sorted({int(n.network_address) for n in nets if n.prefixlen == bits}):
+        i = bisect.bisect_right(starts, host) - 1
+        if i < 0 or host > ends[i][1]:
+            out.append((host, _text(host, family, bits)))
+    return [element for _, element in sorted(out, key=lambda pair: pair[0])]
+
+
+def _text(address: int, family: int, bits: int) -> str:
+    return socket.inet_ntop(family, address.to_bytes(bits // 8, "big"))
 
 
 def _ports(ports: tuple[Ports, ...]) -> Iterator[tuple[str, Any]]:
