@@ -65,6 +65,7 @@ class Enforcer:
         self._records: dict[Key, Record] | None = None  # the attached records as the events told; None: read them
         self._generation = 0  # of what the rules are made of: one more at each change
         self._peers: tuple[int, Peers] | None = None  # the last sync's, while nothing changed since
+        self._statuses: dict[Key, tuple[tuple[Attachment, ...], list[dict[str, Any]]]] = {}  # while the same
         self._failed: set[Key] = set()
         self._said: dict[Key, str] = {}  # the last PolicyNotEnforced said of a record, not said again
         self._unknown_said = False
@@ -120,6 +121,7 @@ class Enforcer:
                 self._own.pop((ref.namespace, ref.name), None)
             if self._records is not None:
                 self._records.pop(key, None)
+            self._statuses.pop(key, None)
         if had and entry.netns and os.path.exists(entry.netns):
             try:
                 with self._write_lock(key):
@@ -190,7 +192,7 @@ class Enforcer:
         entries = [(e, ref) for e in list(records.values()) if (ref := _pod_ref(e)) is not None and e.attached]
         own, status = {}, {}
         for e, ref in entries:
-            status[e.container_id, e.ifname] = network_status(e.attached, "")
+            status[e.container_id, e.ifname] = self._status(e)
             own[(ref.namespace, ref.name)] = self._info(ref, status[e.container_id, e.ifname], read=True, quiet=True)
         with self._lock:
             self._own = own
@@ -210,6 +212,14 @@ class Enforcer:
         return written
 
     # ------------------------------------------------------------------------------------------------ one pod
+
+    def _status(self, entry: Record) -> list[dict[str, Any]]:
+        """The network-status of a record's attachments, worked out again only when they change."""
+        key, atts = (entry.container_id, entry.ifname), tuple(entry.attached)
+        got = self._statuses.get(key)
+        if got is None or len(got[0]) != len(atts) or any(a is not b for a, b in zip(got[0], atts, strict=True)):
+            got = self._statuses[key] = (atts, network_status(list(atts), ""))
+        return got[1]
 
     def _info(self, ref: PodRef, status: list[dict[str, Any]], *, read: bool, quiet: bool = False) -> PodInfo:
         """The pod with its records' addresses, its labels as the cluster's view has them (the watch that tells
