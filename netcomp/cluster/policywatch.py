@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ipaddress import ip_address
 from typing import Any
 
+from netcomp import libc
 from netcomp.kube.apiclient import METADATA_LIST
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Backoff, Follower, pages
@@ -80,6 +81,7 @@ class _Pods(_Kind):
                     if (got := self.owner.read_pod(item)) and self.owner.keeps(got):
                         found.setdefault(got.namespace, {})[got.name] = got
             self.owner.put_pods(found)
+            libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
         self.last_error = None
         self.synced.set()
         return rv

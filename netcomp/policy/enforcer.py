@@ -82,6 +82,7 @@ class Enforcer:
             self._unknown_said = True
             log.warning("policy: the cluster's policies are not known yet: pods are attached without them meanwhile")
         if not self.active():
+            self._came_or_went(entry, ref)  # among the records the sync of a policy made later reads
             return
         atts = [a for a in entry.attachments if a.state == "attached" or any(a is n for n in new)]
         selectable = bool(list(self.view.policies(ref.namespace)))  # only its namespace's policies select it
@@ -105,7 +106,11 @@ class Enforcer:
         """A record was written or removed (a DEL, an undo, a hot-plug's detach): with nothing left attached its
         table goes; otherwise its rules are worked out again."""
         if entry.attachments:
-            self._came_or_went(entry, _pod_ref(entry), itself=True)
+            with self._lock:
+                ahead = not entry.attached and (self._records is None or (entry.container_id, entry.ifname) not in
+                                                self._records)  # fmt: skip
+            if not ahead:  # an ADD's write-ahead changes no rule: `attached` tells of its interfaces
+                self._came_or_went(entry, _pod_ref(entry), itself=True)
         else:
             self.detached(entry)
 
