@@ -193,10 +193,11 @@ class PolicyWatch:
         if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
             return None
         labels = _labels(meta)
-        shared = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
         status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
         addresses = _addresses(status, self._serving)
-        return PodInfo(sys.intern(meta["namespace"]), meta["name"], shared, addresses or NO_ADDRESSES)
+        if addresses or self._serving is None:  # kept: its labels shared with the pods that have the same
+            labels = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
+        return PodInfo(sys.intern(meta["namespace"]), meta["name"], labels, addresses or NO_ADDRESSES)
 
     def keeps(self, pod: PodInfo) -> bool:
         """Whether the pod is kept: it has an address on a network the node serves, or the node does not say."""
