@@ -192,7 +192,7 @@ class PolicyWatch:
         meta = _meta(obj)
         if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
             return None
-        labels = _labels(meta)
+        labels: Mapping[str, str] = _labels(meta)
         status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
         addresses = _addresses(status, self._serving)
         if addresses or self._serving is None:  # kept: its labels shared with the pods that have the same
