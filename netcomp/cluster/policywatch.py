@@ -1,29 +1,36 @@
-"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io
-multi-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every
-pod's labels and addresses by network (its network-status), followed as metadata only
-(PartialObjectMetadata: no spec, no status), paginated. The pods and namespaces are followed only while a policy
-exists: a cluster with none pays nothing. Where the CRD is not installed, nothing is enforced and that is said
-once; the API is looked for again every few minutes. Each change that can change a rule tells `on_change`."""
+"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io multi-
+networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every pod's
+labels and addresses by network (its network-status), followed as metadata only (PartialObjectMetadata: no spec, no
+status), paginated. Where the node says which networks it serves (`served`), a pod is kept only with its addresses
+on those networks, and not at all without one: a peer counts through its addresses on the network of a node pod's
+interface, and nothing else of other pods is needed. When the node comes to serve another network (`serve`), the
+pods are listed again. The pods and namespaces are followed only while a policy exists: a cluster with none pays
+nothing. Where the CRD is not installed, nothing is enforced and that is said once; the API is looked for again
+every few minutes. Each change that can change a rule tells `on_change`, with the namespaces whose pods' rules it
+can change (None: any)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from ipaddress import ip_address
 from typing import Any
 
+from netcomp import libc
 from netcomp.kube.apiclient import METADATA_LIST
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Backoff, Follower, pages
 from netcomp.metrics import Metrics
 from netcomp.pods import multus
 from netcomp.policy.mnp import GROUP, PLURAL, VERSIONS, Policy, PolicyError, parse
-from netcomp.policy.resolve import Address, PodInfo
+from netcomp.policy.resolve import Address, PodInfo, touched
 
 log = logging.getLogger("netcomp.kube")
 LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installed
+NO_ADDRESSES: Mapping[str, tuple[Address, ...]] = {}  # shared by every pod without a network-status
 
 
 class _Kind(Follower):
@@ -31,6 +38,10 @@ class _Kind(Follower):
         super().__init__(what, api, method, *args, explain=owner.explain, backoff=owner.backoff(),
                          timeout=owner.timeout, loads=json.loads, metrics=owner.metrics, **kwargs)  # fmt: skip
         self.owner = owner
+
+    def meanwhile(self) -> str:
+        return (f" (the rules in force in the pods stay as last known; a change to {self.what} made meanwhile is not "
+                "known until it answers)")  # fmt: skip
 
 
 class _Policies(_Kind):
@@ -54,18 +65,23 @@ class _Namespaces(_Kind):
 
 
 class _Pods(_Kind):
+    listing = threading.Lock()  # the follower's list and one `serve` asks for are not made at once
+
     def _relist(self) -> str:  # paginated: 30,000 pods are never one answer in memory
-        found: dict[tuple[str, str], PodInfo] = {}
-        rv = ""
-        call = getattr(self.api, self.method)
-        listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
-                        _accept=METADATA_LIST)  # fmt: skip
-        for items, page_rv in listing:
-            rv = page_rv
-            for item in items:
-                if got := self.owner.read_pod(item):
-                    found[(got.namespace, got.name)] = got
-        self.owner.put_pods(found)
+        with self.listing:
+            self.owner.begin_list()
+            found: dict[str, dict[str, PodInfo]] = {}
+            rv = ""
+            call = getattr(self.api, self.method)
+            listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
+                            _accept=METADATA_LIST)  # fmt: skip
+            for items, page_rv in listing:
+                rv = page_rv
+                for item in items:
+                    if (got := self.owner.read_pod(item)) and self.owner.keeps(got):
+                        found.setdefault(got.namespace, {})[got.name] = got
+            self.owner.put_pods(found)
+            libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
         self.last_error = None
         self.synced.set()
         return rv
@@ -73,7 +89,7 @@ class _Pods(_Kind):
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         got = self.owner.read_pod(obj)
         if got is not None:
-            self.owner.put_pod(got, deleted=kind == "DELETED")
+            self.owner.put_pod(got, deleted=kind == "DELETED" or not self.owner.keeps(got))
 
 
 class PolicyWatch:
@@ -86,13 +102,15 @@ class PolicyWatch:
     ) -> None:  # fmt: skip
         self.core, self.custom, self.timeout, self.metrics = core, custom, timeout, metrics
         self.explain, self.backoff = explain, backoff
-        self.on_change: Callable[[], object] = lambda: None
+        self.on_change: Callable[[set[str] | None], object] = lambda spaces: None
+        self.served: Callable[[], Iterable[str]] | None = None  # the node's networks as network-status names them
+        self._serving: frozenset[str] | None = None  # the networks whose addresses are kept; None: every one
+        self._asked: frozenset[str] = frozenset()  # the networks the node's pods are on
         self._lock = threading.Lock()
         self._policies: dict[tuple[str, str], Policy] = {}
         self._by_ns: dict[str, list[Policy]] = {}
         self._spaces: dict[str, Mapping[str, str]] = {}
-        self._pods: dict[tuple[str, str], PodInfo] = {}
-        self._in_ns: dict[str, dict[str, PodInfo]] = {}
+        self._in_ns: dict[str, dict[str, PodInfo]] = {}  # the pods by namespace, then name
         self._labelsets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # shared: replicas' are alike
         self._refused: dict[tuple[str, str], str] = {}
         self.version: str | None = None  # the API version followed; None: no CRD (yet)
@@ -174,17 +192,48 @@ class PolicyWatch:
         meta = _meta(obj)
         if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
             return None
-        labels = _labels(meta)
-        shared = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
+        labels: Mapping[str, str] = _labels(meta)
         status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
-        return PodInfo(meta["namespace"], meta["name"], shared, _addresses(status))
+        addresses = _addresses(status, self._serving)
+        if addresses or self._serving is None:  # kept: its labels shared with the pods that have the same
+            labels = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
+        return PodInfo(sys.intern(meta["namespace"]), meta["name"], labels, addresses or NO_ADDRESSES)
+
+    def keeps(self, pod: PodInfo) -> bool:
+        """Whether the pod is kept: it has an address on a network the node serves, or the node does not say."""
+        return self._serving is None or bool(pod.addresses)
+
+    def begin_list(self) -> None:
+        if self.served is not None:
+            self._serving = frozenset(self.served()) | self._asked | (self._serving or frozenset())
+
+    def serve(self, networks: Iterable[str]) -> None:
+        """Keep the addresses on `networks` (network-status names) from now on: the pods are listed again when
+        one is new (a network the node came to serve since the last list). Where the API server is away, that is
+        said, and the list is made again by the follower's next one."""
+        if self.served is None:
+            return
+        self._asked |= frozenset(networks)
+        if self._serving is None or self._serving.issuperset(networks):
+            return  # the first list is still to come, or nothing new
+        more = set(networks) - self._serving
+        self._serving = self._serving | more
+        pods = next((f for f in self.followers if isinstance(f, _Pods)), None)
+        if pods is None:
+            return
+        log.info("cluster: the pods are listed again for their addresses on %s", ", ".join(sorted(more)))
+        try:
+            pods._relist()
+        except Exception as e:  # away: what it cannot list is said, and the follower lists again
+            log.warning("cluster: cannot list the pods for their addresses on %s: %s", ", ".join(sorted(more)),
+                        self.explain(e))  # fmt: skip
 
     def put_policies(self, policies: dict[tuple[str, str], Policy]) -> None:
         with self._lock:
             self._policies = policies
             self._reindex()
         self.known.set()
-        self._changed()
+        self._changed(None)
 
     def put_policy(self, key: tuple[str, str], policy: Policy | None) -> None:
         with self._lock:
@@ -193,7 +242,7 @@ class PolicyWatch:
             else:
                 self._policies[key] = policy
             self._reindex()
-        self._changed()
+        self._changed({key[0]})  # a policy selects pods of its own namespace only
 
     def _reindex(self) -> None:
         by_ns: dict[str, list[Policy]] = {}
@@ -201,53 +250,55 @@ class PolicyWatch:
             by_ns.setdefault(ns, []).append(p)
         self._by_ns = by_ns
 
-    def _changed(self) -> None:
+    def _changed(self, spaces: set[str] | None) -> None:
         if self._policies:
             self._start_others()
-        self.on_change()
+        self.on_change(spaces)
 
     def put_namespaces(self, spaces: dict[str, Mapping[str, str]]) -> None:
         with self._lock:
             self._spaces = spaces
-        self._changed()
+        self._changed(None)
 
     def put_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         with self._lock:
-            if self._spaces.get(name) == labels:
+            before = self._spaces.get(name)
+            if before == labels:
                 return
             if labels is None:
                 self._spaces.pop(name, None)
             else:
                 self._spaces[name] = labels
-        self._changed()
+            spaces = touched(self._policies.values(), name, [before or {}, labels or {}])
+        self._changed(spaces)
 
-    def put_pods(self, pods: dict[tuple[str, str], PodInfo]) -> None:
-        in_ns: dict[str, dict[str, PodInfo]] = {}
-        for (ns, name), p in pods.items():
-            in_ns.setdefault(ns, {})[name] = p
+    def put_pods(self, in_ns: dict[str, dict[str, PodInfo]]) -> None:
+        """Every pod, by namespace and name."""
         with self._lock:
-            self._pods, self._in_ns = pods, in_ns
-        self._changed()
+            self._in_ns = in_ns
+        self._changed(None)
 
     def put_pod(self, pod: PodInfo, deleted: bool) -> None:
-        key = (pod.namespace, pod.name)
         with self._lock:
-            before = self._pods.get(key)
+            before = self._in_ns.get(pod.namespace, {}).get(pod.name)
             if deleted:
-                self._pods.pop(key, None)
                 self._in_ns.get(pod.namespace, {}).pop(pod.name, None)
             elif before is not None and before.labels == pod.labels and before.addresses == pod.addresses:
                 return  # nothing a rule is made of
             else:
-                self._pods[key] = pod
                 self._in_ns.setdefault(pod.namespace, {})[pod.name] = pod
-        self._changed()
+            spaces = touched(self._policies.values(), pod.namespace, [self._spaces.get(pod.namespace) or {}])
+        self._changed({pod.namespace, *spaces})  # the pod's own rules, and those it is a peer in
 
     # ------------------------------------------------------------------------------------------------ View
 
     def policies(self, namespace: str) -> Iterable[Policy]:
         with self._lock:
             return list(self._by_ns.get(namespace, ()))
+
+    def every_policy(self) -> Iterable[Policy]:
+        with self._lock:
+            return list(self._policies.values())
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         with self._lock:
@@ -263,7 +314,7 @@ class PolicyWatch:
 
     def pod(self, namespace: str, name: str) -> PodInfo | None:
         with self._lock:
-            return self._pods.get((namespace, name))
+            return self._in_ns.get(namespace, {}).get(name)
 
     def active(self) -> bool:
         """Whether any policy is known (a policy that selects nothing is not one)."""
@@ -271,7 +322,11 @@ class PolicyWatch:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {"policies": len(self._policies), "namespaces": len(self._spaces), "pods": len(self._pods)}
+            return {
+                "policies": len(self._policies),
+                "namespaces": len(self._spaces),
+                "pods": sum(map(len, self._in_ns.values())),
+            }
 
 
 def _meta(obj: Any) -> dict[str, Any] | None:
@@ -295,8 +350,9 @@ def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
     )
 
 
-def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
-    """A network-status annotation's addresses by network; what is not one is left out (foreign input)."""
+def _addresses(status: Any, networks: frozenset[str] | None) -> dict[str, tuple[Address, ...]]:
+    """A network-status annotation's addresses by network, on `networks` only (None: every one); what is not an
+    address is left out (foreign input)."""
     if not isinstance(status, str) or len(status) > 1 << 16:
         return {}
     try:
@@ -307,11 +363,14 @@ def _addresses(status: Any) -> dict[str, tuple[Address, ...]]:
     for e in entries if isinstance(entries, list) else []:
         if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("ips"), list):
             continue
+        if networks is not None and e["name"] not in networks:
+            continue
         ips = []
         for text in e["ips"][:64]:
             try:
                 ips.append(ip_address(text))
             except (TypeError, ValueError):
                 continue
-        out[e["name"]] = out.get(e["name"], ()) + tuple(ips)
+        name = sys.intern(e["name"])  # one copy of a network's name, not one a pod
+        out[name] = out.get(name, ()) + tuple(ips)
     return out

@@ -26,6 +26,7 @@ from netcomp.host import netns, ownedlinks, vfpools
 from netcomp.ipam.store import AddressAllocator
 from netcomp.kubelet.podresources import Kubelet
 from netcomp.metrics import Metrics
+from netcomp.pods import naming
 from netcomp.pods.devices import Devices
 from netcomp.policy.enforcer import Enforcer
 from netcomp.records.files import Records
@@ -133,9 +134,11 @@ def check_pools(settings: Settings, devices: Devices) -> None:
         log.error(msg + "until the pool is removed from netcomp.yaml", name, settings.kubelet.checkpoint)
 
 
-def enforcer(cluster: Cluster | None, records: Records, kube: KubeSettings | None) -> Enforcer | None:
+def enforcer(
+    cluster: Cluster | None, records: Records, kube: KubeSettings | None, networks: Callable[[], Mapping[str, Any]]
+) -> Enforcer | None:
     """MultiNetworkPolicy's enforcement, on a node with a cluster (kubernetes.policies); its thread is started
-    with the daemon's others (Daemon.start)."""
+    with the daemon's others (Daemon.start). Of other pods, only their addresses on the node's `networks` are kept."""
     if cluster is None or cluster.policies is None or kube is None:
         return None
     writes = cluster.metrics.policy_writes
@@ -143,6 +146,7 @@ def enforcer(cluster: Cluster | None, records: Records, kube: KubeSettings | Non
                         observe=lambda outcome, seconds: writes.labels(outcome).observe(seconds),
                         active=cluster.policies.active, known=cluster.policies.known.wait)  # fmt: skip
     cluster.policies.on_change = enforcer.changed
+    cluster.policies.served = lambda: {naming.display_name(n, conf) for n, conf in networks().items()}
     return enforcer
 
 
@@ -176,7 +180,7 @@ def delegator(
         owned_links=lambda: ownedlinks.owned(link_netns),
         remove_link=lambda name: ownedlinks.remove(name, link_netns),
         pods=cluster.pods if cluster is not None else None,
-        policies=enforcer(cluster, cache, current().kubernetes),
+        policies=enforcer(cluster, cache, current().kubernetes, networks),
         addresses=addresses,
         devices=devices(current(), lambda: set(current().sriovPools)),
         home_netns=f"/var/run/netns/{link_netns}" if link_netns else "/proc/self/ns/net",

@@ -58,6 +58,18 @@ def cluster(settings: Settings, rbac_file: str | None) -> list[Check]:
             fail("apiserver", found, _reach_fix(e, kube)),
             skip("rbac", "the API server does not answer"),
             skip("node", "the API server does not answer"),
+            *(
+                [
+                    skip(
+                        "policies",
+                        "the API server does not answer: the MultiNetworkPolicy rules in force in the pods "
+                        "stay as last known; a change to a policy, a namespace's or a pod's labels is not known "
+                        "until it answers",
+                    )
+                ]
+                if kube.policies
+                else []
+            ),
         ]
     return [
         ok("apiserver", f"{api.server()} answers (Kubernetes {version}), kubeconfig {kube.kubeconfig}"),

@@ -1,7 +1,9 @@
 """This module writes a pod's policy as an nftables table in the pod's own network namespace: `document` turns
 PodRules into the libnftables JSON of one transaction that replaces the table whole (or removes it), `apply`
-runs `nft` with it inside the namespace, `read` says what the table holds for `netcomp explain`. It never
-touches the node's own ruleset: nft runs as a child of a thread that is inside the pod's namespace.
+hands it to libnftables (the library the nft tool is made of, which the nftables package brings) on a thread
+inside the namespace, or runs `nft` there where the library cannot be loaded or another nft is named; `read`
+says what the table holds for `netcomp explain`. It never touches the node's own ruleset: the library's netlink
+socket is opened, and nft started, from a thread that is inside the pod's namespace.
 
 The table: base chains `input` and `output` (filter priority, policy accept) send each isolated interface's
 traffic to its own chain (`in_<ifname>`, `out_<ifname>`). There is no forward chain: a policy is about what
@@ -10,8 +12,13 @@ OUTPUT only. ARP is its own family (`arp`), which an inet table never sees: it a
 
 from __future__ import annotations
 
+import bisect
+import ctypes
+import functools
 import json
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, collapse_addresses
@@ -24,6 +31,10 @@ from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
 TABLE, FAMILY = "netcomp", "inet"
 NFT = "/usr/sbin/nft"
+LIBRARY = "libnftables.so.1"
+JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
+ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
+_ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -129,12 +140,9 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
     peers: list[list[dict[str, Any]]] = [[]]  # no address match: any peer
     if allow.peers is not None:
         peers = []
-        v4 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv4Network))
-        v6 = collapse_addresses(p for p in allow.peers if isinstance(p, IPv6Network))
-        for family, kind, merged in (("ip", "ipv4_addr", list(v4)), ("ip6", "ipv6_addr", list(v6))):
-            if merged:
+        for family, kind, elem in zip(("ip", "ip6"), ("ipv4_addr", "ipv6_addr"), _elements(allow.peers), strict=True):
+            if elem:
                 name = f"{chain}_{n}_{family}"
-                elem = [_element(x) for x in merged]
                 yield _add("set", name=name, type=kind, flags=["interval"], elem=elem)
                 peers.append([_is(_pay(family, d.peer), f"@{name}")])
     ports: list[list[dict[str, Any]]] = [[]]  # every port of every protocol
@@ -147,10 +155,38 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
             yield _rule(chain, *match, *also, _ACCEPT)
 
 
-def _element(net: Net) -> Any:
-    if net.prefixlen == net.max_prefixlen:
-        return str(net.network_address)
-    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+def _elements(peers: tuple[Net, ...]) -> tuple[list[Any], list[Any]]:
+    """The IPv4 and the IPv6 elements of a set of peers. The same tuple of peers is shared by every pod a rule's
+    policy selects: its elements are worked out once (the tuple is kept with them, so that its id names it while
+    they are kept)."""
+    got = _ELEMENTS.get(id(peers))
+    if got is None or got[0] is not peers:
+        if len(_ELEMENTS) >= ELEMENTS_KEPT:
+            _ELEMENTS.clear()
+        v4 = _family([p for p in peers if isinstance(p, IPv4Network)], socket.AF_INET, 32)
+        v6 = _family([p for p in peers if isinstance(p, IPv6Network)], socket.AF_INET6, 128)
+        got = _ELEMENTS[id(peers)] = (peers, (v4, v6))
+    return got[1]
+
+
+def _family(nets: list[Any], family: int, bits: int) -> list[Any]:
+    """One address family's elements, in address order, none overlapping another (an interval set's may not):
+    the prefixes (ipBlocks, few) merged, and each host address that none of them holds, written as itself."""
+    wide = [(int(n.network_address), n) for n in collapse_addresses(n for n in nets if n.prefixlen < bits)]
+    ends = [(start, start + n.num_addresses - 1) for start, n in wide]
+    starts = [start for start, _ in ends]
+    out: list[tuple[int, Any]] = [
+        (start, {"prefix": {"addr": _text(start, family, bits), "len": n.prefixlen}}) for start, n in wide
+    ]
+    for host in sorted({int(n.network_address) for n in nets if n.prefixlen == bits}):
+        i = bisect.bisect_right(starts, host) - 1
+        if i < 0 or host > ends[i][1]:
+            out.append((host, _text(host, family, bits)))
+    return [element for _, element in sorted(out, key=lambda pair: pair[0])]
+
+
+def _text(address: int, family: int, bits: int) -> str:
+    return socket.inet_ntop(family, address.to_bytes(bits // 8, "big"))
 
 
 def _ports(ports: tuple[Ports, ...]) -> Iterator[tuple[str, Any]]:
@@ -198,11 +234,53 @@ def _comment(iface: InterfaceRules) -> str:
 
 def apply(netns: str | int, rules: PodRules, *, timeout: float = 10.0, nft: str = NFT) -> None:
     """The pod's table as `rules` say, in one transaction, in the network namespace `netns` (a path or an fd):
-    made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long."""
+    made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long (the
+    exec's timeout; the library's transaction is the kernel's, which answers or fails)."""
     stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+    lib = _library() if nft == NFT else None
+    if lib is not None:
+        said = inside(netns, lambda: _run(lib, stdin), "write the policy table")
+        if said is not None:
+            raise HostError(f"nft refused the policy table of {_label(netns)}: {said}")
+        return
     res = _nft(netns, ("-j", "-f", "-"), stdin, timeout, nft, "write the policy table")
     if res.returncode != 0:
         raise HostError(f"nft refused the policy table of {_label(netns)}: {_said(res)}")
+
+
+@functools.cache
+def _library() -> Any:
+    """libnftables with the five calls used declared; None where it cannot be loaded (nft is run instead)."""
+    try:
+        lib = ctypes.CDLL(LIBRARY)
+    except OSError:
+        return None
+    lib.nft_ctx_new.restype, lib.nft_ctx_new.argtypes = ctypes.c_void_p, [ctypes.c_uint32]
+    lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
+    lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+    lib.nft_ctx_buffer_error.argtypes = [ctypes.c_void_p]
+    lib.nft_ctx_get_error_buffer.restype, lib.nft_ctx_get_error_buffer.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    return lib
+
+
+def _run(lib: Any, document: bytes) -> str | None:
+    """One transaction through the library, from the calling thread's namespace (where the context's netlink
+    socket is opened); what it refused with, or None. The context is freed on a thread of its own: closing its
+    socket waits on the kernel for milliseconds after the transaction is in force."""
+    ctx = lib.nft_ctx_new(0)
+    if not ctx:
+        return "libnftables could not make a context"
+    try:
+        lib.nft_ctx_output_set_flags(ctx, JSON_OUTPUT)
+        lib.nft_ctx_buffer_error(ctx)
+        if lib.nft_run_cmd_from_buffer(ctx, document) == 0:
+            return None
+        lines = [ln.strip().removeprefix("internal:0:0-0: ") for ln in
+                 (lib.nft_ctx_get_error_buffer(ctx) or b"").decode(errors="replace").splitlines()]  # fmt: skip
+        return "; ".join([ln[:LINE_CHARS] for ln in lines if ln][:SHOWN_LINES]) or "an error it did not describe"
+    finally:
+        threading.Thread(target=lib.nft_ctx_free, args=(ctx,), name="nft-free", daemon=True).start()
 
 
 def remove(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> None:

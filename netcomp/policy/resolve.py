@@ -3,16 +3,19 @@ interfaces (those of the networks a policy is for), and what each lets through, 
 addresses on that same network and its named ports to numbers. Semantics are Kubernetes' NetworkPolicy's, per
 network: a pod selected for a direction is isolated in it on that network's interfaces only, and what passes is
 the union of what the selecting policies allow. What the cluster holds (policies, namespaces, other pods) comes
-through a View; the answer is a podrules.PodRules, which nft.py writes."""
+through a View, read through Peers, which resolves each rule's peers once and shares the answer among every pod
+the rule's policy selects; the answer is a podrules.PodRules, which nft.py writes. `touched` says which
+namespaces' pods a change of a pod or a namespace's labels can change the rules of."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv6Address, ip_network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Protocol
 
+from netcomp.kube.labels import Selector
 from netcomp.policy.mnp import Peer, Policy, PortRef, Rule
 from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
@@ -54,6 +57,8 @@ class View(Protocol):
     def namespaces(self) -> Iterable[str]: ...
     def pods(self, namespace: str) -> Iterable[PodInfo]: ...
     def pod(self, namespace: str, name: str) -> PodInfo | None: ...
+    def every_policy(self) -> Iterable[Policy]: ...
+    def serve(self, networks: Iterable[str]) -> None: ...
 
 
 @dataclass
@@ -70,8 +75,67 @@ def for_network(policy: Policy, iface: Interface) -> bool:
     )
 
 
-def pod_rules(pod: LocalPod, view: View) -> Outcome:
-    policies = [p for p in view.policies(pod.info.namespace) if p.pods.matches(pod.info.labels)]
+class Peers:
+    """The view as one round of rules reads it: each rule's peers resolved to their addresses on a network once,
+    shared by every pod the rule's policy selects, and the node's own pods (`own`) counted with the addresses
+    their records have (a peer from its ADD on, before its network-status is written) and the view's labels.
+    Made anew for each round: what it answers is what the view held when it was first asked."""
+
+    def __init__(self, view: View, own: Mapping[tuple[str, str], PodInfo] | None = None) -> None:
+        self.view, self.own = view, own or {}
+        self._in_ns: dict[str, list[PodInfo]] = {}
+        self._spaces: dict[int, tuple[Selector, list[str]]] = {}
+        self._picked: dict[tuple[int, str], tuple[tuple[Peer, ...], list[PodInfo]]] = {}  # by id: its object kept
+        self._nets: dict[tuple[int, str], tuple[Rule, tuple[Net, ...]]] = {}
+
+    def pods(self, namespace: str) -> list[PodInfo]:
+        got = self._in_ns.get(namespace)
+        if got is None:
+            got, seen = [], set()
+            for p in self.view.pods(namespace):
+                mine = self.own.get((p.namespace, p.name))
+                seen.add(p.name)
+                got.append(p if mine is None else PodInfo(p.namespace, p.name, p.labels, mine.addresses, mine.ports))
+            got += [p for (ns, name), p in self.own.items() if ns == namespace and name not in seen]
+            self._in_ns[namespace] = got
+        return got
+
+    def spaces(self, selector: Selector) -> list[str]:
+        got = self._spaces.get(id(selector))
+        if got is None:
+            names = [ns for ns in self.view.namespaces() if selector.matches(self.view.namespace_labels(ns) or {})]
+            got = self._spaces[id(selector)] = (selector, names)
+        return got[1]
+
+    def picked(self, policy: Policy, peers: tuple[Peer, ...]) -> list[PodInfo]:
+        """The pods a rule's pod and namespace selectors pick (a podSelector alone: in the policy's namespace)."""
+        key = (id(peers), policy.namespace)
+        got = self._picked.get(key)
+        if got is not None:
+            return got[1]
+        found: dict[tuple[str, str], PodInfo] = {}
+        for peer in peers:
+            if peer.block is not None:
+                continue
+            for ns in [policy.namespace] if peer.namespaces is None else self.spaces(peer.namespaces):
+                for p in self.pods(ns):
+                    if peer.pods is None or peer.pods.matches(p.labels):
+                        found[(p.namespace, p.name)] = p
+        pods = [found[k] for k in sorted(found)]
+        self._picked[key] = (peers, pods)
+        return pods
+
+    def addresses(self, rule: Rule, pods: list[PodInfo], shown: str) -> tuple[Net, ...]:
+        """The addresses of a rule's picked pods on a network, as host prefixes."""
+        got = self._nets.get((id(rule), shown))
+        if got is None:
+            got = self._nets[(id(rule), shown)] = (rule, _addresses(pods, shown))
+        return got[1]
+
+
+def pod_rules(pod: LocalPod, view: View | Peers) -> Outcome:
+    peers = view if isinstance(view, Peers) else Peers(view)
+    policies = [p for p in peers.view.policies(pod.info.namespace) if p.pods.matches(pod.info.labels)]
     out = Outcome(PodRules())
     found = []
     for iface in pod.interfaces:
@@ -89,8 +153,8 @@ def pod_rules(pod: LocalPod, view: View) -> Outcome:
             InterfaceRules(
                 iface.ifname,
                 iface.network,
-                _allows(ingress, pod, iface, view, inbound=True) if isolated_in else None,
-                _allows(egress, pod, iface, view, inbound=False) if isolated_out else None,
+                _allows(ingress, pod, iface, peers, inbound=True) if isolated_in else None,
+                _allows(egress, pod, iface, peers, inbound=False) if isolated_out else None,
                 tuple(p.ref for p in mine),
             )
         )
@@ -98,8 +162,32 @@ def pod_rules(pod: LocalPod, view: View) -> Outcome:
     return out
 
 
+def touched(policies: Iterable[Policy], namespace: str, labelsets: Iterable[Mapping[str, str]]) -> set[str]:
+    """The namespaces of the policies with a peer that can pick a pod in `namespace` while its labels are one
+    of `labelsets` (a podSelector alone picks in the policy's own namespace): whose pods' rules a change of such a
+    pod, or of the namespace's labels from one labelset to another, can change."""
+    sets = list(labelsets)
+    out = set()
+    for p in policies:
+        if p.namespace in out:
+            continue
+        for rule in (*(p.ingress or ()), *(p.egress or ())):
+            if any(
+                peer.block is None
+                and (
+                    p.namespace == namespace
+                    if peer.namespaces is None
+                    else any(peer.namespaces.matches(labels) for labels in sets)
+                )
+                for peer in rule.peers
+            ):
+                out.add(p.namespace)
+                break
+    return out
+
+
 def _allows(
-    rules: list[tuple[Policy, Rule]], pod: LocalPod, iface: Interface, view: View, *, inbound: bool
+    rules: list[tuple[Policy, Rule]], pod: LocalPod, iface: Interface, peers: Peers, *, inbound: bool
 ) -> tuple[Allow, ...]:
     """What a direction's rules let through. Ingress's named ports are the pod's own; egress's are each peer
     pod's (an ipBlock has none, so a named port lets nothing through to it)."""
@@ -111,12 +199,12 @@ def _allows(
             ports = _numbers(rule.ports, own)
             if ports is not None:
                 out.append(Allow(blocks or None, ports))
-        pods = _peer_pods(policy, rule.peers, view)
+        pods = peers.picked(policy, rule.peers)
         if not pods:
             continue
         if inbound or not any(isinstance(r.port, str) for r in rule.ports):
             ports = _numbers(rule.ports, own)
-            if ports is not None and (nets := _addresses(pods, iface)):
+            if ports is not None and (nets := peers.addresses(rule, pods, iface.shown)):
                 out.append(Allow(nets, ports))
             continue
         by_ports: dict[tuple[Ports, ...], list[PodInfo]] = defaultdict(list)  # egress to named ports: each pod's
@@ -124,32 +212,16 @@ def _allows(
             if (ports := _numbers(rule.ports, peer_pod.ports or {})) is not None:
                 by_ports[ports].append(peer_pod)
         for ports, group in sorted(by_ports.items()):
-            if nets := _addresses(group, iface):
+            if nets := _addresses(group, iface.shown):
                 out.append(Allow(nets, ports))
     return tuple(out)
 
 
-def _peer_pods(policy: Policy, peers: tuple[Peer, ...], view: View) -> list[PodInfo]:
-    """The pods the pod and namespace selectors of a rule pick (a podSelector alone: in the policy's namespace)."""
-    found: dict[tuple[str, str], PodInfo] = {}
-    for peer in peers:
-        if peer.block is not None:
-            continue
-        if peer.namespaces is None:
-            spaces: Iterable[str] = [policy.namespace]
-        else:
-            spaces = [ns for ns in view.namespaces() if peer.namespaces.matches(view.namespace_labels(ns) or {})]
-        for ns in spaces:
-            for p in view.pods(ns):
-                if peer.pods is None or peer.pods.matches(p.labels):
-                    found[(p.namespace, p.name)] = p
-    return [found[k] for k in sorted(found)]
-
-
-def _addresses(pods: Iterable[PodInfo], iface: Interface) -> tuple[Net, ...]:
-    """Each pod's addresses on the interface's network, as host prefixes."""
-    nets = {ip_network((int(a), a.max_prefixlen)) for p in pods for a in p.addresses.get(iface.shown, ())}
-    return tuple(sorted(nets, key=lambda n: (n.version, n)))
+def _addresses(pods: Iterable[PodInfo], shown: str) -> tuple[Net, ...]:
+    """Each pod's addresses on the network (as network-status names it), as host prefixes, IPv4 first, each in
+    address order (sorted as numbers: ipaddress's own comparisons are many times slower)."""
+    found = {(a.max_prefixlen, int(a)) for p in pods for a in p.addresses.get(shown, ())}
+    return tuple(IPv4Network((n, 32)) if bits == 32 else IPv6Network((n, 128)) for bits, n in sorted(found))
 
 
 def _numbers(refs: tuple[PortRef, ...], named: NamedPorts | None) -> tuple[Ports, ...] | None:

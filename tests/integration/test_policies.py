@@ -4,8 +4,9 @@ macvlan storage, the cluster's Network pool), and real TCP connects and UDP echo
 showing what passes and what is dropped. Every check of NetworkPolicy's semantics is here per network: deny-all,
 pod and namespace selectors and both, ipBlock less its exceptions, ports by number, by name and by range, egress
 to DNS only, IPv6 and dual stack, a policy for one network leaving another open, label edits both ways, a policy
-deleted; the rules are in force when the ADD answers, survive a restart unduplicated, and a daemon killed between
-a pod's interfaces and its rules never answered success and leaves nothing. The daemon runs with the packaged
+deleted; the rules are in force when the ADD answers, survive a restart unduplicated, stay while the API server is
+away (and a new pod a known policy selects gets them), and a daemon killed between a pod's interfaces and its rules
+never answered success and leaves nothing. The daemon runs with the packaged
 ClusterRole's rights only."""
 
 from __future__ import annotations
@@ -443,3 +444,49 @@ def test_an_add_whose_rules_cannot_be_written_fails_naming_the_policy_and_leaves
                 pass
         finally:
             enforcer.nft_path = real
+
+
+def test_with_the_api_server_away_the_rules_stay_and_a_new_selected_pod_gets_them(
+    api: ApiServer, custom: Any, admin: Any, multus_node: DaemonLab, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kube-apiserver stopped: db's table stays as it was and in force; db2 (its object seen by the node before)
+    ADDed meanwhile gets the policy it knows, with the peers it knows; the log and the daemon's status say that
+    changes made meanwhile are not known; `netcomp doctor` says so too."""
+    from netcomp.doctor.apiserver import cluster
+
+    dl = multus_node
+    fast = annotated("fast")
+    spec = {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}  # fmt: skip
+    assert dl.daemon.cluster is not None and dl.daemon.cluster.policies is not None
+    watch, pods = dl.daemon.cluster.policies, dl.daemon.cluster.pods
+    with (
+        policy(custom, dl, "db-away", spec),
+        pod(admin, dl, "client", labels={"role": "client"}, **fast) as pc,
+        pod(admin, dl, "stranger", **fast) as ps,
+        pod(admin, dl, "db", labels={"app": "db"}, **fast) as pd,
+        pod(admin, dl, "db2", labels={"app": "db"}, **fast) as pd2,
+        sandboxes(dl, pc, ps, pd) as (client, stranger, db),
+    ):
+        until(lambda: pods.has("team-a", "db2"), "the node's pod watch never saw db2")
+        until(lambda: watch.pod("team-a", "client") is not None, "the policy watch never saw the client's address")
+        before = table(db.ns)
+        api.stop_apiserver()
+        db2 = dl.lab.container()
+        try:
+            until(lambda: "cannot follow" in (watch.status_error() or ""), "the daemon's status never said so")
+            until(lambda: "MultiNetworkPolicies made meanwhile is not known" in caplog.text, "the log never said so")
+            checks = {c.name: c for c in cluster(dl.settings, None)}
+            assert "stay as last known" in checks["policies"].found, checks
+            assert table(db.ns) == before
+            assert not connects(stranger, db, addr(dl, db), 6001, DROPPED)
+            assert connects(client, db, addr(dl, db), 6002, PASSES)
+            rc, res = dl.shim("ADD", db2, args=cni_args(pd2, db2))
+            assert rc == 0 and "table inet netcomp" in table(db2), res
+            to_db2 = addr(dl, Pod(db2))
+            assert not connects(stranger, Pod(db2), to_db2, 6003, DROPPED)
+            assert connects(client, Pod(db2), to_db2, 6004, PASSES)
+        finally:
+            api.start_apiserver()
+        rc, res = dl.shim("DEL", db2, args=cni_args(pd2, db2))
+        assert rc == 0 and table(db2) == "", res

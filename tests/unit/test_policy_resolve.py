@@ -13,7 +13,7 @@ import pytest
 
 from netcomp.policy.mnp import POLICY_FOR, Policy, PolicyError, parse
 from netcomp.policy.podrules import Allow, Ports
-from netcomp.policy.resolve import Interface, LocalPod, PodInfo, pod_rules
+from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, pod_rules, touched
 
 
 @dataclass
@@ -36,6 +36,12 @@ class Cluster:
 
     def pod(self, namespace: str, name: str) -> PodInfo | None:
         return next((p for p in self.pods(namespace) if p.name == name), None)
+
+    def every_policy(self) -> Iterable[Policy]:
+        return list(self.policies_)
+
+    def serve(self, networks: Iterable[str]) -> None:
+        pass
 
 
 def policy(spec: dict[str, Any], ns: str = "a", name: str = "p", net: str | None = "storage") -> Policy:
@@ -190,3 +196,33 @@ def test_a_rule_that_cannot_be_read_is_left_out_and_the_pod_stays_isolated() -> 
 def test_a_policy_that_selects_nothing_says_why(spec: dict[str, Any], net: str | None, words: str) -> None:
     with pytest.raises(PolicyError, match=words):
         policy(spec, net=net)
+
+
+def test_which_namespaces_a_change_touches() -> None:
+    """A pod of namespace n (or n's labels) can change the rules of the namespaces whose policies have a peer that
+    can pick in n: a podSelector alone in n's own policies, a namespace selector that matches n's labels (before or
+    after an edit); an ipBlock or a selector that matches neither picks nothing there."""
+    alone = policy({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}, ns="n", name="alone")
+    by_ns = policy({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"t": "x"}}}]}]},
+                   ns="m", name="by-ns")  # fmt: skip
+    block = policy({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}, ns="k")
+    every = [alone, by_ns, block]
+    assert touched(every, "n", [{}]) == {"n"}
+    assert touched(every, "n", [{}, {"t": "x"}]) == {"n", "m"}  # its label edited from none to t=x
+    assert touched(every, "o", [{"t": "x"}]) == {"m"}
+    assert touched(every, "o", [{"t": "y"}]) == set()
+
+
+def test_one_round_resolves_a_rules_peers_once_for_every_pod_it_selects() -> None:
+    """Two pods the same policy selects share the very tuple of peers (Peers resolves the rule once); the node's
+    own pod counts with its records' addresses and the view's labels."""
+    c = Cluster(
+        [policy({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]})],
+        {"a": {}},
+        [peer("a", "c1", {"role": "client"}, "10.0.0.5"), peer("a", "mine", {"role": "client"})],
+    )
+    own = {("a", "mine"): peer("a", "mine", {}, "10.0.0.7")}
+    peers = Peers(c, own)
+    one, two = (pod_rules(LocalPod(p, (STORAGE,)), peers).rules for p in (WEB, peer("a", "db", {"app": "db"})))
+    assert one.interfaces[0].ingress == (Allow(nets("10.0.0.5/32", "10.0.0.7/32")),)
+    assert one.interfaces[0].ingress[0].peers is two.interfaces[0].ingress[0].peers
