@@ -352,21 +352,26 @@ def summary(runs: dict[str, list[Burst]], pods: int) -> dict[str, Any]:
     return out
 
 
+def node_lab(stack: contextlib.ExitStack, api: ApiServer, base: Path, node: str, cluster: str, local: str) -> Any:
+    """A node daemon in a lab of its own under `base`, following `api`, serving the cluster pool `cluster` and
+    host-local's `local` (networks())."""
+    base.mkdir()
+    kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
+    extra = {"kubernetes": kube, "nodeName": node, "defaultNetwork": None, "clusterIntentDir": str(base / "cluster.d")}
+    dl = stack.enter_context(daemon_lab(base, extra=extra))
+    networks(base, dl.lab.master, cluster, local)
+    dl.daemon.reload()
+    return dl
+
+
 def rows_abc(d: str, api: ApiServer, a: argparse.Namespace, caught: Caught) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for count in (1, 3):
         with contextlib.ExitStack() as stack:
             labs = []
             for i in range(count):
-                base = Path(d) / f"n{count}-{i}"
-                base.mkdir()
-                kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
-                extra = {"kubernetes": kube, "nodeName": f"node-{count}-{i}", "defaultNetwork": None,
-                         "clusterIntentDir": str(base / "cluster.d")}  # fmt: skip
-                dl = stack.enter_context(daemon_lab(base, extra=extra))
-                networks(base, dl.lab.master, f"10.{120 + count}.0.0/20", f"10.{130 + count}.{4 * i}.0/22")
-                dl.daemon.reload()
-                labs.append(dl)
+                pools = (f"10.{120 + count}.0.0/20", f"10.{130 + count}.{4 * i}.0/22")
+                labs.append(node_lab(stack, api, Path(d) / f"n{count}-{i}", f"node-{count}-{i}", *pools))
             with ThreadPoolExecutor(count) as pool:  # warm up: every node holds a block
                 list(pool.map(lambda dl: [one_round(dl, net) for net in ("cl", "hl") for _ in range(3)], labs))
             out["a" if count == 1 else "b"] = medians(labs, a.runs)
@@ -412,14 +417,7 @@ def row_e(d: str, api: ApiServer, n: int) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         labs = []
         for i in range(3):
-            base = Path(d) / f"e-{i}"
-            base.mkdir()
-            kube = KubeSettings(kubeconfig=str(api.node_kubeconfig), timeout=10, networks=False)
-            extra = {"kubernetes": kube, "nodeName": f"node-e{i}", "defaultNetwork": None,
-                     "clusterIntentDir": str(base / "cluster.d")}  # fmt: skip
-            dl = stack.enter_context(daemon_lab(base, extra=extra))
-            networks(base, dl.lab.master, "10.140.0.0/19", f"10.150.{4 * i}.0/22")
-            dl.daemon.reload()
+            dl = node_lab(stack, api, Path(d) / f"e-{i}", f"node-e{i}", "10.140.0.0/19", f"10.150.{4 * i}.0/22")
             labs.append(dl)
         first: dict[int, list[str]] = {}
         firsts = []

@@ -119,6 +119,15 @@ def block_entry(custom: Any, net: str, address: str) -> dict[str, Any] | None:
     return None
 
 
+def add_while_away(api: ApiServer, dl: DaemonLab, pod: Any) -> tuple[str, int, Any]:
+    """add(dl, pod) with the API server stopped, started again whatever the ADD did."""
+    api.stop_apiserver()
+    try:
+        return add(dl, pod)
+    finally:
+        api.start_apiserver()
+
+
 def test_the_vm_restart_and_migration_shapes(
     api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
 ) -> None:
@@ -221,11 +230,7 @@ def test_refusals_of_a_real_claim(api: ApiServer, admin: Any, core: Any, custom:
         with launcher(core, "pod-away", "node-r", "never-seen", "refnet") as p:
             pods = dl.daemon.cluster.pods  # type: ignore[union-attr]
             until(lambda: pods.has("team-a", "pod-away"), "the pod delivered by the node's watch", 30)
-            api.stop_apiserver()
-            try:
-                ctr, rc, res = add(dl, p)
-            finally:
-                api.start_apiserver()
+            ctr, rc, res = add_while_away(api, dl, p)
             assert rc != 0 and res["code"] == 11, res
             assert "IPAMClaim team-a/never-seen cannot be read and this node has not seen it" in res["msg"], res
             assert dl.lab.links(ctr) == ["lo"]
@@ -351,11 +356,7 @@ def test_api_server_away_a_claim_seen_is_served_from_the_record(
             delete(dl, ctr1, p1)
         with launcher(core, "vm-w-2", "node-w", "vm-w", "awaynet") as p2:
             until(lambda: pods.has("team-a", "vm-w-2"), "the pod delivered by the node's watch", 30)
-            api.stop_apiserver()
-            try:
-                ctr2, rc, res = add(dl, p2)
-            finally:
-                api.start_apiserver()
+            ctr2, rc, res = add_while_away(api, dl, p2)
             assert rc == 0, res
             assert addresses(dl, ctr2, "net1") == [addr]
             delete(dl, ctr2, p2)
