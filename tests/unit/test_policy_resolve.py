@@ -4,6 +4,7 @@ stand-in for the API server: what the daemon's view holds is tested against the 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
@@ -226,3 +227,12 @@ def test_one_round_resolves_a_rules_peers_once_for_every_pod_it_selects() -> Non
     one, two = (pod_rules(LocalPod(p, (STORAGE,)), peers).rules for p in (WEB, peer("a", "db", {"app": "db"})))
     assert one.interfaces[0].ingress == (Allow(nets("10.0.0.5/32", "10.0.0.7/32")),)
     assert one.interfaces[0].ingress[0].peers is two.interfaces[0].ingress[0].peers
+
+
+def test_a_network_status_nested_too_deep_is_no_address_and_no_error() -> None:
+    """A tenant's network-status of 30,000 `[` (under the 64 KiB bound) made json raise RecursionError, which
+    stopped the node's list of pods for every policy: it is read as no address now, and a good one still is."""
+    from netcomp.cluster.policywatch import _addresses
+
+    assert _addresses("[" * 30000, None) == {}
+    assert _addresses('[{"name": "n", "ips": ["10.0.0.1", "x"]}]', None) == {"n": (ipaddress.ip_address("10.0.0.1"),)}
