@@ -7,7 +7,7 @@ selects are isolated all the same). Which pods and addresses a policy comes to i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from ipaddress import ip_network
+from ipaddress import collapse_addresses, ip_network
 from typing import Any
 
 from netcomp.kube.labels import Selector, from_label_selector
@@ -18,6 +18,7 @@ GROUP, PLURAL = "k8s.cni.cncf.io", "multi-networkpolicies"
 VERSIONS = ("v1beta2", "v1beta1")  # both serve the same objects; the first the server has is followed
 POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 MAX_REFS = 64
+MAX_EXCEPTS = 128  # of an ipBlock: a tenant's list, each one worked against what is left
 MAX_RULES = 256  # of a direction; more are left out and said
 
 
@@ -151,15 +152,19 @@ def _block(obj: Any, j: int) -> tuple[Net, ...]:
     exception outside it (NetworkPolicy refuses those)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("cidr"), str):
         raise ValueError(f"peer {j}: ipBlock has no cidr")
+    raw = obj.get("except") or []
+    if not isinstance(raw, list) or len(raw) > MAX_EXCEPTS:
+        raise ValueError(f"peer {j}: ipBlock's except is not a list of at most {MAX_EXCEPTS} CIDRs")
     try:
         whole = ip_network(obj["cidr"], strict=False)
-        excepts = [ip_network(e, strict=False) for e in obj.get("except") or []]
+        excepts = [ip_network(e, strict=False) for e in raw]
     except (TypeError, ValueError):
         raise ValueError(f"peer {j}: ipBlock {str(obj.get('cidr'))[:60]!r} or an exception is not a CIDR") from None
-    left: list[Net] = [whole]
     for ex in excepts:
         if ex.version != whole.version or not ex.subnet_of(whole) or ex == whole:  # type: ignore[arg-type]
             raise ValueError(f"peer {j}: except {ex} is not strictly inside {whole}")
+    left: list[Net] = [whole]
+    for ex in collapse_addresses(excepts):  # type: ignore[type-var]  # repeated or nested exceptions once: each one cuts something
         left = [part for net in left for part in (net.address_exclude(ex) if ex.subnet_of(net) else [net])]  # type: ignore[arg-type]
         if len(left) > 4096:
             raise ValueError(f"peer {j}: ipBlock less its exceptions is more than 4096 prefixes")
