@@ -83,13 +83,9 @@ def claimed(alloc: AddressAllocator | None, pool: Pool | None, a: Attachment, it
     addresses from blocks of a cluster's pool, or when the claim may not be used."""
     persistent = getattr(alloc, "persistent", None)
     if pool is None or pool.per_address or persistent is None:
-        why = (
-            "its addresses are not netcomp's cluster IPAM's"
-            if pool is None
-            else (
-                "its pool gives no addresses from blocks of a cluster (ipam: {type: cluster} with a cluster configured)"
-            )
-        )
+        why = "its pool gives no addresses from blocks of a cluster (ipam: {type: cluster} with a cluster configured)"
+        if pool is None:
+            why = "its addresses are not netcomp's cluster IPAM's"
         raise item.error(f"ipam-claim-reference {name!r}: network {a.network!r} cannot honour an IPAMClaim: {why}")
     if not pod:
         raise item.error(f"ipam-claim-reference {name!r}: an IPAMClaim is a pod's (the runtime named no pod)")
