@@ -92,8 +92,8 @@ class _Pods(_Kind):
         return rv
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        got = self.owner.read_pod(obj)
-        if got is None and (key := _key(obj)):  # one that cannot be read now is known no more
+        got = self.owner.read_pod(obj) if kind != "DELETED" else None
+        if got is None and (key := _key(obj)):  # gone, or cannot be read now: known no more
             got, kind = PodInfo(*key, {}, NO_ADDRESSES), "DELETED"
         if got is not None:
             self.owner.put_pod(got, deleted=kind == "DELETED" or not self.owner.keeps(got))
@@ -186,10 +186,10 @@ class PolicyWatch:
         try:
             got = parse(obj)
         except PolicyError as e:
-            foreign.ignore(KIND, "/".join(_key(obj) or ("?",)), f"it selects nothing: {e}", _object(obj))
+            _ignore(KIND, "/".join(_key(obj) or ("?",)), f"it selects nothing: {e}", obj)
             return None
         if got.problems:
-            foreign.ignore(KIND, got.ref, "; ".join(got.problems), obj)
+            _ignore(KIND, got.ref, "; ".join(got.problems), obj)
         return got
 
     def read_pod(self, obj: Any) -> PodInfo | None:
@@ -199,7 +199,7 @@ class PolicyWatch:
         labels: Mapping[str, str] = meta.get("labels") or {}
         addresses, why = _addresses((meta.get("annotations") or {}).get(multus.NETWORK_STATUS), self._serving)
         if why:
-            foreign.ignore("Pod", f"{meta['namespace']}/{meta['name']}", why, obj)
+            _ignore("Pod", f"{meta['namespace']}/{meta['name']}", why, obj)
         if addresses or self._serving is None:  # kept: its labels shared with the pods that have the same
             if len(self._labelsets) >= MAX_LABELSETS:  # forgotten all at once: pods made and gone leave theirs
                 self._labelsets.clear()
@@ -341,29 +341,30 @@ def _meta(obj: Any) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _object(obj: Any) -> dict[str, Any] | None:
-    return obj if isinstance(obj, dict) else None
+def _ignore(kind: str, name: str, why: str, obj: Any) -> None:
+    """foreign.ignore, once per object (its uid) and reason: its writer's edits of anything else, and its
+    deletion, say nothing again."""
+    uid = (_meta(obj) or {}).get("uid")
+    foreign.ignore(kind, name, why, obj if isinstance(obj, dict) else None, uid[:64] if isinstance(uid, str) else "")
 
 
 def _read(kind: str, obj: Any) -> dict[str, Any] | None:
-    """A Namespace's or Pod's metadata, when it has a name (and a Pod a namespace) and its labels and annotations
-    are maps of strings; otherwise None, said once (foreign.ignore): a part of one is never taken."""
+    """A Namespace's or Pod's metadata, when it has a name (and a Pod a namespace), its labels are a map of
+    strings and its annotations a map; otherwise None, said once (foreign.ignore): a part of one is never taken."""
     meta = _meta(obj) or {}
     key = (meta.get("namespace") if kind == "Pod" else "", meta.get("name"))
-    if not all(isinstance(k, str) for k in key):
-        why, shown = ("it has no namespace and name" if kind == "Pod" else "it has no name"), "?"
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    named = all(isinstance(k, str) for k in key)
+    if not named:
+        why = "it has no namespace and name" if kind == "Pod" else "it has no name"
+    elif not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        why = "its labels are not a map of strings"
+    elif not isinstance(notes, dict):
+        why = "its annotations are not a map"
     else:
-        parts = ("labels", "annotations")
-        why = next((f"its {p} are not a map of strings" for p in parts if not _strings(meta.get(p) or {})), "")
-        shown = "/".join(k for k in key if k)
-    if why:
-        foreign.ignore(kind, shown, why, _object(obj))
-        return None
-    return meta
-
-
-def _strings(m: Any) -> bool:
-    return isinstance(m, dict) and all(isinstance(v, str) for v in m.values())
+        return meta
+    _ignore(kind, "/".join(k for k in key if k) if named else "?", why, obj)
+    return None
 
 
 def _key(obj: Any) -> tuple[str, str] | None:

@@ -189,7 +189,6 @@ BAD_PODS: list[Any] = [
     pod("labels-list", labels=["app"]),
     pod("label-int", labels={"app": 1}),
     pod("notes-list", notes=["x"]),
-    pod("note-dict", notes={"x": {"y": 1}}),
     {"metadata": ["a", "b"]},
     {"spec": {}},
     "pod",
@@ -228,6 +227,10 @@ def test_a_watched_pod_that_turns_bad_is_known_no_more_and_the_watch_goes_on() -
         assert sorted(p.name for p in w.pods("a")) == ["db", "web"]
         pods.seen("MODIFIED", pod("web", {"app": ["web"]}))
         assert [p.name for p in w.pods("a")] == ["db"] and ignored.by["Pod"] == len(BAD_PODS) - 3 + 1
+        for rv in range(50):  # its writer's edits and its deletion: said once per object and reason
+            pods.seen("MODIFIED", pod("db", ["x"], uid="u-db", resourceVersion=str(rv)))
+        pods.seen("DELETED", pod("db", ["x"], uid="u-db", resourceVersion="51"))
+        assert list(w.pods("a")) == [] and ignored.by["Pod"] == len(BAD_PODS) - 3 + 2
 
 
 def test_namespaces_and_policies_with_bad_objects_keep_every_good_one() -> None:
