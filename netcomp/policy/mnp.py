@@ -129,7 +129,8 @@ class _Made:
 
     def room(self, what: str) -> tuple[int, str]:
         """How many `what` the rule being read may make still, and the limit that says so."""
-        left, in_rule = POLICY_LIMITS[what] - self.made[what], RULE_LIMITS[what] - (what == "prefixes") * self.in_rule
+        left = POLICY_LIMITS[what] - self.made[what]
+        in_rule = RULE_LIMITS[what] - (self.in_rule if what == "prefixes" else 0)
         if left < in_rule:
             return left, f"more than {POLICY_LIMITS[what]} {what} in all of a policy's rules"
         return in_rule, f"more than {RULE_LIMITS[what]} {what} in a rule"
