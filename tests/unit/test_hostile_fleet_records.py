@@ -21,16 +21,10 @@ from netcomp.ipam.blockstate import RECORD_KIND, Held, LocalRecord
 from netcomp.ipam.claimobjects import KubeStore
 from netcomp.ipam.pool import claim_name
 from netcomp.kube.following import Backoff
-from tests.lab.hostile import Ignored, counting, nested
+from tests.lab.hostile import Ignored, nested
 
 NET = ipaddress.ip_network("10.0.0.16/28")
 BAD_NODES = ["", "Node-B", "node-b\nERROR forged line", "../node-b", "node_b", "a" * 254, ["node-b"], None]
-
-
-@pytest.fixture
-def ignored() -> Iterator[Ignored]:
-    with counting() as got:
-        yield got
 
 
 def block(node: Any) -> dict[str, Any]:
