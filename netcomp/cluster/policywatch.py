@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ipaddress import ip_address
 from typing import Any
 
-from netcomp import libc
+from netcomp import foreign, libc
 from netcomp.cni.spec import loads_foreign
 from netcomp.kube.apiclient import METADATA_LIST
 from netcomp.kube.apierrors import ApiException
@@ -32,6 +32,9 @@ from netcomp.policy.resolve import Address, PodInfo, touched
 log = logging.getLogger("netcomp.kube")
 LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installed
 NO_ADDRESSES: Mapping[str, tuple[Address, ...]] = {}  # shared by every pod without a network-status
+MAX_ADDRESSES = 64  # a pod's network-status gives it on one network, each counted once
+MAX_LABELSETS = 1 << 16  # distinct label sets shared among the pods kept, forgotten all at once past this
+KIND = "MultiNetworkPolicy"  # as foreign.ignore counts a policy's refusals
 
 
 class _Kind(Follower):
@@ -47,7 +50,7 @@ class _Kind(Follower):
 
 class _Policies(_Kind):
     def listed(self, items: list[Any]) -> None:
-        self.owner.put_policies({k: p for item in items if (k := _key(item)) and (p := self.owner.read_policy(item))})
+        self.owner.put_policies({(p.namespace, p.name): p for item in items if (p := self.owner.read_policy(item))})
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
@@ -57,12 +60,13 @@ class _Policies(_Kind):
 
 class _Namespaces(_Kind):
     def listed(self, items: list[Any]) -> None:
-        self.owner.put_namespaces({m["name"]: _labels(m) for item in items if (m := _meta(item)) and m.get("name")})
+        read = (_read("Namespace", item) for item in items)
+        self.owner.put_namespaces({m["name"]: m.get("labels") or {} for m in read if m})
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = _meta(obj)
-        if meta and meta.get("name"):
-            self.owner.put_namespace(str(meta["name"]), None if kind == "DELETED" else _labels(meta))
+        meta, name = _read("Namespace", obj), (_meta(obj) or {}).get("name")
+        if isinstance(name, str):  # one that cannot be read now is known no more
+            self.owner.put_namespace(name, None if kind == "DELETED" or meta is None else meta.get("labels") or {})
 
 
 class _Pods(_Kind):
@@ -88,7 +92,9 @@ class _Pods(_Kind):
         return rv
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        got = self.owner.read_pod(obj)
+        got = self.owner.read_pod(obj) if kind != "DELETED" else None
+        if got is None and (key := _key(obj)):  # gone, or cannot be read now: known no more
+            got, kind = PodInfo(*key, {}, NO_ADDRESSES), "DELETED"
         if got is not None:
             self.owner.put_pod(got, deleted=kind == "DELETED" or not self.owner.keeps(got))
 
@@ -113,7 +119,6 @@ class PolicyWatch:
         self._spaces: dict[str, Mapping[str, str]] = {}
         self._in_ns: dict[str, dict[str, PodInfo]] = {}  # the pods by namespace, then name
         self._labelsets: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # shared: replicas' are alike
-        self._refused: dict[tuple[str, str], str] = {}
         self.version: str | None = None  # the API version followed; None: no CRD (yet)
         self.known = threading.Event()  # whether policies exist is known: listed, or the CRD is not served
         self.followers: list[Follower] = []
@@ -177,26 +182,27 @@ class PolicyWatch:
     # ------------------------------------------------------------------------------------------------ in
 
     def read_policy(self, obj: Any) -> Policy | None:
+        """The policy, or None when it selects nothing; what is refused of it is said once (foreign.ignore)."""
         try:
             got = parse(obj)
         except PolicyError as e:
-            key = _key(obj) or ("?", "?")
-            if self._refused.get(key) != str(e):
-                log.warning("cluster: MultiNetworkPolicy %s/%s selects nothing: %s", *key, e)
-                self._refused[key] = str(e)
+            _ignore(KIND, "/".join(_key(obj) or ("?",)), f"it selects nothing: {e}", obj)
             return None
-        for problem in got.problems:
-            log.warning("cluster: MultiNetworkPolicy %s: %s", got.ref, problem)
+        if got.problems:
+            _ignore(KIND, got.ref, "; ".join(got.problems), obj)
         return got
 
     def read_pod(self, obj: Any) -> PodInfo | None:
-        meta = _meta(obj)
-        if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
+        meta = _read("Pod", obj)
+        if meta is None:
             return None
-        labels: Mapping[str, str] = _labels(meta)
-        status = (meta.get("annotations") or {}).get(multus.NETWORK_STATUS)
-        addresses = _addresses(status, self._serving)
+        labels: Mapping[str, str] = meta.get("labels") or {}
+        addresses, why = _addresses((meta.get("annotations") or {}).get(multus.NETWORK_STATUS), self._serving)
+        if why:
+            _ignore("Pod", f"{meta['namespace']}/{meta['name']}", why, obj)
         if addresses or self._serving is None:  # kept: its labels shared with the pods that have the same
+            if len(self._labelsets) >= MAX_LABELSETS:  # forgotten all at once: pods made and gone leave theirs
+                self._labelsets.clear()
             labels = self._labelsets.setdefault(tuple(sorted(labels.items())), labels)
         return PodInfo(sys.intern(meta["namespace"]), meta["name"], labels, addresses or NO_ADDRESSES)
 
@@ -335,6 +341,32 @@ def _meta(obj: Any) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
+def _ignore(kind: str, name: str, why: str, obj: Any) -> None:
+    """foreign.ignore, once per object (its uid) and reason: its writer's edits of anything else, and its
+    deletion, say nothing again."""
+    uid = (_meta(obj) or {}).get("uid")
+    foreign.ignore(kind, name, why, obj if isinstance(obj, dict) else None, uid[:64] if isinstance(uid, str) else "")
+
+
+def _read(kind: str, obj: Any) -> dict[str, Any] | None:
+    """A Namespace's or Pod's metadata, when it has a name (and a Pod a namespace), its labels are a map of
+    strings and its annotations a map; otherwise None, said once (foreign.ignore): a part of one is never taken."""
+    meta = _meta(obj) or {}
+    key = (meta.get("namespace") if kind == "Pod" else "", meta.get("name"))
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    named = all(isinstance(k, str) for k in key)
+    if not named:
+        why = "it has no namespace and name" if kind == "Pod" else "it has no name"
+    elif not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        why = "its labels are not a map of strings"
+    elif not isinstance(notes, dict):
+        why = "its annotations are not a map"
+    else:
+        return meta
+    _ignore(kind, "/".join(k for k in key if k) if named else "?", why, obj)
+    return None
+
+
 def _key(obj: Any) -> tuple[str, str] | None:
     meta = _meta(obj)
     if not meta or not isinstance(meta.get("namespace"), str) or not isinstance(meta.get("name"), str):
@@ -342,36 +374,37 @@ def _key(obj: Any) -> tuple[str, str] | None:
     return meta["namespace"], meta["name"]
 
 
-def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
-    labels = meta.get("labels") or {}
-    return (
-        {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
-        if isinstance(labels, dict)
-        else {}
-    )
-
-
-def _addresses(status: Any, networks: frozenset[str] | None) -> dict[str, tuple[Address, ...]]:
-    """A network-status annotation's addresses by network, on `networks` only (None: every one); what is not an
-    address is left out (foreign input)."""
-    if not isinstance(status, str) or len(status) > 1 << 16:
-        return {}
+def _addresses(status: Any, networks: frozenset[str] | None) -> tuple[dict[str, tuple[Address, ...]], str]:
+    """A network-status annotation's addresses by network, on `networks` only (None: every one), each once and at
+    most MAX_ADDRESSES a network; and what of it was left out, or "" (a tenant's text: the first problem)."""
+    if status is None:
+        return {}, ""
     try:
-        entries = loads_foreign(status)  # nested too deep is refused too: a tenant's text
-    except ValueError:
-        return {}
-    out: dict[str, tuple[Address, ...]] = {}
-    for e in entries if isinstance(entries, list) else []:
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("ips"), list):
+        if not isinstance(status, str) or len(status) > 1 << 16:
+            raise ValueError("not a string of at most 64 KiB")
+        entries = loads_foreign(status)  # nested too deep is refused too
+        if not isinstance(entries, list):
+            raise ValueError("not a list")
+    except ValueError as e:
+        return {}, f"its network-status gives it no address: {e}"
+    out: dict[str, dict[Address, None]] = {}
+    why = ""
+    for i, entry in enumerate(entries):
+        ips = entry.get("ips") or [] if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(ips, list):
+            why = why or f"network-status[{i}] is left out: not a network's name with a list of addresses"
             continue
-        if networks is not None and e["name"] not in networks:
+        if networks is not None and entry["name"] not in networks:
             continue
-        ips = []
-        for text in e["ips"][:64]:
+        got = out.setdefault(sys.intern(entry["name"]), {})  # one copy of a network's name, not one a pod
+        for text in ips:
             try:
-                ips.append(ip_address(text))
-            except (TypeError, ValueError):
+                address = ip_address(text if isinstance(text, str) else "")
+            except ValueError:
+                why = why or f"network-status[{i}]: {str(text)[:60]!r} is not an address"
                 continue
-        name = sys.intern(e["name"])  # one copy of a network's name, not one a pod
-        out[name] = out.get(name, ()) + tuple(ips)
-    return out
+            if address not in got and len(got) == MAX_ADDRESSES:
+                why = why or f"more than {MAX_ADDRESSES} addresses on {entry['name'][:253]}: the rest are left out"
+                break
+            got[address] = None
+    return {name: tuple(got) for name, got in out.items() if got}, why

@@ -25,6 +25,7 @@ from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException
 from netcomp.kube.following import Selection, keep_following
 from netcomp.kube.group import GROUP, NODE, VERSION, created, node_label
+from netcomp.names import is_dns_subdomain
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressblocks", "AddressBlock"
@@ -65,9 +66,9 @@ def from_object(obj: Any) -> BlockRecord | None:
         foreign.ignore(KIND, name, "it has no spec", obj)
         return None
     net, why = blockcheck.identity(name, spec.get("network"), spec.get("cidr"))
-    node = _text(spec.get("node"))
-    if node != spec.get("node") or not node:
-        why = why or "its node is not a node's name"
+    node = spec.get("node")
+    if not is_dns_subdomain(node):
+        node, why = "", why or "its node is not a node's name"
     if net is None or why:
         foreign.ignore(KIND, name, why, obj)
         return None

@@ -4,7 +4,6 @@ record of the blocks it holds (LocalRecord, a file beside the cache). It also sa
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import logging
@@ -13,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from netcomp.cni.spec import loads_foreign
+from netcomp.errors import printable
 from netcomp.fsutil import atomic_write, read_bounded
 from netcomp.ipam.blocks import MAX_SIZE
 from netcomp.ipam.pool import IPAddress, IPNetwork
@@ -138,7 +139,7 @@ class LocalRecord:
 
     def load(self) -> list[Held]:
         try:
-            doc = json.loads(read_bounded(self.path, MAX_RECORD, follow=False))
+            doc = loads_foreign(read_bounded(self.path, MAX_RECORD, follow=False))
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as e:
@@ -146,7 +147,7 @@ class LocalRecord:
                       self.path, e)  # fmt: skip
             return []
         if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
-            log.warning("%s is not this node's record of its blocks (%s): ignored", self.path, doc.get("kind"))
+            log.warning("%s is not this node's record of its blocks: ignored", self.path)
             return []
         claiming = doc.get("claiming")
         if isinstance(claiming, dict):
@@ -155,17 +156,12 @@ class LocalRecord:
         if isinstance(asking, dict):
             self.asking = {k: b for k, b in list(asking.items())[:4096] if isinstance(b, str) and b}
         out = []
-        for name, b in (doc.get("blocks") or {}).items():
-            with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
-                net = ipaddress.ip_network(str(b["cidr"]))
-                if net.num_addresses > MAX_SIZE:
-                    raise ValueError("no block is that large")
-                lent = {int(k): dict(v) for k, v in (b.get("lent") or {}).items()}
-                lending = {int(k): [str(v), False] for k, v in (b.get("lending") or {}).items()}
-                taken = {int(x) for x in b.get("taken") or []}
-                held = Held(name, str(b["network"]), int(b["familySet"]), net, str(b.get("uid", "")))
-                held.lent, held.lending, held.taken = lent, lending, taken
-                out.append(held)
+        blocks = doc.get("blocks")
+        for name, b in (blocks if isinstance(blocks, dict) else {}).items():
+            try:
+                out.append(_held(name, b))
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                log.warning("%s: block %s left out: %s", self.path, printable(name)[:253], printable(str(e))[:200])
         return out
 
     def encode(
@@ -201,6 +197,30 @@ class LocalRecord:
         per path. OSError as atomic_write raises it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(self.path, data, mode=0o600)
+
+
+def _held(name: str, b: Any) -> Held:
+    """A block of the record as encode wrote it: its offsets inside it. ValueError (KeyError, TypeError,
+    AttributeError) for anything else."""
+    net = ipaddress.ip_network(str(b["cidr"]))
+    family_set = b["familySet"]
+    if net.num_addresses > MAX_SIZE or not isinstance(family_set, int) or family_set < 0:
+        raise ValueError("not a block (its cidr or familySet)")
+
+    def offset(text: Any) -> int:
+        off = int(text)
+        if not 0 <= off < net.num_addresses:
+            raise ValueError(f"offset {off} is outside {net}")
+        return off
+
+    lent = {offset(k): v for k, v in (b.get("lent") or {}).items()}
+    if not all(isinstance(v, dict) for v in lent.values()):
+        raise ValueError("a lent entry is not a mapping")
+    held = Held(name, str(b["network"]), family_set, net, str(b.get("uid", "")))
+    held.lent = lent
+    held.lending = {offset(k): [str(v), False] for k, v in (b.get("lending") or {}).items()}
+    held.taken = {offset(x) for x in b.get("taken") or []}
+    return held
 
 
 class BlockStore(Protocol):

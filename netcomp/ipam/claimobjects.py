@@ -25,6 +25,7 @@ from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.following import Selection, keep_following
 from netcomp.kube.group import GROUP, NETWORK, NODE, VERSION, created, node_label
+from netcomp.names import is_dns_subdomain
 
 log = logging.getLogger("netcomp.ipam")
 PLURAL, KIND = "addressclaims", "AddressClaim"
@@ -69,13 +70,20 @@ def _checked(
         return None
     meta, spec = obj.get("metadata"), obj.get("spec")
     meta = meta if isinstance(meta, dict) else {}
-    name = meta["name"] if isinstance(meta.get("name"), str) else ""
+    name = _name(obj)
     why = problem(name, spec)
     if why:
         foreign.ignore(kind, name[:253], why, {"metadata": meta})
         return None
     assert isinstance(spec, dict)
     return name, meta, spec
+
+
+def _name(obj: Any) -> str:
+    """An object's name, or "" when it has none that is a string."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _uid(meta: dict[str, Any]) -> str:
@@ -87,7 +95,7 @@ def _claim_problem(name: str, spec: Any) -> str:
     if not isinstance(spec, dict):
         return "it has no spec"
     network, address, node = spec.get("network"), spec.get("address"), spec.get("node")
-    if not (isinstance(network, str) and 0 < len(network) <= 253 and isinstance(node, str) and len(node) <= 253):
+    if not (isinstance(network, str) and 0 < len(network) <= 253 and is_dns_subdomain(node)):
         return "its network or node is not a name"
     if not isinstance(address, str) or len(address) > 45:
         return "its address is not an address"
@@ -295,7 +303,7 @@ class KubeStore(ApiObjects):
         prefixes = {f"{n.replace('/', '.')}.v".lower(): n for n in networks}
         for items, _ in self._pages(f"!{NETWORK}"):
             for obj in items:
-                name = str((obj.get("metadata") or {}).get("name", ""))
+                name = _name(obj)
                 net = next((n for p, n in prefixes.items() if name.startswith(p)), None)
                 claim = self.codec.from_object(obj)
                 if net is not None and (claim is None or claim.network != net):
@@ -328,7 +336,7 @@ class KubeStore(ApiObjects):
             for kind, obj in events:
                 if not current():
                     break
-                name = str((obj.get("metadata") or {}).get("name", ""))
+                name = _name(obj)
                 if kind == "DELETED":
                     known.discard(name)
                     on_change(name, None)
@@ -367,6 +375,8 @@ class KubeStore(ApiObjects):
             return None
         try:
             doc = json.loads(resp.data)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
         except Exception as e:
             raise self._unavailable(e) from None
         return PodState(

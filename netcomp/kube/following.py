@@ -200,7 +200,8 @@ class Events:
                 obj = event.get("object")
                 if not isinstance(obj, dict):
                     obj = {}
-                self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
+                meta = obj.get("metadata")
+                self.rv = str((meta.get("resourceVersion") if isinstance(meta, dict) else None) or self.rv)
                 kind = str(event.get("type") or "")
                 if kind != "BOOKMARK":
                     yield kind, obj

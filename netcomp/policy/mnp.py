@@ -7,9 +7,11 @@ selects are isolated all the same). Which pods and addresses a policy comes to i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from ipaddress import collapse_addresses, ip_network
+from ipaddress import collapse_addresses, ip_network, summarize_address_range
+from itertools import islice
 from typing import Any
 
+from netcomp.cni.spec import MAX_DEPTH, too_deep
 from netcomp.kube.labels import Selector, from_label_selector
 from netcomp.names import is_dns_label
 from netcomp.policy.podrules import PROTOCOLS, Net
@@ -20,6 +22,10 @@ POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 MAX_REFS = 64
 MAX_EXCEPTS = 128  # of an ipBlock: a tenant's list, each one worked against what is left
 MAX_RULES = 256  # of a direction; more are left out and said
+# What one rule, and all of a policy's rules, may make (prefixes: its ipBlocks less their exceptions), so that no
+# tenant's policy makes a huge nft set on every node; a rule that would go past one is left out and said.
+RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096}
+POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192}
 
 
 class PolicyError(ValueError):
@@ -71,12 +77,17 @@ class Policy:
 
 def parse(obj: Any) -> Policy:
     """A MultiNetworkPolicy object as the API server returns it; PolicyError when it selects nothing."""
+    if too_deep(obj):  # what reads it later (str() of a value included) meets no RecursionError
+        raise PolicyError(f"it nests deeper than {MAX_DEPTH} levels")
     meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict) or not isinstance(meta.get("namespace"), str) or not meta.get("name"):
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), str) for k in ("namespace", "name")):
         raise PolicyError("not a namespaced object with a name")
-    ns, name = meta["namespace"], str(meta["name"])
+    ns, name = meta["namespace"], meta["name"]
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    networks = _networks(ns, (meta.get("annotations") or {}).get(POLICY_FOR))
+    notes = meta.get("annotations") or {}
+    if not isinstance(notes, dict):
+        raise PolicyError("its annotations are not a map")
+    networks = _networks(ns, notes.get(POLICY_FOR))
     try:
         pods = from_label_selector(spec.get("podSelector") if spec.get("podSelector") is not None else {})
     except ValueError as e:
@@ -84,11 +95,12 @@ def parse(obj: Any) -> Policy:
     types = spec.get("policyTypes")
     if types is None:  # as NetworkPolicy: Ingress always, Egress when it has egress rules
         types = ["Ingress", *(["Egress"] if spec.get("egress") else [])]
-    if not isinstance(types, list) or not set(types) <= {"Ingress", "Egress"}:
+    if not isinstance(types, list) or not all(t in ("Ingress", "Egress") for t in types):
         raise PolicyError("policyTypes is a list of Ingress and Egress")
     problems: list[str] = []
-    ingress = _rules(spec.get("ingress"), "ingress", "from", problems) if "Ingress" in types else None
-    egress = _rules(spec.get("egress"), "egress", "to", problems) if "Egress" in types else None
+    made = _Made()
+    ingress = _rules(spec.get("ingress"), "ingress", "from", problems, made) if "Ingress" in types else None
+    egress = _rules(spec.get("egress"), "egress", "to", problems, made) if "Egress" in types else None
     return Policy(ns, name, networks, pods, ingress, egress, tuple(problems))
 
 
@@ -107,7 +119,35 @@ def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _rules(items: Any, direction: str, peers_key: str, problems: list[str]) -> tuple[Rule, ...]:
+class _Made:
+    """What a policy's rules make so far, against RULE_LIMITS and POLICY_LIMITS: the peers and ports of the rules
+    taken, and every prefix an ipBlock was worked out to (of a rule left out too: the work was done)."""
+
+    def __init__(self) -> None:
+        self.made = dict.fromkeys(POLICY_LIMITS, 0)
+        self.in_rule = 0  # the prefixes of the rule being read
+
+    def room(self, what: str) -> tuple[int, str]:
+        """How many `what` the rule being read may make still, and the limit that says so."""
+        left = POLICY_LIMITS[what] - self.made[what]
+        in_rule = RULE_LIMITS[what] - (self.in_rule if what == "prefixes" else 0)
+        if left < in_rule:
+            return left, f"more than {POLICY_LIMITS[what]} {what} in all of a policy's rules"
+        return in_rule, f"more than {RULE_LIMITS[what]} {what} in a rule"
+
+    def prefixes(self, n: int) -> None:
+        self.made["prefixes"] += n
+        self.in_rule += n
+
+    def rule(self, item: dict[str, Any], peers_key: str) -> Rule:
+        self.in_rule = 0
+        rule = Rule(_peers(item.get(peers_key), self), _ports(item.get("ports"), self))
+        self.made["peers"] += len(rule.peers)
+        self.made["ports"] += len(rule.ports)
+        return rule
+
+
+def _rules(items: Any, direction: str, peers_key: str, problems: list[str], made: _Made) -> tuple[Rule, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):
@@ -121,17 +161,20 @@ def _rules(items: Any, direction: str, peers_key: str, problems: list[str]) -> t
         try:
             if not isinstance(item, dict):
                 raise ValueError("not an object")
-            rules.append(Rule(_peers(item.get(peers_key)), _ports(item.get("ports"))))
+            rules.append(made.rule(item, peers_key))
         except ValueError as e:
             problems.append(f"{direction}[{i}] is left out: {e}")
     return tuple(rules)
 
 
-def _peers(items: Any) -> tuple[Peer, ...]:
+def _peers(items: Any, made: _Made) -> tuple[Peer, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):
         raise ValueError("its peers are not a list")
+    room, words = made.room("peers")
+    if len(items) > room:
+        raise ValueError(f"{len(items)} peers: {words}")
     out = []
     for j, p in enumerate(items):
         if not isinstance(p, dict) or not ({"podSelector", "namespaceSelector", "ipBlock"} & p.keys()):
@@ -139,47 +182,69 @@ def _peers(items: Any) -> tuple[Peer, ...]:
         if "ipBlock" in p:
             if p.keys() & {"podSelector", "namespaceSelector"}:
                 raise ValueError(f"peer {j}: an ipBlock goes alone")
-            out.append(Peer(block=_block(p["ipBlock"], j)))
+            out.append(Peer(block=_block(p["ipBlock"], j, made)))
             continue
-        pods = from_label_selector(p["podSelector"]) if p.get("podSelector") is not None else None
-        spaces = from_label_selector(p["namespaceSelector"]) if p.get("namespaceSelector") is not None else None
-        out.append(Peer(pods, spaces))
+        out.append(Peer(_selector(p, "podSelector", j), _selector(p, "namespaceSelector", j)))
     return tuple(out)
 
 
-def _block(obj: Any, j: int) -> tuple[Net, ...]:
-    """The CIDR less its exceptions, as prefixes; ValueError for a CIDR or an exception that is not one, or an
-    exception outside it (NetworkPolicy refuses those)."""
+def _selector(peer: dict[str, Any], key: str, j: int) -> Selector | None:
+    if peer.get(key) is None:
+        return None
+    try:
+        return from_label_selector(peer[key])
+    except ValueError as e:
+        raise ValueError(f"peer {j}: its {key} is not a label selector: {e}") from None
+
+
+def _block(obj: Any, j: int, made: _Made) -> tuple[Net, ...]:
+    """The CIDR less its exceptions, as prefixes in address order, counted into `made`; ValueError for a CIDR or
+    an exception that is not one, an exception outside it (NetworkPolicy refuses those), or past made's room."""
+    room, words = made.room("prefixes")
     if not isinstance(obj, dict) or not isinstance(obj.get("cidr"), str):
         raise ValueError(f"peer {j}: ipBlock has no cidr")
     raw = obj.get("except") or []
-    if not isinstance(raw, list) or len(raw) > MAX_EXCEPTS:
+    if not isinstance(raw, list) or len(raw) > MAX_EXCEPTS or not all(isinstance(e, str) for e in raw):
         raise ValueError(f"peer {j}: ipBlock's except is not a list of at most {MAX_EXCEPTS} CIDRs")
+    if room < 1:
+        raise ValueError(f"peer {j}: ipBlock less its exceptions makes {words}")
     try:
         whole = ip_network(obj["cidr"], strict=False)
         excepts = [ip_network(e, strict=False) for e in raw]
-    except (TypeError, ValueError):
-        raise ValueError(f"peer {j}: ipBlock {str(obj.get('cidr'))[:60]!r} or an exception is not a CIDR") from None
+    except ValueError:
+        raise ValueError(f"peer {j}: ipBlock {obj['cidr'][:60]!r} or an exception is not a CIDR") from None
     for ex in excepts:
         if ex.version != whole.version or not ex.subnet_of(whole) or ex == whole:  # type: ignore[arg-type]
             raise ValueError(f"peer {j}: except {ex} is not strictly inside {whole}")
-    left: list[Net] = [whole]
-    for ex in collapse_addresses(excepts):  # type: ignore[type-var]  # repeated or nested exceptions once: each one cuts something
-        left = [part for net in left for part in (net.address_exclude(ex) if ex.subnet_of(net) else [net])]  # type: ignore[arg-type]
-        if len(left) > 4096:
-            raise ValueError(f"peer {j}: ipBlock less its exceptions is more than 4096 prefixes")
-    return tuple(sorted(left, key=lambda n: (n.version, n)))
+    # The exceptions sorted and merged (repeated or nested ones once), and each gap between them summarized:
+    # linear in what is made, which stops past the room.
+    left: list[Net] = []
+    start, address = int(whole.network_address), type(whole.network_address)
+    cuts = [(int(ex.network_address), int(ex.broadcast_address)) for ex in collapse_addresses(excepts)]  # type: ignore[type-var]
+    for cut, past in [*cuts, (int(whole.broadcast_address) + 1, 0)]:
+        if start < cut:
+            left += islice(summarize_address_range(address(start), address(cut - 1)), room + 1 - len(left))
+        if len(left) > room:
+            break
+        start = past + 1
+    made.prefixes(len(left))
+    if len(left) > room:
+        raise ValueError(f"peer {j}: ipBlock less its exceptions makes {words}")
+    return tuple(left)
 
 
-def _ports(items: Any) -> tuple[PortRef, ...]:
+def _ports(items: Any, made: _Made) -> tuple[PortRef, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):
         raise ValueError("its ports are not a list")
+    room, words = made.room("ports")
+    if len(items) > room:
+        raise ValueError(f"{len(items)} ports: {words}")
     out = []
     for j, p in enumerate(items):
-        proto = str(p.get("protocol") or "TCP").lower() if isinstance(p, dict) else ""
-        if proto not in PROTOCOLS:
+        proto = (p.get("protocol") or "TCP") if isinstance(p, dict) else None
+        if not isinstance(proto, str) or (proto := proto.lower()) not in PROTOCOLS:
             raise ValueError(f"port {j}: protocol is TCP, UDP or SCTP")
         port, end = p.get("port"), p.get("endPort")
         if isinstance(port, bool) or not (port is None or isinstance(port, (int, str))):

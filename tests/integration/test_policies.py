@@ -6,12 +6,16 @@ pod and namespace selectors and both, ipBlock less its exceptions, ports by numb
 to DNS only, IPv6 and dual stack, a policy for one network leaving another open, label edits both ways, a policy
 deleted; the rules are in force when the ADD answers, survive a restart unduplicated, stay while the API server is
 away (and a new pod a known policy selects gets them), and a daemon killed between a pod's interfaces and its rules
-never answered success and leaves nothing. The daemon runs with the packaged
-ClusterRole's rights only."""
+never answered success and leaves nothing; what a hostile tenant can write through the API server (a rule of
+hundreds of peers, a network-status of thousands of addresses) is bounded and stops no rule (the shapes the API
+server refuses: tests/unit/test_hostile_policies.py). The daemon runs with the packaged ClusterRole's rights
+only."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import re
 from collections.abc import Iterator
 from ipaddress import ip_address
@@ -20,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from netcomp.cluster.policywatch import MAX_ADDRESSES, PolicyWatch
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
-from tests.lab.labpods import annotated, cni_args, explain, nothing_left, pod
+from tests.lab.labpods import STATUS, annotated, cni_args, explain, nothing_left, pod
 from tests.lab.netlab import ip
 from tests.lab.podtraffic import DROPPED, PASSES, Pod, connects, echo
 from tests.lab.poll import until
@@ -490,3 +495,45 @@ def test_with_the_api_server_away_the_rules_stay_and_a_new_selected_pod_gets_the
             api.start_apiserver()
         rc, res = dl.shim("DEL", db2, args=cni_args(pd2, db2))
         assert rc == 0 and table(db2) == "", res
+
+
+# ------------------------------------------------------------------------------------------------ hostile
+
+
+def test_a_huge_rule_and_a_forged_network_status_are_bounded_and_stop_no_rule(
+    custom: Any, admin: Any, multus_node: DaemonLab, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In team-a: a policy whose first rule has 300 peers (past a rule's 256: left out and said once, its other
+    rule kept), and a pod of another node whose network-status claims 3,000 addresses on team-a/fast (a tenant
+    may edit its pod's annotations). The pod counts with 64 of them; db, which lets that pod's addresses in, has
+    64 of them in its set, and web (none of them) is shut out."""
+    dl = multus_node
+    fast = annotated("fast")
+    many = [f"10.89.{100 + i // 120}.{2 * (i % 120) + 1}" for i in range(3000)]  # none adjacent: no range merges
+    huge = {"podSelector": {"matchLabels": {"app": "nobody"}}, "ingress": [{"from": [{"podSelector": {}}] * 300}, {}]}
+    allow = {"podSelector": {"matchLabels": {"app": "db"}},
+             "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "liar"}}}]}]}  # fmt: skip
+    forged = {STATUS: json.dumps([{"name": "team-a/fast", "interface": "net1", "ips": many}])}
+    with (
+        caplog.at_level(logging.WARNING, "netcomp.foreign"),
+        policy(custom, dl, "huge", huge),
+        pod(admin, "elsewhere", "liar", labels={"role": "liar"}, **forged),
+        pod(admin, dl, "web", **fast) as pw,
+        pod(admin, dl, "db", labels={"app": "db"}, **fast) as pd,
+        sandboxes(dl, pw, pd) as (web, db),
+        policy(custom, dl, "db-from-liar", allow),
+    ):
+        assert dl.daemon.cluster is not None
+        watch: PolicyWatch = dl.daemon.cluster.policies
+        (kept,) = [p for p in watch.policies("team-a") if p.name == "huge"]
+        assert kept.ingress is not None and len(kept.ingress) == 1
+        liar = watch.pod("team-a", "liar")
+        assert liar is not None and len(liar.addresses["team-a/fast"]) == MAX_ADDRESSES
+        until(lambda: shut(web, db, addr(dl, db), 5901), "web was never shut out of db")
+        until(lambda: len(re.findall(r"10\.89\.1\d\d\.\d+", table(db.ns))) == MAX_ADDRESSES,
+              "db's set never held the liar's first 64 addresses")  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if "team-a/" in r.getMessage()]
+    assert sum("MultiNetworkPolicy team-a/huge" in s and "300 peers: more than 256 peers in a rule" in s
+               for s in said) == 1, said  # fmt: skip
+    assert sum("Pod team-a/liar" in s and f"more than {MAX_ADDRESSES} addresses on team-a/fast" in s
+               for s in said) == 1, said  # fmt: skip

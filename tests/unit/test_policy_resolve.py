@@ -234,18 +234,21 @@ def test_a_network_status_nested_too_deep_is_no_address_and_no_error() -> None:
     stopped the node's list of pods for every policy: it is read as no address now, and a good one still is."""
     from netcomp.cluster.policywatch import _addresses
 
-    assert _addresses("[" * 30000, None) == {}
-    assert _addresses('[{"name": "n", "ips": ["10.0.0.1", "x"]}]', None) == {"n": (ipaddress.ip_address("10.0.0.1"),)}
+    assert _addresses("[" * 30000, None) == ({}, "its network-status gives it no address: nested too deeply")
+    got, why = _addresses('[{"name": "n", "ips": ["10.0.0.1", "x"]}]', None)
+    assert got == {"n": (ipaddress.ip_address("10.0.0.1"),)} and "'x' is not an address" in why
 
 
 def test_an_ipblocks_exceptions_are_bounded_and_each_cuts_once() -> None:
     """A tenant's except list repeating one CIDR thousands of times cost seconds of CPU per parse on every node:
     over 128 exceptions the peer is refused; repeated or nested ones are taken once."""
-    from netcomp.policy.mnp import _block
+    from netcomp.policy.mnp import _block, _Made
 
     many = {"cidr": "::/0", "except": ["::1/128"] * 2000}
     with pytest.raises(ValueError, match="at most 128"):
-        _block(many, 0)
-    once = _block({"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25"]}, 0)
-    again = _block({"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25", "10.0.0.130/31"] + ["10.0.0.128/25"] * 100}, 0)
+        _block(many, 0, _Made())
+    once = _block({"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25"]}, 0, _Made())
+    again = _block(
+        {"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25", "10.0.0.130/31"] + ["10.0.0.128/25"] * 100}, 0, _Made()
+    )
     assert again == once == (ipaddress.ip_network("10.0.0.0/25"),)
