@@ -368,9 +368,11 @@ class Worker(Wakes):
             over = self._asks_over()
         for key, name in over:
             try:
+                begun = a.begin_read()
                 rec = a.store.get(name)
                 if rec is not None and key in rec.requests:
                     a.store.ask(name, rec.uid, key, None)
+                    begun = a.begin_read()
                     rec = a.store.get(name)  # a grant made before the withdrawal is in this version
             except Gone:
                 rec = None
@@ -378,7 +380,7 @@ class Worker(Wakes):
                 a.last_error = str(e)
                 return False
             if rec is not None:
-                a.seen(rec, "read")
+                a.seen(rec, "read", begun)
             with a._lock:
                 a.asking.pop(key, None)
                 a.save()
