@@ -120,7 +120,8 @@ class BlockAllocator(BlockView):
                 continue
             h.pending.add(off)
             h.cursor, h.empty_since = off + 1, None
-            if self.free_count(layout) < layout.size // 4:
+            low = layout.size // 4  # this block's free addresses are counted first: the others only when few are
+            if (free & ~(1 << off)).bit_count() < low and self.free_count(layout) < low:
                 self.worker.prefetch((network, fs))
             return self._claim(h, h.address(off), holder, h.name)
         for b in self.borrowed.values():
