@@ -16,7 +16,6 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from netcomp import faults, libc
 from netcomp.cni.codes import E_TRY_LATER
@@ -105,7 +104,7 @@ class BlockAllocator(BlockView):
         return left > 0 and (self.updated.wait(left) or time.monotonic() < deadline)
 
     def _claim(self, h: Held | Borrowed, addr: IPAddress, holder: Holder, block: str) -> Claim:
-        return Claim(block, h.network, str(addr), self.node, **asdict(holder), node_in_cluster=self.node_in_cluster,
+        return Claim(block, h.network, str(addr), self.node, **holder.fields(), node_in_cluster=self.node_in_cluster,
                      block=block)  # fmt: skip
 
     def _take(self, layout: Layout, holder: Holder) -> Claim | None:
