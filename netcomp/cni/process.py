@@ -186,6 +186,7 @@ def _kill_holders(pipes: tuple[int, int]) -> int:
 # A result is a few KiB; a plugin printing without end must not exhaust the daemon's memory. Of stderr only the
 # tail is kept (the log and the error's details show its end).
 MAX_STDOUT, STDERR_TAIL = 16 << 20, 64 << 10
+HOLD_GRACE = 0.2  # seconds a plugin's pipes may stay held once it exited before their holders are killed
 
 
 class _TooMuch(Exception):
@@ -251,14 +252,19 @@ def _communicate(
                 else:
                     poller.unregister(fd)
                     reading.discard(fd)
-        # The child has exited: everything it wrote is in the pipes. One still open after that is held by what it
-        # left running (a child in a session of its own, say), which must not keep the request waiting.
-        for fd in list(reading):
-            os.set_blocking(fd, False)
-            with contextlib.suppress(BlockingIOError):
-                while block := os.read(fd, 65536):
+        # The child has exited: everything it wrote is in the pipes. One still open after that is held by another
+        # process: a spawn's child until its exec closes it (a moment), or what the plugin left running (a child
+        # in a session of its own, say), which must not keep the request waiting longer than HOLD_GRACE.
+        for fd in [*writing, pidfd] if exited else []:
+            poller.unregister(fd)
+        grace = min(deadline, time.monotonic() + HOLD_GRACE)
+        while reading and (left := grace - time.monotonic()) > 0:
+            for fd, _ in poller.poll(max(1, int(left * 1000))):
+                if block := os.read(fd, 65536):
                     take(fd, block)
-                reading.discard(fd)
+                else:
+                    poller.unregister(fd)
+                    reading.discard(fd)
     finally:
         for fd in (*writing, out_r, err_r):
             os.close(fd)

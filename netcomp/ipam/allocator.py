@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from netcomp import foreign
@@ -30,6 +30,10 @@ class Holder:
     ifname: str  # the interface in the container
     pod: str = ""  # namespace/name
     pod_uid: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        """As a Claim's keyword arguments (dataclasses.asdict, without its deep copy)."""
+        return {"container_id": self.container_id, "ifname": self.ifname, "pod": self.pod, "pod_uid": self.pod_uid}
 
 
 def refuse_exact(pool: Pool, family_set: int, addr: IPAddress) -> None:
@@ -209,7 +213,7 @@ class Allocator:
         name = claim_name(pool.network, addr)
         with self._lock:
             self._pending.add(name)
-        want = Claim(name, pool.network, str(addr), self.node, **asdict(holder), node_in_cluster=self.node_in_cluster)
+        want = Claim(name, pool.network, str(addr), self.node, **holder.fields(), node_in_cluster=self.node_in_cluster)
         try:
             got = self.store.create(want)
         except Taken as t:

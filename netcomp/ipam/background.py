@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcomp.ipam")
 MAX_BACKOFF = 30.0
+# Seconds the write-behind waits at most for a quiet moment: a burst's ADDs coalesce into one write per block.
+WRITE_LIMIT = 10.0
 
 
 class Worker(Wakes):
@@ -42,7 +44,7 @@ class Worker(Wakes):
         self.backoff = 1.0
         self.closed = False
         # Waits until the node's CNI requests leave the CPU alone (server.Server.wait_quiet), set once serving.
-        self.quiet: Callable[[], object] = lambda: True
+        self.quiet: Callable[..., object] = lambda limit: True
 
     # ------------------------------------------------------------------------------------------------ asks
 
@@ -193,7 +195,7 @@ class Worker(Wakes):
         ok = ok and self._prefetch(prefetch) and self._borrowed()
         if ok and flags["write"]:
             if not self.flushing:
-                self.quiet()
+                self.quiet(limit=WRITE_LIMIT)
             ok = self._write()
         return ok
 
@@ -368,9 +370,11 @@ class Worker(Wakes):
             over = self._asks_over()
         for key, name in over:
             try:
+                begun = a.begin_read()
                 rec = a.store.get(name)
                 if rec is not None and key in rec.requests:
                     a.store.ask(name, rec.uid, key, None)
+                    begun = a.begin_read()
                     rec = a.store.get(name)  # a grant made before the withdrawal is in this version
             except Gone:
                 rec = None
@@ -378,7 +382,7 @@ class Worker(Wakes):
                 a.last_error = str(e)
                 return False
             if rec is not None:
-                a.seen(rec, "read")
+                a.seen(rec, "read", begun)
             with a._lock:
                 a.asking.pop(key, None)
                 a.save()

@@ -16,7 +16,6 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from netcomp import faults, libc
 from netcomp.cni.codes import E_TRY_LATER
@@ -88,12 +87,14 @@ class BlockAllocator(BlockView):
             got = self._borrow(layout, holder, None, deadline)
             if got is not None:
                 return got
-            # A loan read on the way (a killed daemon's ask got it) is taken; one being given back is asked again.
+            # A loan read on the way (a killed daemon's ask got it) is taken; one nobody uses (granted to another
+            # ADD's ask, or on its way back, to be asked for again) is waited for.
             with self._lock:
                 got = self._take(layout, holder)
                 if got is not None:
                     return got
-                going = any(b.returning and b.network == pool.network for b in self.borrowed.values())
+                going = any(b.claim is None and not b.pending and b.network == pool.network
+                            for b in self.borrowed.values())  # fmt: skip
                 if going and self._wait(deadline):
                     continue
             raise exhausted(pool, family_set)
@@ -103,7 +104,7 @@ class BlockAllocator(BlockView):
         return left > 0 and (self.updated.wait(left) or time.monotonic() < deadline)
 
     def _claim(self, h: Held | Borrowed, addr: IPAddress, holder: Holder, block: str) -> Claim:
-        return Claim(block, h.network, str(addr), self.node, **asdict(holder), node_in_cluster=self.node_in_cluster,
+        return Claim(block, h.network, str(addr), self.node, **holder.fields(), node_in_cluster=self.node_in_cluster,
                      block=block)  # fmt: skip
 
     def _take(self, layout: Layout, holder: Holder) -> Claim | None:
@@ -118,7 +119,8 @@ class BlockAllocator(BlockView):
                 continue
             h.pending.add(off)
             h.cursor, h.empty_since = off + 1, None
-            if self.free_count(layout) < layout.size // 4:
+            low = layout.size // 4  # this block's free addresses are counted first: the others only when few are
+            if (free & ~(1 << off)).bit_count() < low and self.free_count(layout) < low:
                 self.worker.prefetch((network, fs))
             return self._claim(h, h.address(off), holder, h.name)
         for b in self.borrowed.values():
@@ -241,7 +243,7 @@ class BlockAllocator(BlockView):
         with self._lock:
             self.creating.discard(rec.name)
             self.claiming_ahead.pop(rec.name, None)
-            h = Held(rec.name, network, layout.family_set, net, uid=got.uid, rv=got.rv)
+            h = Held(rec.name, network, layout.family_set, net, uid=got.uid, rv=got.rv, since=self.reads)
             h.taken = self._taken(h, layout)
             h.empty_since = time.monotonic()
             self.held[h.name] = h
@@ -337,13 +339,14 @@ class BlockAllocator(BlockView):
         network = layout.pool.network
         version = layout.ranges[0].subnet.version if layout.ranges else 0
         out: list[tuple[int, int, Seen]] = []
+        begun = self.begin_read()
         try:
             for page in self.store.pages([network]):
                 for rec in page:
                     if rec.network != network or rec.node == self.node or rec.net.version != version:
                         continue
                     if any(o.get("node") == self.node for o in rec.lent.values()):
-                        self.seen(rec, "read")
+                        self.seen(rec, "read", begun)
                     s = compact(rec)
                     with self._lock:
                         free = self._room(layout, s)
@@ -394,6 +397,8 @@ class BlockAllocator(BlockView):
                 self._forget(key)
                 why = "no free address in the blocks this node holds, none to claim, and it cannot ask another node"
                 raise unavailable(layout.pool.network, f"{why} for one: {e}") from None
+            with self._lock:
+                ask.written = self.reads  # a read begun from now on shows the request, or its answer
             faults.point("mid-ask")
             # The time left shared by the blocks left, at least ASK_FLOOR each: one whose holder never answers
             # costs its share only, and one that answers as holders do is never cut short.
@@ -422,8 +427,6 @@ class BlockAllocator(BlockView):
     def _await(self, ask: BlockAsk, until: float) -> None:
         """Until the ask is answered or `until`: its block read again and again, soon at first (a holder answers
         at once), then less often."""
-        with self._lock:
-            ask.seen = True  # the ask is in the record from its write on: a read without it is its answer
         pause = 0.005
         while True:
             with self._lock:
@@ -433,6 +436,7 @@ class BlockAllocator(BlockView):
                 if ask.answered or ask.granted:
                     return
             pause = min(pause * 2, 0.25)
+            begun = self.begin_read()
             try:
                 rec = self.store.get(ask.block)
             except StoreUnavailable:
@@ -441,7 +445,7 @@ class BlockAllocator(BlockView):
                 with self._lock:
                     ask.answered = True  # gone: nothing will be lent from it
                 return
-            self.seen(rec, "read")
+            self.seen(rec, "read", begun)
 
     def _forget(self, key: str) -> None:
         """The ask is over: the worker withdraws it and gives back what was lent to it and is not used."""

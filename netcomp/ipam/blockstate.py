@@ -97,6 +97,7 @@ class Held:
     empty_since: float | None = None
     lost: bool = False  # its object is gone or another's: nothing is given from it
     taker: BlockRecord | None = None  # the record of the node that holds it now
+    since: int = 0  # BlockView.reads when it was held: only a read begun later can show it another node's
 
     def busy(self) -> int:
         """The offsets given, in flight, lent, being lent or taken, as bits."""
@@ -122,6 +123,7 @@ class Borrowed:
     pending: bool = False
     written: bool = False  # its holder is in the lender's record
     returning: bool = False  # being given back: no ADD may take it
+    since: int = 0  # BlockView.reads when it was seen lent: only a read begun later can show it is not
 
 
 MAX_RECORD = 64 << 20  # the blocks a node holds and what they lent: far below this

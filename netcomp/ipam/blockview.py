@@ -3,11 +3,14 @@ store shows it; blockalloc.BlockAllocator gives addresses from it. The watch fol
 node only; another node's block is read when this node needs it (to borrow from it), and nothing of it is kept
 but what it lends this node.
 
-Records come in order from the watch (whole from a list) and from a read, and out of order as the answers to this
-node's writes, after which the watch may still show older versions. So an answer only tells the version to make
-the next grant on and what the node's containers' entries say; what was lent, and whether a grant made on version
-V was written, is taken from the watch only: it was when the watch, having shown V, shows a version with it, and
-was not when that version lacks it (a write on V never applies to a later version)."""
+Records come in order from the watch (whole from a list), and out of order as the answers to this node's writes,
+after which the watch may still show older versions. So an answer only tells the version to make the next grant on
+and what the node's containers' entries say; what was lent, and whether a grant made on version V was written, is
+taken from the watch only: it was when the watch, having shown V, shows a version with it, and was not when that
+version lacks it (a write on V never applies to a later version). Reads of other nodes' blocks are begun by several
+threads at once and taken in in any order, after this node's writes to them as well: a grant a read shows is
+taken, but what a read lacks (a request, a loan) counts only when the read was begun after this node knew of it
+(BlockView.reads numbers them)."""
 
 from __future__ import annotations
 
@@ -29,11 +32,12 @@ TOMBSTONE = 10.0  # seconds a block whose object just went is not claimed (its h
 
 @dataclass(slots=True)
 class BlockAsk:
-    """A request of this node on another node's block: answered once the record that had it no longer has it."""
+    """A request of this node on another node's block: answered once a read of the block begun after the request
+    was written no longer has it."""
 
     key: str
     block: str
-    seen: bool = False  # the watch has shown the record with it
+    written: int = -1  # BlockView.reads once the request is written (-1: not yet)
     granted: list[tuple[str, int]] = field(default_factory=list)
     answered: bool = False
 
@@ -104,6 +108,7 @@ class BlockView:
         self.claiming_ahead: dict[str, str] = {}  # name -> the token its object carries
         self.to_adopt: dict[str, BlockRecord] = {}  # blocks a list names this node in, adopted once the list is whole
         self.synced = threading.Event()
+        self.reads = 0  # reads of other nodes' blocks begun (begin_read): a read's number orders it after what was seen
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.worker = Wakes()  # background.Worker, once started
 
@@ -185,12 +190,18 @@ class BlockView:
 
     # ------------------------------------------------------------------------------------------------ the view
 
-    def seen(self, rec: BlockRecord, source: str = "watch") -> None:
+    def begin_read(self) -> int:
+        """The number of a read of another node's block about to begin, for seen()."""
+        with self._lock:
+            self.reads += 1
+            return self.reads
+
+    def seen(self, rec: BlockRecord, source: str = "watch", begun: int = 0) -> None:
         """A block's record as the store shows it now: `source` "watch", "list" (in order: this node's blocks),
-        "read" (another node's, read now: in order too) or "answer" (to a write of this node; the module
+        "read" (another node's, read by the read numbered `begun`) or "answer" (to a write of this node; the module
         docstring says why it matters)."""
         with self._lock:
-            self._observed(rec, source)
+            self._observed(rec, source, begun)
             self.updated.notify_all()
         self.write_record()
 
@@ -257,7 +268,7 @@ class BlockView:
 
     # ------------------------------------------------------------------------------------------------ records
 
-    def _observed(self, rec: BlockRecord, source: str) -> None:
+    def _observed(self, rec: BlockRecord, source: str, begun: int = 0) -> None:
         ordered = source != "answer"
         mine = rec.node == self.node
         h = self.held.get(rec.name)
@@ -276,9 +287,9 @@ class BlockView:
             # Another node's block, read when needed (to borrow) or answered to a write: what it lends this node
             # is taken, nothing of it is kept (the watch follows this node's blocks only).
             if source == "read":
-                if h is not None and not h.lost:
+                if h is not None and not h.lost and begun > h.since:
                     self.lose(h, rec)
-                self._foreign(rec)
+                self._foreign(rec, begun)
             return
         if source == "read":
             return  # a block naming this node, read as another's: the watch of this node's blocks takes it
@@ -299,7 +310,7 @@ class BlockView:
         if h is not None and not h.lost and ordered:
             self.lose(h, rec)
         if ordered:
-            self._foreign(rec)
+            self._foreign(rec, self.reads + 1)
 
     def _take_mine(self, rec: BlockRecord, source: str) -> None:
         """A block naming this node that it did not know it held: adopted only when its record says it was creating
@@ -336,7 +347,7 @@ class BlockView:
             (i for (n, i), lay in self.layouts.items() if n == rec.network and lay.block_of(net.network_address)), 0
         )
         h = Held(rec.name, rec.network, fs, net, uid=rec.uid, rv=rec.rv)
-        h.local = self.recorded.pop(rec.name, {})
+        h.local, h.since = self.recorded.pop(rec.name, {}), self.reads
         for off in h.local:
             self.borrowed.pop((rec.name, off), None)
         layout = self.layouts.get((rec.network, fs))
@@ -383,9 +394,9 @@ class BlockView:
             self.worker.wake(lend=True)
         self.worker.wake(write=True)
 
-    def _foreign(self, rec: BlockRecord) -> None:
-        """Another node's block: addresses it lent this node (granted to an ask, or to return), those no longer lent
-        to it, and asks it answered."""
+    def _foreign(self, rec: BlockRecord, begun: int) -> None:
+        """Another node's block, shown by a read begun as `begun` (the watch: after everything): addresses it lent
+        this node (granted to an ask, or to return), those no longer lent to it, and asks it answered."""
         lent_here = {off: doc for off, doc in offsets(rec, rec.lent).items() if doc.get("node") == self.node}
         for off in [o for o in lent_here if self._held_here(rec.net.network_address + o)]:
             del lent_here[off]  # an address a block of this node gives: never borrowed as well
@@ -410,14 +421,15 @@ class BlockView:
                 ask, request = None, ""  # not what was asked: given back
             addr = rec.net.network_address + off
             # A grant to an ask of a daemon killed since (recorded in `asking`) keeps its key: an ADD may take it.
-            self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, request if request in self.asking else "")
+            self.borrowed[key] = Borrowed(rec.name, rec.network, fs, addr, request if request in self.asking else "",
+                                          since=self.reads)  # fmt: skip
             if ask is not None:
                 ask.granted.append(key)
             else:
                 self.worker.wake()  # not asked for (any more): given back
         for key, b in list(self.borrowed.items()):
-            if key[0] != rec.name or key[1] in lent_here:
-                continue
+            if key[0] != rec.name or key[1] in lent_here or begun <= b.since:
+                continue  # lent still, or a read begun before this node saw it lent
             if b.claim is not None or b.pending:
                 if b.request != "gone":
                     who = b.claim.holder() if b.claim else "an ADD in flight"
@@ -427,13 +439,10 @@ class BlockView:
             else:
                 del self.borrowed[key]
         for ask in self.asks.values():
-            if ask.block == rec.name:
-                if ask.key in rec.requests:
-                    ask.seen = True
-                elif ask.seen:
-                    ask.answered = True
-                    if not ask.granted:
-                        self.denied[rec.name] = rec.rv  # nothing to lend: not asked again until it changes
+            if ask.block == rec.name and ask.key not in rec.requests and 0 <= ask.written < begun:
+                ask.answered = True
+                if not ask.granted:
+                    self.denied[rec.name] = rec.rv  # nothing to lend: not asked again until it changes
 
     def _held_here(self, addr: IPAddress) -> bool:
         return any(not h.lost and addr in h.net for h in self.held.values())

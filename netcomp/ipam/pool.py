@@ -5,8 +5,10 @@ host-local's default bounds, less its gateway, what it excludes and what is no u
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
+import json
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,12 +87,7 @@ class Pool:
         doc = (conflist.get("netcomp") or {}).get("pool")
         if not isinstance(doc, Mapping) or doc.get("type") != "cluster":
             return None
-        size = doc.get("blockSize")
-        return Pool(
-            network,
-            tuple(tuple(Range.parse(r) for r in rs) for rs in doc.get("ranges") or []),
-            size if isinstance(size, int) and size > 0 else None,
-        )
+        return _parsed(network, json.dumps(doc, sort_keys=True, default=str))
 
     @property
     def per_address(self) -> bool:
@@ -142,6 +139,18 @@ class Pool:
         if any(address in e for e in r.exclude):
             return "excluded from it"
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(network: str, text: str) -> Pool:
+    """Pool.of's pool, parsed once per network and pool document (an ADD asks for it per attachment, several times)."""
+    doc = json.loads(text)
+    size = doc.get("blockSize")
+    return Pool(
+        network,
+        tuple(tuple(Range.parse(r) for r in rs) for rs in doc.get("ranges") or []),
+        size if isinstance(size, int) and size > 0 else None,
+    )
 
 
 def spread(spans: Sequence[tuple[T, int]], seed: str) -> Iterator[tuple[T, int]]:

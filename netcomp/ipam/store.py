@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Claim:
     ipam_claim: str = ""
 
     def to_doc(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = {k: getattr(self, k) for k in Claim.__slots__}  # its fields are scalars: asdict's deep copy costs more
         if not self.block:
             del doc["block"]  # a claim object's record reads as it did before blocks
         if not self.ipam_claim:

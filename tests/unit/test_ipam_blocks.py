@@ -18,6 +18,7 @@ from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name, block_size, lowest, parse_block_name
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
+from netcomp.ipam.blockview import BlockAsk
 from netcomp.ipam.pool import Pool, network_label
 from netcomp.ipam.store import Claim, Taken
 from tests.lab.pools import NoStore, pool
@@ -313,3 +314,34 @@ def test_an_ask_a_killed_daemon_left_is_settled_by_the_next(tmp_path: Path) -> N
     assert [entry["containerID"] for _, addr, _, entry in given_back if addr == "10.0.0.19"] == ["c9"]  # type: ignore[index]
     assert alloc.asking == {} and LocalRecord(record.path, "node-a").load() == []
     assert "asking" in record.path.read_text() and '"node-a.k1"' not in record.path.read_text()
+
+
+def test_a_read_begun_before_an_ask_or_a_loan_is_no_answer_to_it(tmp_path: Path) -> None:
+    """Several ADDs read a lender's block at once, and a read may be taken in after this node wrote its ask, or
+    after another read showed a loan. A record lacking the ask is its answer only from a read begun after the ask
+    was written (a stale one made the ADD give up and the late grant was given back: 28 of a /27's 29), and a
+    record lacking a loan takes it away only from a read begun after the loan was seen."""
+    theirs = "n.v4-10-0-0-16-28"
+    alloc = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))  # type: ignore[arg-type]
+    alloc.serve({"n": pool({"subnet": "10.0.0.0/24"}, block=16)})
+    alloc.load([])
+    alloc.listed(set(), {"n"})
+
+    def record(lent: dict[str, dict[str, str]], requests: dict[str, dict[str, str]]) -> BlockRecord:
+        return BlockRecord(theirs, "n", "10.0.0.16/28", "node-b", lent=lent, requests=requests, uid="ub", rv="5")
+
+    stale = alloc.begin_read()  # another ADD's read, begun before the ask
+    ask = BlockAsk("node-a.k1", theirs)
+    alloc.asks[ask.key] = ask
+    ask.written = alloc.reads  # as _borrow records it once the ask is written
+    alloc.seen(record({}, {}), "read", stale)
+    assert not ask.answered and theirs not in alloc.denied
+    alloc.seen(record({}, {ask.key: {"node": "node-a"}}), "read", alloc.begin_read())
+    assert not ask.answered
+    grant = record({"10.0.0.18": {"node": "node-a", "request": ask.key}}, {})
+    alloc.seen(grant, "read", alloc.begin_read())
+    assert ask.answered and ask.granted == [(theirs, 2)]
+    alloc.seen(record({}, {}), "read", stale)  # taken in last, begun first
+    assert (theirs, 2) in alloc.borrowed
+    alloc.seen(record({}, {}), "read", alloc.begin_read())  # begun after: it is not lent any more
+    assert (theirs, 2) not in alloc.borrowed
