@@ -15,6 +15,7 @@ from netcomp.ipam.blocks import MAX_SIZE, Layout, block_name
 from netcomp.ipam.blockstate import BlockRecord
 from netcomp.ipam.pool import IPAddress, IPNetwork, Pool
 from netcomp.ipam.store import holder_ok
+from netcomp.names import is_dns_subdomain
 
 KIND = "AddressBlock"  # what foreign.ignore counts them as
 _SHOWN = 3  # bad keys quoted in a reason
@@ -88,7 +89,7 @@ def _mapping(got: object, what: str, problems: list[str]) -> TypeGuard[Mapping[A
 
 def _holder_ok(doc: dict[str, Any], what: str) -> bool:
     """A used or lent entry as store.holder_doc writes it; a lent one names its node."""
-    return holder_ok(doc, _TEXT) and (what != "lent" or bool(doc.get("node")))
+    return holder_ok(doc, _TEXT) and (what != "lent" or is_dns_subdomain(doc.get("node")))
 
 
 def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict[str, Any]]:
@@ -97,18 +98,19 @@ def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict
     if not _mapping(got, "its requests are", problems):
         return {}
     out: dict[str, dict[str, Any]] = {}
-    bad = 0
+    bad, room = 0, net.num_addresses  # every request's exact addresses together: no more than the block has
     for key, doc in got.items():
         ok = isinstance(key, str) and len(key) <= 300 and isinstance(doc, dict) and len(out) < net.num_addresses
-        ok = ok and isinstance(doc.get("node"), str) and bool(doc["node"])
+        ok = ok and is_dns_subdomain(doc.get("node"))
         asked = doc.get("addresses") if ok else None
-        fits = isinstance(asked, list) and len(asked) <= net.num_addresses and all(address_in(net, a) for a in asked)
+        fits = isinstance(asked, list) and len(asked) <= room and all(address_in(net, a) for a in asked)
         if ok and (asked is None or fits):
             out[key] = doc
+            room -= len(asked) if fits else 0
         else:
             bad += 1
     if bad:
-        problems.append(f"{bad} requests that name no node or ask for addresses outside {net}")
+        problems.append(f"{bad} requests that name no node or ask for addresses outside {net} or beyond its size")
     return out
 
 

@@ -142,3 +142,23 @@ def test_a_record_encoded_loads_back(tmp_path: Path) -> None:
     record.write(record.encode([h]))
     (back,) = record.load()
     assert (back.family_set, back.lent, back.lending, back.taken) == (1, h.lent, h.lending, h.taken)
+
+
+def test_a_blocks_requests_ask_for_no_more_addresses_than_it_has_and_name_a_node() -> None:
+    """Any node may write requests into another's block, and the holder reads them at every event: 32 requests
+    of the block's every address each (16 x 32 entries to parse) are taken only up to the block's size in all, and
+    a request or loan naming no Node's name is left out and said."""
+    from netcomp.ipam import blockcheck
+
+    every = [str(a) for a in NET]
+    got = {f"ask-{i}": {"node": f"node-{i}", "addresses": every} for i in range(32)}
+    problems: list[str] = []
+    taken = blockcheck.requests(NET, got, problems)
+    assert sum(len(d["addresses"]) for d in taken.values()) <= NET.num_addresses
+    assert list(taken) == ["ask-0"] and "31 requests" in problems[0]
+    for node in BAD_NODES:
+        problems = []
+        assert blockcheck.requests(NET, {"a": {"node": node}}, problems) == {} and problems
+        lent = {str(NET[1]): {"containerID": "c", "node": node}}
+        assert blockcheck.entries(NET, lent, "lent", problems) == {}
+    assert blockcheck.requests(NET, {"a": {"node": "node-b"}}, []) == {"a": {"node": "node-b"}}
