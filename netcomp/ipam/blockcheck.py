@@ -106,7 +106,7 @@ def requests(net: IPNetwork, got: object, problems: list[str]) -> dict[str, dict
         fits = isinstance(asked, list) and len(asked) <= room and all(address_in(net, a) for a in asked)
         if ok and (asked is None or fits):
             out[key] = doc
-            room -= len(asked) if fits else 0
+            room -= len(asked) if isinstance(asked, list) else 0
         else:
             bad += 1
     if bad:
