@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import Any
 
@@ -45,6 +45,7 @@ class _Early:
     who: tuple[Mapping[str, str], NamedPorts | None] | None = None  # the pod's labels and named ports
     ifaces: tuple[Interface, ...] = ()
     rules: PodRules | None = None
+    done: threading.Event = field(default_factory=threading.Event)  # the ADD's interfaces are made, or it failed
 
 
 class Enforcer:
@@ -140,8 +141,7 @@ class Enforcer:
         try:
             self._attached(key, entry, ref, new, early, error)
         finally:  # a peer of other pods' from now on: their sync starts once its own table is written
-            with self._lock:
-                self._ahead.pop(key, None)
+            self._finish(key)
             self._came_or_went(entry, ref)
 
     def _attached(
@@ -173,6 +173,14 @@ class Enforcer:
         self.view.serve({i.shown for i in ifaces})
         self._write(key, entry, ref, self._rules(key, ref, LocalPod(info, ifaces), peers))
 
+    def _finish(self, key: Key) -> None:
+        """The ADD under way is done with (answered or rolled back): its rules written ahead are no longer
+        written, and the library's context that wrote them is let go of (nft._run says why it was kept)."""
+        with self._lock:
+            early = self._ahead.pop(key, None)
+        if early is not None:
+            early.done.set()
+
     def _known(self) -> bool:
         """Whether policies exist is known, waiting for it until `timeout` seconds after this start."""
         return self.known(max(0.0, self._known_by - time.monotonic()))
@@ -193,7 +201,7 @@ class Enforcer:
                 self._unsure.add(key)
             if not entry.attached and (self._records is None or key not in self._records):
                 return  # an ADD's write-ahead changes no rule: `attached` tells of its interfaces
-            self._ahead.pop(key, None)  # a hot-plug rolled back: its rules written ahead are not written now
+        self._finish(key)  # a hot-plug rolled back: its rules written ahead are not written now
         self._came_or_went(entry, _pod_ref(entry), itself=True)
 
     def detached(self, entry: Record) -> None:
@@ -201,8 +209,8 @@ class Enforcer:
         An undo of what a killed daemon left takes away the table it may have written ahead."""
         key, ref = (entry.container_id, entry.ifname), _pod_ref(entry)
         with self._write_lock(key):  # after a write ahead under way: it writes nothing once this has begun
+            self._finish(key)
             with self._lock:
-                self._ahead.pop(key, None)
                 had = self._applied.pop(key, None) is not None or not self._running or key in self._unsure
                 for kept in (self._failed, self._unsure):
                     kept.discard(key)
@@ -264,7 +272,13 @@ class Enforcer:
             for ns in came:  # the pods a node pod can be a peer of
                 if scope is not None:
                     scope |= touched(self.view.every_policy(), ns, [self.view.namespace_labels(ns) or {}])
-            self.sync(scope)
+            try:
+                self.sync(scope)
+            except Exception as e:  # a bug: said, and every pod's rules are worked out again a while later
+                log.error("policy: a sync of the rules failed (%s: %s); tried again in %.0f s", type(e).__name__, e,
+                          RETRY)  # fmt: skip
+                stop.wait(RETRY)
+                self.changed()
 
     def sync(self, spaces: set[str] | None = None) -> int:
         """The attached records of the pods in `spaces` (None: every pod) and those whose table could not be
@@ -288,7 +302,7 @@ class Enforcer:
             addresses = self._addresses((e.container_id, e.ifname), e.attached)
             own[(ref.namespace, ref.name)] = PodInfo(ref.namespace, ref.name, labels, addresses, ports)
         with self._lock:
-            self._own = own
+            self._own = dict(own)  # the ADDs' and DELs' from now on; this round reads its own
             failed, ahead = set(self._failed), set(self._ahead)
         self.view.serve({shown for p in own.values() for shown in p.addresses})
         peers, written = Peers(self.view, own), 0
@@ -346,9 +360,9 @@ class Enforcer:
                 if (self._applied.get(key) or PodRules()) == rules:
                     self._failed.discard(key)
                     return 0
-            started = time.monotonic()
+            started, hold = time.monotonic(), early.done if early is not None else None
             try:
-                nft.apply(entry.netns, rules, timeout=self.timeout, nft=self.nft_path)
+                nft.apply(entry.netns, rules, timeout=self.timeout, nft=self.nft_path, hold=hold)
             except (HostError, DelegateError) as e:
                 self.observe("failed", time.monotonic() - started)
                 with self._lock:
