@@ -591,6 +591,7 @@ def row_p3(nodes: list[Node], cluster: Cluster, runs: int, out: dict[str, Any], 
     for n in nodes:
         quiet(n.daemon.pid)
     got: dict[str, list[float]] = {f"{k}{side}": [] for k in range(len(nodes)) for side in ("sel", "uns")}
+    cpu = {key: 0.0 for key in got}  # the daemon's CPU seconds over each kind's ADDs (and the DELs after them)
     spy = bench_delegate._spy(nodes[0].daemon.pid, f"{profile}.p3") if profile else None
     try:
         for r in range(runs):
@@ -598,14 +599,17 @@ def row_p3(nodes: list[Node], cluster: Cluster, runs: int, out: dict[str, Any], 
                 for side in ("sel", "uns") if (r // 2 + k) % 2 == 0 else ("uns", "sel"):
                     for n in nodes:
                         quiet(n.daemon.pid, window=0.3)
+                    before = cpu_s(nodes[k].daemon.pid)
                     got[f"{k}{side}"].append(_add(nodes[k], f"{k}{side}-{r}", side == "sel"))
+                    quiet(nodes[k].daemon.pid, window=0.3)
+                    cpu[f"{k}{side}"] += cpu_s(nodes[k].daemon.pid) - before
     finally:
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
-    out["p3"] = {"sel": got["0sel"], "uns": got["0uns"]}
+    out["p3"] = {"sel": got["0sel"], "uns": got["0uns"], "cpu": [cpu["0sel"] / runs, cpu["0uns"] / runs]}
     if len(nodes) > 1:
-        out["p3_base"] = {"sel": got["1sel"], "uns": got["1uns"]}
+        out["p3_base"] = {"sel": got["1sel"], "uns": got["1uns"], "cpu": [cpu["1sel"] / runs, cpu["1uns"] / runs]}
 
 
 def _add(node: Node, name: str, selected: bool) -> float:
@@ -720,10 +724,12 @@ def say_p2(args: argparse.Namespace, out: dict[str, Any]) -> None:
 def say_p3(args: argparse.Namespace, out: dict[str, Any]) -> None:
     sel, uns = statistics.median(out["p3"]["sel"]), statistics.median(out["p3"]["uns"])
     print(f"(p3) ADD selected {sel * 1000:.1f} ms / not selected {uns * 1000:.1f} ms = {sel / uns:.3f} (medians of "
-          f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}")  # fmt: skip
+          f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}; daemon CPU per ADD "
+          f"and its DEL {out['p3']['cpu'][0] * 1000:.1f} / {out['p3']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
     if "p3_base" in out:
         bs, bu = statistics.median(out["p3_base"]["sel"]), statistics.median(out["p3_base"]["uns"])
-        print(f"     the same from --base {args.base}: {bs * 1000:.1f} ms / {bu * 1000:.1f} ms = {bs / bu:.3f}")
+        print(f"     the same from --base {args.base}: {bs * 1000:.1f} ms / {bu * 1000:.1f} ms = {bs / bu:.3f}; CPU "
+              f"{out['p3_base']['cpu'][0] * 1000:.1f} / {out['p3_base']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
     print(f"     the node's daemon at the end: {out['rss_end']:.1f} MB")
     _spied(args, "p3")
 
