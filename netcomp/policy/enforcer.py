@@ -1,9 +1,10 @@
-"""This module keeps the policies' rules of the node's pods in force: inside an ADD, after its interfaces are made
-and before it answers (`attached`: a pod is never reachable unprotected, and an ADD whose rules cannot be written
-fails and is rolled back), and whenever the cluster's policies, namespaces or pods change (`changed`, then `sync`
-on a thread of its own, which writes only the tables whose rules changed). A DEL takes the table away
-(`detached`). What the cluster holds comes through a resolve.View (cluster/policywatch.py's); the node's own
-pods' addresses come from their records, so a peer on this node counts from its ADD on, before its
+"""This module keeps the policies' rules of the node's pods in force: inside an ADD, written while its delegates
+make the interfaces (`ahead`; the rules name the interfaces, so they hold from the moment each one appears) and
+waited for before it answers (`attached`: a pod is never reachable unprotected, and an ADD whose rules cannot be
+written fails and is rolled back, its table taken away), and whenever the cluster's policies, namespaces or pods
+change (`changed`, then `sync` on a thread of its own, which writes only the tables whose rules changed). A DEL
+takes the table away (`detached`). What the cluster holds comes through a resolve.View (cluster/policywatch.py's);
+the node's own pods' addresses come from their records, so a peer on this node counts from its ADD on, before its
 network-status is written."""
 
 from __future__ import annotations
