@@ -23,7 +23,7 @@ A daemon knows every policy and pod when its probe pod's table holds the sentine
 others, selected by a policy created after all the others. Printed also: how long filling the cluster took, the
 daemon's CPU per change, and with --profile FILE py-spy's samples of the daemon over the changes.
 Usage: sudo bench/policy.py [--pods 30000] [--policies 1000] [--nodepods 100] [--changes 30] [--adds 30]
-[--quick] [--profile FILE]
+[--quick] [--profile FILE] [--base TREE]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -481,9 +482,9 @@ def row_p1(top: Path, kapi: Any, cluster: Cluster, exe: str, netns: Any, out: di
     return on
 
 
-def attach_node_pods(node: Node, n: int) -> dict[tuple[str, str], str]:
+def attach_node_pods(node: Node, n: int, prefix: str = "n") -> dict[tuple[str, str], str]:
     """n pods on the node, spread over the node namespaces (db, cache, web, api in turn in each); their apps."""
-    apps = {(NODE_NS[k % len(NODE_NS)], f"n-{k}"): ("db", "cache", "web", "api")[(k // len(NODE_NS)) % 4]
+    apps = {(NODE_NS[k % len(NODE_NS)], f"{prefix}-{k}"): ("db", "cache", "web", "api")[(k // len(NODE_NS)) % 4]
             for k in range(n)}  # fmt: skip
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda key: node.add(*key, {"app": apps[key], "role": "server"}), apps))
@@ -576,36 +577,48 @@ def row_p2(node: Node, cluster: Cluster, apps: dict[tuple[str, str], str], args:
     out["p2"] = rows
 
 
-def row_p3(node: Node, cluster: Cluster, runs: int, out: dict[str, Any], profile: str | None) -> None:
-    """ADDs of a selected pod (app=db in pb-0) and of one no policy selects (app=plain), interleaved; each ADD
-    made once the daemon is quiet, each DEL after it untimed. The pods' objects are made first."""
-    names = [(f"sel-{r}", "db") for r in range(runs)] + [(f"uns-{r}", "plain") for r in range(runs)]
+def row_p3(nodes: list[Node], cluster: Cluster, runs: int, out: dict[str, Any], profile: str | None) -> None:
+    """ADDs of a selected pod (app=db in pb-0) and of one no policy selects (app=plain), interleaved, on each
+    node in turn (the node's daemon, and with --base the same from the tree before); each ADD made once the
+    daemons are quiet, each DEL after it untimed. The pods' objects are made first."""
+    names = [(f"{k}{side}-{r}", app, n.node) for k, n in enumerate(nodes) for r in range(runs)
+             for side, app in (("sel", "db"), ("uns", "plain"))]  # fmt: skip
     cluster.api.many("POST", [("/api/v1/namespaces/pb-0/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "labels": {"app": app, "role": "server"},
                                                         "annotations": {NETWORKS: "polnet"}},
-        "spec": {"nodeName": node.node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}})
-        for n, app in names])  # fmt: skip
-    quiet(node.daemon.pid)
-    got: dict[str, list[float]] = {"sel": [], "uns": []}
-    spy = bench_delegate._spy(node.daemon.pid, f"{profile}.p3") if profile else None
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}})
+        for n, app, node in names])  # fmt: skip
+    for n in nodes:
+        quiet(n.daemon.pid)
+    got: dict[str, list[float]] = {f"{k}{side}": [] for k in range(len(nodes)) for side in ("sel", "uns")}
+    cpu = {key: 0.0 for key in got}  # the daemon's CPU seconds over each kind's ADDs (and the DELs after them)
+    spy = bench_delegate._spy(nodes[0].daemon.pid, f"{profile}.p3") if profile else None
     try:
-        _adds(node, runs, got)
+        for r in range(runs):
+            for k in range(len(nodes)) if r % 2 == 0 else reversed(range(len(nodes))):
+                for side in ("sel", "uns") if (r // 2 + k) % 2 == 0 else ("uns", "sel"):
+                    for n in nodes:
+                        quiet(n.daemon.pid, window=0.3)
+                    before = cpu_s(nodes[k].daemon.pid)
+                    got[f"{k}{side}"].append(_add(nodes[k], f"{k}{side}-{r}", side == "sel"))
+                    quiet(nodes[k].daemon.pid, window=0.3)
+                    cpu[f"{k}{side}"] += cpu_s(nodes[k].daemon.pid) - before
     finally:
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
-    out["p3"] = got
+    out["p3"] = {"sel": got["0sel"], "uns": got["0uns"], "cpu": [cpu["0sel"] / runs, cpu["0uns"] / runs]}
+    if len(nodes) > 1:
+        out["p3_base"] = {"sel": got["1sel"], "uns": got["1uns"], "cpu": [cpu["1sel"] / runs, cpu["1uns"] / runs]}
 
 
-def _adds(node: Node, runs: int, got: dict[str, list[float]]) -> None:
-    for r in range(runs):
-        for side in ("sel", "uns") if r % 2 == 0 else ("uns", "sel"):
-            quiet(node.daemon.pid, window=0.3)
-            got[side].append(node.add("pb-0", f"{side}-{r}", {}, create=False))
-            table = nft.read(node.path("pb-0", f"{side}-{r}"))
-            if (table is not None) != (side == "sel"):
-                raise SystemExit(f"(p3) pod pb-0/{side}-{r}: its table {'missing' if table is None else 'there'}")
-            node.delete("pb-0", f"{side}-{r}", remove=False)
+def _add(node: Node, name: str, selected: bool) -> float:
+    took = node.add("pb-0", name, {}, create=False)
+    table = nft.read(node.path("pb-0", name))
+    if (table is not None) != selected:
+        raise SystemExit(f"(p3) pod pb-0/{name} on {node.node}: its table {'missing' if table is None else 'there'}")
+    node.delete("pb-0", name, remove=False)
+    return took
 
 
 def spy_summary(path: str, top: int = 14) -> list[str]:
@@ -640,19 +653,39 @@ def inner(args: argparse.Namespace) -> None:
             out["fill_pods_s"] = time.perf_counter() - t
             node = row_p1(top, kapi, cluster, exe, netns, out)
             say_p1(args, out)
+            nodes = [node]
             try:
+                if args.base:  # the same node, its daemon run from the tree before
+                    with _pythonpath(args.base):
+                        nodes.append(Node(top, kapi, cluster, exe, netns, "bench-base", 3, True))
+                    attach_node_pods(nodes[1], args.nodepods, "b")
                 t = time.perf_counter()
                 apps = attach_node_pods(node, args.nodepods)
                 out["attach_s"] = time.perf_counter() - t
                 quiet(node.daemon.pid)
                 row_p2(node, cluster, apps, args, out)
                 say_p2(args, out)
-                row_p3(node, cluster, args.adds, out, args.profile)
+                row_p3(nodes, cluster, args.adds, out, args.profile)
                 out["rss_end"] = node.daemon.settle()
                 say_p3(args, out)
             finally:
-                node.stop()
+                for n in nodes:
+                    n.stop()
                 print(json.dumps(out), flush=True)
+
+
+@contextlib.contextmanager
+def _pythonpath(tree: str) -> Iterator[None]:
+    """Daemons started meanwhile import netcomp from `tree`."""
+    was = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = tree
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = was
 
 
 def verdict(ok: bool) -> str:
@@ -691,7 +724,12 @@ def say_p2(args: argparse.Namespace, out: dict[str, Any]) -> None:
 def say_p3(args: argparse.Namespace, out: dict[str, Any]) -> None:
     sel, uns = statistics.median(out["p3"]["sel"]), statistics.median(out["p3"]["uns"])
     print(f"(p3) ADD selected {sel * 1000:.1f} ms / not selected {uns * 1000:.1f} ms = {sel / uns:.3f} (medians of "
-          f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}")  # fmt: skip
+          f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}; daemon CPU per ADD "
+          f"and its DEL {out['p3']['cpu'][0] * 1000:.1f} / {out['p3']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
+    if "p3_base" in out:
+        bs, bu = statistics.median(out["p3_base"]["sel"]), statistics.median(out["p3_base"]["uns"])
+        print(f"     the same from --base {args.base}: {bs * 1000:.1f} ms / {bu * 1000:.1f} ms = {bs / bu:.3f}; CPU "
+              f"{out['p3_base']['cpu'][0] * 1000:.1f} / {out['p3_base']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
     print(f"     the node's daemon at the end: {out['rss_end']:.1f} MB")
     _spied(args, "p3")
 
@@ -714,6 +752,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a small run: 2000 pods, 200 policies, 20 node pods, "
                     "10 changes, 10 ADDs each")  # fmt: skip
     ap.add_argument("--profile", metavar="FILE", help="py-spy's samples of the node's daemon over (p2)")
+    ap.add_argument("--base", metavar="TREE", help="(p3) also on a node whose daemon runs netcomp from TREE (a "
+                    "checkout of the code before), the ADDs of both interleaved")  # fmt: skip
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
@@ -726,6 +766,8 @@ def main() -> None:
     argv = [a for a in sys.argv[1:] if a != "--quick"]
     if args.profile:
         args.profile = str(Path(args.profile).resolve())
+    if args.base:
+        argv = [a for a in argv if a not in (args.base, "--base")] + ["--base", str(Path(args.base).resolve())]
     bench_delegate.in_host_netns("ncpol", [__file__, "--inner", *argv, *(["--quick"] if args.quick else [])])
 
 

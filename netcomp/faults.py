@@ -19,6 +19,7 @@ POINTS = (
     "after-claim",
     "after-write-ahead",
     "between-delegates",
+    "after-policy-ahead",
     "before-policy",
     "mid-outcome",
     "before-answer",

@@ -204,6 +204,8 @@ class Adding:
         return nid, ck, everything
 
     def _run(self, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
+        if self.policies is not None:  # the pod's rules written while its delegates run (`attached` waits for them)
+            self.policies.ahead(entry, new)
         futures = side_by_side(
             self.pool, self.runner.add, [(a.conflist, runtime_conf(entry, a, entry.netns)) for a in new]
         )

@@ -1,9 +1,10 @@
-"""This module keeps the policies' rules of the node's pods in force: inside an ADD, after its interfaces are made
-and before it answers (`attached`: a pod is never reachable unprotected, and an ADD whose rules cannot be written
-fails and is rolled back), and whenever the cluster's policies, namespaces or pods change (`changed`, then `sync`
-on a thread of its own, which writes only the tables whose rules changed). A DEL takes the table away
-(`detached`). What the cluster holds comes through a resolve.View (cluster/policywatch.py's); the node's own
-pods' addresses come from their records, so a peer on this node counts from its ADD on, before its
+"""This module keeps the policies' rules of the node's pods in force: inside an ADD, written while its delegates
+make the interfaces (`ahead`; the rules name the interfaces, so they hold from the moment each one appears) and
+waited for before it answers (`attached`: a pod is never reachable unprotected, and an ADD whose rules cannot be
+written fails and is rolled back, its table taken away), and whenever the cluster's policies, namespaces or pods
+change (`changed`, then `sync` on a thread of its own, which writes only the tables whose rules changed). A DEL
+takes the table away (`detached`). What the cluster holds comes through a resolve.View (cluster/policywatch.py's);
+the node's own pods' addresses come from their records, so a peer on this node counts from its ADD on, before its
 network-status is written."""
 
 from __future__ import annotations
@@ -12,23 +13,40 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import Any
 
+from netcomp import faults
 from netcomp.cni.codes import E_OTHER
 from netcomp.errors import DelegateError, HostError, NetcompError
-from netcomp.pods.naming import PodRef
+from netcomp.pods.naming import PodRef, display_name
 from netcomp.pods.netstatus import Pods, network_status
 from netcomp.policy import nft
 from netcomp.policy.podrules import PodRules
-from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, View, pod_rules, touched
+from netcomp.policy.resolve import Address, Interface, LocalPod, NamedPorts, Peers, PodInfo, View, pod_rules, touched
 from netcomp.records.files import Records
 from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.policy")
 Key = tuple[str, str]  # a record's (container ID, ifname)
 RETRY = 5.0  # seconds before a table that could not be written is tried again
+JOBS = 32  # threads that write ADDs' rules ahead (more ADDs at once than that wait for one)
+
+
+@dataclass(slots=True)
+class _Early:
+    """An ADD's rules being worked out and written while its delegates run: what they were made of."""
+
+    generation: int  # of what the rules are made of, when they were begun
+    peers: Peers | None  # the last sync's, if nothing changed since
+    job: Future[None] | None = None
+    who: tuple[Mapping[str, str], NamedPorts | None] | None = None  # the pod's labels and named ports
+    ifaces: tuple[Interface, ...] = ()
+    rules: PodRules | None = None
+    done: threading.Event = field(default_factory=threading.Event)  # the ADD's interfaces are made, or it failed
 
 
 class Enforcer:
@@ -65,74 +83,151 @@ class Enforcer:
         self._records: dict[Key, Record] | None = None  # the attached records as the events told; None: read them
         self._generation = 0  # of what the rules are made of: one more at each change
         self._peers: tuple[int, Peers] | None = None  # the last sync's, while nothing changed since
-        self._statuses: dict[Key, tuple[tuple[Attachment, ...], list[dict[str, Any]]]] = {}  # while the same
+        self._statuses: dict[Key, tuple[tuple[Attachment, ...], dict[str, tuple[Address, ...]]]] = {}  # while same
+        self._ahead: dict[Key, _Early] = {}  # ADDs under way whose rules are written while their delegates run
+        self._jobs: ThreadPoolExecutor | None = None
+        self._running = False  # run() has begun: every table written ahead since is this process's
+        self._unsure: set[Key] = set()  # records left mid-ADD by a killed daemon: a table written ahead may stay
         self._failed: set[Key] = set()
         self._said: dict[Key, str] = {}  # the last PolicyNotEnforced said of a record, not said again
         self._unknown_said = False
 
     # ------------------------------------------------------------------------------------------------ the ADD
 
+    def ahead(self, entry: Record, new: list[Attachment]) -> None:
+        """Before the delegates run: the rules the record's pod will have with `new` attached, worked out and put
+        in force on a thread of their own while the delegates run (`attached` waits for them). They match the
+        interfaces by name, so they hold from the moment each interface appears; a rollback takes them away
+        again (`detached`). It waits as `attached` does until whether policies exist is known."""
+        ref = _pod_ref(entry)
+        if ref is None or not self._known() or not self.active() or not list(self.view.policies(ref.namespace)):
+            return
+        key = (entry.container_id, entry.ifname)
+        atts = [a for a in entry.attachments if a.state == "attached" or any(a is n for n in new)]
+        with self._lock:
+            early = self._ahead[key] = _Early(self._generation, self._last_peers())
+            if self._jobs is None:
+                self._jobs = ThreadPoolExecutor(JOBS, thread_name_prefix="policy-ahead")
+            early.job = self._jobs.submit(self._early, key, entry, ref, atts, early)
+
+    def _early(self, key: Key, entry: Record, ref: PodRef, atts: list[Attachment], early: _Early) -> None:
+        early.who = self._who(ref, read=True)
+        ifaces = _interfaces(atts, ahead=True)
+        self.view.serve({i.shown for i in ifaces})  # its peers' addresses there are kept
+        info = PodInfo(ref.namespace, ref.name, early.who[0], {}, early.who[1])
+        if (peers := early.peers) is None:
+            with self._lock:
+                own = dict(self._own)
+            peers = Peers(self.view, own)
+        early.ifaces, early.rules = ifaces, self._rules(key, ref, LocalPod(info, ifaces), peers)
+        if self._write(key, entry, ref, early.rules, early):
+            faults.point("after-policy-ahead")
+
     def attached(self, entry: Record, new: list[Attachment]) -> None:
-        """Put the rules of the record's pod in force, `new` counted as attached. DelegateError naming the policies
-        when they cannot be: the ADD is rolled back."""
+        """Put the rules of the record's pod in force, `new` counted as attached: those written ahead when they
+        are still right (nothing they are made of changed meanwhile, and each interface is a kernel netdev as
+        assumed). DelegateError naming the policies when they cannot be: the ADD is rolled back."""
         ref = _pod_ref(entry)
         if ref is None:
             return
-        if not self.known(max(0.0, self._known_by - time.monotonic())) and not self._unknown_said:
+        key = (entry.container_id, entry.ifname)
+        with self._lock:
+            early = self._ahead.get(key)
+        error: DelegateError | None = None
+        if early is not None and early.job is not None:
+            try:
+                early.job.result()
+            except DelegateError as e:
+                error = e
+        try:
+            self._attached(key, entry, ref, new, early, error)
+        finally:  # a peer of other pods' from now on: their sync starts once its own table is written
+            self._finish(key)
+            self._came_or_went(entry, ref)
+
+    def _attached(
+        self, key: Key, entry: Record, ref: PodRef, new: list[Attachment], early: _Early | None,
+        error: DelegateError | None,
+    ) -> None:  # fmt: skip
+        if early is None and not self._known() and not self._unknown_said:
             self._unknown_said = True
             log.warning("policy: the cluster's policies are not known yet: pods are attached without them meanwhile")
-        if not self.active():
-            self._came_or_went(entry, ref)  # among the records the sync of a policy made later reads
-            return
+        selectable = early is not None or bool(list(self.view.policies(ref.namespace)))  # by its namespace's only
+        if not self.active() and not selectable:
+            return  # among the records the sync of a policy made later reads (the caller's _came_or_went)
         atts = [a for a in entry.attachments if a.state == "attached" or any(a is n for n in new)]
-        selectable = bool(list(self.view.policies(ref.namespace)))  # only its namespace's policies select it
-        status = network_status(atts, "")
-        info = self._info(ref, status, read=selectable)
-        key = (entry.container_id, entry.ifname)
+        addresses = self._addresses(key, atts)
+        who = early.who if early is not None and early.who is not None else self._who(ref, read=selectable)
+        info = PodInfo(ref.namespace, ref.name, who[0], addresses, who[1])
+        ifaces = _interfaces(atts, ahead=False)
         with self._lock:
             self._own[(ref.namespace, ref.name)] = info
             if self._records is not None:
                 self._records[key] = entry
-            last = self._peers if self._peers is not None and self._peers[0] == self._generation else None
-            peers = last[1] if last is not None else Peers(self.view, dict(self._own))
-        try:
-            if selectable:
-                self.view.serve({s["name"] for s in status})  # its peers' addresses there are kept
-                self._put(key, entry, ref, info, atts, status, peers, adding=True)
-        finally:  # a peer of other pods' from now on: their sync starts once its own table is written
-            self._came_or_went(entry, ref)
+            same = (early is not None and early.generation == self._generation and early.ifaces == ifaces
+                    and (error is not None or (self._applied.get(key) or PodRules()) == early.rules))  # fmt: skip
+            peers = self._last_peers() or Peers(self.view, dict(self._own))
+        if same and error is not None:
+            raise error
+        if same or not selectable:
+            return
+        self.view.serve({i.shown for i in ifaces})
+        self._write(key, entry, ref, self._rules(key, ref, LocalPod(info, ifaces), peers))
+
+    def _finish(self, key: Key) -> None:
+        """The ADD under way is done with (answered or rolled back): its rules written ahead are no longer
+        written, and the library's context that wrote them is let go of (nft._run says why it was kept)."""
+        with self._lock:
+            early = self._ahead.pop(key, None)
+        if early is not None:
+            early.done.set()
+
+    def _known(self) -> bool:
+        """Whether policies exist is known, waiting for it until `timeout` seconds after this start."""
+        return self.known(max(0.0, self._known_by - time.monotonic()))
+
+    def _last_peers(self) -> Peers | None:
+        """The last sync's peers while nothing changed since (the lock held)."""
+        return self._peers[1] if self._peers is not None and self._peers[0] == self._generation else None
 
     def saved(self, entry: Record) -> None:
         """A record was written or removed (a DEL, an undo, a hot-plug's detach): with nothing left attached its
         table goes; otherwise its rules are worked out again."""
-        if entry.attachments:
-            with self._lock:
-                ahead = not entry.attached and (self._records is None or (entry.container_id, entry.ifname) not in
-                                                self._records)  # fmt: skip
-            if not ahead:  # an ADD's write-ahead changes no rule: `attached` tells of its interfaces
-                self._came_or_went(entry, _pod_ref(entry), itself=True)
-        else:
+        if not entry.attachments:
             self.detached(entry)
-
-    def detached(self, entry: Record) -> None:
-        """The record's attachments are gone (a DEL): its table too, if its namespace is still there."""
+            return
         key = (entry.container_id, entry.ifname)
         with self._lock:
-            had = self._applied.pop(key, None)
-            self._failed.discard(key)
-            self._said.pop(key, None)
-            ref = _pod_ref(entry)
-            if ref is not None:
-                self._own.pop((ref.namespace, ref.name), None)
-            if self._records is not None:
-                self._records.pop(key, None)
-            self._statuses.pop(key, None)
-        if had and entry.netns and os.path.exists(entry.netns):
-            try:
-                with self._write_lock(key):
+            if not self._running:  # an undo at start that failed: a table a killed daemon wrote ahead may stay
+                self._unsure.add(key)
+            if not entry.attached and (self._records is None or key not in self._records):
+                return  # an ADD's write-ahead changes no rule: `attached` tells of its interfaces
+        self._finish(key)  # a hot-plug rolled back: its rules written ahead are not written now
+        self._came_or_went(entry, _pod_ref(entry), itself=True)
+
+    def detached(self, entry: Record) -> None:
+        """The record's attachments are gone (a DEL, a rollback): its table too, if its namespace is still there.
+        An undo of what a killed daemon left takes away the table it may have written ahead."""
+        key, ref = (entry.container_id, entry.ifname), _pod_ref(entry)
+        with self._write_lock(key):  # after a write ahead under way: it writes nothing once this has begun
+            self._finish(key)
+            with self._lock:
+                had = self._applied.pop(key, None) is not None or not self._running or key in self._unsure
+                for kept in (self._failed, self._unsure):
+                    kept.discard(key)
+                self._said.pop(key, None)
+                if ref is not None:
+                    self._own.pop((ref.namespace, ref.name), None)
+                if self._records is not None:
+                    self._records.pop(key, None)
+                self._statuses.pop(key, None)
+            if had and entry.netns and os.path.exists(entry.netns):
+                try:
                     nft.remove(entry.netns, timeout=self.timeout, nft=self.nft_path)
-            except (HostError, DelegateError) as e:
-                log.warning("policy: cannot remove the table of container %s: %s", entry.container_id, e)
+                except (HostError, DelegateError) as e:
+                    log.warning("policy: cannot remove the table of container %s: %s", entry.container_id, e)
+        with self._lock:
+            self._writing.pop(key, None)
         self._came_or_went(None, ref)  # its addresses are no one's peers
 
     # ------------------------------------------------------------------------------------------------ changes
@@ -166,6 +261,7 @@ class Enforcer:
     def run(self, stop: threading.Event, settle: float = 0.05) -> None:
         """Sync whenever told of a change (changes within `settle` seconds are synced together), and every RETRY
         seconds while a table could not be written."""
+        self._running = True
         self.changed()  # at start: what the kernel kept across a restart is made right
         while not stop.is_set():
             if not self._dirty.wait(RETRY if self._failed else 60.0) and not self._failed:
@@ -177,7 +273,13 @@ class Enforcer:
             for ns in came:  # the pods a node pod can be a peer of
                 if scope is not None:
                     scope |= touched(self.view.every_policy(), ns, [self.view.namespace_labels(ns) or {}])
-            self.sync(scope)
+            try:
+                self.sync(scope)
+            except Exception as e:  # a bug: said, and every pod's rules are worked out again a while later
+                log.error("policy: a sync of the rules failed (%s: %s); tried again in %.0f s", type(e).__name__, e,
+                          RETRY)  # fmt: skip
+                stop.wait(RETRY)
+                self.changed()
 
     def sync(self, spaces: set[str] | None = None) -> int:
         """The attached records of the pods in `spaces` (None: every pod) and those whose table could not be
@@ -195,21 +297,23 @@ class Enforcer:
             with self._lock:
                 self._records = records
         entries = [(e, ref) for e in list(records.values()) if (ref := _pod_ref(e)) is not None and e.attached]
-        own, status = {}, {}
+        own: dict[tuple[str, str], PodInfo] = {}
         for e, ref in entries:
-            status[e.container_id, e.ifname] = self._status(e)
-            own[(ref.namespace, ref.name)] = self._info(ref, status[e.container_id, e.ifname], read=True, quiet=True)
+            labels, ports = self._who(ref, read=True, quiet=True)
+            addresses = self._addresses((e.container_id, e.ifname), e.attached)
+            own[(ref.namespace, ref.name)] = PodInfo(ref.namespace, ref.name, labels, addresses, ports)
         with self._lock:
-            self._own = own
-            failed = set(self._failed)
-        self.view.serve({s["name"] for shown in status.values() for s in shown})
+            self._own = dict(own)  # the ADDs' and DELs' from now on; this round reads its own
+            failed, ahead = set(self._failed), set(self._ahead)
+        self.view.serve({shown for p in own.values() for shown in p.addresses})
         peers, written = Peers(self.view, own), 0
         for e, ref in entries:
             key = (e.container_id, e.ifname)
-            if spaces is not None and ref.namespace not in spaces and key not in failed:
-                continue
+            if key in ahead or (spaces is not None and ref.namespace not in spaces and key not in failed):
+                continue  # an ADD under way writes its own rules, and tells when it is done
             try:
-                written += self._put(key, e, ref, own[(ref.namespace, ref.name)], e.attached, status[key], peers)
+                pod = LocalPod(own[(ref.namespace, ref.name)], _interfaces(e.attached, ahead=False))
+                written += self._write(key, e, ref, self._rules(key, ref, pod, peers))
             except DelegateError as err:
                 log.error("policy: %s", err.msg)
         with self._lock:
@@ -218,18 +322,19 @@ class Enforcer:
 
     # ------------------------------------------------------------------------------------------------ one pod
 
-    def _status(self, entry: Record) -> list[dict[str, Any]]:
-        """The network-status of a record's attachments, worked out again only when they change."""
-        key, atts = (entry.container_id, entry.ifname), tuple(entry.attached)
+    def _addresses(self, key: Key, atts: list[Attachment]) -> dict[str, tuple[Address, ...]]:
+        """A record's addresses by network (as network-status names it), worked out again only when its
+        attachments change."""
         got = self._statuses.get(key)
         if got is None or len(got[0]) != len(atts) or any(a is not b for a, b in zip(got[0], atts, strict=True)):
-            got = self._statuses[key] = (atts, network_status(list(atts), ""))
+            status = network_status(atts, "")
+            got = self._statuses[key] = (tuple(atts), {s["name"]: tuple(map(ip_address, s["ips"])) for s in status})
         return got[1]
 
-    def _info(self, ref: PodRef, status: list[dict[str, Any]], *, read: bool, quiet: bool = False) -> PodInfo:
-        """The pod with its records' addresses, its labels as the cluster's view has them (the watch that tells
-        of their edits), and, when `read`, its named ports and, where the view lacks it, its labels from the
-        node's pod watch (which reads a pod it has not seen)."""
+    def _who(self, ref: PodRef, *, read: bool, quiet: bool = False) -> tuple[Mapping[str, str], NamedPorts | None]:
+        """The pod's labels as the cluster's view has them (the watch that tells of their edits), and, when
+        `read`, its named ports and, where the view lacks it, its labels from the node's pod watch (which reads
+        a pod it has not seen)."""
         viewed = self.view.pod(ref.namespace, ref.name)
         known = None
         try:
@@ -238,34 +343,32 @@ class Enforcer:
             if not quiet:
                 log.warning("policy: pod %s cannot be read (%s); its labels as last seen", ref, e)
         labels = viewed.labels if viewed is not None else known.labels if known is not None else {}
-        addresses = {s["name"]: tuple(ip_address(a) for a in s.get("ips") or []) for s in status}
-        return PodInfo(ref.namespace, ref.name, labels, addresses, known.ports if known is not None else None)
+        return labels, known.ports if known is not None else None
 
-    def _put(
-        self, key: Key, entry: Record, ref: PodRef, info: PodInfo, atts: list[Attachment],
-        status: list[dict[str, Any]], peers: Peers, *, adding: bool = False,
-    ) -> int:  # fmt: skip
-        shown = {s["interface"]: s["name"] for s in status}
-        ifaces = tuple(Interface(a.ifname, a.network, shown[a.ifname], _is_netdev(a)) for a in atts)
-        outcome = pod_rules(LocalPod(info, ifaces), peers)
+    def _rules(self, key: Key, ref: PodRef, pod: LocalPod, peers: Peers) -> PodRules:
+        outcome = pod_rules(pod, peers)
         for iface, refs in outcome.unenforced:
             self._say(key, ref, iface, refs)
+        return outcome.rules
+
+    def _write(self, key: Key, entry: Record, ref: PodRef, rules: PodRules, early: _Early | None = None) -> int:
+        """The record's table as `rules` say, unless they are what is in force (a transaction that failed left
+        the table as it was); with `early`, only while the ADD that wrote ahead is still under way."""
         with self._write_lock(key):
-            if not adding and key not in self._applied and not outcome.rules:
-                return 0  # no table, and none needed
-            if self._applied.get(key) == outcome.rules and key not in self._failed:
-                return 0
-            started = time.monotonic()
+            with self._lock:
+                if early is not None and self._ahead.get(key) is not early:
+                    return 0  # rolled back meanwhile
+                if (self._applied.get(key) or PodRules()) == rules:
+                    self._failed.discard(key)
+                    return 0
+            started, hold = time.monotonic(), early.done if early is not None else None
             try:
-                if outcome.rules:
-                    nft.apply(entry.netns, outcome.rules, timeout=self.timeout, nft=self.nft_path)
-                elif key in self._applied:
-                    nft.remove(entry.netns, timeout=self.timeout, nft=self.nft_path)
+                nft.apply(entry.netns, rules, timeout=self.timeout, nft=self.nft_path, hold=hold)
             except (HostError, DelegateError) as e:
                 self.observe("failed", time.monotonic() - started)
                 with self._lock:
                     self._failed.add(key)
-                names = sorted({p for i in outcome.rules.interfaces for p in i.policies})
+                names = sorted({p for i in rules.interfaces for p in i.policies})
                 raise DelegateError(
                     E_OTHER,
                     f"cannot put the rules of {', '.join(names) or 'no policy'} in force in pod {ref}: {e}",
@@ -274,8 +377,8 @@ class Enforcer:
             self.observe("written", time.monotonic() - started)
             with self._lock:
                 self._failed.discard(key)
-                if outcome.rules:
-                    self._applied[key] = outcome.rules
+                if rules:
+                    self._applied[key] = rules
                 else:
                     self._applied.pop(key, None)
         return 1
@@ -331,6 +434,12 @@ def _pod_ref(entry: Record) -> PodRef | None:
     if not p or not p.get("namespace") or not p.get("name"):
         return None
     return PodRef(p["namespace"], p["name"], p.get("uid") or "")
+
+
+def _interfaces(atts: list[Attachment], *, ahead: bool) -> tuple[Interface, ...]:
+    """The interfaces of the attachments; `ahead` (before their delegates ran): each taken as a kernel netdev."""
+    return tuple(Interface(a.ifname, a.network, display_name(a.network, a.conflist), ahead or _is_netdev(a))
+                 for a in atts)  # fmt: skip
 
 
 def _is_netdev(a: Attachment) -> bool:

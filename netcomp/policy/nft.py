@@ -33,6 +33,7 @@ TABLE, FAMILY = "netcomp", "inet"
 NFT = "/usr/sbin/nft"
 LIBRARY = "libnftables.so.1"
 JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
+HELD = 120.0  # seconds a context is kept at most for `apply(hold=...)`
 ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
 _ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
 ENV = {"LC_ALL": "C"}
@@ -232,14 +233,17 @@ def _comment(iface: InterfaceRules) -> str:
     return text if len(raw) <= COMMENT_BYTES else raw[: COMMENT_BYTES - 3].decode(errors="ignore") + "..."
 
 
-def apply(netns: str | int, rules: PodRules, *, timeout: float = 10.0, nft: str = NFT) -> None:
+def apply(
+    netns: str | int, rules: PodRules, *, timeout: float = 10.0, nft: str = NFT, hold: threading.Event | None = None
+) -> None:
     """The pod's table as `rules` say, in one transaction, in the network namespace `netns` (a path or an fd):
     made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long (the
-    exec's timeout; the library's transaction is the kernel's, which answers or fails)."""
+    exec's timeout; the library's transaction is the kernel's, which answers or fails). `hold`: the library's
+    context is let go of once it is set (or HELD seconds later), not at once (see _run)."""
     stdin = json.dumps(document(rules), separators=(",", ":")).encode()
     lib = _library() if nft == NFT else None
     if lib is not None:
-        said = inside(netns, lambda: _run(lib, stdin), "write the policy table")
+        said = inside(netns, lambda: _run(lib, stdin, hold), "write the policy table")
         if said is not None:
             raise HostError(f"nft refused the policy table of {_label(netns)}: {said}")
         return
@@ -264,10 +268,12 @@ def _library() -> Any:
     return lib
 
 
-def _run(lib: Any, document: bytes) -> str | None:
+def _run(lib: Any, document: bytes, hold: threading.Event | None = None) -> str | None:
     """One transaction through the library, from the calling thread's namespace (where the context's netlink
-    socket is opened); what it refused with, or None. The context is freed on a thread of its own: closing its
-    socket waits on the kernel for milliseconds after the transaction is in force."""
+    socket is opened); what it refused with, or None. The context is freed on a thread of its own, once `hold`
+    is set: closing its socket waits on the kernel for milliseconds after the transaction is in force, and an
+    interface moved into that namespace meanwhile waits about as long (benchmarks.md: a plugin making the
+    pod's interfaces while the table is written ahead)."""
     ctx = lib.nft_ctx_new(0)
     if not ctx:
         return "libnftables could not make a context"
@@ -280,7 +286,13 @@ def _run(lib: Any, document: bytes) -> str | None:
                  (lib.nft_ctx_get_error_buffer(ctx) or b"").decode(errors="replace").splitlines()]  # fmt: skip
         return "; ".join([ln[:LINE_CHARS] for ln in lines if ln][:SHOWN_LINES]) or "an error it did not describe"
     finally:
-        threading.Thread(target=lib.nft_ctx_free, args=(ctx,), name="nft-free", daemon=True).start()
+        threading.Thread(target=_free, args=(lib, ctx, hold), name="nft-free", daemon=True).start()
+
+
+def _free(lib: Any, ctx: Any, hold: threading.Event | None) -> None:
+    if hold is not None:
+        hold.wait(HELD)
+    lib.nft_ctx_free(ctx)
 
 
 def remove(netns: str | int, *, timeout: float = 10.0, nft: str = NFT) -> None:

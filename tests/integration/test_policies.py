@@ -381,12 +381,15 @@ def test_a_restarted_daemon_keeps_the_rules_and_duplicates_none(
         assert rc == 0 and table(db2) == "", res
 
 
+@pytest.mark.parametrize("point", ["after-policy-ahead", "before-policy"])
 def test_a_daemon_killed_between_the_interfaces_and_the_rules_never_answered_and_the_restart_undoes_it(
-    api: ApiServer, custom: Any, admin: Any, tmp_path: Path
+    api: ApiServer, custom: Any, admin: Any, tmp_path: Path, point: str
 ) -> None:
-    """SIGKILL at before-policy: db's interfaces are in its namespace, its rules are not. The runtime was never
-    told success; the daemon that starts again undoes the ADD and nothing is left; the runtime's ADD again
-    answers with the rules in force (a stranger's connect is dropped at once)."""
+    """SIGKILL at after-policy-ahead (db's table written while its delegates run, the ADD not done) or at
+    before-policy (db's interfaces are in its namespace, the ADD has not waited for its rules). The runtime was
+    never told success; the daemon that starts again undoes the ADD and nothing is left, the table written ahead
+    neither; the runtime's ADD again answers with the rules in force (a stranger's connect is dropped at
+    once)."""
     from tests.lab.procdaemon import kube_proc_node
 
     node = "node-p"
@@ -396,17 +399,21 @@ def test_a_daemon_killed_between_the_interfaces_and_the_rules_never_answered_and
         with (
             pod(admin, node, "db", labels={"app": "db"}, **storage) as pd,
             pod(admin, node, "stranger", **storage) as ps,
-            kube_proc_node(api, tmp_path, node, env={"NETCOMP_CRASH_AT": "before-policy"}) as n,
+            kube_proc_node(api, tmp_path, node, env={"NETCOMP_CRASH_AT": point}) as n,
         ):
             db = n.lab.container()
             rc, res = n.shim("ADD", db, args=cni_args(pd, db), ready_timeout=2)
             assert rc == 1 and res["code"] == 11, res  # the daemon died mid-request: try again
             assert n.proc is not None and n.proc.wait(timeout=60) == -9, n.logs()
-            assert "killing the daemon at before-policy" in n.logs()
-            assert sorted(n.lab.links(db)) == ["eth0", "lo", "net1"] and table(db) == ""
+            assert f"killing the daemon at {point}" in n.logs()
+            if point == "before-policy":
+                assert sorted(n.lab.links(db)) == ["eth0", "lo", "net1"]
+            else:
+                assert "table inet netcomp" in table(db)
             n.env.pop("NETCOMP_CRASH_AT")
             n.start()
-            assert n.lab.links(db) == ["lo"] and n.cache_files() == [] and n.leases() == [], n.logs()
+            assert n.lab.links(db) == ["lo"] and table(db) == "", n.logs()
+            assert n.cache_files() == [] and n.leases() == [], n.logs()
             rc, res = n.shim("ADD", db, args=cni_args(pd, db))
             assert rc == 0, res
             assert "table inet netcomp" in table(db), n.logs()
