@@ -435,6 +435,16 @@ class IPAMClaims:
             return f"{namespace}/{name}"
         return f"{namespace}/{name}" if pod is not None and running(pod) else None
 
+    def uids_of(self, node: str) -> set[str] | None:
+        """The uids of the claims labelled with `node` (a gone node's, for the cluster's GC); None: unknown."""
+        try:
+            return {c.uid for c in self.api.labelled(node)}
+        except Missing:
+            return set()  # no IPAMClaim CRD: no claim at all
+        except Away as e:
+            log.warning("cannot list the IPAMClaims of node %s: %s", node, e)
+            return None
+
     def recheck(self) -> None:
         """The addresses of deleted claims whose pods are gone now, freed; and the claims this node gave a first
         address whose status is not written (the API server away, or the daemon killed, between the two)

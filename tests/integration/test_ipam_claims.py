@@ -517,3 +517,47 @@ def test_killed_before_the_status_the_node_finishes_it_at_start(
         assert rc == 0, (res, node.logs())
         assert [a.split("/")[0] for a in node.lab.addrs(ctr2, "net1")] == [chosen]
         assert node.shim("DEL", ctr2, args=cni_args(p, ctr2))[0] == 0
+
+
+def test_a_claim_outlives_its_gone_node(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim's address is in the block of a node that goes for good (its daemon stopped, its Node deleted): the
+    cluster's GC frees neither the claim's entry nor the block while the claim exists, the pod made again on a
+    live node gets the address in its namespace, and once the claim is gone the GC frees the address."""
+    for n in ("node-x", "node-y"):
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})
+    try:
+        with (
+            shared_network(custom, network("gonenet", "10.128.0.0/24", blockSize=16)),
+            nodes(tmp_path, api, ["node-x", "node-y"], "gonenet", ipamGrace=0.1) as (x, y),
+            ipam_claim(custom, "vm-x", "gonenet"),
+        ):
+            with launcher(core, "vm-x-1", "node-x", "vm-x", "gonenet") as p1:
+                ctr1, rc, res = add(x, p1)
+                assert rc == 0, res
+                [addr] = addresses(x, ctr1, "net1")
+                delete(x, ctr1, p1)
+                gone(core, p1)
+            entry = block_entry(custom, "gonenet", addr)
+            assert entry is not None
+            x.daemon.stop(drain=5)
+            core.delete_node("node-x")
+            report = y.daemon.addresses.gc_cluster()
+            assert "error" not in report and report["freed"] == [] and report["freedBlocks"] == [], report
+            assert block_entry(custom, "gonenet", addr) == entry
+            with launcher(core, "vm-x-2", "node-y", "vm-x", "gonenet") as p2:
+                ctr2, rc, res = add(y, p2)
+                assert rc == 0, res
+                assert addresses(y, ctr2, "net1") == [addr]
+                delete(y, ctr2, p2)
+            custom.patch_namespaced_custom_object(*CLAIMS, "vm-x", {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, "vm-x")
+            until(lambda: claim_gone(custom, "vm-x"), "the claim gone", 30)
+            report = y.daemon.addresses.gc_cluster()
+            assert [f["address"] for f in report["freed"]] == [addr], report
+            assert block_entry(custom, "gonenet", addr) is None
+    finally:
+        for n in ("node-x", "node-y"):
+            with contextlib.suppress(Exception):
+                core.delete_node(n)
