@@ -411,8 +411,10 @@ def row_e(d: str, api: ApiServer, n: int) -> dict[str, Any]:
     core.create_namespace({"metadata": {"name": "bench"}})
     ext = client.ApiextensionsV1Api(admin)
     deadline = time.monotonic() + 30
-    while not any(c.type == "Established" and c.status == "True"  # the CRD served: polled, never guessed
-                  for c in ext.read_custom_resource_definition("ipamclaims.k8s.cni.cncf.io").status.conditions or []):
+    while not any(
+        c.type == "Established" and c.status == "True"  # the CRD served: polled, never guessed
+        for c in ext.read_custom_resource_definition("ipamclaims.k8s.cni.cncf.io").status.conditions or []
+    ):
         assert time.monotonic() < deadline, "the IPAMClaim CRD is not served after 30 s"
         time.sleep(0.1)
     for i in range(n):
