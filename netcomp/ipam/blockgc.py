@@ -158,8 +158,8 @@ def _gone(
     claim's next ADD, on any node, gets the address; docs/kubernetes.md, "Persistent addresses")."""
     if not c.container_id.startswith(CLAIM_HOLDER):
         return Allocator.gone(c, exists, pod)
-    if exists(c.node):
-        return None  # its node frees it when the claim goes
+    if not c.node_in_cluster or exists(c.node):
+        return None  # its node frees it when the claim goes (one that was no Node is never judged gone)
     uids = claims(c.node)
     if uids is None or c.container_id.removeprefix(CLAIM_HOLDER) in uids:
         return None

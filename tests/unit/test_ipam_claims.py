@@ -240,3 +240,5 @@ def test_a_gone_nodes_claim_entry_is_freed_only_with_its_claim() -> None:
     assert gone(True, set()) is None
     assert gone(False, {"u1"}) is None and gone(False, None) is None
     assert gone(False, {"u2"}) == "its IPAMClaim is gone (node node-x is gone)"
+    c = Claim(**{**c.to_doc(), "node_in_cluster": False})
+    assert gone(False, {"u2"}) is None  # a node that was no Node of the cluster is never judged gone
