@@ -409,7 +409,14 @@ def row_e(d: str, api: ApiServer, n: int) -> dict[str, Any]:
     utils.create_from_yaml(admin, str(ROOT / "packaging" / "kubernetes" / "ipamclaims-crd.yaml"))
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     core.create_namespace({"metadata": {"name": "bench"}})
-    time.sleep(2)  # the CRD served (a bench, not a test: a fixed wait is fine here)
+    ext = client.ApiextensionsV1Api(admin)
+    deadline = time.monotonic() + 30
+    while not any(
+        c.type == "Established" and c.status == "True"  # the CRD served: polled, never guessed
+        for c in ext.read_custom_resource_definition("ipamclaims.k8s.cni.cncf.io").status.conditions or []
+    ):
+        assert time.monotonic() < deadline, "the IPAMClaim CRD is not served after 30 s"
+        time.sleep(0.1)
     for i in range(n):
         custom.create_namespaced_custom_object("k8s.cni.cncf.io", "v1alpha1", "bench", "ipamclaims", {
             "apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim", "metadata": {"name": f"c{i}"},

@@ -16,7 +16,7 @@ from netcomp.ipam.allocator import Allocator, PodState, usage
 from netcomp.ipam.blocks import block_size
 from netcomp.ipam.blockstate import BlockRecord, claim_of
 from netcomp.ipam.pool import Pool
-from netcomp.ipam.store import Claim, Gone, StoreUnavailable
+from netcomp.ipam.store import CLAIM_HOLDER, Claim, Gone, StoreUnavailable
 
 if TYPE_CHECKING:
     from netcomp.ipam.blockalloc import BlockAllocator
@@ -82,10 +82,14 @@ def gc_cluster(
     node_exists: Callable[[str], bool],
     pod: Callable[[str], PodState | None],
     grace: float,
+    ipam_claims: Callable[[str], set[str] | None] = lambda node: None,
 ) -> tuple[list[Claim], list[str]]:
     """Free other nodes' addresses whose holders are gone and the emptied blocks of nodes that are gone; the
-    addresses and the blocks freed. StoreUnavailable."""
+    addresses and the blocks freed. An IPAMClaim's entry is freed only when its claim is gone: `ipam_claims(node)`
+    answers the uids of the claims labelled with a node (None: they cannot be told, nothing of theirs is freed).
+    StoreUnavailable."""
     exists = functools.cache(node_exists)  # each node asked about once per run
+    claims = functools.cache(ipam_claims)
     freed: list[Claim] = []
     blocks: list[str] = []
     now = time.time()
@@ -93,7 +97,7 @@ def gc_cluster(
         for rec in page:
             if rec.node == a.node or now - rec.created < grace:
                 continue
-            rec = _free_entries(a, rec, exists, pod, freed)
+            rec = _free_entries(a, rec, exists, pod, freed, claims)
             if not (rec.used or rec.lent or rec.requests) and rec.node_in_cluster and not exists(rec.node):
                 try:
                     if a.store.delete(rec.name, rec.uid, rec.rv):
@@ -110,11 +114,12 @@ def _free_entries(
     exists: Callable[[str], bool],
     pod: Callable[[str], PodState | None],
     freed: list[Claim],
+    claims: Callable[[str], set[str] | None],
 ) -> BlockRecord:
     used: dict[str, dict[str, Any] | None] = {}
     for addr, doc in rec.used.items():
         c = claim_of(rec, addr, doc, rec.node)
-        if (why := Allocator.gone(c, exists, pod)) is not None:
+        if (why := _gone(c, exists, pod, claims)) is not None:
             used[addr] = None
             freed.append(c)
             log.warning("freed address %s of network %s held by %s: %s", addr, rec.network, c.holder(), why)
@@ -131,7 +136,7 @@ def _free_entries(
             continue
         c = claim_of(rec, addr, doc, borrower)
         c = Claim(**{**c.to_doc(), "node_in_cluster": bool(doc.get("nodeInCluster"))})
-        if (why := Allocator.gone(c, exists, pod)) is None:
+        if (why := _gone(c, exists, pod, claims)) is None:
             continue
         try:
             if a.store.update_lent(rec.name, addr, borrower, None):
@@ -141,6 +146,24 @@ def _free_entries(
         except (Gone, StoreUnavailable) as e:
             log.warning("cannot free address %s of block %s: %s", addr, rec.name, e)
     return rec
+
+
+def _gone(
+    c: Claim,
+    exists: Callable[[str], bool],
+    pod: Callable[[str], PodState | None],
+    claims: Callable[[str], set[str] | None],
+) -> str | None:
+    """Allocator.gone's reason, but an IPAMClaim's entry outlives its node: it goes with its claim only (the
+    claim's next ADD, on any node, gets the address; docs/kubernetes.md, "Persistent addresses")."""
+    if not c.container_id.startswith(CLAIM_HOLDER):
+        return Allocator.gone(c, exists, pod)
+    if not c.node_in_cluster or exists(c.node):
+        return None  # its node frees it when the claim goes (one that was no Node is never judged gone)
+    uids = claims(c.node)
+    if uids is None or c.container_id.removeprefix(CLAIM_HOLDER) in uids:
+        return None
+    return f"its IPAMClaim is gone (node {c.node} is gone)"
 
 
 def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:

@@ -159,10 +159,11 @@ class ClaimApi:
         return parse(self._call(self.custom, "patch_namespaced_custom_object_status", GROUP, VERSION, c.namespace,
                                 PLURAL, c.name, body))  # fmt: skip
 
-    def labelled(self) -> list[ClaimObject]:
-        """The claims labelled with this node (those whose addresses it keeps), in every namespace. Away."""
+    def labelled(self, node: str | None = None) -> list[ClaimObject]:
+        """The claims labelled with `node` (default this one: those whose addresses it keeps), in every
+        namespace. Away."""
         doc = self._call(self.custom, "list_custom_object_for_all_namespaces", GROUP, VERSION, PLURAL,
-                         label_selector=f"{NODE}={node_label(self.node)}")  # fmt: skip
+                         label_selector=f"{NODE}={node_label(node or self.node)}")  # fmt: skip
         out = []
         for item in (doc or {}).get("items") or []:
             try:

@@ -70,6 +70,7 @@ class Kept:
     held: bool = False
     status: bool = False
     pod: str = ""  # the claim is deleted: namespace/name of the pod that keeps the address until it is gone
+    owner: str = ""  # the pod whose ADD gave the claim its first address (its status's ownerPod)
 
     @property
     def ref(self) -> str:
@@ -77,7 +78,8 @@ class Kept:
 
     def to_doc(self) -> dict[str, Any]:
         return {"key": self.key, "network": self.network, "interface": self.interface, "held": self.held,
-                "status": self.status, "entries": [e.to_doc() for e in self.entries], "pod": self.pod}  # fmt: skip
+                "status": self.status, "entries": [e.to_doc() for e in self.entries], "pod": self.pod,
+                "owner": self.owner}  # fmt: skip
 
     @staticmethod
     def from_doc(d: dict[str, Any]) -> Kept:
@@ -85,7 +87,7 @@ class Kept:
             Claim.check_doc(e)
         return Kept(str(d["key"]), str(d["network"]), str(d["interface"]),
                     [Claim.from_doc(e) for e in d["entries"]], d["held"] is True, d["status"] is True,
-                    str(d.get("pod") or ""))  # fmt: skip
+                    str(d.get("pod") or ""), str(d.get("owner") or ""))  # fmt: skip
 
 
 def cidr(e: Claim, pool: Pool) -> str:
@@ -284,7 +286,7 @@ class IPAMClaims:
                 with contextlib.suppress(Away, Missing, Changed):
                     self.api.mark(c, None)  # nothing taken: another node may give it its address
                 raise
-            kept = Kept(c.key, pool.network, c.interface, entries, held=True)
+            kept = Kept(c.key, pool.network, c.interface, entries, held=True, owner=pod_name)
             try:
                 self.keep(kept)
             except DelegateError:
@@ -433,13 +435,60 @@ class IPAMClaims:
             return f"{namespace}/{name}"
         return f"{namespace}/{name}" if pod is not None and running(pod) else None
 
+    def uids_of(self, node: str) -> set[str] | None:
+        """The uids of the claims labelled with `node` (a gone node's, for the cluster's GC); None: unknown."""
+        try:
+            return {c.uid for c in self.api.labelled(node)}
+        except Missing:
+            return set()  # no IPAMClaim CRD: no claim at all
+        except Away as e:
+            log.warning("cannot list the IPAMClaims of node %s: %s", node, e)
+            return None
+
     def recheck(self) -> None:
-        """The addresses of deleted claims whose pods are gone now, freed."""
+        """The addresses of deleted claims whose pods are gone now, freed; and the claims this node gave a first
+        address whose status is not written (the API server away, or the daemon killed, between the two)
+        finished."""
         for uid, k in list(self.kept.items()):
             ns, _, name = k.pod.partition("/")
             if k.pod and self._alive(ns, name) is None:
                 with contextlib.suppress(OSError):
                     self.forget(uid)
+            elif k.held and not k.status and not k.pod:
+                self._finish(uid, k)
+
+    def _finish(self, uid: str, k: Kept) -> None:
+        """A claim given its first address here and no status yet: its status written, unless an ADD of it runs
+        now (that ADD writes it), the claim is gone (its entries given back) or its status says other addresses
+        (those this node kept go, as a later ADD would decide)."""
+        busy = self._busy_lock(k.ref)
+        if not busy.acquire(blocking=False):
+            return
+        try:
+            ns, _, name = k.ref.partition("/")
+            pool = self.blocks.pools.get(k.network)
+            try:
+                c = self.api.get(ns, name)
+            except Missing:
+                c = None
+            except (Away, ValueError):
+                return  # tried again at the next look
+            if c is not None and c.uid == uid and c.deleting:
+                return  # the claim's deletion is the follower's to handle
+            if c is None or c.uid != uid or c.ips:
+                mine = c is not None and c.uid == uid and {str(ip.ip) for ip in c.ips} == {e.address for e in k.entries}
+                if mine:
+                    k.status = True
+                    self.keep(k)
+                else:
+                    self.forget(uid)
+                return
+            if pool is not None:
+                self._publish(c, pool, k, k.owner or c.owner_pod)
+        except (DelegateError, OSError) as e:
+            log.warning("IPAMClaim %s: its status is not written yet: %s", k.ref, getattr(e, "msg", e))
+        finally:
+            busy.release()
 
     def listed(self, claims: list[ClaimObject]) -> None:
         """A whole list of the claims labelled with this node: those being deleted, and those this node keeps
@@ -501,7 +550,7 @@ class Following(Follower):
 
         def loop() -> None:
             while not stop.wait(recheck):
-                if any(k.pod for k in list(self.claims.kept.values())):
+                if any(k.pod or (k.held and not k.status) for k in list(self.claims.kept.values())):
                     self.claims.recheck()
 
         threading.Thread(target=loop, name="ipamclaims-pods", daemon=True).start()

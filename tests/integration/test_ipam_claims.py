@@ -424,3 +424,140 @@ def test_a_statefulsets_pod_made_again_keeps_its_address(
             custom.patch_namespaced_custom_object(*CLAIMS, "db-0.net1", {"metadata": {"finalizers": []}})
             custom.delete_namespaced_custom_object(*CLAIMS, "db-0.net1")
         apps.delete_namespaced_stateful_set("db", "team-a")
+
+
+def claim_entries(custom: Any, uid: str) -> list[str]:
+    """The addresses the blocks record as held by the claim of `uid`, used or lent."""
+    out = []
+    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
+        for part in ("used", "lent"):
+            out += [a for a, doc in (b["spec"].get(part) or {}).items() if doc.get("containerID") == f"ipamclaim-{uid}"]
+    return out
+
+
+def test_api_server_away_before_the_status_the_node_finishes_it(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """The API server goes away after a claim's finalizer and its block entry are written and before its status
+    is: the ADD answers 11; once the API server is back, the node writes the status itself (no ADD of the claim
+    again), the block holds the claim's address once, and the pod made on another node gets it in its
+    namespace."""
+    with (
+        shared_network(custom, network("finnet", "10.126.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-f", "node-g"], "finnet") as (f, g),
+        ipam_claim(custom, "vm-f", "finnet") as claim,
+    ):
+        claims = f.daemon.addresses.ipam_claims
+        assert claims is not None
+        write_status = claims.api.write_status
+
+        def away_first(*args: Any, **kwargs: Any) -> Any:
+            claims.api.write_status = write_status  # type: ignore[method-assign]
+            api.stop_apiserver()
+            return write_status(*args, **kwargs)
+
+        claims.api.write_status = away_first  # type: ignore[method-assign]
+        with launcher(core, "vm-f-1", "node-f", "vm-f", "finnet") as p1:
+            pods = f.daemon.cluster.pods  # type: ignore[union-attr]
+            until(lambda: pods.has("team-a", "vm-f-1"), "the pod delivered by the node's watch", 30)
+            try:
+                ctr1, rc, res = add(f, p1)
+            finally:
+                api.start_apiserver()
+            assert rc != 0 and res["code"] == 11 and "its status cannot be written" in res["msg"], res
+            assert f.lab.links(ctr1) == ["lo"]
+        [kept] = [k for k in claims.kept.values() if k.ref == "team-a/vm-f"]
+        [chosen] = [e.address for e in kept.entries]
+        until(lambda: (read_claim(custom, "vm-f").get("status") or {}).get("ips") == [f"{chosen}/24"],
+              "the status written by the node on its own", 90)  # fmt: skip
+        assert read_claim(custom, "vm-f")["status"]["ownerPod"] == {"name": "vm-f-1"}
+        flushed([f, g])
+        assert claim_entries(custom, claim["metadata"]["uid"]) == [chosen]
+        with launcher(core, "vm-f-2", "node-g", "vm-f", "finnet") as p2:
+            ctr2, rc, res = add(g, p2)
+            assert rc == 0, res
+            assert addresses(g, ctr2, "net1") == [chosen]
+            delete(g, ctr2, p2)
+
+
+def test_killed_before_the_status_the_node_finishes_it_at_start(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """The daemon SIGKILLed at after-ipamclaim-recorded and the runtime's ADD given up (not tried again): the
+    daemon started again writes the claim's status from its record on its own, the block holds the address
+    once, and the next ADD naming the claim gets it in the pod's namespace."""
+    import concurrent.futures
+    import json
+
+    from tests.lab.procdaemon import kube_proc_node
+
+    extra = {"defaultNetwork": None, "ipamGrace": 3}
+    env = {"NETCOMP_CRASH_AT": "after-ipamclaim-recorded"}
+    with (
+        shared_network(custom, network("kill2net", "10.127.0.0/24", blockSize=16)),
+        kube_proc_node(api, tmp_path, "node-j", extra=extra, env=env) as node,
+        ipam_claim(custom, "vm-j", "kill2net") as claim,
+        launcher(core, "vm-j-1", "node-j", "vm-j", "kill2net") as p,
+    ):
+        ctr = node.lab.container()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr), ready_timeout=1)
+            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+            rc, res = adding.result(timeout=120)  # the daemon stays dead: the shim gives up
+        assert rc != 0 and res["code"] == 11, res
+        [kept] = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())["claims"]
+        [chosen] = [e["address"] for e in kept["entries"]]
+        node.env.pop("NETCOMP_CRASH_AT")
+        node.start()
+        until(lambda: (read_claim(custom, "vm-j").get("status") or {}).get("ips") == [f"{chosen}/24"],
+              lambda: node.logs(), 90)  # fmt: skip
+        until(lambda: claim_entries(custom, claim["metadata"]["uid"]) == [chosen], lambda: node.logs(), 30)
+        ctr2 = node.lab.container()
+        rc, res = node.shim("ADD", ctr2, args=cni_args(p, ctr2))
+        assert rc == 0, (res, node.logs())
+        assert [a.split("/")[0] for a in node.lab.addrs(ctr2, "net1")] == [chosen]
+        assert node.shim("DEL", ctr2, args=cni_args(p, ctr2))[0] == 0
+
+
+def test_a_claim_outlives_its_gone_node(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A claim's address is in the block of a node that goes for good (its daemon stopped, its Node deleted): the
+    cluster's GC frees neither the claim's entry nor the block while the claim exists, the pod made again on a
+    live node gets the address in its namespace, and once the claim is gone the GC frees the address."""
+    for n in ("node-x", "node-y"):
+        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})
+    try:
+        with (
+            shared_network(custom, network("gonenet", "10.128.0.0/24", blockSize=16)),
+            nodes(tmp_path, api, ["node-x", "node-y"], "gonenet", ipamGrace=0.1) as (x, y),
+            ipam_claim(custom, "vm-x", "gonenet"),
+        ):
+            with launcher(core, "vm-x-1", "node-x", "vm-x", "gonenet") as p1:
+                ctr1, rc, res = add(x, p1)
+                assert rc == 0, res
+                [addr] = addresses(x, ctr1, "net1")
+                delete(x, ctr1, p1)
+                gone(core, p1)
+            entry = block_entry(custom, "gonenet", addr)
+            assert entry is not None
+            x.daemon.stop(drain=5)
+            core.delete_node("node-x")
+            report = y.daemon.addresses.gc_cluster()
+            assert "error" not in report and report["freed"] == [] and report["freedBlocks"] == [], report
+            assert block_entry(custom, "gonenet", addr) == entry
+            with launcher(core, "vm-x-2", "node-y", "vm-x", "gonenet") as p2:
+                ctr2, rc, res = add(y, p2)
+                assert rc == 0, res
+                assert addresses(y, ctr2, "net1") == [addr]
+                delete(y, ctr2, p2)
+            custom.patch_namespaced_custom_object(*CLAIMS, "vm-x", {"metadata": {"finalizers": []}})
+            custom.delete_namespaced_custom_object(*CLAIMS, "vm-x")
+            until(lambda: claim_gone(custom, "vm-x"), "the claim gone", 30)
+            report = y.daemon.addresses.gc_cluster()
+            assert [f["address"] for f in report["freed"]] == [addr], report
+            assert block_entry(custom, "gonenet", addr) is None
+    finally:
+        for n in ("node-x", "node-y"):
+            with contextlib.suppress(Exception):
+                core.delete_node(n)

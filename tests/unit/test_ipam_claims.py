@@ -225,3 +225,20 @@ def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path
     with pytest.raises(DelegateError) as got:
         e._entry(c, p, ipaddress.ip_address("10.1.0.6"), name)
     assert "is not the block of 10.1.0.6" in got.value.msg
+
+
+def test_a_gone_nodes_claim_entry_is_freed_only_with_its_claim() -> None:
+    """The cluster's GC frees an IPAMClaim's entry in a gone node's block only when the claims labelled with that
+    node are known and its claim is not among them; a live node's, never."""
+    from netcomp.ipam import blockgc
+
+    c = Claim("b", "storage", "10.0.0.5", "node-x", CLAIM_HOLDER + "u1", "net1", node_in_cluster=True, block="b")
+
+    def gone(exists: bool, uids: set[str] | None) -> str | None:
+        return blockgc._gone(c, lambda n: exists, lambda p: None, lambda n: uids)
+
+    assert gone(True, set()) is None
+    assert gone(False, {"u1"}) is None and gone(False, None) is None
+    assert gone(False, {"u2"}) == "its IPAMClaim is gone (node node-x is gone)"
+    c = Claim(**{**c.to_doc(), "node_in_cluster": False})
+    assert gone(False, {"u2"}) is None  # a node that was no Node of the cluster is never judged gone
