@@ -296,6 +296,27 @@ def test_killed_between_the_address_chosen_and_the_status_written(
     """The daemon SIGKILLed once a claim's address is recorded as the claim's and before its status is written
     (crash point after-ipamclaim-recorded): the runtime's ADD, answered by the next daemon, gets that same
     address, the status says it, and the block holds one entry for the claim (nothing leaked)."""
+    with killed_at_recorded(api, core, custom, tmp_path, "vm-k", "killnet", "10.123.0.0/24", "node-k") as killed:
+        node, claim, p, ctr, adding, chosen = killed
+        assert "ips" not in (read_claim(custom, "vm-k").get("status") or {})
+        node.start(wait=False)
+        rc, res = adding.result(timeout=120)
+        assert rc == 0, (res, node.logs())
+        assert [a.split("/")[0] for a in node.lab.addrs(ctr, "net1")] == [chosen]
+        assert read_claim(custom, "vm-k")["status"]["ips"] == [f"{chosen}/24"]
+        uid = claim["metadata"]["uid"]
+        until(lambda: claim_entries(custom, uid) == [chosen], lambda: (claim_entries(custom, uid), node.logs()), 30)
+        assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+
+
+@contextlib.contextmanager
+def killed_at_recorded(
+    api: ApiServer, core: Any, custom: Any, tmp_path: Path, name: str, net: str, cidr: str, node_name: str,
+    **shim: Any,
+) -> Iterator[tuple[Any, dict[str, Any], Any, str, Any, str]]:  # fmt: skip
+    """A node's daemon SIGKILLed at after-ipamclaim-recorded by the ADD of pod `<name>-1` naming claim `name` of
+    network `net`: yields the node (not running, its crash point disarmed), the claim, the pod, its container,
+    the ADD under way (the shim's future) and the address the record holds for the claim."""
     import concurrent.futures
     import json
 
@@ -304,37 +325,19 @@ def test_killed_between_the_address_chosen_and_the_status_written(
     extra = {"defaultNetwork": None, "ipamGrace": 3}
     env = {"NETCOMP_CRASH_AT": "after-ipamclaim-recorded"}
     with (
-        shared_network(custom, network("killnet", "10.123.0.0/24", blockSize=16)),
-        kube_proc_node(api, tmp_path, "node-k", extra=extra, env=env) as node,
-        ipam_claim(custom, "vm-k", "killnet") as claim,
-        launcher(core, "vm-k-1", "node-k", "vm-k", "killnet") as p,
+        shared_network(custom, network(net, cidr, blockSize=16)),
+        kube_proc_node(api, tmp_path, node_name, extra=extra, env=env) as node,
+        ipam_claim(custom, name, net) as claim,
+        launcher(core, f"{name}-1", node_name, name, net) as p,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
     ):
         ctr = node.lab.container()
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr))
-            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
-            recorded = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())
-            [kept] = recorded["claims"]
-            [chosen] = [e["address"] for e in kept["entries"]]
-            assert "ips" not in (read_claim(custom, "vm-k").get("status") or {})
-            node.env.pop("NETCOMP_CRASH_AT")
-            node.start(wait=False)
-            rc, res = adding.result(timeout=120)
-        assert rc == 0, (res, node.logs())
-        assert [a.split("/")[0] for a in node.lab.addrs(ctr, "net1")] == [chosen]
-        assert read_claim(custom, "vm-k")["status"]["ips"] == [f"{chosen}/24"]
-        uid = claim["metadata"]["uid"]
-
-        def entries() -> list[str]:
-            out = []
-            for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
-                for addr, doc in (b["spec"].get("used") or {}).items():
-                    if doc.get("containerID") == f"ipamclaim-{uid}":
-                        out.append(addr)
-            return out
-
-        until(lambda: entries() == [chosen], lambda: (entries(), node.logs()), 30)
-        assert node.shim("DEL", ctr, args=cni_args(p, ctr))[0] == 0
+        adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr), **shim)
+        assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
+        [kept] = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())["claims"]
+        [chosen] = [e["address"] for e in kept["entries"]]
+        node.env.pop("NETCOMP_CRASH_AT")
+        yield node, claim, p, ctr, adding, chosen
 
 
 def test_api_server_away_a_claim_seen_is_served_from_the_record(
@@ -486,28 +489,11 @@ def test_killed_before_the_status_the_node_finishes_it_at_start(
     """The daemon SIGKILLed at after-ipamclaim-recorded and the runtime's ADD given up (not tried again): the
     daemon started again writes the claim's status from its record on its own, the block holds the address
     once, and the next ADD naming the claim gets it in the pod's namespace."""
-    import concurrent.futures
-    import json
-
-    from tests.lab.procdaemon import kube_proc_node
-
-    extra = {"defaultNetwork": None, "ipamGrace": 3}
-    env = {"NETCOMP_CRASH_AT": "after-ipamclaim-recorded"}
-    with (
-        shared_network(custom, network("kill2net", "10.127.0.0/24", blockSize=16)),
-        kube_proc_node(api, tmp_path, "node-j", extra=extra, env=env) as node,
-        ipam_claim(custom, "vm-j", "kill2net") as claim,
-        launcher(core, "vm-j-1", "node-j", "vm-j", "kill2net") as p,
-    ):
-        ctr = node.lab.container()
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr), ready_timeout=1)
-            assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
-            rc, res = adding.result(timeout=120)  # the daemon stays dead: the shim gives up
+    cidr = "10.127.0.0/24"
+    with killed_at_recorded(api, core, custom, tmp_path, "vm-j", "kill2net", cidr, "node-j", ready_timeout=1) as killed:
+        node, claim, p, _ctr, adding, chosen = killed
+        rc, res = adding.result(timeout=120)  # the daemon stays dead: the shim gives up
         assert rc != 0 and res["code"] == 11, res
-        [kept] = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())["claims"]
-        [chosen] = [e["address"] for e in kept["entries"]]
-        node.env.pop("NETCOMP_CRASH_AT")
         node.start()
         until(lambda: (read_claim(custom, "vm-j").get("status") or {}).get("ips") == [f"{chosen}/24"],
               lambda: node.logs(), 90)  # fmt: skip
