@@ -547,3 +547,70 @@ def test_a_claim_outlives_its_gone_node(
         for n in ("node-x", "node-y"):
             with contextlib.suppress(Exception):
                 core.delete_node(n)
+
+
+def test_a_claims_borrowed_address_stays_the_claims(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A /27 (29 addresses, blocks of 4) on two nodes: node-b holds one block, node-a fills every other block with
+    plain pods, so the claim's first address, asked on node-a, is borrowed from node-b's block. The address stays
+    the claim's through its pod's DEL (neither node gives it back), a pod made again on node-b gets it in its
+    namespace, and once the claim is deleted and no pod uses it, it is freed once."""
+    subnet = ipaddress.ip_network("10.130.0.0/27")
+    with (
+        shared_network(custom, network("lendnet", str(subnet))),
+        nodes(tmp_path, api, ["node-a", "node-b"], "lendnet") as labs,
+        ipam_claim(custom, "vm-l", "lendnet") as claim,
+    ):
+        a, b = labs
+        plain: list[tuple[DaemonLab, str]] = []
+
+        def add_plain(dl: DaemonLab) -> None:
+            ctr = dl.lab.container()
+            rc, res = dl.shim("ADD", ctr, args="NETCOMP_NETWORKS=lendnet", ready_timeout=30)
+            assert rc == 0, res
+            plain.append((dl, ctr))
+
+        try:
+            add_plain(b)
+            flushed(labs)
+            items = custom.list_cluster_custom_object(*BLOCKS)["items"]
+            [held] = [ipaddress.ip_network(x["spec"]["cidr"]) for x in items if x["spec"]["network"] == "lendnet"]
+            unusable = {subnet.network_address, subnet.network_address + 1, subnet.broadcast_address}
+            for _ in range(29 - sum(1 for x in held if x not in unusable)):  # every address of node-a's own blocks
+                add_plain(a)
+            flushed(labs)
+            assert not [
+                x for blk in custom.list_cluster_custom_object(*BLOCKS)["items"] for x in blk["spec"].get("lent") or {}
+            ]
+            uid = claim["metadata"]["uid"]
+            with launcher(core, "vm-l-1", "node-a", "vm-l", "lendnet") as p1:
+                ctr1, rc, res = add(a, p1)
+                assert rc == 0, res
+                [addr] = addresses(a, ctr1, "net1")
+                assert ipaddress.ip_address(addr) in held, (addr, held)  # borrowed from node-b's block
+                flushed(labs)
+                assert claim_entries(custom, uid) == [addr]
+                delete(a, ctr1, p1)
+                gone(core, p1)
+            flushed(labs)
+            assert claim_entries(custom, uid) == [addr], "the claim's address given back with its pod"
+            with launcher(core, "vm-l-2", "node-b", "vm-l", "lendnet") as p2:
+                ctr2, rc, res = add(b, p2)
+                assert rc == 0, res
+                assert addresses(b, ctr2, "net1") == [addr]
+                delete(b, ctr2, p2)
+                gone(core, p2)
+            flushed(labs)
+            assert claim_entries(custom, uid) == [addr]
+            custom.delete_namespaced_custom_object(*CLAIMS, "vm-l")
+            until(lambda: claim_gone(custom, "vm-l"), "the claim gone", 60)
+
+            def freed() -> bool:
+                flushed(labs)
+                return claim_entries(custom, uid) == [] and block_entry(custom, "lendnet", addr) is None
+
+            until(freed, lambda: (claim_entries(custom, uid), block_entry(custom, "lendnet", addr)), 60)
+        finally:
+            for dl, ctr in plain:
+                dl.shim("DEL", ctr, ready_timeout=30)
