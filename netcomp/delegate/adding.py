@@ -205,7 +205,10 @@ class Adding:
 
     def _run(self, entry: Record, new: list[Attachment], asks: Mapping[str, Ask]) -> None:
         if self.policies is not None:  # the pod's rules written while its delegates run (`attached` waits for them)
-            self.policies.ahead(entry, new)
+            try:
+                self.policies.ahead(entry, new)
+            except Exception:  # a bug: `attached` works them out after the delegates, as without ahead
+                log.exception("policy: cannot write the rules of container %s ahead", entry.container_id)
         futures = side_by_side(
             self.pool, self.runner.add, [(a.conflist, runtime_conf(entry, a, entry.netns)) for a in new]
         )
