@@ -176,9 +176,9 @@ class Addresses:
         own = self.gc_own()
         try:
             freed = self.allocator.per_address.gc_cluster(self.kube.node_exists, self.kube.pod)
-            uids = self.ipam_claims.uids_of if self.ipam_claims is not None else (lambda node: None)
+            claims = self.ipam_claims.api.gone_node if self.ipam_claims is not None else (lambda node: None)
             more, blocks = blockgc.gc_cluster(
-                self.blocks, self.kube.node_exists, self.kube.pod, self.settings.ipamGrace, uids
+                self.blocks, self.kube.node_exists, self.kube.pod, self.settings.ipamGrace, claims
             )
         except (StoreUnavailable, DelegateError) as e:
             return {"freed": [], "error": str(getattr(e, "msg", e))}

@@ -1,7 +1,8 @@
 """Freeing blocks and what is in them, and showing them. `release_empty` deletes this node's blocks that held
 nothing for the grace period, as Calico's kube-controllers release an empty block's affinity. `gc_cluster` frees,
-in other nodes' blocks, addresses whose holder is provably gone (Allocator.gone's rules), and empty blocks of nodes
-that are gone. `show` lists a network's blocks and every address in use."""
+in other nodes' blocks (and what this node's lent), addresses whose holder is provably gone (Allocator.gone's
+rules), the entries of IPAMClaims of gone nodes that are deleted and used by no pod (their finalizer taken off
+first), and empty blocks of nodes that are gone. `show` lists a network's blocks and every address in use."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netcomp import faults
 from netcomp.ipam.allocator import Allocator, PodState, usage
@@ -22,6 +23,17 @@ if TYPE_CHECKING:
     from netcomp.ipam.blockalloc import BlockAllocator
 
 log = logging.getLogger("netcomp.ipam")
+
+
+class NodeClaims(Protocol):
+    """The IPAMClaims labelled with a gone node (ipamclaimapi.GoneNodeClaims)."""
+
+    def __contains__(self, uid: object) -> bool: ...
+
+    def finish(self, uid: str, node_exists: Callable[[str], bool]) -> str | None:
+        """Why the claim's entries may be freed now, its finalizer off; None: they stay."""
+
+    def finish_all(self, node_exists: Callable[[str], bool]) -> None: ...
 
 
 def _release_stray(a: BlockAllocator, name: str, uid: str, rv: str) -> bool:
@@ -82,44 +94,57 @@ def gc_cluster(
     node_exists: Callable[[str], bool],
     pod: Callable[[str], PodState | None],
     grace: float,
-    ipam_claims: Callable[[str], set[str] | None] = lambda node: None,
+    ipam_claims: Callable[[str], NodeClaims | None] = lambda node: None,
 ) -> tuple[list[Claim], list[str]]:
-    """Free other nodes' addresses whose holders are gone and the emptied blocks of nodes that are gone; the
-    addresses and the blocks freed. An IPAMClaim's entry is freed only when its claim is gone: `ipam_claims(node)`
-    answers the uids of the claims labelled with a node (None: they cannot be told, nothing of theirs is freed).
-    StoreUnavailable."""
+    """Free other nodes' addresses whose holders are gone, what this node lent to holders that are gone, and the
+    emptied blocks of nodes that are gone; the addresses and the blocks freed. An IPAMClaim's entry is freed only
+    when its claim is gone, or deleted and finished: `ipam_claims(node)` answers the claims labelled with a gone
+    node (None: they cannot be told, nothing of theirs is freed), listed once per gone node with blocks, so that
+    its deleted claims are finished even when they hold no entry. StoreUnavailable."""
     exists = functools.cache(node_exists)  # each node asked about once per run
-    claims = functools.cache(ipam_claims)
+    listed: dict[str, NodeClaims | None] = {}
+
+    def claims(node: str) -> NodeClaims | None:
+        if node not in listed:
+            listed[node] = ipam_claims(node)
+        return listed[node]
+
+    def gone(c: Claim) -> str | None:
+        return _gone(c, exists, pod, claims)
+
     freed: list[Claim] = []
     blocks: list[str] = []
     now = time.time()
     for page in a.store.pages(None):
         for rec in page:
-            if rec.node == a.node or now - rec.created < grace:
+            if now - rec.created < grace:
                 continue
-            rec = _free_entries(a, rec, exists, pod, freed, claims)
-            if not (rec.used or rec.lent or rec.requests) and rec.node_in_cluster and not exists(rec.node):
+            if rec.node == a.node:
+                _free_lent(a, rec, gone, freed)  # its own entries are its own to free (gc_own)
+                continue
+            node_gone = rec.node_in_cluster and not exists(rec.node)
+            if node_gone:
+                claims(rec.node)
+            rec = _free_entries(a, rec, gone, freed)
+            if not (rec.used or rec.lent or rec.requests) and node_gone:
                 try:
                     if a.store.delete(rec.name, rec.uid, rec.rv):
                         blocks.append(rec.name)
                         log.warning("freed block %s of network %s: node %s is gone", rec.cidr, rec.network, rec.node)
                 except StoreUnavailable as e:
                     log.warning("cannot free block %s: %s", rec.name, e)
+    for got in listed.values():
+        if got is not None:
+            got.finish_all(exists)
     return freed, blocks
 
 
-def _free_entries(
-    a: BlockAllocator,
-    rec: BlockRecord,
-    exists: Callable[[str], bool],
-    pod: Callable[[str], PodState | None],
-    freed: list[Claim],
-    claims: Callable[[str], set[str] | None],
-) -> BlockRecord:
+def _free_entries(a: BlockAllocator, rec: BlockRecord, gone: Callable[[Claim], str | None],
+                  freed: list[Claim]) -> BlockRecord:  # fmt: skip
     used: dict[str, dict[str, Any] | None] = {}
     for addr, doc in rec.used.items():
         c = claim_of(rec, addr, doc, rec.node)
-        if (why := _gone(c, exists, pod, claims)) is not None:
+        if (why := gone(c)) is not None:
             used[addr] = None
             freed.append(c)
             log.warning("freed address %s of network %s held by %s: %s", addr, rec.network, c.holder(), why)
@@ -130,13 +155,19 @@ def _free_entries(
             log.warning("cannot free addresses of block %s: %s", rec.name, e)
             del freed[len(freed) - len(used) :]
             return rec
+    _free_lent(a, rec, gone, freed)
+    return rec
+
+
+def _free_lent(a: BlockAllocator, rec: BlockRecord, gone: Callable[[Claim], str | None], freed: list[Claim]) -> None:
+    """The block's loans whose holders are gone, given back to it."""
     for addr, doc in list(rec.lent.items()):
         borrower = str(doc.get("node", ""))
         if borrower == a.node:
             continue
         c = claim_of(rec, addr, doc, borrower)
         c = Claim(**{**c.to_doc(), "node_in_cluster": bool(doc.get("nodeInCluster"))})
-        if (why := _gone(c, exists, pod, claims)) is None:
+        if (why := gone(c)) is None:
             continue
         try:
             if a.store.update_lent(rec.name, addr, borrower, None):
@@ -145,25 +176,28 @@ def _free_entries(
                 log.warning("freed address %s of network %s lent to %s: %s", addr, rec.network, c.holder(), why)
         except (Gone, StoreUnavailable) as e:
             log.warning("cannot free address %s of block %s: %s", addr, rec.name, e)
-    return rec
 
 
 def _gone(
     c: Claim,
     exists: Callable[[str], bool],
     pod: Callable[[str], PodState | None],
-    claims: Callable[[str], set[str] | None],
+    claims: Callable[[str], NodeClaims | None],
 ) -> str | None:
-    """Allocator.gone's reason, but an IPAMClaim's entry outlives its node: it goes with its claim only (the
-    claim's next ADD, on any node, gets the address; docs/kubernetes.md, "Persistent addresses")."""
+    """Allocator.gone's reason, but an IPAMClaim's entry outlives its node: it goes with its claim only, once the
+    claim is gone or deleted and finished (the claim's next ADD, on any node, gets the address meanwhile;
+    docs/kubernetes.md, "Persistent addresses")."""
     if not c.container_id.startswith(CLAIM_HOLDER):
         return Allocator.gone(c, exists, pod)
     if not c.node_in_cluster or exists(c.node):
         return None  # its node frees it when the claim goes (one that was no Node is never judged gone)
-    uids = claims(c.node)
-    if uids is None or c.container_id.removeprefix(CLAIM_HOLDER) in uids:
+    got = claims(c.node)
+    uid = c.container_id.removeprefix(CLAIM_HOLDER)
+    if got is None:
         return None
-    return f"its IPAMClaim is gone (node {c.node} is gone)"
+    if uid not in got:
+        return f"its IPAMClaim is gone (node {c.node} is gone)"
+    return got.finish(uid, exists)
 
 
 def show(a: BlockAllocator, pool: Pool) -> dict[str, Any]:

@@ -1,14 +1,17 @@
 """IPAMClaim objects (k8s.cni.cncf.io/v1alpha1, namespaced; the multi-network spec v1.3's `ipam-claim-reference`)
 on the API server: one read by name, its status written (ips in CIDR form, the IPsAllocated condition, ownerPod),
 netcomp's finalizer and its node's label put on and taken off, the claims labelled with one node listed, and the
-pods a claim's owner check reads. Everything read is checked before it is used (parse): whoever can write a claim
-can write anything in it. Loaded only with a cluster."""
+pods a claim's owner check reads; and the claims of a node gone for good as the cluster's GC finishes them
+(GoneNodeClaims). Everything read is checked before it is used (parse): whoever can write a claim can write
+anything in it. Loaded only with a cluster."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from netcomp.kube.apiclient import Handle
@@ -16,6 +19,7 @@ from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.group import NODE, node_label
 from netcomp.names import is_dns_label, is_dns_subdomain
 
+log = logging.getLogger("netcomp.ipam")
 GROUP, VERSION, PLURAL = "k8s.cni.cncf.io", "v1alpha1", "ipamclaims"
 FINALIZER = "netcomp.io/address"  # the claim's address is in a block: freed by netcomp before the claim goes
 CONDITION = "IPsAllocated"
@@ -172,6 +176,16 @@ class ClaimApi:
                 continue  # not one netcomp can use: nothing of it is kept
         return out
 
+    def gone_node(self, node: str) -> GoneNodeClaims | None:
+        """The claims labelled with `node`, gone for good, for the cluster's GC; None: they cannot be told."""
+        try:
+            return GoneNodeClaims(self, node, {c.uid: c for c in self.labelled(node)})
+        except Missing:
+            return GoneNodeClaims(self, node, {})  # no IPAMClaim CRD: no claim at all
+        except Away as e:
+            log.warning("cannot list the IPAMClaims of node %s: %s", node, e)
+            return None
+
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A pod's object (None: there is none). Away."""
         try:
@@ -206,3 +220,77 @@ def controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
 def running(pod: dict[str, Any]) -> bool:
     """The pod is alive: not finished (phase Succeeded or Failed)."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def unused(pod: dict[str, Any] | None, node_exists: Callable[[str], bool]) -> str | None:
+    """Why a deleted claim's address is used by no pod, `pod` being its status.ownerPod's object: the pod is gone,
+    finished, or not on a live node (Allocator.gone's rules; ownerPod names no uid); None: it runs on a live node.
+    node_exists may raise (StoreUnavailable): nothing is decided then."""
+    if pod is None:
+        return "its pod is gone"
+    if not running(pod):
+        return "its pod has finished"
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not isinstance(node, str) or not node:
+        return "its pod is on no node"
+    return None if node_exists(node) else f"its pod was on node {node}, which is gone"
+
+
+@dataclass
+class GoneNodeClaims:
+    """The IPAMClaims labelled with a node gone for good (its Node deleted), as one run of the cluster's GC reads
+    them: a claim listed keeps its block entries; one being deleted has netcomp's finalizer (and the gone node's
+    label) taken off once no running pod uses its address (finish), after which its entries may be freed. The
+    finalizer goes before the entries: a GC killed between the two leaves entries whose claim is gone, which the
+    next run frees (never an entry freed while its claim could still be used, nor a claim left hanging)."""
+
+    api: ClaimApi
+    node: str
+    claims: dict[str, ClaimObject]  # by uid
+    done: dict[str, str | None] = field(default_factory=dict)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self.claims
+
+    def finish(self, uid: str, node_exists: Callable[[str], bool]) -> str | None:
+        """Why the claim's entries may be freed now (its finalizer is off); None: they stay (it is not being
+        deleted, a running pod on a live node uses its address, or that cannot be told now). Once per run."""
+        if uid not in self.done:
+            self.done[uid] = self._finish(self.claims[uid], node_exists)
+        return self.done[uid]
+
+    def finish_all(self, node_exists: Callable[[str], bool]) -> None:
+        """Every claim being deleted finished, those holding no entry the run saw included (an ADD's label and
+        finalizer written with no address given, say)."""
+        for uid, c in self.claims.items():
+            if c.deleting:
+                self.finish(uid, node_exists)
+
+    def _finish(self, c: ClaimObject, node_exists: Callable[[str], bool]) -> str | None:
+        if not c.deleting:
+            return None
+        why = "no pod is named its owner"
+        if c.owner_pod:
+            try:
+                pod = self.api.pod(c.namespace, c.owner_pod)
+            except Away as e:
+                log.warning("IPAMClaim %s is deleted (node %s is gone): pod %s/%s, its owner, cannot be read (%s): "
+                            "its address stays", c.ref, self.node, c.namespace, c.owner_pod, e)  # fmt: skip
+                return None
+            got = unused(pod, node_exists)
+            if got is None:
+                log.info("IPAMClaim %s is deleted (node %s is gone): its address stays while pod %s/%s runs; a "
+                         "later GC run frees it", c.ref, self.node, c.namespace, c.owner_pod)  # fmt: skip
+                return None
+            why = got.replace("its pod", f"pod {c.namespace}/{c.owner_pod}", 1)
+        if FINALIZER in c.finalizers:
+            try:
+                self.api.mark(c, None)
+            except Missing:
+                pass
+            except (Away, Changed) as e:
+                log.warning("IPAMClaim %s: its finalizer stays for now: %s", c.ref, e)
+                return None
+        log.warning("IPAMClaim %s is deleted, %s and its node %s is gone: its finalizer taken off", c.ref, why,
+                    self.node)  # fmt: skip
+        return f"its IPAMClaim {c.ref} is deleted and {why} (node {self.node} is gone)"

@@ -103,6 +103,7 @@ class IPAMClaims:
         self.kept: dict[str, Kept] = {}  # by the claim's uid
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
+        self.strays: dict[str, ClaimObject] = {}  # by uid: unanswered() looks at them again (recheck)
         # Starts following the claims labelled with this node (Following.start, once): only once it keeps a
         # claim's entry, so that a cluster without the IPAMClaim CRD is never asked about them.
         self.start_following: Callable[[], None] = lambda: None
@@ -272,6 +273,7 @@ class IPAMClaims:
             if c.node and c.node != node_label(self.node):
                 raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref} is being given its address by node {c.node}",
                                     "nothing was taken")  # fmt: skip
+            self.start_following()  # a mark whose answer is lost is this node's to take off again (unanswered)
             try:
                 c = self.api.mark(c, self.node)  # on the version read: the lock two first ADDs share
             except Changed:
@@ -435,20 +437,48 @@ class IPAMClaims:
             return f"{namespace}/{name}"
         return f"{namespace}/{name}" if pod is not None and running(pod) else None
 
-    def uids_of(self, node: str) -> set[str] | None:
-        """The uids of the claims labelled with `node` (a gone node's, for the cluster's GC); None: unknown."""
+    def unanswered(self, c: ClaimObject) -> None:
+        """A claim labelled with this node with netcomp's finalizer, no status.ips, no record here and no ADD of it
+        in flight: a first ADD's mark whose answer was lost. Both taken off, on the version shown (an ADD that
+        changed it since wins), so another node's ADD can give it its address; looked at again (recheck) later
+        while an ADD of it runs here or the write fails."""
+        if c.deleting or c.ips or FINALIZER not in c.finalizers or c.node != node_label(self.node):
+            self.strays.pop(c.uid, None)
+            return
+        busy = self._busy_lock(c.ref)
+        if not busy.acquire(blocking=False):
+            self.strays[c.uid] = c  # an ADD of it runs here now: looked at once it is done
+            return
+        self.strays.pop(c.uid, None)
         try:
-            return {c.uid for c in self.api.labelled(node)}
+            k = self.kept.get(c.uid)
+            if k is None or not k.entries:  # else given its address here, its status not written yet: _finish's
+                self.api.mark(c, None)
+                log.warning("IPAMClaim %s had this node's label and netcomp's finalizer and no address given here "
+                            "(the answer to an ADD's write of them was lost): taken off", c.ref)  # fmt: skip
         except Missing:
-            return set()  # no IPAMClaim CRD: no claim at all
-        except Away as e:
-            log.warning("cannot list the IPAMClaims of node %s: %s", node, e)
-            return None
+            pass
+        except (Away, Changed) as e:
+            self.strays[c.uid] = c
+            log.info("IPAMClaim %s: this node's label and finalizer not taken off yet: %s", c.ref, e)
+        finally:
+            busy.release()
 
     def recheck(self) -> None:
         """The addresses of deleted claims whose pods are gone now, freed; and the claims this node gave a first
         address whose status is not written (the API server away, or the daemon killed, between the two)
-        finished."""
+        finished; and the claims unanswered() left to look at again, read again first."""
+        for uid, c in list(self.strays.items()):
+            try:
+                now: ClaimObject | None = self.api.get(c.namespace, c.name)
+            except (Missing, ValueError):
+                now = None
+            except Away:
+                continue
+            if now is None or now.uid != uid:
+                self.strays.pop(uid, None)
+            else:
+                self.unanswered(now)
         for uid, k in list(self.kept.items()):
             ns, _, name = k.pod.partition("/")
             if k.pod and self._alive(ns, name) is None:
@@ -497,6 +527,8 @@ class IPAMClaims:
         for c in claims:
             if c.deleting:
                 self.deleted(c, c.uid)
+            else:
+                self.unanswered(c)
         for uid, k in list(self.kept.items()):
             if not k.held or k.pod or uid in by_uid:
                 continue
@@ -539,6 +571,8 @@ class Following(Follower):
             return
         if kind == "DELETED" or c.deleting:  # gone: its last state still names its pod
             self.claims.deleted(c, c.uid)
+        else:
+            self.claims.unanswered(c)
 
     def start(self, stop: threading.Event, recheck: float = RECHECK) -> None:
         """Once: the claims followed, and the pods that keep deleted claims' addresses looked at."""
@@ -550,7 +584,8 @@ class Following(Follower):
 
         def loop() -> None:
             while not stop.wait(recheck):
-                if any(k.pod or (k.held and not k.status) for k in list(self.claims.kept.values())):
+                kept = list(self.claims.kept.values())
+                if self.claims.strays or any(k.pod or (k.held and not k.status) for k in kept):
                     self.claims.recheck()
 
         threading.Thread(target=loop, name="ipamclaims-pods", daemon=True).start()

@@ -229,16 +229,126 @@ def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path
 
 def test_a_gone_nodes_claim_entry_is_freed_only_with_its_claim() -> None:
     """The cluster's GC frees an IPAMClaim's entry in a gone node's block only when the claims labelled with that
-    node are known and its claim is not among them; a live node's, never."""
+    node are known and its claim is not among them, or is deleted and finished; a live node's, never."""
     from netcomp.ipam import blockgc
 
     c = Claim("b", "storage", "10.0.0.5", "node-x", CLAIM_HOLDER + "u1", "net1", node_in_cluster=True, block="b")
 
     def gone(exists: bool, uids: set[str] | None) -> str | None:
-        return blockgc._gone(c, lambda n: exists, lambda p: None, lambda n: uids)
+        got = None if uids is None else Api().gone(uids)
+        return blockgc._gone(c, lambda n: exists, lambda p: None, lambda n: got)
 
     assert gone(True, set()) is None
     assert gone(False, {"u1"}) is None and gone(False, None) is None
     assert gone(False, {"u2"}) == "its IPAMClaim is gone (node node-x is gone)"
     c = Claim(**{**c.to_doc(), "node_in_cluster": False})
     assert gone(False, {"u2"}) is None  # a node that was no Node of the cluster is never judged gone
+
+
+class Api:
+    """A ClaimApi's calls the GC and the watch make, answered from dicts: pods by name, marks recorded."""
+
+    def __init__(self, pods: dict[str, Any] | None = None, fail: Exception | None = None) -> None:
+        self.pods, self.fail = pods or {}, fail
+        self.marks: list[tuple[str, str | None]] = []
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if isinstance(self.fail, ipamclaimapi.Away):
+            raise self.fail
+        return self.pods.get(name)
+
+    def mark(self, c: ipamclaimapi.ClaimObject, node: str | None) -> ipamclaimapi.ClaimObject:
+        if self.fail is not None:
+            raise self.fail
+        self.marks.append((c.ref, node))
+        return c
+
+    def gone(self, uids: set[str], **meta: Any) -> ipamclaimapi.GoneNodeClaims:
+        objs = [ipamclaimapi.parse(deleting(uid, **meta)) for uid in uids]
+        return ipamclaimapi.GoneNodeClaims(cast(Any, self), "node-x", {c.uid: c for c in objs})
+
+
+def deleting(uid: str, owner: str = "", deleted: bool = False) -> dict[str, Any]:
+    """A claim labelled with node-x with netcomp's finalizer (being deleted when `deleted`)."""
+    obj = claim_object(**({"ownerPod": {"name": owner}} if owner else {}))
+    obj["metadata"] |= {"uid": uid, "finalizers": [ipamclaimapi.FINALIZER, "other.io/x"],
+                        "labels": {"netcomp.io/node": "node-x"}}  # fmt: skip
+    if deleted:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return obj
+
+
+def pod_on(node: str, phase: str = "Running") -> dict[str, Any]:
+    return {"spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "freed"),
+    [
+        ({}, "pod team-a/vm-a-1 is gone"),
+        ({"vm-a-1": pod_on("node-b", "Succeeded")}, "pod team-a/vm-a-1 has finished"),
+        ({"vm-a-1": pod_on("node-x")}, "pod team-a/vm-a-1 was on node node-x, which is gone"),
+        ({"vm-a-1": pod_on("node-b")}, None),  # runs on a live node: the claim waits
+        ({"vm-a-1": pod_on("node-b", "Pending")}, None),
+    ],
+)
+def test_a_deleted_claim_of_a_gone_node_is_finished_once_no_pod_uses_it(pods: dict[str, Any], freed: str | None
+                                                                        ) -> None:  # fmt: skip
+    """A claim of a gone node being deleted gets its finalizer (and the node's label) taken off, and its entries
+    may be freed, only when its ownerPod is gone, finished or on a gone node; asked once per GC run."""
+    api = Api(pods)
+    claims = api.gone({"u1"}, owner="vm-a-1", deleted=True)
+    got = claims.finish("u1", lambda n: n != "node-x")
+    if freed is None:
+        assert got is None and api.marks == []
+    else:
+        assert got == f"its IPAMClaim team-a/vm-a.storage is deleted and {freed} (node node-x is gone)"
+        assert api.marks == [("team-a/vm-a.storage", None)]
+    claims.finish("u1", lambda n: n != "node-x")
+    assert len(api.marks) <= 1
+
+
+def test_nothing_of_a_gone_nodes_claim_is_freed_on_a_guess() -> None:
+    """A claim not being deleted keeps its entries; one whose owner cannot be read, or whose finalizer cannot be
+    taken off, keeps them too; one with no owner is finished, by finish_all even when it holds no entry."""
+    assert Api().gone({"u1"}, owner="vm-a-1").finish("u1", lambda n: False) is None
+    away = Api(fail=ipamclaimapi.Away("refused"))
+    assert away.gone({"u1"}, owner="vm-a-1", deleted=True).finish("u1", lambda n: False) is None
+    changed = Api(fail=ipamclaimapi.Changed("409"))
+    assert changed.gone({"u1"}, deleted=True).finish("u1", lambda n: False) is None
+    api = Api()
+    claims = api.gone({"u1", "u2"}, deleted=True)
+    claims.finish_all(lambda n: False)
+    assert sorted(claims.done) == ["u1", "u2"] and len(api.marks) == 2
+    assert (
+        claims.done["u1"] == "its IPAMClaim team-a/vm-a.storage is deleted and no pod is named its owner "
+        "(node node-x is gone)"
+    )
+
+
+def test_a_claim_marked_for_this_node_with_no_address_is_unmarked(tmp_path: Path) -> None:
+    """The answer to a first ADD's mark lost: a claim with this node's label and netcomp's finalizer, no
+    status.ips and no record here gets both taken off, but not while an ADD of it runs here (looked at again
+    later), and not when this node holds an entry for it (the crash case: its status is written instead)."""
+    e = engine(tmp_path)
+    api = Api()
+    e.api = cast(Any, api)
+    obj = deleting("u1")
+    obj["metadata"]["labels"]["netcomp.io/node"] = "node-a"
+    c = ipamclaimapi.parse(obj)
+    with e._busy_lock(c.ref):
+        e.unanswered(c)
+    assert api.marks == [] and e.strays == {"u1": c}
+    e.kept["u1"] = Kept(c.key, "storage", "net1", [Claim("b", "storage", "10.1.0.5", "node-a", "x", "net1")],
+                        held=True)  # fmt: skip
+    e.unanswered(c)
+    assert api.marks == [] and e.strays == {}
+    del e.kept["u1"]
+    e.unanswered(ipamclaimapi.parse(deleting("u1")))  # another node's label: not this node's to take off
+    assert api.marks == []
+    api.fail = ipamclaimapi.Changed("409")
+    e.unanswered(c)
+    assert e.strays == {"u1": c}
+    api.fail = None
+    e.unanswered(c)
+    assert api.marks == [("team-a/vm-a.storage", None)] and e.strays == {}
