@@ -1,8 +1,8 @@
 """What the integration tests share: a daemon in process serving a lab of its own (daemonlab.py) per test that
 asks for `dl`; a real kube-apiserver and etcd (kubeapi.py) per test module that asks for `api`, with the packaged
-CRDs and ClusterRole installed, and its admin's clients; a real node on it (kubenode.py) per module that asks for
-`kubenode`; the cluster of the Multus tests and its node (multus.py), the cluster of the Service tests
-(services.py); and both ways the daemon looks for a network namespace."""
+CRDs and ClusterRole installed, and its admin's clients; the IPAMClaim CRD served on it (claimlab.py); a real node
+on it (kubenode.py) per module that asks for `kubenode`; the cluster of the Multus tests and its node (multus.py),
+the cluster of the Service tests (services.py); and both ways the daemon looks for a network namespace."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from netcomp.host import netns as nsutil
+from tests.lab.claimlab import serve_claim_crd
 from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.kubeapi import ApiServer, api_server
 from tests.lab.kubenode import KubeNode, kube_node
@@ -61,6 +62,12 @@ def core(admin: Any) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(admin)
+
+
+@pytest.fixture(scope="module")
+def claim_crd(admin: Any) -> None:
+    """The packaged IPAMClaim CRD, served (claimlab.py)."""
+    serve_claim_crd(admin)
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,22 @@ from typing import Any
 
 import pytest
 
-from netcomp.ipam.ipamclaimapi import FINALIZER, GROUP, PLURAL, VERSION
+from netcomp.ipam.ipamclaimapi import FINALIZER
 from netcomp.kube.group import NODE
 from tests.lab.addrs import BLOCKS
-from tests.lab.checkout import ROOT
+from tests.lab.claimlab import (
+    CLAIMS,
+    add,
+    add_while_away,
+    block_entry,
+    claim_entries,
+    claim_gone,
+    delete,
+    gone,
+    ipam_claim,
+    launcher,
+    read_claim,
+)
 from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
 from tests.lab.daemonlab import DaemonLab
 from tests.lab.kubeapi import ApiServer
@@ -26,106 +38,6 @@ from tests.lab.labpods import NETWORKS, cni_args, explain
 from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
-CLAIMS = (GROUP, VERSION, "team-a", PLURAL)
-
-
-@pytest.fixture(scope="module")
-def claim_crd(admin: Any) -> None:
-    """The packaged IPAMClaim CRD, served."""
-    from kubernetes import client, utils
-
-    utils.create_from_yaml(admin, str(ROOT / "packaging" / "kubernetes" / "ipamclaims-crd.yaml"))
-    ext = client.ApiextensionsV1Api(admin)
-
-    def served() -> bool:
-        conds = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}").status.conditions or []
-        return any(c.type == "Established" and c.status == "True" for c in conds)
-
-    until(served, "the IPAMClaim CRD served", 30)
-
-
-@contextlib.contextmanager
-def ipam_claim(custom: Any, name: str, net: str, interface: str = "net1") -> Iterator[dict[str, Any]]:
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "IPAMClaim", "metadata": {"name": name},
-            "spec": {"network": net, "interface": interface}}  # fmt: skip
-    made = custom.create_namespaced_custom_object(GROUP, VERSION, "team-a", PLURAL, body)
-    try:
-        yield made
-    finally:
-        with contextlib.suppress(Exception):
-            custom.patch_namespaced_custom_object(*CLAIMS, name, {"metadata": {"finalizers": []}})
-            custom.delete_namespaced_custom_object(*CLAIMS, name)
-
-
-def read_claim(custom: Any, name: str) -> dict[str, Any]:
-    got: dict[str, Any] = custom.get_namespaced_custom_object(*CLAIMS, name)
-    return got
-
-
-@contextlib.contextmanager
-def launcher(
-    core: Any, name: str, node: str, claim: str, net: str, controller: str = "vmi-a"
-) -> Iterator[dict[str, Any]]:
-    """A pod as KubeVirt's virt-launcher is, for these tests: on `node`, owned by `controller` (a uid), asking
-    for `net` on net1 with the claim."""
-    element = f'[{{"name": "{net}", "interface": "net1", "ipam-claim-reference": "{claim}"}}]'
-    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm-a", "uid": controller,
-             "controller": True}  # fmt: skip
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": {NETWORKS: element}, "ownerReferences": [owner]},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none"}]}}  # fmt: skip
-    made = core.create_namespaced_pod("team-a", body)
-    try:
-        yield {"ns": "team-a", "name": name, "uid": made.metadata.uid}
-    finally:
-        with contextlib.suppress(Exception):
-            core.delete_namespaced_pod(name, "team-a", grace_period_seconds=0)
-
-
-def add(dl: DaemonLab, p: dict[str, Any]) -> tuple[str, int, Any]:
-    ctr = dl.lab.container()
-    rc, res = dl.shim("ADD", ctr, args=cni_args(p, ctr), ready_timeout=30)
-    return ctr, rc, res
-
-
-def delete(dl: DaemonLab, ctr: str, p: dict[str, Any]) -> None:
-    rc, res = dl.shim("DEL", ctr, args=cni_args(p, ctr), ready_timeout=30)
-    assert rc == 0, res
-    assert dl.lab.links(ctr) == ["lo"]
-
-
-def gone(core: Any, p: dict[str, Any]) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    core.delete_namespaced_pod(p["name"], "team-a", grace_period_seconds=0)
-
-    def absent() -> bool:
-        try:
-            core.read_namespaced_pod(p["name"], "team-a")
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    until(absent, f"pod {p['name']} gone", 30)
-
-
-def block_entry(custom: Any, net: str, address: str) -> dict[str, Any] | None:
-    """The `used` or `lent` entry of the address in the block it lies in, as the cluster records it."""
-    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
-        spec = b["spec"]
-        if spec["network"] == net and ipaddress.ip_address(address) in ipaddress.ip_network(spec["cidr"]):
-            got: dict[str, Any] | None = (spec.get("used") or {}).get(address) or (spec.get("lent") or {}).get(address)
-            return got
-    return None
-
-
-def add_while_away(api: ApiServer, dl: DaemonLab, pod: Any) -> tuple[str, int, Any]:
-    """add(dl, pod) with the API server stopped, started again whatever the ADD did."""
-    api.stop_apiserver()
-    try:
-        return add(dl, pod)
-    finally:
-        api.start_apiserver()
 
 
 def test_the_vm_restart_and_migration_shapes(
@@ -234,16 +146,6 @@ def test_refusals_of_a_real_claim(api: ApiServer, admin: Any, core: Any, custom:
             assert rc != 0 and res["code"] == 11, res
             assert "IPAMClaim team-a/never-seen cannot be read and this node has not seen it" in res["msg"], res
             assert dl.lab.links(ctr) == ["lo"]
-
-
-def claim_gone(custom: Any, name: str) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        read_claim(custom, name)
-    except ApiException as e:
-        return e.status == 404
-    return False
 
 
 def test_deleting_the_claim_frees_its_address(
@@ -427,15 +329,6 @@ def test_a_statefulsets_pod_made_again_keeps_its_address(
             custom.patch_namespaced_custom_object(*CLAIMS, "db-0.net1", {"metadata": {"finalizers": []}})
             custom.delete_namespaced_custom_object(*CLAIMS, "db-0.net1")
         apps.delete_namespaced_stateful_set("db", "team-a")
-
-
-def claim_entries(custom: Any, uid: str) -> list[str]:
-    """The addresses the blocks record as held by the claim of `uid`, used or lent."""
-    out = []
-    for b in custom.list_cluster_custom_object(*BLOCKS)["items"]:
-        for part in ("used", "lent"):
-            out += [a for a, doc in (b["spec"].get(part) or {}).items() if doc.get("containerID") == f"ipamclaim-{uid}"]
-    return out
 
 
 def test_api_server_away_before_the_status_the_node_finishes_it(
