@@ -261,10 +261,20 @@ class GoneNodeClaims:
 
     def finish_all(self, node_exists: Callable[[str], bool]) -> None:
         """Every claim being deleted finished, those holding no entry the run saw included (an ADD's label and
-        finalizer written with no address given, say)."""
+        finalizer written with no address given, say); a claim not deleted whose status has no address let go,
+        as the gone node will never give it one (another node's ADD then can; an entry the gone node recorded
+        for it is then freed as its claim's no more)."""
         for uid, c in self.claims.items():
             if c.deleting:
                 self.finish(uid, node_exists)
+            elif not c.ips and FINALIZER in c.finalizers:
+                try:
+                    self.api.mark(c, None)
+                except (Away, Changed, Missing) as e:
+                    log.warning("IPAMClaim %s: node %s's label stays for now: %s", c.ref, self.node, e)
+                    continue
+                log.warning("IPAMClaim %s was being given its first address by node %s, which is gone: its label "
+                            "and finalizer taken off", c.ref, self.node)  # fmt: skip
 
     def _finish(self, c: ClaimObject, node_exists: Callable[[str], bool]) -> str | None:
         if not c.deleting:

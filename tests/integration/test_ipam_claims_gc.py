@@ -7,7 +7,7 @@ finalizer write lost its answer, taken off again by that node so that another no
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,11 @@ def blocks_of(custom: Any, node: str) -> list[str]:
 
 
 def given_then_gone(
-    core: Any, custom: Any, x: DaemonLab, y: DaemonLab, claim: str, net: str
+    core: Any, custom: Any, x: DaemonLab, y: DaemonLab, claim: str, net: str, before_gc: Callable[[], None]
 ) -> tuple[str, dict[str, Any]]:
     """The claim given its address on node x by a pod whose DEL ran (its pod object stays, on x), then x gone for
-    good (its daemon stopped, its Node deleted), the claim deleted and the cluster's GC run on node y: the
-    address, read inside the pod's namespace, and the GC's report."""
+    good (its daemon stopped, its Node deleted), the claim deleted, `before_gc` and the cluster's GC run on node
+    y: the address, read inside the pod's namespace, and the GC's report."""
     x_name = x.daemon.settings.nodeName
     with launcher(core, f"{claim}-1", x_name, claim, net) as p1:
         ctr1, rc, res = add(x, p1)
@@ -73,6 +73,7 @@ def given_then_gone(
         custom.delete_namespaced_custom_object(*CLAIMS, claim)
         got = read_claim(custom, claim)  # the finalizer holds it
         assert got["metadata"].get("deletionTimestamp") and FINALIZER in got["metadata"]["finalizers"]
+        before_gc()
         report = y.daemon.addresses.gc_cluster()  # the pod's object is on the gone node: no pod uses it
     assert "error" not in report, report
     return addr, report
@@ -83,14 +84,20 @@ def test_a_deleted_claim_of_a_gone_node_is_finished_by_the_gc(
 ) -> None:
     """node-p gives a claim its address and goes for good; the claim is deleted: one run of the cluster's GC on
     node-q takes netcomp's finalizer off (the claim goes), frees the address and deletes node-p's emptied block,
-    and a pod on node-q may get that address."""
+    and a pod on node-q may get that address. A claim node-p was giving its first address (its label and the
+    finalizer, no status) is let go by the same run, and node-q's ADD naming it then gives it one."""
     with (
         cluster_nodes(core, ["node-p", "node-q"]),
         shared_network(custom, network("gcnet", "10.131.0.0/28", blockSize=16)),
         nodes(tmp_path, api, ["node-p", "node-q"], "gcnet", ipamGrace=0.1) as (p, q),
         ipam_claim(custom, "vm-p", "gcnet") as claim,
+        ipam_claim(custom, "vm-p0", "gcnet"),
     ):
-        addr, report = given_then_gone(core, custom, p, q, "vm-p", "gcnet")
+        mark = {"metadata": {"labels": {NODE: "node-p"}, "finalizers": [FINALIZER]}}
+        addr, report = given_then_gone(
+            core, custom, p, q, "vm-p", "gcnet", lambda: custom.patch_namespaced_custom_object(*CLAIMS, "vm-p0", mark)
+        )
+        assert unmarked(custom, "vm-p0")
         assert [f["address"] for f in report["freed"]] == [addr], report
         until(lambda: claim_gone(custom, "vm-p"), "the claim gone", 30)
         assert claim_entries(custom, claim["metadata"]["uid"]) == []
@@ -101,6 +108,12 @@ def test_a_deleted_claim_of_a_gone_node_is_finished_by_the_gc(
         assert rc == 0, res
         assert addresses(q, ctr) == [addr]  # the lowest usable address, free again
         assert q.shim("DEL", ctr, args="NETCOMP_NETWORKS=gcnet", ready_timeout=30)[0] == 0
+        with launcher(core, "vm-p0-1", "node-q", "vm-p0", "gcnet") as p0:
+            ctr0, rc, res = add(q, p0)
+            assert rc == 0, res
+            [addr0] = addresses(q, ctr0, "net1")
+            assert read_claim(custom, "vm-p0")["status"]["ips"] == [f"{addr0}/28"]
+            delete(q, ctr0, p0)
 
 
 def test_a_deleted_claim_of_a_gone_node_waits_for_its_running_pod(

@@ -324,6 +324,13 @@ def test_nothing_of_a_gone_nodes_claim_is_freed_on_a_guess() -> None:
         claims.done["u1"] == "its IPAMClaim team-a/vm-a.storage is deleted and no pod is named its owner "
         "(node node-x is gone)"
     )
+    api = Api()
+    api.gone({"u3"}).finish_all(lambda n: False)  # a first address the gone node will never give: let go
+    with_ips = deleting("u4")
+    with_ips["status"] = {"ips": ["10.1.0.5/24"]}
+    claims = ipamclaimapi.GoneNodeClaims(cast(Any, api), "node-x", {"u4": ipamclaimapi.parse(with_ips)})
+    claims.finish_all(lambda n: False)  # the claim's address: kept while it lives
+    assert api.marks == [("team-a/vm-a.storage", None)]
 
 
 def test_a_claim_marked_for_this_node_with_no_address_is_unmarked(tmp_path: Path) -> None:
