@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
 BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds (ipam/blockstate.LocalRecord)
-IPAM_CLAIMS_RECORD = "ipam/ipamclaims.json"  # under cacheDir: the IPAMClaims this node knows (ipam/ipamclaims.py)
+IPAM_CLAIMS_RECORD = "ipam/ipamclaims"  # under cacheDir: a file per IPAMClaim this node knows (ipam/ipamclaims.py)
 
 
 class Addresses:

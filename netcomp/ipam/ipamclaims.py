@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
 import ipaddress
-import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ import orjson
 from netcomp import faults
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
 from netcomp.errors import DelegateError
-from netcomp.fsutil import atomic_write, read_bounded
+from netcomp.fsutil import atomic_write, discard, fsync_dir, read_bounded, remove_stale_tmp
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name
@@ -54,7 +55,8 @@ from netcomp.kube.group import NODE, node_label
 
 log = logging.getLogger("netcomp.ipam")
 RECORD_KIND = "netcompIPAMClaimsV1"
-MAX_RECORD = 16 << 20
+MAX_RECORD = 16 << 20  # the version before's one file for every claim
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 RECHECK = 5.0  # seconds between two looks at the pods that keep a deleted claim's address (only while there are)
 
 
@@ -112,37 +114,74 @@ class IPAMClaims:
     # ------------------------------------------------------------------------------------------------ record
 
     def load(self) -> list[Claim]:
-        """The claims this node knows from its record; the block entries it holds for them (for the blocks)."""
-        try:
-            doc = json.loads(read_bounded(self.path, MAX_RECORD, follow=False))
-            if doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
-                raise ValueError(f"not this node's record of IPAMClaims ({doc.get('kind')})")
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError, AttributeError) as e:
-            log.error("cannot read %s (the IPAMClaims this node keeps addresses for): %s", self.path, e)
-            return []
-        for d in doc.get("claims") or []:
-            with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
+        """The claims this node knows from its record (a file per claim, so that an ADD writes one claim's, not
+        every claim's); the block entries it holds for them (for the blocks). A record of the version before,
+        one file for every claim, is taken in and written as files per claim."""
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        remove_stale_tmp(self.path)
+        legacy = self.path.with_suffix(".json")
+        docs = self._load_file(legacy, "claims") if legacy.exists() else []
+        for f in sorted(self.path.iterdir()):
+            if f.suffix == ".json" and not f.name.startswith("."):
+                docs += self._load_file(f, "claim")
+        for d in docs:
+            try:
                 k = Kept.from_doc(d)
-                self.kept[k.key.rpartition("/")[2]] = k
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                log.error("%s: a claim this node kept cannot be read (%s): left out", self.path, e)
+                continue
+            self.kept[k.key.rpartition("/")[2]] = k
+        if legacy.exists():
+            try:
+                for uid in self.kept:
+                    self._write(uid)
+                legacy.unlink()
+                fsync_dir(legacy.parent)
+            except OSError as e:
+                log.error("cannot write %s (the IPAMClaims this node keeps addresses for): %s", self.path, e)
         return [e for k in self.kept.values() if k.held for e in k.entries]
 
-    def _write(self) -> None:
-        """The record on disk (atomic, fsynced); OSError."""
-        doc = {"kind": RECORD_KIND, "node": self.node, "claims": [k.to_doc() for k in self.kept.values()]}
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.path, json.dumps(doc, indent=1).encode() + b"\n", mode=0o600)
+    def _load_file(self, path: Path, key: str) -> list[dict[str, Any]]:
+        """The claims' documents of one file of the record; none (said in the log) when it is not this node's."""
+        try:
+            doc = orjson.loads(read_bounded(path, MAX_RECORD, follow=False))
+            if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
+                raise ValueError(f"not this node's record of IPAMClaims ({type(doc).__name__})")
+            got = doc.get(key)
+            return [d for d in (got if key == "claims" else [got]) or [] if isinstance(d, dict)]
+        except (OSError, ValueError, AttributeError, TypeError) as e:
+            log.error("cannot read %s (an IPAMClaim this node keeps addresses for): %s", path, e)
+            return []
+
+    def _file(self, uid: str) -> Path:
+        """A claim's file: its uid (the API server makes it; anything else is hashed, never a path)."""
+        name = uid if _UID.fullmatch(uid) else hashlib.sha256(uid.encode()).hexdigest()
+        return self.path / f"{name}.json"
+
+    def _write(self, uid: str) -> None:
+        """The claim's file written (atomic, fsynced), or removed once it is not kept; OSError."""
+        k = self.kept.get(uid)
+        if k is None:
+            if discard(self._file(uid)):
+                fsync_dir(self.path)
+            return
+        data = orjson.dumps({"kind": RECORD_KIND, "node": self.node, "claim": k.to_doc()},
+                            option=orjson.OPT_APPEND_NEWLINE)  # fmt: skip
+        if not self.path.is_dir():
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(self._file(uid), data, mode=0o600)
 
     def keep(self, k: Kept) -> None:
         if k.held:
             self.start_following()
+        uid = k.key.rpartition("/")[2]
         with self._lock:
-            self.kept[k.key.rpartition("/")[2]] = k
+            self.kept[uid] = k
             try:
-                self._write()
+                self._write(uid)
             except OSError as e:
-                raise DelegateError(E_IO, f"cannot write {self.path}: {e.strerror}", "no plugin was run") from None
+                raise DelegateError(E_IO, f"cannot write {self._file(uid)}: {e.strerror}",
+                                    "no plugin was run") from None  # fmt: skip
 
     def _busy_lock(self, ref: str) -> threading.Lock:
         """One ADD (or deletion) of a claim at a time on this node."""
@@ -153,7 +192,7 @@ class IPAMClaims:
         """The claim's entries given back (written behind by the blocks' worker) and it forgotten. OSError."""
         with self._lock:
             k = self.kept.pop(uid, None)
-            self._write()
+            self._write(uid)
         if k is not None and k.held:
             self.blocks.release(k.entries, "release")
             log.info("IPAMClaim %s is gone: %s of network %s freed", k.ref, ", ".join(e.address for e in k.entries),

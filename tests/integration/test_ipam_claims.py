@@ -236,7 +236,8 @@ def killed_at_recorded(
         ctr = node.lab.container()
         adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr), **shim)
         assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
-        [kept] = json.loads((node.cache_dir / "ipam" / "ipamclaims.json").read_text())["claims"]
+        [record] = (node.cache_dir / "ipam" / "ipamclaims").iterdir()
+        kept = json.loads(record.read_text())["claim"]
         [chosen] = [e["address"] for e in kept["entries"]]
         node.env.pop("NETCOMP_CRASH_AT")
         yield node, claim, p, ctr, adding, chosen

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 
+from netcomp import fsutil
 from netcomp.delegate import poolclaims
 from netcomp.errors import DelegateError
 from netcomp.ipam import ipamclaimapi
@@ -99,7 +100,7 @@ def test_controller_and_running_read_a_pods_object() -> None:
 
 def engine(tmp_path: Path) -> IPAMClaims:
     blocks = BlockAllocator(NoStore(), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
-    return IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
+    return IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
 
 
 def test_a_claim_of_another_network_or_interface_is_refused_naming_it(tmp_path: Path) -> None:
@@ -163,11 +164,43 @@ def test_the_record_of_claims_is_read_back(tmp_path: Path) -> None:
                 ipam_claim="team-a/c/u-1")  # fmt: skip
     e.keep(Kept("team-a/c/u-1", "storage", "net1", [own], held=True))
     e.keep(Kept("team-a/d/u-2", "storage", "net1", [own], held=False, status=True))
+    assert sorted(f.name for f in (tmp_path / "ipamclaims").iterdir()) == ["u-1.json", "u-2.json"]  # one a claim
     again = engine(tmp_path)
     assert again.load() == [own]  # only the entries it holds go to its blocks
     assert {k.ref for k in again.kept.values()} == {"team-a/c", "team-a/d"}
-    (tmp_path / "ipamclaims.json").write_text('{"kind": "other"}')
+    again.forget("u-2")
+    assert fsutil.settle(5.0) and [f.name for f in (tmp_path / "ipamclaims").iterdir()] == ["u-1.json"]
+    (tmp_path / "ipamclaims" / "u-1.json").write_text('{"kind": "other"}')
     assert engine(tmp_path).load() == []
+
+
+def test_the_record_of_the_version_before_is_taken_in(tmp_path: Path) -> None:
+    """One file for every claim (the version before): read, written as files per claim, then removed."""
+    own = Claim("b", "storage", "10.1.0.5", "node-a", CLAIM_HOLDER + "u-1", "net1", block="b",
+                ipam_claim="team-a/c/u-1").to_doc()  # fmt: skip
+    old = {"key": "team-a/c/u-1", "network": "storage", "interface": "net1", "held": True, "status": True,
+           "entries": [own]}  # fmt: skip
+    legacy = tmp_path / "ipamclaims.json"
+    legacy.write_text(json.dumps({"kind": "netcompIPAMClaimsV1", "node": "node-a", "claims": [old, {"key": 1}]}))
+    e = engine(tmp_path)
+    [entry] = e.load()
+    assert entry.address == "10.1.0.5" and entry.ipam_claim == "team-a/c/u-1"
+    assert not legacy.exists() and [f.name for f in (tmp_path / "ipamclaims").iterdir()] == ["u-1.json"]
+    assert [k.ref for k in engine_loaded(tmp_path).kept.values()] == ["team-a/c"]
+
+
+def engine_loaded(tmp_path: Path) -> IPAMClaims:
+    e = engine(tmp_path)
+    e.load()
+    return e
+
+
+def test_a_claims_file_is_never_named_by_a_path_its_uid_spells(tmp_path: Path) -> None:
+    e = engine(tmp_path)
+    e.keep(Kept("team-a/c/..", "storage", "net1", [], held=False, status=True))
+    [f] = (tmp_path / "ipamclaims").iterdir()
+    assert len(f.stem) == 64 and not (tmp_path / "..json").exists()
+    assert [k.key for k in engine_loaded(tmp_path).kept.values()] == ["team-a/c/.."]
 
 
 def test_netcomps_own_claims_are_named_after_the_pod_and_interface() -> None:
@@ -214,7 +247,7 @@ def test_a_status_pointing_at_another_pods_address_is_refused_naming_it(tmp_path
                             "10.1.0.6": {"containerID": CLAIM_HOLDER + "u-1", "interface": "net1"}})  # fmt: skip
     blocks = BlockAllocator(cast(Any, OneBlock(rec)), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))
     blocks.serve({"storage": p})
-    e = IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims.json", 1.0)
+    e = IPAMClaims(cast(Any, None), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
     c = ipamclaimapi.parse(claim_object(ips=["10.1.0.5/24"]))
     with pytest.raises(DelegateError) as got:
         e._entry(c, p, ipaddress.ip_address("10.1.0.5"), name)
