@@ -133,7 +133,7 @@ class Addresses:
         assert self.worker is not None
         self.worker.start(stop)
         if self.ipam_claims is not None and self.cluster is not None:
-            from netcomp.ipam.ipamclaims import Following
+            from netcomp.ipam.ipamclaimapi import Following
 
             following = Following(self.ipam_claims, self.cluster.handle)
             self.ipam_claims.start_following = lambda: following.start(stop)

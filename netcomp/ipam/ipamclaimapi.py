@@ -1,21 +1,26 @@
 """IPAMClaim objects (k8s.cni.cncf.io/v1alpha1, namespaced; the multi-network spec v1.3's `ipam-claim-reference`)
 on the API server: one read by name, its status written (ips in CIDR form, the IPsAllocated condition, ownerPod),
 netcomp's finalizer and its node's label put on and taken off, the claims labelled with one node listed, and the
-pods a claim's owner check reads; and the claims of a node gone for good as the cluster's GC finishes them
-(GoneNodeClaims). Everything read is checked before it is used (parse): whoever can write a claim can write
-anything in it. Loaded only with a cluster."""
+pods a claim's owner check reads; the claims labelled with this node followed (Following); and the claims of a
+node gone for good as the cluster's GC finishes them (GoneNodeClaims). Everything read is checked before it is
+used (parse): whoever can write a claim can write anything in it. Loaded only with a cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import orjson
 
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException, one_line
+from netcomp.kube.following import Follower
 from netcomp.kube.group import NODE, node_label
 from netcomp.names import is_dns_label, is_dns_subdomain
 
@@ -24,6 +29,7 @@ GROUP, VERSION, PLURAL = "k8s.cni.cncf.io", "v1alpha1", "ipamclaims"
 FINALIZER = "netcomp.io/address"  # the claim's address is in a block: freed by netcomp before the claim goes
 CONDITION = "IPsAllocated"
 MAX_IPS = 2  # one address of each family
+RECHECK = 5.0  # seconds between two looks at what waits (Followed.recheck)
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
@@ -304,3 +310,65 @@ class GoneNodeClaims:
         log.warning("IPAMClaim %s is deleted, %s and its node %s is gone: its finalizer taken off", c.ref, why,
                     self.node)  # fmt: skip
         return f"its IPAMClaim {c.ref} is deleted and {why} (node {self.node} is gone)"
+
+
+class Followed(Protocol):
+    """What the claims labelled with a node are told (ipamclaims.IPAMClaims)."""
+
+    node: str
+
+    def listed(self, claims: list[ClaimObject]) -> None:
+        """A whole list of them."""
+
+    def deleted(self, c: ClaimObject | None, uid: str) -> None:
+        """One being deleted, or gone."""
+
+    def unanswered(self, c: ClaimObject) -> None:
+        """One as a watch shows it, not being deleted."""
+
+    def recheck(self) -> None:
+        """Every few seconds: what waits on a pod, the API server, or an ADD, looked at again (cheap when nothing
+        waits)."""
+
+
+class Following(Follower):
+    """The IPAMClaims labelled with this node (those whose block entries it keeps), listed and watched: each
+    node follows only the claims that name it."""
+
+    def __init__(self, claims: Followed, api: Handle) -> None:
+        super().__init__("IPAMClaims of this node", api.custom, "list_custom_object_for_all_namespaces", GROUP,
+                         VERSION, PLURAL, explain=one_line, backoff=api.backoff(), timeout=api.timeout,
+                         loads=orjson.loads, label_selector=f"{NODE}={node_label(claims.node)}")  # fmt: skip
+        self.claims = claims
+        self._once, self._started = threading.Lock(), False
+
+    def listed(self, items: list[Any]) -> None:
+        got = []
+        for item in items:
+            with contextlib.suppress(ValueError):
+                got.append(parse(item))
+        self.claims.listed(got)
+
+    def seen(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            c = parse(obj)
+        except ValueError:
+            return
+        if kind == "DELETED" or c.deleting:  # gone: its last state still names its pod
+            self.claims.deleted(c, c.uid)
+        else:
+            self.claims.unanswered(c)
+
+    def start(self, stop: threading.Event, recheck: float = RECHECK) -> None:
+        """Once: the claims followed, and every `recheck` seconds what waits looked at again (Followed.recheck)."""
+        with self._once:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self.follow, args=(stop,), name="kube-ipamclaims", daemon=True).start()
+
+        def loop() -> None:
+            while not stop.wait(recheck):
+                self.claims.recheck()
+
+        threading.Thread(target=loop, name="ipamclaims-pods", daemon=True).start()

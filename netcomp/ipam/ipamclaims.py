@@ -33,9 +33,6 @@ from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import claim_of
 from netcomp.ipam.ipamclaimapi import (
     FINALIZER,
-    GROUP,
-    PLURAL,
-    VERSION,
     Away,
     Changed,
     ClaimApi,
@@ -43,21 +40,16 @@ from netcomp.ipam.ipamclaimapi import (
     Missing,
     controller_ref,
     controller_uid,
-    parse,
     running,
 )
 from netcomp.ipam.pool import IPAddress, Pool
 from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
-from netcomp.kube.apiclient import Handle
-from netcomp.kube.apierrors import one_line
-from netcomp.kube.following import Follower
-from netcomp.kube.group import NODE, node_label
+from netcomp.kube.group import node_label
 
 log = logging.getLogger("netcomp.ipam")
 RECORD_KIND = "netcompIPAMClaimsV1"
 MAX_RECORD = 16 << 20  # the version before's one file for every claim
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
-RECHECK = 5.0  # seconds between two looks at the pods that keep a deleted claim's address (only while there are)
 
 
 @dataclass
@@ -106,8 +98,8 @@ class IPAMClaims:
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
         self.strays: dict[str, ClaimObject] = {}  # by uid: unanswered() looks at them again (recheck)
-        # Starts following the claims labelled with this node (Following.start, once): only once it keeps a
-        # claim's entry, so that a cluster without the IPAMClaim CRD is never asked about them.
+        # Starts following the claims labelled with this node (ipamclaimapi.Following.start, once): only once it
+        # marks or keeps a claim, so that a cluster without the IPAMClaim CRD is never asked about them.
         self.start_following: Callable[[], None] = lambda: None
         self._owners = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ipamclaims-owner")
 
@@ -583,48 +575,3 @@ class IPAMClaims:
                 self.deleted(None, uid)  # another claim of that name: this one is gone
             elif now.deleting:
                 self.deleted(now, uid)
-
-
-class Following(Follower):
-    """The IPAMClaims labelled with this node (those whose block entries it keeps), listed and watched: each
-    node follows only the claims that name it."""
-
-    def __init__(self, claims: IPAMClaims, api: Handle) -> None:
-        super().__init__("IPAMClaims of this node", api.custom, "list_custom_object_for_all_namespaces", GROUP,
-                         VERSION, PLURAL, explain=one_line, backoff=api.backoff(), timeout=api.timeout,
-                         loads=orjson.loads, label_selector=f"{NODE}={node_label(claims.node)}")  # fmt: skip
-        self.claims = claims
-        self._once, self._started = threading.Lock(), False
-
-    def listed(self, items: list[Any]) -> None:
-        got = []
-        for item in items:
-            with contextlib.suppress(ValueError):
-                got.append(parse(item))
-        self.claims.listed(got)
-
-    def seen(self, kind: str, obj: dict[str, Any]) -> None:
-        try:
-            c = parse(obj)
-        except ValueError:
-            return
-        if kind == "DELETED" or c.deleting:  # gone: its last state still names its pod
-            self.claims.deleted(c, c.uid)
-        else:
-            self.claims.unanswered(c)
-
-    def start(self, stop: threading.Event, recheck: float = RECHECK) -> None:
-        """Once: the claims followed, and the pods that keep deleted claims' addresses looked at."""
-        with self._once:
-            if self._started:
-                return
-            self._started = True
-        threading.Thread(target=self.follow, args=(stop,), name="kube-ipamclaims", daemon=True).start()
-
-        def loop() -> None:
-            while not stop.wait(recheck):
-                kept = list(self.claims.kept.values())
-                if self.claims.strays or any(k.pod or (k.held and not k.status) for k in kept):
-                    self.claims.recheck()
-
-        threading.Thread(target=loop, name="ipamclaims-pods", daemon=True).start()
