@@ -197,6 +197,9 @@ def _gone(
         return None
     if uid not in got:
         return f"its IPAMClaim is gone (node {c.node} is gone)"
+    # Its finalizer off before its entries are freed (the caller frees them): a GC killed between the two leaves
+    # entries of a claim that is gone, which the next run frees; the other order could leave a claim whose
+    # finalizer no run finds again (ipamclaimapi.GoneNodeClaims).
     return got.finish(uid, exists)
 
 

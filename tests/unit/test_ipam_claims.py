@@ -1,11 +1,14 @@
 """IPAMClaims without an API server: the network selection element's `ipam-claim-reference` read and refused as
 the multi-network spec v1.3 and netcomp's rules say, an IPAMClaim object checked before anything of it is used,
 the refusals of a claim of another network or interface, a claim on a network without a cluster pool, a pod's
-use of a claim's address never settled or given back by it, and the node's record of its claims read back. The
-same with a real API server, three nodes and real plugins: tests/integration/test_ipam_claims.py."""
+use of a claim's address never settled or given back by it, the node's record of its claims read back, the
+cluster's GC finishing a gone node's deleted claim (its finalizer first, once no running pod uses its address),
+and a first ADD's label and finalizer whose answer was lost taken off by its node. The same with a real API
+server, several nodes and real plugins: tests/integration/test_ipam_claims.py, test_ipam_claims_gc.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 from pathlib import Path
@@ -23,7 +26,7 @@ from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.ipamclaims import IPAMClaims, Kept
 from netcomp.ipam.localstore import LocalStore
-from netcomp.ipam.store import CLAIM_HOLDER, Claim
+from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
 from netcomp.pods.multus import Ask, Policy, parse_networks
 from netcomp.pods.naming import PodRef
 from netcomp.records.record import Attachment
@@ -392,3 +395,60 @@ def test_a_claim_marked_for_this_node_with_no_address_is_unmarked(tmp_path: Path
     api.fail = None
     e.unanswered(c)
     assert api.marks == [("team-a/vm-a.storage", None)] and e.strays == {}
+
+
+class GoneBlocks:
+    """The blocks of a cluster, one of gone node node-x holding a deleted claim's entry, and one of this node
+    (node-a) lending an address for that claim to node-x; `write_used` fails while `failing`."""
+
+    kind = "test"
+
+    def __init__(self) -> None:
+        self.recs = [
+            BlockRecord("x", "storage", "10.1.0.0/28", "node-x", node_in_cluster=True,
+                        used={"10.1.0.5": {"containerID": CLAIM_HOLDER + "u1", "interface": "net1"}}),
+            BlockRecord("a", "storage", "10.1.0.16/28", "node-a", node_in_cluster=True,
+                        lent={"10.1.0.17": {"node": "node-x", "nodeInCluster": True,
+                                            "containerID": CLAIM_HOLDER + "u1", "interface": "net2"}}),
+        ]  # fmt: skip
+        self.failing = True
+        self.deleted: list[str] = []
+
+    def pages(self, networks: Any) -> Any:
+        return iter([[dataclasses.replace(r, used=dict(r.used), lent=dict(r.lent)) for r in self.recs]])
+
+    def write_used(self, name: str, uid: str, changes: dict[str, Any]) -> BlockRecord:
+        if self.failing:
+            raise StoreUnavailable("the API server is away")
+        [rec] = [r for r in self.recs if r.name == name]
+        rec.used = {a: d for a, d in rec.used.items() if a not in changes}
+        return dataclasses.replace(rec, used=dict(rec.used))
+
+    def update_lent(self, name: str, address: str, node: str, entry: Any) -> bool:
+        [rec] = [r for r in self.recs if r.name == name]
+        return rec.lent.pop(address, None) is not None
+
+    def delete(self, name: str, uid: str, rv: str) -> bool:
+        self.recs = [r for r in self.recs if r.name != name]
+        self.deleted.append(name)
+        return True
+
+
+def test_the_gc_takes_a_gone_nodes_deleted_claims_finalizer_off_before_its_entries(tmp_path: Path) -> None:
+    """A GC run whose write of the freed entries fails after the claim's finalizer is off frees what it could (the
+    loan in this node's own block) and leaves the rest held; the next run, the claim gone, frees the entry and
+    deletes the gone node's emptied block: nothing is freed while the claim could be used, nothing is lost."""
+    from netcomp.ipam import blockgc
+
+    store = GoneBlocks()
+    a = BlockAllocator(cast(Any, store), "node-a", LocalRecord(tmp_path / "b.json", "node-a"))
+    api = Api()
+    claims = api.gone({"u1"}, deleted=True)
+    freed, blocks = blockgc.gc_cluster(a, lambda n: n == "node-a", lambda p: None, 0.0, lambda n: claims)
+    assert api.marks == [("team-a/vm-a.storage", None)]  # the finalizer first
+    assert [c.address for c in freed] == ["10.1.0.17"] and blocks == []
+    assert store.recs[0].used != {} and store.recs[1].lent == {}
+    store.failing = False
+    freed, blocks = blockgc.gc_cluster(a, lambda n: n == "node-a", lambda p: None, 0.0, lambda n: api.gone(set()))
+    assert [c.address for c in freed] == ["10.1.0.5"] and blocks == ["x"] and store.deleted == ["x"]
+    assert len(api.marks) == 1
