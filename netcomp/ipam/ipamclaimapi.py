@@ -159,6 +159,16 @@ class ClaimApi:
         return parse(self._call(self.custom, "patch_namespaced_custom_object_status", GROUP, VERSION, c.namespace,
                                 PLURAL, c.name, body))  # fmt: skip
 
+    def clear_owner(self, namespace: str, name: str, uid: str, owner_pod: str) -> None:
+        """status.ownerPod taken away if it still names `owner_pod` (on claim `uid`): one JSON patch whose tests
+        the API server checks with the change, so that a later ADD's owner is never taken away. Missing;
+        Away (a test that fails too)."""
+        body = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "test", "path": "/status/ownerPod/name", "value": owner_pod},
+                {"op": "remove", "path": "/status/ownerPod"}]  # fmt: skip
+        self._call(self.custom, "patch_namespaced_custom_object_status", GROUP, VERSION, namespace, PLURAL, name,
+                   body)  # fmt: skip
+
     def labelled(self, node: str | None = None) -> list[ClaimObject]:
         """The claims labelled with `node` (default this one: those whose addresses it keeps), in every
         namespace. Away."""
@@ -206,3 +216,9 @@ def controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
 def running(pod: dict[str, Any]) -> bool:
     """The pod is alive: not finished (phase Succeeded or Failed)."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def going(pod: dict[str, Any] | None, uid: str) -> bool:
+    """The pod of `uid` is gone, finished, or being deleted (another pod of its name counts as gone)."""
+    meta = (pod or {}).get("metadata") or {}
+    return pod is None or meta.get("uid") != uid or bool(meta.get("deletionTimestamp")) or not running(pod)

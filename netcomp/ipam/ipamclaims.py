@@ -43,6 +43,7 @@ from netcomp.ipam.ipamclaimapi import (
     Missing,
     controller_ref,
     controller_uid,
+    going,
     parse,
     running,
 )
@@ -158,7 +159,9 @@ class IPAMClaims:
         return self.path / f"{name}.json"
 
     def _write(self, uid: str) -> None:
-        """The claim's file written (atomic, fsynced), or removed once it is not kept; OSError."""
+        """The claim's file written (atomic; fsynced where this node holds the claim's entries: a claim only seen
+        here serves an ADD while the API server is away, and its loss in a power cut answers that ADD 11), or
+        removed once it is not kept; OSError."""
         k = self.kept.get(uid)
         if k is None:
             if discard(self._file(uid)):
@@ -168,7 +171,7 @@ class IPAMClaims:
                             option=orjson.OPT_APPEND_NEWLINE)  # fmt: skip
         if not self.path.is_dir():
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self._file(uid), data, mode=0o600)
+        atomic_write(self._file(uid), data, mode=0o600, durable=k.held or not k.status)
 
     def keep(self, k: Kept) -> None:
         if k.held:
@@ -398,6 +401,24 @@ class IPAMClaims:
         if c.owner_pod != pod_name:  # the pod that uses it now (a VM's next launcher pod, a migration's target)
             self._owners.submit(self._write_owner, c, pod_name)  # off the ADD's path: a stale one is read as gone
         return entries
+
+    def let_go(self, uses: list[Claim]) -> None:
+        """Pods' uses of claims' addresses given up (their DEL): off the DEL's path, each claim whose status still
+        names that pod as its owner has ownerPod taken away once the pod is going (deleted, finished, or gone),
+        so that the next pod naming the claim (a VM's next launcher pod) has no old owner to read. A pod whose
+        sandbox is made again (not going) stays the owner."""
+        for u in uses:
+            if u.pod and u.pod_uid and u.ipam_claim.count("/") == 2:
+                self._owners.submit(self._let_go, u)
+
+    def _let_go(self, u: Claim) -> None:
+        ns, name, uid = u.ipam_claim.split("/")
+        pod_ns, _, pod_name = u.pod.partition("/")
+        try:
+            if going(self.api.pod(pod_ns, pod_name), u.pod_uid):
+                self.api.clear_owner(ns, name, uid, pod_name)
+        except (Away, Missing, Changed) as e:  # a later ADD reads that owner, as before
+            log.debug("IPAMClaim %s/%s: ownerPod %s left (%s)", ns, name, pod_name, e)
 
     def _write_owner(self, c: ClaimObject, pod_name: str) -> None:
         try:

@@ -275,3 +275,39 @@ def test_a_gone_nodes_claim_entry_is_freed_only_with_its_claim() -> None:
     assert gone(False, {"u2"}) == "its IPAMClaim is gone (node node-x is gone)"
     c = Claim(**{**c.to_doc(), "node_in_cluster": False})
     assert gone(False, {"u2"}) is None  # a node that was no Node of the cluster is never judged gone
+
+
+class OwnerApi:
+    """The two calls a pod's DEL makes of a claim (pod, clear_owner), answered from a dict of pods."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]]) -> None:
+        self.pods, self.cleared = pods, []
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+    def clear_owner(self, namespace: str, name: str, uid: str, owner_pod: str) -> None:
+        self.cleared.append((namespace, name, uid, owner_pod))
+
+
+def test_a_pods_del_lets_go_of_the_claims_owner_only_once_the_pod_is_going(tmp_path: Path) -> None:
+    """The next pod naming the claim (a VM's next launcher) then has no old owner to read; a pod whose sandbox is
+    made again (not deleted) stays the owner, so that a pod of another controller is still refused meanwhile."""
+    live = {"metadata": {"uid": "pu-1"}, "status": {"phase": "Running"}}
+    api = OwnerApi({"team-a/vm-a-1": live, "team-a/vm-b-1": {**live, "metadata": {"uid": "pu-2",
+                    "deletionTimestamp": "2026-11-28T00:00:00Z"}}})  # fmt: skip
+    e = IPAMClaims(cast(Any, api), cast(Any, None), "node-a", tmp_path / "ipamclaims", 1.0)
+
+    def use(pod: str, pod_uid: str, claim: str) -> Claim:
+        return Claim("b", "storage", "10.1.0.5", "node-a", "ctr", "net1", pod=pod, pod_uid=pod_uid, ipam_claim=claim)
+
+    e.let_go([use("team-a/vm-a-1", "pu-1", "team-a/vm-a.storage/cu-1"),  # lives on: its sandbox made again
+              use("team-a/vm-b-1", "pu-2", "team-a/vm-b.storage/cu-2"),  # being deleted
+              use("team-a/vm-c-1", "pu-3", "team-a/vm-c.storage/cu-3"),  # gone
+              use("team-a/vm-a-1", "pu-9", "team-a/vm-d.storage/cu-4"),  # another pod of that name now
+              use("team-a/vm-e-1", "", "team-a/vm-e.storage/cu-5")])  # fmt: skip
+    e._owners.shutdown(wait=True)
+    assert sorted(api.cleared) == [("team-a", "vm-b.storage", "cu-2", "vm-b-1"), ("team-a", "vm-c.storage", "cu-3",
+                                   "vm-c-1"), ("team-a", "vm-d.storage", "cu-4", "vm-a-1")]  # fmt: skip
+    assert ipamclaimapi.going(None, "x") and not ipamclaimapi.going(live, "pu-1")
+    assert ipamclaimapi.going({**live, "status": {"phase": "Succeeded"}}, "pu-1")
