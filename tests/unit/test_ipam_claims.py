@@ -21,7 +21,8 @@ from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.allocators import Allocators
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
-from netcomp.ipam.ipamclaims import IPAMClaims, Kept
+from netcomp.ipam.claimrecord import Kept
+from netcomp.ipam.ipamclaims import IPAMClaims
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.store import CLAIM_HOLDER, Claim
 from netcomp.pods.multus import Ask, Policy, parse_networks
