@@ -434,8 +434,8 @@ def row_e(d: str, api: ApiServer, n: int) -> dict[str, Any]:
             uid = core.read_namespaced_pod(f"p{i}-0", "bench").metadata.uid
             took, ctr, first[i] = claim_add(labs[i % 3], f"p{i}-0", uid)
             firsts.append(took)
+            core.delete_namespaced_pod(f"p{i}-0", "bench", grace_period_seconds=0)  # as the kubelet: deleted, then DEL
             labs[i % 3].shim("DEL", ctr, ready_timeout=30)
-            core.delete_namespaced_pod(f"p{i}-0", "bench", grace_period_seconds=0)
         for i in range(n):
             claim_pods(core, f"node-e{(i + 1) % 3}", [(f"p{i}-1", f"c{i}")])
         claimed, plain, same, plains = [], [], 0, set()

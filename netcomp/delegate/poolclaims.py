@@ -81,7 +81,7 @@ def claimed(alloc: AddressAllocator | None, pool: Pool | None, a: Attachment, it
     """The addresses the IPAMClaim `name` (of the pod's namespace) holds for the attachment: the pod's uses of
     them, never given back by its DEL (ipam/ipamclaims.py). Refused naming the item when the network gives no
     addresses from blocks of a cluster's pool, or when the claim may not be used."""
-    persistent = getattr(alloc, "persistent", None)
+    persistent = alloc.persistent if alloc is not None else None
     if pool is None or pool.per_address or persistent is None:
         why = "its pool gives no addresses from blocks of a cluster (ipam: {type: cluster} with a cluster configured)"
         if pool is None:

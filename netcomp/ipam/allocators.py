@@ -53,7 +53,9 @@ class Allocators:
     def release(self, claims: list[Claim], reason: str = "release") -> None:
         """Blocks' addresses first (never refused: written behind), then claim objects (DelegateError 11 when the
         store is away: the caller keeps them recorded and a retry frees what is left). A pod's use of an
-        IPAMClaim's address is not given back: the claim holds it."""
+        IPAMClaim's address is not given back: the claim holds it (its ownerPod is let go of)."""
+        if self.persistent is not None:
+            self.persistent.let_go([c for c in claims if c.uses_ipam_claim()])
         claims = [c for c in claims if not c.uses_ipam_claim()]
         if self.blocks is not None:
             self.blocks.release([c for c in claims if c.block], reason)

@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import ipaddress
 import logging
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from netcomp import faults
 from netcomp.cni.codes import E_INVALID_CONFIG, E_IO, E_TRY_LATER
 from netcomp.errors import DelegateError
-from netcomp.fsutil import atomic_write, discard, fsync_dir, read_bounded, remove_stale_tmp
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blocks import Layout, block_name
 from netcomp.ipam.blockstate import claim_of
+from netcomp.ipam.claimrecord import ClaimRecord, Kept
 from netcomp.ipam.ipamclaimapi import (
     FINALIZER,
     Away,
@@ -40,6 +36,7 @@ from netcomp.ipam.ipamclaimapi import (
     Missing,
     controller_ref,
     controller_uid,
+    going,
     running,
 )
 from netcomp.ipam.pool import IPAddress, Pool
@@ -47,41 +44,6 @@ from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
 from netcomp.kube.group import node_label
 
 log = logging.getLogger("netcomp.ipam")
-RECORD_KIND = "netcompIPAMClaimsV1"
-MAX_RECORD = 16 << 20  # the version before's one file for every claim
-_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
-
-
-@dataclass
-class Kept:
-    """A claim this node knows: its addresses (the block entries it holds for it when `held`, else what its
-    status said when last read here), and whether its status says them."""
-
-    key: str  # namespace/name/uid
-    network: str
-    interface: str
-    entries: list[Claim] = field(default_factory=list)
-    held: bool = False
-    status: bool = False
-    pod: str = ""  # the claim is deleted: namespace/name of the pod that keeps the address until it is gone
-    owner: str = ""  # the pod whose ADD gave the claim its first address (its status's ownerPod)
-
-    @property
-    def ref(self) -> str:
-        return self.key.rpartition("/")[0]
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"key": self.key, "network": self.network, "interface": self.interface, "held": self.held,
-                "status": self.status, "entries": [e.to_doc() for e in self.entries], "pod": self.pod,
-                "owner": self.owner}  # fmt: skip
-
-    @staticmethod
-    def from_doc(d: dict[str, Any]) -> Kept:
-        for e in d["entries"]:
-            Claim.check_doc(e)
-        return Kept(str(d["key"]), str(d["network"]), str(d["interface"]),
-                    [Claim.from_doc(e) for e in d["entries"]], d["held"] is True, d["status"] is True,
-                    str(d.get("pod") or ""), str(d.get("owner") or ""))  # fmt: skip
 
 
 def cidr(e: Claim, pool: Pool) -> str:
@@ -94,7 +56,8 @@ def cidr(e: Claim, pool: Pool) -> str:
 class IPAMClaims:
     def __init__(self, api: ClaimApi, blocks: BlockAllocator, node: str, path: Path, timeout: float) -> None:
         self.api, self.blocks, self.node, self.path, self.timeout = api, blocks, node, path, timeout
-        self.kept: dict[str, Kept] = {}  # by the claim's uid
+        self.record = ClaimRecord(path, node)
+        self.kept = self.record.kept  # by the claim's uid
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
         self.strays: dict[str, ClaimObject] = {}  # by uid: unanswered() looks at them again (recheck)
@@ -106,62 +69,8 @@ class IPAMClaims:
     # ------------------------------------------------------------------------------------------------ record
 
     def load(self) -> list[Claim]:
-        """The claims this node knows from its record (a file per claim, so that an ADD writes one claim's, not
-        every claim's); the block entries it holds for them (for the blocks). A record of the version before,
-        one file for every claim, is taken in and written as files per claim."""
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        remove_stale_tmp(self.path)
-        legacy = self.path.with_suffix(".json")
-        docs = self._load_file(legacy, "claims") if legacy.exists() else []
-        for f in sorted(self.path.iterdir()):
-            if f.suffix == ".json" and not f.name.startswith("."):
-                docs += self._load_file(f, "claim")
-        for d in docs:
-            try:
-                k = Kept.from_doc(d)
-            except (KeyError, ValueError, TypeError, AttributeError) as e:
-                log.error("%s: a claim this node kept cannot be read (%s): left out", self.path, e)
-                continue
-            self.kept[k.key.rpartition("/")[2]] = k
-        if legacy.exists():
-            try:
-                for uid in self.kept:
-                    self._write(uid)
-                legacy.unlink()
-                fsync_dir(legacy.parent)
-            except OSError as e:
-                log.error("cannot write %s (the IPAMClaims this node keeps addresses for): %s", self.path, e)
-        return [e for k in self.kept.values() if k.held for e in k.entries]
-
-    def _load_file(self, path: Path, key: str) -> list[dict[str, Any]]:
-        """The claims' documents of one file of the record; none (said in the log) when it is not this node's."""
-        try:
-            doc = orjson.loads(read_bounded(path, MAX_RECORD, follow=False))
-            if not isinstance(doc, dict) or doc.get("kind") != RECORD_KIND or doc.get("node") != self.node:
-                raise ValueError(f"not this node's record of IPAMClaims ({type(doc).__name__})")
-            got = doc.get(key)
-            return [d for d in (got if key == "claims" else [got]) or [] if isinstance(d, dict)]
-        except (OSError, ValueError, AttributeError, TypeError) as e:
-            log.error("cannot read %s (an IPAMClaim this node keeps addresses for): %s", path, e)
-            return []
-
-    def _file(self, uid: str) -> Path:
-        """A claim's file: its uid (the API server makes it; anything else is hashed, never a path)."""
-        name = uid if _UID.fullmatch(uid) else hashlib.sha256(uid.encode()).hexdigest()
-        return self.path / f"{name}.json"
-
-    def _write(self, uid: str) -> None:
-        """The claim's file written (atomic, fsynced), or removed once it is not kept; OSError."""
-        k = self.kept.get(uid)
-        if k is None:
-            if discard(self._file(uid)):
-                fsync_dir(self.path)
-            return
-        data = orjson.dumps({"kind": RECORD_KIND, "node": self.node, "claim": k.to_doc()},
-                            option=orjson.OPT_APPEND_NEWLINE)  # fmt: skip
-        if not self.path.is_dir():
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self._file(uid), data, mode=0o600)
+        """The claims this node knows from its record; the block entries it holds for them (for the blocks)."""
+        return self.record.load()
 
     def keep(self, k: Kept) -> None:
         if k.held:
@@ -170,9 +79,9 @@ class IPAMClaims:
         with self._lock:
             self.kept[uid] = k
             try:
-                self._write(uid)
+                self.record.write(uid)
             except OSError as e:
-                raise DelegateError(E_IO, f"cannot write {self._file(uid)}: {e.strerror}",
+                raise DelegateError(E_IO, f"cannot write {self.record.file(uid)}: {e.strerror}",
                                     "no plugin was run") from None  # fmt: skip
 
     def _busy_lock(self, ref: str) -> threading.Lock:
@@ -184,7 +93,7 @@ class IPAMClaims:
         """The claim's entries given back (written behind by the blocks' worker) and it forgotten. OSError."""
         with self._lock:
             k = self.kept.pop(uid, None)
-            self._write(uid)
+            self.record.write(uid)
         if k is not None and k.held:
             self.blocks.release(k.entries, "release")
             log.info("IPAMClaim %s is gone: %s of network %s freed", k.ref, ", ".join(e.address for e in k.entries),
@@ -392,6 +301,24 @@ class IPAMClaims:
         if c.owner_pod != pod_name:  # the pod that uses it now (a VM's next launcher pod, a migration's target)
             self._owners.submit(self._write_owner, c, pod_name)  # off the ADD's path: a stale one is read as gone
         return entries
+
+    def let_go(self, uses: list[Claim]) -> None:
+        """Pods' uses of claims' addresses given up (their DEL): off the DEL's path, each claim whose status still
+        names that pod as its owner has ownerPod taken away once the pod is going (deleted, finished, or gone),
+        so that the next pod naming the claim (a VM's next launcher pod) has no old owner to read. A pod whose
+        sandbox is made again (not going) stays the owner."""
+        for u in uses:
+            if u.pod and u.pod_uid and u.ipam_claim.count("/") == 2:
+                self._owners.submit(self._let_go, u)
+
+    def _let_go(self, u: Claim) -> None:
+        ns, name, uid = u.ipam_claim.split("/")
+        pod_ns, _, pod_name = u.pod.partition("/")
+        try:
+            if going(self.api.pod(pod_ns, pod_name), u.pod_uid):
+                self.api.clear_owner(ns, name, uid, pod_name)
+        except (Away, Missing, Changed) as e:  # a later ADD reads that owner, as before
+            log.debug("IPAMClaim %s/%s: ownerPod %s left (%s)", ns, name, pod_name, e)
 
     def _write_owner(self, c: ClaimObject, pod_name: str) -> None:
         try:

@@ -177,8 +177,20 @@ class Conflict(Exception):
     """A write made on one version of a block's record found another: nothing was written."""
 
 
+class ClaimKeeper(Protocol):
+    """What an ADD asks of the IPAMClaims' addresses (ipam/ipamclaims.py)."""
+
+    def take(self, pool: Pool, names: tuple[str, ...], ifname: str, ref: str, pod: tuple[str, str],
+             container_id: str, *, create: bool = False) -> list[Claim]:  # fmt: skip
+        """The addresses of claim `ref` (namespace/name) for a pod's interface, as the pod's uses of them."""
+
+
 class AddressAllocator(Protocol):
     """What an ADD and a DEL ask of the addresses of networks with `ipam: {type: cluster}`."""
+
+    @property
+    def persistent(self) -> ClaimKeeper | None:
+        """The IPAMClaims' addresses (None: no cluster, or no blocks)."""
 
     def claim(self, pool: Pool, family_set: int, holder: Any, exact: IPAddress | None = None) -> Claim:
         """One address of a range set of the pool (or exactly `exact`) for holder, held as in flight until

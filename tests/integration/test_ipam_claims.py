@@ -72,8 +72,11 @@ def test_the_vm_restart_and_migration_shapes(
             assert [(c["address"], c["ipamClaim"]) for c in shown["claims"] if c.get("ipamClaim")] == [
                 (addr, "team-a/vm-a.vmnet")
             ]
+            gone(core, p1)  # as the kubelet: the pod deleted, then its DEL
             delete(a, ctr1, p1)
-            gone(core, p1)
+            until(  # let go of off the DEL's path: the next pod has no old owner to read
+                lambda: "ownerPod" not in read_claim(custom, "vm-a.vmnet")["status"], "ownerPod taken away", 30
+            )
         others = []
         for _ in range(4):  # node-a's other containers never get the claim's address
             ctr = a.lab.container()
@@ -108,7 +111,10 @@ def test_the_vm_restart_and_migration_shapes(
                         "IPAMClaim team-a/vm-a.vmnet is held by running pod team-a/virt-launcher-vm-a-3" in res["msg"]
                     )
                     assert c.lab.links(ctr4) == ["lo"]
-                delete(b, ctr2, p2)  # the source goes: the target keeps it
+                gone(core, p2)
+                delete(b, ctr2, p2)  # the source goes: the target keeps it, and stays the owner
+                b.daemon.addresses.ipam_claims._owners.submit(lambda: None).result(timeout=30)  # its let-go done
+                assert read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-3"}
                 flushed(labs)
                 assert block_entry(custom, "vmnet", addr) == entry
                 assert addresses(c, ctr3, "net1") == [addr]

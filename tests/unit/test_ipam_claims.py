@@ -24,7 +24,8 @@ from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.allocators import Allocators
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
-from netcomp.ipam.ipamclaims import IPAMClaims, Kept
+from netcomp.ipam.claimrecord import Kept
+from netcomp.ipam.ipamclaims import IPAMClaims
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
 from netcomp.pods.multus import Ask, Policy, parse_networks
@@ -452,3 +453,39 @@ def test_the_gc_takes_a_gone_nodes_deleted_claims_finalizer_off_before_its_entri
     freed, blocks = blockgc.gc_cluster(a, lambda n: n == "node-a", lambda p: None, 0.0, lambda n: api.gone(set()))
     assert [c.address for c in freed] == ["10.1.0.5"] and blocks == ["x"] and store.deleted == ["x"]
     assert len(api.marks) == 1
+
+
+class OwnerApi:
+    """The two calls a pod's DEL makes of a claim (pod, clear_owner), answered from a dict of pods."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]]) -> None:
+        self.pods, self.cleared = pods, []
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+    def clear_owner(self, namespace: str, name: str, uid: str, owner_pod: str) -> None:
+        self.cleared.append((namespace, name, uid, owner_pod))
+
+
+def test_a_pods_del_lets_go_of_the_claims_owner_only_once_the_pod_is_going(tmp_path: Path) -> None:
+    """The next pod naming the claim (a VM's next launcher) then has no old owner to read; a pod whose sandbox is
+    made again (not deleted) stays the owner, so that a pod of another controller is still refused meanwhile."""
+    live = {"metadata": {"uid": "pu-1"}, "status": {"phase": "Running"}}
+    api = OwnerApi({"team-a/vm-a-1": live, "team-a/vm-b-1": {**live, "metadata": {"uid": "pu-2",
+                    "deletionTimestamp": "2026-11-28T00:00:00Z"}}})  # fmt: skip
+    e = IPAMClaims(cast(Any, api), cast(Any, None), "node-a", tmp_path / "ipamclaims", 1.0)
+
+    def use(pod: str, pod_uid: str, claim: str) -> Claim:
+        return Claim("b", "storage", "10.1.0.5", "node-a", "ctr", "net1", pod=pod, pod_uid=pod_uid, ipam_claim=claim)
+
+    e.let_go([use("team-a/vm-a-1", "pu-1", "team-a/vm-a.storage/cu-1"),  # lives on: its sandbox made again
+              use("team-a/vm-b-1", "pu-2", "team-a/vm-b.storage/cu-2"),  # being deleted
+              use("team-a/vm-c-1", "pu-3", "team-a/vm-c.storage/cu-3"),  # gone
+              use("team-a/vm-a-1", "pu-9", "team-a/vm-d.storage/cu-4"),  # another pod of that name now
+              use("team-a/vm-e-1", "", "team-a/vm-e.storage/cu-5")])  # fmt: skip
+    e._owners.shutdown(wait=True)
+    assert sorted(api.cleared) == [("team-a", "vm-b.storage", "cu-2", "vm-b-1"), ("team-a", "vm-c.storage", "cu-3",
+                                   "vm-c-1"), ("team-a", "vm-d.storage", "cu-4", "vm-a-1")]  # fmt: skip
+    assert ipamclaimapi.going(None, "x") and not ipamclaimapi.going(live, "pu-1")
+    assert ipamclaimapi.going({**live, "status": {"phase": "Succeeded"}}, "pu-1")
