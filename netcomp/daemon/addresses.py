@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netcomp.errors import DelegateError
+from netcomp.fsutil import atomic_write
 from netcomp.ipam import blockgc
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.allocators import Allocators
@@ -34,6 +35,7 @@ log = logging.getLogger("netcomp.ipam")
 CLUSTER_GC_EVERY = 300.0  # seconds between two cluster-wide GCs on the node that runs them (kubernetes.ipamGC)
 BLOCKS_RECORD = "ipam/blocks.json"  # under cacheDir: the blocks this node holds (ipam/blockstate.LocalRecord)
 IPAM_CLAIMS_RECORD = "ipam/ipamclaims"  # under cacheDir: a file per IPAMClaim this node knows (ipam/ipamclaims.py)
+FOLLOWING = "following"  # in that dir: written once this node marks a claim (a lost answer is its to take off)
 
 
 class Addresses:
@@ -136,8 +138,18 @@ class Addresses:
             from netcomp.ipam.ipamclaimapi import Following
 
             following = Following(self.ipam_claims, self.cluster.handle)
-            self.ipam_claims.start_following = lambda: following.start(stop)
-            if any(k.held for k in self.ipam_claims.kept.values()):
+            marks = self.ipam_claims.record.path / FOLLOWING  # this node has marked claims: follow them from start
+
+            def start_following() -> None:
+                if not marks.exists():
+                    try:
+                        atomic_write(marks, b"this node marks IPAMClaims: it follows those it marked from start\n")
+                    except OSError as e:  # a mark's lost answer then waits for this node's next ADD of it
+                        log.warning("cannot write %s: %s", marks, e)
+                following.start(stop)
+
+            self.ipam_claims.start_following = start_following
+            if marks.exists() or any(k.held for k in self.ipam_claims.kept.values()):
                 following.start(stop)
         self._following = True
         self._follow()

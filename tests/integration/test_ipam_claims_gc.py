@@ -212,3 +212,38 @@ def test_a_lost_answer_to_the_first_mark_is_taken_off_by_its_node(
                 got = read_claim(custom, name)
                 assert got["status"]["ips"] == [f"{addr}/24"] and got["metadata"]["labels"][NODE] == "node-s"
                 delete(s, ctr2, p2)
+
+
+def test_a_lost_answer_left_while_the_daemon_was_down_is_taken_off_at_start(
+    api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
+) -> None:
+    """A node that has marked a claim once follows the claims it marks from every start on, even holding none:
+    a claim that got its label and the finalizer while its daemon was down (a mark whose answer a crash lost) is
+    taken off by the daemon started again, with no ADD of it."""
+    with (
+        shared_network(custom, network("restartnet", "10.134.0.0/24", blockSize=16)),
+        nodes(tmp_path, api, ["node-t"], "restartnet") as (t,),
+        ipam_claim(custom, "vm-t", "restartnet"),
+        ipam_claim(custom, "vm-t2", "restartnet"),
+    ):
+        claims = t.daemon.addresses.ipam_claims
+        assert claims is not None
+        mark = claims.api.mark
+
+        def answer_lost(*args: Any, **kwargs: Any) -> Any:
+            claims.api.mark = mark  # type: ignore[method-assign]
+            mark(*args, **kwargs)
+            raise Away("the answer was lost")
+
+        claims.api.mark = answer_lost  # type: ignore[method-assign]
+        with launcher(core, "vm-t-1", "node-t", "vm-t", "restartnet") as p1:
+            ctr1, rc, res = add(t, p1)
+            assert rc != 0 and res["code"] == 11 and t.lab.links(ctr1) == ["lo"], res
+        until(lambda: unmarked(custom, "vm-t"), "node-t taking its label and finalizer off", 60)
+        assert not any(k.held for k in claims.kept.values())  # it holds nothing: only its marks make it follow
+        t.daemon.stop(drain=5)
+        custom.patch_namespaced_custom_object(
+            *CLAIMS, "vm-t2", {"metadata": {"labels": {NODE: "node-t"}, "finalizers": [FINALIZER]}}
+        )
+        t.restart(follow=True)
+        until(lambda: unmarked(custom, "vm-t2"), "node-t, started again, taking its label and finalizer off", 60)
