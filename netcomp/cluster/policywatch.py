@@ -60,8 +60,9 @@ class _Kind(Follower):
             rv, call = "", getattr(self.api, self.method)
             listing = pages(lambda *a, **kw: orjson.loads(call(*a, _preload_content=False, **kw).data), *self.args,
                             timeout=self.timeout, limit=PAGE, **self.kwargs)  # fmt: skip
-            for items, rv in listing:
+            for items, page_rv in listing:
                 self.read(items, found)
+                rv = page_rv
             self.put(found)
             libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
         self.last_error = None

@@ -114,7 +114,8 @@ def _shared(part: T) -> T:
     are shared (a Rule's does not: resolve.py keeps its addresses by the Rule)."""
     if len(_SHARED) >= MAX_SHARED:
         _SHARED.clear()
-    return _SHARED.setdefault(part, part)
+    kept: T = _SHARED.setdefault(part, part)
+    return kept
 
 
 def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
