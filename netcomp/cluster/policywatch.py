@@ -36,7 +36,7 @@ LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installe
 NO_ADDRESSES: Mapping[str, tuple[Address, ...]] = {}  # shared by every pod without a network-status
 MAX_ADDRESSES = 64  # a pod's network-status gives it on one network, each counted once
 MAX_LABELSETS = 1 << 16  # distinct label sets shared among the pods kept, forgotten all at once past this
-PAGE = 50  # objects per page of a list: what one page parses to is garbage that kept objects are made among
+PAGE = 100  # objects per page of a list: what one page parses to is garbage that kept objects are made among
 KIND = "MultiNetworkPolicy"  # as foreign.ignore counts a policy's refusals
 
 
