@@ -110,8 +110,9 @@ def parse(obj: Any) -> Policy:
 
 def _shared(part: T) -> T:
     """One object for equal parts of policies (selectors, peers, ports, prefixes, networks): the policies of a
-    cluster say the same things many times. Only parts whose meaning does not depend on their policy's namespace
-    are shared (a Rule's does not: resolve.py keeps its addresses by the Rule)."""
+    cluster say the same things many times. A Rule is never shared: resolve.py keeps a rule's addresses by the
+    Rule alone, and a podSelector alone picks in its own policy's namespace (peers are kept by peers and
+    namespace, so they may be)."""
     if len(_SHARED) >= MAX_SHARED:
         _SHARED.clear()
     kept: T = _SHARED.setdefault(part, part)
