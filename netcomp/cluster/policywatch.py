@@ -1,23 +1,25 @@
 """The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io multi-
 networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every pod's
 labels and addresses by network (its network-status), followed as metadata only (PartialObjectMetadata: no spec, no
-status), paginated. Where the node says which networks it serves (`served`), a pod is kept only with its addresses
-on those networks, and not at all without one: a peer counts through its addresses on the network of a node pod's
-interface, and nothing else of other pods is needed. When the node comes to serve another network (`serve`), the
-pods are listed again. The pods and namespaces are followed only while a policy exists: a cluster with none pays
-nothing. Where the CRD is not installed, nothing is enforced and that is said once; the API is looked for again
-every few minutes. Each change that can change a rule tells `on_change`, with the namespaces whose pods' rules it
-can change (None: any)."""
+status). Each kind is listed a small page at a time: what a page parses to is garbage before the next is read, and
+what is kept of it is made among little garbage, so it pins few of the allocator's arenas. Where the node says
+which networks it serves (`served`), a pod is kept only with its addresses on those networks, and not at all
+without one: a peer counts through its addresses on the network of a node pod's interface, and nothing else of
+other pods is needed. When the node comes to serve another network (`serve`), the pods are listed again. The pods
+and namespaces are followed only while a policy exists: a cluster with none pays nothing. Where the CRD is not
+installed, nothing is enforced and that is said once; the API is looked for again every few minutes. Each change
+that can change a rule tells `on_change`, with the namespaces whose pods' rules it can change (None: any)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from ipaddress import ip_address
 from typing import Any
+
+import orjson
 
 from netcomp import foreign, libc
 from netcomp.cni.spec import loads_foreign
@@ -34,23 +36,62 @@ LOOK_AGAIN = 300.0  # seconds between looks for the CRD where it is not installe
 NO_ADDRESSES: Mapping[str, tuple[Address, ...]] = {}  # shared by every pod without a network-status
 MAX_ADDRESSES = 64  # a pod's network-status gives it on one network, each counted once
 MAX_LABELSETS = 1 << 16  # distinct label sets shared among the pods kept, forgotten all at once past this
+PAGE = 100  # objects per page of a list: what one page parses to is garbage that kept objects are made among
 KIND = "MultiNetworkPolicy"  # as foreign.ignore counts a policy's refusals
 
 
 class _Kind(Follower):
+    """One kind followed, listed a page at a time: the text and objects of one page are garbage before the next
+    is read, and what is kept of them is what `read` takes into `found`, handed over whole by `put`."""
+
     def __init__(self, owner: PolicyWatch, what: str, api: Any, method: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(what, api, method, *args, explain=owner.explain, backoff=owner.backoff(),
-                         timeout=owner.timeout, loads=json.loads, metrics=owner.metrics, **kwargs)  # fmt: skip
+                         timeout=owner.timeout, loads=orjson.loads, metrics=owner.metrics, **kwargs)  # fmt: skip
         self.owner = owner
+        self.listing = threading.Lock()  # the follower's list and one `serve` asks for are not made at once
 
     def meanwhile(self) -> str:
         return (f" (the rules in force in the pods stay as last known; a change to {self.what} made meanwhile is not "
                 "known until it answers)")  # fmt: skip
 
+    def _relist(self) -> str:
+        with self.listing:
+            self.begin()
+            found: dict[Any, Any] = {}
+            rv, call = "", getattr(self.api, self.method)
+            listing = pages(lambda *a, **kw: orjson.loads(call(*a, _preload_content=False, **kw).data), *self.args,
+                            timeout=self.timeout, limit=PAGE, **self.kwargs)  # fmt: skip
+            for items, page_rv in listing:
+                self.read(items, found)
+                rv = page_rv
+                del items  # garbage before the next page is read
+            self.put(found)
+            libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
+        self.last_error = None
+        self.synced.set()
+        return rv
+
+    def listed(self, items: list[Any]) -> None:  # a list of one page
+        found: dict[Any, Any] = {}
+        self.read(items, found)
+        self.put(found)
+
+    def begin(self) -> None:
+        """A list begins."""
+
+    def read(self, items: list[Any], found: dict[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def put(self, found: dict[Any, Any]) -> None:
+        raise NotImplementedError
+
 
 class _Policies(_Kind):
-    def listed(self, items: list[Any]) -> None:
-        self.owner.put_policies({(p.namespace, p.name): p for item in items if (p := self.owner.read_policy(item))})
+    def read(self, items: list[Any], found: dict[Any, Any]) -> None:
+        found.update(((p.namespace, p.name), p) for item in items if (p := self.owner.read_policy(item)))
+
+    def put(self, found: dict[Any, Any]) -> None:
+        self.owner.put_policies(found)
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
@@ -59,9 +100,11 @@ class _Policies(_Kind):
 
 
 class _Namespaces(_Kind):
-    def listed(self, items: list[Any]) -> None:
-        read = (_read("Namespace", item) for item in items)
-        self.owner.put_namespaces({m["name"]: m.get("labels") or {} for m in read if m})
+    def read(self, items: list[Any], found: dict[Any, Any]) -> None:
+        found.update((m["name"], m.get("labels") or {}) for item in items if (m := _read("Namespace", item)))
+
+    def put(self, found: dict[Any, Any]) -> None:
+        self.owner.put_namespaces(found)
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         meta, name = _read("Namespace", obj), (_meta(obj) or {}).get("name")
@@ -70,26 +113,16 @@ class _Namespaces(_Kind):
 
 
 class _Pods(_Kind):
-    listing = threading.Lock()  # the follower's list and one `serve` asks for are not made at once
+    def begin(self) -> None:
+        self.owner.begin_list()
 
-    def _relist(self) -> str:  # paginated: 30,000 pods are never one answer in memory
-        with self.listing:
-            self.owner.begin_list()
-            found: dict[str, dict[str, PodInfo]] = {}
-            rv = ""
-            call = getattr(self.api, self.method)
-            listing = pages(lambda **kw: json.loads(call(_preload_content=False, **kw).data), timeout=self.timeout,
-                            _accept=METADATA_LIST)  # fmt: skip
-            for items, page_rv in listing:
-                rv = page_rv
-                for item in items:
-                    if (got := self.owner.read_pod(item)) and self.owner.keeps(got):
-                        found.setdefault(got.namespace, {})[got.name] = got
-            self.owner.put_pods(found)
-            libc.malloc_trim()  # the pages parsed are garbage now: given back to the system
-        self.last_error = None
-        self.synced.set()
-        return rv
+    def read(self, items: list[Any], found: dict[Any, Any]) -> None:
+        for item in items:
+            if (got := self.owner.read_pod(item)) and self.owner.keeps(got):
+                found.setdefault(got.namespace, {})[got.name] = got
+
+    def put(self, found: dict[Any, Any]) -> None:
+        self.owner.put_pods(found)
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:
         got = self.owner.read_pod(obj) if kind != "DELETED" else None

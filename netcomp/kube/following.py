@@ -290,8 +290,10 @@ def pages(
     while True:
         doc = list_call(*args, limit=limit, _continue=token, _request_timeout=timeout, **kwargs)
         meta = doc.get("metadata") or {}
-        yield [o for o in doc.get("items") or [] if isinstance(o, dict)], str(meta.get("resourceVersion") or "")
-        token = meta.get("continue")
+        rv, token = str(meta.get("resourceVersion") or ""), meta.get("continue")
+        held = [[o for o in doc.get("items") or [] if isinstance(o, dict)]]
+        del doc, meta  # the page is its reader's alone: garbage once it is done with it, not once the next is read
+        yield held.pop(), rv
         if not token:
             return
 

@@ -21,7 +21,7 @@ _DEPTH = {"(": 1, ")": -1}
 _SHAPES = "k=v, k!=v, k in (a,b), k notin (a,b), k, !k, k>n"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Requirement:
     key: str
     op: str  # in, notin, exists, !exists, gt, lt
@@ -40,7 +40,7 @@ class Requirement:
         return have > bound if self.op == "gt" else have < bound
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Selector:
     requirements: tuple[Requirement, ...]
 

@@ -6,10 +6,11 @@ selects are isolated all the same). Which pods and addresses a policy comes to i
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network, summarize_address_range
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from netcomp.cni.spec import MAX_DEPTH, too_deep
 from netcomp.kube.labels import Selector, from_label_selector
@@ -26,6 +27,9 @@ MAX_RULES = 256  # of a direction; more are left out and said
 # tenant's policy makes a huge nft set on every node; a rule that would go past one is left out and said.
 RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096}
 POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192}
+MAX_SHARED = 1 << 14  # equal parts kept once (_shared), forgotten all at once past this
+_SHARED: dict[Any, Any] = {}
+T = TypeVar("T")
 
 
 class PolicyError(ValueError):
@@ -60,7 +64,7 @@ class Rule:
     ports: tuple[PortRef, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     namespace: str
     name: str
@@ -101,7 +105,18 @@ def parse(obj: Any) -> Policy:
     made = _Made()
     ingress = _rules(spec.get("ingress"), "ingress", "from", problems, made) if "Ingress" in types else None
     egress = _rules(spec.get("egress"), "egress", "to", problems, made) if "Egress" in types else None
-    return Policy(ns, name, networks, pods, ingress, egress, tuple(problems))
+    return Policy(sys.intern(ns), name, networks, _shared(pods), ingress, egress, tuple(problems))
+
+
+def _shared(part: T) -> T:
+    """One object for equal parts of policies (selectors, peers, ports, prefixes, networks): the policies of a
+    cluster say the same things many times. A Rule is never shared: resolve.py keeps a rule's addresses by the
+    Rule alone, and a podSelector alone picks in its own policy's namespace (peers are kept by peers and
+    namespace, so they may be)."""
+    if len(_SHARED) >= MAX_SHARED:
+        _SHARED.clear()
+    kept: T = _SHARED.setdefault(part, part)
+    return kept
 
 
 def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
@@ -116,7 +131,7 @@ def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
         out.append((space, name))
     if len(out) > MAX_REFS:
         raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
-    return tuple(dict.fromkeys(out))
+    return _shared(tuple(dict.fromkeys(out)))
 
 
 class _Made:
@@ -185,14 +200,14 @@ def _peers(items: Any, made: _Made) -> tuple[Peer, ...]:
             out.append(Peer(block=_block(p["ipBlock"], j, made)))
             continue
         out.append(Peer(_selector(p, "podSelector", j), _selector(p, "namespaceSelector", j)))
-    return tuple(out)
+    return _shared(tuple(out))
 
 
 def _selector(peer: dict[str, Any], key: str, j: int) -> Selector | None:
     if peer.get(key) is None:
         return None
     try:
-        return from_label_selector(peer[key])
+        return _shared(from_label_selector(peer[key]))
     except ValueError as e:
         raise ValueError(f"peer {j}: its {key} is not a label selector: {e}") from None
 
@@ -230,7 +245,7 @@ def _block(obj: Any, j: int, made: _Made) -> tuple[Net, ...]:
     made.prefixes(len(left))
     if len(left) > room:
         raise ValueError(f"peer {j}: ipBlock less its exceptions makes {words}")
-    return tuple(left)
+    return _shared(tuple(left))
 
 
 def _ports(items: Any, made: _Made) -> tuple[PortRef, ...]:
@@ -259,4 +274,4 @@ def _ports(items: Any, made: _Made) -> tuple[PortRef, ...]:
                                 or not port <= end <= 65535):  # fmt: skip
             raise ValueError(f"port {j}: endPort goes with a port number, and from it to at most 65535")
         out.append(PortRef(proto, port, end))
-    return tuple(out)
+    return _shared(tuple(out))

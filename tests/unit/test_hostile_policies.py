@@ -291,3 +291,52 @@ def test_label_sets_shared_among_pods_are_bounded(monkeypatch: pytest.MonkeyPatc
     for i in range(50):
         w.read_pod(pod(f"p{i}", {"run": str(i)}))
     assert 0 < len(w._labelsets) <= 8
+
+
+def test_every_kind_is_listed_a_page_at_a_time_and_a_page_is_garbage_before_the_next_is_asked() -> None:
+    """The list asks for pages of policywatch.PAGE objects and follows the continue token; every page's policies
+    are kept, and the resourceVersion watched from is the list's."""
+    w = _watch()
+    w.on_change = lambda spaces: None
+    w._start_others = lambda: None  # type: ignore[method-assign]  # no follower threads here
+    docs = [
+        {"items": [_named(f"p{i}") for i in range(3)], "metadata": {"resourceVersion": "9", "continue": "t1"}},
+        {"items": [_named("p3"), {"metadata": 5}], "metadata": {"resourceVersion": "9"}},
+    ]
+    asked: list[dict[str, Any]] = []
+
+    class Custom:
+        def list_cluster_custom_object(self, *args: Any, **kw: Any) -> Any:
+            asked.append(kw)
+            return type("R", (), {"data": json.dumps(docs[len(asked) - 1]).encode()})()
+
+    follower = _Policies(w, "policies", Custom(), "list_cluster_custom_object", "g", "v", "p")
+    with counting():
+        assert follower._relist() == "9"
+    assert [(kw["limit"], kw["_continue"]) for kw in asked] == [(policywatch.PAGE, None), (policywatch.PAGE, "t1")]
+    assert sorted(p.name for p in w.every_policy()) == ["p0", "p1", "p2", "p3"]
+
+
+def _named(name: str, ns: str = "a", peer: Any = None) -> dict[str, Any]:
+    obj = policy({"podSelector": {"matchLabels": {"app": "db"}},
+                  "ingress": [{"from": [peer or {"podSelector": {"matchLabels": {"role": "client"}}}],
+                               "ports": [{"port": 80}]}]})  # fmt: skip
+    obj["metadata"] = {**obj["metadata"], "name": name, "namespace": ns}
+    return obj
+
+
+def test_equal_parts_of_policies_are_one_object_but_a_rule_is_its_policys_own() -> None:
+    """Selectors, peers, ports and prefixes equal across policies are kept once; a Rule never is, since
+    resolve.py keeps a rule's addresses by its object and a podSelector alone picks in its own namespace."""
+    block = {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.9.0.0/16"]}}
+    a, b, c = parse(_named("x")), parse(_named("y", ns="other")), parse(_named("z", peer=block))
+    d = parse(_named("w", peer=block))
+    assert a.pods is b.pods and a.ingress and b.ingress and c.ingress and d.ingress
+    assert a.ingress[0].peers is b.ingress[0].peers and a.ingress[0].ports is b.ingress[0].ports
+    assert a.ingress[0] == b.ingress[0] and a.ingress[0] is not b.ingress[0]
+    assert c.ingress[0].peers[0].block is d.ingress[0].peers[0].block and len(c.ingress[0].peers[0].block or ()) > 1
+    assert (
+        not hasattr(a, "__dict__")
+        and not hasattr(a.pods, "__dict__")
+        and not hasattr(a.pods.requirements[0], "__dict__")
+    )
