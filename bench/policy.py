@@ -748,16 +748,17 @@ def main() -> None:
     ap.add_argument("--policies", type=int, default=1000)
     ap.add_argument("--nodepods", type=int, default=100)
     ap.add_argument("--changes", type=int, default=30)
-    ap.add_argument("--adds", type=int, default=30)
+    ap.add_argument("--adds", type=int)
     ap.add_argument("--quick", action="store_true", help="a small run: 2000 pods, 200 policies, 20 node pods, "
-                    "10 changes, 10 ADDs each")  # fmt: skip
+                    "10 changes, 10 ADDs each (unless --adds says)")  # fmt: skip
     ap.add_argument("--profile", metavar="FILE", help="py-spy's samples of the node's daemon over (p2)")
     ap.add_argument("--base", metavar="TREE", help="(p3) also on a node whose daemon runs netcomp from TREE (a "
                     "checkout of the code before), the ADDs of both interleaved")  # fmt: skip
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
-        args.pods, args.policies, args.nodepods, args.changes, args.adds = 2000, 200, 20, 10, 10
+        args.pods, args.policies, args.nodepods, args.changes = 2000, 200, 20, 10
+    args.adds = args.adds or (10 if args.quick else 30)
     if os.geteuid() != 0:
         raise SystemExit("bench/policy.py needs root (network namespaces)")
     if args.inner:
