@@ -118,7 +118,7 @@ class Enforcer:
         if (peers := early.peers) is None:
             with self._lock:
                 own = dict(self._own)
-            peers = Peers(self.view, own)
+            peers = self._new_peers(own)
         early.ifaces, early.rules = ifaces, self._rules(key, ref, LocalPod(info, ifaces), peers)
         if self._write(key, entry, ref, early.rules, early):
             faults.point("after-policy-ahead")
@@ -166,7 +166,7 @@ class Enforcer:
                 self._records[key] = entry
             same = (early is not None and early.generation == self._generation and early.ifaces == ifaces
                     and (error is not None or (self._applied.get(key) or PodRules()) == early.rules))  # fmt: skip
-            peers = self._last_peers() or Peers(self.view, dict(self._own))
+            peers = self._last_peers() or self._new_peers(dict(self._own))
         if same and error is not None:
             raise error
         if same or not selectable:
@@ -189,6 +189,10 @@ class Enforcer:
     def _last_peers(self) -> Peers | None:
         """The last sync's peers while nothing changed since (the lock held)."""
         return self._peers[1] if self._peers is not None and self._peers[0] == self._generation else None
+
+    def _new_peers(self, own: dict[tuple[str, str], PodInfo]) -> Peers:
+        """A round's peers, which give the last sync's sets of addresses again where they are the same."""
+        return Peers(self.view, own, self._peers[1] if self._peers is not None else None)
 
     def saved(self, entry: Record) -> None:
         """A record was written or removed (a DEL, an undo, a hot-plug's detach): with nothing left attached its
@@ -306,7 +310,7 @@ class Enforcer:
             self._own = dict(own)  # the ADDs' and DELs' from now on; this round reads its own
             failed, ahead = set(self._failed), set(self._ahead)
         self.view.serve({shown for p in own.values() for shown in p.addresses})
-        peers, written = Peers(self.view, own), 0
+        peers, written = self._new_peers(own), 0
         for e, ref in entries:
             key = (e.container_id, e.ifname)
             if key in ahead or (spaces is not None and ref.namespace not in spaces and key not in failed):

@@ -12,6 +12,7 @@ OUTPUT only. ARP is its own family (`arp`), which an inet table never sees: it a
 
 from __future__ import annotations
 
+import _thread
 import bisect
 import ctypes
 import functools
@@ -36,6 +37,8 @@ JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON
 HELD = 120.0  # seconds a context is kept at most for `apply(hold=...)`
 ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
 _ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
+DOCUMENTS_KEPT = 32  # the last documents made, by the rules they were made of
+_DOCUMENTS: dict[PodRules, bytes] = {}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -144,7 +147,8 @@ def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str,
         for family, kind, elem in zip(("ip", "ip6"), ("ipv4_addr", "ipv6_addr"), _elements(allow.peers), strict=True):
             if elem:
                 name = f"{chain}_{n}_{family}"
-                yield _add("set", name=name, type=kind, flags=["interval"], elem=elem)
+                wide = {"flags": ["interval"]} if any(isinstance(e, dict) for e in elem) else {}  # hosts: a hash
+                yield _add("set", name=name, type=kind, **wide, elem=elem)
                 peers.append([_is(_pay(family, d.peer), f"@{name}")])
     ports: list[list[dict[str, Any]]] = [[]]  # every port of every protocol
     if allow.ports:
@@ -240,7 +244,11 @@ def apply(
     made, replaced whole, or (no rules) removed. HostError when nft is missing, refuses, or takes too long (the
     exec's timeout; the library's transaction is the kernel's, which answers or fails). `hold`: the library's
     context is let go of once it is set (or HELD seconds later), not at once (see _run)."""
-    stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+    stdin = _DOCUMENTS.get(rules)
+    if stdin is None:  # the pods a policy selects alike (a Deployment's replicas) have the same rules
+        if len(_DOCUMENTS) >= DOCUMENTS_KEPT:
+            _DOCUMENTS.pop(next(iter(_DOCUMENTS), rules), None)  # the oldest
+        stdin = _DOCUMENTS[rules] = json.dumps(document(rules), separators=(",", ":")).encode()
     lib = _library() if nft == NFT else None
     if lib is not None:
         said = inside(netns, lambda: _run(lib, stdin, hold), "write the policy table")
@@ -285,8 +293,8 @@ def _run(lib: Any, document: bytes, hold: threading.Event | None = None) -> str 
         lines = [ln.strip().removeprefix("internal:0:0-0: ") for ln in
                  (lib.nft_ctx_get_error_buffer(ctx) or b"").decode(errors="replace").splitlines()]  # fmt: skip
         return "; ".join([ln[:LINE_CHARS] for ln in lines if ln][:SHOWN_LINES]) or "an error it did not describe"
-    finally:
-        threading.Thread(target=_free, args=(lib, ctx, hold), name="nft-free", daemon=True).start()
+    finally:  # a bare thread: threading's would wait here until it has started
+        _thread.start_new_thread(_free, (lib, ctx, hold))
 
 
 def _free(lib: Any, ctx: Any, hold: threading.Event | None) -> None:

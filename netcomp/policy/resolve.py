@@ -21,6 +21,7 @@ from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
 Address = IPv4Address | IPv6Address
 NamedPorts = Mapping[str, tuple[tuple[str, int], ...]]  # a container port's name -> (protocol, number) pairs
+_HOST = (1 << 128) - 1  # an address, in the numbers of _numbered
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +80,19 @@ class Peers:
     """The view as one round of rules reads it: each rule's peers resolved to their addresses on a network once,
     shared by every pod the rule's policy selects, and the node's own pods (`own`) counted with the addresses
     their records have (a peer from its ADD on, before its network-status is written) and the view's labels.
-    Made anew for each round: what it answers is what the view held when it was first asked."""
+    Made anew for each round: what it answers is what the view held when it was first asked. A rule whose
+    addresses are what they were in the round `before` gets that round's tuple again: rules are then compared
+    with those in force, and documents found by their rules (nft.py), by identity, not address by address."""
 
-    def __init__(self, view: View, own: Mapping[tuple[str, str], PodInfo] | None = None) -> None:
+    def __init__(
+        self, view: View, own: Mapping[tuple[str, str], PodInfo] | None = None, before: Peers | None = None
+    ) -> None:
         self.view, self.own = view, own or {}
         self._in_ns: dict[str, list[PodInfo]] = {}
         self._spaces: dict[int, tuple[Selector, list[str]]] = {}
         self._picked: dict[tuple[int, str], tuple[tuple[Peer, ...], list[PodInfo]]] = {}  # by id: its object kept
-        self._nets: dict[tuple[int, str], tuple[Rule, tuple[Net, ...]]] = {}
+        self._nets: dict[tuple[int, str], tuple[Rule, tuple[int, ...], tuple[Net, ...]]] = {}
+        self._before = before._nets if before is not None else {}
 
     def pods(self, namespace: str) -> list[PodInfo]:
         got = self._in_ns.get(namespace)
@@ -127,10 +133,13 @@ class Peers:
 
     def addresses(self, rule: Rule, pods: list[PodInfo], shown: str) -> tuple[Net, ...]:
         """The addresses of a rule's picked pods on a network, as host prefixes."""
-        got = self._nets.get((id(rule), shown))
+        key = (id(rule), shown)
+        got = self._nets.get(key)
         if got is None:
-            got = self._nets[(id(rule), shown)] = (rule, _addresses(pods, shown))
-        return got[1]
+            numbers, was = _numbered(pods, shown), self._before.get(key)
+            same = was is not None and was[0] is rule and was[1] == numbers
+            got = self._nets[key] = was if same and was is not None else (rule, numbers, _hosts(numbers))
+        return got[2]
 
 
 def pod_rules(pod: LocalPod, view: View | Peers) -> Outcome:
@@ -220,8 +229,16 @@ def _allows(
 def _addresses(pods: Iterable[PodInfo], shown: str) -> tuple[Net, ...]:
     """Each pod's addresses on the network (as network-status names it), as host prefixes, IPv4 first, each in
     address order (sorted as numbers: ipaddress's own comparisons are many times slower)."""
-    found = {(a.max_prefixlen, int(a)) for p in pods for a in p.addresses.get(shown, ())}
-    return tuple(IPv4Network((n, 32)) if bits == 32 else IPv6Network((n, 128)) for bits, n in sorted(found))
+    return _hosts(_numbered(pods, shown))
+
+
+def _numbered(pods: Iterable[PodInfo], shown: str) -> tuple[int, ...]:
+    """The addresses as sorted numbers, each `(prefix length << 128) | address`: IPv4 first."""
+    return tuple(sorted({(a.max_prefixlen << 128) | int(a) for p in pods for a in p.addresses.get(shown, ())}))
+
+
+def _hosts(numbers: tuple[int, ...]) -> tuple[Net, ...]:
+    return tuple(IPv4Network((n & _HOST, 32)) if n >> 128 == 32 else IPv6Network((n & _HOST, 128)) for n in numbers)
 
 
 def _numbers(refs: tuple[PortRef, ...], named: NamedPorts | None) -> tuple[Ports, ...] | None:

@@ -120,6 +120,13 @@ def test_egress_matches_the_destination_and_a_single_address_is_no_prefix() -> N
     assert rules(doc, "out_net1")[NEEDS][0] == match(pay("ip", "daddr"), "@out_net1_0_ip")
 
 
+def test_a_set_of_host_addresses_only_is_a_plain_set_and_one_with_a_prefix_an_interval_set() -> None:
+    doc = nft.document(PodRules((iface(ingress=(Allow(nets("10.0.0.9/32", "10.0.0.3/32", "fd00::/64")),)),)))
+    sets = {s["name"]: s for s in cmds(doc, "add", "set")}
+    assert sets["in_net1_0_ip"]["elem"] == ["10.0.0.3", "10.0.0.9"] and "flags" not in sets["in_net1_0_ip"]
+    assert sets["in_net1_0_ip6"]["flags"] == ["interval"]
+
+
 def test_ports_grouped_per_protocol_ranges_merged() -> None:
     ports = (Ports("tcp", 8050, 9000), Ports("udp", 53, 53), Ports("tcp", 80, 80), Ports("tcp", 8000, 8080))
     doc = nft.document(PodRules((iface(ingress=(Allow(None, ports),)),)))

@@ -229,6 +229,29 @@ def test_one_round_resolves_a_rules_peers_once_for_every_pod_it_selects() -> Non
     assert one.interfaces[0].ingress[0].peers is two.interfaces[0].ingress[0].peers
 
 
+def test_a_round_gives_the_last_rounds_tuple_of_peers_again_while_their_addresses_are_the_same() -> None:
+    """Rules then compare with those in force by identity; a peer more makes a new tuple, and a round made
+    without the one before resolves anew."""
+    c = Cluster(
+        [policy({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]})],
+        {"a": {}},
+        [peer("a", "c1", {"role": "client"}, "10.0.0.5", "fd00::5")],
+    )
+
+    def allowed(peers: Peers) -> Any:
+        return pod_rules(LocalPod(WEB, (STORAGE,)), peers).rules.interfaces[0].ingress[0].peers
+
+    first = Peers(c)
+    assert allowed(first) == nets("10.0.0.5/32", "fd00::5/128")
+    again = Peers(c, before=first)
+    assert allowed(again) is allowed(first)
+    assert allowed(Peers(c)) == allowed(first) and allowed(Peers(c)) is not allowed(first)
+    c.pods_.append(peer("a", "c2", {"role": "client"}, "10.0.0.4"))
+    more = Peers(c, before=again)
+    assert allowed(more) == nets("10.0.0.4/32", "10.0.0.5/32", "fd00::5/128")
+    assert allowed(Peers(c, before=more)) is allowed(more)
+
+
 def test_a_network_status_nested_too_deep_is_no_address_and_no_error() -> None:
     """A tenant's network-status of 30,000 `[` (under the 64 KiB bound) made json raise RecursionError, which
     stopped the node's list of pods for every policy: it is read as no address now, and a good one still is."""
