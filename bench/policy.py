@@ -21,7 +21,8 @@ select its pods on `polnet`, the node's bridge network every node pod joins as n
 
 A daemon knows every policy and pod when its probe pod's table holds the sentinel: a pod created after all the
 others, selected by a policy created after all the others. Printed also: how long filling the cluster took, the
-daemon's CPU per change, and with --profile FILE py-spy's samples of the daemon over the changes.
+daemon's CPU per change, in (p3) its CPU per ADD and DEL and in each ADD till its answer (less swayed by other
+work on the machine than the ADD's time), and with --profile FILE py-spy's samples of the daemon.
 Usage: sudo bench/policy.py [--pods 30000] [--policies 1000] [--nodepods 100] [--changes 30] [--adds 30]
 [--quick] [--profile FILE] [--base TREE]
 """
@@ -592,6 +593,7 @@ def row_p3(nodes: list[Node], cluster: Cluster, runs: int, out: dict[str, Any], 
         quiet(n.daemon.pid)
     got: dict[str, list[float]] = {f"{k}{side}": [] for k in range(len(nodes)) for side in ("sel", "uns")}
     cpu = {key: 0.0 for key in got}  # the daemon's CPU seconds over each kind's ADDs (and the DELs after them)
+    own: dict[str, list[float]] = {key: [] for key in got}  # the daemon's CPU seconds in each ADD, till its answer
     spy = bench_delegate._spy(nodes[0].daemon.pid, f"{profile}.p3") if profile else None
     try:
         for r in range(runs):
@@ -600,25 +602,31 @@ def row_p3(nodes: list[Node], cluster: Cluster, runs: int, out: dict[str, Any], 
                     for n in nodes:
                         quiet(n.daemon.pid, window=0.3)
                     before = cpu_s(nodes[k].daemon.pid)
-                    got[f"{k}{side}"].append(_add(nodes[k], f"{k}{side}-{r}", side == "sel"))
+                    took, used = _add(nodes[k], f"{k}{side}-{r}", side == "sel")
+                    got[f"{k}{side}"].append(took)
+                    own[f"{k}{side}"].append(used)
                     quiet(nodes[k].daemon.pid, window=0.3)
                     cpu[f"{k}{side}"] += cpu_s(nodes[k].daemon.pid) - before
     finally:
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
-    out["p3"] = {"sel": got["0sel"], "uns": got["0uns"], "cpu": [cpu["0sel"] / runs, cpu["0uns"] / runs]}
-    if len(nodes) > 1:
-        out["p3_base"] = {"sel": got["1sel"], "uns": got["1uns"], "cpu": [cpu["1sel"] / runs, cpu["1uns"] / runs]}
+    for k, row in enumerate(("p3", "p3_base")[: len(nodes)]):
+        out[row] = {"sel": got[f"{k}sel"], "uns": got[f"{k}uns"], "cpu": [cpu[f"{k}sel"] / runs, cpu[f"{k}uns"] / runs],
+                    "own": [statistics.median(own[f"{k}sel"]), statistics.median(own[f"{k}uns"])]}  # fmt: skip
 
 
-def _add(node: Node, name: str, selected: bool) -> float:
+def _add(node: Node, name: str, selected: bool) -> tuple[float, float]:
+    """The ADD's seconds, and the daemon's CPU seconds from its start till its answer (its threads')."""
+    before = bench_delegate._cpu_ns(node.daemon.pid)
     took = node.add("pb-0", name, {}, create=False)
+    after = bench_delegate._cpu_ns(node.daemon.pid)
+    used = sum(ns - before.get(task, 0) for task, ns in after.items()) / 1e9
     table = nft.read(node.path("pb-0", name))
     if (table is not None) != selected:
         raise SystemExit(f"(p3) pod pb-0/{name} on {node.node}: its table {'missing' if table is None else 'there'}")
     node.delete("pb-0", name, remove=False)
-    return took
+    return took, used
 
 
 def spy_summary(path: str, top: int = 14) -> list[str]:
@@ -725,11 +733,13 @@ def say_p3(args: argparse.Namespace, out: dict[str, Any]) -> None:
     sel, uns = statistics.median(out["p3"]["sel"]), statistics.median(out["p3"]["uns"])
     print(f"(p3) ADD selected {sel * 1000:.1f} ms / not selected {uns * 1000:.1f} ms = {sel / uns:.3f} (medians of "
           f"{len(out['p3']['sel'])})   goal <= {GOALS['p3']}: {verdict(sel / uns <= GOALS['p3'])}; daemon CPU per ADD "
-          f"and its DEL {out['p3']['cpu'][0] * 1000:.1f} / {out['p3']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
+          f"and its DEL {out['p3']['cpu'][0] * 1000:.1f} / {out['p3']['cpu'][1] * 1000:.1f} ms, in the ADD (median) "
+          f"{out['p3']['own'][0] * 1000:.1f} / {out['p3']['own'][1] * 1000:.1f} ms")  # fmt: skip
     if "p3_base" in out:
         bs, bu = statistics.median(out["p3_base"]["sel"]), statistics.median(out["p3_base"]["uns"])
         print(f"     the same from --base {args.base}: {bs * 1000:.1f} ms / {bu * 1000:.1f} ms = {bs / bu:.3f}; CPU "
-              f"{out['p3_base']['cpu'][0] * 1000:.1f} / {out['p3_base']['cpu'][1] * 1000:.1f} ms")  # fmt: skip
+              f"{out['p3_base']['cpu'][0] * 1000:.1f} / {out['p3_base']['cpu'][1] * 1000:.1f} ms, in the ADD "
+              f"{out['p3_base']['own'][0] * 1000:.1f} / {out['p3_base']['own'][1] * 1000:.1f} ms")  # fmt: skip
     print(f"     the node's daemon at the end: {out['rss_end']:.1f} MB")
     _spied(args, "p3")
 
