@@ -37,7 +37,7 @@ JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON
 HELD = 120.0  # seconds a context is kept at most for `apply(hold=...)`
 ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
 _ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
-DOCUMENTS_KEPT = 32  # the last documents made, by the rules they were made of
+DOCUMENTS_KEPT = 32  # documents kept by the rules they were made of (all of them dropped once more are made)
 _DOCUMENTS: dict[PodRules, bytes] = {}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
@@ -247,7 +247,7 @@ def apply(
     stdin = _DOCUMENTS.get(rules)
     if stdin is None:  # the pods a policy selects alike (a Deployment's replicas) have the same rules
         if len(_DOCUMENTS) >= DOCUMENTS_KEPT:
-            _DOCUMENTS.pop(next(iter(_DOCUMENTS), rules), None)  # the oldest
+            _DOCUMENTS.clear()
         stdin = _DOCUMENTS[rules] = json.dumps(document(rules), separators=(",", ":")).encode()
     lib = _library() if nft == NFT else None
     if lib is not None:
