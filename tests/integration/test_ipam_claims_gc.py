@@ -172,6 +172,23 @@ def unmarked(custom: Any, name: str) -> bool:
     return NODE not in (meta.get("labels") or {}) and FINALIZER not in (meta.get("finalizers") or [])
 
 
+def first_mark_answer_lost(core: Any, dl: DaemonLab, claim: str, net: str) -> tuple[str, int, Any]:
+    """An ADD on dl naming the claim whose first mark (label and finalizer) reaches the API server and whose answer
+    is lost: the container, the shim's code and answer."""
+    claims = dl.daemon.addresses.ipam_claims
+    assert claims is not None
+    mark = claims.api.mark
+
+    def answer_lost(*args: Any, **kwargs: Any) -> Any:
+        claims.api.mark = mark  # type: ignore[method-assign]
+        mark(*args, **kwargs)
+        raise Away("the answer was lost")
+
+    claims.api.mark = answer_lost  # type: ignore[method-assign]
+    with launcher(core, f"{claim}-1", dl.daemon.settings.nodeName, claim, net) as p1:
+        return add(dl, p1)
+
+
 def test_a_lost_answer_to_the_first_mark_is_taken_off_by_its_node(
     api: ApiServer, admin: Any, core: Any, custom: Any, claim_crd: None, tmp_path: Path
 ) -> None:
@@ -185,20 +202,9 @@ def test_a_lost_answer_to_the_first_mark_is_taken_off_by_its_node(
         ipam_claim(custom, "vm-r", "lostnet"),
         ipam_claim(custom, "vm-r2", "lostnet"),
     ):
-        claims = r.daemon.addresses.ipam_claims
-        assert claims is not None
-        mark = claims.api.mark
-
-        def answer_lost(*args: Any, **kwargs: Any) -> Any:
-            claims.api.mark = mark  # type: ignore[method-assign]
-            mark(*args, **kwargs)
-            raise Away("the answer was lost")
-
-        claims.api.mark = answer_lost  # type: ignore[method-assign]
-        with launcher(core, "vm-r-1", "node-r", "vm-r", "lostnet") as p1:
-            ctr1, rc, res = add(r, p1)
-            assert rc != 0 and res["code"] == 11 and "the answer was lost" in res["msg"], res
-            assert r.lab.links(ctr1) == ["lo"]
+        ctr1, rc, res = first_mark_answer_lost(core, r, "vm-r", "lostnet")
+        assert rc != 0 and res["code"] == 11 and "the answer was lost" in res["msg"], res
+        assert r.lab.links(ctr1) == ["lo"]
         until(lambda: unmarked(custom, "vm-r"), "node-r taking its label and finalizer off", 60)
         custom.patch_namespaced_custom_object(
             *CLAIMS, "vm-r2", {"metadata": {"labels": {NODE: "node-r"}, "finalizers": [FINALIZER]}}
@@ -228,17 +234,8 @@ def test_a_lost_answer_left_while_the_daemon_was_down_is_taken_off_at_start(
     ):
         claims = t.daemon.addresses.ipam_claims
         assert claims is not None
-        mark = claims.api.mark
-
-        def answer_lost(*args: Any, **kwargs: Any) -> Any:
-            claims.api.mark = mark  # type: ignore[method-assign]
-            mark(*args, **kwargs)
-            raise Away("the answer was lost")
-
-        claims.api.mark = answer_lost  # type: ignore[method-assign]
-        with launcher(core, "vm-t-1", "node-t", "vm-t", "restartnet") as p1:
-            ctr1, rc, res = add(t, p1)
-            assert rc != 0 and res["code"] == 11 and t.lab.links(ctr1) == ["lo"], res
+        ctr1, rc, res = first_mark_answer_lost(core, t, "vm-t", "restartnet")
+        assert rc != 0 and res["code"] == 11 and t.lab.links(ctr1) == ["lo"], res
         until(lambda: unmarked(custom, "vm-t"), "node-t taking its label and finalizer off", 60)
         assert not any(k.held for k in claims.kept.values())  # it holds nothing: only its marks make it follow
         t.daemon.stop(drain=5)
