@@ -242,7 +242,7 @@ def killed_at_recorded(
         ctr = node.lab.container()
         adding = pool.submit(node.shim, "ADD", ctr, args=cni_args(p, ctr), **shim)
         assert node.proc is not None and node.proc.wait(timeout=60) == -9, node.logs()
-        [record] = (node.cache_dir / "ipam" / "ipamclaims").iterdir()
+        [record] = (node.cache_dir / "ipam" / "ipamclaims").glob("*.json")  # beside it: the marks file
         kept = json.loads(record.read_text())["claim"]
         [chosen] = [e["address"] for e in kept["entries"]]
         node.env.pop("NETCOMP_CRASH_AT")
