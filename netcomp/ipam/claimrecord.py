@@ -116,6 +116,8 @@ class ClaimRecord:
             return
         data = orjson.dumps({"kind": RECORD_KIND, "node": self.node, "claim": k.to_doc()},
                             option=orjson.OPT_APPEND_NEWLINE)  # fmt: skip
-        if not self.path.is_dir():
+        try:
+            atomic_write(self.file(uid), data, mode=0o600, durable=k.held or not k.status)
+        except FileNotFoundError:  # load() makes the dir; a record written before it, once
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.file(uid), data, mode=0o600, durable=k.held or not k.status)
+            atomic_write(self.file(uid), data, mode=0o600, durable=k.held or not k.status)

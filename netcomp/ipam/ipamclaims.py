@@ -55,7 +55,7 @@ def cidr(e: Claim, pool: Pool) -> str:
 
 class IPAMClaims:
     def __init__(self, api: ClaimApi, blocks: BlockAllocator, node: str, path: Path, timeout: float) -> None:
-        self.api, self.blocks, self.node, self.path, self.timeout = api, blocks, node, path, timeout
+        self.api, self.blocks, self.node, self.timeout = api, blocks, node, timeout
         self.record = ClaimRecord(path, node)
         self.kept = self.record.kept  # by the claim's uid
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
