@@ -14,12 +14,29 @@ import pytest
 from tests.lab.checkout import checkout_copy
 from tests.lab.debpackage import CLEAN_PATH, TRIXIE_ROOT, Dist, run
 
+# Stands while the tests have the package installed on this machine. A run killed in between (a CI timeout, the end
+# of a session) leaves it half-configured, and dpkg then refuses every later apt run, the throw-away overlays of
+# this root included ("dpkg was interrupted"); the next run finishes the job first (finish_killed_install).
+HOST_INSTALL_MARK = Path("/var/cache/netcomp-test/host-install")
+
+
+def finish_killed_install() -> None:
+    """Purge what a killed run installed on this machine, and run the triggers it left pending (man-db's)."""
+    if not HOST_INSTALL_MARK.exists():
+        return
+    run("dpkg", "--purge", "netcomp", check=False)
+    run("dpkg", "--configure", "-a", check=False)
+    audit = run("dpkg", "--audit", check=False).stdout
+    assert not audit.strip(), f"this machine's dpkg is left unfinished after a killed test run:\n{audit}"
+    HOST_INSTALL_MARK.unlink()
+
 
 @pytest.fixture(scope="session")
 def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built on this machine (Debian 12, Python 3.11)."""
     if os.geteuid() != 0 or shutil.which("dpkg-buildpackage") is None or shutil.which("dh") is None:
         pytest.skip("needs root and debhelper (make setup installs them)")
+    finish_killed_install()
     work = tmp_path_factory.mktemp("deb")
     checkout_copy(work)
     p = run(
@@ -42,22 +59,25 @@ def installed(deb: Path) -> Iterator[None]:
         pytest.skip("netcomp is installed on this machine; not touching it")
     cni_state = Path("/var/lib/cni")  # made by the package's tmpfiles; CNI's, so purge leaves it
     cni_state_existed = cni_state.exists()
-    p = run(
-        "apt-get",
-        "-o",
-        "DPkg::Lock::Timeout=300",
-        "install",
-        "-y",
-        "-q",
-        str(deb),
-        check=False,
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
+    HOST_INSTALL_MARK.parent.mkdir(parents=True, exist_ok=True)
+    HOST_INSTALL_MARK.write_text(f"{deb.name}\n")
     try:
+        p = run(
+            "apt-get",
+            "-o",
+            "DPkg::Lock::Timeout=300",
+            "install",
+            "-y",
+            "-q",
+            str(deb),
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
         yield
     finally:
         run("dpkg", "--purge", "netcomp", check=False)
+        HOST_INSTALL_MARK.unlink(missing_ok=True)
         if not cni_state_existed:
             with contextlib.suppress(OSError):
                 cni_state.rmdir()
