@@ -101,11 +101,8 @@ def document(rules: PodRules) -> dict[str, Any]:
             chain = f"{d.key}_{iface.ifname}"
             cmds.append(_add("chain", name=chain))
             cmds.append(_add("counter", name=chain))
-            cmds.append(
-                _rule(
-                    d.hook, _is(_meta(d.ifname_key), iface.ifname), {"jump": {"target": chain}}, comment=_comment(iface)
-                )
-            )
+            match, jump = _is(_meta(d.ifname_key), _exactly(iface.ifname)), {"jump": {"target": _exactly(chain)}}
+            cmds.append(_rule(d.hook, match, jump, comment=_comment(iface)))
             cmds.extend(_chain(chain, d, allows))
     return {"nftables": cmds}
 
@@ -136,7 +133,7 @@ def _chain(chain: str, d: Direction, allows: tuple[Allow, ...]) -> Iterator[dict
         )
     for n, allow in enumerate(allows):
         yield from _allow(chain, d, n, allow)
-    yield _rule(chain, {"counter": chain}, {"drop": None})
+    yield _rule(chain, {"counter": _exactly(chain)}, {"drop": None})
 
 
 def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str, Any]]:
@@ -229,6 +226,20 @@ def _meta(key: str) -> dict[str, Any]:
 
 def _pay(protocol: str, field: str) -> dict[str, Any]:
     return {"payload": {"protocol": protocol, "field": field}}
+
+
+def _exactly(ifname: str) -> str:
+    """An interface's name (or a chain's made of it) as nft reads it as that name only, where it is matched or
+    referred to. nft reads a name ending in `*` as a wildcard (`n*` matched every interface from `n`: a pod naming
+    one interface so sent its others' traffic to that one's chain), unless the `*` is escaped, and then drops
+    every backslash of it; and a string beginning with `@` as a set. HostError for a name nft cannot say exactly
+    (the pod's ADD fails, leaving nothing)."""
+    if ifname.endswith("*") and "\\" not in ifname:
+        return ifname[:-1] + "\\*"
+    if ifname.endswith("*") or ifname.startswith("@"):
+        raise HostError(f"interface {ifname!r} cannot be matched by nftables exactly: name it without a trailing "
+                        "'*' or a leading '@'")  # fmt: skip
+    return ifname
 
 
 def _comment(iface: InterfaceRules) -> str:

@@ -10,6 +10,9 @@ import random
 from ipaddress import ip_network
 from typing import Any
 
+import pytest
+
+from netcomp.errors import HostError
 from netcomp.policy import nft
 from netcomp.policy.podrules import Allow, InterfaceRules, PodRules, Ports
 
@@ -168,3 +171,15 @@ def test_the_dispatch_rule_names_the_network_and_policies_in_a_bounded_comment()
     many = tuple(f"team-ä/policy-{i}" for i in range(40))
     comment = cmds(nft.document(PodRules((iface(ingress=(), policies=many),))), "add", "rule")[0]["comment"]
     assert len(comment.encode()) <= 127 and comment.startswith("storage: team-ä/policy-0,") and comment.endswith("...")
+
+
+def test_an_interface_name_nft_reads_as_a_wildcard_is_escaped_where_it_is_matched_and_jumped_to() -> None:
+    """A name ending in `*` (Linux takes it, and so does a pod's annotation) is a wildcard to nft unless escaped;
+    the chain's own name stays the name. One nft cannot say exactly is refused (nft.py's _exactly)."""
+    doc = nft.document(PodRules((iface("n*", ingress=()),)))
+    assert rules(doc, "input") == [[match(meta("iifname"), "n\\*"), {"jump": {"target": "in_n\\*"}}]]
+    assert rules(doc, "in_n*")[-1] == [{"counter": "in_n\\*"}, {"drop": None}]
+    assert [c["name"] for c in cmds(doc, "add", "chain")] == ["input", "in_n*"]
+    for name in ("@x", "a\\*"):
+        with pytest.raises(HostError, match="cannot be matched by nftables exactly"):
+            nft.document(PodRules((iface(name, ingress=()),)))
