@@ -68,7 +68,7 @@ class Rule:
 class Policy:
     namespace: str
     name: str
-    networks: tuple[tuple[str, str], ...]  # (namespace, name) as policy-for says them, a bare one in the policy's
+    networks: tuple[str, ...]  # as network-status names them: a bare name, its namespace's definition and the native
     pods: Selector
     ingress: tuple[Rule, ...] | None  # None: not a policy of this direction; () isolates, letting nothing in
     egress: tuple[Rule, ...] | None
@@ -119,18 +119,21 @@ def _shared(part: T) -> T:
     return kept
 
 
-def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
+def _networks(ns: str, text: Any) -> tuple[str, ...]:
+    """The networks as network-status names them: `namespace/name` a definition only; a bare name the policy's
+    namespace's definition or the netcomp Network of that name."""
     if not isinstance(text, str) or not text.strip():
         raise PolicyError(f"it has no {POLICY_FOR} annotation naming the networks it is for")
+    refs = text.split(",", MAX_REFS)
+    if len(refs) > MAX_REFS:
+        raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
     out = []
-    for ref in (r.strip() for r in text.split(",")[: MAX_REFS + 1]):
-        space, _, name = ref.rpartition("/")
+    for ref in (r.strip() for r in refs):
+        space, slash, name = ref.rpartition("/")
         space = space or ns
         if not (is_dns_label(space) and name and len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))):
             raise PolicyError(f"{POLICY_FOR}: {ref[:80]!r} is not a network's namespace/name or name")
-        out.append((space, name))
-    if len(out) > MAX_REFS:
-        raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
+        out += [f"{space}/{name}"] if slash else [f"{space}/{name}", name]
     return _shared(tuple(dict.fromkeys(out)))
 
 

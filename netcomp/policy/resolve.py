@@ -69,11 +69,8 @@ class Outcome:
 
 
 def for_network(policy: Policy, iface: Interface) -> bool:
-    """Whether the policy is for the interface's network: `namespace/name` as network-status names it, or a
-    native network's bare name."""
-    return any(
-        iface.shown in (f"{ns}/{name}", name if "/" not in iface.shown else None) for ns, name in policy.networks
-    )
+    """Whether the policy is for the interface's network (as network-status names it)."""
+    return iface.shown in policy.networks
 
 
 class Peers:

@@ -340,3 +340,30 @@ def test_equal_parts_of_policies_are_one_object_but_a_rule_is_its_policys_own() 
         and not hasattr(a.pods, "__dict__")
         and not hasattr(a.pods.requirements[0], "__dict__")
     )
+
+
+@pytest.mark.parametrize(
+    "note, words",
+    [
+        ("a/b/c", "'a/b/c' is not a network's"),
+        ("n, ,m", "'' is not a network's"),
+        ("n,", "'' is not a network's"),
+        ("ns /n", "'ns /n' is not a network's"),
+        ("Team/N", "is not a network's"),
+        ("ñet", "is not a network's"),
+        ("n." + "a" * 300, "is not a network's"),
+        (",".join(["n"] * 65), "more than 64 networks"),
+        ("x," * 50_000, "more than 64 networks"),
+    ],
+)
+def test_a_policy_for_annotation_that_names_no_network_selects_nothing_saying_why(note: str, words: str) -> None:
+    with pytest.raises(PolicyError, match=words) as e:
+        parse(policy({}, notes={POLICY_FOR: note}))
+    assert len(str(e.value)) < 200
+
+
+def test_a_policy_for_annotation_of_64_names_with_spaces_is_read() -> None:
+    """At most 64 networks, counted as written (a bare name is for two names network-status may give)."""
+    got = parse(policy({}, notes={POLICY_FOR: " , ".join(f"n{i}" for i in range(64))}))
+    assert len(got.networks) == 128 and {"a/n0", "n0", "a/n63", "n63"} <= set(got.networks)
+    assert parse(policy({}, notes={POLICY_FOR: " b/n ,n,b/n "})).networks == ("b/n", "a/n", "n")
