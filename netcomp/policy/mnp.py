@@ -23,10 +23,11 @@ POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 MAX_REFS = 64
 MAX_EXCEPTS = 128  # of an ipBlock: a tenant's list, each one worked against what is left
 MAX_RULES = 256  # of a direction; more are left out and said
-# What one rule, and all of a policy's rules, may make (prefixes: its ipBlocks less their exceptions), so that no
-# tenant's policy makes a huge nft set on every node; a rule that would go past one is left out and said.
-RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096}
-POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192}
+# What one rule, and all of a policy's rules, may make (prefixes: its ipBlocks less their exceptions; values: its
+# selectors' In and NotIn values, kept a string and a set slot each), so that no tenant's policy makes a huge nft
+# set, or is kept many times its size, on every node; a rule that would go past one is left out and said.
+RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096, "values": 1024}
+POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192, "values": 4096}
 MAX_SHARED = 1 << 14  # equal parts kept once (_shared), forgotten all at once past this
 _SHARED: dict[Any, Any] = {}
 T = TypeVar("T")
@@ -92,17 +93,20 @@ def parse(obj: Any) -> Policy:
     if not isinstance(notes, dict):
         raise PolicyError("its annotations are not a map")
     networks = _networks(ns, notes.get(POLICY_FOR))
+    made = _Made()
     try:
+        made.count("values", _values(spec.get("podSelector")))
         pods = from_label_selector(spec.get("podSelector") if spec.get("podSelector") is not None else {})
     except ValueError as e:
         raise PolicyError(f"its podSelector is not a label selector: {e}") from None
+    if made.made["values"] > POLICY_LIMITS["values"]:
+        raise PolicyError(f"its podSelector holds more than {POLICY_LIMITS['values']} values")
     types = spec.get("policyTypes")
     if types is None:  # as NetworkPolicy: Ingress always, Egress when it has egress rules
         types = ["Ingress", *(["Egress"] if spec.get("egress") else [])]
     if not isinstance(types, list) or not all(t in ("Ingress", "Egress") for t in types):
         raise PolicyError("policyTypes is a list of Ingress and Egress")
     problems: list[str] = []
-    made = _Made()
     ingress = _rules(spec.get("ingress"), "ingress", "from", problems, made) if "Ingress" in types else None
     egress = _rules(spec.get("egress"), "egress", "to", problems, made) if "Egress" in types else None
     return Policy(sys.intern(ns), name, networks, _shared(pods), ingress, egress, tuple(problems))
@@ -143,22 +147,22 @@ class _Made:
 
     def __init__(self) -> None:
         self.made = dict.fromkeys(POLICY_LIMITS, 0)
-        self.in_rule = 0  # the prefixes of the rule being read
+        self.in_rule = dict.fromkeys(("prefixes", "values"), 0)  # what the rule being read made of them
 
     def room(self, what: str) -> tuple[int, str]:
         """How many `what` the rule being read may make still, and the limit that says so."""
         left = POLICY_LIMITS[what] - self.made[what]
-        in_rule = RULE_LIMITS[what] - (self.in_rule if what == "prefixes" else 0)
+        in_rule = RULE_LIMITS[what] - self.in_rule.get(what, 0)
         if left < in_rule:
             return left, f"more than {POLICY_LIMITS[what]} {what} in all of a policy's rules"
         return in_rule, f"more than {RULE_LIMITS[what]} {what} in a rule"
 
-    def prefixes(self, n: int) -> None:
-        self.made["prefixes"] += n
-        self.in_rule += n
+    def count(self, what: str, n: int) -> None:
+        self.made[what] += n
+        self.in_rule[what] += n
 
     def rule(self, item: dict[str, Any], peers_key: str) -> Rule:
-        self.in_rule = 0
+        self.in_rule = dict.fromkeys(self.in_rule, 0)
         rule = Rule(_peers(item.get(peers_key), self), _ports(item.get("ports"), self))
         self.made["peers"] += len(rule.peers)
         self.made["ports"] += len(rule.ports)
@@ -202,8 +206,23 @@ def _peers(items: Any, made: _Made) -> tuple[Peer, ...]:
                 raise ValueError(f"peer {j}: an ipBlock goes alone")
             out.append(Peer(block=_block(p["ipBlock"], j, made)))
             continue
+        values = _values(p.get("podSelector")) + _values(p.get("namespaceSelector"))
+        room, words = made.room("values")
+        made.count("values", values)
+        if values > room:
+            raise ValueError(f"peer {j}: its selectors hold {values} values: {words}")
         out.append(Peer(_selector(p, "podSelector", j), _selector(p, "namespaceSelector", j)))
     return _shared(tuple(out))
+
+
+def _values(selector: Any) -> int:
+    """How many values a LabelSelector's matchExpressions list (what reading it keeps, a string each)."""
+    exprs = selector.get("matchExpressions") if isinstance(selector, dict) else None
+    return (
+        sum(len(v) for e in exprs if isinstance(e, dict) and isinstance(v := e.get("values"), list))
+        if isinstance(exprs, list)
+        else 0
+    )
 
 
 def _selector(peer: dict[str, Any], key: str, j: int) -> Selector | None:
@@ -245,7 +264,7 @@ def _block(obj: Any, j: int, made: _Made) -> tuple[Net, ...]:
         if len(left) > room:
             break
         start = past + 1
-    made.prefixes(len(left))
+    made.count("prefixes", len(left))
     if len(left) > room:
         raise ValueError(f"peer {j}: ipBlock less its exceptions makes {words}")
     return _shared(tuple(left))

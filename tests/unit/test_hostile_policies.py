@@ -414,3 +414,27 @@ def test_a_policy_of_many_peers_across_a_big_cluster_looks_at_a_bounded_number_o
             )
             matched[0] = 0
         assert ignored.by == {"MultiNetworkPolicy": 1}
+
+
+def _in(n: int, key: str = "k") -> dict[str, Any]:
+    return {"matchExpressions": [{"key": key, "operator": "In", "values": [f"v{i}" for i in range(n)]}]}
+
+
+def test_the_values_of_a_policys_selectors_are_bounded() -> None:
+    """A selector's In holds any number of values (the API server bounds only the object's size): one policy of
+    250,000 values (2.4 MB of JSON) kept about 21 MB on every node, a string and a set slot each. A rule whose
+    selectors hold more than RULE_LIMITS' values, or would take the policy's past POLICY_LIMITS', is left out
+    and said; a podSelector past the policy's selects nothing."""
+    per_rule = RULE_LIMITS["values"]
+    big = parse(policy({"ingress": [{"from": [{"podSelector": _in(per_rule + 1)}]}, {}]}))
+    assert big.ingress is not None and len(big.ingress) == 1
+    assert big.problems == (f"ingress[0] is left out: peer 0: its selectors hold {per_rule + 1} values: more than "
+                            f"{per_rule} values in a rule",)  # fmt: skip
+    both = {"podSelector": _in(per_rule // 2), "namespaceSelector": _in(per_rule // 2 + 1, "t")}
+    assert "more than 1024 values in a rule" in parse(policy({"ingress": [{"from": [both]}]})).problems[0]
+    rules = [{"to": [{"podSelector": _in(per_rule)}]}] * (POLICY_LIMITS["values"] // per_rule + 1)
+    full = parse(policy({"egress": rules}))
+    assert full.egress is not None and len(full.egress) == POLICY_LIMITS["values"] // per_rule
+    assert full.problems[-1].endswith(f"more than {POLICY_LIMITS['values']} values in all of a policy's rules")
+    with pytest.raises(PolicyError, match=f"its podSelector holds more than {POLICY_LIMITS['values']} values"):
+        parse(policy({"podSelector": _in(250_000)}))
