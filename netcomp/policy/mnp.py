@@ -286,7 +286,7 @@ def _ports(items: Any, made: _Made) -> tuple[PortRef, ...]:
         port, end = p.get("port"), p.get("endPort")
         if isinstance(port, bool) or not (port is None or isinstance(port, (int, str))):
             raise ValueError(f"port {j}: port is a number or a name")
-        if isinstance(port, str) and port.isdigit():
+        if isinstance(port, str) and port.isascii() and port.isdigit():
             port = int(port)
         if isinstance(port, int) and not 1 <= port <= 65535:
             raise ValueError(f"port {j}: {port} is not a port")

@@ -111,6 +111,9 @@ def test_a_policy_of_a_wrong_shape_is_refused_naming_the_field(obj: Any, words: 
         ({"ports": [{"protocol": ["TCP"], "port": 80}]}, "port 0: protocol"),
         ({"ports": [{"port": 80, "endPort": "90"}]}, "endPort"),
         ({"ports": "80"}, "ports are not a list"),
+        ({"ports": [{"port": "\u0663"}]}, "port 0: '\u0663' is not a port's name"),  # an Arabic-Indic 3: no port 3
+        ({"ports": [{"port": "\uff18\uff10"}]}, "port 0: '\uff18\uff10' is not a port's name"),  # a full-width 80
+        ({"ports": [{"port": "\u00b2"}]}, "port 0: '\u00b2' is not a port's name"),
         (
             {"from": [{"podSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": 3}]}}]},
             "peer 0: its podSelector is not a label selector",
