@@ -384,8 +384,36 @@ def test_a_policy_of_many_peers_across_a_big_cluster_looks_at_a_bounded_number_o
     from netcomp.kube import labels
     from netcomp.policy import resolve
     from netcomp.policy.podrules import Allow
-    from netcomp.policy.resolve import LocalPod, Peers, PodInfo, pod_rules
-    from tests.unit.test_policy_resolve import STORAGE, WEB, Cluster, peer
+    from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, pod_rules
+
+    class Cluster:  # resolve.View over lists
+        def __init__(self, policies: list[Any], spaces: dict[str, dict[str, str]], pods: list[PodInfo]) -> None:
+            self.policies_, self.spaces, self.in_ns = policies, spaces, {}
+            for p in pods:
+                self.in_ns.setdefault(p.namespace, []).append(p)
+
+        def policies(self, namespace: str) -> list[Any]:
+            return [p for p in self.policies_ if p.namespace == namespace]
+
+        def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+            return self.spaces.get(namespace)
+
+        def namespaces(self) -> list[str]:
+            return sorted(self.spaces)
+
+        def pods(self, namespace: str) -> list[PodInfo]:
+            return self.in_ns.get(namespace, [])
+
+        def pod(self, namespace: str, name: str) -> None:
+            return None
+
+        def every_policy(self) -> list[Any]:
+            return self.policies_
+
+        def serve(self, networks: Any) -> None:
+            pass
+
+    storage = Interface("net1", "a.storage", "a/storage")
 
     monkeypatch.setattr(resolve, "MAX_LOOKS", 20_000)
     matched = [0]
@@ -403,16 +431,17 @@ def test_a_policy_of_many_peers_across_a_big_cluster_looks_at_a_bounded_number_o
     clients = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "client"}}}
     honest = parse({"metadata": {"namespace": "b", "name": "q", "annotations": net},
                     "spec": {"podSelector": {}, "ingress": [{"from": [clients]}]}})  # fmt: skip
-    pods = [peer(f"n{i % 40}", f"p{i}", {"role": "client" if i == 7 else "x"}, f"10.1.{i // 250}.{i % 250}")
-            for i in range(2000)]  # fmt: skip
+    pods = [PodInfo(f"n{i % 40}", f"p{i}", {"role": "client" if i == 7 else "x"},
+                    {"a/storage": (ip_address(f"10.1.{i // 250}.{i % 250}"),)}) for i in range(2000)]  # fmt: skip
     cluster = Cluster([hostile, honest], {f"n{i}": {} for i in range(40)} | {"a": {}, "b": {}}, pods)
     with counting() as ignored:
         for _ in range(2):
             peers = Peers(cluster)
-            assert pod_rules(LocalPod(WEB, (STORAGE,)), peers).rules.interfaces[0].ingress == ()
+            web = PodInfo("a", "web", {}, {})
+            assert pod_rules(LocalPod(web, (storage,)), peers).rules.interfaces[0].ingress == ()
             assert matched[0] <= 20_000 + 100
             other = PodInfo("b", "db", {}, {})
-            assert pod_rules(LocalPod(other, (STORAGE,)), peers).rules.interfaces[0].ingress == (
+            assert pod_rules(LocalPod(other, (storage,)), peers).rules.interfaces[0].ingress == (
                 Allow((ipaddress.ip_network("10.1.0.7/32"),)),
             )
             matched[0] = 0
