@@ -28,8 +28,9 @@ MAX_RULES = 256  # of a direction; more are left out and said
 # set, or is kept many times its size, on every node; a rule that would go past one is left out and said.
 RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096, "values": 1024}
 POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192, "values": 4096}
-MAX_SHARED = 1 << 14  # equal parts kept once (_shared), forgotten all at once past this
+MAX_SHARED = 1 << 15  # what equal parts kept once (_shared) may hold (_weight): all forgotten at once past this
 _SHARED: dict[Any, Any] = {}
+_HELD = [0]  # what the parts in _SHARED hold
 T = TypeVar("T")
 
 
@@ -116,11 +117,23 @@ def _shared(part: T) -> T:
     """One object for equal parts of policies (selectors, peers, ports, prefixes, networks): the policies of a
     cluster say the same things many times. A Rule is never shared: resolve.py keeps a rule's addresses by the
     Rule alone, and a podSelector alone picks in its own policy's namespace (peers are kept by peers and
-    namespace, so they may be)."""
-    if len(_SHARED) >= MAX_SHARED:
+    namespace, so they may be). Bounded by what the parts hold, not how many they are: one can be an ipBlock's
+    thousands of prefixes, and parts of policies edited or gone stay until all are forgotten."""
+    weight = _weight(part)
+    if _HELD[0] + weight > MAX_SHARED:
         _SHARED.clear()
+        _HELD[0] = 0
     kept: T = _SHARED.setdefault(part, part)
+    if kept is part:
+        _HELD[0] += weight
     return kept
+
+
+def _weight(part: Any) -> int:
+    """What a part holds: a tuple's items (prefixes, peers, ports, networks), a selector's requirements and values."""
+    if isinstance(part, Selector):
+        return 1 + sum(1 + len(r.values) for r in part.requirements)
+    return 1 + len(part) if isinstance(part, tuple) else 1
 
 
 def _networks(ns: str, text: Any) -> tuple[str, ...]:

@@ -470,3 +470,18 @@ def test_the_values_of_a_policys_selectors_are_bounded() -> None:
     assert full.problems[-1].endswith(f"more than {POLICY_LIMITS['values']} values in all of a policy's rules")
     with pytest.raises(PolicyError, match=f"its podSelector holds more than {POLICY_LIMITS['values']} values"):
         parse(policy({"podSelector": _in(250_000)}))
+
+
+def test_the_parts_kept_for_sharing_are_bounded_by_what_they_hold_not_by_how_many() -> None:
+    """Equal parts of policies are kept once, and forgotten all at once past a bound. The bound counted parts,
+    and a part can be an ipBlock of 4096 prefixes: a tenant editing one policy 50 times, new ipBlocks each time,
+    left 409,600 prefixes (91 MB) kept on every node after the policy was gone, and up to 16,384 such parts. The
+    bound now weighs what a part holds (prefixes, a selector's values, a tuple's items)."""
+    mnp._SHARED.clear()
+    for edit in range(50):
+        blocks = [{"ipBlock": {"cidr": f"fd{edit:02x}:{j}:{i:x}::/64", "except": [f"fd{edit:02x}:{j}:{i:x}::1/128"]}}
+                  for j in range(2) for i in range(64)]  # fmt: skip
+        got = parse(policy({"podSelector": {}, "ingress": [{"from": blocks[:64]}, {"from": blocks[64:]}]}))
+        assert got.ingress is not None and len(got.ingress) == 2 and not got.problems
+    kept = sum(len(v) if isinstance(v, tuple) else 1 for v in mnp._SHARED.values())
+    assert kept <= mnp.MAX_SHARED
