@@ -35,10 +35,13 @@ NFT = "/usr/sbin/nft"
 LIBRARY = "libnftables.so.1"
 JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
 HELD = 120.0  # seconds a context is kept at most for `apply(hold=...)`
-ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
+# What is kept for the pods that share it, all of it dropped once more is asked for: the elements of sets of peers
+# (an ipBlock's thousands of prefixes are as many), and the bytes of documents by the rules they were made of.
+ELEMENTS_KEPT = 1 << 15
 _ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
-DOCUMENTS_KEPT = 32  # documents kept by the rules they were made of (all of them dropped once more are made)
+DOCUMENTS_KEPT = 1 << 22
 _DOCUMENTS: dict[PodRules, bytes] = {}
+_HELD = {"elements": 0, "documents": 0}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -163,10 +166,9 @@ def _elements(peers: tuple[Net, ...]) -> tuple[list[Any], list[Any]]:
     they are kept)."""
     got = _ELEMENTS.get(id(peers))
     if got is None or got[0] is not peers:
-        if len(_ELEMENTS) >= ELEMENTS_KEPT:
-            _ELEMENTS.clear()
         v4 = _family([p for p in peers if isinstance(p, IPv4Network)], socket.AF_INET, 32)
         v6 = _family([p for p in peers if isinstance(p, IPv6Network)], socket.AF_INET6, 128)
+        _keep(_ELEMENTS, "elements", len(v4) + len(v6), ELEMENTS_KEPT)
         got = _ELEMENTS[id(peers)] = (peers, (v4, v6))
     return got[1]
 
@@ -185,6 +187,14 @@ def _family(nets: list[Any], family: int, bits: int) -> list[Any]:
         if i < 0 or host > ends[i][1]:
             out.append((host, _text(host, family, bits)))
     return [element for _, element in sorted(out, key=lambda pair: pair[0])]
+
+
+def _keep(kept: dict[Any, Any], what: str, size: int, bound: int) -> None:
+    """Room for `size` more of `what` in `kept`: all of it dropped when it would hold more than `bound`."""
+    if _HELD[what] + size > bound:
+        kept.clear()
+        _HELD[what] = 0
+    _HELD[what] += size
 
 
 def _text(address: int, family: int, bits: int) -> str:
@@ -257,9 +267,9 @@ def apply(
     context is let go of once it is set (or HELD seconds later), not at once (see _run)."""
     stdin = _DOCUMENTS.get(rules)
     if stdin is None:  # the pods a policy selects alike (a Deployment's replicas) have the same rules
-        if len(_DOCUMENTS) >= DOCUMENTS_KEPT:
-            _DOCUMENTS.clear()
-        stdin = _DOCUMENTS[rules] = json.dumps(document(rules), separators=(",", ":")).encode()
+        stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+        _keep(_DOCUMENTS, "documents", len(stdin), DOCUMENTS_KEPT)
+        _DOCUMENTS[rules] = stdin
     lib = _library() if nft == NFT else None
     if lib is not None:
         said = inside(netns, lambda: _run(lib, stdin, hold), "write the policy table")

@@ -183,3 +183,18 @@ def test_an_interface_name_nft_reads_as_a_wildcard_is_escaped_where_it_is_matche
     for name in ("@x", "a\\*"):
         with pytest.raises(HostError, match="cannot be matched by nftables exactly"):
             nft.document(PodRules((iface(name, ingress=()),)))
+
+
+def test_what_is_kept_of_sets_and_documents_is_bounded_by_their_size() -> None:
+    """The elements of sets of peers, and the documents written, are kept for the pods that share them, and
+    dropped all at once past a bound. The bounds counted sets (64) and documents (32), whatever their size: a
+    tenant's 32 policies of 8,192 prefixes, each selecting a pod of the node, kept 126 MB in these caches on the
+    node. They weigh elements and bytes now."""
+    nft._ELEMENTS.clear()
+    nft._DOCUMENTS.clear()
+    for n in range(20):
+        peers = tuple(ip_network(f"fd{n:02x}:{i:x}::/64") for i in range(4096))
+        with pytest.raises(HostError, match="nft not found"):  # the document is made and kept before nft is run
+            nft.apply("/proc/self/ns/net", PodRules((iface(ingress=(Allow(peers),)),)), nft="/nonexistent/nft")
+    assert sum(len(v4) + len(v6) for _, (v4, v6) in nft._ELEMENTS.values()) <= nft.ELEMENTS_KEPT
+    assert sum(map(len, nft._DOCUMENTS.values())) <= nft.DOCUMENTS_KEPT
