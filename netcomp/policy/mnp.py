@@ -23,12 +23,14 @@ POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"
 MAX_REFS = 64
 MAX_EXCEPTS = 128  # of an ipBlock: a tenant's list, each one worked against what is left
 MAX_RULES = 256  # of a direction; more are left out and said
-# What one rule, and all of a policy's rules, may make (prefixes: its ipBlocks less their exceptions), so that no
-# tenant's policy makes a huge nft set on every node; a rule that would go past one is left out and said.
-RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096}
-POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192}
-MAX_SHARED = 1 << 14  # equal parts kept once (_shared), forgotten all at once past this
+# What one rule, and all of a policy's rules, may make (prefixes: its ipBlocks less their exceptions; values: its
+# selectors' In and NotIn values, kept a string and a set slot each), so that no tenant's policy makes a huge nft
+# set, or is kept many times its size, on every node; a rule that would go past one is left out and said.
+RULE_LIMITS = {"peers": 256, "ports": 256, "prefixes": 4096, "values": 1024}
+POLICY_LIMITS = {"peers": 1024, "ports": 1024, "prefixes": 8192, "values": 4096}
+MAX_SHARED = 1 << 15  # what equal parts kept once (_shared) may hold (_weight): all forgotten at once past this
 _SHARED: dict[Any, Any] = {}
+_HELD = [0]  # what the parts in _SHARED hold
 T = TypeVar("T")
 
 
@@ -68,7 +70,7 @@ class Rule:
 class Policy:
     namespace: str
     name: str
-    networks: tuple[tuple[str, str], ...]  # (namespace, name) as policy-for says them, a bare one in the policy's
+    networks: tuple[str, ...]  # as network-status names them: a bare name, its namespace's definition and the native
     pods: Selector
     ingress: tuple[Rule, ...] | None  # None: not a policy of this direction; () isolates, letting nothing in
     egress: tuple[Rule, ...] | None
@@ -92,17 +94,20 @@ def parse(obj: Any) -> Policy:
     if not isinstance(notes, dict):
         raise PolicyError("its annotations are not a map")
     networks = _networks(ns, notes.get(POLICY_FOR))
+    made = _Made()
     try:
+        made.count("values", _values(spec.get("podSelector")))
         pods = from_label_selector(spec.get("podSelector") if spec.get("podSelector") is not None else {})
     except ValueError as e:
         raise PolicyError(f"its podSelector is not a label selector: {e}") from None
+    if made.made["values"] > POLICY_LIMITS["values"]:
+        raise PolicyError(f"its podSelector holds more than {POLICY_LIMITS['values']} values")
     types = spec.get("policyTypes")
     if types is None:  # as NetworkPolicy: Ingress always, Egress when it has egress rules
         types = ["Ingress", *(["Egress"] if spec.get("egress") else [])]
     if not isinstance(types, list) or not all(t in ("Ingress", "Egress") for t in types):
         raise PolicyError("policyTypes is a list of Ingress and Egress")
     problems: list[str] = []
-    made = _Made()
     ingress = _rules(spec.get("ingress"), "ingress", "from", problems, made) if "Ingress" in types else None
     egress = _rules(spec.get("egress"), "egress", "to", problems, made) if "Egress" in types else None
     return Policy(sys.intern(ns), name, networks, _shared(pods), ingress, egress, tuple(problems))
@@ -112,25 +117,40 @@ def _shared(part: T) -> T:
     """One object for equal parts of policies (selectors, peers, ports, prefixes, networks): the policies of a
     cluster say the same things many times. A Rule is never shared: resolve.py keeps a rule's addresses by the
     Rule alone, and a podSelector alone picks in its own policy's namespace (peers are kept by peers and
-    namespace, so they may be)."""
-    if len(_SHARED) >= MAX_SHARED:
+    namespace, so they may be). Bounded by what the parts hold, not how many they are: one can be an ipBlock's
+    thousands of prefixes, and parts of policies edited or gone stay until all are forgotten."""
+    weight = _weight(part)
+    if _HELD[0] + weight > MAX_SHARED:
         _SHARED.clear()
+        _HELD[0] = 0
     kept: T = _SHARED.setdefault(part, part)
+    if kept is part:
+        _HELD[0] += weight
     return kept
 
 
-def _networks(ns: str, text: Any) -> tuple[tuple[str, str], ...]:
+def _weight(part: Any) -> int:
+    """What a part holds: a tuple's items (prefixes, peers, ports, networks), a selector's requirements and values."""
+    if isinstance(part, Selector):
+        return 1 + sum(1 + len(r.values) for r in part.requirements)
+    return 1 + len(part) if isinstance(part, tuple) else 1
+
+
+def _networks(ns: str, text: Any) -> tuple[str, ...]:
+    """The networks as network-status names them: `namespace/name` a definition only; a bare name the policy's
+    namespace's definition or the netcomp Network of that name."""
     if not isinstance(text, str) or not text.strip():
         raise PolicyError(f"it has no {POLICY_FOR} annotation naming the networks it is for")
+    refs = text.split(",", MAX_REFS)
+    if len(refs) > MAX_REFS:
+        raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
     out = []
-    for ref in (r.strip() for r in text.split(",")[: MAX_REFS + 1]):
-        space, _, name = ref.rpartition("/")
+    for ref in (r.strip() for r in refs):
+        space, slash, name = ref.rpartition("/")
         space = space or ns
         if not (is_dns_label(space) and name and len(name) <= 253 and all(is_dns_label(p) for p in name.split("."))):
             raise PolicyError(f"{POLICY_FOR}: {ref[:80]!r} is not a network's namespace/name or name")
-        out.append((space, name))
-    if len(out) > MAX_REFS:
-        raise PolicyError(f"{POLICY_FOR} names more than {MAX_REFS} networks")
+        out += [f"{space}/{name}"] if slash else [f"{space}/{name}", name]
     return _shared(tuple(dict.fromkeys(out)))
 
 
@@ -140,22 +160,22 @@ class _Made:
 
     def __init__(self) -> None:
         self.made = dict.fromkeys(POLICY_LIMITS, 0)
-        self.in_rule = 0  # the prefixes of the rule being read
+        self.in_rule = dict.fromkeys(("prefixes", "values"), 0)  # what the rule being read made of them
 
     def room(self, what: str) -> tuple[int, str]:
         """How many `what` the rule being read may make still, and the limit that says so."""
         left = POLICY_LIMITS[what] - self.made[what]
-        in_rule = RULE_LIMITS[what] - (self.in_rule if what == "prefixes" else 0)
+        in_rule = RULE_LIMITS[what] - self.in_rule.get(what, 0)
         if left < in_rule:
             return left, f"more than {POLICY_LIMITS[what]} {what} in all of a policy's rules"
         return in_rule, f"more than {RULE_LIMITS[what]} {what} in a rule"
 
-    def prefixes(self, n: int) -> None:
-        self.made["prefixes"] += n
-        self.in_rule += n
+    def count(self, what: str, n: int) -> None:
+        self.made[what] += n
+        self.in_rule[what] += n
 
     def rule(self, item: dict[str, Any], peers_key: str) -> Rule:
-        self.in_rule = 0
+        self.in_rule = dict.fromkeys(self.in_rule, 0)
         rule = Rule(_peers(item.get(peers_key), self), _ports(item.get("ports"), self))
         self.made["peers"] += len(rule.peers)
         self.made["ports"] += len(rule.ports)
@@ -199,8 +219,23 @@ def _peers(items: Any, made: _Made) -> tuple[Peer, ...]:
                 raise ValueError(f"peer {j}: an ipBlock goes alone")
             out.append(Peer(block=_block(p["ipBlock"], j, made)))
             continue
+        values = _values(p.get("podSelector")) + _values(p.get("namespaceSelector"))
+        room, words = made.room("values")
+        made.count("values", values)
+        if values > room:
+            raise ValueError(f"peer {j}: its selectors hold {values} values: {words}")
         out.append(Peer(_selector(p, "podSelector", j), _selector(p, "namespaceSelector", j)))
     return _shared(tuple(out))
+
+
+def _values(selector: Any) -> int:
+    """How many values a LabelSelector's matchExpressions list (what reading it keeps, a string each)."""
+    exprs = selector.get("matchExpressions") if isinstance(selector, dict) else None
+    return (
+        sum(len(v) for e in exprs if isinstance(e, dict) and isinstance(v := e.get("values"), list))
+        if isinstance(exprs, list)
+        else 0
+    )
 
 
 def _selector(peer: dict[str, Any], key: str, j: int) -> Selector | None:
@@ -242,7 +277,7 @@ def _block(obj: Any, j: int, made: _Made) -> tuple[Net, ...]:
         if len(left) > room:
             break
         start = past + 1
-    made.prefixes(len(left))
+    made.count("prefixes", len(left))
     if len(left) > room:
         raise ValueError(f"peer {j}: ipBlock less its exceptions makes {words}")
     return _shared(tuple(left))
@@ -264,7 +299,7 @@ def _ports(items: Any, made: _Made) -> tuple[PortRef, ...]:
         port, end = p.get("port"), p.get("endPort")
         if isinstance(port, bool) or not (port is None or isinstance(port, (int, str))):
             raise ValueError(f"port {j}: port is a number or a name")
-        if isinstance(port, str) and port.isdigit():
+        if isinstance(port, str) and port.isascii() and port.isdigit():
             port = int(port)
         if isinstance(port, int) and not 1 <= port <= 65535:
             raise ValueError(f"port {j}: {port} is not a port")

@@ -35,10 +35,13 @@ NFT = "/usr/sbin/nft"
 LIBRARY = "libnftables.so.1"
 JSON_OUTPUT = 1 << 4  # NFT_CTX_OUTPUT_JSON: the library reads its input as JSON too
 HELD = 120.0  # seconds a context is kept at most for `apply(hold=...)`
-ELEMENTS_KEPT = 64  # sets of peers whose elements are kept (all of them dropped once more are asked for)
+# What is kept for the pods that share it, all of it dropped once more is asked for: the elements of sets of peers
+# (an ipBlock's thousands of prefixes are as many), and the bytes of documents by the rules they were made of.
+ELEMENTS_KEPT = 1 << 15
 _ELEMENTS: dict[int, tuple[tuple[Net, ...], tuple[list[Any], list[Any]]]] = {}
-DOCUMENTS_KEPT = 32  # documents kept by the rules they were made of (all of them dropped once more are made)
+DOCUMENTS_KEPT = 1 << 22
 _DOCUMENTS: dict[PodRules, bytes] = {}
+_HELD = {"elements": 0, "documents": 0}
 ENV = {"LC_ALL": "C"}
 COMMENT_BYTES = 127  # the kernel keeps a rule's comment in at most 128 bytes with its NUL (NFTNL_UDATA_COMMENT_MAXLEN)
 SHOWN_LINES, LINE_CHARS = 4, 300  # of nft's stderr, in an error
@@ -101,11 +104,8 @@ def document(rules: PodRules) -> dict[str, Any]:
             chain = f"{d.key}_{iface.ifname}"
             cmds.append(_add("chain", name=chain))
             cmds.append(_add("counter", name=chain))
-            cmds.append(
-                _rule(
-                    d.hook, _is(_meta(d.ifname_key), iface.ifname), {"jump": {"target": chain}}, comment=_comment(iface)
-                )
-            )
+            match, jump = _is(_meta(d.ifname_key), _exactly(iface.ifname)), {"jump": {"target": _exactly(chain)}}
+            cmds.append(_rule(d.hook, match, jump, comment=_comment(iface)))
             cmds.extend(_chain(chain, d, allows))
     return {"nftables": cmds}
 
@@ -136,7 +136,7 @@ def _chain(chain: str, d: Direction, allows: tuple[Allow, ...]) -> Iterator[dict
         )
     for n, allow in enumerate(allows):
         yield from _allow(chain, d, n, allow)
-    yield _rule(chain, {"counter": chain}, {"drop": None})
+    yield _rule(chain, {"counter": _exactly(chain)}, {"drop": None})
 
 
 def _allow(chain: str, d: Direction, n: int, allow: Allow) -> Iterator[dict[str, Any]]:
@@ -166,10 +166,9 @@ def _elements(peers: tuple[Net, ...]) -> tuple[list[Any], list[Any]]:
     they are kept)."""
     got = _ELEMENTS.get(id(peers))
     if got is None or got[0] is not peers:
-        if len(_ELEMENTS) >= ELEMENTS_KEPT:
-            _ELEMENTS.clear()
         v4 = _family([p for p in peers if isinstance(p, IPv4Network)], socket.AF_INET, 32)
         v6 = _family([p for p in peers if isinstance(p, IPv6Network)], socket.AF_INET6, 128)
+        _keep(_ELEMENTS, "elements", len(v4) + len(v6), ELEMENTS_KEPT)
         got = _ELEMENTS[id(peers)] = (peers, (v4, v6))
     return got[1]
 
@@ -188,6 +187,14 @@ def _family(nets: list[Any], family: int, bits: int) -> list[Any]:
         if i < 0 or host > ends[i][1]:
             out.append((host, _text(host, family, bits)))
     return [element for _, element in sorted(out, key=lambda pair: pair[0])]
+
+
+def _keep(kept: dict[Any, Any], what: str, size: int, bound: int) -> None:
+    """Room for `size` more of `what` in `kept`: all of it dropped when it would hold more than `bound`."""
+    if _HELD[what] + size > bound:
+        kept.clear()
+        _HELD[what] = 0
+    _HELD[what] += size
 
 
 def _text(address: int, family: int, bits: int) -> str:
@@ -231,6 +238,20 @@ def _pay(protocol: str, field: str) -> dict[str, Any]:
     return {"payload": {"protocol": protocol, "field": field}}
 
 
+def _exactly(ifname: str) -> str:
+    """An interface's name (or a chain's made of it) as nft reads it as that name only, where it is matched or
+    referred to. nft reads a name ending in `*` as a wildcard (`n*` matched every interface from `n`: a pod naming
+    one interface so sent its others' traffic to that one's chain), unless the `*` is escaped, and then drops
+    every backslash of it; and a string beginning with `@` as a set. HostError for a name nft cannot say exactly
+    (the pod's ADD fails, leaving nothing)."""
+    if ifname.endswith("*") and "\\" not in ifname:
+        return ifname[:-1] + "\\*"
+    if ifname.endswith("*") or ifname.startswith("@"):
+        raise HostError(f"interface {ifname!r} cannot be matched by nftables exactly: name it without a trailing "
+                        "'*' or a leading '@'")  # fmt: skip
+    return ifname
+
+
 def _comment(iface: InterfaceRules) -> str:
     text = f"{iface.network}: {', '.join(iface.policies) or 'isolated'}"
     raw = text.encode()
@@ -246,9 +267,9 @@ def apply(
     context is let go of once it is set (or HELD seconds later), not at once (see _run)."""
     stdin = _DOCUMENTS.get(rules)
     if stdin is None:  # the pods a policy selects alike (a Deployment's replicas) have the same rules
-        if len(_DOCUMENTS) >= DOCUMENTS_KEPT:
-            _DOCUMENTS.clear()
-        stdin = _DOCUMENTS[rules] = json.dumps(document(rules), separators=(",", ":")).encode()
+        stdin = json.dumps(document(rules), separators=(",", ":")).encode()
+        _keep(_DOCUMENTS, "documents", len(stdin), DOCUMENTS_KEPT)
+        _DOCUMENTS[rules] = stdin
     lib = _library() if nft == NFT else None
     if lib is not None:
         said = inside(netns, lambda: _run(lib, stdin, hold), "write the policy table")

@@ -15,11 +15,16 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Protocol
 
+from netcomp import foreign
 from netcomp.kube.labels import Selector
 from netcomp.policy.mnp import Peer, Policy, PortRef, Rule
 from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
 Address = IPv4Address | IPv6Address
+# Pods and namespaces one policy's selectors may look at in a round (each peer's namespaces, and the pods of each
+# namespace it picks), so that no tenant's policy of many peers across a big cluster holds every pod's rules up:
+# past it, its rules pick no pod.
+MAX_LOOKS = 1 << 19
 NamedPorts = Mapping[str, tuple[tuple[str, int], ...]]  # a container port's name -> (protocol, number) pairs
 _HOST = (1 << 128) - 1  # an address, in the numbers of _numbered
 
@@ -69,11 +74,8 @@ class Outcome:
 
 
 def for_network(policy: Policy, iface: Interface) -> bool:
-    """Whether the policy is for the interface's network: `namespace/name` as network-status names it, or a
-    native network's bare name."""
-    return any(
-        iface.shown in (f"{ns}/{name}", name if "/" not in iface.shown else None) for ns, name in policy.networks
-    )
+    """Whether the policy is for the interface's network (as network-status names it)."""
+    return iface.shown in policy.networks
 
 
 class Peers:
@@ -93,6 +95,8 @@ class Peers:
         self._picked: dict[tuple[int, str], tuple[tuple[Peer, ...], list[PodInfo]]] = {}  # by id: its object kept
         self._nets: dict[tuple[int, str], tuple[Rule, tuple[int, ...], tuple[Net, ...]]] = {}
         self._before = before._nets if before is not None else {}
+        self._every: list[str] | None = None  # the namespaces
+        self._looks: dict[str, int] = {}  # pods and namespaces each policy's selectors looked at (by its ref)
 
     def pods(self, namespace: str) -> list[PodInfo]:
         got = self._in_ns.get(namespace)
@@ -106,27 +110,46 @@ class Peers:
             self._in_ns[namespace] = got
         return got
 
+    def _names(self) -> list[str]:
+        if self._every is None:
+            self._every = list(self.view.namespaces())
+        return self._every
+
     def spaces(self, selector: Selector) -> list[str]:
         got = self._spaces.get(id(selector))
         if got is None:
-            names = [ns for ns in self.view.namespaces() if selector.matches(self.view.namespace_labels(ns) or {})]
+            names = [ns for ns in self._names() if selector.matches(self.view.namespace_labels(ns) or {})]
             got = self._spaces[id(selector)] = (selector, names)
         return got[1]
 
     def picked(self, policy: Policy, peers: tuple[Peer, ...]) -> list[PodInfo]:
-        """The pods a rule's pod and namespace selectors pick (a podSelector alone: in the policy's namespace)."""
+        """The pods a rule's pod and namespace selectors pick (a podSelector alone: in the policy's namespace);
+        none once the policy's selectors have looked at MAX_LOOKS pods and namespaces this round (said once)."""
         key = (id(peers), policy.namespace)
         got = self._picked.get(key)
         if got is not None:
             return got[1]
         found: dict[tuple[str, str], PodInfo] = {}
+        looks = self._looks.get(policy.ref, 0)
         for peer in peers:
             if peer.block is not None:
                 continue
-            for ns in [policy.namespace] if peer.namespaces is None else self.spaces(peer.namespaces):
+            spaces = [policy.namespace]
+            if peer.namespaces is not None:  # a selector not matched yet this round looks at every namespace
+                looks += 0 if id(peer.namespaces) in self._spaces else len(self._names())
+                spaces = self.spaces(peer.namespaces) if looks <= MAX_LOOKS else []
+            for ns in spaces:
+                looks += len(self.pods(ns)) + 1
+                if looks > MAX_LOOKS:
+                    break
                 for p in self.pods(ns):
                     if peer.pods is None or peer.pods.matches(p.labels):
                         found[(p.namespace, p.name)] = p
+        self._looks[policy.ref] = looks
+        if looks > MAX_LOOKS:  # not kept: another policy of the namespace with the same peers looks on its own
+            foreign.ignore("MultiNetworkPolicy", policy.ref, f"its selectors look at more than {MAX_LOOKS} pods and "
+                           "namespaces a round: its rules past that pick no pod")  # fmt: skip
+            return []
         pods = [found[k] for k in sorted(found)]
         self._picked[key] = (peers, pods)
         return pods

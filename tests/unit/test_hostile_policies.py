@@ -6,6 +6,7 @@ of the shapes a hostile review tried."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from ipaddress import ip_address
 from typing import Any
@@ -110,6 +111,9 @@ def test_a_policy_of_a_wrong_shape_is_refused_naming_the_field(obj: Any, words: 
         ({"ports": [{"protocol": ["TCP"], "port": 80}]}, "port 0: protocol"),
         ({"ports": [{"port": 80, "endPort": "90"}]}, "endPort"),
         ({"ports": "80"}, "ports are not a list"),
+        ({"ports": [{"port": "\u0663"}]}, "port 0: '\u0663' is not a port's name"),  # an Arabic-Indic 3: no port 3
+        ({"ports": [{"port": "\uff18\uff10"}]}, "port 0: '\uff18\uff10' is not a port's name"),  # a full-width 80
+        ({"ports": [{"port": "\u00b2"}]}, "port 0: '\u00b2' is not a port's name"),
         (
             {"from": [{"podSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": 3}]}}]},
             "peer 0: its podSelector is not a label selector",
@@ -340,3 +344,144 @@ def test_equal_parts_of_policies_are_one_object_but_a_rule_is_its_policys_own() 
         and not hasattr(a.pods, "__dict__")
         and not hasattr(a.pods.requirements[0], "__dict__")
     )
+
+
+@pytest.mark.parametrize(
+    "note, words",
+    [
+        ("a/b/c", "'a/b/c' is not a network's"),
+        ("n, ,m", "'' is not a network's"),
+        ("n,", "'' is not a network's"),
+        ("ns /n", "'ns /n' is not a network's"),
+        ("Team/N", "is not a network's"),
+        ("ñet", "is not a network's"),
+        ("n." + "a" * 300, "is not a network's"),
+        (",".join(["n"] * 65), "more than 64 networks"),
+        ("x," * 50_000, "more than 64 networks"),
+    ],
+)
+def test_a_policy_for_annotation_that_names_no_network_selects_nothing_saying_why(note: str, words: str) -> None:
+    with pytest.raises(PolicyError, match=words) as e:
+        parse(policy({}, notes={POLICY_FOR: note}))
+    assert len(str(e.value)) < 200
+
+
+def test_a_policy_for_annotation_of_64_names_with_spaces_is_read() -> None:
+    """At most 64 networks, counted as written (a bare name is for two names network-status may give)."""
+    got = parse(policy({}, notes={POLICY_FOR: " , ".join(f"n{i}" for i in range(64))}))
+    assert len(got.networks) == 128 and {"a/n0", "n0", "a/n63", "n63"} <= set(got.networks)
+    assert parse(policy({}, notes={POLICY_FOR: " b/n ,n,b/n "})).networks == ("b/n", "a/n", "n")
+
+
+def test_a_policy_of_many_peers_across_a_big_cluster_looks_at_a_bounded_number_of_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant's policy of 2 rules of 256 peers, each the pods of every namespace with a label of its own: each
+    peer's selector was matched against every pod of the cluster, 1M matches a round here (with 1,024 peers and
+    30,000 pods, about 40 s of CPU at each sync of the node's rules, every other tenant's change waiting behind
+    it, and inside the ADD of each pod it selects). Past MAX_LOOKS pods and namespaces its rules pick no pod,
+    said once; another tenant's policy of the same round still picks its peers."""
+    from netcomp.kube import labels
+    from netcomp.policy import resolve
+    from netcomp.policy.podrules import Allow
+    from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, pod_rules
+
+    class Cluster:  # resolve.View over lists
+        def __init__(self, policies: list[Any], spaces: dict[str, dict[str, str]], pods: list[PodInfo]) -> None:
+            self.policies_, self.spaces, self.in_ns = policies, spaces, {}
+            for p in pods:
+                self.in_ns.setdefault(p.namespace, []).append(p)
+
+        def policies(self, namespace: str) -> list[Any]:
+            return [p for p in self.policies_ if p.namespace == namespace]
+
+        def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+            return self.spaces.get(namespace)
+
+        def namespaces(self) -> list[str]:
+            return sorted(self.spaces)
+
+        def pods(self, namespace: str) -> list[PodInfo]:
+            return self.in_ns.get(namespace, [])
+
+        def pod(self, namespace: str, name: str) -> None:
+            return None
+
+        def every_policy(self) -> list[Any]:
+            return self.policies_
+
+        def serve(self, networks: Any) -> None:
+            pass
+
+    storage = Interface("net1", "a.storage", "a/storage")
+
+    monkeypatch.setattr(resolve, "MAX_LOOKS", 20_000)
+    matched = [0]
+    matches = labels.Selector.matches
+
+    def counted(self: labels.Selector, got: Any) -> bool:
+        matched[0] += 1
+        return matches(self, got)
+
+    monkeypatch.setattr(labels.Selector, "matches", counted)
+    many = [{"namespaceSelector": {}, "podSelector": {"matchExpressions": [{"key": f"k{j}", "operator": "Exists"}]}}
+            for j in range(512)]  # fmt: skip
+    net = {POLICY_FOR: "a/storage"}
+    hostile = parse(policy({"podSelector": {}, "ingress": [{"from": many[:256]}, {"from": many[256:]}]}, net))
+    clients = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "client"}}}
+    honest = parse({"metadata": {"namespace": "b", "name": "q", "annotations": net},
+                    "spec": {"podSelector": {}, "ingress": [{"from": [clients]}]}})  # fmt: skip
+    pods = [PodInfo(f"n{i % 40}", f"p{i}", {"role": "client" if i == 7 else "x"},
+                    {"a/storage": (ip_address(f"10.1.{i // 250}.{i % 250}"),)}) for i in range(2000)]  # fmt: skip
+    cluster = Cluster([hostile, honest], {f"n{i}": {} for i in range(40)} | {"a": {}, "b": {}}, pods)
+    with counting() as ignored:
+        for _ in range(2):
+            peers = Peers(cluster)
+            web = PodInfo("a", "web", {}, {})
+            assert pod_rules(LocalPod(web, (storage,)), peers).rules.interfaces[0].ingress == ()
+            assert matched[0] <= 20_000 + 100
+            other = PodInfo("b", "db", {}, {})
+            assert pod_rules(LocalPod(other, (storage,)), peers).rules.interfaces[0].ingress == (
+                Allow((ipaddress.ip_network("10.1.0.7/32"),)),
+            )
+            matched[0] = 0
+        assert ignored.by == {"MultiNetworkPolicy": 1}
+
+
+def _in(n: int, key: str = "k") -> dict[str, Any]:
+    return {"matchExpressions": [{"key": key, "operator": "In", "values": [f"v{i}" for i in range(n)]}]}
+
+
+def test_the_values_of_a_policys_selectors_are_bounded() -> None:
+    """A selector's In holds any number of values (the API server bounds only the object's size): one policy of
+    250,000 values (2.4 MB of JSON) kept about 21 MB on every node, a string and a set slot each. A rule whose
+    selectors hold more than RULE_LIMITS' values, or would take the policy's past POLICY_LIMITS', is left out
+    and said; a podSelector past the policy's selects nothing."""
+    per_rule = RULE_LIMITS["values"]
+    big = parse(policy({"ingress": [{"from": [{"podSelector": _in(per_rule + 1)}]}, {}]}))
+    assert big.ingress is not None and len(big.ingress) == 1
+    assert big.problems == (f"ingress[0] is left out: peer 0: its selectors hold {per_rule + 1} values: more than "
+                            f"{per_rule} values in a rule",)  # fmt: skip
+    both = {"podSelector": _in(per_rule // 2), "namespaceSelector": _in(per_rule // 2 + 1, "t")}
+    assert "more than 1024 values in a rule" in parse(policy({"ingress": [{"from": [both]}]})).problems[0]
+    rules = [{"to": [{"podSelector": _in(per_rule)}]}] * (POLICY_LIMITS["values"] // per_rule + 1)
+    full = parse(policy({"egress": rules}))
+    assert full.egress is not None and len(full.egress) == POLICY_LIMITS["values"] // per_rule
+    assert full.problems[-1].endswith(f"more than {POLICY_LIMITS['values']} values in all of a policy's rules")
+    with pytest.raises(PolicyError, match=f"its podSelector holds more than {POLICY_LIMITS['values']} values"):
+        parse(policy({"podSelector": _in(250_000)}))
+
+
+def test_the_parts_kept_for_sharing_are_bounded_by_what_they_hold_not_by_how_many() -> None:
+    """Equal parts of policies are kept once, and forgotten all at once past a bound. The bound counted parts,
+    and a part can be an ipBlock of 4096 prefixes: a tenant editing one policy 50 times, new ipBlocks each time,
+    left 409,600 prefixes (91 MB) kept on every node after the policy was gone, and up to 16,384 such parts. The
+    bound now weighs what a part holds (prefixes, a selector's values, a tuple's items)."""
+    mnp._SHARED.clear()
+    for edit in range(50):
+        blocks = [{"ipBlock": {"cidr": f"fd{edit:02x}:{j}:{i:x}::/64", "except": [f"fd{edit:02x}:{j}:{i:x}::1/128"]}}
+                  for j in range(2) for i in range(64)]  # fmt: skip
+        got = parse(policy({"podSelector": {}, "ingress": [{"from": blocks[:64]}, {"from": blocks[64:]}]}))
+        assert got.ingress is not None and len(got.ingress) == 2 and not got.problems
+    kept = sum(len(v) if isinstance(v, tuple) else 1 for v in mnp._SHARED.values())
+    assert kept <= mnp.MAX_SHARED

@@ -10,6 +10,9 @@ import random
 from ipaddress import ip_network
 from typing import Any
 
+import pytest
+
+from netcomp.errors import HostError
 from netcomp.policy import nft
 from netcomp.policy.podrules import Allow, InterfaceRules, PodRules, Ports
 
@@ -168,3 +171,30 @@ def test_the_dispatch_rule_names_the_network_and_policies_in_a_bounded_comment()
     many = tuple(f"team-ä/policy-{i}" for i in range(40))
     comment = cmds(nft.document(PodRules((iface(ingress=(), policies=many),))), "add", "rule")[0]["comment"]
     assert len(comment.encode()) <= 127 and comment.startswith("storage: team-ä/policy-0,") and comment.endswith("...")
+
+
+def test_an_interface_name_nft_reads_as_a_wildcard_is_escaped_where_it_is_matched_and_jumped_to() -> None:
+    """A name ending in `*` (Linux takes it, and so does a pod's annotation) is a wildcard to nft unless escaped;
+    the chain's own name stays the name. One nft cannot say exactly is refused (nft.py's _exactly)."""
+    doc = nft.document(PodRules((iface("n*", ingress=()),)))
+    assert rules(doc, "input") == [[match(meta("iifname"), "n\\*"), {"jump": {"target": "in_n\\*"}}]]
+    assert rules(doc, "in_n*")[-1] == [{"counter": "in_n\\*"}, {"drop": None}]
+    assert [c["name"] for c in cmds(doc, "add", "chain")] == ["input", "in_n*"]
+    for name in ("@x", "a\\*"):
+        with pytest.raises(HostError, match="cannot be matched by nftables exactly"):
+            nft.document(PodRules((iface(name, ingress=()),)))
+
+
+def test_what_is_kept_of_sets_and_documents_is_bounded_by_their_size() -> None:
+    """The elements of sets of peers, and the documents written, are kept for the pods that share them, and
+    dropped all at once past a bound. The bounds counted sets (64) and documents (32), whatever their size: a
+    tenant's 32 policies of 8,192 prefixes, each selecting a pod of the node, kept 126 MB in these caches on the
+    node. They weigh elements and bytes now."""
+    nft._ELEMENTS.clear()
+    nft._DOCUMENTS.clear()
+    for n in range(20):
+        peers = tuple(ip_network(f"fd{n:02x}:{i:x}::/64") for i in range(4096))
+        with pytest.raises(HostError, match="nft not found"):  # the document is made and kept before nft is run
+            nft.apply("/proc/self/ns/net", PodRules((iface(ingress=(Allow(peers),)),)), nft="/nonexistent/nft")
+    assert sum(len(v4) + len(v6) for _, (v4, v6) in nft._ELEMENTS.values()) <= nft.ELEMENTS_KEPT
+    assert sum(map(len, nft._DOCUMENTS.values())) <= nft.DOCUMENTS_KEPT

@@ -275,3 +275,13 @@ def test_an_ipblocks_exceptions_are_bounded_and_each_cuts_once() -> None:
         {"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25", "10.0.0.130/31"] + ["10.0.0.128/25"] * 100}, 0, _Made()
     )
     assert again == once == (ipaddress.ip_network("10.0.0.0/25"),)
+
+
+def test_a_network_named_with_a_namespace_is_a_definition_only_never_the_native_network_of_that_name() -> None:
+    """`policy-for: b/storage` names the definition storage of namespace b: it isolated the pod's interface on the
+    netcomp Network `storage` too (a bare name is the policy's namespace's definition or the native network)."""
+    native = Interface("net3", "storage", "storage")
+    c = Cluster([policy({"podSelector": {}}, name="q", net="b/storage"), policy({"podSelector": {}}, net="a/storage")])
+    assert [(i.ifname, i.policies) for i in rules(c, STORAGE, native).interfaces] == [("net1", ("a/p",))]
+    c = Cluster([policy({"podSelector": {}}, net="storage")])
+    assert [i.ifname for i in rules(c, STORAGE, native).interfaces] == ["net1", "net3"]
