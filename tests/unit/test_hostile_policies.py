@@ -385,33 +385,7 @@ def test_a_policy_of_many_peers_across_a_big_cluster_looks_at_a_bounded_number_o
     from netcomp.policy import resolve
     from netcomp.policy.podrules import Allow
     from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, pod_rules
-
-    class Cluster:  # resolve.View over lists
-        def __init__(self, policies: list[Any], spaces: dict[str, dict[str, str]], pods: list[PodInfo]) -> None:
-            self.policies_, self.spaces, self.in_ns = policies, spaces, {}
-            for p in pods:
-                self.in_ns.setdefault(p.namespace, []).append(p)
-
-        def policies(self, namespace: str) -> list[Any]:
-            return [p for p in self.policies_ if p.namespace == namespace]
-
-        def namespace_labels(self, namespace: str) -> dict[str, str] | None:
-            return self.spaces.get(namespace)
-
-        def namespaces(self) -> list[str]:
-            return sorted(self.spaces)
-
-        def pods(self, namespace: str) -> list[PodInfo]:
-            return self.in_ns.get(namespace, [])
-
-        def pod(self, namespace: str, name: str) -> None:
-            return None
-
-        def every_policy(self) -> list[Any]:
-            return self.policies_
-
-        def serve(self, networks: Any) -> None:
-            pass
+    from tests.lab.policyview import Cluster
 
     storage = Interface("net1", "a.storage", "a/storage")
 

@@ -5,8 +5,6 @@ stand-in for the API server: what the daemon's view holds is tested against the 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -15,34 +13,7 @@ import pytest
 from netcomp.policy.mnp import POLICY_FOR, Policy, PolicyError, parse
 from netcomp.policy.podrules import Allow, Ports
 from netcomp.policy.resolve import Interface, LocalPod, Peers, PodInfo, pod_rules, touched
-
-
-@dataclass
-class Cluster:
-    policies_: list[Policy] = field(default_factory=list)
-    spaces: dict[str, dict[str, str]] = field(default_factory=dict)
-    pods_: list[PodInfo] = field(default_factory=list)
-
-    def policies(self, namespace: str) -> Iterable[Policy]:
-        return [p for p in self.policies_ if p.namespace == namespace]
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
-        return self.spaces.get(namespace)
-
-    def namespaces(self) -> Iterable[str]:
-        return sorted(self.spaces)
-
-    def pods(self, namespace: str) -> Iterable[PodInfo]:
-        return [p for p in self.pods_ if p.namespace == namespace]
-
-    def pod(self, namespace: str, name: str) -> PodInfo | None:
-        return next((p for p in self.pods(namespace) if p.name == name), None)
-
-    def every_policy(self) -> Iterable[Policy]:
-        return list(self.policies_)
-
-    def serve(self, networks: Iterable[str]) -> None:
-        pass
+from tests.lab.policyview import Cluster
 
 
 def policy(spec: dict[str, Any], ns: str = "a", name: str = "p", net: str | None = "storage") -> Policy:
