@@ -75,6 +75,7 @@ class Policy:
     ingress: tuple[Rule, ...] | None  # None: not a policy of this direction; () isolates, letting nothing in
     egress: tuple[Rule, ...] | None
     problems: tuple[str, ...] = field(default=(), compare=False)  # the rules left out, and why
+    prefixes: int = field(default=0, compare=False)  # what its rules' ipBlocks make, in all
 
     @property
     def ref(self) -> str:
@@ -110,7 +111,8 @@ def parse(obj: Any) -> Policy:
     problems: list[str] = []
     ingress = _rules(spec.get("ingress"), "ingress", "from", problems, made) if "Ingress" in types else None
     egress = _rules(spec.get("egress"), "egress", "to", problems, made) if "Egress" in types else None
-    return Policy(sys.intern(ns), name, networks, _shared(pods), ingress, egress, tuple(problems))
+    blocks = sum(len(p.block) for r in (*(ingress or ()), *(egress or ())) for p in r.peers if p.block is not None)
+    return Policy(sys.intern(ns), name, networks, _shared(pods), ingress, egress, tuple(problems), blocks)
 
 
 def _shared(part: T) -> T:

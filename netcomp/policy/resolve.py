@@ -17,7 +17,7 @@ from typing import Protocol
 
 from netcomp import foreign
 from netcomp.kube.labels import Selector
-from netcomp.policy.mnp import Peer, Policy, PortRef, Rule
+from netcomp.policy.mnp import POLICY_LIMITS, Peer, Policy, PortRef, Rule
 from netcomp.policy.podrules import Allow, InterfaceRules, Net, PodRules, Ports
 
 Address = IPv4Address | IPv6Address
@@ -25,6 +25,10 @@ Address = IPv4Address | IPv6Address
 # namespace it picks), so that no tenant's policy of many peers across a big cluster holds every pod's rules up:
 # past it, its rules pick no pod.
 MAX_LOOKS = 1 << 19
+# The ipBlock prefixes of the policies that select one pod, in all of its table: nothing bounds how many policies
+# select a pod, and nft takes a time in proportion to write a table, while the node's other pods' changes wait.
+# Past it, the policies that would go beyond (in the order of their names) still isolate but let nothing through.
+MAX_POD_PREFIXES = 2 * POLICY_LIMITS["prefixes"]
 NamedPorts = Mapping[str, tuple[tuple[str, int], ...]]  # a container port's name -> (protocol, number) pairs
 _HOST = (1 << 128) - 1  # an address, in the numbers of _numbered
 
@@ -170,15 +174,17 @@ def pod_rules(pod: LocalPod, view: View | Peers) -> Outcome:
     policies = [p for p in peers.view.policies(pod.info.namespace) if p.pods.matches(pod.info.labels)]
     out = Outcome(PodRules())
     found = []
+    room = MAX_POD_PREFIXES
     for iface in pod.interfaces:
-        mine = [p for p in policies if for_network(p, iface)]
+        mine = sorted((p for p in policies if for_network(p, iface)), key=lambda p: (p.namespace, p.name))
         if not mine:
             continue
         if not iface.kernel:
             out.unenforced.append((iface, tuple(p.ref for p in mine)))
             continue
-        ingress = [(p, r) for p in mine if p.ingress is not None for r in p.ingress]
-        egress = [(p, r) for p in mine if p.egress is not None for r in p.egress]
+        allowing, room = _allowing(mine, room, f"{pod.info.namespace}/{pod.info.name} {iface.ifname}")
+        ingress = [(p, r) for p in allowing if p.ingress is not None for r in p.ingress]
+        egress = [(p, r) for p in allowing if p.egress is not None for r in p.egress]
         isolated_in = any(p.ingress is not None for p in mine)
         isolated_out = any(p.egress is not None for p in mine)
         found.append(
@@ -192,6 +198,20 @@ def pod_rules(pod: LocalPod, view: View | Peers) -> Outcome:
         )
     out.rules = PodRules(tuple(found))
     return out
+
+
+def _allowing(policies: list[Policy], room: int, where: str) -> tuple[list[Policy], int]:
+    """The policies whose rules let through on one interface of a pod: in the order of their names, while their
+    ipBlocks fit in `room`, what is left of the pod's MAX_POD_PREFIXES; the others still isolate (said once)."""
+    out = []
+    for p in policies:
+        if p.prefixes <= room:
+            room -= p.prefixes
+            out.append(p)
+        else:
+            why = f"{where}: its ipBlocks take the pod's table past {MAX_POD_PREFIXES} prefixes: nothing let through"
+            foreign.ignore("MultiNetworkPolicy", p.ref, why)
+    return out, room
 
 
 def touched(policies: Iterable[Policy], namespace: str, labelsets: Iterable[Mapping[str, str]]) -> set[str]:

@@ -459,3 +459,40 @@ def test_the_parts_kept_for_sharing_are_bounded_by_what_they_hold_not_by_how_man
         assert got.ingress is not None and len(got.ingress) == 2 and not got.problems
     kept = sum(len(v) if isinstance(v, tuple) else 1 for v in mnp._SHARED.values())
     assert kept <= mnp.MAX_SHARED
+
+
+def test_the_ipblocks_of_the_policies_selecting_one_pod_are_bounded_in_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each policy is bounded, but not how many select a pod: ten at their limits made a table nft took seconds to
+    write, with the node's other pods' changes waiting. Past MAX_POD_PREFIXES in all (policies in the order of
+    their names), a policy still isolates the pod but lets nothing through there, said once; a policy with no
+    ipBlock after it still lets through."""
+    from netcomp.policy import resolve
+    from netcomp.policy.podrules import Allow
+    from netcomp.policy.resolve import Interface, LocalPod, PodInfo, pod_rules
+    from tests.lab.policyview import Cluster
+
+    monkeypatch.setattr(resolve, "MAX_POD_PREFIXES", 3)
+    net = {POLICY_FOR: "a/storage"}
+
+    def blocks(name: str, *cidrs: str, direction: str = "ingress") -> mnp.Policy:
+        key = "from" if direction == "ingress" else "to"
+        spec = {"podSelector": {}, "policyTypes": [direction.title()],
+                direction: [{key: [{"ipBlock": {"cidr": c}} for c in cidrs]}]}  # fmt: skip
+        return parse({"metadata": {"namespace": "a", "name": name, "annotations": net}, "spec": spec})
+
+    first = blocks("p1", "10.1.0.0/24", "10.2.0.0/24")
+    over = blocks("p2", "10.3.0.0/24", "10.4.0.0/24", direction="egress")
+    after = blocks("p3")  # no ipBlock: from anyone
+    assert (first.prefixes, over.prefixes, after.prefixes) == (2, 2, 0)
+    cluster = Cluster([after, over, first], {"a": {}})
+    web = LocalPod(PodInfo("a", "web", {}, {}), (Interface("net1", "a.storage", "a/storage"),))
+    with counting() as ignored:
+        for _ in range(2):
+            (iface,) = pod_rules(web, cluster).rules.interfaces
+            assert iface.ingress == (
+                Allow((ipaddress.ip_network("10.1.0.0/24"), ipaddress.ip_network("10.2.0.0/24"))),
+                Allow(None),
+            )
+            assert iface.egress == ()  # p2's direction stays isolated, with nothing let through
+            assert iface.policies == ("a/p1", "a/p2", "a/p3")
+        assert ignored.by == {"MultiNetworkPolicy": 1}
