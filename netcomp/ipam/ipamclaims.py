@@ -272,7 +272,15 @@ class IPAMClaims:
     def _known(self, c: ClaimObject, pool: Pool, pod_name: str) -> list[Claim]:
         """A claim with status.ips: each address checked against the block it lies in (this node's bookkeeping,
         or the block's record read by name), taken again for the claim when nothing holds it (its holder node
-        gone), refused naming whoever else holds it."""
+        gone), refused naming whoever else holds it. A status that names other addresses than those this node
+        confirmed for the claim was written by someone else: refused, and nothing of it taken or freed (pods of the
+        claim use what netcomp gave it)."""
+        old = self.kept.get(c.uid)
+        said, gave = {str(ip.ip) for ip in c.ips}, {e.address for e in old.entries} if old is not None else set()
+        if old is not None and old.status and said != gave:
+            raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: its status.ips says {', '.join(sorted(said))}, "
+                                f"but netcomp gave it {', '.join(sorted(gave))}: written by someone else",
+                                "write its status.ips back, or delete the claim")  # fmt: skip
         entries = []
         retaken = False
         for ip in c.ips:
@@ -287,11 +295,10 @@ class IPAMClaims:
                 e = self._allocate(c, pool, addr)[0]
                 retaken = True
             entries.append(e)
-        old = self.kept.get(c.uid)
         # Held here: entries of this node's blocks, or lent to it (its own to give back when the claim goes).
         self.keep(Kept(c.key, pool.network, c.interface, entries, held=all(e.node == self.node for e in entries),
                        status=True))  # fmt: skip
-        if old is not None and old.held:  # the status names other addresses now: those this node kept go
+        if old is not None and old.held:  # other addresses than it gave, never in a status: those go
             gone = [e for e in old.entries if (e.block, e.address) not in {(n.block, n.address) for n in entries}]
             self.blocks.release(gone, "release")
         if retaken and not self.blocks.write_now(entries):

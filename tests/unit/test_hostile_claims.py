@@ -8,25 +8,31 @@ from __future__ import annotations
 import ipaddress
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.ipam import claimobjects
+from netcomp.errors import DelegateError
+from netcomp.ipam import claimobjects, ipamclaimapi
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockobjects import KubeBlocks
-from netcomp.ipam.blockstate import LocalRecord
+from netcomp.ipam.blockstate import Held, LocalRecord
 from netcomp.ipam.claimobjects import IDS, KubeStore
+from netcomp.ipam.claimrecord import Kept
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
-from netcomp.ipam.store import Claim
+from netcomp.ipam.ipamclaims import IPAMClaims
+from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
 from netcomp.metrics import Metrics
 from netcomp.settings import KubeSettings
 from tests.lab.goneapi import FakeTime, Gone410
 from tests.lab.hostile import JSON, Ignored, nested, pool
 from tests.lab.kubeapi import write_kubeconfig
 from tests.lab.pools import NoStore
+from tests.lab.pools import pool as block_pool
 
 # ------------------------------------------------------------------------------------------------ TenantClaim
 
@@ -220,3 +226,73 @@ def test_writers_of_an_object_of_any_shape(ignored: Ignored) -> None:
         assert foreign.writers(obj) == "unknown"  # type: ignore[arg-type]
         foreign.ignore("AddressClaim", "x", "why", obj)  # type: ignore[arg-type]
     assert foreign.writers({"metadata": {"managedFields": [{"manager": "kubectl"}]}}) == "kubectl"
+
+
+# ------------------------------------------------------------------------------------------------ IPAMClaim
+
+
+class ClaimCalls:
+    """The calls an ADD naming an IPAMClaim makes of the API server, answered from one claim object as a tenant
+    left it (`obj`); what is written is recorded."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj, self.written = obj, []  # type: list[Any]
+
+    def get(self, namespace: str, name: str) -> Any:
+        return ipamclaimapi.parse(self.obj)
+
+    def mark(self, c: Any, node: str | None) -> Any:
+        self.written.append(("mark", node))
+        return c
+
+    def write_status(self, c: Any, ips: list[str], owner_pod: str) -> Any:
+        self.written.append(("status", ips, owner_pod))
+        return c
+
+    def pod(self, namespace: str, name: str) -> Any:
+        return None
+
+
+def tenant_claim(*ips: str, owner: str = "vm-a") -> dict[str, Any]:
+    meta = {"namespace": "team-a", "name": "vm-a.storage", "uid": "u-1", "resourceVersion": "7",
+            "labels": {"netcomp.io/node": "node-a"}, "finalizers": [ipamclaimapi.FINALIZER]}  # fmt: skip
+    status = {"ips": list(ips), "ownerPod": {"name": owner}}
+    return {"metadata": meta, "spec": {"network": "storage", "interface": "net1"}, "status": status}
+
+
+class Unwritten:
+    """A block store the API server is away from: what a node writes of its blocks waits (written behind)."""
+
+    kind = "test"
+
+    def write_used(self, *args: Any) -> Any:
+        raise StoreUnavailable("the API server is away")
+
+
+def holding_node(tmp_path: Path, obj: dict[str, Any]) -> tuple[IPAMClaims, Any, Claim]:
+    """Node node-a, which holds block 10.1.0.0/28 of network storage and in it 10.1.0.5 for claim team-a/vm-a.storage
+    (u-1), its status written (a pod of the claim uses it); the claim now as `obj` says."""
+    p = block_pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    name = "storage.v4-10-1-0-0-28"
+    own = Claim(name, "storage", "10.1.0.5", "node-a", CLAIM_HOLDER + "u-1", "net1", block=name,
+                ipam_claim="team-a/vm-a.storage/u-1")  # fmt: skip
+    blocks.held[name] = Held(name, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    e.keep(Kept(own.ipam_claim, "storage", "net1", [own], held=True, status=True))
+    blocks.load(e.load())
+    return e, p, own
+
+
+def test_a_forged_status_never_frees_the_address_a_pod_uses(tmp_path: Path) -> None:
+    """A tenant who can write its claim's status names another (free) address in it and starts a pod naming the
+    claim: the ADD is refused naming both, and the address netcomp gave the claim (a running pod of it uses it)
+    stays the claim's, never given to anyone else."""
+    for owner in ("vm-a", "vm-b"):  # the pod that used it named, or the new pod (ownerPod forged too)
+        e, p, own = holding_node(tmp_path / owner, tenant_claim("10.1.0.7/24", owner=owner))
+        with pytest.raises(DelegateError) as got:
+            e.take(p, ("storage",), "net1", "team-a/vm-a.storage", ("team-a/vm-b", "pu"), "ctr-b")
+        assert got.value.code == 7 and "10.1.0.7" in got.value.msg and "10.1.0.5" in got.value.msg, got.value.msg
+        assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
+        assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.7")) == (True, None)
