@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from netcomp.delegate import poolclaims
 from netcomp.errors import DelegateError
 from netcomp.ipam import claimobjects, ipamclaimapi
 from netcomp.ipam.allocator import Allocator
@@ -27,6 +28,9 @@ from netcomp.ipam.idclaims import IdAllocator, id_claim_name
 from netcomp.ipam.ipamclaims import IPAMClaims
 from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
 from netcomp.metrics import Metrics
+from netcomp.pods.multus import Ask
+from netcomp.pods.naming import PodRef
+from netcomp.records.record import Attachment
 from netcomp.settings import KubeSettings
 from tests.lab.goneapi import FakeTime, Gone410
 from tests.lab.hostile import JSON, Ignored, nested, pool
@@ -296,3 +300,16 @@ def test_a_forged_status_never_frees_the_address_a_pod_uses(tmp_path: Path) -> N
         assert got.value.code == 7 and "10.1.0.7" in got.value.msg and "10.1.0.5" in got.value.msg, got.value.msg
         assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
         assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.7")) == (True, None)
+
+
+def test_a_node_barring_claims_makes_none_for_the_annotation() -> None:
+    """kubernetes.podFields without ipam-claim-reference: a pod's netcomp.io/ipam-claims annotation is refused
+    naming the field, as the element's own reference is; no claim is made for it with the node's credentials."""
+    conf = {"name": "storage", "netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            "plugins": [{"type": "macvlan", "ipam": {"type": "static"}}]}  # fmt: skip
+    atts, asks = [Attachment("storage", "net1", conf)], {"net1": Ask("storage", "team-a", "item 0")}
+    with pytest.raises(DelegateError) as got:
+        poolclaims.own_claims(atts, asks, PodRef("team-a", "db-0"), frozenset({"ips"}))
+    assert got.value.code == 7 and "'ipam-claim-reference': not allowed on this node" in got.value.msg
+    both = frozenset({"ips", "ipam-claim-reference"})
+    assert poolclaims.own_claims(atts, asks, PodRef("team-a", "db-0"), both)["net1"].ipam_claim == "db-0.net1"
