@@ -46,6 +46,13 @@ from netcomp.kube.group import node_label
 log = logging.getLogger("netcomp.ipam")
 
 
+def _block_of(pool: Pool, addr: IPAddress) -> str | None:
+    """The name of the block of `pool` that `addr` lies in (None: it is no address of the pool)."""
+    fs = next((i for i, rs in enumerate(pool.sets) for r in rs if addr in r.subnet), None)
+    net = Layout(pool, fs).block_of(addr) if fs is not None else None
+    return block_name(pool.network, net) if net is not None else None
+
+
 def cidr(e: Claim, pool: Pool) -> str:
     """An entry's address with its pool subnet's prefix (as status.ips holds it)."""
     addr = ipaddress.ip_address(e.address)
@@ -69,8 +76,12 @@ class IPAMClaims:
     # ------------------------------------------------------------------------------------------------ record
 
     def load(self) -> list[Claim]:
-        """The claims this node knows from its record; the block entries it holds for them (for the blocks)."""
-        return self.record.load()
+        """The claims this node knows from its record; the block entries it holds for them (for the blocks). The
+        entries of a claim whose file cannot be read stay as its blocks' objects record them (kept_holders) until
+        the claims labelled with this node are listed (_rebuild)."""
+        held = self.record.load()
+        self.blocks.kept_holders = {CLAIM_HOLDER + uid for uid in self.record.unread}
+        return held
 
     def keep(self, k: Kept) -> None:
         if k.held:
@@ -285,12 +296,11 @@ class IPAMClaims:
         retaken = False
         for ip in c.ips:
             addr = ip.ip
-            fs = next((i for i, rs in enumerate(pool.sets) for r in rs if addr in r.subnet), None)
-            net = Layout(pool, fs).block_of(addr) if fs is not None else None
-            if fs is None or net is None:
+            block = _block_of(pool, addr)
+            if block is None:
                 raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: status.ips has {ip}, not an address of "
                                     f"network {pool.network!r}'s pool ({pool.subnets()})")  # fmt: skip
-            e = self._entry(c, pool, addr, block_name(pool.network, net))
+            e = self._entry(c, pool, addr, block)
             if e is None:
                 e = self._allocate(c, pool, addr)[0]
                 retaken = True
@@ -359,6 +369,31 @@ class IPAMClaims:
             raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: its status.ips has {addr}, which is held by "
                                 f"{who.holder()}", "netcomp's blocks do not record it as the claim's")  # fmt: skip
         return mine
+
+    def _rebuild(self, c: ClaimObject) -> None:
+        """A claim whose file could not be read at start: its record made again from the entries of its
+        status.ips that this node's blocks kept for it; or, with none, said to stay unread."""
+        want = CLAIM_HOLDER + c.uid
+        entries = []
+        for pool in self.blocks.pools.values():
+            for ip in c.ips:
+                block = _block_of(pool, ip.ip)
+                who = self.blocks.entry_of(block, ip.ip)[1] if block is not None else None
+                if who is not None and who.container_id == want:
+                    entries.append(replace(who, ipam_claim=c.key))
+        if not entries:
+            log.error("IPAMClaim %s: its file here cannot be read and no block of this node records an address for "
+                      "it: entries it holds elsewhere wait for an administrator", c.ref)  # fmt: skip
+            return
+        try:
+            self.keep(Kept(c.key, entries[0].network, c.interface, entries, held=True, status=True))
+        except DelegateError as e:
+            log.error("IPAMClaim %s: its record cannot be written again: %s", c.ref, e.msg)
+            return
+        self.record.unread.discard(c.uid)
+        self.blocks.kept_holders.discard(want)
+        log.warning("IPAMClaim %s: its record, which could not be read, is written again from its blocks' (%s)",
+                    c.ref, ", ".join(e.address for e in entries))  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ deletion
 
@@ -490,6 +525,8 @@ class IPAMClaims:
         entries for that are not there and not found by name either (deleted while it was away), handled."""
         by_uid = {c.uid: c for c in claims}
         for c in claims:
+            if c.uid in self.record.unread:
+                self._rebuild(c)
             if c.deleting:
                 self.deleted(c, c.uid)
             else:

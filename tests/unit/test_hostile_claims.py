@@ -21,12 +21,12 @@ from netcomp.ipam import claimobjects, ipamclaimapi
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockobjects import KubeBlocks
-from netcomp.ipam.blockstate import Held, LocalRecord
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.claimobjects import IDS, KubeStore
 from netcomp.ipam.claimrecord import Kept
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
 from netcomp.ipam.ipamclaims import IPAMClaims
-from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
+from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable, holder_doc
 from netcomp.metrics import Metrics
 from netcomp.pods.multus import Ask
 from netcomp.pods.naming import PodRef
@@ -313,3 +313,57 @@ def test_a_node_barring_claims_makes_none_for_the_annotation() -> None:
     assert got.value.code == 7 and "'ipam-claim-reference': not allowed on this node" in got.value.msg
     both = frozenset({"ips", "ipam-claim-reference"})
     assert poolclaims.own_claims(atts, asks, PodRef("team-a", "db-0"), both)["net1"].ipam_claim == "db-0.net1"
+
+
+IPS = st.lists(st.one_of(JSON, st.sampled_from(["10.1.0.5/24", "fd00::5%eth0/64", "10.1.0.0/24", "::ffff:10.1.0.5/128",
+                                               "1" * 70, "10.1.0.5", "10.1.0.5/33"])), max_size=4)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(meta=JSON, spec=JSON, ips=st.one_of(JSON, IPS), owner=JSON, labels=JSON, fins=JSON, name=JSON)
+def test_an_ipamclaim_of_any_shape_is_a_claim_or_a_value_error(
+    meta: Any, spec: Any, ips: Any, owner: Any, labels: Any, fins: Any, name: Any
+) -> None:
+    """What a tenant writes in its IPAMClaim, of any JSON shape: parse answers a claim whose every field is of its
+    type and bounded, or ValueError; nothing else escapes."""
+    good = tenant_claim("10.1.0.5/24")
+    for obj in (
+        {**good, "metadata": meta},
+        {**good, "spec": spec},
+        {**good, "status": {"ips": ips, "ownerPod": owner}},
+        {**good, "status": {"ownerPod": {"name": owner}}},
+        {**good, "metadata": {**good["metadata"], "labels": labels, "finalizers": fins, "name": name}},
+        meta,
+    ):
+        try:
+            c = ipamclaimapi.parse(obj)
+        except ValueError:
+            continue
+        assert all(isinstance(v, str) for v in (c.namespace, c.name, c.uid, c.network, c.interface, c.owner_pod))
+        assert len(c.ips) <= ipamclaimapi.MAX_IPS and all(isinstance(f, str) for f in c.finalizers)
+        assert len(c.name) <= 253 and len(c.interface) <= 15 and len(c.owner_pod) <= 253 and "/" not in c.name
+
+
+def test_a_held_claims_damaged_file_loses_no_address(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The file of a claim this node holds an address for, damaged on disk (truncated): the node starts and says
+    so, keeps the entry its block's object records for that claim (never given to another pod), rebuilds the
+    claim's file once the claims labelled with it are listed, and frees the address with the claim."""
+    obj = tenant_claim("10.1.0.5/24")
+    _, p, own = holding_node(tmp_path, obj)
+    path = tmp_path / "ipamclaims" / "u-1.json"
+    path.write_bytes(path.read_bytes()[:40])  # the disk lost its end
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    blocks.held[own.block] = Held(own.block, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    blocks.load(e.load())
+    assert f"cannot read {path}" in caplog.text
+    rec = BlockRecord(own.block, "storage", "10.1.0.0/28", "node-a", used={"10.1.0.5": holder_doc(own)})
+    blocks.seen(rec, "list")  # the block's object, as the API server has it
+    addr = ipaddress.ip_address("10.1.0.5")
+    assert blocks.entry_of(own.block, addr)[1] is not None, "the claim's address is free to give"
+    e.listed([ipamclaimapi.parse(obj)])
+    assert [x.address for x in e.kept["u-1"].entries] == ["10.1.0.5"] and e.kept["u-1"].held
+    assert b'"10.1.0.5"' in path.read_bytes()
+    e.deleted(None, "u-1")
+    assert blocks.entry_of(own.block, addr) == (True, None)
