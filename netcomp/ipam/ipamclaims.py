@@ -283,15 +283,16 @@ class IPAMClaims:
     def _known(self, c: ClaimObject, pool: Pool, pod_name: str) -> list[Claim]:
         """A claim with status.ips: each address checked against the block it lies in (this node's bookkeeping,
         or the block's record read by name), taken again for the claim when nothing holds it (its holder node
-        gone), refused naming whoever else holds it. A status that names other addresses than those this node
-        confirmed for the claim was written by someone else: refused, and nothing of it taken or freed (pods of the
-        claim use what netcomp gave it)."""
+        gone), refused naming whoever else holds it. A claim that names other addresses, or another network,
+        than those this node confirmed for it was edited by someone else: refused, and nothing of it taken or
+        freed (pods of the claim use what netcomp gave it)."""
         old = self.kept.get(c.uid)
         said, gave = {str(ip.ip) for ip in c.ips}, {e.address for e in old.entries} if old is not None else set()
-        if old is not None and old.status and said != gave:
-            raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: its status.ips says {', '.join(sorted(said))}, "
-                                f"but netcomp gave it {', '.join(sorted(gave))}: written by someone else",
-                                "write its status.ips back, or delete the claim")  # fmt: skip
+        if old is not None and old.status and (said != gave or old.network != pool.network):
+            raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref} says {', '.join(sorted(said))} of network "
+                                f"{pool.network!r}, but netcomp gave it {', '.join(sorted(gave))} of network "
+                                f"{old.network!r}: edited by someone else",
+                                "put its spec.network and status.ips back, or delete the claim")  # fmt: skip
         entries = []
         retaken = False
         for ip in c.ips:

@@ -367,3 +367,21 @@ def test_a_held_claims_damaged_file_loses_no_address(tmp_path: Path, caplog: pyt
     assert b'"10.1.0.5"' in path.read_bytes()
     e.deleted(None, "u-1")
     assert blocks.entry_of(own.block, addr) == (True, None)
+
+
+def test_a_claim_moved_to_another_network_keeps_its_address_where_it_is(tmp_path: Path) -> None:
+    """A tenant edits its claim's spec.network to another network whose pool has the same subnet and starts a pod
+    on that network naming the claim: refused naming both networks; the address stays the claim's in the first
+    network (a pod there uses it) and nothing is taken in the second."""
+    obj = tenant_claim("10.1.0.5/24")
+    obj["spec"]["network"] = "backup"
+    e, _, own = holding_node(tmp_path, obj)
+    backup = block_pool({"subnet": "10.1.0.0/24"}, network="backup", block=16)
+    e.blocks.serve({"storage": e.blocks.pools["storage"], "backup": backup})
+    name = "backup.v4-10-1-0-0-28"
+    e.blocks.held[name] = Held(name, "backup", 0, ipaddress.ip_network("10.1.0.0/28"))
+    with pytest.raises(DelegateError) as got:
+        e.take(backup, ("backup",), "net1", "team-a/vm-a.storage", ("team-a/vm-b", "pu"), "ctr-b")
+    assert got.value.code == 7 and "'storage'" in got.value.msg and "'backup'" in got.value.msg, got.value.msg
+    assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
+    assert e.blocks.claims("backup") == [] and [k.network for k in e.kept.values()] == ["storage"]
