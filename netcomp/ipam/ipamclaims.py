@@ -180,8 +180,8 @@ class IPAMClaims:
                 raise DelegateError(E_INVALID_CONFIG, f"pod {ns}/{pod_name} has no controller to own IPAMClaim "
                                     f"{ns}/{name}", "netcomp creates claims for a controller's pods only")  # fmt: skip
             return self.api.create(ns, name, names[1] or names[0], ifname, owner)
-        except Changed:
-            return self.api.get(ns, name)  # made meanwhile (another ADD of the pod)
+        except Changed:  # made meanwhile (another ADD of the pod, or its tenant): the next try reads it
+            raise DelegateError(E_TRY_LATER, f"IPAMClaim {ns}/{name} was made meanwhile", "nothing was taken") from None
         except (Away, Missing) as e:
             raise DelegateError(E_TRY_LATER, f"IPAMClaim {ns}/{name} cannot be created: {e}", "nothing was taken"
                                 ) from None  # fmt: skip
@@ -272,7 +272,7 @@ class IPAMClaims:
                                 "yet", "its address stays kept for it; try again")  # fmt: skip
         try:
             self.api.write_status(c, [cidr(e, pool) for e in kept.entries], pod_name)
-        except (Away, Missing, Changed) as e:
+        except (Away, Missing, Changed, ValueError) as e:  # ValueError: the claim, as written, edited meanwhile
             raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref}: its status cannot be written: {e}",
                                 "its address stays kept for it; try again") from None  # fmt: skip
         kept.status = True
@@ -341,7 +341,7 @@ class IPAMClaims:
     def _write_owner(self, c: ClaimObject, pod_name: str) -> None:
         try:
             self.api.write_status(c, [str(ip) for ip in c.ips], pod_name)
-        except (Away, Missing, Changed) as e:
+        except (Away, Missing, Changed, ValueError) as e:
             log.warning("IPAMClaim %s: ownerPod not written (%s); pod %s uses it", c.ref, e, pod_name)
 
     def _entry(self, c: ClaimObject, pool: Pool, addr: IPAddress, block: str) -> Claim | None:

@@ -241,6 +241,7 @@ class ClaimCalls:
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj, self.written = obj, []  # type: list[Any]
+        self.answer: dict[str, Any] | None = None  # the object a write of the status finds (None: obj)
 
     def get(self, namespace: str, name: str) -> Any:
         return ipamclaimapi.parse(self.obj)
@@ -251,7 +252,7 @@ class ClaimCalls:
 
     def write_status(self, c: Any, ips: list[str], owner_pod: str) -> Any:
         self.written.append(("status", ips, owner_pod))
-        return c
+        return ipamclaimapi.parse(self.answer or self.obj)
 
     def pod(self, namespace: str, name: str) -> Any:
         return None
@@ -385,3 +386,49 @@ def test_a_claim_moved_to_another_network_keeps_its_address_where_it_is(tmp_path
     assert got.value.code == 7 and "'storage'" in got.value.msg and "'backup'" in got.value.msg, got.value.msg
     assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
     assert e.blocks.claims("backup") == [] and [k.network for k in e.kept.values()] == ["storage"]
+
+
+def test_a_claim_edited_while_its_status_is_written_is_no_internal_error(tmp_path: Path) -> None:
+    """The tenant makes its claim unreadable (spec.interface of 16 characters) between the node's read and its
+    write of the claim's status, whose answer is then that object: the ADD is refused with a CNI error (no
+    "internal error"), and the node's look at unfinished claims (recheck) goes on, the address kept for the claim."""
+    obj = tenant_claim()
+    e, p, own = holding_node(tmp_path, obj)
+    e.kept["u-1"].status = False  # given here, its status not written yet (the crash case)
+    bad = tenant_claim()
+    bad["spec"]["interface"] = "x" * 16
+    cast(ClaimCalls, e.api).answer = bad
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage",), "net1", "team-a/vm-a.storage", ("team-a/vm-a", "pu"), "ctr-a")
+    assert got.value.code == 11 and "spec.interface" in got.value.msg, got.value.msg
+    e.recheck()
+    assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own) and e.kept["u-1"].held
+
+
+def test_an_own_claim_made_meanwhile_by_its_tenant_is_no_internal_error(tmp_path: Path) -> None:
+    """The claim netcomp makes for a pod (netcomp.io/ipam-claims) is made first by the tenant, of a shape no claim
+    has, between the node's read (none) and its create: the ADD answers 11 (its retry reads the claim and refuses
+    it as what it is), never an internal error."""
+    bad = tenant_claim()
+    bad["spec"]["interface"] = "x" * 16
+
+    class MadeMeanwhile(ClaimCalls):
+        def get(self, namespace: str, name: str) -> Any:
+            raise ipamclaimapi.Missing("404") if not self.written else ValueError("spec.interface")
+
+        def pod(self, namespace: str, name: str) -> Any:
+            return {"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                                                      "uid": "s", "controller": True}]}}  # fmt: skip
+
+        def create(self, *args: Any) -> Any:
+            self.written.append("create")
+            raise ipamclaimapi.Changed("409")
+
+    e, p, _ = holding_node(tmp_path, bad)
+    e.api = cast(Any, MadeMeanwhile(bad))
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage", "storage"), "net1", "team-a/db-0.net1", ("team-a/db-0", "pu"), "ctr", create=True)
+    assert got.value.code == 11 and "made meanwhile" in got.value.msg
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage", "storage"), "net1", "team-a/db-0.net1", ("team-a/db-0", "pu"), "ctr", create=True)
+    assert got.value.code == 7 and "spec.interface" in got.value.msg
