@@ -68,6 +68,7 @@ class IPAMClaims:
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
         self.strays: dict[str, ClaimObject] = {}  # by uid: unanswered() looks at them again (recheck)
+        self.unbuilt: dict[str, ClaimObject] = {}  # by uid: claims whose files _rebuild writes again (recheck)
         # Starts following the claims labelled with this node (ipamclaimapi.Following.start, once): only once it
         # marks or keeps a claim, so that a cluster without the IPAMClaim CRD is never asked about them.
         self.start_following: Callable[[], None] = lambda: None
@@ -382,9 +383,11 @@ class IPAMClaims:
                 who = self.blocks.entry_of(block, ip.ip)[1] if block is not None else None
                 if who is not None and who.container_id == want:
                     entries.append(replace(who, ipam_claim=c.key))
-        if not entries:
-            log.error("IPAMClaim %s: its file here cannot be read and no block of this node records an address for "
-                      "it: entries it holds elsewhere wait for an administrator", c.ref)  # fmt: skip
+        if not entries:  # its blocks not listed yet: looked at again (recheck)
+            if c.uid not in self.unbuilt:
+                log.warning("IPAMClaim %s: its file here cannot be read: written again once this node's blocks show "
+                            "its entries", c.ref)  # fmt: skip
+            self.unbuilt[c.uid] = c
             return
         try:
             self.keep(Kept(c.key, entries[0].network, c.interface, entries, held=True, status=True))
@@ -392,6 +395,7 @@ class IPAMClaims:
             log.error("IPAMClaim %s: its record cannot be written again: %s", c.ref, e.msg)
             return
         self.record.unread.discard(c.uid)
+        self.unbuilt.pop(c.uid, None)
         self.blocks.kept_holders.discard(want)
         log.warning("IPAMClaim %s: its record, which could not be read, is written again from its blocks' (%s)",
                     c.ref, ", ".join(e.address for e in entries))  # fmt: skip
@@ -468,7 +472,10 @@ class IPAMClaims:
     def recheck(self) -> None:
         """The addresses of deleted claims whose pods are gone now, freed; and the claims this node gave a first
         address whose status is not written (the API server away, or the daemon killed, between the two)
-        finished; and the claims unanswered() left to look at again, read again first."""
+        finished; and the claims unanswered() left to look at again, read again first; and the files of claims
+        that could not be read, written again once this node's blocks show their entries."""
+        for c in list(self.unbuilt.values()):
+            self._rebuild(c)
         for uid, c in list(self.strays.items()):
             try:
                 now: ClaimObject | None = self.api.get(c.namespace, c.name)

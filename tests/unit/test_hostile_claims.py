@@ -359,11 +359,13 @@ def test_a_held_claims_damaged_file_loses_no_address(tmp_path: Path, caplog: pyt
     e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
     blocks.load(e.load())
     assert f"cannot read {path}" in caplog.text
+    e.listed([ipamclaimapi.parse(obj)])  # the claims labelled with the node, listed before its blocks
+    assert "u-1" not in e.kept
     rec = BlockRecord(own.block, "storage", "10.1.0.0/28", "node-a", used={"10.1.0.5": holder_doc(own)})
     blocks.seen(rec, "list")  # the block's object, as the API server has it
     addr = ipaddress.ip_address("10.1.0.5")
     assert blocks.entry_of(own.block, addr)[1] is not None, "the claim's address is free to give"
-    e.listed([ipamclaimapi.parse(obj)])
+    e.recheck()
     assert [x.address for x in e.kept["u-1"].entries] == ["10.1.0.5"] and e.kept["u-1"].held
     assert b'"10.1.0.5"' in path.read_bytes()
     e.deleted(None, "u-1")
