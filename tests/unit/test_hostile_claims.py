@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
