@@ -75,7 +75,7 @@ class Planning:
         in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
         asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
         if pod is not None and notes.get(multus.IPAM_CLAIMS) == "true":
-            asks = poolclaims.own_claims(atts, asks, pod)
+            asks = poolclaims.own_claims(atts, asks, pod, policy.fields)
         self.prepare_asks(req.container_id, atts, asks)
         return atts, asks
 

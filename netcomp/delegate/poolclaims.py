@@ -98,15 +98,20 @@ def claimed(alloc: AddressAllocator | None, pool: Pool | None, a: Attachment, it
     return got
 
 
-def own_claims(atts: list[Attachment], asks: dict[str, Ask], pod: naming.PodRef) -> dict[str, Ask]:
+def own_claims(atts: list[Attachment], asks: dict[str, Ask], pod: naming.PodRef,
+               fields: frozenset[str] | None = None) -> dict[str, Ask]:  # fmt: skip
     """The asks of a pod whose IPAM_CLAIMS annotation says "true": each of its elements on a cluster pool that
-    names no claim and no address names its own, <pod>.<interface>, netcomp's to create."""
+    names no claim and no address names its own, <pod>.<interface>, netcomp's to create; refused, as the
+    element's reference is, where the node's `fields` (kubernetes.podFields) bar ipam-claim-reference."""
     out = dict(asks)
     for a in atts:
         ask = out.get(a.ifname)
         pool = Pool.of(a.network, a.conflist)
         if ask is None or ask.ipam_claim is not None or ask.ips or ask.kind is not None or pool is None:
             continue
+        if fields is not None and "ipam-claim-reference" not in fields:
+            raise ask.error(f"{multus.IPAM_CLAIMS}: 'ipam-claim-reference': not allowed on this node "
+                            "(kubernetes.podFields)")  # fmt: skip
         name = f"{pod.name}.{a.ifname}"
         if not is_dns_subdomain(name):
             raise ask.error(f"{multus.IPAM_CLAIMS}: {name!r} is no IPAMClaim's name (the interface's name is not "

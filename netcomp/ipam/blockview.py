@@ -111,6 +111,7 @@ class BlockView:
         self.reads = 0  # reads of other nodes' blocks begun (begin_read): a read's number orders it after what was seen
         self.last_error: str | None = None  # why the store could not be followed (None: it is)
         self.worker = Wakes()  # background.Worker, once started
+        self.kept_holders: set[str] = set()  # IPAMClaims whose files cannot be read: their entries kept as recorded
 
     def serve(self, pools: dict[str, Pool]) -> bool:
         """The pools of the networks this node serves (block ones); True when the set of networks changed."""
@@ -365,6 +366,9 @@ class BlockView:
             log.warning("network %s: block %s is this node's again", h.network, h.net)
         h.uid, h.lost, h.taker = rec.uid, False, None
         h.written = offsets(rec, rec.used)
+        for off, doc in h.written.items():  # an IPAMClaim's entry whose file here cannot be read: kept as recorded
+            if off not in h.local and isinstance(doc, dict) and doc.get("containerID") in self.kept_holders:
+                h.local[off] = claim_of(rec, str(h.address(off)), doc, self.node)
         h.rv = rec.rv
         if source != "answer":
             h.watched = rec.rv

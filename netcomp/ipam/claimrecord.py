@@ -61,6 +61,7 @@ class ClaimRecord:
     def __init__(self, path: Path, node: str) -> None:
         self.path, self.node = path, node
         self.kept: dict[str, Kept] = {}  # by the claim's uid
+        self.unread: set[str] = set()  # the names (uids) of claims' files load could not read: left as they are
 
     def load(self) -> list[Claim]:
         """The claims this node knows, read from their files; the block entries it holds for them (for the
@@ -68,15 +69,18 @@ class ClaimRecord:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         remove_stale_tmp(self.path)
         legacy = self.path.with_suffix(".json")
-        docs = self._load(legacy, "claims") if legacy.exists() else []
+        docs = [("", d) for d in self._load(legacy, "claims")] if legacy.exists() else []
         for f in sorted(self.path.iterdir()):
             if f.suffix == ".json" and not f.name.startswith("."):
-                docs += self._load(f, "claim")
-        for d in docs:
+                got = self._load(f, "claim")
+                docs += [(f.stem, d) for d in got]
+                self.unread |= set() if got else {f.stem}
+        for stem, d in docs:
             try:
                 k = Kept.from_doc(d)
             except (KeyError, ValueError, TypeError, AttributeError) as e:
                 log.error("%s: a claim this node kept cannot be read (%s): left out", self.path, e)
+                self.unread |= {stem} if stem else set()
                 continue
             self.kept[k.key.rpartition("/")[2]] = k
         if legacy.exists():

@@ -46,6 +46,13 @@ from netcomp.kube.group import node_label
 log = logging.getLogger("netcomp.ipam")
 
 
+def _block_of(pool: Pool, addr: IPAddress) -> str | None:
+    """The name of the block of `pool` that `addr` lies in (None: it is no address of the pool)."""
+    fs = next((i for i, rs in enumerate(pool.sets) for r in rs if addr in r.subnet), None)
+    net = Layout(pool, fs).block_of(addr) if fs is not None else None
+    return block_name(pool.network, net) if net is not None else None
+
+
 def cidr(e: Claim, pool: Pool) -> str:
     """An entry's address with its pool subnet's prefix (as status.ips holds it)."""
     addr = ipaddress.ip_address(e.address)
@@ -61,6 +68,7 @@ class IPAMClaims:
         self._lock = threading.Lock()  # the record, and which claims are in an ADD now
         self._busy: dict[str, threading.Lock] = {}
         self.strays: dict[str, ClaimObject] = {}  # by uid: unanswered() looks at them again (recheck)
+        self.unbuilt: dict[str, ClaimObject] = {}  # by uid: claims whose files _rebuild writes again (recheck)
         # Starts following the claims labelled with this node (ipamclaimapi.Following.start, once): only once it
         # marks or keeps a claim, so that a cluster without the IPAMClaim CRD is never asked about them.
         self.start_following: Callable[[], None] = lambda: None
@@ -69,8 +77,12 @@ class IPAMClaims:
     # ------------------------------------------------------------------------------------------------ record
 
     def load(self) -> list[Claim]:
-        """The claims this node knows from its record; the block entries it holds for them (for the blocks)."""
-        return self.record.load()
+        """The claims this node knows from its record; the block entries it holds for them (for the blocks). The
+        entries of a claim whose file cannot be read stay as its blocks' objects record them (kept_holders) until
+        the claims labelled with this node are listed (_rebuild)."""
+        held = self.record.load()
+        self.blocks.kept_holders = {CLAIM_HOLDER + uid for uid in self.record.unread}
+        return held
 
     def keep(self, k: Kept) -> None:
         if k.held:
@@ -169,8 +181,8 @@ class IPAMClaims:
                 raise DelegateError(E_INVALID_CONFIG, f"pod {ns}/{pod_name} has no controller to own IPAMClaim "
                                     f"{ns}/{name}", "netcomp creates claims for a controller's pods only")  # fmt: skip
             return self.api.create(ns, name, names[1] or names[0], ifname, owner)
-        except Changed:
-            return self.api.get(ns, name)  # made meanwhile (another ADD of the pod)
+        except Changed:  # made meanwhile (another ADD of the pod, or its tenant): the next try reads it
+            raise DelegateError(E_TRY_LATER, f"IPAMClaim {ns}/{name} was made meanwhile", "nothing was taken") from None
         except (Away, Missing) as e:
             raise DelegateError(E_TRY_LATER, f"IPAMClaim {ns}/{name} cannot be created: {e}", "nothing was taken"
                                 ) from None  # fmt: skip
@@ -261,7 +273,7 @@ class IPAMClaims:
                                 "yet", "its address stays kept for it; try again")  # fmt: skip
         try:
             self.api.write_status(c, [cidr(e, pool) for e in kept.entries], pod_name)
-        except (Away, Missing, Changed) as e:
+        except (Away, Missing, Changed, ValueError) as e:  # ValueError: the claim, as written, edited meanwhile
             raise DelegateError(E_TRY_LATER, f"IPAMClaim {c.ref}: its status cannot be written: {e}",
                                 "its address stays kept for it; try again") from None  # fmt: skip
         kept.status = True
@@ -272,26 +284,33 @@ class IPAMClaims:
     def _known(self, c: ClaimObject, pool: Pool, pod_name: str) -> list[Claim]:
         """A claim with status.ips: each address checked against the block it lies in (this node's bookkeeping,
         or the block's record read by name), taken again for the claim when nothing holds it (its holder node
-        gone), refused naming whoever else holds it."""
+        gone), refused naming whoever else holds it. A claim that names other addresses, or another network,
+        than those this node confirmed for it was edited by someone else: refused, and nothing of it taken or
+        freed (pods of the claim use what netcomp gave it)."""
+        old = self.kept.get(c.uid)
+        said, gave = {str(ip.ip) for ip in c.ips}, {e.address for e in old.entries} if old is not None else set()
+        if old is not None and old.status and (said != gave or old.network != pool.network):
+            raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref} says {', '.join(sorted(said))} of network "
+                                f"{pool.network!r}, but netcomp gave it {', '.join(sorted(gave))} of network "
+                                f"{old.network!r}: edited by someone else",
+                                "put its spec.network and status.ips back, or delete the claim")  # fmt: skip
         entries = []
         retaken = False
         for ip in c.ips:
             addr = ip.ip
-            fs = next((i for i, rs in enumerate(pool.sets) for r in rs if addr in r.subnet), None)
-            net = Layout(pool, fs).block_of(addr) if fs is not None else None
-            if fs is None or net is None:
+            block = _block_of(pool, addr)
+            if block is None:
                 raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: status.ips has {ip}, not an address of "
                                     f"network {pool.network!r}'s pool ({pool.subnets()})")  # fmt: skip
-            e = self._entry(c, pool, addr, block_name(pool.network, net))
+            e = self._entry(c, pool, addr, block)
             if e is None:
                 e = self._allocate(c, pool, addr)[0]
                 retaken = True
             entries.append(e)
-        old = self.kept.get(c.uid)
         # Held here: entries of this node's blocks, or lent to it (its own to give back when the claim goes).
         self.keep(Kept(c.key, pool.network, c.interface, entries, held=all(e.node == self.node for e in entries),
                        status=True))  # fmt: skip
-        if old is not None and old.held:  # the status names other addresses now: those this node kept go
+        if old is not None and old.held:  # other addresses than it gave, never in a status: those go
             gone = [e for e in old.entries if (e.block, e.address) not in {(n.block, n.address) for n in entries}]
             self.blocks.release(gone, "release")
         if retaken and not self.blocks.write_now(entries):
@@ -323,7 +342,7 @@ class IPAMClaims:
     def _write_owner(self, c: ClaimObject, pod_name: str) -> None:
         try:
             self.api.write_status(c, [str(ip) for ip in c.ips], pod_name)
-        except (Away, Missing, Changed) as e:
+        except (Away, Missing, Changed, ValueError) as e:
             log.warning("IPAMClaim %s: ownerPod not written (%s); pod %s uses it", c.ref, e, pod_name)
 
     def _entry(self, c: ClaimObject, pool: Pool, addr: IPAddress, block: str) -> Claim | None:
@@ -352,6 +371,34 @@ class IPAMClaims:
             raise DelegateError(E_INVALID_CONFIG, f"IPAMClaim {c.ref}: its status.ips has {addr}, which is held by "
                                 f"{who.holder()}", "netcomp's blocks do not record it as the claim's")  # fmt: skip
         return mine
+
+    def _rebuild(self, c: ClaimObject) -> None:
+        """A claim whose file could not be read at start: its record made again from the entries of its
+        status.ips that this node's blocks kept for it; or, with none, said to stay unread."""
+        want = CLAIM_HOLDER + c.uid
+        entries = []
+        for pool in self.blocks.pools.values():
+            for ip in c.ips:
+                block = _block_of(pool, ip.ip)
+                who = self.blocks.entry_of(block, ip.ip)[1] if block is not None else None
+                if who is not None and who.container_id == want:
+                    entries.append(replace(who, ipam_claim=c.key))
+        if not entries:  # its blocks not listed yet: looked at again (recheck)
+            if c.uid not in self.unbuilt:
+                log.warning("IPAMClaim %s: its file here cannot be read: written again once this node's blocks show "
+                            "its entries", c.ref)  # fmt: skip
+            self.unbuilt[c.uid] = c
+            return
+        try:
+            self.keep(Kept(c.key, entries[0].network, c.interface, entries, held=True, status=True))
+        except DelegateError as e:
+            log.error("IPAMClaim %s: its record cannot be written again: %s", c.ref, e.msg)
+            return
+        self.record.unread.discard(c.uid)
+        self.unbuilt.pop(c.uid, None)
+        self.blocks.kept_holders.discard(want)
+        log.warning("IPAMClaim %s: its record, which could not be read, is written again from its blocks' (%s)",
+                    c.ref, ", ".join(e.address for e in entries))  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ deletion
 
@@ -425,7 +472,10 @@ class IPAMClaims:
     def recheck(self) -> None:
         """The addresses of deleted claims whose pods are gone now, freed; and the claims this node gave a first
         address whose status is not written (the API server away, or the daemon killed, between the two)
-        finished; and the claims unanswered() left to look at again, read again first."""
+        finished; and the claims unanswered() left to look at again, read again first; and the files of claims
+        that could not be read, written again once this node's blocks show their entries."""
+        for c in list(self.unbuilt.values()):
+            self._rebuild(c)
         for uid, c in list(self.strays.items()):
             try:
                 now: ClaimObject | None = self.api.get(c.namespace, c.name)
@@ -483,6 +533,8 @@ class IPAMClaims:
         entries for that are not there and not found by name either (deleted while it was away), handled."""
         by_uid = {c.uid: c for c in claims}
         for c in claims:
+            if c.uid in self.record.unread:
+                self._rebuild(c)
             if c.deleting:
                 self.deleted(c, c.uid)
             else:

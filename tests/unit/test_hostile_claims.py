@@ -8,25 +8,34 @@ from __future__ import annotations
 import ipaddress
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netcomp.ipam import claimobjects
+from netcomp.delegate import poolclaims
+from netcomp.errors import DelegateError
+from netcomp.ipam import claimobjects, ipamclaimapi
 from netcomp.ipam.allocator import Allocator
 from netcomp.ipam.blockalloc import BlockAllocator
 from netcomp.ipam.blockobjects import KubeBlocks
-from netcomp.ipam.blockstate import LocalRecord
+from netcomp.ipam.blockstate import BlockRecord, Held, LocalRecord
 from netcomp.ipam.claimobjects import IDS, KubeStore
+from netcomp.ipam.claimrecord import Kept
 from netcomp.ipam.idclaims import IdAllocator, id_claim_name
-from netcomp.ipam.store import Claim
+from netcomp.ipam.ipamclaims import IPAMClaims
+from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable, holder_doc
 from netcomp.metrics import Metrics
+from netcomp.pods.multus import Ask
+from netcomp.pods.naming import PodRef
+from netcomp.records.record import Attachment
 from netcomp.settings import KubeSettings
 from tests.lab.goneapi import FakeTime, Gone410
 from tests.lab.hostile import JSON, Ignored, nested, pool
 from tests.lab.kubeapi import write_kubeconfig
 from tests.lab.pools import NoStore
+from tests.lab.pools import pool as block_pool
 
 # ------------------------------------------------------------------------------------------------ TenantClaim
 
@@ -220,3 +229,207 @@ def test_writers_of_an_object_of_any_shape(ignored: Ignored) -> None:
         assert foreign.writers(obj) == "unknown"  # type: ignore[arg-type]
         foreign.ignore("AddressClaim", "x", "why", obj)  # type: ignore[arg-type]
     assert foreign.writers({"metadata": {"managedFields": [{"manager": "kubectl"}]}}) == "kubectl"
+
+
+# ------------------------------------------------------------------------------------------------ IPAMClaim
+
+
+class ClaimCalls:
+    """The calls an ADD naming an IPAMClaim makes of the API server, answered from one claim object as a tenant
+    left it (`obj`); what is written is recorded."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj, self.written = obj, []  # type: list[Any]
+        self.answer: dict[str, Any] | None = None  # the object a write of the status finds (None: obj)
+
+    def get(self, namespace: str, name: str) -> Any:
+        return ipamclaimapi.parse(self.obj)
+
+    def mark(self, c: Any, node: str | None) -> Any:
+        self.written.append(("mark", node))
+        return c
+
+    def write_status(self, c: Any, ips: list[str], owner_pod: str) -> Any:
+        self.written.append(("status", ips, owner_pod))
+        return ipamclaimapi.parse(self.answer or self.obj)
+
+    def pod(self, namespace: str, name: str) -> Any:
+        return None
+
+
+def tenant_claim(*ips: str, owner: str = "vm-a") -> dict[str, Any]:
+    meta = {"namespace": "team-a", "name": "vm-a.storage", "uid": "u-1", "resourceVersion": "7",
+            "labels": {"netcomp.io/node": "node-a"}, "finalizers": [ipamclaimapi.FINALIZER]}  # fmt: skip
+    status = {"ips": list(ips), "ownerPod": {"name": owner}}
+    return {"metadata": meta, "spec": {"network": "storage", "interface": "net1"}, "status": status}
+
+
+class Unwritten:
+    """A block store the API server is away from: what a node writes of its blocks waits (written behind)."""
+
+    kind = "test"
+
+    def write_used(self, *args: Any) -> Any:
+        raise StoreUnavailable("the API server is away")
+
+
+def holding_node(tmp_path: Path, obj: dict[str, Any]) -> tuple[IPAMClaims, Any, Claim]:
+    """Node node-a, which holds block 10.1.0.0/28 of network storage and in it 10.1.0.5 for claim team-a/vm-a.storage
+    (u-1), its status written (a pod of the claim uses it); the claim now as `obj` says."""
+    p = block_pool({"subnet": "10.1.0.0/24"}, network="storage", block=16)
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    name = "storage.v4-10-1-0-0-28"
+    own = Claim(name, "storage", "10.1.0.5", "node-a", CLAIM_HOLDER + "u-1", "net1", block=name,
+                ipam_claim="team-a/vm-a.storage/u-1")  # fmt: skip
+    blocks.held[name] = Held(name, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    e.keep(Kept(own.ipam_claim, "storage", "net1", [own], held=True, status=True))
+    blocks.load(e.load())
+    return e, p, own
+
+
+def test_a_forged_status_never_frees_the_address_a_pod_uses(tmp_path: Path) -> None:
+    """A tenant who can write its claim's status names another (free) address in it and starts a pod naming the
+    claim: the ADD is refused naming both, and the address netcomp gave the claim (a running pod of it uses it)
+    stays the claim's, never given to anyone else."""
+    for owner in ("vm-a", "vm-b"):  # the pod that used it named, or the new pod (ownerPod forged too)
+        e, p, own = holding_node(tmp_path / owner, tenant_claim("10.1.0.7/24", owner=owner))
+        with pytest.raises(DelegateError) as got:
+            e.take(p, ("storage",), "net1", "team-a/vm-a.storage", ("team-a/vm-b", "pu"), "ctr-b")
+        assert got.value.code == 7 and "10.1.0.7" in got.value.msg and "10.1.0.5" in got.value.msg, got.value.msg
+        assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
+        assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.7")) == (True, None)
+
+
+def test_a_node_barring_claims_makes_none_for_the_annotation() -> None:
+    """kubernetes.podFields without ipam-claim-reference: a pod's netcomp.io/ipam-claims annotation is refused
+    naming the field, as the element's own reference is; no claim is made for it with the node's credentials."""
+    conf = {"name": "storage", "netcomp": {"pool": {"type": "cluster", "ranges": [[{"subnet": "10.1.0.0/24"}]]}},
+            "plugins": [{"type": "macvlan", "ipam": {"type": "static"}}]}  # fmt: skip
+    atts, asks = [Attachment("storage", "net1", conf)], {"net1": Ask("storage", "team-a", "item 0")}
+    with pytest.raises(DelegateError) as got:
+        poolclaims.own_claims(atts, asks, PodRef("team-a", "db-0"), frozenset({"ips"}))
+    assert got.value.code == 7 and "'ipam-claim-reference': not allowed on this node" in got.value.msg
+    both = frozenset({"ips", "ipam-claim-reference"})
+    assert poolclaims.own_claims(atts, asks, PodRef("team-a", "db-0"), both)["net1"].ipam_claim == "db-0.net1"
+
+
+IPS = st.lists(st.one_of(JSON, st.sampled_from(["10.1.0.5/24", "fd00::5%eth0/64", "10.1.0.0/24", "::ffff:10.1.0.5/128",
+                                               "1" * 70, "10.1.0.5", "10.1.0.5/33"])), max_size=4)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(meta=JSON, spec=JSON, ips=st.one_of(JSON, IPS), owner=JSON, labels=JSON, fins=JSON, name=JSON)
+def test_an_ipamclaim_of_any_shape_is_a_claim_or_a_value_error(
+    meta: Any, spec: Any, ips: Any, owner: Any, labels: Any, fins: Any, name: Any
+) -> None:
+    """What a tenant writes in its IPAMClaim, of any JSON shape: parse answers a claim whose every field is of its
+    type and bounded, or ValueError; nothing else escapes."""
+    good = tenant_claim("10.1.0.5/24")
+    for obj in (
+        {**good, "metadata": meta},
+        {**good, "spec": spec},
+        {**good, "status": {"ips": ips, "ownerPod": owner}},
+        {**good, "status": {"ownerPod": {"name": owner}}},
+        {**good, "metadata": {**good["metadata"], "labels": labels, "finalizers": fins, "name": name}},
+        meta,
+    ):
+        try:
+            c = ipamclaimapi.parse(obj)
+        except ValueError:
+            continue
+        assert all(isinstance(v, str) for v in (c.namespace, c.name, c.uid, c.network, c.interface, c.owner_pod))
+        assert len(c.ips) <= ipamclaimapi.MAX_IPS and all(isinstance(f, str) for f in c.finalizers)
+        assert len(c.name) <= 253 and len(c.interface) <= 15 and len(c.owner_pod) <= 253 and "/" not in c.name
+
+
+def test_a_held_claims_damaged_file_loses_no_address(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The file of a claim this node holds an address for, damaged on disk (truncated): the node starts and says
+    so, keeps the entry its block's object records for that claim (never given to another pod), rebuilds the
+    claim's file once the claims labelled with it are listed, and frees the address with the claim."""
+    obj = tenant_claim("10.1.0.5/24")
+    _, p, own = holding_node(tmp_path, obj)
+    path = tmp_path / "ipamclaims" / "u-1.json"
+    path.write_bytes(path.read_bytes()[:40])  # the disk lost its end
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    blocks.held[own.block] = Held(own.block, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    blocks.load(e.load())
+    assert f"cannot read {path}" in caplog.text
+    e.listed([ipamclaimapi.parse(obj)])  # the claims labelled with the node, listed before its blocks
+    assert "u-1" not in e.kept
+    rec = BlockRecord(own.block, "storage", "10.1.0.0/28", "node-a", used={"10.1.0.5": holder_doc(own)})
+    blocks.seen(rec, "list")  # the block's object, as the API server has it
+    addr = ipaddress.ip_address("10.1.0.5")
+    assert blocks.entry_of(own.block, addr)[1] is not None, "the claim's address is free to give"
+    e.recheck()
+    assert [x.address for x in e.kept["u-1"].entries] == ["10.1.0.5"] and e.kept["u-1"].held
+    assert b'"10.1.0.5"' in path.read_bytes()
+    e.deleted(None, "u-1")
+    assert blocks.entry_of(own.block, addr) == (True, None)
+
+
+def test_a_claim_moved_to_another_network_keeps_its_address_where_it_is(tmp_path: Path) -> None:
+    """A tenant edits its claim's spec.network to another network whose pool has the same subnet and starts a pod
+    on that network naming the claim: refused naming both networks; the address stays the claim's in the first
+    network (a pod there uses it) and nothing is taken in the second."""
+    obj = tenant_claim("10.1.0.5/24")
+    obj["spec"]["network"] = "backup"
+    e, _, own = holding_node(tmp_path, obj)
+    backup = block_pool({"subnet": "10.1.0.0/24"}, network="backup", block=16)
+    e.blocks.serve({"storage": e.blocks.pools["storage"], "backup": backup})
+    name = "backup.v4-10-1-0-0-28"
+    e.blocks.held[name] = Held(name, "backup", 0, ipaddress.ip_network("10.1.0.0/28"))
+    with pytest.raises(DelegateError) as got:
+        e.take(backup, ("backup",), "net1", "team-a/vm-a.storage", ("team-a/vm-b", "pu"), "ctr-b")
+    assert got.value.code == 7 and "'storage'" in got.value.msg and "'backup'" in got.value.msg, got.value.msg
+    assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own)
+    assert e.blocks.claims("backup") == [] and [k.network for k in e.kept.values()] == ["storage"]
+
+
+def test_a_claim_edited_while_its_status_is_written_is_no_internal_error(tmp_path: Path) -> None:
+    """The tenant makes its claim unreadable (spec.interface of 16 characters) between the node's read and its
+    write of the claim's status, whose answer is then that object: the ADD is refused with a CNI error (no
+    "internal error"), and the node's look at unfinished claims (recheck) goes on, the address kept for the claim."""
+    obj = tenant_claim()
+    e, p, own = holding_node(tmp_path, obj)
+    e.kept["u-1"].status = False  # given here, its status not written yet (the crash case)
+    bad = tenant_claim()
+    bad["spec"]["interface"] = "x" * 16
+    cast(ClaimCalls, e.api).answer = bad
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage",), "net1", "team-a/vm-a.storage", ("team-a/vm-a", "pu"), "ctr-a")
+    assert got.value.code == 11 and "spec.interface" in got.value.msg, got.value.msg
+    e.recheck()
+    assert e.blocks.entry_of(own.block, ipaddress.ip_address("10.1.0.5")) == (True, own) and e.kept["u-1"].held
+
+
+def test_an_own_claim_made_meanwhile_by_its_tenant_is_no_internal_error(tmp_path: Path) -> None:
+    """The claim netcomp makes for a pod (netcomp.io/ipam-claims) is made first by the tenant, of a shape no claim
+    has, between the node's read (none) and its create: the ADD answers 11 (its retry reads the claim and refuses
+    it as what it is), never an internal error."""
+    bad = tenant_claim()
+    bad["spec"]["interface"] = "x" * 16
+
+    class MadeMeanwhile(ClaimCalls):
+        def get(self, namespace: str, name: str) -> Any:
+            raise ipamclaimapi.Missing("404") if not self.written else ValueError("spec.interface")
+
+        def pod(self, namespace: str, name: str) -> Any:
+            return {"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                                                      "uid": "s", "controller": True}]}}  # fmt: skip
+
+        def create(self, *args: Any) -> Any:
+            self.written.append("create")
+            raise ipamclaimapi.Changed("409")
+
+    e, p, _ = holding_node(tmp_path, bad)
+    e.api = cast(Any, MadeMeanwhile(bad))
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage", "storage"), "net1", "team-a/db-0.net1", ("team-a/db-0", "pu"), "ctr", create=True)
+    assert got.value.code == 11 and "made meanwhile" in got.value.msg
+    with pytest.raises(DelegateError) as got:
+        e.take(p, ("storage", "storage"), "net1", "team-a/db-0.net1", ("team-a/db-0", "pu"), "ctr", create=True)
+    assert got.value.code == 7 and "spec.interface" in got.value.msg

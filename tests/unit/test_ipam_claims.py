@@ -59,7 +59,9 @@ def test_static_ips_beside_a_claim_are_refused_naming_both() -> None:
     assert "ips and ipam-claim-reference together" in e.msg and "item 0 ('storage')" in e.msg
 
 
-@pytest.mark.parametrize("value", ["", "Big", "a/b", 7, "x" * 254])
+@pytest.mark.parametrize(
+    "value", ["", "Big", "a/b", 7, "x" * 254, "..", "team-b/c", "a\n", "\uff41", "x" * 10240, [], {}, True]
+)
 def test_a_reference_that_is_no_objects_name_is_refused(value: Any) -> None:
     e = refused(**{"ipam-claim-reference": value})
     assert "is not an IPAMClaim's name" in e.msg
