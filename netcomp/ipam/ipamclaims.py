@@ -376,14 +376,15 @@ class IPAMClaims:
         """A claim whose file could not be read at start: its record made again from the entries of its
         status.ips that this node's blocks kept for it; or, with none, said to stay unread."""
         want = CLAIM_HOLDER + c.uid
-        entries = []
+        entries, ours = [], set()
         for pool in self.blocks.pools.values():
             for ip in c.ips:
                 block = _block_of(pool, ip.ip)
+                ours |= {ip.ip} if block is not None else set()
                 who = self.blocks.entry_of(block, ip.ip)[1] if block is not None else None
                 if who is not None and who.container_id == want:
                     entries.append(replace(who, ipam_claim=c.key))
-        if not entries:  # its blocks not listed yet: looked at again (recheck)
+        if not entries or len(entries) != len(ours):  # not all its blocks listed yet: looked at again (recheck)
             if c.uid not in self.unbuilt:
                 log.warning("IPAMClaim %s: its file here cannot be read: written again once this node's blocks show "
                             "its entries", c.ref)  # fmt: skip
@@ -409,6 +410,10 @@ class IPAMClaims:
         k = self.kept.get(uid)
         ref = c.ref if c is not None else (k.ref if k is not None else "")
         with self._busy_lock(ref):
+            if uid in self.record.unread:  # what it holds is not known until its record is made again (_rebuild)
+                log.warning("IPAMClaim %s is deleted: its file here cannot be read yet: its addresses and netcomp's "
+                            "finalizer stay until it is written again", ref or uid)  # fmt: skip
+                return
             k = self.kept.get(uid)
             if k is not None and k.held and not k.pod:
                 owner = self._alive(c.namespace, c.owner_pod) if c is not None and c.owner_pod else None
@@ -476,6 +481,8 @@ class IPAMClaims:
         that could not be read, written again once this node's blocks show their entries."""
         for c in list(self.unbuilt.values()):
             self._rebuild(c)
+            if c.deleting and c.uid not in self.record.unread:  # its deletion waited for its record (deleted)
+                self.deleted(c, c.uid)
         for uid, c in list(self.strays.items()):
             try:
                 now: ClaimObject | None = self.api.get(c.namespace, c.name)

@@ -433,3 +433,55 @@ def test_an_own_claim_made_meanwhile_by_its_tenant_is_no_internal_error(tmp_path
     with pytest.raises(DelegateError) as got:
         e.take(p, ("storage", "storage"), "net1", "team-a/db-0.net1", ("team-a/db-0", "pu"), "ctr", create=True)
     assert got.value.code == 7 and "spec.interface" in got.value.msg
+
+
+def test_a_claim_deleted_while_its_damaged_file_is_unread_keeps_its_address_and_finalizer(tmp_path: Path) -> None:
+    """A review found it: the claim of a damaged file, being deleted, listed before the node's blocks. Its
+    deletion took netcomp's finalizer off at once, with nothing known of its addresses (the pod its status names
+    could still run on them), and the file was then written again for a claim that was gone. Now the deletion
+    waits for the record: the finalizer stays and the address stays the claim's; once the blocks show its entry,
+    the record is made again and the deletion goes on (here its pod is gone: freed, the finalizer off)."""
+    obj = tenant_claim("10.1.0.5/24")
+    _, p, own = holding_node(tmp_path, obj)
+    path = tmp_path / "ipamclaims" / "u-1.json"
+    path.write_bytes(path.read_bytes()[:40])
+    obj["metadata"]["deletionTimestamp"] = "2026-11-28T17:00:00Z"
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p})
+    blocks.held[own.block] = Held(own.block, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    api = ClaimCalls(obj)
+    e = IPAMClaims(cast(Any, api), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    blocks.load(e.load())
+    claim = ipamclaimapi.parse(obj)
+    assert claim.deleting
+    e.listed([claim])
+    e.deleted(claim, "u-1")  # as the watch would tell it too
+    assert api.written == [], "the finalizer was taken off with nothing known of the claim's addresses"
+    rec = BlockRecord(own.block, "storage", "10.1.0.0/28", "node-a", used={"10.1.0.5": holder_doc(own)})
+    blocks.seen(rec, "list")
+    addr = ipaddress.ip_address("10.1.0.5")
+    assert blocks.entry_of(own.block, addr)[1] is not None
+    e.recheck()
+    assert ("mark", None) in api.written and "u-1" not in e.kept
+    assert blocks.entry_of(own.block, addr) == (True, None)
+
+
+def test_a_damaged_file_is_made_again_only_from_every_address_of_the_claims_status(tmp_path: Path) -> None:
+    """A review found it: a dual-stack claim's file made again from the one of its two blocks seen first lost
+    the other address's protection (and every later ADD of the claim was refused as edited). Now the record is
+    made again only once the blocks show an entry for every address of the status that lies in a pool."""
+    obj = tenant_claim("10.1.0.5/24")
+    _, p, own = holding_node(tmp_path, obj)
+    path = tmp_path / "ipamclaims" / "u-1.json"
+    path.write_bytes(path.read_bytes()[:40])
+    obj["status"]["ips"].append("fd00::5/64")  # its other family's block not seen yet
+    blocks = BlockAllocator(cast(Any, Unwritten()), "node-a", LocalRecord(tmp_path / "blocks.json", "node-a"))
+    blocks.serve({"storage": p, "six": block_pool({"subnet": "fd00::/64"}, network="six", block=16)})
+    blocks.held[own.block] = Held(own.block, "storage", 0, ipaddress.ip_network("10.1.0.0/28"))
+    e = IPAMClaims(cast(Any, ClaimCalls(obj)), blocks, "node-a", tmp_path / "ipamclaims", 1.0)
+    blocks.load(e.load())
+    e.listed([ipamclaimapi.parse(obj)])
+    rec = BlockRecord(own.block, "storage", "10.1.0.0/28", "node-a", used={"10.1.0.5": holder_doc(own)})
+    blocks.seen(rec, "list")
+    e.recheck()
+    assert "u-1" not in e.kept and "u-1" in e.record.unread
