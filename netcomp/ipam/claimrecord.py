@@ -74,13 +74,15 @@ class ClaimRecord:
             if f.suffix == ".json" and not f.name.startswith("."):
                 got = self._load(f, "claim")
                 docs += [(f.stem, d) for d in got]
-                self.unread |= set() if got else {f.stem}
+                if not got:
+                    self.unread.add(f.stem)
         for stem, d in docs:
             try:
                 k = Kept.from_doc(d)
             except (KeyError, ValueError, TypeError, AttributeError) as e:
                 log.error("%s: a claim this node kept cannot be read (%s): left out", self.path, e)
-                self.unread |= {stem} if stem else set()
+                if stem:  # a claim's own file (not the legacy one)
+                    self.unread.add(stem)
                 continue
             self.kept[k.key.rpartition("/")[2]] = k
         if legacy.exists():

@@ -380,8 +380,10 @@ class IPAMClaims:
         for pool in self.blocks.pools.values():
             for ip in c.ips:
                 block = _block_of(pool, ip.ip)
-                ours |= {ip.ip} if block is not None else set()
-                who = self.blocks.entry_of(block, ip.ip)[1] if block is not None else None
+                if block is None:
+                    continue
+                ours.add(ip.ip)
+                who = self.blocks.entry_of(block, ip.ip)[1]
                 if who is not None and who.container_id == want:
                     entries.append(replace(who, ipam_claim=c.key))
         if not entries or len(entries) != len(ours):  # not all its blocks listed yet: looked at again (recheck)
