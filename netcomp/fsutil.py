@@ -12,6 +12,7 @@ import os
 import queue
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -181,8 +182,29 @@ def discard(path: str | Path) -> bool:
         os.rename(path, trash)
     except FileNotFoundError:
         return False
-    _JANITOR.put(trash)
+    held: list[str] | None = getattr(_held, "paths", None)
+    if held is None:
+        _JANITOR.put(trash)
+    else:
+        held.append(trash)
     return True
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def unlinks_after() -> Iterator[None]:
+    """What discard() takes in this thread meanwhile goes to the janitor when the block ends, not at once: a
+    serving thread wraps a request and the writing of its answer in it, so that the janitor's wake-up (a thread
+    that takes the GIL) comes after the answer, not before it."""
+    _held.paths = held = []
+    try:
+        yield
+    finally:
+        _held.paths = None
+        for trash in held:
+            _JANITOR.put(trash)
 
 
 def settle(timeout: float) -> bool:

@@ -6,7 +6,9 @@ reads is built here and kept alive until it returns. Where libc lacks it, `os.po
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,10 +21,15 @@ _OPAQUE = 1024
 
 
 class _Calls:
-    """The spawn family's functions, as netcomp.libc declares them (each call's result checked here: _check)."""
+    """The spawn family's functions, as netcomp.libc declares them (each call's result checked here: _check),
+    looked up once: a spawn calls a dozen of them."""
 
-    def __getattr__(self, name: str) -> Any:
-        return libc.function(name)
+    def __init__(self) -> None:
+        for name in libc.SPAWN:
+            setattr(self, name, libc.function(name))
+
+    def __getattr__(self, name: str) -> Any:  # what __init__ set is found before this is asked
+        raise AttributeError(name)
 
 
 # None where libc lacks any of them: os.posix_spawn then.
@@ -35,11 +42,12 @@ def _check(err: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _sigset(calls: _Calls, signals: Iterable[int]) -> ctypes.Array[ctypes.c_char]:
+@functools.lru_cache(maxsize=8)  # libc copies a set into the attributes: one built per set of signals serves all
+def _sigset(calls: _Calls, signals: tuple[int, ...]) -> ctypes.Array[ctypes.c_char]:
     s = ctypes.create_string_buffer(_OPAQUE)
     calls.sigemptyset(s)
     for sig in signals:
-        if calls.sigaddset(s, int(sig)) != 0:
+        if calls.sigaddset(s, sig) != 0:
             raise ValueError(f"signal number out of range: {sig}")
     return s
 
@@ -49,19 +57,20 @@ def _strings(items: Iterable[bytes]) -> ctypes.Array[ctypes.c_char_p]:
     return (ctypes.c_char_p * len(values))(*values)
 
 
-def _c_string(value: str) -> bytes:
-    """As os.posix_spawn takes a string: ValueError for a NUL byte, which C would cut the string at."""
-    b = os.fsencode(value)
-    if b"\0" in b:
-        raise ValueError("embedded null byte")
-    return b
+# os.fsencode's codec, called directly: the environment is a few dozen strings on every spawn.
+_FS = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 
 
-def _env_entry(key: str, value: str) -> bytes:
-    k = _c_string(key)
-    if not k or b"=" in k:
+def _c_strings(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[bytes], list[bytes]]:
+    """argv and env as os.posix_spawn takes them: ValueError for a NUL byte, which C would cut a string at, and
+    for an environment name that is empty or holds '=' (it would set another variable)."""
+    args = [a.encode(*_FS) for a in argv]
+    envp = [k.encode(*_FS) + b"=" + v.encode(*_FS) for k, v in env.items()]
+    if "" in env or any("=" in k for k in env):
         raise ValueError("illegal environment variable name")
-    return k + b"=" + _c_string(value)
+    if b"\0" in b"".join(args) or b"\0" in b"".join(envp):
+        raise ValueError("embedded null byte")
+    return args, envp
 
 
 def posix_spawn(
@@ -109,7 +118,7 @@ def posix_spawn(
             if setpgroup is not None:
                 flags |= SETPGROUP
                 _check(calls.posix_spawnattr_setpgroup(attr, setpgroup), "posix_spawnattr_setpgroup")
-            sigdef = list(setsigdef)
+            sigdef = tuple(int(sig) for sig in setsigdef)
             if sigdef:
                 flags |= SETSIGDEF
                 default = _sigset(calls, sigdef)
@@ -117,12 +126,11 @@ def posix_spawn(
                 _check(calls.posix_spawnattr_setsigdefault(attr, default), "posix_spawnattr_setsigdefault")
             if setsigmask is not None:
                 flags |= SETSIGMASK
-                mask = _sigset(calls, setsigmask)
+                mask = _sigset(calls, tuple(int(sig) for sig in setsigmask))
                 keep.append(mask)
                 _check(calls.posix_spawnattr_setsigmask(attr, mask), "posix_spawnattr_setsigmask")
             _check(calls.posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags")
-            args = _strings(_c_string(a) for a in argv)
-            envp = _strings(_env_entry(k, v) for k, v in env.items())
+            args, envp = (_strings(c) for c in _c_strings(argv, env))
             pid = ctypes.c_int(0)
             err = calls.posix_spawn(ctypes.byref(pid), os.fsencode(path), fa, attr, args, envp)
             if err != 0:

@@ -4,6 +4,7 @@ what a crash leaves between the two is swept at the next start. Real files, no m
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from netcomp import fsutil
@@ -25,6 +26,29 @@ def test_a_discarded_file_is_gone_at_once_and_unlinked_after(tmp_path: Path) -> 
     finally:
         os.close(held)
     assert not fsutil.discard(f)  # nothing there: False, nothing done
+
+
+def test_a_file_discarded_while_a_request_is_served_is_unlinked_once_the_block_ends(tmp_path: Path) -> None:
+    """A serving thread wraps a request and its answer in unlinks_after: the file is gone for readers at once,
+    but the janitor is given it only at the block's end (its wake-up comes after the answer). Another thread's
+    discard is not held by this thread's block, and the block hands its files over even when it raises."""
+    f, g = tmp_path / "a.json", tmp_path / "b.json"
+    f.write_bytes(b"{}")
+    g.write_bytes(b"{}")
+    try:
+        with fsutil.unlinks_after():
+            assert fsutil.discard(f) and not f.exists()
+            other = threading.Thread(target=fsutil.discard, args=(g,))
+            other.start()
+            other.join()
+            assert fsutil.settle(30)  # nothing of this block's is pending yet: the other thread's is unlinked
+            assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".a.json.")] != []
+            assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.json.")]
+            raise KeyError("the request failed")
+    except KeyError:
+        pass
+    assert fsutil.settle(30)
+    assert os.listdir(tmp_path) == []
 
 
 def test_what_a_crash_left_discarded_is_swept_with_the_temp_files(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from netcomp import fsutil
 from netcomp.cni.codes import E_INVALID_CONFIG, E_OTHER, E_TRY_LATER
 from netcomp.daemon.server import handlers, http1, protocol
 from netcomp.daemon.server.connections import QUEUED, Conn, Limits
@@ -263,14 +264,15 @@ class Server:
         counted = False
         outcome: handlers.Outcome | None = None
         try:
-            if path == protocol.DELEGATE_PATH:
-                outcome = handlers.delegate(self.delegator, body)
-            else:
-                outcome = handlers.cni(self.delegator, self.metrics, body, bare=shim)
-            with self.changed:  # served before the client can read its answer; in flight until it is out,
-                self.served += 1  # so that a drain that ends has answered everything
-                counted = True
-            _send(c.sock, http1.response(outcome.status, outcome.body))
+            with fsutil.unlinks_after():  # a DEL's record is unlinked once its answer is out
+                if path == protocol.DELEGATE_PATH:
+                    outcome = handlers.delegate(self.delegator, body)
+                else:
+                    outcome = handlers.cni(self.delegator, self.metrics, body, bare=shim)
+                with self.changed:  # served before the client can read its answer; in flight until it is out,
+                    self.served += 1  # so that a drain that ends has answered everything
+                    counted = True
+                _send(c.sock, http1.response(outcome.status, outcome.body))
         finally:
             try:
                 self.loop.closed(c)  # the answer is out (and the end of it, for a client that reads to the end)
