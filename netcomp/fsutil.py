@@ -198,7 +198,8 @@ def unlinks_after() -> Iterator[None]:
     """What discard() takes in this thread meanwhile goes to the janitor when the block ends, not at once: a
     serving thread wraps a request and the writing of its answer in it, so that the janitor's wake-up (a thread
     that takes the GIL) comes after the answer, not before it."""
-    _held.paths = held = []
+    held: list[str] = []
+    _held.paths = held
     try:
         yield
     finally:
