@@ -151,7 +151,7 @@ class PodSync:
             if notes is None:  # not (or no longer) a pod the node's watch has: nothing is detached on a guess
                 return None
             try:
-                added, removed = diff_edit(self.networks(), self.pods.policy, entry, pod, notes)
+                added, removed = diff_edit(self.networks(), self.pods.ask_rules, entry, pod, notes)
                 if not added and not removed:
                     return None
                 check_edit(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)

@@ -91,7 +91,7 @@ class PodWatch(Follower):
                          field_selector=f"spec.nodeName={node}")  # fmt: skip
         self.core, self.kube, self.node = core, kube, node
         self.opts: dict[str, Any] = {"_request_timeout": kube.timeout, "_preload_content": False}  # of one call
-        self.policy = multus.Policy(
+        self.ask_rules = multus.AskRules(
             kube.namespaceIsolation, frozenset(kube.globalNamespaces), kube.multusNamespace, frozenset(kube.podFields)
         )
         self._pods: dict[tuple[str, str], _Pod] = {}

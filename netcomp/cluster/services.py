@@ -14,7 +14,7 @@ from typing import Any
 from netcomp import foreign
 from netcomp.cluster import slices
 from netcomp.cluster.podwatch import PodWatch
-from netcomp.cluster.slices import GROUP, PLURAL, Attached, Key, PodInfo, ServiceSpec
+from netcomp.cluster.slices import GROUP, PLURAL, Attached, EndpointPod, Key, ServiceSpec
 from netcomp.cni.spec import loads
 from netcomp.errors import HostError
 from netcomp.kube.apierrors import ApiException
@@ -47,7 +47,7 @@ class ServiceSlices:
         self._cond = threading.Condition()
         self.services: dict[Key, ServiceSpec] = {}
         self.refused: dict[Key, str] = {}
-        self._pods: dict[Key, PodInfo] = {}
+        self._pods: dict[Key, EndpointPod] = {}
         self._records: dict[tuple[str, str], tuple[Attached, ...]] = {}
         self._pending: set[tuple[str, str]] = set()  # cache entries changed since they were read
         self._unread = False  # entries changed while no Service asked for slices: all are read again when one does

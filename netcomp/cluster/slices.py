@@ -178,7 +178,9 @@ def _port(p: Mapping[str, Any], native: bool) -> Port:
 
 
 @dataclass(frozen=True)
-class PodInfo:
+class EndpointPod:
+    """A pod as its Services' EndpointSlices see it: who it is, its labels, whether it is ready, its ports."""
+
     namespace: str
     name: str
     uid: str
@@ -192,7 +194,7 @@ class PodInfo:
         return next((n for pname, proto, n in self.ports if pname == name and proto == protocol), None)
 
 
-def read_pod(doc: Mapping[str, Any]) -> PodInfo | None:
+def read_pod(doc: Mapping[str, Any]) -> EndpointPod | None:
     meta, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
     ns, name = meta.get("namespace"), meta.get("name")
     if not isinstance(ns, str) or not isinstance(name, str):
@@ -206,7 +208,7 @@ def read_pod(doc: Mapping[str, Any]) -> PodInfo | None:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     uid, phase = str(meta.get("uid") or ""), str(status.get("phase") or "")
-    return PodInfo(ns, name, uid, labels, phase, ready, bool(meta.get("deletionTimestamp")), tuple(sorted(ports)))
+    return EndpointPod(ns, name, uid, labels, phase, ready, bool(meta.get("deletionTimestamp")), tuple(sorted(ports)))
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,11 @@ def slice_name(service: str, node: str, family: int, ports: str = "") -> str:
 
 
 def desired(
-    services: Iterable[ServiceSpec], pods: Mapping[Key, PodInfo], records: Iterable[Attached], node: str, version: str
+    services: Iterable[ServiceSpec],
+    pods: Mapping[Key, EndpointPod],
+    records: Iterable[Attached],
+    node: str,
+    version: str,
 ) -> dict[Key, dict[str, Any]]:
     """Every slice this node should have, by (namespace, name)."""
     by_pod: dict[Key, list[Attached]] = {}
@@ -306,7 +312,7 @@ def desired(
     return out
 
 
-def _endpoint(svc: ServiceSpec, pod: PodInfo, ip: str, node: str, version: str) -> dict[str, Any]:
+def _endpoint(svc: ServiceSpec, pod: EndpointPod, ip: str, node: str, version: str) -> dict[str, Any]:
     serving = svc.publish_not_ready or (pod.phase == "Running" and pod.ready)
     ready = svc.publish_not_ready or (serving and not pod.terminating)
     ep: dict[str, Any] = {

@@ -192,7 +192,7 @@ class Explainer:
             out["why"] = "the pod's annotations cannot be read now"
             return out
         try:
-            added, removed = diff_edit(self.networks(), self.pods.policy, entry, pod, notes)
+            added, removed = diff_edit(self.networks(), self.pods.ask_rules, entry, pod, notes)
             check_edit(self.planning, self.runner, self.addresses, self.adding.devices, entry, pod, added, removed)
         except DelegateError as e:
             out["refusal"] = _refusal(e)

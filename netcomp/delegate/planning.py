@@ -22,7 +22,7 @@ from netcomp.ipam.store import AddressAllocator
 from netcomp.pods import asks as podasks
 from netcomp.pods import choice, multus, naming
 from netcomp.pods.devices import Devices
-from netcomp.pods.multus import Ask, Policy
+from netcomp.pods.multus import Ask, AskRules
 from netcomp.pods.naming import PodRef
 from netcomp.pods.netstatus import Pods
 from netcomp.records.files import Records
@@ -49,12 +49,12 @@ class Planning:
         already put into them: every check that needs no plugin is done by now."""
         nets = self.networks()
         pod, notes = req.pod, self.pod_annotations(req)
-        policy = self.pods.policy if self.pods is not None else multus.Policy()
+        rules = self.pods.ask_rules if self.pods is not None else multus.AskRules()
         default = self.default_network()
         if default is not None:
             default = naming.resolve_node(default, nets)
         wants = [naming.Want(naming.resolve_node(w.network, nets), w.ifname) for w in req.wants]
-        asked = choice.plan(pod, notes, nets, policy, req.ifname) if pod is not None else choice.PodNetworks()
+        asked = choice.plan(pod, notes, nets, rules, req.ifname) if pod is not None else choice.PodNetworks()
         if asked.default is not None:
             default = asked.default  # the pod's choice, in the node default's place
         wants += [w for w, _ in asked.more]
@@ -75,7 +75,7 @@ class Planning:
         in_order: list[Ask | None] = [*([default_ask] if default is not None else []), *[None] * len(req.wants)]
         asks = {a.ifname: ask for a, ask in zip(atts, [*in_order, *pod_asks], strict=True) if ask is not None}
         if pod is not None and notes.get(multus.IPAM_CLAIMS) == "true":
-            asks = poolclaims.own_claims(atts, asks, pod, policy.fields)
+            asks = poolclaims.own_claims(atts, asks, pod, rules.fields)
         self.prepare_asks(req.container_id, atts, asks)
         return atts, asks
 
@@ -168,11 +168,11 @@ def check_edit(
 
 
 def diff_edit(
-    nets: Mapping[str, dict[str, Any]], policy: Policy, entry: Record, pod: PodRef, notes: Mapping[str, str]
+    nets: Mapping[str, dict[str, Any]], rules: AskRules, entry: Record, pod: PodRef, notes: Mapping[str, str]
 ) -> tuple[list[tuple[Attachment, Ask]], list[Attachment]]:
     """What the annotation asks now and the record does not have (new attachments, with their asks), and what
     the record has that it no longer asks for."""
-    asked = choice.plan(pod, notes, nets, policy, entry.ifname)
+    asked = choice.plan(pod, notes, nets, rules, entry.ifname)
     default = next((a for a in entry.attachments if a.ifname == entry.ifname), None)
     if asked.default is not None and default is not None and asked.default != default.network:
         raise (asked.default_ask or _whole(pod)).error(

@@ -11,7 +11,7 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.errors import DelegateError
 from netcomp.pods import danm_interfaces, multus
-from netcomp.pods.multus import Ask, Policy
+from netcomp.pods.multus import Ask, AskRules
 from netcomp.pods.naming import PodRef, Want, check_ifname
 
 DANM_PREFIX = "eth"  # DANM's name for a connection of a network without container_prefix: eth<index>
@@ -29,7 +29,7 @@ class PodNetworks:
 
 
 def plan(
-    pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], policy: Policy, runtime_ifname: str
+    pod: PodRef, notes: Mapping[str, str], nets: Mapping[str, Mapping[str, Any]], rules: AskRules, runtime_ifname: str
 ) -> PodNetworks:
     danm = danm_interfaces.danm_annotation(notes, pod)
     if danm is not None:
@@ -43,19 +43,19 @@ def plan(
         return _danm(pod, danm, nets, runtime_ifname)
     out = PodNetworks()
     if notes.get(multus.DEFAULT_NETWORK):
-        ask = multus.parse_default(notes[multus.DEFAULT_NETWORK], pod, policy.default_namespace, policy.fields)
+        ask = multus.parse_default(notes[multus.DEFAULT_NETWORK], pod, rules.default_namespace, rules.fields)
         if ask.ifname not in (None, runtime_ifname):
             raise ask.error(f"interface: the default network is on the runtime's {runtime_ifname}")
-        out.default, out.default_ask = multus.resolve(ask, pod, nets, policy, isolated=False), ask
+        out.default, out.default_ask = multus.resolve(ask, pod, nets, rules, isolated=False), ask
     elif not notes.get(multus.POD_NETWORKS):
         _danm_default(out, pod, nets)
     value = notes.get(multus.POD_NETWORKS)
-    asks = multus.parse_networks(value, pod, policy.fields) if value else []
+    asks = multus.parse_networks(value, pod, rules.fields) if value else []
     multus.check_together([*([out.default_ask] if out.default_ask else []), *asks])
     # Multus's names (pkg/multus: "net%d" of the delegate's index): an element without `interface` is named by
     # its place in the annotation, the cluster default network being 0, whatever else the pod asks for.
     out.more = [
-        (Want(multus.resolve(a, pod, nets, policy), a.ifname or f"{MULTUS_PREFIX}{i}"), a)
+        (Want(multus.resolve(a, pod, nets, rules), a.ifname or f"{MULTUS_PREFIX}{i}"), a)
         for i, a in enumerate(asks, start=1)
     ]
     return out

@@ -372,7 +372,7 @@ def check_interfaces(named: list[tuple[str, Ask]], runtime_ifname: str, has_defa
 
 
 @dataclass(frozen=True)
-class Policy:
+class AskRules:
     """Multus's namespace options (netcomp.yaml `kubernetes:`): with `isolation`, a pod may use the
     NetworkAttachmentDefinitions of its own namespace and of `global_namespaces` only; `default_namespace` is
     where a default-network annotation's definition is when it names none."""
@@ -384,7 +384,7 @@ class Policy:
 
 
 def resolve(
-    ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]], policy: Policy, *, isolated: bool = True
+    ask: Ask, pod: PodRef, nets: Mapping[str, Mapping[str, Any]], rules: AskRules, *, isolated: bool = True
 ) -> str:
     """The network an item means: the NetworkAttachmentDefinition namespace/name when there is one, else the
     node-wide network of that name (netcomp's Network objects are cluster-wide, as a global namespace's would
@@ -395,15 +395,15 @@ def resolve(
         danm_tenancy(ask, pod, key, nets[key])
         if (
             isolated
-            and policy.isolation
+            and rules.isolation
             and ask.namespace != pod.namespace
-            and ask.namespace not in policy.global_namespaces
+            and ask.namespace not in rules.global_namespaces
         ):
             raise ask.error(
                 f"namespace isolation: pod {pod} is in namespace {pod.namespace!r} and may not use "
                 f"{ask.ref} of namespace {ask.namespace!r}",
                 "namespaceIsolation is on: a pod uses its own namespace's definitions and those of "
-                + (", ".join(sorted(policy.global_namespaces)) or "no other namespace"),
+                + (", ".join(sorted(rules.global_namespaces)) or "no other namespace"),
             )
         return key
     conf = nets.get(ask.name)

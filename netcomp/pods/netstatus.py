@@ -16,7 +16,7 @@ from netcomp.records.record import Attachment
 class Pods(Protocol):
     """The cluster's side of a pod (cluster.podwatch.PodWatch)."""
 
-    policy: multus.Policy
+    ask_rules: multus.AskRules
 
     def annotations(self, pod: naming.PodRef) -> Mapping[str, str]:
         """The pod's annotations netcomp reads (multus.ANNOTATIONS); {} for a pod the API server does not know.

@@ -72,7 +72,7 @@ class View(Protocol):
 
 
 @dataclass
-class Outcome:
+class Resolved:
     rules: PodRules
     unenforced: list[tuple[Interface, tuple[str, ...]]] = field(default_factory=list)  # not netdevs: by whom
 
@@ -169,10 +169,10 @@ class Peers:
         return got[2]
 
 
-def pod_rules(pod: LocalPod, view: View | Peers) -> Outcome:
+def pod_rules(pod: LocalPod, view: View | Peers) -> Resolved:
     peers = view if isinstance(view, Peers) else Peers(view)
     policies = [p for p in peers.view.policies(pod.info.namespace) if p.pods.matches(pod.info.labels)]
-    out = Outcome(PodRules())
+    out = Resolved(PodRules())
     found = []
     room = MAX_POD_PREFIXES
     for iface in pod.interfaces:

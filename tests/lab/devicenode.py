@@ -15,7 +15,7 @@ from netcomp.delegate.delegator import Delegator
 from netcomp.delegate.request import parse_request
 from netcomp.kubelet.podresources import Kubelet
 from netcomp.pods.devices import Devices
-from netcomp.pods.multus import Policy
+from netcomp.pods.multus import AskRules
 from netcomp.pods.naming import PodRef
 from netcomp.records.files import Records
 from tests.lab.standins import OWN_NETNS
@@ -49,7 +49,7 @@ class FakePods:
     """The pod's annotations, as the cluster would give them (the API server is not what these tests are about)."""
 
     def __init__(self) -> None:
-        self.policy = Policy()
+        self.ask_rules = AskRules()
         self.notes: dict[tuple[str, str], dict[str, str]] = {}
         self.status: dict[str, Any] = {}
 

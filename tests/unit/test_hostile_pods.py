@@ -25,7 +25,7 @@ from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.pool import Pool
 from netcomp.pods import asks, choice, multus
 from netcomp.pods.danm_interfaces import DANM_KEYS
-from netcomp.pods.multus import DANM_INTERFACES, DEFAULT_NETWORK, KNOWN_KEYS, POD_NETWORKS, Policy
+from netcomp.pods.multus import DANM_INTERFACES, DEFAULT_NETWORK, KNOWN_KEYS, POD_NETWORKS, AskRules
 from netcomp.pods.naming import PodRef
 from netcomp.records.record import Attachment
 
@@ -60,7 +60,7 @@ def deep(n: int, inner: str = "1") -> str:
 def plan(notes: dict[str, str]) -> None:
     """Everything an ADD does with the annotations before a plugin runs: plan, identity, asks put into the
     attachments."""
-    got = choice.plan(POD, notes, NETS, Policy(), "eth0")
+    got = choice.plan(POD, notes, NETS, AskRules(), "eth0")
     items = [*([(got.default, got.default_ask)] if got.default_ask else []), *((w.network, a) for w, a in got.more)]
     for network, ask in items:
         assert network is not None

@@ -28,7 +28,7 @@ from netcomp.ipam.claimrecord import Kept
 from netcomp.ipam.ipamclaims import IPAMClaims
 from netcomp.ipam.localstore import LocalStore
 from netcomp.ipam.store import CLAIM_HOLDER, Claim, StoreUnavailable
-from netcomp.pods.multus import Ask, Policy, parse_networks
+from netcomp.pods.multus import Ask, AskRules, parse_networks
 from netcomp.pods.naming import PodRef
 from netcomp.records.record import Attachment
 from tests.lab.pools import NoStore, pool
@@ -68,7 +68,7 @@ def test_a_reference_that_is_no_objects_name_is_refused(value: Any) -> None:
 
 
 def test_a_node_may_bar_the_field() -> None:
-    fields = Policy(fields=frozenset({"ips"})).fields
+    fields = AskRules(fields=frozenset({"ips"})).fields
     with pytest.raises(DelegateError) as e:
         parse_networks(json.dumps([{"name": "s", "ipam-claim-reference": "c"}]), POD, fields)
     assert "'ipam-claim-reference': not allowed on this node" in e.value.msg

@@ -16,7 +16,7 @@ import pytest
 from netcomp.errors import DelegateError
 from netcomp.host.container import DefaultRoute, LinkState, PolicyRoutes
 from netcomp.pods import asks, choice, multus
-from netcomp.pods.multus import Ask, Policy, parse_default, parse_networks, resolve
+from netcomp.pods.multus import Ask, AskRules, parse_default, parse_networks, resolve
 from netcomp.pods.naming import PodRef, display_name, resolve_node
 from netcomp.records.record import Attachment
 
@@ -166,15 +166,15 @@ NETS = {
 
 def test_a_reference_means_the_definition_of_its_namespace_else_the_node_wide_network() -> None:
     (fast, other, storage) = parse_networks("fast, team-b/fast, storage", POD)
-    assert resolve(fast, POD, NETS, Policy()) == "team-a.fast"
-    assert resolve(other, POD, NETS, Policy()) == "team-b.fast"  # two namespaces' "fast": two networks
-    assert resolve(storage, POD, NETS, Policy()) == "storage"  # netcomp's Networks are cluster-wide
+    assert resolve(fast, POD, NETS, AskRules()) == "team-a.fast"
+    assert resolve(other, POD, NETS, AskRules()) == "team-b.fast"  # two namespaces' "fast": two networks
+    assert resolve(storage, POD, NETS, AskRules()) == "storage"  # netcomp's Networks are cluster-wide
     assert display_name("team-b.fast", NETS["team-b.fast"]) == "team-b/fast"
     assert display_name("storage", NETS["storage"]) == "storage"
 
 
 def test_namespace_isolation_refuses_another_namespaces_definition_naming_both() -> None:
-    iso = Policy(isolation=True)
+    iso = AskRules(isolation=True)
     other, shared, storage = parse_networks("team-b/fast, default/shared, team-b/storage", POD)
     with pytest.raises(DelegateError) as e:
         resolve(other, POD, NETS, iso)
@@ -185,7 +185,7 @@ def test_namespace_isolation_refuses_another_namespaces_definition_naming_both()
     assert "those of default" in e.value.details
     assert resolve(shared, POD, NETS, iso) == "default.shared"  # a global namespace
     assert resolve(storage, POD, NETS, iso) == "storage"  # node-wide, not a definition of team-b
-    assert resolve(other, POD, NETS, Policy(isolation=True, global_namespaces=frozenset({"team-b"}))) == "team-b.fast"
+    assert resolve(other, POD, NETS, AskRules(isolation=True, global_namespaces=frozenset({"team-b"}))) == "team-b.fast"
     # The default network annotation is not held to isolation (Multus's multusNamespace).
     assert resolve(parse_default("team-b/fast", POD, "kube-system"), POD, NETS, iso, isolated=False) == "team-b.fast"
 
@@ -193,7 +193,7 @@ def test_namespace_isolation_refuses_another_namespaces_definition_naming_both()
 def test_a_network_that_is_not_there_says_where_one_of_that_name_is() -> None:
     (only,) = parse_networks("only", POD)
     with pytest.raises(multus.NoNetwork) as e:
-        resolve(only, POD, NETS, Policy())
+        resolve(only, POD, NETS, AskRules())
     assert "no network team-a/only: no NetworkAttachmentDefinition team-a/only and no Network 'only'" in e.value.msg
     assert e.value.details == "definitions of that name: team-b/only"
 
@@ -380,7 +380,7 @@ DNETS: dict[str, dict[str, Any]] = {
 
 
 def danm(value: Any, nets: dict[str, dict[str, Any]] = DNETS, pod: PodRef = POD) -> choice.PodNetworks:
-    return choice.plan(pod, {DANM: json.dumps(value)}, nets, Policy(), "eth0")
+    return choice.plan(pod, {DANM: json.dumps(value)}, nets, AskRules(), "eth0")
 
 
 def test_danm_connections_and_their_names() -> None:
@@ -435,7 +435,7 @@ def test_danm_tenancy_names_both_namespaces() -> None:
     assert "is in namespace team-a, team-b, not the pod's ('team-c')" in e.value.details
     # Through Multus's annotation, naming the namespace: refused, whatever namespaceIsolation says.
     with pytest.raises(DelegateError) as e:
-        choice.plan(PodRef("team-c", "p"), {multus.POD_NETWORKS: "team-a/management"}, DNETS, Policy(), "eth0")
+        choice.plan(PodRef("team-c", "p"), {multus.POD_NETWORKS: "team-a/management"}, DNETS, AskRules(), "eth0")
     assert (
         "DanmNet team-a/management is in namespace 'team-a', and pod team-c/p is in namespace 'team-c'" in e.value.msg
     )
@@ -443,7 +443,7 @@ def test_danm_tenancy_names_both_namespaces() -> None:
     with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z; pod team-a/web-0 is in"):
         danm([{"clusterNetwork": "closed"}])
     with pytest.raises(DelegateError, match="ClusterNetwork closed allows the pods of team-z"):
-        choice.plan(POD, {multus.POD_NETWORKS: "closed"}, DNETS, Policy(), "eth0")
+        choice.plan(POD, {multus.POD_NETWORKS: "closed"}, DNETS, AskRules(), "eth0")
     # A connection's kind must be the network's: a TenantNetwork is not a DanmNet.
     with pytest.raises(multus.NoNetwork, match="no DanmNet team-a/internal"):
         danm([{"network": "internal"}])
@@ -454,14 +454,14 @@ def test_both_annotations_and_danms_default_network() -> None:
     with pytest.raises(
         DelegateError, match=re.escape("annotations danm.k8s.io/interfaces (DANM's) and k8s.v1.cni.cncf.io/networks")
     ):
-        choice.plan(POD, notes, DNETS, Policy(), "eth0")
+        choice.plan(POD, notes, DNETS, AskRules(), "eth0")
     with_default = {
         **DNETS,
         "team-a.default": {"netcomp": {"type": "ipvlan", "danmKind": "TenantNetwork", "namespace": "team-a"}},
     }
-    got = choice.plan(POD, {}, with_default, Policy(), "eth0")
+    got = choice.plan(POD, {}, with_default, AskRules(), "eth0")
     assert got.default == "team-a.default" and got.default_ask is not None and got.default_ask.families == {4}
-    assert choice.plan(POD, {}, DNETS, Policy(), "eth0").default is None  # no DANM default: the node's applies
+    assert choice.plan(POD, {}, DNETS, AskRules(), "eth0").default is None  # no DANM default: the node's applies
     assert danm([], with_default).default == "team-a.default"  # an empty list too, as in DANM
 
 
@@ -503,7 +503,7 @@ def test_both_of_danms_annotation_keys_are_refused() -> None:
     with pytest.raises(
         DelegateError, match=re.escape("annotations danm.k8s.io/interfaces and danm.io/interfaces both")
     ):
-        choice.plan(POD, notes, DNETS, Policy(), "eth0")
+        choice.plan(POD, notes, DNETS, AskRules(), "eth0")
 
 
 def test_detach_finds_a_definition_by_any_of_its_names() -> None:

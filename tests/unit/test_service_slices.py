@@ -11,8 +11,8 @@ import pytest
 
 from netcomp.cluster.slices import (
     Attached,
+    EndpointPod,
     NetworkRef,
-    PodInfo,
     Port,
     Refusal,
     ServiceSpec,
@@ -189,9 +189,13 @@ def att(pod: str, uid: str, network: str, ips: tuple[str, ...], ns: str | None =
 
 
 PODS = {
-    ("vnf", "lb-0"): PodInfo("vnf", "lb-0", "u0", {"app": "lb"}, "Running", True, ports=(("metrics", "TCP", 9100),)),
-    ("vnf", "lb-1"): PodInfo("vnf", "lb-1", "u1", {"app": "lb"}, "Pending", False, ports=(("metrics", "TCP", 9101),)),
-    ("vnf", "db-0"): PodInfo("vnf", "db-0", "u2", {"app": "db"}, "Running", True),
+    ("vnf", "lb-0"): EndpointPod(
+        "vnf", "lb-0", "u0", {"app": "lb"}, "Running", True, ports=(("metrics", "TCP", 9100),)
+    ),
+    ("vnf", "lb-1"): EndpointPod(
+        "vnf", "lb-1", "u1", {"app": "lb"}, "Pending", False, ports=(("metrics", "TCP", 9101),)
+    ),
+    ("vnf", "db-0"): EndpointPod("vnf", "db-0", "u2", {"app": "db"}, "Running", True),
 }
 
 
@@ -249,8 +253,8 @@ def test_v1beta1_names_the_node_in_topology_and_not_ready_pods_can_be_published(
 
 def test_a_terminating_pod_serves_but_is_not_ready_and_a_finished_one_is_gone() -> None:
     pods = {
-        ("vnf", "lb-0"): PodInfo("vnf", "lb-0", "u0", {"app": "lb"}, "Running", True, terminating=True),
-        ("vnf", "lb-1"): PodInfo("vnf", "lb-1", "u1", {"app": "lb"}, "Succeeded", False),
+        ("vnf", "lb-0"): EndpointPod("vnf", "lb-0", "u0", {"app": "lb"}, "Running", True, terminating=True),
+        ("vnf", "lb-1"): EndpointPod("vnf", "lb-1", "u1", {"app": "lb"}, "Succeeded", False),
     }
     records = [att("lb-0", "u0", "ext", ("10.1.0.5",)), att("lb-1", "u1", "ext", ("10.1.0.6",))]
     got = desired([spec((NetworkRef(None, "ext"),))], pods, records, "n", "v1")
