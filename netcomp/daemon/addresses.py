@@ -177,7 +177,7 @@ class Addresses:
             held = {str(c.get("name")) for e in self.records.entries() for a in e.attachments for c in a.claims}
             freed += len(per_address.gc_own(held))
         if self.blocks is not None:
-            freed += len(blockgc.release_empty(self.blocks))
+            freed += len(self.blocks.release_empty())
         return freed
 
     def gc_cluster(self) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""Freeing blocks and what is in them, and showing them. `release_empty` deletes this node's blocks that held
-nothing for the grace period, as Calico's kube-controllers release an empty block's affinity. `gc_cluster` frees,
-in other nodes' blocks (and what this node's lent), addresses whose holder is provably gone (Allocator.gone's
+"""This module frees what the cluster's blocks hold for holders that are gone, and shows the blocks. `gc_cluster`
+frees, in other nodes' blocks (and what this node lent), addresses whose holder is provably gone (Allocator.gone's
 rules), the entries of IPAMClaims of gone nodes that are deleted and used by no pod (their finalizer taken off
-first), and empty blocks of nodes that are gone. `show` lists a network's blocks and every address in use."""
+first), and empty blocks of nodes that are gone. `show` lists a network's blocks and every address in use. This
+node's own empty blocks are released by their holder (blockalloc.BlockAllocator.release_empty)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from netcomp import faults
 from netcomp.ipam.allocator import Allocator, PodState, usage
 from netcomp.ipam.blocks import block_size
 from netcomp.ipam.blockstate import BlockRecord, claim_of
@@ -34,59 +33,6 @@ class NodeClaims(Protocol):
         """Why the claim's entries may be freed now, its finalizer off; None: they stay."""
 
     def finish_all(self, node_exists: Callable[[str], bool]) -> None: ...
-
-
-def _release_stray(a: BlockAllocator, name: str, uid: str, rv: str) -> bool:
-    """An empty block naming this node that it never made, deleted only while it is the version seen empty;
-    whether it was."""
-    try:
-        ok = a.store.delete(name, uid, rv)
-    except StoreUnavailable as e:
-        log.warning("cannot delete block %s (empty, naming this node, never made by it): %s", name, e)
-        return False
-    if ok:
-        log.warning("deleted block %s: empty, naming this node, never made by it", name)
-    return bool(ok)
-
-
-def release_empty(a: BlockAllocator) -> list[str]:
-    """Delete this node's blocks empty for longer than the grace period; the names of those deleted."""
-    now = time.monotonic()
-    freed = []
-    with a._lock:
-        idle = [h for h in a.held.values() if h.empty_since is not None and now - h.empty_since >= a.grace]
-        todo = [h for h in idle if h.empty() and not (h.lost or h.written or h.asked.keys() - h.answered)]
-        for h in todo:
-            del a.held[h.name]  # nothing is given from it while it goes
-        a.strays = {n: t for n, t in a.strays.items() if n in a.view and n not in a.held}
-        strays = [(n, a.view[n]) for n, t in a.strays.items() if now - t >= a.grace]
-    for name, s in strays:
-        if s.owner == a.node and not s.used and not s.lent and _release_stray(a, name, s.uid, s.rv):
-            with a._lock:
-                a.strays.pop(name, None)  # kept otherwise (the API server away, a newer version): tried again
-    for h in todo:
-        try:
-            ok = a.store.delete(h.name, h.uid, h.rv)
-            if ok:
-                faults.point("after-block-release")
-        except StoreUnavailable as e:
-            ok = None
-            log.warning("cannot release block %s: %s", h.name, e)
-        with a._lock:
-            # Kept when the store is away, or when its record changed meanwhile (a request, a lent address).
-            if ok is None or (ok is False and (seen := a.view.get(h.name)) is not None and seen.owner == a.node):
-                a.held[h.name] = h
-            else:
-                a.view.pop(h.name, None)
-                freed.append(h.name)
-                a.counted("release-block", h.network)
-                log.info(
-                    "network %s: released block %s (empty for %.0fs)", h.network, h.net, now - (h.empty_since or now)
-                )
-            a.save()
-            a.updated.notify_all()
-        a.write_record()
-    return freed
 
 
 def gc_cluster(

@@ -463,8 +463,8 @@ class BlockView:
     def drop_unused(self, h: Held) -> bool:
         """A lost block whose object is gone and that nothing here uses (no container's address in the cache, none
         lent or being lent) is not held any more rather than claimed again, empty: it is how a block this node
-        released looks to a daemon killed before recording the release (blockgc.release_empty). True when
-        dropped."""
+        released looks to a daemon killed before recording the release (BlockAllocator.release_empty). True
+        when dropped."""
         with self._lock:
             if not (h.lost and h.taker is None and h.empty()) or self.held.get(h.name) is not h:
                 return False

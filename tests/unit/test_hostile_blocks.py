@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from netcomp.errors import DelegateError
-from netcomp.ipam import blockgc, blockobjects, claimobjects
+from netcomp.ipam import blockobjects, claimobjects
 from netcomp.ipam import pool as poolmod
 from netcomp.ipam.allocator import Holder
 from netcomp.ipam.blockalloc import BlockAllocator
@@ -400,7 +400,7 @@ def test_an_empty_block_naming_this_node_that_it_never_made_is_deleted(tmp_path:
     stray, used = "n.v4-10-0-0-32-28", "n.v4-10-0-0-48-28"
     seen(alloc, block(stray, "10.0.0.32/28", "node-a", rv="4"))
     seen(alloc, block(used, "10.0.0.48/28", "node-a", rv="5", used={"10.0.0.49": {"containerID": "x"}}))
-    blockgc.release_empty(alloc)
+    alloc.release_empty()
     assert deleted == [(stray, f"u-{stray}", "4")] and set(alloc.held) == set()
 
 
