@@ -120,7 +120,7 @@ class Compiler:
         self._plugins = Runner(settings.pluginDirs, timeout=VERSION_TIMEOUT)
         # Claims a TenantConfig's ids for the whole cluster (the daemon's, ipam.idclaims.IdAllocator.claim); None:
         # compiling away from the node (`netcomp validate`), the first id of a range is shown, nothing claimed.
-        self.claim_ids: tenancy.Claim | None = None
+        self.claim_ids: tenancy.ClaimIds | None = None
         # Whether a host device is on this machine; None: not checked.
         self.device_present: Callable[[str], bool] | None = None
         self.reset_templates()

@@ -18,7 +18,7 @@ from netcomp.settings import Settings
 
 if TYPE_CHECKING:
     from netcomp.compiler.compiler import Compiler
-    from netcomp.intent.tenancy import Claim
+    from netcomp.intent.tenancy import ClaimIds
 
 log = logging.getLogger("netcomp.compiler")
 
@@ -40,7 +40,7 @@ class Pipeline:
         # The state of the TenantConfig ids claimed (ipam.idclaims), part of what a cached plan was made of, and
         # the claim the compiler makes them with (Compiler.claim_ids; None away from the node).
         self.claims_state: Callable[[], str] = lambda: ""
-        self.claim_ids: Claim | None = None
+        self.claim_ids: ClaimIds | None = None
         # Whether a host device is on this machine (Compiler.device_present: the CLI's check), and the machine's
         # devices, part of what a cached plan was made of then.
         self.device_present: Callable[[str], bool] | None = None

@@ -44,7 +44,7 @@ class TenantIds:
         self.allocator.start(stop)
 
     def claim(self, network: str, uid: str, profiles: Sequence[Profile]) -> tuple[Profile, int]:
-        """intent.tenancy.Claim, remembering which claim each network was compiled with."""
+        """intent.tenancy.ClaimIds, remembering which claim each network was compiled with."""
         profile, vni = self.allocator.claim(network, uid, profiles)
         assert profile.vni_type is not None
         with self._lock:

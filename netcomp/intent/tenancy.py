@@ -64,7 +64,7 @@ class Exhausted(Exception):
 
 # claim(network "ns/name", uid, the profiles to try in order) -> (the profile, the id) held for that network.
 # Raises Exhausted, or ClaimUnavailable (the store cannot be reached).
-Claim = Callable[[str, str, Sequence[Profile]], tuple[Profile, int]]
+ClaimIds = Callable[[str, str, Sequence[Profile]], tuple[Profile, int]]
 
 
 class ClaimUnavailable(Exception):
@@ -176,8 +176,8 @@ def pick_config(configs: Sequence[tuple[TenantConfig, Document]]) -> tuple[Tenan
     ]
 
 
-def dry_claims() -> Claim:
-    """A Claim for compiling away from the node (`netcomp validate`, `netcomp compile` without a daemon): ids
+def dry_claims() -> ClaimIds:
+    """A ClaimIds for compiling away from the node (`netcomp validate`, `netcomp compile` without a daemon): ids
     given in the order networks are compiled, distinct within the one compile, claimed nowhere."""
     taken: dict[tuple[str, str, int], str] = {}
 
@@ -192,7 +192,7 @@ def dry_claims() -> Claim:
     return claim
 
 
-def complete(doc: Document, config: TenantConfig, claim: Claim) -> tuple[Completion | None, list[Diagnostic]]:
+def complete(doc: Document, config: TenantConfig, claim: ClaimIds) -> tuple[Completion | None, list[Diagnostic]]:
     """What the TenantConfig gives a TenantNetwork (DANM's webhook mutation), its id through `claim` (the
     daemon's store, or dry_claims() away from the node)."""
     spec = _dict(doc.data.get("spec"))

@@ -79,7 +79,7 @@ def _order(profiles: Sequence[Profile], c: IdClaim) -> tuple[int, int]:
 
 
 class IdAllocator:
-    """tenancy.Claim over a store of IdClaims (ipam.store's protocol: create / delete / list / follow), with a
+    """tenancy.ClaimIds over a store of IdClaims (ipam.store's protocol: create / delete / list / follow), with a
     view listed once and then kept by the store's watch (or by itself, for a store only it writes). `changed` is
     called when a claim of a network was made or freed by someone else: the node recompiles."""
 

@@ -31,7 +31,7 @@ from netcomp.records.files import Records
 from netcomp.records.record import Attachment, Record
 
 log = logging.getLogger("netcomp.policy")
-Key = tuple[str, str]  # a record's (container ID, ifname)
+RecordKey = tuple[str, str]  # a record's (container ID, ifname)
 RETRY = 5.0  # seconds before a table that could not be written is tried again
 JOBS = 32  # threads that write ADDs' rules ahead (more ADDs at once than that wait for one)
 
@@ -74,22 +74,22 @@ class Enforcer:
         self.known, self._known_by = known, time.monotonic() + timeout
         self.timeout, self.nft_path, self.observe = timeout, nft_path, observe
         self._lock = threading.Lock()
-        self._applied: dict[Key, PodRules] = {}  # the table in force in each record's namespace
+        self._applied: dict[RecordKey, PodRules] = {}  # the table in force in each record's namespace
         self._own: dict[tuple[str, str], PodInfo] = {}  # the node's pods, as their records have them
-        self._writing: dict[Key, threading.Lock] = {}
+        self._writing: dict[RecordKey, threading.Lock] = {}
         self._dirty = threading.Event()
         self._scope: set[str] | None = None  # the namespaces whose pods the next sync works out; None: every one
         self._came: set[str] = set()  # the namespaces where a node pod came, changed or went since the last sync
-        self._records: dict[Key, Record] | None = None  # the attached records as the events told; None: read them
+        self._records: dict[RecordKey, Record] | None = None  # the attached records as the events told; None: read them
         self._generation = 0  # of what the rules are made of: one more at each change
         self._peers: tuple[int, Peers] | None = None  # the last sync's, while nothing changed since
-        self._statuses: dict[Key, tuple[tuple[Attachment, ...], dict[str, tuple[Address, ...]]]] = {}  # while same
-        self._ahead: dict[Key, _Early] = {}  # ADDs under way whose rules are written while their delegates run
+        self._statuses: dict[RecordKey, tuple[tuple[Attachment, ...], dict[str, tuple[Address, ...]]]] = {}
+        self._ahead: dict[RecordKey, _Early] = {}  # ADDs under way whose rules are written while their delegates run
         self._jobs: ThreadPoolExecutor | None = None
         self._running = False  # run() has begun: every table written ahead since is this process's
-        self._unsure: set[Key] = set()  # records left mid-ADD by a killed daemon: a table written ahead may stay
-        self._failed: set[Key] = set()
-        self._said: dict[Key, str] = {}  # the last PolicyNotEnforced said of a record, not said again
+        self._unsure: set[RecordKey] = set()  # records left mid-ADD by a killed daemon: a table written ahead may stay
+        self._failed: set[RecordKey] = set()
+        self._said: dict[RecordKey, str] = {}  # the last PolicyNotEnforced said of a record, not said again
         self._unknown_said = False
 
     # ------------------------------------------------------------------------------------------------ the ADD
@@ -110,7 +110,7 @@ class Enforcer:
                 self._jobs = ThreadPoolExecutor(JOBS, thread_name_prefix="policy-ahead")
             early.job = self._jobs.submit(self._early, key, entry, ref, atts, early)
 
-    def _early(self, key: Key, entry: Record, ref: PodRef, atts: list[Attachment], early: _Early) -> None:
+    def _early(self, key: RecordKey, entry: Record, ref: PodRef, atts: list[Attachment], early: _Early) -> None:
         early.who = self._who(ref, read=True)
         ifaces = _interfaces(atts, ahead=True)
         self.view.serve({i.shown for i in ifaces})  # its peers' addresses there are kept
@@ -146,7 +146,7 @@ class Enforcer:
             self._came_or_went(entry, ref)
 
     def _attached(
-        self, key: Key, entry: Record, ref: PodRef, new: list[Attachment], early: _Early | None,
+        self, key: RecordKey, entry: Record, ref: PodRef, new: list[Attachment], early: _Early | None,
         error: DelegateError | None,
     ) -> None:  # fmt: skip
         if early is None and not self._known() and not self._unknown_said:
@@ -174,7 +174,7 @@ class Enforcer:
         self.view.serve({i.shown for i in ifaces})
         self._write(key, entry, ref, self._rules(key, ref, LocalPod(info, ifaces), peers))
 
-    def _finish(self, key: Key) -> None:
+    def _finish(self, key: RecordKey) -> None:
         """The ADD under way is done with (answered or rolled back): its rules written ahead are no longer
         written, and the library's context that wrote them is let go of (nft._run says why it was kept)."""
         with self._lock:
@@ -326,7 +326,7 @@ class Enforcer:
 
     # ------------------------------------------------------------------------------------------------ one pod
 
-    def _addresses(self, key: Key, atts: list[Attachment]) -> dict[str, tuple[Address, ...]]:
+    def _addresses(self, key: RecordKey, atts: list[Attachment]) -> dict[str, tuple[Address, ...]]:
         """A record's addresses by network (as network-status names it), worked out again only when its
         attachments change."""
         got = self._statuses.get(key)
@@ -349,13 +349,13 @@ class Enforcer:
         labels = viewed.labels if viewed is not None else known.labels if known is not None else {}
         return labels, known.ports if known is not None else None
 
-    def _rules(self, key: Key, ref: PodRef, pod: LocalPod, peers: Peers) -> PodRules:
+    def _rules(self, key: RecordKey, ref: PodRef, pod: LocalPod, peers: Peers) -> PodRules:
         outcome = pod_rules(pod, peers)
         for iface, refs in outcome.unenforced:
             self._say(key, ref, iface, refs)
         return outcome.rules
 
-    def _write(self, key: Key, entry: Record, ref: PodRef, rules: PodRules, early: _Early | None = None) -> int:
+    def _write(self, key: RecordKey, entry: Record, ref: PodRef, rules: PodRules, early: _Early | None = None) -> int:
         """The record's table as `rules` say, unless they are what is in force (a transaction that failed left
         the table as it was); with `early`, only while the ADD that wrote ahead is still under way."""
         with self._write_lock(key):
@@ -387,7 +387,7 @@ class Enforcer:
                     self._applied.pop(key, None)
         return 1
 
-    def _say(self, key: Key, ref: PodRef, iface: Interface, refs: tuple[str, ...]) -> None:
+    def _say(self, key: RecordKey, ref: PodRef, iface: Interface, refs: tuple[str, ...]) -> None:
         words = (
             f"{iface.ifname} ({iface.shown}) is not a kernel interface in the pod, so netcomp cannot filter it: "
             f"{', '.join(refs)} not enforced there"
@@ -400,7 +400,7 @@ class Enforcer:
         if self.pods is not None:
             self.pods.event(ref, "Warning", "PolicyNotEnforced", words)
 
-    def _write_lock(self, key: Key) -> threading.Lock:
+    def _write_lock(self, key: RecordKey) -> threading.Lock:
         with self._lock:
             return self._writing.setdefault(key, threading.Lock())
 
