@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from netcomp.ipam.pool import IPInterface
 from netcomp.kube.apiclient import Handle
 from netcomp.kube.apierrors import ApiException, one_line
 from netcomp.kube.following import Follower
@@ -30,7 +31,6 @@ FINALIZER = "netcomp.io/address"  # the claim's address is in a block: freed by 
 CONDITION = "IPsAllocated"
 MAX_IPS = 2  # one address of each family
 RECHECK = 5.0  # seconds between two looks at what waits (Followed.recheck)
-IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 
 class Away(Exception):

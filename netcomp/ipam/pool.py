@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 T = TypeVar("T")
 # Space no container is given an address in: "this network" (0/8, the unspecified address in it), loopback,
 # multicast, and class E with the limited broadcast (RFC 6890); IPv6's unspecified, loopback and multicast.

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from netcomp.host.container import DEFAULT_DST, DefaultRoute, LinkState, PolicyRoutes
-from netcomp.ipam.pool import Pool
-from netcomp.pods.multus import Ask, IPNetwork
+from netcomp.ipam.pool import IPNetwork, Pool
+from netcomp.pods.multus import Ask
 from netcomp.pods.naming import display_name
 from netcomp.records.record import Attachment, Record
 

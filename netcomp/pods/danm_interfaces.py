@@ -12,14 +12,12 @@ from typing import Any
 
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.errors import DelegateError
+from netcomp.ipam.pool import IPAddress, IPInterface, IPNetwork
 from netcomp.names import is_dns_label
 from netcomp.pods.multus import (
     DANM_INTERFACES,
     DANM_NAMESPACED,
     Ask,
-    IPAddress,
-    IPInterface,
-    IPNetwork,
     NoNetwork,
     danm_kind,
     danm_tenancy,

@@ -15,6 +15,7 @@ from typing import Any
 from netcomp.cni.codes import E_INVALID_CONFIG
 from netcomp.cni.spec import loads_foreign
 from netcomp.errors import DelegateError
+from netcomp.ipam.pool import IPAddress, IPInterface, IPNetwork
 from netcomp.names import device_id_problem, is_dns_label, is_dns_subdomain
 from netcomp.pods.naming import PodRef, check_ifname, display_name, namespace_of, network_key
 
@@ -36,9 +37,6 @@ _FIELDS = ("ips", "mac", "default-route", "cni-args", "portMappings", "bandwidth
 KNOWN_KEYS = (*_ALWAYS, *_FIELDS)
 _BANDWIDTH = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _PORT_KEYS = {"hostPort": int, "containerPort": int, "protocol": str, "hostIP": str}
-IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Networks one annotation may name: far beyond what a pod uses, and each is a plan, a record and a plugin run.
 MAX_ITEMS = 128
 
