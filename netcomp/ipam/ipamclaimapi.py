@@ -1,9 +1,10 @@
-"""IPAMClaim objects (k8s.cni.cncf.io/v1alpha1, namespaced; the multi-network spec v1.3's `ipam-claim-reference`)
-on the API server: one read by name, its status written (ips in CIDR form, the IPsAllocated condition, ownerPod),
-netcomp's finalizer and its node's label put on and taken off, the claims labelled with one node listed, and the
-pods a claim's owner check reads; the claims labelled with this node followed (Following); and the claims of a
-node gone for good as the cluster's GC finishes them (GoneNodeClaims). Everything read is checked before it is
-used (parse): whoever can write a claim can write anything in it. Loaded only with a cluster."""
+"""This module reads and writes IPAMClaim objects (k8s.cni.cncf.io/v1alpha1, namespaced; the multi-network spec
+v1.3's `ipam-claim-reference`) on the API server: it reads one by name, writes its status (ips in CIDR form, the
+IPsAllocated condition, ownerPod), puts netcomp's finalizer and its node's label on and takes them off, lists the
+claims labelled with one node and reads the pods a claim's owner check needs; it follows the claims labelled with
+this node (Following) and finishes the claims of a node gone for good for the cluster's GC (GoneNodeClaims). It
+checks everything it reads before use (parse): whoever can write a claim can write anything in it. It is loaded
+only with a cluster; what a claim's address is on the node is ipamclaims.py's."""
 
 from __future__ import annotations
 
