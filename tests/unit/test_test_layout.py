@@ -2,7 +2,8 @@
 conftest.py, each fixture name defined once. A test module (test_*.py) imports from no other test module and from
 no conftest.py: a helper one module needs and another borrows goes to tests/lab/, a fixture two modules use to the
 conftest.py above both. Without a rule a test module grows into another's library, and a copied fixture drifts
-from its original under the same name.
+from its original under the same name. A test waits through tests/lab/poll.py (or on an event: a watch, a socket's
+timeout), never in a loop of its own that sleeps.
 
 Fixtures are compared by name across the whole tree, conftest files included: a fixture of a module that overrides
 one of a conftest (or a deeper conftest overriding a shallower one) is a second meaning of one name, and none is
@@ -52,6 +53,16 @@ def fixtures(tree: ast.Module) -> list[tuple[int, str]]:
     return out
 
 
+def sleeping_loops(tree: ast.Module) -> list[int]:
+    """The lines of every `while` loop that calls time.sleep (or a bare sleep) in its body: a poll by hand."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.While)
+        and any(isinstance(n, ast.Call) and ast.unparse(n.func) in ("time.sleep", "sleep") for n in ast.walk(node))
+    ]
+
+
 def test_no_module_imports_a_test_module_or_a_conftest() -> None:
     found = []
     for path in SOURCES:
@@ -72,8 +83,20 @@ def test_every_fixture_name_is_defined_once() -> None:
     assert twice == {}, "one fixture, one name: share it from a conftest.py, or name each for what it is"
 
 
+def test_no_test_polls_by_hand() -> None:
+    """poll.py is the one poll; chaos.py's loops pace the faults they inject and wait for nothing."""
+    own = {TESTS / "lab" / "poll.py", TESTS / "lab" / "chaos.py"}
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if path not in own
+        for line in sleeping_loops(ast.parse(path.read_text()))
+    ]
+    assert found == [], "wait with tests.lab.poll.until or within, not a loop that sleeps:\n" + "\n".join(found)
+
+
 def test_the_checks_see_what_they_look_for() -> None:
-    """The scanners themselves, on a module that breaks both rules."""
+    """The scanners themselves, on modules that break the rules."""
     tree = ast.parse(
         "import pytest\nfrom tests.integration.test_kube import kube_lab\nfrom tests.unit import test_cli\n"
         "import tests.system.conftest\nfrom tests.lab.poll import until\n"
@@ -87,3 +110,5 @@ def test_the_checks_see_what_they_look_for() -> None:
         "tests.unit.test_cli",
     ]
     assert [name for _, name in fixtures(tree)] == ["api", "node"]
+    loops = "import time\nwhile not done():\n    time.sleep(0.1)\nwhile True:\n    break\nfor i in x:\n    sleep(1)\n"
+    assert sleeping_loops(ast.parse(loops)) == [2]
