@@ -29,6 +29,7 @@ from tests.lab.claimlab import (
     gone,
     ipam_claim,
     launcher,
+    owned_by,
     read_claim,
 )
 from tests.lab.clusternodes import addresses, flushed, network, nodes, shared_network
@@ -74,9 +75,8 @@ def test_the_vm_restart_and_migration_shapes(
             ]
             gone(core, p1)  # as the kubelet: the pod deleted, then its DEL
             delete(a, ctr1, p1)
-            until(  # let go of off the DEL's path: the next pod has no old owner to read
-                lambda: "ownerPod" not in read_claim(custom, "vm-a.vmnet")["status"], "ownerPod taken away", 30
-            )
+            # Let go of off the DEL's path (the next pod has no old owner to read), and written off the ADD's.
+            until(lambda: owned_by(custom, "vm-a.vmnet", None), "ownerPod taken away", 30)
         others = []
         for _ in range(4):  # node-a's other containers never get the claim's address
             ctr = a.lab.container()
@@ -90,20 +90,12 @@ def test_the_vm_restart_and_migration_shapes(
             ctr2, rc, res = add(b, p2)  # the VM made again, on another node
             assert rc == 0, res
             assert addresses(b, ctr2, "net1") == [addr]
-            until(  # written off the ADD's path
-                lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-2"},
-                "ownerPod names the pod made again",
-                30,
-            )
+            until(lambda: owned_by(custom, "vm-a.vmnet", "virt-launcher-vm-a-2"), "the pod made again owns it", 30)
             with launcher(core, "virt-launcher-vm-a-3", "node-c", "vm-a.vmnet", "vmnet") as p3:
                 ctr3, rc, res = add(c, p3)  # the migration's target, while the source runs
                 assert rc == 0, res
                 assert addresses(c, ctr3, "net1") == [addr]
-                until(
-                    lambda: read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-3"},
-                    "ownerPod names the migration's target",
-                    30,
-                )
+                until(lambda: owned_by(custom, "vm-a.vmnet", "virt-launcher-vm-a-3"), "the target owns it", 30)
                 with launcher(core, "intruder", "node-c", "vm-a.vmnet", "vmnet", controller="other") as p4:
                     ctr4, rc, res = add(c, p4)
                     assert rc != 0 and res["code"] == 7, res
@@ -114,7 +106,7 @@ def test_the_vm_restart_and_migration_shapes(
                 gone(core, p2)
                 delete(b, ctr2, p2)  # the source goes: the target keeps it, and stays the owner
                 b.daemon.addresses.ipam_claims._owners.submit(lambda: None).result(timeout=30)  # its let-go done
-                assert read_claim(custom, "vm-a.vmnet")["status"]["ownerPod"] == {"name": "virt-launcher-vm-a-3"}
+                assert owned_by(custom, "vm-a.vmnet", "virt-launcher-vm-a-3")
                 flushed(labs)
                 assert block_entry(custom, "vmnet", addr) == entry
                 assert addresses(c, ctr3, "net1") == [addr]

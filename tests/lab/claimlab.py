@@ -52,6 +52,11 @@ def read_claim(custom: Any, name: str) -> dict[str, Any]:
     return got
 
 
+def owned_by(custom: Any, name: str, pod: str | None) -> bool:
+    """Whether the claim's status.ownerPod names `pod` (None: it names none)."""
+    return read_claim(custom, name)["status"].get("ownerPod") == ({"name": pod} if pod else None)
+
+
 @contextlib.contextmanager
 def launcher(
     core: Any, name: str, node: str, claim: str, net: str, controller: str = "vmi-a"
