@@ -530,21 +530,9 @@ class BlockAllocator(BlockView):
             self.updated.notify_all()
         self.worker.wake(write=True)
 
-    def _release_stray(self, name: str, uid: str, rv: str) -> bool:
-        """An empty block naming this node that it never made, deleted only while it is the version seen empty;
-        whether it was."""
-        try:
-            ok = self.store.delete(name, uid, rv)
-        except StoreUnavailable as e:
-            log.warning("cannot delete block %s (empty, naming this node, never made by it): %s", name, e)
-            return False
-        if ok:
-            log.warning("deleted block %s: empty, naming this node, never made by it", name)
-        return bool(ok)
-
     def release_empty(self) -> list[str]:
         """Delete this node's blocks empty for longer than the grace period, as Calico's kube-controllers release an
-        empty block's affinity; the names of those deleted."""
+        empty block's affinity, and the empty blocks naming it that it never made; the names of its own deleted."""
         now = time.monotonic()
         freed = []
         with self._lock:
@@ -555,9 +543,15 @@ class BlockAllocator(BlockView):
             self.strays = {n: t for n, t in self.strays.items() if n in self.view and n not in self.held}
             strays = [(n, self.view[n]) for n, t in self.strays.items() if now - t >= self.grace]
         for name, s in strays:
-            if s.owner == self.node and not s.used and not s.lent and self._release_stray(name, s.uid, s.rv):
-                with self._lock:
-                    self.strays.pop(name, None)  # kept otherwise (the API server away, a newer version): tried again
+            if s.owner != self.node or s.used or s.lent:
+                continue
+            try:
+                if self.store.delete(name, s.uid, s.rv):  # only while it is the version seen empty
+                    log.warning("deleted block %s: empty, naming this node, never made by it", name)
+                    with self._lock:
+                        self.strays.pop(name, None)  # kept otherwise (a newer version, the store away): tried again
+            except StoreUnavailable as e:
+                log.warning("cannot delete block %s (empty, naming this node, never made by it): %s", name, e)
         for h in todo:
             try:
                 ok = self.store.delete(h.name, h.uid, h.rv)
@@ -568,20 +562,15 @@ class BlockAllocator(BlockView):
                 log.warning("cannot release block %s: %s", h.name, e)
             with self._lock:
                 # Kept when the store is away, or when its record changed meanwhile (a request, a lent address).
-                if ok is None or (
-                    ok is False and (seen := self.view.get(h.name)) is not None and seen.owner == self.node
-                ):
+                seen = self.view.get(h.name)
+                if ok is None or (ok is False and seen is not None and seen.owner == self.node):
                     self.held[h.name] = h
                 else:
                     self.view.pop(h.name, None)
                     freed.append(h.name)
                     self.counted("release-block", h.network)
-                    log.info(
-                        "network %s: released block %s (empty for %.0fs)",
-                        h.network,
-                        h.net,
-                        now - (h.empty_since or now),
-                    )
+                    log.info("network %s: released block %s (empty for %.0fs)", h.network, h.net,
+                             now - (h.empty_since or now))  # fmt: skip
                 self.save()
                 self.updated.notify_all()
             self.write_record()
