@@ -13,13 +13,8 @@ from netcomp.cli.main import main
 from netcomp.compiler.compiler import Compiler
 from netcomp.settings import Settings
 from tests.lab.checkout import EXAMPLES
+from tests.lab.command import run
 from tests.lab.intents import DEVICE, GOOD
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -5,29 +5,21 @@ tests/integration/test_doctor.py and test_explain.py run both with real plugins,
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
-from netcomp.cli.main import main
 from netcomp.compiler.render import host_devices
 from netcomp.daemon.server import protocol
 from netcomp.daemon.server.client import call
 from netcomp.doctor import apiserver, local, node
 from netcomp.settings import KubeSettings, Settings
 from tests.lab.checkout import ROOT
+from tests.lab.command import run
 from tests.lab.kubeapi import write_kubeconfig
 from tests.lab.minidaemon import mini_daemon
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
 
 # ------------------------------------------------------------------------------------------------ doctor
 
