@@ -261,8 +261,7 @@ def test_del_acts_on_the_namespace_add_recorded_not_on_the_path_given(tmp_path: 
         assert dl.leases() == [] and dl.cache_files() == []
 
 
-def test_check_of_a_namespace_that_is_gone(dl_plain: DaemonLab) -> None:
-    dl = dl_plain
+def test_check_of_a_namespace_that_is_gone(dl: DaemonLab) -> None:
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr)[0] == 0
     ip("netns", "del", ctr)
@@ -274,19 +273,13 @@ def test_check_of_a_namespace_that_is_gone(dl_plain: DaemonLab) -> None:
 
 
 @pytest.mark.parametrize("netns", ["relative/ns", "/var/run/netns/../../etc"])
-def test_a_del_with_a_bad_netns_path_is_refused(dl_plain: DaemonLab, netns: str) -> None:
-    ctr = dl_plain.lab.container()
-    assert dl_plain.shim("ADD", ctr)[0] == 0
-    rc, err = dl_plain.shim("DEL", ctr, netns=netns)
+def test_a_del_with_a_bad_netns_path_is_refused(dl: DaemonLab, netns: str) -> None:
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr)[0] == 0
+    rc, err = dl.shim("DEL", ctr, netns=netns)
     assert rc == 1 and err["code"] == 4
-    assert sorted(dl_plain.lab.links(ctr)) == ["eth0", "lo"]
-    assert dl_plain.shim("DEL", ctr)[0] == 0
-
-
-@pytest.fixture
-def dl_plain(tmp_path: Path) -> DaemonLab:  # type: ignore[misc]
-    with daemon_lab(tmp_path) as d:
-        yield d
+    assert sorted(dl.lab.links(ctr)) == ["eth0", "lo"]
+    assert dl.shim("DEL", ctr)[0] == 0
 
 
 # ------------------------------------------------------------------------------------------------ repro 5, 6
@@ -365,12 +358,11 @@ def test_an_entry_written_before_the_format_had_a_version_is_deleted(tmp_path: P
         nothing_left(dl, [ctr])
 
 
-def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl_plain: DaemonLab) -> None:
+def test_an_entry_of_an_unknown_kind_is_named_and_kept(dl: DaemonLab) -> None:
     """A kind this netcomp does not read is named (CNI error 5) and the file kept; an entry of version 1 (the
     whole document, written by netcomp before outcome records) is read and DELeted."""
     from netcomp.records.record import Record
 
-    dl = dl_plain
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr)[0] == 0
     [entry] = list(Path(dl.settings.cacheDir).glob("*.json"))
@@ -422,9 +414,8 @@ def test_write_ahead_refused_on_a_full_disk_runs_no_plugin(tmp_path: Path) -> No
         subprocess.run(["umount", str(cache)], check=False, timeout=30)
 
 
-def test_concurrent_adds_and_dels_of_one_container_are_serialized(dl_plain: DaemonLab) -> None:
+def test_concurrent_adds_and_dels_of_one_container_are_serialized(dl: DaemonLab) -> None:
     """The lock per container: ADD and DEL racing on one container end in one of two clean states."""
-    dl = dl_plain
     ctr = dl.lab.container()
     barrier = threading.Barrier(2)
 
