@@ -7,7 +7,8 @@ timeout), never in a loop of its own that sleeps.
 
 Fixtures are compared by name across the whole tree, conftest files included: a fixture of a module that overrides
 one of a conftest (or a deeper conftest overriding a shallower one) is a second meaning of one name, and none is
-allowed; a fixture that is not the same thing gets a name of its own."""
+allowed; a fixture that is not the same thing gets a name of its own, and one that is the same thing is not
+written again under another."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def imported(tree: ast.Module) -> list[tuple[int, str]]:
     return out
 
 
-def fixtures(tree: ast.Module) -> list[tuple[int, str]]:
-    """(line, name) of every function decorated as a pytest fixture (@pytest.fixture, @pytest.fixture(...),
-    @fixture)."""
+def fixtures(tree: ast.Module) -> list[tuple[int, str, str]]:
+    """(line, name, body) of every function decorated as a pytest fixture (@pytest.fixture, @pytest.fixture(...),
+    @fixture); the body as its syntax tree reads, its docstring left out."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -49,7 +50,8 @@ def fixtures(tree: ast.Module) -> list[tuple[int, str]]:
                 target = dec.func if isinstance(dec, ast.Call) else dec
                 name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
                 if name == "fixture":
-                    out.append((node.lineno, node.name))
+                    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+                    out.append((node.lineno, node.name, ast.dump(ast.Module(body, []))))
     return out
 
 
@@ -77,10 +79,19 @@ def test_no_module_imports_a_test_module_or_a_conftest() -> None:
 def test_every_fixture_name_is_defined_once() -> None:
     where: dict[str, list[str]] = defaultdict(list)
     for path in SOURCES:
-        for line, name in fixtures(ast.parse(path.read_text())):
+        for line, name, _ in fixtures(ast.parse(path.read_text())):
             where[name].append(f"{path.relative_to(ROOT)}:{line}")
     twice = {name: places for name, places in where.items() if len(places) > 1}
     assert twice == {}, "one fixture, one name: share it from a conftest.py, or name each for what it is"
+
+
+def test_no_fixture_is_another_under_a_new_name() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in SOURCES:
+        for line, name, body in fixtures(ast.parse(path.read_text())):
+            where[body].append(f"{path.relative_to(ROOT)}:{line} {name}")
+    copies = [places for places in where.values() if len(places) > 1]
+    assert copies == [], "one fixture, one definition: use the one a conftest.py shares"
 
 
 def test_no_test_polls_by_hand() -> None:
@@ -109,6 +120,8 @@ def test_the_checks_see_what_they_look_for() -> None:
         "tests.system.conftest",
         "tests.unit.test_cli",
     ]
-    assert [name for _, name in fixtures(tree)] == ["api", "node"]
+    assert [name for _, name, _ in fixtures(tree)] == ["api", "node"]
+    twins = '@pytest.fixture\ndef a():\n    """A."""\n    return 1\n@pytest.fixture\ndef b():\n    return 1\n'
+    assert len({body for _, _, body in fixtures(ast.parse(twins))}) == 1
     loops = "import time\nwhile not done():\n    time.sleep(0.1)\nwhile True:\n    break\nfor i in x:\n    sleep(1)\n"
     assert sleeping_loops(ast.parse(loops)) == [2]
