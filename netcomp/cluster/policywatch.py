@@ -1,14 +1,14 @@
-"""The cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies (k8s.cni.cncf.io multi-
-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels, and every pod's
-labels and addresses by network (its network-status), followed as metadata only (PartialObjectMetadata: no spec, no
-status). Each kind is listed a small page at a time: what a page parses to is garbage before the next is read, and
-what is kept of it is made among little garbage, so it pins few of the allocator's arenas. Where the node says
-which networks it serves (`served`), a pod is kept only with its addresses on those networks, and not at all
-without one: a peer counts through its addresses on the network of a node pod's interface, and nothing else of
-other pods is needed. When the node comes to serve another network (`serve`), the pods are listed again. The pods
-and namespaces are followed only while a policy exists: a cluster with none pays nothing. Where the CRD is not
-installed, nothing is enforced and that is said once; the API is looked for again every few minutes. Each change
-that can change a rule tells `on_change`, with the namespaces whose pods' rules it can change (None: any)."""
+"""This module follows the cluster as MultiNetworkPolicy enforcement reads it (policy.resolve.View): the policies
+(k8s.cni.cncf.io multi-networkpolicies, v1beta2 or v1beta1, whichever the API server serves), the namespaces' labels,
+and every pod's labels and addresses by network (its network-status), as metadata only (PartialObjectMetadata: no
+spec, no status). Each kind is listed a small page at a time: what a page parses to is garbage before the next is
+read, and what is kept of it is made among little garbage, so it pins few of the allocator's arenas. Where the node
+says which networks it serves (`served`), a pod is kept only with its addresses on those networks, and not at all
+without one: a peer counts through its addresses on the network of a node pod's interface, and nothing else of other
+pods is needed. When the node comes to serve another network (`serve`), the pods are listed again. The pods and
+namespaces are followed only while a policy exists: a cluster with none pays nothing. Where the CRD is not installed,
+nothing is enforced and that is said once; the API is looked for again every few minutes. Each change that can change
+a rule tells `on_change`, with the namespaces whose pods' rules it can change (None: any)."""
 
 from __future__ import annotations
 

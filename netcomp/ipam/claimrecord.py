@@ -1,7 +1,7 @@
-"""The node's record of the IPAMClaims it knows (ipam/ipamclaims.py): a file per claim under
-`<cacheDir>/ipam/ipamclaims/`, so that an ADD naming a claim writes that claim's file, not every claim's. A
-claim whose block entries this node holds is written durably (fsynced); one only seen here is not: it serves
-an ADD while the API server is away, and its loss in a power cut answers that ADD 11."""
+"""This module keeps the node's record of the IPAMClaims it knows (ipam/ipamclaims.py): a file per claim under
+`<cacheDir>/ipam/ipamclaims/`, so that an ADD naming a claim writes that claim's file, not every claim's. A claim
+whose block entries this node holds is written durably (fsynced); one only seen here is not: it serves an ADD while
+the API server is away, and its loss in a power cut answers that ADD 11."""
 
 from __future__ import annotations
 

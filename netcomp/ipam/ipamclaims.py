@@ -1,11 +1,11 @@
-"""Addresses held by IPAMClaims (the multi-network spec v1.3's `ipam-claim-reference`): an element naming a claim
-gets the claim's address, on whichever node its pod runs. The address is an entry of the block it lies in,
-held by the claim (containerID CLAIM_HOLDER + the claim's uid), never by a pod: the block's holder never gives it
-to anyone else and a pod's DEL never frees it. The first ADD naming a claim with no status.ips takes an address
-as any ADD does (this node's block, or borrowed), marks it as the claim's, records it here (crash-safe) and has
-its block's record written before it writes the claim's status; a later ADD reads the claim by name (the only
-API call an ADD with a claim makes beyond that) and checks the block's record agrees the address is the claim's
-before it uses it. docs/kubernetes.md, "Persistent addresses"."""
+"""This module gives the addresses IPAMClaims hold (the multi-network spec v1.3's `ipam-claim-reference`): an element
+naming a claim gets the claim's address, on whichever node its pod runs. The address is an entry of the block it lies
+in, held by the claim (containerID CLAIM_HOLDER + the claim's uid), never by a pod: the block's holder never gives it
+to anyone else and a pod's DEL never frees it. The first ADD naming a claim with no status.ips takes an address as
+any ADD does (this node's block, or borrowed), marks it as the claim's, records it here (crash-safe) and has its
+block's record written before it writes the claim's status; a later ADD reads the claim by name (the only API call an
+ADD with a claim makes beyond that) and checks the block's record agrees the address is the claim's before it uses
+it. docs/kubernetes.md, "Persistent addresses"."""
 
 from __future__ import annotations
 
