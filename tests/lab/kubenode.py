@@ -46,7 +46,7 @@ from tests.lab.intents import intent
 from tests.lab.kubeapi import BINS, NODE_TOKEN, ApiServer, reachable_from
 from tests.lab.kubegrpc import Cri
 from tests.lab.netlab import PLUGIN_DIR, ip
-from tests.lab.noderuntime import NODE_IP, READY_SECONDS, poll
+from tests.lab.noderuntime import NODE_IP, READY_SECONDS, until_node
 from tests.lab.sdnotify import wait_ready
 
 MASTER = "ncm0"  # the macvlan master, a veth end in the node's netns
@@ -217,7 +217,7 @@ def kube_node(
             _write_netcomp(node, settings or {})
             node.start_netcomp()
             out = node.netcomp_dir / "out"
-            poll(lambda: all((out / f"{n}.conflist").exists() for n in COMPILED), "the networks compiled", node)
+            until_node(lambda: all((out / f"{n}.conflist").exists() for n in COMPILED), "the networks compiled", node)
             noderuntime.start_containerd(node)
             noderuntime.start_kubelet(node)
             if device_plugin:

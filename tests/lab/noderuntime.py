@@ -21,7 +21,7 @@ READY_SECONDS = 120
 NODE_IP = "10.255.0.1"  # the kubelet's node IP: an address of a link of the node (it refuses a loopback one)
 
 
-def poll(cond: Any, what: str, node: KubeNode, timeout: float = READY_SECONDS) -> None:
+def until_node(cond: Any, what: str, node: KubeNode, timeout: float = READY_SECONDS) -> None:
     until(cond, lambda: f"not within {timeout}s: {what}\n{node.logs()}", timeout, 0.2)
 
 
@@ -70,7 +70,7 @@ def start_containerd(node: KubeNode) -> None:
     def up() -> bool:
         return subprocess.run([*ctr, "version"], capture_output=True, timeout=30, check=False).returncode == 0
 
-    poll(up, "containerd answers", node)
+    until_node(up, "containerd answers", node)
     for archive in nodeimages.build(node.base / "images"):
         subprocess.run([*ctr, "images", "import", str(archive)], check=True, capture_output=True, timeout=120)
 
@@ -139,11 +139,12 @@ def start_kubelet(node: KubeNode) -> None:
             return False
         return any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
 
-    poll(ready, f"the Node {node.name} Ready", node)
+    until_node(ready, f"the Node {node.name} Ready", node)
 
 
 def wait_allocatable(node: KubeNode, resource: str) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(node.admin)
-    poll(lambda: resource in (core.read_node(node.name).status.allocatable or {}), f"{resource} allocatable", node)
+    allocatable = lambda: resource in (core.read_node(node.name).status.allocatable or {})  # noqa: E731
+    until_node(allocatable, f"{resource} allocatable", node)
