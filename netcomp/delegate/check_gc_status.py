@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
+from netcomp.cni.codes import E_INVALID_CONFIG, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import Runner, find_plugin
-from netcomp.cni.spec import parse_version, plugin_types
+from netcomp.cni.spec import plugin_types
 from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import Request
@@ -75,10 +75,8 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
 def valid_attachments(req: Request) -> set[tuple[str, str]]:
     """What a GC keeps: `cni.dev/valid-attachments`, each an object of exactly `containerID` and `ifname` (CNI
     spec 1.1, "GC"). A list with anything else in it (null, `containerId`, an entry without `ifname`) is refused
-    whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. GC
-    is a verb of CNI 1.1: at an earlier cniVersion it is refused with code 1, as the spec's skel does."""
-    if parse_version(req.cni_version) < (1, 1, 0):
-        raise DelegateError(E_INCOMPATIBLE, f"config version {req.cni_version} does not allow GC", "GC is CNI 1.1.0")
+    whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. (A
+    config older than CNI 1.1, which has no GC, is refused by request.parse_request.)"""
     items = req.config.get("cni.dev/valid-attachments")
     if not isinstance(items, list):
         raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list", "nothing was deleted")
@@ -96,10 +94,13 @@ def valid_attachments(req: Request) -> set[tuple[str, str]]:
 
 
 def gc(records: Records, locks: KeyedLocks, deleting: Deleting, req: Request) -> None:
-    """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
+    """CNI 1.1 GC: every cached attachment of the request's network not in `cni.dev/valid-attachments` is deleted
+    (best-effort). A record of another runtime network (another runtime's, whose list names none of them) is left
+    alone, as libcni GCs only its list's; one that names none (written before netcomp kept it, or by a hot-plug
+    alone) is any network's."""
     valid = valid_attachments(req)
     for entry in records.entries():
-        if (entry.container_id, entry.ifname) in valid:
+        if (entry.container_id, entry.ifname) in valid or entry.runtime_network not in ("", req.network):
             continue
         # A failed DEL stays in the cache; the next GC tries again.
         with locks.hold(entry.container_id):
