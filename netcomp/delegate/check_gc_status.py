@@ -97,14 +97,15 @@ def gc(records: Records, locks: KeyedLocks, deleting: Deleting, req: Request) ->
     """CNI 1.1 GC: every cached attachment of the request's network not in `cni.dev/valid-attachments` is deleted
     (best-effort). A record of another runtime network (another runtime's, whose list names none of them) is left
     alone, as libcni GCs only its list's; one that names none (written before netcomp kept it, or by a hot-plug
-    alone) is any network's."""
+    alone) is any network's. A container with a request in flight is left to the next GC."""
     valid = valid_attachments(req)
     for entry in records.entries():
         if (entry.container_id, entry.ifname) in valid or entry.runtime_network not in ("", req.network):
             continue
-        # A failed DEL stays in the cache; the next GC tries again.
-        with locks.hold(entry.container_id):
-            fresh = records.load(entry.container_id, entry.ifname)
+        # A failed DEL stays in the cache; the next GC tries again. A container a request is in flight for is left
+        # to the next GC too: an ADD the runtime is making now (its GC's list was made before), or a DEL.
+        with locks.hold(entry.container_id, wait=False) as held:
+            fresh = records.load(entry.container_id, entry.ifname) if held else None
             if fresh is None:
                 continue
             try:

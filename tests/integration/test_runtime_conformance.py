@@ -7,13 +7,16 @@ the plugins declaring the capability."""
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.lab.daemonlab import DaemonLab
+from tests.lab.daemonlab import DaemonLab, daemon_lab
 from tests.lab.intents import intent
-from tests.lab.netlab import ip
+from tests.lab.netlab import PLUGIN_DIR, ip
+from tests.lab.poll import until
 
 pytestmark = pytest.mark.root
 
@@ -122,3 +125,40 @@ def test_runtime_config_reaches_the_plugins_that_declare_it(dl: DaemonLab, tmp_p
     assert dl.shim("CHECK", ctr) == (0, None)
     assert dl.shim("DEL", ctr) == (0, None)
     assert dl.cache_files() == [] and dl.leases() == []
+
+
+def test_gc_leaves_a_container_whose_add_is_in_flight(tmp_path: Path) -> None:
+    """A GC that comes while a container's ADD runs (a runtime's GC built its list before the sandbox it is
+    making was in it) leaves that container attached: its ADD is answered success, so the runtime holds it. The
+    next GC, with its ADD done, decides on it."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    slow = plugins / "slowbridge"
+    slow.write_text(f'#!/bin/sh\n[ "$CNI_COMMAND" = ADD ] && cat {gate} >/dev/null\nexec {PLUGIN_DIR}/bridge\n')
+    slow.chmod(0o755)
+    with daemon_lab(tmp_path / "d", extra={"pluginDirs": [PLUGIN_DIR, str(plugins)]}) as dl:
+        conflist = {
+            "cniVersion": "1.0.0",
+            "name": "lab-slow",
+            "plugins": [{"type": "slowbridge", "bridge": "ncbr8", "ipam": {"type": "host-local",
+                         "dataDir": f"{dl.base}/ipam", "subnet": "10.87.0.0/24"}}],
+        }  # fmt: skip
+        (dl.base / "static.d" / "lab-slow.conflist").write_text(json.dumps(conflist))
+        (dl.base / "networks.d" / "80-slow.yaml").write_text(intent("slow", "{type: static, networkID: lab-slow}"))
+        dl.daemon.reload()
+        ctr = dl.lab.container()
+        with ThreadPoolExecutor(2) as pool:
+            add = pool.submit(dl.shim, "ADD", ctr, args="NETCOMP_NETWORKS=slow")
+            until(lambda: dl.cache_files(), "the ADD never wrote its record")
+            gc = pool.submit(dl.shim, "GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": []})
+            server = dl.daemon.server
+            assert server is not None
+            until(lambda: gc.done() or server.in_flight == 2, "the GC never reached the daemon")
+            with open(gate, "w"):
+                pass  # the ADD's plugin goes on
+            assert add.result()[0] == 0 and gc.result() == (0, None)
+        assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "net0"]
+        assert dl.shim("GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": []}) == (0, None)
+        assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
