@@ -9,6 +9,7 @@ import json
 import pytest
 
 from netcomp.cni.codes import E_INCOMPATIBLE
+from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.daemon.wiring import runtime_config
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
@@ -59,3 +60,19 @@ def test_the_runtime_entry_declares_the_capabilities_it_hands_on() -> None:
     caps = conf["plugins"][0]["capabilities"]
     for key in ("portMappings", "bandwidth", "ips", "mac", "ipRanges", "dns", "infinibandGUID", "deviceID"):
         assert caps[key] is True, key
+
+
+def test_runtime_config_reaches_only_the_plugins_declaring_it() -> None:
+    """As libcni's injectRuntimeConfig: a plugin gets `runtimeConfig` with the keys it declares true, and no
+    `runtimeConfig` at all when it declares none the runtime gave."""
+    conflist = {"cniVersion": "1.0.0", "name": "n", "plugins": []}
+    rt = RuntimeConf(
+        "c1", "/x", "eth0", capability_args={"mac": "02:00:00:00:00:01", "portMappings": [{"hostPort": 80}]}
+    )
+    bridge = Runner.plugin_config(conflist, {"type": "bridge"}, None, rt)
+    tuning = Runner.plugin_config(
+        conflist, {"type": "tuning", "capabilities": {"mac": True, "bandwidth": True}}, None, rt
+    )
+    off = Runner.plugin_config(conflist, {"type": "portmap", "capabilities": {"portMappings": False}}, None, rt)
+    assert "runtimeConfig" not in bridge and "runtimeConfig" not in off
+    assert tuning["runtimeConfig"] == {"mac": "02:00:00:00:00:01"}
