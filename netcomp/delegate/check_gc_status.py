@@ -77,7 +77,8 @@ def valid_attachments(req: Request) -> set[tuple[str, str]]:
     spec 1.1, "GC"). A list with anything else in it (null, `containerId`, an entry without `ifname`) is refused
     whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. (A
     config older than CNI 1.1, which has no GC, is refused by request.parse_request.)"""
-    items = req.config.get("cni.dev/valid-attachments")
+    # The spec's text named it `cni.dev/attachments` until it was corrected; libcni sends both.
+    items = req.config.get("cni.dev/valid-attachments", req.config.get("cni.dev/attachments"))
     if not isinstance(items, list):
         raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list", "nothing was deleted")
     valid = set()

@@ -11,6 +11,7 @@ import pytest
 from netcomp.cni.codes import E_INCOMPATIBLE
 from netcomp.cni.invoke import Runner, RuntimeConf
 from netcomp.daemon.wiring import runtime_config
+from netcomp.delegate.check_gc_status import valid_attachments
 from netcomp.delegate.request import parse_request
 from netcomp.errors import DelegateError
 from netcomp.records.record import Record
@@ -76,3 +77,18 @@ def test_runtime_config_reaches_only_the_plugins_declaring_it() -> None:
     off = Runner.plugin_config(conflist, {"type": "portmap", "capabilities": {"portMappings": False}}, None, rt)
     assert "runtimeConfig" not in bridge and "runtimeConfig" not in off
     assert tuning["runtimeConfig"] == {"mac": "02:00:00:00:00:01"}
+
+
+def test_gc_reads_the_list_under_either_name() -> None:
+    """`cni.dev/valid-attachments`, or `cni.dev/attachments` as CNI 1.1.0's text first named it (libcni sends
+    both, the same list); the first when both are there."""
+    one, two = [{"containerID": "c1", "ifname": "eth0"}], [{"containerID": "c2", "ifname": "eth0"}]
+    env = {"CNI_COMMAND": "GC"}
+    for conf, want in (
+        ({"cni.dev/attachments": one}, {("c1", "eth0")}),
+        ({"cni.dev/valid-attachments": two, "cni.dev/attachments": one}, {("c2", "eth0")}),
+    ):
+        assert valid_attachments(parse_request(env, {"cniVersion": "1.1.0", **conf})) == want
+    with pytest.raises(DelegateError) as e:
+        valid_attachments(parse_request(env, {"cniVersion": "1.1.0", "cni.dev/valid-attachments": None}))
+    assert e.value.code == 7
