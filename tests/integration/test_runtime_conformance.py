@@ -10,13 +10,15 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.lab.daemonlab import DaemonLab, daemon_lab
+from tests.lab.daemonlab import DaemonLab, daemon_lab, run_shim
 from tests.lab.intents import intent
 from tests.lab.netlab import PLUGIN_DIR, ip
 from tests.lab.poll import until
+from tests.lab.shimlab import build_all, pick
 
 pytestmark = pytest.mark.root
 
@@ -25,14 +27,16 @@ VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_verb_at_every_version(dl: DaemonLab, version: str) -> None:
-    """ADD's result is in the request's version (`version` on each IP before 1.0.0); CHECK from 0.4.0 on, GC and
-    STATUS from 1.1.0 on; before that each is CNI error 1, as libcni's skel answers, and changes nothing."""
+    """ADD's result is in the request's version (`version` on each IP before 1.0.0); CHECK (with libcni's
+    prevResult) from 0.4.0 on, GC and STATUS from 1.1.0 on; before that each is CNI error 1 in the request's
+    version, as libcni's skel answers, and changes nothing."""
     ctr = dl.lab.container()
     rc, result = dl.shim("ADD", ctr, version=version)
     assert rc == 0 and result["cniVersion"] == version, result
     assert all(("version" in ipc) == (version < "1.0.0") for ipc in result["ips"]), result
     valid = {"cni.dev/valid-attachments": [{"containerID": f"ctr-{ctr}", "ifname": "eth0"}]}
-    for verb, since, extra in (("CHECK", "0.4.0", {}), ("STATUS", "1.1.0", {}), ("GC", "1.1.0", valid)):
+    prev = {"prevResult": result}  # libcni's CHECK and DEL carry the cached ADD result
+    for verb, since, extra in (("CHECK", "0.4.0", prev), ("STATUS", "1.1.0", {}), ("GC", "1.1.0", valid)):
         rc, out = dl.shim(verb, ctr, version=version, extra=extra)
         if version >= since:
             assert rc == 0 and out is None, (verb, out)
@@ -42,7 +46,7 @@ def test_every_verb_at_every_version(dl: DaemonLab, version: str) -> None:
     assert sorted(dl.lab.links(ctr)) == ["eth0", "lo"]
     rc, out = dl.shim("VERSION", ctr, version=version)
     assert rc == 0 and version in out["supportedVersions"]
-    assert dl.shim("DEL", ctr, version=version) == (0, None)
+    assert dl.shim("DEL", ctr, version=version, extra=prev) == (0, None)
     assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
 
 
@@ -162,3 +166,25 @@ def test_gc_leaves_a_container_whose_add_is_in_flight(tmp_path: Path) -> None:
         assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "net0"]
         assert dl.shim("GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": []}) == (0, None)
         assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
+
+
+def test_the_compiled_shim_answers_as_the_python_one(dl: DaemonLab, tmp_path: Path) -> None:
+    """The verbs a version lacks, a DEL with nothing left and an ADD converted down, through the C shim: the same
+    answers byte for byte in meaning (the daemon decides; the shim prints)."""
+    shim = pick(build_all(tmp_path / "shims"), "c")
+    ctr = dl.lab.container()
+
+    def run(verb: str, version: str, **kw: str) -> tuple[int, Any]:
+        conf = {"cniVersion": version, "socket": dl.sock, "readyTimeout": 2}
+        return run_shim(conf, verb, ctr, shim=list(shim.argv), **kw)
+
+    rc, result = run("ADD", "0.3.1")
+    assert rc == 0 and result["cniVersion"] == "0.3.1" and all(i["version"] == "4" for i in result["ips"])
+    rc, err = run("CHECK", "0.3.1")
+    assert rc == 1 and (err["code"], err["cniVersion"]) == (1, "0.3.1"), err
+    rc, err = run("STATUS", "1.0.0")
+    assert rc == 1 and (err["code"], err["cniVersion"]) == (1, "1.0.0"), err
+    assert run("CHECK", "0.4.0") == (0, None)
+    assert run("DEL", "0.3.1") == (0, None)
+    assert run("DEL", "0.3.1", netns="") == (0, None)
+    assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
