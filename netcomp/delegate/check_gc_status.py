@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from netcomp.cni.codes import E_INVALID_CONFIG, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
+from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_NETNS, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import Runner, find_plugin
 from netcomp.cni.spec import plugin_types
 from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side
@@ -42,9 +42,10 @@ def check(records: Records, runner: Runner, pool: ThreadPoolExecutor, req: Reque
 
 
 def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record) -> None:
+    # Code 3 tells a runtime it need not DEL (CNI spec, "Error"): only for a container with no record at all.
     if entry.unfinished:
         raise DelegateError(
-            E_UNKNOWN_CONTAINER,
+            E_OTHER,
             f"container {req.container_id} on {req.ifname} is not attached: its ADD did not finish",
             "DEL it",
         )
@@ -52,7 +53,7 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
     with nsutil.recorded(entry, entry.netns, req.netns, pin=False) as target:
         if not target.found:
             raise DelegateError(
-                E_UNKNOWN_CONTAINER,
+                E_INVALID_NETNS,
                 f"the network namespace container {req.container_id} was attached in is gone",
                 f"ADD attached it in {entry.netns}",
             )

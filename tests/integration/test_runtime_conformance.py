@@ -188,3 +188,20 @@ def test_the_compiled_shim_answers_as_the_python_one(dl: DaemonLab, tmp_path: Pa
     assert run("DEL", "0.3.1") == (0, None)
     assert run("DEL", "0.3.1", netns="") == (0, None)
     assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
+
+
+def test_check_says_unknown_container_only_when_nothing_is_left_to_clean_up(dl: DaemonLab) -> None:
+    """CNI error 3 tells the runtime it need not DEL (spec, "Error"): right for a container netcomp has no record
+    of, wrong for one whose namespace is gone while its addresses are still held. That one is libcni's
+    ErrInvalidNetNS (8), and the runtime's DEL gives its addresses back."""
+    never = dl.lab.container()
+    rc, err = dl.shim("CHECK", never)
+    assert rc == 1 and err["code"] == 3, err
+    ctr = dl.lab.container()
+    assert dl.shim("ADD", ctr)[0] == 0
+    ip("netns", "del", ctr)
+    rc, err = dl.shim("CHECK", ctr)
+    assert rc == 1 and err["code"] == 8 and "is gone" in err["msg"], err
+    assert dl.leases() != []
+    assert dl.shim("DEL", ctr) == (0, None)
+    assert dl.leases() == [] and dl.cache_files() == []
