@@ -7,6 +7,7 @@ E_INVALID_ENV = 4  # invalid necessary environment variables (CNI_COMMAND, CNI_C
 E_IO = 5  # I/O failure (the node's: the cache, a host link)
 E_DECODE = 6  # failed to decode content (not JSON, not HTTP, no Content-Length)
 E_INVALID_CONFIG = 7  # invalid network configuration
+E_INVALID_NETNS = 8  # the network namespace is invalid or gone (libcni's ErrInvalidNetNS; cleanup still needed)
 E_TRY_LATER = 11  # try again later
 E_NOT_AVAILABLE = 50  # STATUS: the plugin is not available
 E_PEER = 100  # netcomp: the peer's uid may not use the socket

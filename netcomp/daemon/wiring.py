@@ -53,9 +53,14 @@ def read_settings(
         return last_good, tuple(e.diagnostics)
 
 
+# The capabilities of CNI's CONVENTIONS.md: libcni hands the shim a runtimeConfig only for those its entry declares,
+# and the daemon hands each on to the delegates that declare it.
+CAPABILITIES = ("portMappings", "ipRanges", "bandwidth", "dns", "ips", "mac", "infinibandGUID", "deviceID", "aliases")
+
+
 def runtime_config(settings: Settings) -> bytes:
     """The runtime's entry: the shim as the node's CNI network, pointing at our socket."""
-    plugin = {"type": "netcomp", "socket": settings.socket}
+    plugin = {"type": "netcomp", "socket": settings.socket, "capabilities": dict.fromkeys(CAPABILITIES, True)}
     conf = {"cniVersion": DEFAULT_VERSION, "name": "netcomp", "plugins": [plugin]}
     return (json.dumps(conf, indent=2) + "\n").encode()
 

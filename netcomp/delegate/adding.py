@@ -97,6 +97,7 @@ class Adding:
             atts, asks = self.planning.plan(req)
             reserved = self.planning.reserve(req.container_id, atts, asks)
             entry = Record(req.container_id, req.netns, req.ifname, req.cni_version, request=req.digest)
+            entry.runtime_network = req.network
             if req.pod is not None:
                 entry.pod = {"namespace": req.pod.namespace, "name": req.pod.name, "uid": req.pod.uid}
                 entry.args = req.rest_args

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from netcomp.cni.codes import E_INCOMPATIBLE, E_INVALID_CONFIG, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
+from netcomp.cni.codes import E_INVALID_CONFIG, E_INVALID_NETNS, E_NOT_AVAILABLE, E_OTHER, E_UNKNOWN_CONTAINER
 from netcomp.cni.invoke import Runner, find_plugin
-from netcomp.cni.spec import parse_version, plugin_types
+from netcomp.cni.spec import plugin_types
 from netcomp.delegate.deleting import Deleting, as_delegate_error, runtime_conf, side_by_side
 from netcomp.delegate.locks import KeyedLocks
 from netcomp.delegate.request import Request
@@ -42,9 +42,10 @@ def check(records: Records, runner: Runner, pool: ThreadPoolExecutor, req: Reque
 
 
 def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record) -> None:
+    # Code 3 tells a runtime it need not DEL (CNI spec, "Error"): only for a container with no record at all.
     if entry.unfinished:
         raise DelegateError(
-            E_UNKNOWN_CONTAINER,
+            E_OTHER,
             f"container {req.container_id} on {req.ifname} is not attached: its ADD did not finish",
             "DEL it",
         )
@@ -52,7 +53,7 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
     with nsutil.recorded(entry, entry.netns, req.netns, pin=False) as target:
         if not target.found:
             raise DelegateError(
-                E_UNKNOWN_CONTAINER,
+                E_INVALID_NETNS,
                 f"the network namespace container {req.container_id} was attached in is gone",
                 f"ADD attached it in {entry.netns}",
             )
@@ -75,11 +76,10 @@ def _check(runner: Runner, pool: ThreadPoolExecutor, req: Request, entry: Record
 def valid_attachments(req: Request) -> set[tuple[str, str]]:
     """What a GC keeps: `cni.dev/valid-attachments`, each an object of exactly `containerID` and `ifname` (CNI
     spec 1.1, "GC"). A list with anything else in it (null, `containerId`, an entry without `ifname`) is refused
-    whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. GC
-    is a verb of CNI 1.1: at an earlier cniVersion it is refused with code 1, as the spec's skel does."""
-    if parse_version(req.cni_version) < (1, 1, 0):
-        raise DelegateError(E_INCOMPATIBLE, f"config version {req.cni_version} does not allow GC", "GC is CNI 1.1.0")
-    items = req.config.get("cni.dev/valid-attachments")
+    whole, with code 7: read leniently, it would name nothing, and GC would tear down every live container. (A
+    config older than CNI 1.1, which has no GC, is refused by request.parse_request.)"""
+    # The spec's text named it `cni.dev/attachments` until it was corrected; libcni sends both.
+    items = req.config.get("cni.dev/valid-attachments", req.config.get("cni.dev/attachments"))
     if not isinstance(items, list):
         raise DelegateError(E_INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list", "nothing was deleted")
     valid = set()
@@ -96,14 +96,18 @@ def valid_attachments(req: Request) -> set[tuple[str, str]]:
 
 
 def gc(records: Records, locks: KeyedLocks, deleting: Deleting, req: Request) -> None:
-    """CNI 1.1 GC: every cached attachment not in `cni.dev/valid-attachments` is deleted (best-effort)."""
+    """CNI 1.1 GC: every cached attachment of the request's network not in `cni.dev/valid-attachments` is deleted
+    (best-effort). A record of another runtime network (another runtime's, whose list names none of them) is left
+    alone, as libcni GCs only its list's; one that names none (written before netcomp kept it, or by a hot-plug
+    alone) is any network's. A container with a request in flight is left to the next GC."""
     valid = valid_attachments(req)
     for entry in records.entries():
-        if (entry.container_id, entry.ifname) in valid:
+        if (entry.container_id, entry.ifname) in valid or entry.runtime_network not in ("", req.network):
             continue
-        # A failed DEL stays in the cache; the next GC tries again.
-        with locks.hold(entry.container_id):
-            fresh = records.load(entry.container_id, entry.ifname)
+        # A failed DEL stays in the cache; the next GC tries again. A container a request is in flight for is left
+        # to the next GC too: an ADD the runtime is making now (its GC's list was made before), or a DEL.
+        with locks.hold(entry.container_id, wait=False) as held:
+            fresh = records.load(entry.container_id, entry.ifname) if held else None
             if fresh is None:
                 continue
             try:

@@ -13,13 +13,18 @@ class KeyedLocks:
         self._locks: dict[str, tuple[threading.Lock, int]] = {}
 
     @contextmanager
-    def hold(self, key: str) -> Iterator[None]:
+    def hold(self, key: str, *, wait: bool = True) -> Iterator[bool]:
+        """The key's lock, held for the block (True); with `wait` False, not held (False) when another holds it."""
         with self._mu:
             lock, users = self._locks.get(key, (threading.Lock(), 0))
             self._locks[key] = (lock, users + 1)
         try:
-            with lock:
-                yield
+            held = lock.acquire(blocking=wait)
+            try:
+                yield held
+            finally:
+                if held:
+                    lock.release()
         finally:
             with self._mu:
                 lock, users = self._locks[key]

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcomp.cni.codes import E_DECODE, E_INCOMPATIBLE, E_INVALID_CONFIG, E_INVALID_ENV
-from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, loads
+from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, loads, parse_version
 from netcomp.errors import DelegateError, printable
 from netcomp.host.nsenter import check_path
 from netcomp.names import is_cni_name
 from netcomp.pods import naming
 
 VERBS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+# The verbs a spec version added: a config older than that is refused with code 1, as libcni's skel does.
+SINCE = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
 MAX_ID = 1024
 
 
@@ -42,6 +44,12 @@ class Request:
     rest_args: str = ""  # CNI_ARGS for the delegates: ours taken out (host-local refuses unknown keys)
     pod: naming.PodRef | None = None  # kubelet's K8S_POD_NAMESPACE / K8S_POD_NAME
     digest: str = ""  # of everything an ADD asks: a repeated ADD is answered from the record
+
+    @property
+    def network(self) -> str:
+        """The runtime's network, the config's `name` ("" when it has none)."""
+        name = self.config.get("name")
+        return name if isinstance(name, str) else ""
 
     @property
     def cni_version(self) -> str:
@@ -75,6 +83,11 @@ def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Requ
             f"incompatible CNI versions: config is {version!r:.40}",
             f"supported: {', '.join(SUPPORTED_VERSIONS)}",
         )
+    since = SINCE.get(command)
+    if since is not None and parse_version(version) < parse_version(since):
+        raise DelegateError(
+            E_INCOMPATIBLE, f"config version {version} does not allow {command}", f"{command} is CNI {since}"
+        )
     cid = env.get("CNI_CONTAINERID", "")
     netns = env.get("CNI_NETNS", "")
     ifname = env.get("CNI_IFNAME", "")
@@ -99,12 +112,6 @@ def parse_request(env: Mapping[str, str], config: Any, raw: bytes = b"") -> Requ
         h.update(part.encode("utf-8", "surrogateescape") + b"\0")
     h.update(raw)
     return Request(command, cid, netns, ifname, args, config, tuple(wants), rest, pod, h.hexdigest())
-
-
-def from_body(body: bytes) -> Request:
-    """A `/cni` request's body, decoded and parsed."""
-    env, config, raw = decode(body)
-    return parse_request(env, config, raw)
 
 
 def _json(data: bytes, what: str = "request") -> Any:

@@ -96,6 +96,8 @@ class Record:
     # the pod's annotation (cluster/podsync.py); None and "" when the runtime named no pod.
     pod: dict[str, str] | None = None
     args: str = ""
+    # The runtime's network whose plugin the netcomp shim is (its config's `name`): a GC is about that network only.
+    runtime_network: str = ""
     # Not recorded: the file this entry was last written to (Records.save), which its outcome is appended to.
     file: str = field(default="", compare=False, repr=False)
 
@@ -126,6 +128,8 @@ class Record:
             doc["pod"] = self.pod
         if self.args:
             doc["args"] = self.args
+        if self.runtime_network:
+            doc["runtimeNetwork"] = self.runtime_network
         return _dumps(doc, indent=True) + b"\n"
 
     def outcome(self, atts: list[Attachment]) -> bytes:
@@ -196,6 +200,7 @@ class Record:
             links_before=[str(x) for x in d["linksBefore"]] if isinstance(d.get("linksBefore"), list) else None,
             pod={str(k): str(v) for k, v in d["pod"].items()} if isinstance(d.get("pod"), dict) else None,
             args=str(d.get("args") or ""),
+            runtime_network=str(d.get("runtimeNetwork") or ""),
         )
 
 

@@ -252,7 +252,9 @@ def test_runtime_config_points_at_the_socket(dl: DaemonLab) -> None:
     import json
 
     conf = json.loads((dl.base / "net.d" / "00-netcomp.conflist").read_text())
-    assert conf["plugins"] == [{"type": "netcomp", "socket": dl.sock}]
+    assert [{k: v for k, v in p.items() if k != "capabilities"} for p in conf["plugins"]] == [
+        {"type": "netcomp", "socket": dl.sock}
+    ]
 
 
 def test_check_finds_damage_and_gc_removes_stale_attachments(dl: DaemonLab) -> None:
@@ -280,7 +282,7 @@ def test_status_verb_and_cli(dl: DaemonLab) -> None:
 
     from netcomp.cli.main import main
 
-    assert dl.shim("STATUS", "")[0] == 0
+    assert dl.shim("STATUS", "", version="1.1.0")[0] == 0
     ctr = dl.lab.container()
     assert dl.shim("ADD", ctr)[0] == 0
     cfg = dl.base / "netcomp.yaml"
@@ -304,7 +306,7 @@ def test_status_verb_and_cli(dl: DaemonLab) -> None:
     assert dl.shim("DEL", ctr)[0] == 0
     (dl.base / "static.d" / "lab-bridge.conflist").unlink()
     dl.daemon.reload()  # mgmt now fails to compile, but its last good version is kept
-    assert dl.shim("STATUS", "")[0] == 0
+    assert dl.shim("STATUS", "", version="1.1.0")[0] == 0
     assert dl.daemon.status()["degraded"] and dl.daemon.status()["networks"][1]["keptLastGood"]
 
 

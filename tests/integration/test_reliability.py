@@ -267,7 +267,7 @@ def test_check_of_a_namespace_that_is_gone(dl: DaemonLab) -> None:
     ip("netns", "del", ctr)
     ip("netns", "add", ctr)
     rc, err = dl.shim("CHECK", ctr)
-    assert rc == 1 and err["code"] == 3 and "is gone" in err["msg"]
+    assert rc == 1 and err["code"] == 8 and "is gone" in err["msg"]
     assert dl.shim("DEL", ctr)[0] == 0
     assert dl.leases() == [] and dl.cache_files() == []
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from netcomp.cni import result as cniresult
 from netcomp.cni.codes import E_IO, E_OTHER
-from netcomp.cni.spec import DEFAULT_VERSION, compact
+from netcomp.cni.spec import DEFAULT_VERSION, SUPPORTED_VERSIONS, compact
 from netcomp.daemon.server import protocol
 from netcomp.daemon.server.protocol import ProtocolError
 from netcomp.delegate import request
@@ -53,7 +53,10 @@ def cni(delegator: Delegator, metrics: Metrics, body: bytes, *, bare: bool) -> O
     verb, cid, version, ok = "?", "?", DEFAULT_VERSION, "error"
     line: Line
     try:
-        req = request.from_body(body)
+        env, config, raw = request.decode(body)
+        if isinstance(config, dict) and config.get("cniVersion") in SUPPORTED_VERSIONS:
+            version = config["cniVersion"]  # of the error too, when the request is refused
+        req = request.parse_request(env, config, raw)
         verb, cid, version = req.command, printable(req.container_id or "-", FIELD), req.cni_version
         done = delegator.handle(req)
         ms, nets = (time.perf_counter() - t) * 1000, _networks(done.networks)
