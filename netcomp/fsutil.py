@@ -199,13 +199,16 @@ def unlinks_after() -> Iterator[None]:
     serving thread wraps a request and the writing of its answer in it, so that the janitor's wake-up (a thread
     that takes the GIL) comes after the answer, not before it."""
     held: list[str] = []
-    _held.paths = held
+    outer, _held.paths = getattr(_held, "paths", None), held
     try:
         yield
     finally:
-        _held.paths = None
-        for trash in held:
-            _JANITOR.put(trash)
+        _held.paths = outer
+        if outer is not None:  # a block inside another: its files go when the outer one ends
+            outer.extend(held)
+        else:
+            for trash in held:
+                _JANITOR.put(trash)
 
 
 def settle(timeout: float) -> bool:

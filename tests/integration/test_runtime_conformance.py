@@ -6,6 +6,7 @@ the plugins declaring the capability."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -157,15 +158,26 @@ def test_gc_leaves_a_container_whose_add_is_in_flight(tmp_path: Path) -> None:
             add = pool.submit(dl.shim, "ADD", ctr, args="NETCOMP_NETWORKS=slow")
             until(lambda: dl.cache_files(), "the ADD never wrote its record")
             gc = pool.submit(dl.shim, "GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": []})
-            server = dl.daemon.server
-            assert server is not None
-            until(lambda: gc.done() or server.in_flight == 2, "the GC never reached the daemon")
-            with open(gate, "w"):
-                pass  # the ADD's plugin goes on
+            try:  # a GC that waits for the ADD's lock is never done while the ADD's plugin waits at its gate
+                until(gc.done, "the GC waited for the ADD in flight")
+            finally:
+                until(lambda: _open_gate(gate), "the ADD's plugin never waited at its gate")  # it goes on
             assert add.result()[0] == 0 and gc.result() == (0, None)
         assert sorted(dl.lab.links(ctr)) == ["eth0", "lo", "net0"]
         assert dl.shim("GC", "", version="1.1.0", extra={"cni.dev/valid-attachments": []}) == (0, None)
         assert dl.lab.links(ctr) == ["lo"] and dl.cache_files() == [] and dl.leases() == []
+
+
+def _open_gate(fifo: Path) -> bool:
+    """Let the plugin waiting on `fifo` go on: False while no one reads it yet (the plugin not there yet)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            return False
+        raise
+    os.close(fd)
+    return True
 
 
 def test_the_compiled_shim_answers_as_the_python_one(dl: DaemonLab, tmp_path: Path) -> None:

@@ -49,6 +49,12 @@ def test_a_file_discarded_while_a_request_is_served_is_unlinked_once_the_block_e
         pass
     assert fsutil.settle(30)
     assert os.listdir(tmp_path) == []
+    f.write_bytes(b"{}")
+    with fsutil.unlinks_after():
+        with fsutil.unlinks_after():
+            assert fsutil.discard(f)
+        assert fsutil.settle(30) and os.listdir(tmp_path) != []  # the inner block's file waits for the outer's end
+    assert fsutil.settle(30) and os.listdir(tmp_path) == []
 
 
 def test_what_a_crash_left_discarded_is_swept_with_the_temp_files(tmp_path: Path) -> None:
